@@ -8,7 +8,7 @@ OPT ?= -O2 -march=native
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 
-CFLAGS_ALL = $(OPT) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -pthread \
+CFLAGS_ALL = $(OPT) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -pthread -fopenmp-simd \
              -Icommon -Isampler $(MPI_CFLAGS) -MMD -MP $(CFLAGS) $(EXTRA_CFLAGS)
 LDLIBS_ALL = -lopenblas -lyaml -ljansson -lcurl $(MPI_LIBS) -lm -pthread $(LDFLAGS)
 

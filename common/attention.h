@@ -1,0 +1,25 @@
+// attention: causal grouped-query attention over a fused qkv matrix, forward and
+// backward. Memory stays O(T) per head: the forward keeps only the log-sum-exp of each
+// query row, and the backward recomputes the probabilities block by block.
+//
+// Layout (N = B*T rows, ld = (H + 2*KV) * hd):
+//   qkv  (N, ld): row n = [q_0 .. q_{H-1} | k_0 .. k_{KV-1} | v_0 .. v_{KV-1}], each hd wide
+//   out  (N, H*hd): head h at columns h*hd
+//   lse  (N, H)
+//   seg  (N): index (within its row of T) of the first key the query may see; 0 for an
+//        ordinary causal row, the document start for packed rows (block-diagonal mask).
+#pragma once
+
+typedef struct {
+  int B, T, H, KV, hd;
+} ct_attn_dims;
+
+// Floats of scratch the attention needs per thread for sequences up to T.
+long ct_attention_scratch_floats(int T);
+
+void ct_attention_forward(float *out, float *lse, const float *qkv, const int *seg,
+                          ct_attn_dims d, float *scratch);
+
+// dqkv (N, ld) is written (=) in full; dout is the gradient of out.
+void ct_attention_backward(float *dqkv, const float *dout, const float *out, const float *lse,
+                           const float *qkv, const int *seg, ct_attn_dims d, float *scratch);

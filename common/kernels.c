@@ -1,0 +1,359 @@
+#include "kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "pool.h"
+
+// ---------------------------------------------------------------------------
+// Row-parallel helpers: ROWS_BEGIN/ROWS_END wrap the body of a task that handles
+// chunk `part` of [0, N). Reductions use CT_RED_CHUNKS parts so that the partial sums,
+// and hence the results, are the same whatever the number of threads.
+
+#define ROWS(N, parts, part, lo, hi) \
+  long lo, hi;                       \
+  ct_chunk_range((N), 1, (parts), (part), &lo, &hi)
+
+static int row_parts(long N) {
+  int t = ct_pool_threads() * 4;
+  return N < t ? (int)(N > 0 ? N : 1) : t;
+}
+
+// dst[c] += Σ_k partial[k*C + c] for k in chunk order.
+typedef struct { float *dst; const float *partial; int C, parts; } sum_job;
+static void sum_partials_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const sum_job *j = ctx;
+  ROWS(j->C, ct_pool_threads(), part, lo, hi);
+  for (int k = 0; k < j->parts; k++) {
+    const float *p = j->partial + (long)k * j->C;
+    for (long c = lo; c < hi; c++) j->dst[c] += p[c];
+  }
+}
+static void sum_partials(float *dst, const float *partial, int C, int parts) {
+  sum_job j = {dst, partial, C, parts};
+  ct_parallel_for(ct_pool_threads(), sum_partials_task, &j);
+}
+
+// ---------------------------------------------------------------------------
+// RMSNorm
+
+static float rms_inv(const float *x, int C, float eps) {
+  float ss = 0;
+#pragma omp simd reduction(+ : ss)
+  for (int i = 0; i < C; i++) ss += x[i] * x[i];
+  return 1.0f / sqrtf(ss / C + eps);
+}
+
+typedef struct {
+  float *y, *rstd, *dx, *dw, *scratch;
+  const float *x, *w, *dy;
+  int N, C, parts, accumulate;
+  float eps;
+} rms_job;
+
+static void rms_fwd_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const rms_job *j = ctx;
+  ROWS(j->N, j->parts, part, lo, hi);
+  for (long n = lo; n < hi; n++) {
+    const float *x = j->x + n * j->C;
+    float *y = j->y + n * j->C;
+    float r = rms_inv(x, j->C, j->eps);
+    j->rstd[n] = r;
+    for (int i = 0; i < j->C; i++) y[i] = x[i] * r * j->w[i];
+  }
+}
+
+void ct_rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, int N, int C,
+                        float eps) {
+  rms_job j = {.y = y, .rstd = rstd, .x = x, .w = w, .N = N, .C = C, .eps = eps,
+               .parts = row_parts(N)};
+  ct_parallel_for(j.parts, rms_fwd_task, &j);
+}
+
+static void rms_bwd_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const rms_job *j = ctx;
+  ROWS(j->N, CT_RED_CHUNKS, part, lo, hi);
+  int C = j->C;
+  float *dw = j->scratch + (long)part * C;
+  memset(dw, 0, sizeof(float) * C);
+  for (long n = lo; n < hi; n++) {
+    const float *x = j->x + n * C, *dy = j->dy + n * C;
+    float *dx = j->dx + n * C;
+    float r = j->rstd[n];
+    // dxhat = dy * w;  dx = r * (dxhat - xhat * mean(dxhat * xhat))
+    float dot = 0;
+#pragma omp simd reduction(+ : dot)
+    for (int i = 0; i < C; i++) dot += dy[i] * j->w[i] * x[i];
+    float k = dot * r * r / C;
+    if (j->accumulate)
+      for (int i = 0; i < C; i++) dx[i] += r * (dy[i] * j->w[i] - x[i] * k);
+    else
+      for (int i = 0; i < C; i++) dx[i] = r * (dy[i] * j->w[i] - x[i] * k);
+    for (int i = 0; i < C; i++) dw[i] += dy[i] * x[i] * r;
+  }
+}
+
+void ct_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
+                         const float *rstd, int N, int C, int accumulate, float *scratch) {
+  rms_job j = {.dx = dx, .dw = dw, .dy = dy, .x = x, .w = w, .rstd = (float *)rstd, .N = N, .C = C,
+               .accumulate = accumulate, .scratch = scratch};
+  ct_parallel_for(CT_RED_CHUNKS, rms_bwd_task, &j);
+  sum_partials(dw, scratch, C, CT_RED_CHUNKS);
+}
+
+// ---------------------------------------------------------------------------
+// Per-head RMSNorm (Qwen3 q_norm / k_norm): rows of `heads` vectors of width hd.
+
+typedef struct {
+  float *xio, *xsave, *rstd, *dw, *scratch;
+  const float *w;
+  const float *cxsave;
+  int N, heads, hd, ld, parts;
+  float eps;
+} headnorm_job;
+
+static void headnorm_fwd_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const headnorm_job *j = ctx;
+  ROWS(j->N, j->parts, part, lo, hi);
+  for (long n = lo; n < hi; n++)
+    for (int h = 0; h < j->heads; h++) {
+      float *x = j->xio + n * j->ld + (long)h * j->hd;
+      float *xs = j->xsave + n * j->ld + (long)h * j->hd;
+      memcpy(xs, x, sizeof(float) * j->hd);
+      float r = rms_inv(x, j->hd, j->eps);
+      j->rstd[n * j->heads + h] = r;
+      for (int i = 0; i < j->hd; i++) x[i] = x[i] * r * j->w[i];
+    }
+}
+
+void ct_headnorm_forward(float *xio, float *xsave, float *rstd, const float *w, int N, int heads,
+                         int hd, int ld, float eps) {
+  headnorm_job j = {.xio = xio, .xsave = xsave, .rstd = rstd, .w = w, .N = N, .heads = heads,
+                    .hd = hd, .ld = ld, .eps = eps, .parts = row_parts(N)};
+  ct_parallel_for(j.parts, headnorm_fwd_task, &j);
+}
+
+static void headnorm_bwd_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const headnorm_job *j = ctx;
+  ROWS(j->N, CT_RED_CHUNKS, part, lo, hi);
+  int hd = j->hd;
+  float *dw = j->scratch + (long)part * hd;
+  memset(dw, 0, sizeof(float) * hd);
+  for (long n = lo; n < hi; n++)
+    for (int h = 0; h < j->heads; h++) {
+      float *d = j->xio + n * j->ld + (long)h * hd;
+      const float *x = j->cxsave + n * j->ld + (long)h * hd;
+      float r = j->rstd[n * j->heads + h];
+      float dot = 0;
+#pragma omp simd reduction(+ : dot)
+      for (int i = 0; i < hd; i++) dot += d[i] * j->w[i] * x[i];
+      float k = dot * r * r / hd;
+      for (int i = 0; i < hd; i++) {
+        dw[i] += d[i] * x[i] * r;
+        d[i] = r * (d[i] * j->w[i] - x[i] * k);
+      }
+    }
+}
+
+void ct_headnorm_backward(float *dxio, float *dw, const float *xsave, const float *w,
+                          const float *rstd, int N, int heads, int hd, int ld, float *scratch) {
+  headnorm_job j = {.xio = dxio, .cxsave = xsave, .rstd = (float *)rstd, .w = w, .dw = dw,
+                    .scratch = scratch, .N = N, .heads = heads, .hd = hd, .ld = ld};
+  ct_parallel_for(CT_RED_CHUNKS, headnorm_bwd_task, &j);
+  sum_partials(dw, scratch, hd, CT_RED_CHUNKS);
+}
+
+// ---------------------------------------------------------------------------
+// RoPE, rotate-half convention: pairs (i, i + hd/2) rotate by pos * inv_freq[i].
+
+typedef struct {
+  float *x;
+  const int *pos;
+  const float *cos_t, *sin_t;
+  int N, heads, hd, ld, inverse, parts;
+} rope_job;
+
+static void rope_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const rope_job *j = ctx;
+  ROWS(j->N, j->parts, part, lo, hi);
+  int half = j->hd / 2;
+  float sgn = j->inverse ? -1.0f : 1.0f;
+  for (long n = lo; n < hi; n++) {
+    const float *c = j->cos_t + (long)j->pos[n] * half;
+    const float *s = j->sin_t + (long)j->pos[n] * half;
+    for (int h = 0; h < j->heads; h++) {
+      float *x1 = j->x + n * j->ld + (long)h * j->hd, *x2 = x1 + half;
+      for (int i = 0; i < half; i++) {
+        float a = x1[i], b = x2[i], si = sgn * s[i];
+        x1[i] = a * c[i] - b * si;
+        x2[i] = b * c[i] + a * si;
+      }
+    }
+  }
+}
+
+void ct_rope(float *x, const int *pos, const float *cos_t, const float *sin_t, int N, int heads,
+             int hd, int ld, int inverse) {
+  rope_job j = {x, pos, cos_t, sin_t, N, heads, hd, ld, inverse, row_parts(N)};
+  ct_parallel_for(j.parts, rope_task, &j);
+}
+
+// ---------------------------------------------------------------------------
+// SwiGLU
+
+typedef struct {
+  float *h, *dgu;
+  const float *gu, *dh;
+  int N, F, parts;
+} swiglu_job;
+
+static void swiglu_fwd_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const swiglu_job *j = ctx;
+  ROWS(j->N, j->parts, part, lo, hi);
+  int F = j->F;
+  for (long n = lo; n < hi; n++) {
+    const float *g = j->gu + n * 2 * F, *u = g + F;
+    float *h = j->h + n * F;
+    for (int i = 0; i < F; i++) h[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+  }
+}
+
+void ct_swiglu_forward(float *h, const float *gu, int N, int F) {
+  swiglu_job j = {.h = h, .gu = gu, .N = N, .F = F, .parts = row_parts(N)};
+  ct_parallel_for(j.parts, swiglu_fwd_task, &j);
+}
+
+static void swiglu_bwd_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const swiglu_job *j = ctx;
+  ROWS(j->N, j->parts, part, lo, hi);
+  int F = j->F;
+  for (long n = lo; n < hi; n++) {
+    const float *g = j->gu + n * 2 * F, *u = g + F, *dh = j->dh + n * F;
+    float *dg = j->dgu + n * 2 * F, *du = dg + F;
+    for (int i = 0; i < F; i++) {
+      float s = 1.0f / (1.0f + expf(-g[i]));
+      float silu = g[i] * s;
+      du[i] = dh[i] * silu;
+      dg[i] = dh[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+    }
+  }
+}
+
+void ct_swiglu_backward(float *dgu, const float *dh, const float *gu, int N, int F) {
+  swiglu_job j = {.dgu = dgu, .dh = dh, .gu = gu, .N = N, .F = F, .parts = row_parts(N)};
+  ct_parallel_for(j.parts, swiglu_bwd_task, &j);
+}
+
+// ---------------------------------------------------------------------------
+// Bias
+
+typedef struct {
+  float *y, *db, *scratch;
+  const float *b, *dy;
+  int N, C, ld, parts;
+} bias_job;
+
+static void bias_fwd_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const bias_job *j = ctx;
+  ROWS(j->N, j->parts, part, lo, hi);
+  for (long n = lo; n < hi; n++)
+    for (int i = 0; i < j->C; i++) j->y[n * j->ld + i] += j->b[i];
+}
+
+void ct_bias_forward(float *y, const float *b, int N, int C, int ld) {
+  bias_job j = {.y = y, .b = b, .N = N, .C = C, .ld = ld, .parts = row_parts(N)};
+  ct_parallel_for(j.parts, bias_fwd_task, &j);
+}
+
+static void bias_bwd_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const bias_job *j = ctx;
+  ROWS(j->N, CT_RED_CHUNKS, part, lo, hi);
+  float *db = j->scratch + (long)part * j->C;
+  memset(db, 0, sizeof(float) * j->C);
+  for (long n = lo; n < hi; n++)
+    for (int i = 0; i < j->C; i++) db[i] += j->dy[n * j->ld + i];
+}
+
+void ct_bias_backward(float *db, const float *dy, int N, int C, int ld, float *scratch) {
+  bias_job j = {.db = db, .dy = dy, .scratch = scratch, .N = N, .C = C, .ld = ld};
+  ct_parallel_for(CT_RED_CHUNKS, bias_bwd_task, &j);
+  sum_partials(db, scratch, C, CT_RED_CHUNKS);
+}
+
+// ---------------------------------------------------------------------------
+// Element-wise adds and the embedding
+
+typedef struct {
+  float *out;
+  const float *a, *b;
+  long n;
+  int parts;
+} add_job;
+
+static void add_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const add_job *j = ctx;
+  long lo, hi;
+  ct_chunk_range(j->n, 16, j->parts, part, &lo, &hi);
+  if (j->b)
+    for (long i = lo; i < hi; i++) j->out[i] = j->a[i] + j->b[i];
+  else
+    for (long i = lo; i < hi; i++) j->out[i] += j->a[i];
+}
+
+void ct_add(float *out, const float *a, const float *b, long n) {
+  add_job j = {out, a, b, n, ct_pool_threads()};
+  ct_parallel_for(j.parts, add_task, &j);
+}
+
+void ct_add_inplace(float *out, const float *a, long n) {
+  add_job j = {out, a, NULL, n, ct_pool_threads()};
+  ct_parallel_for(j.parts, add_task, &j);
+}
+
+typedef struct {
+  float *out;
+  const float *in;
+  const int *ids;
+  int N, C, parts;
+} embed_job;
+
+static void embed_fwd_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const embed_job *j = ctx;
+  ROWS(j->N, j->parts, part, lo, hi);
+  for (long n = lo; n < hi; n++)
+    memcpy(j->out + n * j->C, j->in + (long)j->ids[n] * j->C, sizeof(float) * j->C);
+}
+
+void ct_embed_forward(float *out, const float *table, const int *ids, int N, int C) {
+  embed_job j = {out, table, ids, N, C, row_parts(N)};
+  ct_parallel_for(j.parts, embed_fwd_task, &j);
+}
+
+static void embed_bwd_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const embed_job *j = ctx;
+  long lo, hi;  // columns
+  ct_chunk_range(j->C, 16, j->parts, part, &lo, &hi);
+  for (long n = 0; n < j->N; n++) {
+    float *d = j->out + (long)j->ids[n] * j->C;
+    const float *g = j->in + n * j->C;
+    for (long c = lo; c < hi; c++) d[c] += g[c];
+  }
+}
+
+void ct_embed_backward(float *dtable, const float *dout, const int *ids, int N, int C) {
+  embed_job j = {dtable, dout, ids, N, C, ct_pool_threads()};
+  ct_parallel_for(j.parts, embed_bwd_task, &j);
+}

@@ -1,0 +1,51 @@
+// kernels: the element-wise and row-wise layers of the model, each a forward/backward
+// pair over raw float pointers, parallel over rows on the pool. Backward functions
+// accumulate (+=) into parameter gradients; activation gradients are written (=)
+// unless the name says _acc. Kernels never allocate: reductions over rows use the
+// caller's `scratch` of CT_RED_CHUNKS * C floats, and results do not depend on the
+// number of threads (rows are cut into CT_RED_CHUNKS fixed chunks, summed in order).
+//
+// N = number of rows (B*T tokens), C = row width.
+#pragma once
+
+#define CT_RED_CHUNKS 32
+
+// y = x / rms(x) * w;  rstd (N) saved for backward.
+void ct_rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, int N, int C,
+                        float eps);
+// dx = (written unless accumulate) ..., dw += Σ_rows dy * x * rstd.
+void ct_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
+                         const float *rstd, int N, int C, int accumulate, float *scratch);
+
+// The same RMSNorm applied to `heads` vectors of width `hd` inside each row of a strided
+// matrix: rows of x have stride `ld`, and head h starts at column h*hd (q/k-norm in Qwen3).
+// In place: xio holds x on entry and y on exit; xsave (same layout) keeps x for backward.
+void ct_headnorm_forward(float *xio, float *xsave, float *rstd, const float *w, int N, int heads,
+                         int hd, int ld, float eps);
+// dxio holds dy on entry and dx on exit.
+void ct_headnorm_backward(float *dxio, float *dw, const float *xsave, const float *w,
+                          const float *rstd, int N, int heads, int hd, int ld, float *scratch);
+
+// Rotate-half RoPE in place on `heads` heads of width hd in rows of stride ld.
+// pos (N) gives each row's position; cos/sin tables are (max_pos, hd/2).
+// inverse != 0 applies the transpose rotation (the backward pass).
+void ct_rope(float *x, const int *pos, const float *cos_t, const float *sin_t, int N, int heads,
+             int hd, int ld, int inverse);
+
+// h = silu(g) * u where gu rows are [g (F) | u (F)]; h (N, F).
+void ct_swiglu_forward(float *h, const float *gu, int N, int F);
+// dgu = [dg | du] from dh.
+void ct_swiglu_backward(float *dgu, const float *dh, const float *gu, int N, int F);
+
+// y[i,:] += b for bias b (C) over rows with stride ld; db += Σ_rows dy.
+void ct_bias_forward(float *y, const float *b, int N, int C, int ld);
+void ct_bias_backward(float *db, const float *dy, int N, int C, int ld, float *scratch);
+
+// out = a + b (N*C contiguous), and out += a.
+void ct_add(float *out, const float *a, const float *b, long n);
+void ct_add_inplace(float *out, const float *a, long n);
+
+// Embedding lookup: out (N, C) = table[ids[n]]; backward dtable[ids[n]] += dout[n]
+// (serial over rows: token ids repeat; parallel over columns).
+void ct_embed_forward(float *out, const float *table, const int *ids, int N, int C);
+void ct_embed_backward(float *dtable, const float *dout, const int *ids, int N, int C);

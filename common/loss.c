@@ -1,0 +1,170 @@
+#include "loss.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "fastmath.h"
+#include "matmul.h"
+#include "pool.h"
+
+int ct_head_init(ct_head *h, int cap_rows, int V, int C, int ntiles) {
+  memset(h, 0, sizeof *h);
+  if (ntiles < 1) ntiles = 1;
+  if (ntiles > V) ntiles = V;
+  h->cap = cap_rows;
+  h->V = V;
+  h->C = C;
+  h->ntiles = ntiles;
+  h->tile = (V + ntiles - 1) / ntiles;
+  long cap = cap_rows;
+  h->rows = malloc(sizeof(int) * cap);
+  h->target = malloc(sizeof(int) * cap);
+  h->argmax = malloc(sizeof(int) * cap);
+  h->hc = aligned_alloc(64, sizeof(float) * ((cap * C + 15) / 16 * 16));
+  h->dhc = aligned_alloc(64, sizeof(float) * ((cap * C + 15) / 16 * 16));
+  h->logits = aligned_alloc(64, sizeof(float) * ((cap * h->tile + 15) / 16 * 16));
+  float **per_row[] = {&h->lse, &h->logp, &h->entropy, &h->run_sum, &h->run_xsum, &h->coef, &h->zcoef};
+  int bad = !h->rows || !h->target || !h->argmax || !h->hc || !h->dhc || !h->logits;
+  for (size_t i = 0; i < sizeof per_row / sizeof per_row[0]; i++) {
+    *per_row[i] = calloc(cap, sizeof(float));
+    bad |= !*per_row[i];
+  }
+  h->bytes = sizeof(float) * (cap * h->tile + 2 * cap * C) + 10 * sizeof(float) * cap;
+  if (bad) {
+    ct_head_free(h);
+    return ct_set_error(CT_ENOMEM, "LM head: cannot allocate %.1f MB for %d rows x %d vocabulary "
+                        "columns (raise num_vocab_tiling)", h->bytes / 1e6, cap_rows, V);
+  }
+  return 0;
+}
+
+void ct_head_free(ct_head *h) {
+  void *p[] = {h->rows, h->target, h->argmax, h->hc, h->dhc, h->logits, h->lse, h->logp,
+               h->entropy, h->run_sum, h->run_xsum, h->coef, h->zcoef};
+  for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
+  memset(h, 0, sizeof *h);
+}
+
+int ct_head_gather(ct_head *h, const float *hidden, const int *target, int N) {
+  int n = 0;
+  for (int t = 0; t < N && n < h->cap; t++)
+    if (target[t] >= 0) {
+      h->rows[n] = t;
+      h->target[n] = target[t];
+      memcpy(h->hc + (long)n * h->C, hidden + (long)t * h->C, sizeof(float) * h->C);
+      n++;
+    }
+  h->n = n;
+  return n;
+}
+
+typedef struct {
+  ct_head *h;
+  int v0, nv;  // this chunk's vocabulary columns [v0, v0 + nv)
+  int parts;
+} chunk_job;
+
+// Folds one chunk of logits into each row's running max (kept in lse until the end),
+// Σ e^(l−max), Σ e^(l−max)·l, argmax and target logit (kept in logp until the end).
+static void fold_chunk_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const chunk_job *j = ctx;
+  ct_head *h = j->h;
+  long lo, hi;
+  ct_chunk_range(h->n, 1, j->parts, part, &lo, &hi);
+  for (long r = lo; r < hi; r++) {
+    const float *l = h->logits + r * j->nv;
+    float mt = -INFINITY;
+    int at = 0;
+    for (int v = 0; v < j->nv; v++)
+      if (l[v] > mt) {
+        mt = l[v];
+        at = v;
+      }
+    float st = 0, sxt = 0;
+#pragma omp simd reduction(+ : st, sxt)
+    for (int v = 0; v < j->nv; v++) {
+      float e = ct_expf(l[v] - mt);
+      st += e;
+      sxt += e * l[v];
+    }
+    float m = h->lse[r];
+    if (mt > m) {
+      float k = ct_expf(m - mt);
+      h->run_sum[r] = h->run_sum[r] * k + st;
+      h->run_xsum[r] = h->run_xsum[r] * k + sxt;
+      h->lse[r] = mt;
+      h->argmax[r] = j->v0 + at;
+    } else {
+      float k = ct_expf(mt - m);
+      h->run_sum[r] += st * k;
+      h->run_xsum[r] += sxt * k;
+    }
+    int y = h->target[r] - j->v0;
+    if (y >= 0 && y < j->nv) h->logp[r] = l[y];
+  }
+}
+
+static int chunk_parts(int n) {
+  int p = ct_pool_threads() * 4;
+  return n < p ? (n > 0 ? n : 1) : p;
+}
+
+void ct_head_forward(ct_head *h, const float *W) {
+  int n = h->n;
+  for (int r = 0; r < n; r++) {
+    h->lse[r] = -INFINITY;  // running max until the end
+    h->run_sum[r] = h->run_xsum[r] = 0;
+    h->argmax[r] = 0;
+  }
+  for (int v0 = 0; v0 < h->V; v0 += h->tile) {
+    int nv = v0 + h->tile <= h->V ? h->tile : h->V - v0;
+    // logits (n, nv) = hc · W[v0 : v0+nv]ᵀ
+    ct_sgemm('N', 'T', n, nv, h->C, 1, h->hc, h->C, W + (long)v0 * h->C, h->C, 0, h->logits, nv);
+    chunk_job j = {h, v0, nv, chunk_parts(n)};
+    ct_parallel_for(j.parts, fold_chunk_task, &j);
+  }
+  for (int r = 0; r < n; r++) {
+    float lse = h->lse[r] + logf(h->run_sum[r]);
+    h->entropy[r] = lse - h->run_xsum[r] / h->run_sum[r];
+    h->logp[r] -= lse;
+    h->lse[r] = lse;
+  }
+}
+
+// Turns a chunk of logits into dlogits in place.
+static void dlogits_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const chunk_job *j = ctx;
+  ct_head *h = j->h;
+  long lo, hi;
+  ct_chunk_range(h->n, 1, j->parts, part, &lo, &hi);
+  for (long r = lo; r < hi; r++) {
+    float *l = h->logits + r * j->nv;
+    float lse = h->lse[r], a = h->coef[r] + h->zcoef[r];
+#pragma omp simd
+    for (int v = 0; v < j->nv; v++) l[v] = a * ct_expf(l[v] - lse);
+    int y = h->target[r] - j->v0;
+    if (y >= 0 && y < j->nv) l[y] -= h->coef[r];
+  }
+}
+
+void ct_head_backward(ct_head *h, const float *W, float *dW, float *d_hidden, int N) {
+  int n = h->n;
+  for (int v0 = 0; v0 < h->V; v0 += h->tile) {
+    int nv = v0 + h->tile <= h->V ? h->tile : h->V - v0;
+    if (h->ntiles > 1)  // recompute this chunk's logits; with one chunk they are still there
+      ct_sgemm('N', 'T', n, nv, h->C, 1, h->hc, h->C, W + (long)v0 * h->C, h->C, 0, h->logits, nv);
+    chunk_job j = {h, v0, nv, chunk_parts(n)};
+    ct_parallel_for(j.parts, dlogits_task, &j);
+    // dhc (n, C) (+)= dlogits · W[v0 : v0+nv];  dW[v0 : v0+nv] += dlogitsᵀ · hc
+    ct_sgemm('N', 'N', n, h->C, nv, 1, h->logits, nv, W + (long)v0 * h->C, h->C, v0 ? 1 : 0,
+             h->dhc, h->C);
+    ct_sgemm('T', 'N', nv, h->C, n, 1, h->logits, nv, h->hc, h->C, 1, dW + (long)v0 * h->C, h->C);
+  }
+  memset(d_hidden, 0, sizeof(float) * N * h->C);
+  for (int r = 0; r < n; r++)
+    memcpy(d_hidden + (long)h->rows[r] * h->C, h->dhc + (long)r * h->C, sizeof(float) * h->C);
+}

@@ -1,0 +1,43 @@
+// loss: the LM head and everything computed from its logits — per-token log-probs,
+// cross-entropy, z-loss, entropy, accuracy — with vocabulary tiling: the V logits of a
+// token are produced in `ntiles` chunks and reduced online (running max / sum), so peak
+// memory holds rows x V/ntiles logits instead of rows x V. Only tokens that have a
+// target take part: their hidden rows are gathered first, so masked prompt tokens cost
+// nothing in the head.
+//
+// Usage: ct_head_gather (pick rows) -> ct_head_forward (lse, log-probs, stats) -> set
+// coef/zcoef per row -> ct_head_backward (dW, d_hidden).
+#pragma once
+
+typedef struct {
+  int cap, V, C, ntiles, tile;  // tile = V columns per chunk (last may be shorter)
+  int n;                         // rows gathered for the current batch
+  int *rows;                     // (cap) token index in the batch of each gathered row
+  int *target;                   // (cap) target token id
+  float *hc;                     // (cap, C) gathered hidden rows
+  float *dhc;                    // (cap, C) their gradient
+  float *logits;                 // (cap, tile) one chunk of logits (all V when ntiles == 1)
+  // per gathered row, filled by ct_head_forward
+  float *lse;      // log Σ exp(logits)
+  float *logp;     // log-prob of the target
+  float *entropy;  // entropy of the predicted distribution (nats)
+  int *argmax;     // most likely token
+  float *run_sum, *run_xsum;  // online accumulators (Σ e^(l-m), Σ e^(l-m)·l)
+  // per gathered row, set by the caller before ct_head_backward:
+  // dlogits = coef·(softmax − onehot(target)) + zcoef·softmax
+  float *coef, *zcoef;
+  long bytes;  // bytes allocated (the logits chunk dominates)
+} ct_head;
+
+int ct_head_init(ct_head *h, int cap_rows, int V, int C, int ntiles);
+void ct_head_free(ct_head *h);
+
+// Gathers the rows of hidden (N, C) whose target[t] >= 0. Returns the row count.
+int ct_head_gather(ct_head *h, const float *hidden, const int *target, int N);
+
+// Logits of the gathered rows against W (V, C); fills lse, logp, entropy, argmax.
+void ct_head_forward(ct_head *h, const float *W);
+
+// dW (V, C) += dlogitsᵀ · hc;  d_hidden (N, C) = dlogits · W on gathered rows, 0 elsewhere.
+// With ntiles == 1 the logits kept by ct_head_forward are reused (and overwritten).
+void ct_head_backward(ct_head *h, const float *W, float *dW, float *d_hidden, int N);

@@ -1,0 +1,104 @@
+#include "matmul.h"
+
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pool.h"
+
+// Not in every cblas.h; part of OpenBLAS's ABI.
+char *openblas_get_corename(void);
+void openblas_set_num_threads(int);
+
+static bool in_list(const char *s, const char *const *list) {
+  for (; *list; list++)
+    if (strcasecmp(s, *list) == 0) return true;
+  return false;
+}
+
+const char *ct_blas_wanted_core(const char *corename, bool avx512, bool avx2) {
+  static const char *const k512[] = {"SkylakeX", "Cooperlake", "SapphireRapids", "Zen", NULL};
+  static const char *const k256[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake",
+                                     "SapphireRapids", "Excavator", NULL};
+  if (!corename) return NULL;
+  if (avx512 && !in_list(corename, k512)) return "SKYLAKEX";
+  if (!avx512 && avx2 && !in_list(corename, k256)) return "HASWELL";
+  return NULL;
+}
+
+const char *ct_blas_corename(void) { return openblas_get_corename(); }
+
+void ct_blas_init(int argc, char **argv) {
+  (void)argc;
+  openblas_set_num_threads(1);
+  if (getenv("OPENBLAS_CORETYPE")) return;  // the user's choice stands
+  __builtin_cpu_init();
+  const char *want = ct_blas_wanted_core(openblas_get_corename(),
+                                         __builtin_cpu_supports("avx512f"),
+                                         __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+  if (!want || getenv("CT_BLAS_REEXEC")) return;
+  fprintf(stderr, "ctune: OpenBLAS chose its '%s' kernel on a CPU that runs '%s'; "
+          "restarting with OPENBLAS_CORETYPE=%s (set OPENBLAS_CORETYPE to override)\n",
+          openblas_get_corename(), want, want);
+  setenv("OPENBLAS_CORETYPE", want, 1);
+  setenv("CT_BLAS_REEXEC", "1", 1);
+  execv("/proc/self/exe", argv);
+  fprintf(stderr, "ctune: re-exec failed; continuing with the slow kernel\n");
+}
+
+static inline CBLAS_TRANSPOSE tr(char t) { return t == 'T' ? CblasTrans : CblasNoTrans; }
+
+void ct_sgemm_serial(char ta, char tb, int M, int N, int K, float alpha, const float *A,
+                     int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {  // cblas would only scale C; do the same without calling it
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) C[(long)i * ldc + j] = beta == 0 ? 0 : beta * C[(long)i * ldc + j];
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, tr(ta), tr(tb), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+typedef struct {
+  char ta, tb;
+  int M, N, K, lda, ldb, ldc, parts;
+  bool split_rows;
+  float alpha, beta;
+  const float *A, *B;
+  float *C;
+} gemm_job;
+
+static void gemm_part(void *ctx, int part, int thread) {
+  (void)thread;
+  const gemm_job *j = ctx;
+  long lo, hi;
+  if (j->split_rows) {
+    ct_chunk_range(j->M, 16, j->parts, part, &lo, &hi);
+    if (hi <= lo) return;
+    // rows lo..hi of op(A): A's rows when not transposed, its columns otherwise
+    const float *a = j->ta == 'N' ? j->A + lo * j->lda : j->A + lo;
+    ct_sgemm_serial(j->ta, j->tb, (int)(hi - lo), j->N, j->K, j->alpha, a, j->lda, j->B, j->ldb,
+                    j->beta, j->C + lo * j->ldc, j->ldc);
+  } else {
+    ct_chunk_range(j->N, 16, j->parts, part, &lo, &hi);
+    if (hi <= lo) return;
+    // columns lo..hi of op(B): B's rows when transposed, its columns otherwise
+    const float *b = j->tb == 'T' ? j->B + lo * j->ldb : j->B + lo;
+    ct_sgemm_serial(j->ta, j->tb, j->M, (int)(hi - lo), j->K, j->alpha, j->A, j->lda, b, j->ldb,
+                    j->beta, j->C + lo, j->ldc);
+  }
+}
+
+void ct_sgemm(char ta, char tb, int M, int N, int K, float alpha, const float *A, int lda,
+              const float *B, int ldb, float beta, float *C, int ldc) {
+  int threads = ct_pool_threads();
+  // Small products are not worth waking the workers for.
+  if (threads == 1 || (double)M * N * K < 64.0 * 64 * 64) {
+    ct_sgemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  gemm_job j = {ta, tb, M, N, K, lda, ldb, ldc, threads, M >= N, alpha, beta, A, B, C};
+  ct_parallel_for(threads, gemm_part, &j);
+}

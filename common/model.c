@@ -1,0 +1,247 @@
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "rng.h"
+
+int ct_model_config_check(const ct_model_config *c) {
+  if (c->vocab_size <= 0) return ct_set_error(CT_EINVAL, "model: vocab_size must be positive");
+  if (c->hidden_size <= 0) return ct_set_error(CT_EINVAL, "model: hidden_size must be positive");
+  if (c->intermediate_size <= 0)
+    return ct_set_error(CT_EINVAL, "model: intermediate_size must be positive");
+  if (c->num_layers <= 0) return ct_set_error(CT_EINVAL, "model: num_hidden_layers must be positive");
+  if (c->num_heads <= 0 || c->num_kv_heads <= 0)
+    return ct_set_error(CT_EINVAL, "model: num_attention_heads and num_key_value_heads must be positive");
+  if (c->num_heads % c->num_kv_heads)
+    return ct_set_error(CT_EINVAL, "model: num_attention_heads (%d) is not a multiple of num_key_value_heads (%d)",
+                        c->num_heads, c->num_kv_heads);
+  if (c->head_dim <= 0 || c->head_dim % 2)
+    return ct_set_error(CT_EINVAL, "model: head_dim (%d) must be positive and even", c->head_dim);
+  if (!(c->rope_theta > 0)) return ct_set_error(CT_EINVAL, "model: rope_theta must be positive");
+  if (!(c->rms_norm_eps > 0)) return ct_set_error(CT_EINVAL, "model: rms_norm_eps must be positive");
+  if (c->rope_type == 1 && !(c->rope_factor > 0 && c->rope_high_freq_factor > c->rope_low_freq_factor &&
+                             c->rope_original_max_pos > 0))
+    return ct_set_error(CT_EINVAL, "model: rope_scaling (llama3) needs factor > 0, "
+                        "high_freq_factor > low_freq_factor and original_max_position_embeddings > 0");
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
+// Layout. Tensors are appended in Hugging Face order; a group of tensors that one
+// sgemm treats as a single matrix is packed without gaps, and every group starts on a
+// 64-byte boundary.
+
+typedef struct {
+  ct_tensor_info *t;
+  int n, cap;
+  long off;
+} layout;
+
+static int layout_add(layout *lo, const char *name, long d0, long d1, bool decay, bool group_start) {
+  if (lo->n == lo->cap) {
+    int cap = lo->cap ? 2 * lo->cap : 64;
+    ct_tensor_info *t = realloc(lo->t, sizeof *t * cap);
+    if (!t) return ct_set_error(CT_ENOMEM, "model: out of memory");
+    lo->t = t;
+    lo->cap = cap;
+  }
+  if (group_start) lo->off = (lo->off + 15) / 16 * 16;
+  ct_tensor_info *t = &lo->t[lo->n++];
+  memset(t, 0, sizeof *t);
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->offset = lo->off;
+  t->ndim = d1 ? 2 : 1;
+  t->shape[0] = d0;
+  t->shape[1] = d1;
+  t->numel = d1 ? d0 * d1 : d0;
+  t->decay = decay;
+  lo->off += t->numel;
+  return 0;
+}
+
+static int build_layout(ct_model *m) {
+  const ct_model_config *c = &m->cfg;
+  long C = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
+  long Hd = c->num_heads * hd, KVd = c->num_kv_heads * hd, V = c->vocab_size;
+  layout lo = {0};
+  char nm[96];
+  int rc = layout_add(&lo, "model.embed_tokens.weight", V, C, true, true);
+  for (int l = 0; l < c->num_layers && rc == 0; l++) {
+#define ADD(suffix, d0, d1, decay, group)                                  \
+  do {                                                                     \
+    snprintf(nm, sizeof nm, "model.layers.%d.%s", l, suffix);              \
+    if (rc == 0) rc = layout_add(&lo, nm, d0, d1, decay, group);           \
+  } while (0)
+    ADD("input_layernorm.weight", C, 0, false, true);
+    ADD("self_attn.q_proj.weight", Hd, C, true, true);
+    ADD("self_attn.k_proj.weight", KVd, C, true, false);
+    ADD("self_attn.v_proj.weight", KVd, C, true, false);
+    if (c->qkv_bias) {
+      ADD("self_attn.q_proj.bias", Hd, 0, false, true);
+      ADD("self_attn.k_proj.bias", KVd, 0, false, false);
+      ADD("self_attn.v_proj.bias", KVd, 0, false, false);
+    }
+    if (c->qk_norm) {
+      ADD("self_attn.q_norm.weight", hd, 0, false, true);
+      ADD("self_attn.k_norm.weight", hd, 0, false, true);
+    }
+    ADD("self_attn.o_proj.weight", C, Hd, true, true);
+    ADD("post_attention_layernorm.weight", C, 0, false, true);
+    ADD("mlp.gate_proj.weight", F, C, true, true);
+    ADD("mlp.up_proj.weight", F, C, true, false);
+    ADD("mlp.down_proj.weight", C, F, true, true);
+#undef ADD
+  }
+  if (rc == 0) rc = layout_add(&lo, "model.norm.weight", C, 0, false, true);
+  if (rc == 0 && !c->tie_word_embeddings) rc = layout_add(&lo, "lm_head.weight", V, C, true, true);
+  if (rc) {
+    free(lo.t);
+    return rc;
+  }
+  m->tensors = lo.t;
+  m->n_tensors = lo.n;
+  m->n_floats = (lo.off + 15) / 16 * 16;
+  return 0;
+}
+
+const ct_tensor_info *ct_model_find_tensor(const ct_model *m, const char *name) {
+  for (int i = 0; i < m->n_tensors; i++)
+    if (strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
+  return NULL;
+}
+
+int ct_weights_bind(ct_weights *w, const ct_model *m, float *base) {
+  const ct_model_config *c = &m->cfg;
+  memset(w, 0, sizeof *w);
+  w->layers = calloc(c->num_layers, sizeof *w->layers);
+  if (!w->layers) return ct_set_error(CT_ENOMEM, "model: out of memory");
+  // Tensors come in the order build_layout appended them.
+  const ct_tensor_info *t = m->tensors;
+#define NEXT() (base + (t++)->offset)
+  w->embed = NEXT();
+  for (int l = 0; l < c->num_layers; l++) {
+    ct_layer_weights *lw = &w->layers[l];
+    lw->ln1 = NEXT();
+    lw->wqkv = NEXT();
+    t += 2;  // k_proj, v_proj follow q_proj in the same matrix
+    if (c->qkv_bias) {
+      lw->bqkv = NEXT();
+      t += 2;
+    }
+    if (c->qk_norm) {
+      lw->qnorm = NEXT();
+      lw->knorm = NEXT();
+    }
+    lw->wo = NEXT();
+    lw->ln2 = NEXT();
+    lw->wgu = NEXT();
+    t++;  // up_proj follows gate_proj
+    lw->wdown = NEXT();
+  }
+  w->norm = NEXT();
+  w->lm_head = c->tie_word_embeddings ? w->embed : NEXT();
+#undef NEXT
+  return 0;
+}
+
+void ct_weights_free(ct_weights *w) {
+  free(w->layers);
+  w->layers = NULL;
+}
+
+// ---------------------------------------------------------------------------
+// RoPE tables, computed as Hugging Face does in float32: inv_freq = 1 / theta^(2i/hd),
+// angle = pos * inv_freq, then cos and sin.
+
+static void rope_inv_freq(const ct_model_config *c, float *inv_freq) {
+  int half = c->head_dim / 2;
+  for (int i = 0; i < half; i++) {
+    float expo = (float)(2 * i) / (float)c->head_dim;
+    inv_freq[i] = (float)(1.0 / pow((double)c->rope_theta, (double)expo));
+  }
+  if (c->rope_type != 1) return;
+  // Llama 3.1 "llama3" scaling: long wavelengths divided by factor, short ones kept,
+  // a smooth blend in between (transformers' _compute_llama3_parameters).
+  double old = c->rope_original_max_pos, factor = c->rope_factor;
+  double lo_f = c->rope_low_freq_factor, hi_f = c->rope_high_freq_factor;
+  double low_wavelen = old / lo_f, high_wavelen = old / hi_f;
+  for (int i = 0; i < half; i++) {
+    double f = inv_freq[i], wavelen = 2 * M_PI / f;
+    double g = wavelen > low_wavelen ? f / factor : f;
+    if (!(wavelen < high_wavelen) && !(wavelen > low_wavelen)) {
+      double smooth = (old / wavelen - lo_f) / (hi_f - lo_f);
+      g = (1 - smooth) * g / factor + smooth * g;
+    }
+    inv_freq[i] = (float)g;
+  }
+}
+
+int ct_model_init(ct_model *m, const ct_model_config *cfg, int max_pos) {
+  memset(m, 0, sizeof *m);
+  m->cfg = *cfg;
+  int rc = ct_model_config_check(cfg);
+  if (rc) return rc;
+  if ((rc = build_layout(m))) return rc;
+  int half = cfg->head_dim / 2;
+  m->rope_max_pos = max_pos > 0 ? max_pos : 1;
+  m->params = aligned_alloc(64, sizeof(float) * m->n_floats);
+  m->rope_cos = malloc(sizeof(float) * m->rope_max_pos * half);
+  m->rope_sin = malloc(sizeof(float) * m->rope_max_pos * half);
+  float *inv_freq = malloc(sizeof(float) * half);
+  if (!m->params || !m->rope_cos || !m->rope_sin || !inv_freq) {
+    free(inv_freq);
+    ct_model_free(m);
+    return ct_set_error(CT_ENOMEM, "model: cannot allocate %.1f MB of parameters",
+                        m->n_floats * 4.0 / 1e6);
+  }
+  memset(m->params, 0, sizeof(float) * m->n_floats);
+  rope_inv_freq(cfg, inv_freq);
+  for (int p = 0; p < m->rope_max_pos; p++)
+    for (int i = 0; i < half; i++) {
+      float angle = (float)p * inv_freq[i];
+      m->rope_cos[(long)p * half + i] = (float)cos((double)angle);
+      m->rope_sin[(long)p * half + i] = (float)sin((double)angle);
+    }
+  free(inv_freq);
+  if ((rc = ct_weights_bind(&m->w, m, m->params))) {
+    ct_model_free(m);
+    return rc;
+  }
+  return 0;
+}
+
+void ct_model_free(ct_model *m) {
+  ct_weights_free(&m->w);
+  free(m->tensors);
+  free(m->params);
+  free(m->rope_cos);
+  free(m->rope_sin);
+  memset(m, 0, sizeof *m);
+}
+
+void ct_model_init_random(ct_model *m, uint64_t seed, float std) {
+  ct_rng r;
+  ct_rng_seed(&r, seed);
+  for (int i = 0; i < m->n_tensors; i++) {
+    const ct_tensor_info *t = &m->tensors[i];
+    float *p = m->params + t->offset;
+    bool is_norm = strstr(t->name, "norm") != NULL;
+    bool is_bias = strstr(t->name, ".bias") != NULL;
+    for (long k = 0; k < t->numel; k++)
+      p[k] = is_norm ? 1.0f : is_bias ? 0.0f : (float)(std * ct_rng_normal(&r));
+  }
+}
+
+double ct_model_train_flops_per_token(const ct_model_config *c, int T) {
+  double C = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
+  double H = c->num_heads, KV = c->num_kv_heads, V = c->vocab_size, L = c->num_layers;
+  double per_layer = C * (H + 2 * KV) * hd + H * hd * C + 3 * C * F;
+  double matmul_params = L * per_layer + V * C;  // the LM head is a matmul; the embedding lookup is not
+  // causal attention: QKᵀ and PV each 2·hd FLOPs per (query, key) pair, T/2 keys on average
+  double attn = L * H * 2 * (2 * hd) * (T / 2.0);
+  return 6 * matmul_params + 3 * attn;
+}

@@ -1,0 +1,92 @@
+// model: the Llama-family decoder (Llama 2/3, Qwen2/2.5, Qwen3, SmolLM, Mistral):
+// token embedding, L x [RMSNorm -> GQA attention with rotate-half RoPE (optional q/k/v
+// bias, optional per-head q/k RMSNorm) -> residual -> RMSNorm -> SwiGLU MLP -> residual],
+// final RMSNorm, LM head (tied or separate). Parameters keep Hugging Face names and
+// [out, in] layouts; y = x · Wᵀ.
+//
+// Dimensions, named once: B batch rows, T tokens per row, N = B*T, C hidden size,
+// H query heads, KV key/value heads, hd head size, F MLP size, V vocabulary, L layers,
+// QKV = (H + 2*KV) * hd (the fused q|k|v width).
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+  char model_type[32];  // llama | qwen2 | qwen3 | mistral (written back to config.json)
+  int vocab_size, hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim;
+  int max_position_embeddings;
+  float rope_theta, rms_norm_eps;
+  bool tie_word_embeddings;
+  bool qkv_bias;  // q/k/v projections carry biases (Qwen2; Llama's attention_bias)
+  bool qk_norm;   // per-head RMSNorm of q and k before RoPE (Qwen3)
+  // rope_scaling {"rope_type": "llama3", ...} (Llama 3.1+); rope_type 0 = none
+  int rope_type;
+  float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+  int rope_original_max_pos;
+  int bos_token_id, eos_token_id, pad_token_id;  // -1 when absent
+} ct_model_config;
+
+// Pointers into one flat buffer laid out like the parameters. The same layout serves
+// parameters, gradients and optimizer moments, so each of those is one allocation.
+// Within a layer q|k|v weights are adjacent (one (QKV, C) matrix) and gate|up are
+// adjacent (one (2F, C) matrix), so each pair runs as a single sgemm.
+typedef struct {
+  float *ln1;    // (C)        input_layernorm
+  float *wqkv;   // (QKV, C)   q_proj | k_proj | v_proj
+  float *bqkv;   // (QKV)      their biases, or NULL
+  float *qnorm;  // (hd)       or NULL
+  float *knorm;  // (hd)       or NULL
+  float *wo;     // (C, H*hd)  o_proj
+  float *ln2;    // (C)        post_attention_layernorm
+  float *wgu;    // (2F, C)    gate_proj | up_proj
+  float *wdown;  // (C, F)     down_proj
+} ct_layer_weights;
+
+typedef struct {
+  float *embed;              // (V, C)
+  ct_layer_weights *layers;  // (L)
+  float *norm;               // (C)
+  float *lm_head;            // (V, C): embed when tied
+} ct_weights;
+
+// One named tensor of the flat layout.
+typedef struct {
+  char name[96];  // Hugging Face name, e.g. model.layers.0.self_attn.q_proj.weight
+  long offset;    // in floats from the start of the buffer
+  long numel;
+  int ndim;
+  long shape[2];
+  bool decay;  // receives weight decay (matrices; not norms or biases, as in HF Trainer)
+} ct_tensor_info;
+
+typedef struct {
+  ct_model_config cfg;
+  int n_tensors;
+  ct_tensor_info *tensors;
+  long n_floats;          // size of the flat buffer
+  float *params;          // (n_floats) one allocation
+  ct_weights w;           // views into params
+  float *rope_cos, *rope_sin;  // (max_pos, hd/2)
+  int rope_max_pos;
+} ct_model;
+
+// Checks a config for consistency (heads divide, sizes positive, ...).
+int ct_model_config_check(const ct_model_config *c);
+
+// Allocates parameters (zeroed) for `cfg`; rope tables cover positions < max_pos.
+int ct_model_init(ct_model *m, const ct_model_config *cfg, int max_pos);
+void ct_model_free(ct_model *m);
+
+// Binds views of any buffer with the parameter layout (grads, moments).
+int ct_weights_bind(ct_weights *w, const ct_model *m, float *base);
+void ct_weights_free(ct_weights *w);
+
+// Seeded initialization as Hugging Face's _init_weights: normal(0, initializer_range)
+// for matrices and embeddings, 1 for norm weights, 0 for biases.
+void ct_model_init_random(ct_model *m, uint64_t seed, float std);
+
+const ct_tensor_info *ct_model_find_tensor(const ct_model *m, const char *name);
+
+// Matrix-multiply FLOPs of one training step per token (forward + backward), PaLM-style:
+// 6 x (parameters used in matmuls) + 12 x L x H x hd x T (attention), T the row length.
+double ct_model_train_flops_per_token(const ct_model_config *c, int T);

@@ -1,0 +1,120 @@
+#include "pool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "error.h"
+
+// A job is published by bumping `generation`; workers spin briefly on it (parallel
+// loops come back to back inside a training step) and then sleep on the condvar.
+static struct {
+  int n;                   // threads including the caller
+  pthread_t *workers;
+  pthread_mutex_t mu;
+  pthread_cond_t wake;
+  atomic_uint generation;  // bumped once per job
+  atomic_int next;         // next item to claim
+  atomic_int running;      // workers still inside the current job
+  int stop;
+  int items;
+  ct_task_fn fn;
+  void *ctx;
+} P = {.n = 1, .mu = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+static void run_items(int thread) {
+  for (;;) {
+    int i = atomic_fetch_add_explicit(&P.next, 1, memory_order_relaxed);
+    if (i >= P.items) break;
+    P.fn(P.ctx, i, thread);
+  }
+}
+
+static void *worker_main(void *arg) {
+  int thread = (int)(long)arg;
+  unsigned seen = atomic_load(&P.generation);
+  for (;;) {
+    // spin ~20-50 us before sleeping
+    for (int spin = 0; spin < 20000 && atomic_load_explicit(&P.generation, memory_order_acquire) == seen; spin++)
+      cpu_relax();
+    if (atomic_load_explicit(&P.generation, memory_order_acquire) == seen) {
+      pthread_mutex_lock(&P.mu);
+      while (atomic_load(&P.generation) == seen && !P.stop) pthread_cond_wait(&P.wake, &P.mu);
+      pthread_mutex_unlock(&P.mu);
+    }
+    if (P.stop) return NULL;
+    seen = atomic_load_explicit(&P.generation, memory_order_acquire);
+    run_items(thread);
+    atomic_fetch_sub_explicit(&P.running, 1, memory_order_release);
+  }
+}
+
+int ct_pool_threads(void) { return P.n; }
+
+void ct_pool_free(void) {
+  if (!P.workers) return;
+  pthread_mutex_lock(&P.mu);
+  P.stop = 1;
+  atomic_fetch_add(&P.generation, 1);
+  pthread_cond_broadcast(&P.wake);
+  pthread_mutex_unlock(&P.mu);
+  for (int t = 1; t < P.n; t++) pthread_join(P.workers[t - 1], NULL);
+  free(P.workers);
+  P.workers = NULL;
+  P.stop = 0;
+  P.n = 1;
+}
+
+int ct_pool_init(int n) {
+  if (n <= 0) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  if (n < 1) n = 1;
+  if (n == P.n && (n == 1 || P.workers)) return 0;
+  ct_pool_free();
+  if (n == 1) return 0;
+  P.workers = calloc((size_t)n - 1, sizeof *P.workers);
+  if (!P.workers) return ct_set_error(CT_ENOMEM, "thread pool: out of memory");
+  P.n = n;
+  for (int t = 1; t < n; t++)
+    if (pthread_create(&P.workers[t - 1], NULL, worker_main, (void *)(long)t) != 0) {
+      P.n = t;  // join the ones that started
+      ct_pool_free();
+      return ct_set_error(CT_EINVAL, "thread pool: cannot start thread %d of %d", t, n);
+    }
+  return 0;
+}
+
+void ct_parallel_for(int n, ct_task_fn task, void *ctx) {
+  if (n <= 0) return;
+  if (P.n == 1 || n == 1) {
+    for (int i = 0; i < n; i++) task(ctx, i, 0);
+    return;
+  }
+  P.fn = task;
+  P.ctx = ctx;
+  P.items = n;
+  atomic_store_explicit(&P.next, 0, memory_order_relaxed);
+  atomic_store_explicit(&P.running, P.n - 1, memory_order_relaxed);
+  pthread_mutex_lock(&P.mu);
+  atomic_fetch_add_explicit(&P.generation, 1, memory_order_release);
+  pthread_cond_broadcast(&P.wake);
+  pthread_mutex_unlock(&P.mu);
+  run_items(0);
+  while (atomic_load_explicit(&P.running, memory_order_acquire) > 0) cpu_relax();
+}
+
+void ct_chunk_range(long n, long align, int parts, int i, long *lo, long *hi) {
+  if (align < 1) align = 1;
+  long units = (n + align - 1) / align;  // whole aligned units, the last may be short
+  long per = units / parts, extra = units % parts;
+  long u0 = i * per + (i < extra ? i : extra);
+  long u1 = u0 + per + (i < extra ? 1 : 0);
+  *lo = u0 * align < n ? u0 * align : n;
+  *hi = u1 * align < n ? u1 * align : n;
+}
