@@ -1,0 +1,1278 @@
+// config: the key table, value parsing, yml loading (libyaml document API), and the
+// yml writers for configs/base.yml and output_dir/config.yml.
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "error.h"
+
+// ---------------------------------------------------------------------------------
+// The key table
+// ---------------------------------------------------------------------------------
+
+enum {
+  K_BOOL,
+  K_INT,    // int64_t
+  K_FLOAT,  // double
+  K_STR,    // char *
+  K_ENUM,   // int, index into choices
+  K_STR_LIST,
+  K_FLOAT_LIST,
+  K_INCLUDE,  // base_config: read by the file loader, stored nowhere
+};
+
+typedef struct {
+  const char *name;  // as written in yml; model.* keys live in the `model:` block
+  int type;
+  unsigned trainers;  // CT_TRAINER_* mask of the trainers that accept the key
+  size_t offset;      // of the field in ct_config
+  const char *def;    // built-in default, written as in a yml
+  const char *per_trainer[4];  // default for sft, dpo, grpo, distill; NULL = def
+  double lo, hi;               // range of numbers (and of float-list items)
+  int lo_open, hi_open;
+  int nonfinite;                // floats: inf and nan are allowed
+  const char *const *choices;   // enum values, or allowed string-list items
+  const char *section;          // this row starts a section of base.yml
+  const char *comment;          // one sentence or two for base.yml
+} key_def;
+
+#define ALL CT_TRAINER_ALL
+#define SFT CT_TRAINER_SFT
+#define DPO CT_TRAINER_DPO
+#define GRPO CT_TRAINER_GRPO
+#define DISTILL CT_TRAINER_DISTILL
+#define OFF(field) offsetof(ct_config, field)
+// Ranges: IN [a, b]; FROM [a, inf); ABOVE (a, inf); OPEN (a, b); CLOPEN [a, b).
+#define IN(a, b) .lo = (a), .hi = (b)
+#define FROM(a) .lo = (a), .hi = INFINITY, .hi_open = 1
+#define ABOVE(a) .lo = (a), .lo_open = 1, .hi = INFINITY, .hi_open = 1
+#define OPEN(a, b) .lo = (a), .lo_open = 1, .hi = (b), .hi_open = 1
+#define CLOPEN(a, b) .lo = (a), .hi = (b), .hi_open = 1
+
+const char *const ct_lr_scheduler_names[] = {"linear", "cosine", "constant",
+                                             "constant_with_warmup", NULL};
+const char *const ct_save_dtype_names[] = {"float32", "bfloat16", NULL};
+const char *const ct_model_type_names[] = {"llama", "qwen2", "qwen3", "mistral", NULL};
+const char *const ct_dpo_loss_type_names[] = {"sigmoid", "hinge", "ipo", "robust",
+                                              "sft", "simpo", NULL};
+
+static const key_def KEYS[] = {
+    {"base_config", K_INCLUDE, ALL, 0, "", .section = "Files",
+     .comment = "Another yml loaded first, its path relative to the directory of the file "
+                "that names it; this file's keys override it. Chains are allowed."},
+    {"model_path", K_STR, ALL, OFF(model_path), "",
+     .comment = "Hugging Face model directory: config.json + model.safetensors or a sharded "
+                "index. Empty = build a new model from the `model:` block."},
+    {"tokenizer_path", K_STR, ALL, OFF(tokenizer_path), "",
+     .comment = "Directory with tokenizer.json. Empty = model_path's, or the built-in byte "
+                "tokenizer when training from scratch."},
+    {"dataset_path", K_STR, ALL, OFF(dataset_path), "",
+     .comment = "Training data: a JSONL file in TRL format."},
+    {"eval_dataset_path", K_STR, ALL, OFF(eval_dataset_path), "",
+     .comment = "Evaluation data in the same format. Empty = no evaluation."},
+    {"output_dir", K_STR, ALL, OFF(output_dir), "out",
+     .comment = "Where checkpoint-<step>/ directories, metrics.jsonl and the resolved "
+                "config.yml are written."},
+    {"resume_from_checkpoint", K_STR, ALL, OFF(resume_from_checkpoint), "",
+     .comment = "Empty = start fresh; latest = the newest checkpoint-* in output_dir; "
+                "anything else = a checkpoint directory."},
+
+    {"seed", K_INT, ALL, OFF(seed), "42", IN(0, 2147483647), .section = "Steps and batches",
+     .comment = "Seed for initialization, shuffling and sampling."},
+    {"max_steps", K_INT, ALL, OFF(max_steps), "-1", FROM(-1),
+     .comment = "Optimizer steps to run. -1 = derive from num_train_epochs."},
+    {"num_train_epochs", K_FLOAT, ALL, OFF(num_train_epochs), "3.0", ABOVE(0),
+     .comment = "Passes over the training data (fractions allowed), used when max_steps "
+                "is -1."},
+    {"per_device_train_batch_size", K_INT, ALL, OFF(per_device_train_batch_size), "8",
+     IN(1, 65536), .comment = "Rows per training micro-batch on each MPI rank."},
+    {"per_device_eval_batch_size", K_INT, ALL, OFF(per_device_eval_batch_size), "8",
+     IN(1, 65536), .comment = "Rows per evaluation batch on each MPI rank."},
+    {"gradient_accumulation_steps", K_INT, ALL, OFF(gradient_accumulation_steps), "1",
+     IN(1, 65536),
+     .comment = "Micro-batches per optimizer step. Global batch = "
+                "per_device_train_batch_size x gradient_accumulation_steps x ranks."},
+
+    {"learning_rate", K_FLOAT, ALL, OFF(learning_rate), "5e-5", FROM(0),
+     .per_trainer = {"2e-5", "1e-6", "1e-6", "2e-5"},
+     .section = "Optimizer (AdamW) and learning-rate schedule",
+     .comment = "Peak learning rate, reached at the end of warmup."},
+    {"lr_scheduler_type", K_ENUM, ALL, OFF(lr_scheduler_type), "linear",
+     .choices = ct_lr_scheduler_names, .comment = "Decay after warmup."},
+    {"warmup_steps", K_INT, ALL, OFF(warmup_steps), "0", FROM(0),
+     .comment = "Steps of linear warmup from 0. When > 0 it overrides warmup_ratio."},
+    {"warmup_ratio", K_FLOAT, ALL, OFF(warmup_ratio), "0.0", IN(0, 1),
+     .comment = "Warmup as a fraction of the total steps."},
+    {"weight_decay", K_FLOAT, ALL, OFF(weight_decay), "0.0", FROM(0),
+     .comment = "Decoupled (AdamW) weight decay."},
+    {"adam_beta1", K_FLOAT, ALL, OFF(adam_beta1), "0.9", CLOPEN(0, 1),
+     .comment = "Decay of the first-moment (mean) estimate."},
+    {"adam_beta2", K_FLOAT, ALL, OFF(adam_beta2), "0.999", CLOPEN(0, 1),
+     .comment = "Decay of the second-moment (variance) estimate."},
+    {"adam_epsilon", K_FLOAT, ALL, OFF(adam_epsilon), "1e-8", ABOVE(0),
+     .comment = "Added to the root of the second moment."},
+    {"max_grad_norm", K_FLOAT, ALL, OFF(max_grad_norm), "1.0", FROM(0),
+     .comment = "Clip the global gradient norm to this. 0 = no clipping."},
+
+    {"max_length", K_INT, ALL, OFF(max_length), "1024", IN(2, 1048576), .section = "Data",
+     .comment = "Longest sequence in tokens; longer rows keep their first max_length "
+                "tokens."},
+    {"packing", K_BOOL, SFT | DISTILL, OFF(packing), "false",
+     .comment = "Pack several rows into each max_length sequence; attention never crosses "
+                "rows."},
+    {"completion_only_loss", K_BOOL, SFT | DISTILL, OFF(completion_only_loss), "true",
+     .comment = "For prompt/completion rows, train on the completion tokens only."},
+    {"assistant_only_loss", K_BOOL, SFT | DISTILL, OFF(assistant_only_loss), "false",
+     .comment = "For messages rows, train on the assistant turns only."},
+    {"dataset_text_field", K_STR, SFT | DISTILL, OFF(dataset_text_field), "text",
+     .comment = "The field that holds the text of plain-text rows."},
+    {"shuffle_dataset", K_BOOL, ALL, OFF(shuffle_dataset), "true",
+     .comment = "Shuffle the training rows every epoch."},
+    {"skip_bad_rows", K_BOOL, ALL, OFF(skip_bad_rows), "false",
+     .comment = "Skip and count malformed rows instead of stopping at the first one."},
+
+    {"logging_steps", K_INT, ALL, OFF(logging_steps), "10", FROM(1),
+     .section = "Logging and checkpoints",
+     .comment = "Write a line to metrics.jsonl every this many steps."},
+    {"eval_steps", K_INT, ALL, OFF(eval_steps), "0", FROM(0),
+     .comment = "Evaluate every this many steps. 0 = only at the end."},
+    {"eval_on_start", K_BOOL, ALL, OFF(eval_on_start), "false",
+     .comment = "Also evaluate before the first step (a baseline to compare with)."},
+    {"save_steps", K_INT, ALL, OFF(save_steps), "500", FROM(0),
+     .comment = "Save a checkpoint every this many steps. 0 = none; the final model is saved in "
+                "output_dir either way."},
+    {"save_total_limit", K_INT, ALL, OFF(save_total_limit), "0", FROM(0),
+     .comment = "Keep at most this many checkpoints, deleting the oldest. 0 = keep all."},
+    {"save_dtype", K_ENUM, ALL, OFF(save_dtype), "float32", .choices = ct_save_dtype_names,
+     .comment = "Type of the saved model weights (optimizer state is always float32)."},
+
+    {"num_vocab_tiling", K_INT, ALL, OFF(num_vocab_tiling), "1", IN(1, 4096),
+     .section = "Loss and compute",
+     .comment = "Compute logits and cross-entropy in this many vocabulary chunks, so that "
+                "B x T x V logits never sit in memory at once; results match untiled."},
+    {"z_loss_multiplier", K_FLOAT, ALL, OFF(z_loss_multiplier), "0.0", FROM(0),
+     .comment = "Add this x log(Z)^2 per token to keep the softmax normalizer near 1. "
+                "0 = off."},
+    {"num_threads", K_INT, ALL, OFF(num_threads), "0", IN(0, 4096),
+     .comment = "Compute threads per process. 0 = all cores, divided among the MPI ranks "
+                "on each machine."},
+
+    {"loss_type", K_STR_LIST, DPO, OFF(loss_type), "sigmoid", .section = "DPO",
+     .choices = ct_dpo_loss_type_names,
+     .comment = "Preference losses, summed with loss_weights ([sigmoid, sft] is RPO)."},
+    {"loss_weights", K_FLOAT_LIST, DPO, OFF(loss_weights), "[]", FROM(0),
+     .comment = "Weight of each loss_type entry. Empty = 1 each."},
+
+    {"model.model_type", K_ENUM, ALL, OFF(model.model_type), "llama",
+     .choices = ct_model_type_names,
+     .section = "Model (used when model_path is empty; Hugging Face config.json names)",
+     .comment = "Architecture family (llama covers Llama 2/3 and SmolLM)."},
+    {"model.vocab_size", K_INT, ALL, OFF(model.vocab_size), "0", FROM(0),
+     .comment = "Vocabulary size. 0 = the tokenizer's size."},
+    {"model.hidden_size", K_INT, ALL, OFF(model.hidden_size), "256", FROM(1),
+     .comment = "Width of the residual stream."},
+    {"model.intermediate_size", K_INT, ALL, OFF(model.intermediate_size), "768", FROM(1),
+     .comment = "Width of the SwiGLU MLP."},
+    {"model.num_hidden_layers", K_INT, ALL, OFF(model.num_hidden_layers), "4", FROM(1),
+     .comment = "Transformer blocks."},
+    {"model.num_attention_heads", K_INT, ALL, OFF(model.num_attention_heads), "4", FROM(1),
+     .comment = "Query heads."},
+    {"model.num_key_value_heads", K_INT, ALL, OFF(model.num_key_value_heads), "0", FROM(0),
+     .comment = "Key/value heads (grouped-query attention). 0 = num_attention_heads."},
+    {"model.head_dim", K_INT, ALL, OFF(model.head_dim), "0", FROM(0),
+     .comment = "Width of each head. 0 = hidden_size / num_attention_heads."},
+    {"model.rope_theta", K_FLOAT, ALL, OFF(model.rope_theta), "10000.0", ABOVE(0),
+     .comment = "RoPE base frequency."},
+    {"model.rms_norm_eps", K_FLOAT, ALL, OFF(model.rms_norm_eps), "1e-6", OPEN(0, 1),
+     .comment = "Epsilon inside every RMSNorm."},
+    {"model.tie_word_embeddings", K_BOOL, ALL, OFF(model.tie_word_embeddings), "true",
+     .comment = "The LM head reuses the token-embedding matrix."},
+    {"model.attention_bias", K_BOOL, ALL, OFF(model.attention_bias), "false",
+     .comment = "Biases on the q/k/v projections, as in Qwen2."},
+    {"model.use_qk_norm", K_BOOL, ALL, OFF(model.use_qk_norm), "false",
+     .comment = "Per-head RMSNorm on q and k, as in Qwen3."},
+    {"model.max_position_embeddings", K_INT, ALL, OFF(model.max_position_embeddings), "2048",
+     FROM(1), .comment = "Longest position the model is built for."},
+    {"model.initializer_range", K_FLOAT, ALL, OFF(model.initializer_range), "0.02", ABOVE(0),
+     .comment = "Standard deviation of the normal initialization of new weights."},
+};
+#define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
+
+#define MODEL_PREFIX "model."
+#define MAX_INCLUDE_DEPTH 16
+
+static const char *const TRAINER_NAMES[4] = {"sft", "dpo", "grpo", "distill"};
+
+// ---------------------------------------------------------------------------------
+// Small helpers
+// ---------------------------------------------------------------------------------
+
+const char *ct_trainer_name(ct_trainer_kind t) {
+  for (int i = 0; i < 4; i++)
+    if ((unsigned)t == 1u << i) return TRAINER_NAMES[i];
+  return NULL;
+}
+
+int ct_trainer_from_name(const char *name, ct_trainer_kind *out) {
+  for (int i = 0; i < 4; i++)
+    if (!strcmp(name, TRAINER_NAMES[i])) {
+      *out = (ct_trainer_kind)(1u << i);
+      return 0;
+    }
+  return ct_set_error(CT_EINVAL, "unknown trainer '%s' (expected sft, dpo, grpo or distill)",
+                      name);
+}
+
+static int trainer_index(ct_trainer_kind t) {
+  for (int i = 0; i < 4; i++)
+    if ((unsigned)t == 1u << i) return i;
+  return -1;
+}
+
+// "sft, distill"
+static void trainer_list(unsigned mask, char *buf, size_t n) {
+  buf[0] = 0;
+  for (int i = 0; i < 4; i++)
+    if (mask & (1u << i))
+      snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", buf[0] ? ", " : "",
+               TRAINER_NAMES[i]);
+}
+
+static int is_model_key(const key_def *k) {
+  return !strncmp(k->name, MODEL_PREFIX, strlen(MODEL_PREFIX));
+}
+
+static uint64_t model_bit(const key_def *k) {
+  return UINT64_C(1) << ((k->offset - offsetof(ct_config, model)) / 4);
+}
+
+static void *field_of(ct_config *c, const key_def *k) { return (char *)c + k->offset; }
+static const void *cfield_of(const ct_config *c, const key_def *k) {
+  return (const char *)c + k->offset;
+}
+
+static int key_index(const char *name) {
+  for (int i = 0; i < NKEYS; i++)
+    if (!strcmp(KEYS[i].name, name)) return i;
+  return -1;
+}
+
+// A value quoted for a one-line message: at most 60 bytes, control characters as '?'.
+static const char *show(const char *s, char *buf, size_t n) {
+  size_t len = strlen(s), max = n - 4 < 60 ? n - 4 : 60, i;
+  for (i = 0; i < len && i < max; i++)
+    buf[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
+  if (i < len) buf[i++] = '.', buf[i++] = '.', buf[i++] = '.';
+  buf[i] = 0;
+  return buf;
+}
+
+// YAML 1.1 null: ~, null, Null, NULL, or nothing at all.
+static int is_null_word(const char *s) {
+  return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") ||
+         !strcmp(s, "NULL");
+}
+
+// Copy of s without leading and trailing blanks (NULL when out of memory).
+static char *trimmed(const char *s, size_t len) {
+  while (len && (*s == ' ' || *s == '\t')) s++, len--;
+  while (len && (s[len - 1] == ' ' || s[len - 1] == '\t')) len--;
+  char *r = malloc(len + 1);
+  if (r) memcpy(r, s, len), r[len] = 0;
+  return r;
+}
+
+static char *dup_str(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *r = malloc(n);
+  if (r) memcpy(r, s, n);
+  return r;
+}
+
+// Shortest text that strtod reads back as exactly v, always recognisable as a float:
+// "3.0", "10000.0", "0.999", "5e-5", ".inf".
+static void fmt_double(double v, char *buf, size_t n) {
+  if (isnan(v)) {
+    snprintf(buf, n, ".nan");
+    return;
+  }
+  if (isinf(v)) {
+    snprintf(buf, n, v > 0 ? ".inf" : "-.inf");
+    return;
+  }
+  if (v == floor(v) && fabs(v) < 1e15) {
+    snprintf(buf, n, "%.1f", v);
+    return;
+  }
+  for (int p = 1; p <= 17; p++) {
+    snprintf(buf, n, "%.*g", p, v);
+    if (strtod(buf, NULL) == v) break;
+  }
+  // "5e-05" -> "5e-5", "1.5e+20" -> "1.5e20"
+  char *e = strchr(buf, 'e');
+  if (e) {
+    char *d = e + 1, *s = d;
+    if (*s == '+') s++;
+    else if (*s == '-') d++, s++;
+    while (*s == '0' && s[1]) s++;
+    memmove(d, s, strlen(s) + 1);
+  }
+  if (!strpbrk(buf, ".e")) snprintf(buf + strlen(buf), n - strlen(buf), ".0");
+}
+
+// Range bounds print without a trailing ".0": "[0, inf)", "[1, 65536]".
+static void fmt_bound(double v, char *buf, size_t n) {
+  if (isinf(v)) {
+    snprintf(buf, n, v > 0 ? "inf" : "-inf");
+    return;
+  }
+  fmt_double(v, buf, n);
+  size_t len = strlen(buf);
+  if (len > 2 && !strcmp(buf + len - 2, ".0")) buf[len - 2] = 0;
+}
+
+static void fmt_range(const key_def *k, char *buf, size_t n) {
+  char lo[40], hi[40];
+  fmt_bound(k->lo, lo, sizeof lo);
+  fmt_bound(k->hi, hi, sizeof hi);
+  snprintf(buf, n, "%s%s, %s%s", k->lo_open ? "(" : "[", lo, hi, k->hi_open ? ")" : "]");
+}
+
+static int in_range(const key_def *k, double v) {
+  if (isnan(v)) return 1;  // allowed only where nonfinite is set; checked there
+  if (k->lo_open ? !(v > k->lo) : !(v >= k->lo)) return isinf(v) && isinf(k->lo) && v < 0;
+  if (k->hi_open ? !(v < k->hi) : !(v <= k->hi)) return isinf(v) && isinf(k->hi) && v > 0;
+  return 1;
+}
+
+// Edit distance (insert, delete, substitute) between short strings.
+static int edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 63 || lb > 63) return 1000;
+  int row[64];
+  for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+  for (size_t i = 1; i <= la; i++) {
+    int diag = row[0];
+    row[0] = (int)i;
+    for (size_t j = 1; j <= lb; j++) {
+      int up = row[j];
+      int best = diag + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[lb];
+}
+
+// The known key closest to a misspelt one, preferring keys this trainer accepts:
+// small edit distance to the full name or to the name inside the model block, else a
+// known key that contains it ("batch_size" -> per_device_train_batch_size).
+static const char *suggest_key(const char *name, ct_trainer_kind t) {
+  for (int pass = 0; pass < 2; pass++) {
+    const char *best = NULL;
+    int best_score = 1000;
+    size_t len = strlen(name);
+    int limit = len < 6 ? 1 : len < 12 ? 2 : 3;
+    for (int i = 0; i < NKEYS; i++) {
+      const key_def *k = &KEYS[i];
+      if (pass == 0 && !(k->trainers & (unsigned)t)) continue;
+      int d = edit_distance(name, k->name);
+      if (is_model_key(k)) {
+        int d2 = edit_distance(name, k->name + strlen(MODEL_PREFIX));
+        if (d2 < d) d = d2;
+      }
+      int score = d <= limit ? d : len >= 4 && strstr(k->name, name) ? limit + 1 : 1000;
+      if (score < best_score) best_score = score, best = k->name;
+    }
+    if (best) return best;
+  }
+  return NULL;
+}
+
+// ---------------------------------------------------------------------------------
+// Parsing and storing one value
+// ---------------------------------------------------------------------------------
+
+static int parse_bool(const char *s, int *out) {
+  static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
+  for (int i = 0; i < 3; i++) {
+    if (!strcasecmp(s, yes[i])) return *out = 1, 0;
+    if (!strcasecmp(s, no[i])) return *out = 0, 0;
+  }
+  return -1;
+}
+
+// 0 ok, -1 not an integer, -2 too large for int64_t.
+static int parse_int(const char *s, int64_t *out) {
+  const char *p = s;
+  if (*p == '+' || *p == '-') p++;
+  if (!*p) return -1;
+  for (; *p; p++)
+    if (*p < '0' || *p > '9') return -1;
+  errno = 0;
+  long long v = strtoll(s, NULL, 10);
+  if (errno == ERANGE) return -2;
+  *out = v;
+  return 0;
+}
+
+// 0 ok, -1 not a number, -2 too large for a double. inf/nan words give inf/nan.
+static int parse_float(const char *s, double *out) {
+  const char *p = s + (*s == '+' || *s == '-');
+  double sign = *s == '-' ? -1.0 : 1.0;
+  if (!strcasecmp(p, ".inf") || !strcasecmp(p, "inf") || !strcasecmp(p, "infinity"))
+    return *out = sign * INFINITY, 0;
+  if (p == s && (!strcasecmp(p, ".nan") || !strcasecmp(p, "nan"))) return *out = NAN, 0;
+  // strtod would also take hex, "nan(...)" and "infinity" spelt other ways: decimal only.
+  if (!*p) return -1;
+  for (const char *q = p; *q; q++)
+    if (!strchr("0123456789.eE+-", *q)) return -1;
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end) return -1;
+  if (errno == ERANGE && isinf(v)) return -2;
+  *out = v;
+  return 0;
+}
+
+// Records where key k's value came from (where == NULL: the default).
+static int set_origin(ct_config *c, int k, const char *where) {
+  char *o = NULL;
+  if (where && !(o = dup_str(where))) return ct_set_error(CT_ENOMEM, "out of memory");
+  free(c->origin_[k]);
+  c->origin_[k] = o;
+  if (is_model_key(&KEYS[k])) {
+    if (where) c->model.set_mask |= model_bit(&KEYS[k]);
+    else c->model.set_mask &= ~model_bit(&KEYS[k]);
+  }
+  return 0;
+}
+
+#define WHERE(w) ((w) ? (w) : "default")
+
+// One number, checked against the key's range; `text` has no surrounding blanks.
+static int parse_number(const key_def *k, const char *text, const char *where, int64_t *iv,
+                        double *dv) {
+  char b[64];
+  const char *what = k->type == K_INT ? "an integer" : "a number";
+  double v;
+  int rc;
+  if (k->type == K_INT) {
+    rc = parse_int(text, iv);
+    v = (double)*iv;
+  } else {
+    rc = parse_float(text, dv);
+    v = *dv;
+  }
+  if (rc == -1)
+    return ct_set_error(CT_ECONFIG, "%s: key '%s': expected %s, got '%s'", WHERE(where),
+                        k->name, what, show(text, b, sizeof b));
+  char range[96];
+  fmt_range(k, range, sizeof range);
+  if (rc == -2 || !in_range(k, v))
+    return ct_set_error(CT_ECONFIG, "%s: key '%s': %s is out of range %s", WHERE(where),
+                        k->name, show(text, b, sizeof b), range);
+  if (k->type != K_INT && !isfinite(v) && !k->nonfinite)
+    return ct_set_error(CT_ECONFIG, "%s: key '%s': expected a finite number, got '%s'",
+                        WHERE(where), k->name, show(text, b, sizeof b));
+  return 0;
+}
+
+static int check_choice(const key_def *k, const char *text, const char *where, int *index) {
+  for (int i = 0; k->choices[i]; i++)
+    if (!strcmp(text, k->choices[i])) return *index = i, 0;
+  char b[64], list[256] = "";
+  for (int i = 0; k->choices[i]; i++)
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+             k->choices[i]);
+  return ct_set_error(CT_ECONFIG, "%s: key '%s': '%s' is not one of %s", WHERE(where),
+                      k->name, show(text, b, sizeof b), list);
+}
+
+static void free_list(const key_def *k, void *f) {
+  if (k->type == K_STR_LIST) {
+    ct_str_list *l = f;
+    for (int i = 0; i < l->n; i++) free(l->v[i]);
+    free(l->v);
+  } else {
+    free(((ct_float_list *)f)->v);
+  }
+}
+
+// A list key from its items (already split and trimmed).
+static int set_list(ct_config *c, int ki, char **items, int n, const char *where) {
+  const key_def *k = &KEYS[ki];
+  for (int i = 0; i < n; i++)
+    if (!items[i][0])
+      return ct_set_error(CT_ECONFIG, "%s: key '%s': item %d of the list is empty",
+                          WHERE(where), k->name, i + 1);
+  if (k->type == K_STR_LIST) {
+    int dummy;
+    for (int i = 0; i < n; i++)
+      if (k->choices && check_choice(k, items[i], where, &dummy)) return CT_ECONFIG;
+    ct_str_list l = {calloc((size_t)n + 1, sizeof(char *)), n};
+    if (!l.v) return ct_set_error(CT_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++)
+      if (!(l.v[i] = dup_str(items[i]))) {
+        free_list(k, &l);
+        return ct_set_error(CT_ENOMEM, "out of memory");
+      }
+    free_list(k, field_of(c, k));
+    *(ct_str_list *)field_of(c, k) = l;
+  } else {
+    ct_float_list l = {malloc(((size_t)n + 1) * sizeof(double)), n};
+    if (!l.v) return ct_set_error(CT_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+      int64_t unused;
+      if (parse_number(k, items[i], where, &unused, &l.v[i])) {
+        free(l.v);
+        return CT_ECONFIG;
+      }
+    }
+    free_list(k, field_of(c, k));
+    *(ct_float_list *)field_of(c, k) = l;
+  }
+  return set_origin(c, ki, where);
+}
+
+// Splits "a, b,c" or "[a, b, c]" at commas into trimmed items, then set_list.
+static int set_list_text(ct_config *c, int ki, const char *text, const char *where) {
+  size_t len = strlen(text);
+  char *s = trimmed(text, len);
+  if (!s) return ct_set_error(CT_ENOMEM, "out of memory");
+  len = strlen(s);
+  char *body = s;
+  if (len >= 2 && s[0] == '[' && s[len - 1] == ']') body[len - 1] = 0, body++;
+  int n = 0, rc;
+  char **items = NULL;
+  char *t = trimmed(body, strlen(body));
+  if (!t) {
+    free(s);
+    return ct_set_error(CT_ENOMEM, "out of memory");
+  }
+  if (*t && !is_null_word(t)) {
+    n = 1;
+    for (char *p = t; *p; p++) n += *p == ',';
+    items = calloc((size_t)n, sizeof *items);
+    if (!items) {
+      free(s), free(t);
+      return ct_set_error(CT_ENOMEM, "out of memory");
+    }
+    char *p = t;
+    for (int i = 0; i < n; i++) {
+      char *comma = strchr(p, ',');
+      size_t l = comma ? (size_t)(comma - p) : strlen(p);
+      if (!(items[i] = trimmed(p, l))) {
+        n = i;
+        rc = ct_set_error(CT_ENOMEM, "out of memory");
+        goto done;
+      }
+      p += l + (comma != NULL);
+    }
+  }
+  rc = set_list(c, ki, items, n, where);
+done:
+  for (int i = 0; i < n; i++) free(items[i]);
+  free(items), free(s), free(t);
+  return rc;
+}
+
+// A scalar value for key ki. `is_null`: the text is a YAML null (plain ~, null or empty).
+static int set_scalar(ct_config *c, int ki, const char *text, int is_null, const char *where) {
+  const key_def *k = &KEYS[ki];
+  char b[64];
+  void *f = field_of(c, k);
+  if (k->type == K_STR) {
+    char *s = dup_str(is_null ? "" : text);
+    if (!s) return ct_set_error(CT_ENOMEM, "out of memory");
+    free(*(char **)f);
+    *(char **)f = s;
+    return set_origin(c, ki, where);
+  }
+  if (k->type == K_STR_LIST || k->type == K_FLOAT_LIST)
+    return set_list_text(c, ki, is_null ? "" : text, where);
+  char *t = trimmed(text, strlen(text));
+  if (!t) return ct_set_error(CT_ENOMEM, "out of memory");
+  int rc = 0, iv = 0;
+  int64_t i64 = 0;
+  double d = 0;
+  switch (k->type) {
+    case K_BOOL:
+      if (parse_bool(t, &iv))
+        rc = ct_set_error(CT_ECONFIG, "%s: key '%s': expected a boolean (true or false), got '%s'",
+                          WHERE(where), k->name, show(t, b, sizeof b));
+      else *(int *)f = iv;
+      break;
+    case K_INT:
+      if (!(rc = parse_number(k, t, where, &i64, &d))) *(int64_t *)f = i64;
+      break;
+    case K_FLOAT:
+      if (!(rc = parse_number(k, t, where, &i64, &d))) *(double *)f = d;
+      break;
+    case K_ENUM:
+      if (!(rc = check_choice(k, t, where, &iv))) *(int *)f = iv;
+      break;
+    default:
+      rc = ct_set_error(CT_ECONFIG, "%s: key '%s' can only be given in a yml file", WHERE(where),
+                        k->name);
+  }
+  free(t);
+  return rc ? rc : set_origin(c, ki, where);
+}
+
+// The row for `name` if this trainer accepts it; a message naming the closest key otherwise.
+static int lookup(const ct_config *c, const char *name, const char *where) {
+  char b[64];
+  int i = key_index(name);
+  if (i < 0 && !strcmp(name, "model"))
+    return ct_set_error(CT_ECONFIG, "%s: key 'model' is a block: set its keys as "
+                        "model.<key>=value", WHERE(where));
+  if (i < 0) {
+    const char *s = suggest_key(name, c->trainer);
+    if (s)
+      return ct_set_error(CT_ECONFIG, "%s: unknown key '%s' (did you mean '%s'?)",
+                          WHERE(where), show(name, b, sizeof b), s);
+    return ct_set_error(CT_ECONFIG, "%s: unknown key '%s' (configs/base.yml lists every key)",
+                        WHERE(where), show(name, b, sizeof b));
+  }
+  if (!(KEYS[i].trainers & (unsigned)c->trainer)) {
+    char list[64];
+    trainer_list(KEYS[i].trainers, list, sizeof list);
+    return ct_set_error(CT_ECONFIG, "%s: key '%s' does not apply to %s (only to %s)",
+                        WHERE(where), name, ct_trainer_name(c->trainer), list);
+  }
+  return i;
+}
+
+// ---------------------------------------------------------------------------------
+// Init, set, free, compare
+// ---------------------------------------------------------------------------------
+
+void ct_config_free(ct_config *c) {
+  if (!c) return;
+  for (int i = 0; i < NKEYS; i++) {
+    const key_def *k = &KEYS[i];
+    if (k->type == K_STR) free(*(char **)field_of(c, k));
+    if (k->type == K_STR_LIST || k->type == K_FLOAT_LIST) free_list(k, field_of(c, k));
+    if (c->origin_) free(c->origin_[i]);
+  }
+  free(c->origin_);
+  memset(c, 0, sizeof *c);
+}
+
+// Defaults for `t`; t == 0 gives the built-in defaults alone (for base.yml).
+static int init_for(ct_config *c, unsigned t) {
+  memset(c, 0, sizeof *c);
+  c->trainer = (ct_trainer_kind)t;
+  if (!(c->origin_ = calloc(NKEYS, sizeof *c->origin_)))
+    return ct_set_error(CT_ENOMEM, "out of memory");
+  int ti = trainer_index((ct_trainer_kind)t);
+  for (int i = 0; i < NKEYS; i++) {
+    const key_def *k = &KEYS[i];
+    if (k->type == K_INCLUDE) continue;
+    const char *def = ti >= 0 && k->per_trainer[ti] ? k->per_trainer[ti] : k->def;
+    int rc = set_scalar(c, i, def, k->type == K_STR ? 0 : is_null_word(def), NULL);
+    if (rc) {
+      ct_config_free(c);
+      return ct_wrap_error(rc, "built-in default of '%s'", k->name);
+    }
+  }
+  return 0;
+}
+
+int ct_config_init(ct_config *c, ct_trainer_kind trainer) {
+  if (trainer_index(trainer) < 0) {
+    memset(c, 0, sizeof *c);
+    return ct_set_error(CT_EINVAL, "ct_config_init: %d is not one trainer", (int)trainer);
+  }
+  return init_for(c, (unsigned)trainer);
+}
+
+int ct_config_set(ct_config *c, const char *key, const char *value, const char *origin) {
+  const char *where = origin ? origin : "command line";
+  int i = lookup(c, key, where);
+  if (i < 0) return i;
+  if (KEYS[i].type == K_INCLUDE)
+    return ct_set_error(CT_ECONFIG, "%s: key 'base_config' can only be given in a yml file",
+                        where);
+  if (!value) value = "";
+  return set_scalar(c, i, value, is_null_word(value), where);
+}
+
+const char *ct_config_origin(const ct_config *c, const char *key) {
+  int i = key_index(key);
+  if (i < 0) return NULL;
+  return c->origin_ && c->origin_[i] ? c->origin_[i] : "default";
+}
+
+int ct_config_num_keys(void) { return NKEYS; }
+const char *ct_config_key_name(int i) { return i >= 0 && i < NKEYS ? KEYS[i].name : NULL; }
+
+static int same_double(double a, double b) { return a == b || (isnan(a) && isnan(b)); }
+
+const char *ct_config_diff(const ct_config *a, const ct_config *b) {
+  if (a->trainer != b->trainer) return "trainer";
+  for (int i = 0; i < NKEYS; i++) {
+    const key_def *k = &KEYS[i];
+    const void *fa = cfield_of(a, k), *fb = cfield_of(b, k);
+    int same = 1;
+    switch (k->type) {
+      case K_BOOL:
+      case K_ENUM: same = *(const int *)fa == *(const int *)fb; break;
+      case K_INT: same = *(const int64_t *)fa == *(const int64_t *)fb; break;
+      case K_FLOAT: same = same_double(*(const double *)fa, *(const double *)fb); break;
+      case K_STR: same = !strcmp(*(char *const *)fa, *(char *const *)fb); break;
+      case K_STR_LIST: {
+        const ct_str_list *la = fa, *lb = fb;
+        same = la->n == lb->n;
+        for (int j = 0; same && j < la->n; j++) same = !strcmp(la->v[j], lb->v[j]);
+        break;
+      }
+      case K_FLOAT_LIST: {
+        const ct_float_list *la = fa, *lb = fb;
+        same = la->n == lb->n;
+        for (int j = 0; same && j < la->n; j++) same = same_double(la->v[j], lb->v[j]);
+        break;
+      }
+      default: break;
+    }
+    if (!same) return k->name;
+  }
+  if (a->model.set_mask != b->model.set_mask) return "model.set_mask";
+  return NULL;
+}
+
+// ---------------------------------------------------------------------------------
+// Loading yml files
+// ---------------------------------------------------------------------------------
+
+typedef struct {
+  const char *name;  // canonical: "seed", "model.hidden_size"; "model" marks the block
+  char *owned;       // name storage for model.* entries
+  int line;          // 1-based line of the key
+  yaml_node_t *value;
+} entry;
+
+typedef struct {
+  const char *path[MAX_INCLUDE_DEPTH + 1];  // as shown in messages
+  char *real[MAX_INCLUDE_DEPTH + 1];        // realpath, to detect cycles
+  int depth;
+} include_chain;
+
+static int load_file(ct_config *c, const char *path, include_chain *chain, const char *from);
+
+static const char *node_kind(const yaml_node_t *n) {
+  return n->type == YAML_SEQUENCE_NODE ? "a list" : n->type == YAML_MAPPING_NODE ? "a mapping"
+                                                                                 : "a value";
+}
+
+static int scalar_is_null(const yaml_node_t *n) {
+  return n->type == YAML_SCALAR_NODE && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+         is_null_word((const char *)n->data.scalar.value);
+}
+
+static int scalar_ok(const yaml_node_t *n, const char *where, const char *key) {
+  if (strlen((const char *)n->data.scalar.value) != n->data.scalar.length)
+    return ct_set_error(CT_ECONFIG, "%s: key '%s': value contains a NUL character", where, key);
+  return 0;
+}
+
+// Applies one `key: value` pair of a file.
+static int apply_entry(ct_config *c, const entry *e, yaml_document_t *doc, const char *path) {
+  char where[PATH_MAX + 32];
+  snprintf(where, sizeof where, "%s:%d", path, e->line);
+  int ki = lookup(c, e->name, where);
+  if (ki < 0) return ki;
+  const key_def *k = &KEYS[ki];
+  yaml_node_t *v = e->value;
+  int is_list = k->type == K_STR_LIST || k->type == K_FLOAT_LIST;
+  if (v->type == YAML_SCALAR_NODE) {
+    if (scalar_ok(v, where, k->name)) return CT_ECONFIG;
+    return set_scalar(c, ki, (const char *)v->data.scalar.value, scalar_is_null(v), where);
+  }
+  if (v->type == YAML_SEQUENCE_NODE && is_list) {
+    int n = (int)(v->data.sequence.items.top - v->data.sequence.items.start), rc = 0, got = 0;
+    char **items = calloc((size_t)n + 1, sizeof *items);
+    if (!items) return ct_set_error(CT_ENOMEM, "out of memory");
+    for (int i = 0; i < n && !rc; i++) {
+      yaml_node_t *it = yaml_document_get_node(doc, v->data.sequence.items.start[i]);
+      char iwhere[PATH_MAX + 32];
+      snprintf(iwhere, sizeof iwhere, "%s:%lu", path, (unsigned long)it->start_mark.line + 1);
+      if (it->type != YAML_SCALAR_NODE)
+        rc = ct_set_error(CT_ECONFIG, "%s: key '%s': list items must be values, got %s",
+                          iwhere, k->name, node_kind(it));
+      else if (!(rc = scalar_ok(it, iwhere, k->name)) &&
+               !(items[got++] = trimmed((const char *)it->data.scalar.value,
+                                        it->data.scalar.length)))
+        rc = ct_set_error(CT_ENOMEM, "out of memory");
+    }
+    if (!rc) rc = set_list(c, ki, items, n, where);
+    for (int i = 0; i < got; i++) free(items[i]);
+    free(items);
+    return rc;
+  }
+  static const char *const expected[] = {
+      [K_BOOL] = "a boolean", [K_INT] = "an integer", [K_FLOAT] = "a number",
+      [K_STR] = "a string",   [K_ENUM] = "one value", [K_STR_LIST] = "a list",
+      [K_FLOAT_LIST] = "a list", [K_INCLUDE] = "a file name"};
+  return ct_set_error(CT_ECONFIG, "%s: key '%s': expected %s, got %s", where, k->name,
+                      expected[k->type], node_kind(v));
+}
+
+// base_config is relative to the directory of the file that names it.
+static char *join_relative(const char *file, const char *rel) {
+  const char *slash = strrchr(file, '/');
+  size_t dir = rel[0] == '/' || !slash ? 0 : (size_t)(slash - file) + 1;
+  char *r = malloc(dir + strlen(rel) + 1);
+  if (r) memcpy(r, file, dir), strcpy(r + dir, rel);
+  return r;
+}
+
+static int add_entry(entry **es, int *n, int *cap, const entry *e, const char *path) {
+  for (int i = 0; i < *n; i++)
+    if (!strcmp((*es)[i].name, e->name))
+      return ct_set_error(CT_ECONFIG, "%s:%d: duplicate key '%s' (first at line %d)", path,
+                          e->line, e->name, (*es)[i].line);
+  if (*n == *cap) {
+    int nc = *cap ? 2 * *cap : 32;
+    entry *ne = realloc(*es, (size_t)nc * sizeof *ne);
+    if (!ne) return ct_set_error(CT_ENOMEM, "out of memory");
+    *es = ne, *cap = nc;
+  }
+  (*es)[(*n)++] = *e;
+  return 0;
+}
+
+// Flattens the document into entries (the model block becomes model.* entries),
+// rejecting duplicates and anything that is not a mapping of names.
+static int collect_entries(yaml_document_t *doc, const char *path, entry **es, int *n) {
+  yaml_node_t *root = yaml_document_get_root_node(doc);
+  int cap = 0, rc = 0;
+  *es = NULL, *n = 0;
+  if (!root) return 0;  // an empty file
+  if (root->type != YAML_MAPPING_NODE) {
+    if (scalar_is_null(root)) return 0;
+    return ct_set_error(CT_ECONFIG, "%s:%lu: expected `key: value` lines at the top level, got %s",
+                        path, (unsigned long)root->start_mark.line + 1,
+                        root->type == YAML_SEQUENCE_NODE ? "a list" : "a lone value");
+  }
+  for (yaml_node_pair_t *p = root->data.mapping.pairs.start;
+       !rc && p < root->data.mapping.pairs.top; p++) {
+    yaml_node_t *kn = yaml_document_get_node(doc, p->key);
+    yaml_node_t *vn = yaml_document_get_node(doc, p->value);
+    int line = (int)kn->start_mark.line + 1;
+    if (kn->type != YAML_SCALAR_NODE)
+      return ct_set_error(CT_ECONFIG, "%s:%d: a key must be a name, got %s", path, line,
+                          node_kind(kn));
+    const char *name = (const char *)kn->data.scalar.value;
+    entry e = {name, NULL, line, vn};
+    if (strcmp(name, "model") != 0) {
+      rc = add_entry(es, n, &cap, &e, path);
+      continue;
+    }
+    e.value = NULL;  // marks the block, so that a second `model:` is a duplicate
+    if ((rc = add_entry(es, n, &cap, &e, path))) break;
+    if (scalar_is_null(vn)) continue;  // `model:` with every key commented out
+    if (vn->type != YAML_MAPPING_NODE)
+      return ct_set_error(CT_ECONFIG, "%s:%d: key 'model': expected a block of model.* keys, "
+                          "got %s", path, line, node_kind(vn));
+    for (yaml_node_pair_t *q = vn->data.mapping.pairs.start;
+         !rc && q < vn->data.mapping.pairs.top; q++) {
+      yaml_node_t *sk = yaml_document_get_node(doc, q->key);
+      int sline = (int)sk->start_mark.line + 1;
+      if (sk->type != YAML_SCALAR_NODE)
+        return ct_set_error(CT_ECONFIG, "%s:%d: a key must be a name, got %s", path, sline,
+                            node_kind(sk));
+      const char *sub = (const char *)sk->data.scalar.value;
+      entry se = {NULL, malloc(strlen(MODEL_PREFIX) + strlen(sub) + 1), sline,
+                  yaml_document_get_node(doc, q->value)};
+      if (!se.owned) return ct_set_error(CT_ENOMEM, "out of memory");
+      strcpy(se.owned, MODEL_PREFIX), strcat(se.owned, sub);
+      se.name = se.owned;
+      if ((rc = add_entry(es, n, &cap, &se, path))) free(se.owned);
+    }
+  }
+  return rc;
+}
+
+static int yaml_error(yaml_parser_t *p, const char *path) {
+  if (p->error == YAML_MEMORY_ERROR) return ct_set_error(CT_ENOMEM, "%s: out of memory", path);
+  if (p->error == YAML_READER_ERROR)
+    return ct_set_error(CT_ECONFIG, "%s: byte %lu: %s (a yml file must be UTF-8 text)", path,
+                        (unsigned long)p->problem_offset, p->problem ? p->problem : "bad input");
+  char ctx[128] = "";
+  if (p->context)
+    snprintf(ctx, sizeof ctx, " (%s, from line %lu)", p->context,
+             (unsigned long)p->context_mark.line + 1);
+  return ct_set_error(CT_ECONFIG, "%s:%lu: YAML syntax error: %s%s", path,
+                      (unsigned long)p->problem_mark.line + 1,
+                      p->problem ? p->problem : "invalid YAML", ctx);
+}
+
+// Loads base_config (if any) into c, then this file's keys. `from` is where this file
+// was named ("a.yml:1"), NULL for the file given by the user.
+static int load_file(ct_config *c, const char *path, include_chain *chain, const char *from) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    if (from)
+      return ct_set_error(CT_ECONFIG, "%s: base_config: cannot open %s: %s", from, path,
+                          strerror(errno));
+    return ct_set_error(CT_ECONFIG, "%s: cannot open: %s", path, strerror(errno));
+  }
+  struct stat st;
+  if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+    fclose(f);
+    if (from) return ct_set_error(CT_ECONFIG, "%s: base_config: %s is a directory", from, path);
+    return ct_set_error(CT_ECONFIG, "%s: cannot open: is a directory", path);
+  }
+  char *real = realpath(path, NULL);
+  if (!real) real = dup_str(path);
+  if (!real) {
+    fclose(f);
+    return ct_set_error(CT_ENOMEM, "out of memory");
+  }
+  for (int i = 0; i < chain->depth; i++) {
+    if (strcmp(chain->real[i], real) != 0) continue;
+    char cyc[1024] = "";
+    for (int j = i; j < chain->depth; j++)
+      snprintf(cyc + strlen(cyc), sizeof cyc - strlen(cyc), "%s -> ", chain->path[j]);
+    snprintf(cyc + strlen(cyc), sizeof cyc - strlen(cyc), "%s", path);
+    free(real), fclose(f);
+    return ct_set_error(CT_ECONFIG, "%s: base_config cycle: %s", from, cyc);
+  }
+  if (chain->depth == MAX_INCLUDE_DEPTH) {
+    free(real), fclose(f);
+    return ct_set_error(CT_ECONFIG, "%s: base_config chain is deeper than %d files", from,
+                        MAX_INCLUDE_DEPTH);
+  }
+  chain->path[chain->depth] = path;
+  chain->real[chain->depth++] = real;
+
+  yaml_parser_t parser;
+  yaml_document_t doc, extra;
+  int rc = 0, have_doc = 0, n = 0;
+  entry *es = NULL;
+  char *base = NULL;
+  if (!yaml_parser_initialize(&parser)) {
+    rc = ct_set_error(CT_ENOMEM, "out of memory");
+    goto out_file;
+  }
+  yaml_parser_set_input_file(&parser, f);
+  if (!yaml_parser_load(&parser, &doc)) {
+    rc = yaml_error(&parser, path);
+    goto out_parser;
+  }
+  have_doc = 1;
+  // A config file is one document: a second `---` is most likely a mistake.
+  if (!yaml_parser_load(&parser, &extra)) {
+    rc = yaml_error(&parser, path);
+    goto out_parser;
+  }
+  yaml_node_t *extra_root = yaml_document_get_root_node(&extra);
+  if (extra_root)
+    rc = ct_set_error(CT_ECONFIG, "%s:%lu: a config file holds one YAML document; this is a "
+                      "second one", path, (unsigned long)extra_root->start_mark.line + 1);
+  yaml_document_delete(&extra);
+  if (rc || (rc = collect_entries(&doc, path, &es, &n))) goto out_parser;
+
+  // The base first, wherever base_config appears, so that this file's keys win.
+  for (int i = 0; i < n && !rc; i++) {
+    if (strcmp(es[i].name, "base_config") != 0) continue;
+    char where[PATH_MAX + 32];
+    snprintf(where, sizeof where, "%s:%d", path, es[i].line);
+    yaml_node_t *v = es[i].value;
+    if (v->type != YAML_SCALAR_NODE) {
+      rc = ct_set_error(CT_ECONFIG, "%s: key 'base_config': expected a file name, got %s", where,
+                        node_kind(v));
+      break;
+    }
+    if (scalar_is_null(v) || !v->data.scalar.value[0]) continue;
+    if (!(base = join_relative(path, (const char *)v->data.scalar.value))) {
+      rc = ct_set_error(CT_ENOMEM, "out of memory");
+      break;
+    }
+    rc = load_file(c, base, chain, where);
+  }
+  for (int i = 0; i < n && !rc; i++)
+    if (es[i].value && strcmp(es[i].name, "base_config") != 0)
+      rc = apply_entry(c, &es[i], &doc, path);
+
+out_parser:
+  for (int i = 0; i < n; i++) free(es[i].owned);
+  free(es);
+  free(base);
+  if (have_doc) yaml_document_delete(&doc);
+  yaml_parser_delete(&parser);
+out_file:
+  fclose(f);
+  free(chain->real[--chain->depth]);
+  return rc;
+}
+
+int ct_config_load_file(ct_config *c, const char *path) {
+  include_chain chain = {.depth = 0};
+  return load_file(c, path, &chain, NULL);
+}
+
+int ct_config_from_args(ct_config *c, ct_trainer_kind t, int argc, char **argv) {
+  int rc = ct_config_init(c, t), i = 1;
+  if (rc) return rc;
+  if (argc > 1 && !strchr(argv[1], '=')) {
+    const char *ext = strrchr(argv[1], '.');
+    int yml_name = ext && (!strcmp(ext, ".yml") || !strcmp(ext, ".yaml"));
+    if (!yml_name && access(argv[1], F_OK) != 0) {
+      char b[64];
+      rc = ct_set_error(CT_ECONFIG, "command line: '%s' is neither key=value nor a yml file",
+                        show(argv[1], b, sizeof b));
+      goto fail;
+    }
+    if ((rc = ct_config_load_file(c, argv[1]))) goto fail;
+    i = 2;
+  }
+  for (; i < argc; i++) {
+    char b[64];
+    const char *eq = strchr(argv[i], '=');
+    if (!eq) {
+      rc = ct_set_error(CT_ECONFIG, "command line: argument '%s' is not key=value (only the "
+                        "first argument may be a yml file)", show(argv[i], b, sizeof b));
+      goto fail;
+    }
+    char *key = malloc((size_t)(eq - argv[i]) + 1);
+    if (!key) {
+      rc = ct_set_error(CT_ENOMEM, "out of memory");
+      goto fail;
+    }
+    memcpy(key, argv[i], (size_t)(eq - argv[i]));
+    key[eq - argv[i]] = 0;
+    rc = ct_config_set(c, key, eq + 1, "command line");
+    free(key);
+    if (rc) goto fail;
+  }
+  return 0;
+fail:
+  ct_config_free(c);
+  return rc;
+}
+
+// ---------------------------------------------------------------------------------
+// Writing yml
+// ---------------------------------------------------------------------------------
+
+// Strings that read back as themselves without quotes (in block and flow context).
+static int plain_safe(const char *s) {
+  static const char *const special[] = {"~", "null", "true", "false", "yes", "no", "on", "off",
+                                        "y", "n"};
+  if (!*s || !strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./", *s))
+    return 0;
+  for (const char *p = s; *p; p++)
+    if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./+@=-", *p))
+      return 0;
+  for (size_t i = 0; i < sizeof special / sizeof *special; i++)
+    if (!strcasecmp(s, special[i])) return 0;
+  return 1;
+}
+
+static void write_str(FILE *f, const char *s) {
+  if (plain_safe(s)) {
+    fputs(s, f);
+    return;
+  }
+  fputc('"', f);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+    else if (*p == '\n') fputs("\\n", f);
+    else if (*p == '\t') fputs("\\t", f);
+    else if (*p < 0x20 || *p == 0x7f) fprintf(f, "\\x%02x", *p);
+    else fputc(*p, f);
+  }
+  fputc('"', f);
+}
+
+static void write_value(FILE *f, const ct_config *c, const key_def *k) {
+  const void *v = cfield_of(c, k);
+  char buf[40];
+  switch (k->type) {
+    case K_BOOL: fputs(*(const int *)v ? "true" : "false", f); break;
+    case K_INT: fprintf(f, "%" PRId64, *(const int64_t *)v); break;
+    case K_FLOAT:
+      fmt_double(*(const double *)v, buf, sizeof buf);
+      fputs(buf, f);
+      break;
+    case K_STR: write_str(f, *(char *const *)v); break;
+    case K_ENUM: fputs(k->choices[*(const int *)v], f); break;
+    case K_STR_LIST: {
+      const ct_str_list *l = v;
+      fputc('[', f);
+      for (int i = 0; i < l->n; i++) {
+        if (i) fputs(", ", f);
+        write_str(f, l->v[i]);
+      }
+      fputc(']', f);
+      break;
+    }
+    case K_FLOAT_LIST: {
+      const ct_float_list *l = v;
+      fputc('[', f);
+      for (int i = 0; i < l->n; i++) {
+        fmt_double(l->v[i], buf, sizeof buf);
+        fprintf(f, "%s%s", i ? ", " : "", buf);
+      }
+      fputc(']', f);
+      break;
+    }
+    case K_INCLUDE: fputs("\"\"", f); break;
+  }
+}
+
+#define NBSP '\001'  // a space that write_comment never breaks a line at
+
+// Writes "# text" wrapped at 88 columns, each line indented.
+static void write_comment(FILE *f, const char *indent, const char *text) {
+  const int width = 88 - (int)strlen(indent) - 2;
+  while (*text) {
+    int len = (int)strlen(text), cut = len;
+    if (len > width) {
+      for (cut = width; cut > 0 && text[cut] != ' '; cut--) {}
+      if (cut == 0) cut = width;
+    }
+    fprintf(f, "%s# ", indent);
+    for (int i = 0; i < cut; i++) fputc(text[i] == NBSP ? ' ' : text[i], f);
+    fputc('\n', f);
+    text += cut;
+    while (*text == ' ') text++;
+  }
+}
+
+static int has_per_trainer(const key_def *k) {
+  for (int i = 0; i < 4; i++)
+    if (k->per_trainer[i]) return 1;
+  return 0;
+}
+
+// The extra facts base.yml states after each comment, all taken from the table.
+static void key_facts(const key_def *k, char *buf, size_t n) {
+  size_t len = 0;
+  buf[0] = 0;
+#define ADD(...) (len += (size_t)snprintf(buf + len, len < n ? n - len : 0, __VA_ARGS__))
+  if (k->type == K_ENUM || (k->type == K_STR_LIST && k->choices)) {
+    ADD(k->type == K_ENUM ? " One of:" : " Items from:");
+    for (int i = 0; k->choices[i]; i++) ADD("%s %s", i ? " |" : "", k->choices[i]);
+    ADD(".");
+  }
+  if (k->type == K_INT || k->type == K_FLOAT || k->type == K_FLOAT_LIST) {
+    char r[96];
+    fmt_range(k, r, sizeof r);
+    for (char *p = r; *p; p++)
+      if (*p == ' ') *p = NBSP;  // keep "[2, 1048576]" on one line
+    ADD(" Range%c%s.", NBSP, r);
+  }
+  if (k->trainers != ALL) {
+    char l[64];
+    trainer_list(k->trainers, l, sizeof l);
+    ADD(" Only for %s.", l);
+  }
+  if (has_per_trainer(k)) {
+    ADD(" Default per trainer:");
+    const char *sep = " ";
+    for (int i = 0; i < 4; i++)
+      if (k->trainers & (1u << i)) {
+        ADD("%s%s %s", sep, TRAINER_NAMES[i], k->per_trainer[i] ? k->per_trainer[i] : k->def);
+        sep = ", ";
+      }
+    ADD(".");
+  }
+#undef ADD
+}
+
+// Keys that base.yml must not set for every trainer (see config.h).
+static int base_commented(const key_def *k) {
+  return k->type == K_INCLUDE || k->trainers != ALL || has_per_trainer(k) || is_model_key(k);
+}
+
+static const char BASE_HEADER[] =
+    "# ctune base configuration: every key with its built-in default.\n"
+    "# Generated by `ctune-config base` from the key table in common/config.c: change the\n"
+    "# table, then regenerate this file (a test checks that the two agree).\n"
+    "#\n"
+    "# A trainer yml starts with `base_config: base.yml` and sets what it changes; any key\n"
+    "# can also be set on the command line: bin/sft configs/sft.yml learning_rate=1e-5\n"
+    "# model.hidden_size=64. Keys written here as comments are left unset on purpose:\n"
+    "# they apply to some trainers only, have a per-trainer default, or are model.* keys,\n"
+    "# where a key left unset may take a value implied by model_type.\n";
+
+int ct_config_write_base_yaml(FILE *f) {
+  ct_config d;
+  int rc = init_for(&d, 0);
+  if (rc) return rc;
+  fputs(BASE_HEADER, f);
+  int in_model = 0;
+  for (int i = 0; i < NKEYS; i++) {
+    const key_def *k = &KEYS[i];
+    const char *name = k->name, *indent = "";
+    if (k->section) fprintf(f, "\n# --- %s ---\n", k->section);
+    if (is_model_key(k)) {
+      if (!in_model) fputs("model:\n", f), in_model = 1;
+      name += strlen(MODEL_PREFIX), indent = "  ";
+    }
+    char text[1024];
+    key_facts(k, text + snprintf(text, sizeof text, "%s", k->comment),
+              sizeof text - strlen(k->comment));
+    write_comment(f, indent, text);
+    fprintf(f, "%s%s%s: ", indent, base_commented(k) ? "# " : "", name);
+    write_value(f, &d, k);
+    fputc('\n', f);
+  }
+  ct_config_free(&d);
+  return ferror(f) ? ct_set_error(CT_EIO, "writing base.yml: %s", strerror(errno)) : 0;
+}
+
+int ct_config_dump(const ct_config *c, FILE *f) {
+  const char *tn = ct_trainer_name(c->trainer);
+  if (!tn || !c->origin_) return ct_set_error(CT_EINVAL, "ct_config_dump: config not initialized");
+  fprintf(f, "# ctune configuration, resolved for %s. Load it again with: bin/%s <this file>\n"
+             "# After each value: where it came from. model.* keys left at their default are\n"
+             "# written as comments, so that they stay unset when this file is loaded.\n",
+          tn, tn);
+  int in_model = 0;
+  const char *section = NULL;  // printed before the first key of it that is written
+  for (int i = 0; i < NKEYS; i++) {
+    const key_def *k = &KEYS[i];
+    if (k->section) section = k->section;
+    if (k->type == K_INCLUDE || !(k->trainers & (unsigned)c->trainer)) continue;
+    const char *name = k->name, *indent = "", *origin = c->origin_[i];
+    if (section) fprintf(f, "\n# --- %s ---\n", section), section = NULL;
+    if (is_model_key(k)) {
+      if (!in_model) fputs("model:\n", f), in_model = 1;
+      name += strlen(MODEL_PREFIX), indent = "  ";
+    }
+    int unset = is_model_key(k) && !(c->model.set_mask & model_bit(k));
+    fprintf(f, "%s%s%s: ", indent, unset ? "# " : "", name);
+    write_value(f, c, k);
+    fputs("  # ", f);
+    // An origin is a path or "command line": keep it on this comment line.
+    for (const char *p = origin ? origin : "default"; *p; p++) fputc(*p == '\n' ? ' ' : *p, f);
+    fputc('\n', f);
+  }
+  return ferror(f) ? ct_set_error(CT_EIO, "writing config: %s", strerror(errno)) : 0;
+}
+
+int ct_config_write_yaml(const ct_config *c, const char *path) {
+  FILE *f = fopen(path, "w");
+  if (!f) return ct_set_error(CT_EIO, "%s: cannot write: %s", path, strerror(errno));
+  int rc = ct_config_dump(c, f);
+  if (fclose(f) && !rc) rc = ct_set_error(CT_EIO, "%s: cannot write: %s", path, strerror(errno));
+  if (rc) return ct_wrap_error(rc, "%s", path);
+  return 0;
+}

@@ -1,0 +1,186 @@
+// config: every run setting in one typed struct, resolved MaxText style.
+//
+//   bin/sft configs/sft.yml learning_rate=1e-5 model.hidden_size=64
+//
+// Resolution order, later wins: built-in defaults -> the trainer's own defaults ->
+// the yml file (after the chain of files named by its `base_config:`, each path
+// relative to the directory of the file that names it) -> command-line key=value.
+// Keys, types, defaults, ranges and comments live in one table in config.c; adding a
+// key is one struct field below plus one row in that table. configs/base.yml is
+// generated from the table (`ctune-config base`) and a test keeps the two in sync.
+//
+// Every value remembers where it came from ("configs/sft.yml:12", "command line" or
+// "default") so that any later check can name the line to fix.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum {
+  CT_TRAINER_SFT = 1,
+  CT_TRAINER_DPO = 2,
+  CT_TRAINER_GRPO = 4,
+  CT_TRAINER_DISTILL = 8,
+} ct_trainer_kind;
+#define CT_TRAINER_ALL 15u  // mask: a key every trainer accepts
+
+// "sft", "dpo", "grpo", "distill" (NULL for anything else).
+const char *ct_trainer_name(ct_trainer_kind t);
+// Inverse of ct_trainer_name; returns 0, or CT_EINVAL for an unknown name.
+int ct_trainer_from_name(const char *name, ct_trainer_kind *out);
+
+// Enum keys hold an index into their NULL-terminated names table.
+enum { CT_LR_LINEAR, CT_LR_COSINE, CT_LR_CONSTANT, CT_LR_CONSTANT_WITH_WARMUP };
+extern const char *const ct_lr_scheduler_names[];
+enum { CT_DTYPE_FLOAT32, CT_DTYPE_BFLOAT16 };
+extern const char *const ct_save_dtype_names[];
+enum { CT_MODEL_LLAMA, CT_MODEL_QWEN2, CT_MODEL_QWEN3, CT_MODEL_MISTRAL };
+extern const char *const ct_model_type_names[];
+// Choices for each item of the DPO `loss_type` list.
+extern const char *const ct_dpo_loss_type_names[];
+
+// List values: `n` items, owned by the config.
+typedef struct {
+  char **v;
+  int n;
+} ct_str_list;
+typedef struct {
+  double *v;
+  int n;
+} ct_float_list;
+
+// The `model:` block: a Hugging Face config.json, used when model_path is empty.
+// Fields keep the config.json names. All fields before set_mask must be 4 or 8 bytes
+// wide: each field's bit in set_mask is its offset / 4.
+typedef struct {
+  int model_type;  // CT_MODEL_*
+  int tie_word_embeddings;
+  int attention_bias;  // q/k/v projections have biases (Qwen2)
+  int use_qk_norm;     // per-head RMSNorm on q and k before RoPE (Qwen3)
+  int64_t vocab_size;  // 0 = the tokenizer's size
+  int64_t hidden_size;
+  int64_t intermediate_size;
+  int64_t num_hidden_layers;
+  int64_t num_attention_heads;
+  int64_t num_key_value_heads;  // 0 = num_attention_heads
+  int64_t head_dim;             // 0 = hidden_size / num_attention_heads
+  int64_t max_position_embeddings;
+  double rope_theta;
+  double rms_norm_eps;
+  double initializer_range;
+  // Which keys the user set (in a yml or on the command line), so that the model
+  // module can tell "left at the default" from "chosen": model_type qwen2 implies
+  // attention_bias unless attention_bias was set. Test with CT_MODEL_SPEC_IS_SET.
+  uint64_t set_mask;
+} ct_model_spec;
+
+_Static_assert(offsetof(ct_model_spec, set_mask) <= 64 * 4, "ct_model_spec: set_mask has 64 bits");
+#define CT_MODEL_SPEC_BIT(field) (UINT64_C(1) << (offsetof(ct_model_spec, field) / 4))
+#define CT_MODEL_SPEC_IS_SET(spec, field) (((spec)->set_mask & CT_MODEL_SPEC_BIT(field)) != 0)
+
+// The resolved configuration. Field names are the yml key names (TRL / Hugging Face
+// TrainingArguments names); see configs/base.yml for what each means. Integers are
+// int64_t, floats double, bools and enums int, strings never NULL ("" when unset).
+typedef struct {
+  ct_trainer_kind trainer;
+
+  // paths
+  char *model_path;
+  char *tokenizer_path;
+  char *dataset_path;
+  char *eval_dataset_path;
+  char *output_dir;
+  char *resume_from_checkpoint;  // "" = fresh, "latest" = newest checkpoint-* in output_dir
+
+  // schedule and batch
+  int64_t seed;
+  int64_t max_steps;  // -1 = derive from num_train_epochs
+  double num_train_epochs;
+  int64_t per_device_train_batch_size;
+  int64_t per_device_eval_batch_size;
+  int64_t gradient_accumulation_steps;
+
+  // optimizer
+  double learning_rate;
+  int lr_scheduler_type;  // CT_LR_*
+  int64_t warmup_steps;
+  double warmup_ratio;
+  double weight_decay;
+  double adam_beta1;
+  double adam_beta2;
+  double adam_epsilon;
+  double max_grad_norm;  // 0 = no clipping
+
+  // data
+  int64_t max_length;
+  int packing;
+  int completion_only_loss;
+  int assistant_only_loss;
+  char *dataset_text_field;
+  int shuffle_dataset;
+  int skip_bad_rows;
+
+  // logging and checkpoints
+  int64_t logging_steps;
+  int64_t save_steps;        // 0 = no checkpoints (the final model is saved anyway)
+  int64_t save_total_limit;  // 0 = keep all
+  int64_t eval_steps;        // 0 = only at the end
+  int eval_on_start;         // also evaluate before the first step
+  int save_dtype;            // CT_DTYPE_*
+
+  // loss and compute
+  int64_t num_vocab_tiling;
+  double z_loss_multiplier;
+  int64_t num_threads;  // 0 = all cores, divided among local MPI ranks
+
+  // DPO
+  ct_str_list loss_type;       // items from ct_dpo_loss_type_names, summed
+  ct_float_list loss_weights;  // empty = 1 for each loss_type
+
+  ct_model_spec model;
+
+  char **origin_;  // private: per table row, NULL = default; use ct_config_origin()
+} ct_config;
+
+// Built-in defaults, then the trainer's own (e.g. learning_rate 2e-5 for sft).
+int ct_config_init(ct_config *c, ct_trainer_kind trainer);
+
+// Applies a yml file on top of c: first the chain of base_config files, then this
+// file's keys. On error c is left partly updated (still safe to free).
+int ct_config_load_file(ct_config *c, const char *path);
+
+// One override, `value` parsed as the key's type (lists: comma-separated items);
+// `origin` names where it came from in messages and ct_config_origin ("command line").
+int ct_config_set(ct_config *c, const char *key, const char *value, const char *origin);
+
+// ct_config_init(c, t), then argv[1] as a yml file unless it contains '=', then every
+// remaining argv as key=value. On error c is freed (ct_config_free is still safe).
+int ct_config_from_args(ct_config *c, ct_trainer_kind t, int argc, char **argv);
+
+// The resolved config as yml, re-loadable by ct_config_load_file into an identical
+// struct: every key that applies to c->trainer, each followed by a comment naming its
+// origin. model.* keys the user did not set are written commented out, so that
+// reloading leaves them unset.
+int ct_config_dump(const ct_config *c, FILE *f);
+int ct_config_write_yaml(const ct_config *c, const char *path);
+
+// The text of configs/base.yml: every key with its built-in default and comment,
+// grouped in sections. Keys with a per-trainer default, keys that only some trainers
+// accept, and the model.* keys are written commented out, so that any trainer can use
+// base.yml as its base_config without changing its own defaults.
+int ct_config_write_base_yaml(FILE *f);
+
+// Where key's value came from: "configs/sft.yml:12", "command line", "default";
+// NULL for an unknown key.
+const char *ct_config_origin(const ct_config *c, const char *key);
+
+// The first key whose value differs between a and b (including the trainer and the
+// model set_mask), or NULL when they are identical. Origins are not compared.
+const char *ct_config_diff(const ct_config *a, const ct_config *b);
+
+// The table of keys, in base.yml order: "seed", ..., "model.hidden_size", ...
+int ct_config_num_keys(void);
+const char *ct_config_key_name(int i);
+
+// Frees what c owns and zeroes it; calling it twice is safe.
+void ct_config_free(ct_config *c);
