@@ -21,8 +21,11 @@ int ct_wrap_error(int code, const char *fmt, ...) {
   va_start(ap, fmt);
   int n = vsnprintf(err_msg, sizeof err_msg, fmt, ap);
   va_end(ap);
-  if (n >= 0 && (size_t)n < sizeof err_msg && prev[0])
-    snprintf(err_msg + n, sizeof err_msg - (size_t)n, ": %s", prev);
+  if (n >= 0 && (size_t)n < sizeof err_msg && prev[0]) {
+    // a message too long for the buffer is cut short, on purpose
+    int m = snprintf(err_msg + n, sizeof err_msg - (size_t)n, ": %s", prev);
+    if (m < 0) err_msg[n] = 0;
+  }
   return code;
 }
 

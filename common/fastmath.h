@@ -6,7 +6,8 @@
 
 static inline float ct_expf(float x) {
   const float hi = 88.3762626647949f, lo = -87.3365447504f;
-  float xc = x > hi ? hi : (x < lo ? lo : x);
+  // NaN compares false both ways: map it to 0 for the arithmetic, return it at the end
+  float xc = x > hi ? hi : (x < lo ? lo : (x == x ? x : 0.0f));
   float n = __builtin_floorf(xc * 1.44269504088896341f + 0.5f);
   float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
   float z = r * r;
@@ -21,5 +22,5 @@ static inline float ct_expf(float x) {
   float scale;
   memcpy(&scale, &bits, sizeof scale);
   float y = p * scale;
-  return x < lo ? 0.0f : y;
+  return x == x ? (x < lo ? 0.0f : y) : x;
 }

@@ -48,8 +48,10 @@ void ct_head_free(ct_head *h) {
 }
 
 int ct_head_gather(ct_head *h, const float *hidden, const int *target, int N) {
+  if (N > h->cap)
+    return ct_set_error(CT_EINVAL, "LM head: %d tokens exceed the %d rows it was sized for", N, h->cap);
   int n = 0;
-  for (int t = 0; t < N && n < h->cap; t++)
+  for (int t = 0; t < N; t++)
     if (target[t] >= 0) {
       h->rows[n] = t;
       h->target[n] = target[t];

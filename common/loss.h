@@ -32,12 +32,14 @@ typedef struct {
 int ct_head_init(ct_head *h, int cap_rows, int V, int C, int ntiles);
 void ct_head_free(ct_head *h);
 
-// Gathers the rows of hidden (N, C) whose target[t] >= 0. Returns the row count.
+// Gathers the rows of hidden (N, C) whose target[t] >= 0 (targets must be < V).
+// Returns the row count, or CT_EINVAL when N exceeds the capacity.
 int ct_head_gather(ct_head *h, const float *hidden, const int *target, int N);
 
 // Logits of the gathered rows against W (V, C); fills lse, logp, entropy, argmax.
 void ct_head_forward(ct_head *h, const float *W);
 
 // dW (V, C) += dlogitsᵀ · hc;  d_hidden (N, C) = dlogits · W on gathered rows, 0 elsewhere.
-// With ntiles == 1 the logits kept by ct_head_forward are reused (and overwritten).
+// With ntiles == 1 the logits kept by ct_head_forward are reused and overwritten: call
+// it once per ct_head_forward.
 void ct_head_backward(ct_head *h, const float *W, float *dW, float *d_hidden, int N);

@@ -23,8 +23,9 @@ const char *ct_blas_wanted_core(const char *corename, bool avx512, bool avx2) {
   static const char *const k256[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake",
                                      "SapphireRapids", "Excavator", NULL};
   if (!corename) return NULL;
+  if (!avx2) return NULL;  // (an AVX-512 CPU without AVX2 exists only in odd VMs)
   if (avx512 && !in_list(corename, k512)) return "SKYLAKEX";
-  if (!avx512 && avx2 && !in_list(corename, k256)) return "HASWELL";
+  if (!avx512 && !in_list(corename, k256)) return "HASWELL";
   return NULL;
 }
 

@@ -19,6 +19,7 @@ static struct {
   atomic_int running;      // workers still inside the current job
   int stop;
   int items;
+  unsigned start_generation;  // generation when the workers were created
   ct_task_fn fn;
   void *ctx;
 } P = {.n = 1, .mu = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
@@ -29,17 +30,25 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+// Set while this thread runs items: a parallel loop inside a task runs serially
+// instead of overwriting the job in flight.
+static _Thread_local int in_task, current_thread;
+
 static void run_items(int thread) {
+  in_task = 1;
+  current_thread = thread;
   for (;;) {
     int i = atomic_fetch_add_explicit(&P.next, 1, memory_order_relaxed);
     if (i >= P.items) break;
     P.fn(P.ctx, i, thread);
   }
+  in_task = 0;
 }
 
 static void *worker_main(void *arg) {
   int thread = (int)(long)arg;
-  unsigned seen = atomic_load(&P.generation);
+  // Not the current generation: a job may already be published before this thread runs.
+  unsigned seen = P.start_generation;
   for (;;) {
     // spin ~20-50 us before sleeping
     for (int spin = 0; spin < 20000 && atomic_load_explicit(&P.generation, memory_order_acquire) == seen; spin++)
@@ -81,6 +90,7 @@ int ct_pool_init(int n) {
   P.workers = calloc((size_t)n - 1, sizeof *P.workers);
   if (!P.workers) return ct_set_error(CT_ENOMEM, "thread pool: out of memory");
   P.n = n;
+  P.start_generation = atomic_load(&P.generation);
   for (int t = 1; t < n; t++)
     if (pthread_create(&P.workers[t - 1], NULL, worker_main, (void *)(long)t) != 0) {
       P.n = t;  // join the ones that started
@@ -92,8 +102,9 @@ int ct_pool_init(int n) {
 
 void ct_parallel_for(int n, ct_task_fn task, void *ctx) {
   if (n <= 0) return;
-  if (P.n == 1 || n == 1) {
-    for (int i = 0; i < n; i++) task(ctx, i, 0);
+  if (P.n == 1 || n == 1 || in_task) {
+    // serial; inside a task, keep the caller's thread index for its scratch
+    for (int i = 0; i < n; i++) task(ctx, i, in_task ? current_thread : 0);
     return;
   }
   P.fn = task;

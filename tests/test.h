@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "error.h"
+
 static int test_failures, test_checks;
 static const char *test_current = "";
 

@@ -1,0 +1,1264 @@
+// test_kernels: the numerical core of ctune against references written here.
+//   - every backward in kernels.h, attention.h and loss.h against central finite
+//     differences of a scalar objective L = Σ r_i·y_i (fixed random r), computed in
+//     double from the kernels' float outputs, for EVERY input and parameter element on
+//     small odd sizes (remainders everywhere);
+//   - attention forward and the LM head forward against plain double-precision loops;
+//   - vocabulary tiling and the thread count (1 vs 2) against each other;
+//   - ct_sgemm against a triple loop; ct_expf against exp(); ct_chunk_range;
+//     ct_blas_wanted_core; a parallel loop inside a pool task.
+// A watchdog turns a hung test into a failure. Set TEST_VERBOSE=1 to print, for every gradient check, the worst |analytic − fd| / tol.
+#include <math.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "attention.h"
+#include "error.h"
+#include "fastmath.h"
+#include "kernels.h"
+#include "loss.h"
+#include "matmul.h"
+#include "pool.h"
+#include "rng.h"
+#include "test.h"
+
+// ---------------------------------------------------------------------------
+// Helpers: allocation, random fill, finite differences
+
+#define MAX_THREADS 2     // the pool sizes this binary uses
+#define RMS_EPS 1e-5f     // the norms' own epsilon (not the finite-difference step)
+#define FD_EPS 1e-3       // finite-difference step on O(1) inputs
+#define FD_ABS 2e-3       // |analytic − fd| <= FD_ABS + FD_REL·|fd|
+#define FD_REL 2e-2
+// The head's objective sums the float log-probs (magnitude ~4, rounding ~3e-7 each) of
+// every row, and a W entry moves them all: at a step of 1e-3 that noise alone reaches half
+// the tolerance. The truncation error at 1e-2 is still below 1e-4.
+#define HEAD_FD_EPS 1e-2
+
+static void *xcalloc(long n, long size) {
+  void *p = calloc((size_t)(n > 0 ? n : 1), (size_t)size);
+  if (!p) {
+    fprintf(stderr, "test_kernels: out of memory\n");
+    exit(2);
+  }
+  return p;
+}
+static float *falloc(long n) { return xcalloc(n, sizeof(float)); }
+static double *dalloc(long n) { return xcalloc(n, sizeof(double)); }
+
+static ct_rng rng;
+static void seed(uint64_t s) { ct_rng_seed(&rng, s); }
+static double unif(double lo, double hi) { return lo + (hi - lo) * ct_rng_uniform(&rng); }
+static void fill(float *x, long n, double lo, double hi) {
+  for (long i = 0; i < n; i++) x[i] = (float)unif(lo, hi);
+}
+static void fill_nan(float *x, long n) {
+  for (long i = 0; i < n; i++) x[i] = NAN;
+}
+// Objective weights r (n) in [-1, 1), drawn as floats so that the float copy handed to a
+// backward as dy is exactly the r of the double objective.
+static void fill_r(double *r, float *rf, long n) {
+  for (long i = 0; i < n; i++) {
+    float v = (float)unif(-1, 1);
+    r[i] = v;
+    if (rf) rf[i] = v;
+  }
+}
+
+// Σ r_i·y_i in double.
+static double weighted_sum(const double *r, const float *y, long n) {
+  double s = 0;
+  for (long i = 0; i < n; i++) s += r[i] * y[i];
+  return s;
+}
+
+// out = a − base (base may be NULL), in double: the analytic gradient of an accumulating
+// backward is what it added.
+static void added(double *out, const float *a, const float *base, long n) {
+  for (long i = 0; i < n; i++) out[i] = (double)a[i] - (base ? (double)base[i] : 0.0);
+}
+
+typedef double (*objective_fn)(void *ctx);
+
+static void set_threads(int n) {
+  CHECK_OK(ct_pool_init(n));
+  CHECK(ct_pool_threads() == n);
+}
+
+// Objectives are evaluated thousands of times on tiny sizes: on one thread, so that the
+// pool's per-loop hand-shake (a scheduler slice when the machine is busy) does not
+// dominate. The analytic gradients are computed on two threads, and the forward kernels
+// are separately shown to give the same bits on one and two threads.
+static void fd_begin(void) { set_threads(1); }
+static void fd_end(void) { set_threads(2); }
+
+// Central difference of f with respect to the float *xi (restored afterwards). The step
+// actually taken is that of the rounded floats, so it is the divisor.
+static double central_diff_at(float *xi, double eps, objective_fn f, void *ctx) {
+  float x0 = *xi, xp = (float)(x0 + eps), xm = (float)(x0 - eps);
+  *xi = xp;
+  double lp = f(ctx);
+  *xi = xm;
+  double lm = f(ctx);
+  *xi = x0;
+  return (lp - lm) / ((double)xp - (double)xm);
+}
+
+static void central_diff(double *fd, float *x, long n, double eps, objective_fn f, void *ctx) {
+  fd_begin();
+  for (long i = 0; i < n; i++) fd[i] = central_diff_at(x + i, eps, f, ctx);
+  fd_end();
+}
+
+// Every element must satisfy |analytic − fd| <= FD_ABS + FD_REL·|fd|; the first five
+// offenders are printed with their index.
+static void check_grad(const char *what, const double *analytic, const double *fd, long n) {
+  long bad = 0;
+  double worst = 0;
+  for (long i = 0; i < n; i++) {
+    double tol = FD_ABS + FD_REL * fabs(fd[i]), err = fabs(analytic[i] - fd[i]);
+    if (!(err <= tol)) {
+      if (bad < 5)
+        fprintf(stderr, "    %s: %s[%ld]: analytic %.7g, finite difference %.7g\n", test_current,
+                what, i, analytic[i], fd[i]);
+      bad++;
+      err = INFINITY;
+    }
+    if (err / tol > worst) worst = err / tol;
+  }
+  if (bad) fprintf(stderr, "    %s: %s: %ld of %ld elements off\n", test_current, what, bad, n);
+  if (getenv("TEST_VERBOSE"))
+    fprintf(stderr, "    %s: worst |analytic - fd| / tol = %.3f over %ld\n", what, worst, n);
+  CHECK(bad == 0);
+}
+
+// A hung test fails the binary instead of stalling `make test`.
+static void on_alarm(int sig) {
+  (void)sig;
+  static const char a[] = "  FAIL ", b[] = ": did not finish in time (deadlock?)\n";
+  if (write(2, a, sizeof a - 1) < 0 || write(2, test_current, strlen(test_current)) < 0 ||
+      write(2, b, sizeof b - 1) < 0) {
+  }
+  _exit(1);
+}
+
+// Runs body in a child process forked while the parent's pool is stopped; fails when the
+// child does not exit with status 0 within `seconds`. For what cannot be recovered
+// in-process: a deadlocked pool, a sanitizer report under -fno-sanitize-recover.
+static bool run_in_child(void (*body)(void), int seconds) {
+  set_threads(1);  // no workers in the parent at fork time: the child starts clean
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGALRM, SIG_DFL);
+    alarm(seconds);
+    test_failures = 0;
+    body();
+    ct_pool_free();
+    _exit(test_failures ? 1 : 0);
+  }
+  int status = 0;
+  bool ok = pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+            WEXITSTATUS(status) == 0;
+  if (pid > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+    fprintf(stderr, "    %s: did not finish in %d s (deadlock)\n", test_current, seconds);
+  else if (pid > 0 && WIFSIGNALED(status))
+    fprintf(stderr, "    %s: %s\n", test_current, strsignal(WTERMSIG(status)));
+  set_threads(2);
+  return ok;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+#define RUN_WATCHED(fn, seconds)                                                 \
+  do {                                                                           \
+    double t0_ = now_s();                                                        \
+    alarm(seconds);                                                              \
+    RUN(fn);                                                                     \
+    alarm(0);                                                                    \
+    if (getenv("TEST_VERBOSE")) fprintf(stderr, "    (%.3f s)\n", now_s() - t0_); \
+  } while (0)
+
+// ---------------------------------------------------------------------------
+// RMSNorm
+
+typedef struct {
+  float *x, *w, *y, *rstd;
+  const double *r;
+  int N, C;
+} rms_ctx;
+
+static double rms_objective(void *p) {
+  rms_ctx *c = p;
+  ct_rmsnorm_forward(c->y, c->rstd, c->x, c->w, c->N, c->C, RMS_EPS);
+  return weighted_sum(c->r, c->y, (long)c->N * c->C);
+}
+
+// dx is written (NaN beforehand must vanish); dw accumulates onto what it held.
+static void test_rmsnorm_backward_matches_central_differences(void) {
+  enum { N = 7, C = 12 };
+  seed(1);
+  float x[N * C], w[C], y[N * C], rstd[N], dy[N * C], dx[N * C], dw[C], dw0[C];
+  float scratch[CT_RED_CHUNKS * C];
+  double r[N * C], fdx[N * C], fdw[C], ax[N * C], aw[C];
+  fill(x, N * C, -1.5, 1.5);
+  fill(w, C, -1.5, 1.5);
+  fill(dw0, C, -1, 1);
+  fill_r(r, dy, N * C);
+  memcpy(dw, dw0, sizeof dw);
+  fill_nan(dx, N * C);
+  ct_rmsnorm_forward(y, rstd, x, w, N, C, RMS_EPS);
+  ct_rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C, 0, scratch);
+  rms_ctx c = {x, w, y, rstd, r, N, C};
+  central_diff(fdx, x, N * C, FD_EPS, rms_objective, &c);
+  central_diff(fdw, w, C, FD_EPS, rms_objective, &c);
+  added(ax, dx, NULL, N * C);
+  added(aw, dw, dw0, C);
+  check_grad("dx", ax, fdx, N * C);
+  check_grad("dw", aw, fdw, C);
+}
+
+// accumulate=1: dx += the same gradient that accumulate=0 writes.
+static void test_rmsnorm_backward_accumulate_adds_gradient_to_dx(void) {
+  enum { N = 9, C = 13 };
+  seed(2);
+  float x[N * C], w[C], y[N * C], rstd[N], dy[N * C], dx[N * C], dx0[N * C], dxw[N * C];
+  float dw[C], scratch[CT_RED_CHUNKS * C];
+  double r[N * C], fdx[N * C], ax[N * C];
+  fill(x, N * C, -1.5, 1.5);
+  fill(w, C, -1.5, 1.5);
+  fill(dx0, N * C, -1, 1);
+  fill_r(r, dy, N * C);
+  memcpy(dx, dx0, sizeof dx);
+  ct_rmsnorm_forward(y, rstd, x, w, N, C, RMS_EPS);
+  memset(dw, 0, sizeof dw);
+  ct_rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C, 1, scratch);
+  memset(dw, 0, sizeof dw);
+  ct_rmsnorm_backward(dxw, dw, dy, x, w, rstd, N, C, 0, scratch);
+  double worst = 0;
+  for (int i = 0; i < N * C; i++) worst = fmax(worst, fabs((double)dx[i] - dx0[i] - dxw[i]));
+  CHECK_NEAR(worst, 0, 1e-6);
+  rms_ctx c = {x, w, y, rstd, r, N, C};
+  central_diff(fdx, x, N * C, FD_EPS, rms_objective, &c);
+  added(ax, dx, dx0, N * C);
+  check_grad("dx - dx0", ax, fdx, N * C);
+}
+
+// The reduction of dw uses CT_RED_CHUNKS fixed chunks summed in order.
+static void rms_run(float *dx, float *dw, const float *x, const float *w, const float *dy, int N,
+                    int C) {
+  float *y = falloc((long)N * C), *rstd = falloc(N), *scratch = falloc((long)CT_RED_CHUNKS * C);
+  ct_rmsnorm_forward(y, rstd, x, w, N, C, RMS_EPS);
+  for (int i = 0; i < C; i++) dw[i] = 0.25f;
+  ct_rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C, 0, scratch);
+  free(y);
+  free(rstd);
+  free(scratch);
+}
+
+static void test_rmsnorm_backward_is_bit_identical_for_1_and_2_threads(void) {
+  static const int shapes[][2] = {{203, 37}, {5, 12}, {64, 64}};
+  seed(3);
+  for (int s = 0; s < 3; s++) {
+    int N = shapes[s][0], C = shapes[s][1];
+    float *x = falloc((long)N * C), *w = falloc(C), *dy = falloc((long)N * C);
+    float *dx1 = falloc((long)N * C), *dx2 = falloc((long)N * C), *dw1 = falloc(C), *dw2 = falloc(C);
+    fill(x, (long)N * C, -2, 2);
+    fill(w, C, -1, 1);
+    fill(dy, (long)N * C, -1, 1);
+    set_threads(1);
+    rms_run(dx1, dw1, x, w, dy, N, C);
+    set_threads(2);
+    rms_run(dx2, dw2, x, w, dy, N, C);
+    CHECK(memcmp(dx1, dx2, sizeof(float) * N * C) == 0);
+    CHECK(memcmp(dw1, dw2, sizeof(float) * C) == 0);
+    free(x), free(w), free(dy), free(dx1), free(dx2), free(dw1), free(dw2);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Per-head RMSNorm on a strided matrix whose heads do not cover the whole row
+
+typedef struct {
+  float *x, *work, *xsave, *rstd, *w;
+  const double *r;
+  int N, heads, hd, ld;
+} headnorm_ctx;
+
+// L = Σ r·y over the whole (N, ld) matrix: columns past the heads pass through unchanged,
+// so their gradient is r, which is what the backward must leave in them.
+static double headnorm_objective(void *p) {
+  headnorm_ctx *c = p;
+  long n = (long)c->N * c->ld;
+  memcpy(c->work, c->x, sizeof(float) * n);
+  ct_headnorm_forward(c->work, c->xsave, c->rstd, c->w, c->N, c->heads, c->hd, c->ld, RMS_EPS);
+  return weighted_sum(c->r, c->work, n);
+}
+
+static void test_headnorm_backward_matches_central_differences_on_strided_rows(void) {
+  enum { N = 5, HEADS = 3, HD = 6, LD = HEADS * HD + 5, NL = N * LD };
+  seed(4);
+  float x[NL], work[NL], xsave[NL], rstd[N * HEADS], w[HD], dxio[NL], dw[HD], dw0[HD];
+  float scratch[CT_RED_CHUNKS * HD];
+  double r[NL], fdx[NL], fdw[HD], ax[NL], aw[HD];
+  fill(x, NL, -1.5, 1.5);
+  fill(w, HD, -1.5, 1.5);
+  fill(dw0, HD, -1, 1);
+  fill_r(r, dxio, NL);
+  memcpy(dw, dw0, sizeof dw);
+  headnorm_ctx c = {x, work, xsave, rstd, w, r, N, HEADS, HD, LD};
+  headnorm_objective(&c);
+  bool passthrough = true;
+  for (int n = 0; n < N; n++)
+    for (int i = HEADS * HD; i < LD; i++) passthrough &= work[n * LD + i] == x[n * LD + i];
+  CHECK(passthrough);
+  ct_headnorm_backward(dxio, dw, xsave, w, rstd, N, HEADS, HD, LD, scratch);
+  added(ax, dxio, NULL, NL);
+  added(aw, dw, dw0, HD);
+  central_diff(fdx, x, NL, FD_EPS, headnorm_objective, &c);
+  central_diff(fdw, w, HD, FD_EPS, headnorm_objective, &c);
+  check_grad("dx", ax, fdx, NL);
+  check_grad("dw", aw, fdw, HD);
+}
+
+// ---------------------------------------------------------------------------
+// RoPE (rotate-half); tables built as model.c does, theta = 10000
+
+enum { ROPE_MAX_POS = 1100 };
+
+static void rope_tables(float *cos_t, float *sin_t, int max_pos, int hd) {
+  int half = hd / 2;
+  for (int p = 0; p < max_pos; p++)
+    for (int i = 0; i < half; i++) {
+      float inv_freq = (float)(1.0 / pow(10000.0, (double)(2 * i) / hd));
+      float angle = (float)p * inv_freq;
+      cos_t[p * half + i] = (float)cos(angle);
+      sin_t[p * half + i] = (float)sin(angle);
+    }
+}
+
+typedef struct {
+  float *x, *work;
+  const int *pos;
+  const float *cos_t, *sin_t;
+  const double *r;
+  int N, heads, hd, ld;
+} rope_ctx;
+
+static double rope_objective(void *p) {
+  rope_ctx *c = p;
+  long n = (long)c->N * c->ld;
+  memcpy(c->work, c->x, sizeof(float) * n);
+  ct_rope(c->work, c->pos, c->cos_t, c->sin_t, c->N, c->heads, c->hd, c->ld, 0);
+  return weighted_sum(c->r, c->work, n);
+}
+
+// RoPE is linear, y = R·x, and its backward is dx = Rᵀ·dy: <R a, b> = <a, Rᵀ b> for any
+// a, b; Rᵀ R = I; and the gradient of Σ r·(R x) (finite differences) is Rᵀ r.
+static void test_rope_inverse_is_the_transpose_of_forward(void) {
+  enum { N = 6, HEADS = 3, HD = 8, LD = HEADS * HD + 5, NL = N * LD };
+  static const int pos[N] = {0, 1, 5, 17, 3, 1000};
+  static float cos_t[ROPE_MAX_POS * HD / 2], sin_t[ROPE_MAX_POS * HD / 2];
+  rope_tables(cos_t, sin_t, ROPE_MAX_POS, HD);
+  seed(5);
+  float a[NL], b[NL], ra[NL], rtb[NL], x[NL], work[NL], g[NL];
+  double r[NL], fd[NL], an[NL];
+  for (int trial = 0; trial < 4; trial++) {
+    fill(a, NL, -1, 1);
+    fill(b, NL, -1, 1);
+    memcpy(ra, a, sizeof a);
+    memcpy(rtb, b, sizeof b);
+    ct_rope(ra, pos, cos_t, sin_t, N, HEADS, HD, LD, 0);
+    ct_rope(rtb, pos, cos_t, sin_t, N, HEADS, HD, LD, 1);
+    double lhs = 0, rhs = 0;
+    for (int i = 0; i < NL; i++) lhs += (double)ra[i] * b[i], rhs += (double)a[i] * rtb[i];
+    CHECK_NEAR(lhs, rhs, 1e-5 * (1 + fabs(rhs)));
+    ct_rope(ra, pos, cos_t, sin_t, N, HEADS, HD, LD, 1);  // Rᵀ R a
+    double worst = 0;
+    for (int i = 0; i < NL; i++) worst = fmax(worst, fabs((double)ra[i] - a[i]));
+    CHECK_NEAR(worst, 0, 1e-6);
+  }
+  fill(x, NL, -1.5, 1.5);
+  fill_r(r, g, NL);
+  ct_rope(g, pos, cos_t, sin_t, N, HEADS, HD, LD, 1);
+  added(an, g, NULL, NL);
+  rope_ctx c = {x, work, pos, cos_t, sin_t, r, N, HEADS, HD, LD};
+  central_diff(fd, x, NL, FD_EPS, rope_objective, &c);
+  check_grad("dx", an, fd, NL);
+}
+
+// A rotation: every head vector keeps its length; columns past the heads are untouched.
+static void test_rope_preserves_the_norm_of_every_head(void) {
+  enum { N = 11, HEADS = 5, HD = 16, LD = HEADS * HD + 3, NL = N * LD };
+  static float cos_t[ROPE_MAX_POS * HD / 2], sin_t[ROPE_MAX_POS * HD / 2];
+  rope_tables(cos_t, sin_t, ROPE_MAX_POS, HD);
+  seed(6);
+  int pos[N];
+  for (int n = 0; n < N; n++) pos[n] = (int)ct_rng_below(&rng, ROPE_MAX_POS);
+  float x[NL], y[NL];
+  fill(x, NL, -2, 2);
+  memcpy(y, x, sizeof x);
+  ct_rope(y, pos, cos_t, sin_t, N, HEADS, HD, LD, 0);
+  double worst = 0;
+  bool untouched = true;
+  for (int n = 0; n < N; n++) {
+    for (int h = 0; h < HEADS; h++) {
+      double nx = 0, ny = 0;
+      for (int i = 0; i < HD; i++) {
+        double xv = x[n * LD + h * HD + i], yv = y[n * LD + h * HD + i];
+        nx += xv * xv, ny += yv * yv;
+      }
+      worst = fmax(worst, fabs(sqrt(ny) - sqrt(nx)) / sqrt(nx));
+    }
+    for (int i = HEADS * HD; i < LD; i++) untouched &= y[n * LD + i] == x[n * LD + i];
+  }
+  CHECK_NEAR(worst, 0, 1e-6);
+  CHECK(untouched);
+}
+
+static void test_rope_at_position_0_is_identity(void) {
+  enum { N = 4, HEADS = 3, HD = 8, LD = HEADS * HD, NL = N * LD };
+  static float cos_t[ROPE_MAX_POS * HD / 2], sin_t[ROPE_MAX_POS * HD / 2];
+  rope_tables(cos_t, sin_t, ROPE_MAX_POS, HD);
+  seed(7);
+  int pos[N] = {0, 0, 0, 0};
+  float x[NL], y[NL];
+  fill(x, NL, -3, 3);
+  for (int inverse = 0; inverse < 2; inverse++) {
+    memcpy(y, x, sizeof x);
+    ct_rope(y, pos, cos_t, sin_t, N, HEADS, HD, LD, inverse);
+    CHECK(memcmp(x, y, sizeof x) == 0);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// SwiGLU
+
+typedef struct {
+  float *gu, *h;
+  const double *r;
+  int N, F;
+} swiglu_ctx;
+
+static double swiglu_objective(void *p) {
+  swiglu_ctx *c = p;
+  ct_swiglu_forward(c->h, c->gu, c->N, c->F);
+  return weighted_sum(c->r, c->h, (long)c->N * c->F);
+}
+
+static void test_swiglu_backward_matches_central_differences(void) {
+  enum { N = 7, F = 11 };
+  seed(8);
+  float gu[N * 2 * F], h[N * F], dh[N * F], dgu[N * 2 * F];
+  double r[N * F], fd[N * 2 * F], an[N * 2 * F];
+  fill(gu, N * 2 * F, -3, 3);
+  fill_r(r, dh, N * F);
+  fill_nan(dgu, N * 2 * F);
+  ct_swiglu_backward(dgu, dh, gu, N, F);
+  added(an, dgu, NULL, N * 2 * F);
+  swiglu_ctx c = {gu, h, r, N, F};
+  central_diff(fd, gu, N * 2 * F, FD_EPS, swiglu_objective, &c);
+  check_grad("dgu", an, fd, N * 2 * F);
+}
+
+// ---------------------------------------------------------------------------
+// Bias on strided rows
+
+typedef struct {
+  const float *y0;
+  float *y, *b;
+  const double *r;
+  int N, C, ld;
+} bias_ctx;
+
+static double bias_objective(void *p) {
+  bias_ctx *c = p;
+  long n = (long)c->N * c->ld;
+  memcpy(c->y, c->y0, sizeof(float) * n);
+  ct_bias_forward(c->y, c->b, c->N, c->C, c->ld);
+  return weighted_sum(c->r, c->y, n);
+}
+
+static void test_bias_backward_matches_central_differences(void) {
+  enum { N = 7, C = 13, LD = 17, NL = N * LD };
+  seed(9);
+  float y0[NL], y[NL], b[C], dy[NL], db[C], db0[C], scratch[CT_RED_CHUNKS * C];
+  double r[NL], fd[C], an[C];
+  fill(y0, NL, -1, 1);
+  fill(b, C, -1, 1);
+  fill(db0, C, -1, 1);
+  fill_r(r, dy, NL);
+  memcpy(db, db0, sizeof db);
+  bias_ctx c = {y0, y, b, r, N, C, LD};
+  bias_objective(&c);
+  bool untouched = true;
+  for (int n = 0; n < N; n++)
+    for (int i = C; i < LD; i++) untouched &= y[n * LD + i] == y0[n * LD + i];
+  CHECK(untouched);
+  ct_bias_backward(db, dy, N, C, LD, scratch);
+  added(an, db, db0, C);
+  central_diff(fd, b, C, FD_EPS, bias_objective, &c);
+  check_grad("db", an, fd, C);
+}
+
+static void test_bias_backward_is_bit_identical_for_1_and_2_threads(void) {
+  static const int shapes[][3] = {{301, 45, 50}, {6, 7, 7}, {1000, 16, 20}};
+  seed(10);
+  for (int s = 0; s < 3; s++) {
+    int N = shapes[s][0], C = shapes[s][1], ld = shapes[s][2];
+    float *dy = falloc((long)N * ld), *db1 = falloc(C), *db2 = falloc(C);
+    float *scratch = falloc((long)CT_RED_CHUNKS * C);
+    fill(dy, (long)N * ld, -1, 1);
+    for (int i = 0; i < C; i++) db1[i] = db2[i] = 0.5f;
+    set_threads(1);
+    ct_bias_backward(db1, dy, N, C, ld, scratch);
+    set_threads(2);
+    ct_bias_backward(db2, dy, N, C, ld, scratch);
+    CHECK(memcmp(db1, db2, sizeof(float) * C) == 0);
+    free(dy), free(db1), free(db2), free(scratch);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Embedding
+
+typedef struct {
+  float *table, *out;
+  const int *ids;
+  const double *r;
+  int N, C;
+} embed_ctx;
+
+static double embed_objective(void *p) {
+  embed_ctx *c = p;
+  ct_embed_forward(c->out, c->table, c->ids, c->N, c->C);
+  return weighted_sum(c->r, c->out, (long)c->N * c->C);
+}
+
+// Ids repeat (their rows must sum) and some never occur (their rows stay as they were);
+// C = 37 is cut into column chunks of 16 with a remainder.
+static void test_embed_backward_matches_central_differences_with_repeated_ids(void) {
+  enum { VOCAB = 9, N = 13, C = 37 };
+  static const int ids[N] = {3, 1, 3, 3, 0, 8, 1, 5, 3, 8, 0, 5, 3};  // 2, 4, 6, 7 unused
+  seed(11);
+  float table[VOCAB * C], out[N * C], dout[N * C], dt[VOCAB * C], dt0[VOCAB * C];
+  double r[N * C], fd[VOCAB * C], an[VOCAB * C];
+  fill(table, VOCAB * C, -1, 1);
+  fill(dt0, VOCAB * C, -1, 1);
+  fill_r(r, dout, N * C);
+  memcpy(dt, dt0, sizeof dt);
+  ct_embed_backward(dt, dout, ids, N, C);
+  added(an, dt, dt0, VOCAB * C);
+  embed_ctx c = {table, out, ids, r, N, C};
+  central_diff(fd, table, VOCAB * C, FD_EPS, embed_objective, &c);
+  check_grad("dtable", an, fd, VOCAB * C);
+  bool used[VOCAB] = {false}, unused_untouched = true;
+  for (int n = 0; n < N; n++) used[ids[n]] = true;
+  for (int v = 0; v < VOCAB; v++)
+    for (int i = 0; i < C && !used[v]; i++) unused_untouched &= dt[v * C + i] == dt0[v * C + i];
+  CHECK(unused_untouched);
+}
+
+// ---------------------------------------------------------------------------
+// Attention
+
+static float *attn_scratch(int T) {
+  return falloc((long)MAX_THREADS * ct_attention_scratch_floats(T));
+}
+
+// Random qkv with q and k in [-2, 2] (scores of order one, so that softmax is far from
+// uniform) and v in [-1, 1].
+static void attn_fill(float *qkv, ct_attn_dims d) {
+  int ld = (d.H + 2 * d.KV) * d.hd;
+  for (long n = 0; n < (long)d.B * d.T; n++)
+    for (int i = 0; i < ld; i++) {
+      bool qk = i < (d.H + d.KV) * d.hd;
+      qkv[n * ld + i] = (float)(qk ? unif(-2, 2) : unif(-1, 1));
+    }
+}
+
+// seg for row 0: documents packed back to back, starting at the listed positions;
+// row 1 (and any further): plain causal.
+static void attn_seg(int *seg, ct_attn_dims d, const int *starts, int nstarts) {
+  for (int b = 0; b < d.B; b++)
+    for (int t = 0; t < d.T; t++) {
+      int s = 0;
+      if (b == 0)
+        for (int i = 0; i < nstarts; i++)
+          if (starts[i] <= t) s = starts[i];
+      seg[b * d.T + t] = s;
+    }
+}
+
+// Causal GQA softmax attention in double: query t of head h attends to keys
+// [seg[t], t] of kv group h / (H / KV).
+static void attn_reference(double *out, double *lse, const float *qkv, const int *seg,
+                           ct_attn_dims d) {
+  int ld = (d.H + 2 * d.KV) * d.hd, rep = d.H / d.KV;
+  double scale = 1.0 / sqrt((double)d.hd);
+  double *s = dalloc(d.T);
+  for (int b = 0; b < d.B; b++)
+    for (int h = 0; h < d.H; h++)
+      for (int t = 0; t < d.T; t++) {
+        long n = (long)b * d.T + t;
+        int g = h / rep, k0 = seg[n];
+        const float *q = qkv + n * ld + h * d.hd;
+        double mx = -INFINITY, sum = 0;
+        for (int k = k0; k <= t; k++) {
+          const float *kk = qkv + ((long)b * d.T + k) * ld + (d.H + g) * d.hd;
+          double dot = 0;
+          for (int i = 0; i < d.hd; i++) dot += (double)q[i] * kk[i];
+          s[k] = dot * scale;
+          mx = fmax(mx, s[k]);
+        }
+        for (int k = k0; k <= t; k++) sum += exp(s[k] - mx);
+        double l = mx + log(sum);
+        lse[n * d.H + h] = l;
+        for (int i = 0; i < d.hd; i++) {
+          double o = 0;
+          for (int k = k0; k <= t; k++)
+            o += exp(s[k] - l) * qkv[((long)b * d.T + k) * ld + (d.H + d.KV + g) * d.hd + i];
+          out[n * d.H * d.hd + h * d.hd + i] = o;
+        }
+      }
+  free(s);
+}
+
+static void test_attention_forward_matches_double_reference(void) {
+  ct_attn_dims d = {.B = 2, .T = 70, .H = 4, .KV = 2, .hd = 8};  // blocks of 64 rows + 6
+  static const int starts[] = {0, 13, 40, 66};  // the second block starts inside a document
+  long N = (long)d.B * d.T, ld = (d.H + 2 * d.KV) * d.hd, no = N * d.H * d.hd;
+  seed(12);
+  float *qkv = falloc(N * ld), *out = falloc(no), *lse = falloc(N * d.H), *scratch = attn_scratch(d.T);
+  int *seg = xcalloc(N, sizeof(int));
+  double *rout = dalloc(no), *rlse = dalloc(N * d.H);
+  attn_fill(qkv, d);
+  attn_seg(seg, d, starts, 4);
+  fill_nan(out, no);
+  fill_nan(lse, N * d.H);
+  ct_attention_forward(out, lse, qkv, seg, d, scratch);
+  attn_reference(rout, rlse, qkv, seg, d);
+  double wo = 0, wl = 0;
+  for (long i = 0; i < no; i++) wo = fmax(wo, isnan(out[i]) ? INFINITY : fabs(out[i] - rout[i]));
+  for (long i = 0; i < N * d.H; i++) wl = fmax(wl, isnan(lse[i]) ? INFINITY : fabs(lse[i] - rlse[i]));
+  CHECK_NEAR(wo, 0, 1e-5);
+  CHECK_NEAR(wl, 0, 1e-5);
+  free(qkv), free(out), free(lse), free(scratch), free(seg), free(rout), free(rlse);
+}
+
+typedef struct {
+  float *qkv, *out, *lse, *scratch;
+  const int *seg;
+  ct_attn_dims d;
+  const double *r;
+} attn_ctx;
+
+static double attn_objective(void *p) {
+  attn_ctx *c = p;
+  ct_attention_forward(c->out, c->lse, c->qkv, c->seg, c->d, c->scratch);
+  return weighted_sum(c->r, c->out, (long)c->d.B * c->d.T * c->d.H * c->d.hd);
+}
+
+// Checks ct_attention_backward against central differences of Σ r·out for `nsample`
+// random entries of qkv (all of them when nsample <= 0). dqkv starts as NaN: it must be
+// written in full.
+static void attn_check_backward(ct_attn_dims d, const int *starts, int nstarts, int nsample,
+                                double eps) {
+  long N = (long)d.B * d.T, ld = (d.H + 2 * d.KV) * d.hd, no = N * d.H * d.hd, nq = N * ld;
+  float *qkv = falloc(nq), *out = falloc(no), *lse = falloc(N * d.H), *dout = falloc(no);
+  float *dqkv = falloc(nq), *scratch = attn_scratch(d.T);
+  int *seg = xcalloc(N, sizeof(int));
+  double *r = dalloc(no);
+  attn_fill(qkv, d);
+  attn_seg(seg, d, starts, nstarts);
+  fill_r(r, dout, no);
+  fill_nan(dqkv, nq);
+  ct_attention_forward(out, lse, qkv, seg, d, scratch);
+  ct_attention_backward(dqkv, dout, out, lse, qkv, seg, d, scratch);
+  attn_ctx c = {qkv, out, lse, scratch, seg, d, r};
+  long n = nsample > 0 ? nsample : nq;
+  double *an = dalloc(n), *fd = dalloc(n);
+  fd_begin();
+  for (long i = 0; i < n; i++) {
+    long e = nsample > 0 ? (long)ct_rng_below(&rng, (uint64_t)nq) : i;
+    an[i] = dqkv[e];
+    fd[i] = central_diff_at(qkv + e, eps, attn_objective, &c);
+  }
+  fd_end();
+  check_grad("dqkv", an, fd, n);
+  free(qkv), free(out), free(lse), free(dout), free(dqkv), free(scratch), free(seg), free(r);
+  free(an), free(fd);
+}
+
+static void test_attention_backward_matches_central_differences_for_every_entry_at_T9(void) {
+  ct_attn_dims d = {.B = 2, .T = 9, .H = 4, .KV = 2, .hd = 8};
+  static const int starts[] = {0, 4, 7};
+  seed(13);
+  attn_check_backward(d, starts, 3, 0, FD_EPS);
+}
+
+static void test_attention_backward_matches_central_differences_at_T70(void) {
+  ct_attn_dims d = {.B = 2, .T = 70, .H = 4, .KV = 2, .hd = 8};
+  static const int starts[] = {0, 13, 40, 66};
+  seed(14);
+  attn_check_backward(d, starts, 4, 300, FD_EPS);
+}
+
+static void test_attention_is_bit_identical_for_1_and_2_threads(void) {
+  ct_attn_dims d = {.B = 2, .T = 70, .H = 4, .KV = 2, .hd = 8};
+  static const int starts[] = {0, 13, 40, 66};
+  long N = (long)d.B * d.T, ld = (d.H + 2 * d.KV) * d.hd, no = N * d.H * d.hd, nq = N * ld;
+  seed(15);
+  float *qkv = falloc(nq), *dout = falloc(no), *scratch = attn_scratch(d.T);
+  float *out[2], *lse[2], *dqkv[2];
+  int *seg = xcalloc(N, sizeof(int));
+  attn_fill(qkv, d);
+  fill(dout, no, -1, 1);
+  attn_seg(seg, d, starts, 4);
+  for (int k = 0; k < 2; k++) {
+    out[k] = falloc(no), lse[k] = falloc(N * d.H), dqkv[k] = falloc(nq);
+    set_threads(k + 1);
+    ct_attention_forward(out[k], lse[k], qkv, seg, d, scratch);
+    ct_attention_backward(dqkv[k], dout, out[k], lse[k], qkv, seg, d, scratch);
+  }
+  CHECK(memcmp(out[0], out[1], sizeof(float) * no) == 0);
+  CHECK(memcmp(lse[0], lse[1], sizeof(float) * N * d.H) == 0);
+  CHECK(memcmp(dqkv[0], dqkv[1], sizeof(float) * nq) == 0);
+  for (int k = 0; k < 2; k++) free(out[k]), free(lse[k]), free(dqkv[k]);
+  free(qkv), free(dout), free(scratch), free(seg);
+}
+
+// ---------------------------------------------------------------------------
+// LM head (loss.h)
+
+typedef struct {
+  int N, C, V;
+  float *hidden, *W;  // (N, C), (V, C)
+  int *target;        // (N), −1 = no target
+  int n;              // rows with a target
+  float *coef, *zcoef;  // (n) per gathered row
+} head_case;
+
+// About a quarter of the tokens (always the first and the last) have no target; tokens
+// 1 and 2 aim at the first and the last vocabulary entry (0 is a target, not a mask).
+static void head_case_init(head_case *hc, int N, int C, int V) {
+  hc->N = N, hc->C = C, hc->V = V;
+  hc->hidden = falloc((long)N * C);
+  hc->W = falloc((long)V * C);
+  hc->target = xcalloc(N, sizeof(int));
+  fill(hc->hidden, (long)N * C, -1, 1);
+  fill(hc->W, (long)V * C, -1, 1);
+  hc->n = 0;
+  for (int t = 0; t < N; t++) {
+    bool masked = t == 0 || t == N - 1 || (t > 2 && ct_rng_below(&rng, 4) == 0);
+    hc->target[t] = masked ? -1 : t == 1 ? 0 : t == 2 ? V - 1 : (int)ct_rng_below(&rng, (uint64_t)V);
+    hc->n += !masked;
+  }
+  hc->coef = falloc(hc->n);
+  hc->zcoef = falloc(hc->n);
+  fill(hc->coef, hc->n, 0.2, 1.5);
+  fill(hc->zcoef, hc->n, -0.5, 0.5);
+}
+
+static void head_case_free(head_case *hc) {
+  free(hc->hidden), free(hc->W), free(hc->target), free(hc->coef), free(hc->zcoef);
+}
+
+// lse, logp, entropy, argmax of the gathered rows (in gather order) in double.
+static void head_reference(double *lse, double *logp, double *ent, int *amax, double *second,
+                           const head_case *hc) {
+  double *l = dalloc(hc->V);
+  int r = 0;
+  for (int t = 0; t < hc->N; t++) {
+    if (hc->target[t] < 0) continue;
+    double mx = -INFINITY, sum = 0, xsum = 0;
+    int am = 0;
+    for (int v = 0; v < hc->V; v++) {
+      double s = 0;
+      for (int i = 0; i < hc->C; i++)
+        s += (double)hc->hidden[(long)t * hc->C + i] * hc->W[(long)v * hc->C + i];
+      l[v] = s;
+      if (s > mx) mx = s, am = v;
+    }
+    double sec = -INFINITY;  // runner-up logit, to tell near ties apart
+    for (int v = 0; v < hc->V; v++) {
+      sum += exp(l[v] - mx);
+      if (v != am) sec = fmax(sec, l[v]);
+    }
+    double z = mx + log(sum);
+    for (int v = 0; v < hc->V; v++) xsum += exp(l[v] - z) * l[v];
+    lse[r] = z, logp[r] = l[hc->target[t]] - z, ent[r] = z - xsum, amax[r] = am;
+    second[r] = mx - sec;
+    r++;
+  }
+  free(l);
+}
+
+static void test_head_gather_keeps_only_rows_with_a_target(void) {
+  seed(16);
+  head_case hc;
+  head_case_init(&hc, 23, 12, 50);
+  ct_head h;
+  CHECK_OK(ct_head_init(&h, hc.N, hc.V, hc.C, 1));
+  int n = ct_head_gather(&h, hc.hidden, hc.target, hc.N);
+  CHECK(n == hc.n);
+  CHECK(h.n == hc.n);
+  int r = 0;
+  bool same = true;
+  for (int t = 0; t < hc.N && r < n; t++) {
+    if (hc.target[t] < 0) continue;
+    same &= h.rows[r] == t && h.target[r] == hc.target[t];
+    same &= memcmp(h.hc + (long)r * hc.C, hc.hidden + (long)t * hc.C, sizeof(float) * hc.C) == 0;
+    r++;
+  }
+  CHECK(same);
+  CHECK(r == n);
+  ct_head_free(&h);
+  head_case_free(&hc);
+}
+
+static void test_head_forward_matches_double_reference(void) {
+  seed(17);
+  head_case hc;
+  head_case_init(&hc, 23, 12, 50);
+  for (int ntiles = 1; ntiles <= 3; ntiles += 2) {
+    ct_head h;
+    CHECK_OK(ct_head_init(&h, hc.N, hc.V, hc.C, ntiles));
+    ct_head_gather(&h, hc.hidden, hc.target, hc.N);
+    ct_head_forward(&h, hc.W);
+    double *lse = dalloc(hc.n), *logp = dalloc(hc.n), *ent = dalloc(hc.n), *gap = dalloc(hc.n);
+    int *am = xcalloc(hc.n, sizeof(int));
+    head_reference(lse, logp, ent, am, gap, &hc);
+    double wl = 0, wp = 0, we = 0;
+    bool argmax_ok = true;
+    for (int r = 0; r < hc.n; r++) {
+      wl = fmax(wl, isnan(h.lse[r]) ? INFINITY : fabs(h.lse[r] - lse[r]));
+      wp = fmax(wp, isnan(h.logp[r]) ? INFINITY : fabs(h.logp[r] - logp[r]));
+      we = fmax(we, isnan(h.entropy[r]) ? INFINITY : fabs(h.entropy[r] - ent[r]));
+      argmax_ok &= h.argmax[r] == am[r] || gap[r] < 1e-5;  // a near tie may go either way
+    }
+    CHECK_NEAR(wl, 0, 1e-5);
+    CHECK_NEAR(wp, 0, 1e-5);
+    CHECK_NEAR(we, 0, 1e-5);
+    CHECK(argmax_ok);
+    free(lse), free(logp), free(ent), free(gap), free(am);
+    ct_head_free(&h);
+  }
+  head_case_free(&hc);
+}
+
+typedef struct {
+  ct_head *h;
+  head_case *hc;
+  const float *coef, *zcoef;
+} head_ctx;
+
+// L = Σ_r coef_r·(−logp_r) + zcoef_r·lse_r over the gathered rows, coef and zcoef held
+// fixed. With l the logits of row r, y its target and p = softmax(l):
+//   ∂(−logp_r)/∂l = ∂(lse_r − l_y)/∂l = p − onehot(y),   ∂lse_r/∂l = p,
+// so ∂L/∂l = coef·(p − onehot(y)) + zcoef·p: exactly the dlogits that loss.h documents.
+// (A z-loss weight·lse² sets zcoef = 2·weight·lse; lse is part of zcoef's value, not of
+// the objective, which is why the objective here is linear in lse.)
+static double head_objective(void *p) {
+  head_ctx *c = p;
+  ct_head_gather(c->h, c->hc->hidden, c->hc->target, c->hc->N);
+  ct_head_forward(c->h, c->hc->W);
+  double L = 0;
+  for (int r = 0; r < c->h->n; r++)
+    L += -(double)c->coef[r] * c->h->logp[r] + (double)c->zcoef[r] * c->h->lse[r];
+  return L;
+}
+
+// Runs gather, forward and backward with the given coefficients; dW starts at dW0 (it
+// accumulates) and d_hidden at NaN (it is written in full).
+static void head_backward_run(float *dW, float *dh, const float *dW0, head_case *hc, int ntiles,
+                              const float *coef, const float *zcoef) {
+  ct_head h;
+  CHECK_OK(ct_head_init(&h, hc->N, hc->V, hc->C, ntiles));
+  ct_head_gather(&h, hc->hidden, hc->target, hc->N);
+  ct_head_forward(&h, hc->W);
+  memcpy(h.coef, coef, sizeof(float) * h.n);
+  memcpy(h.zcoef, zcoef, sizeof(float) * h.n);
+  if (dW0)
+    memcpy(dW, dW0, sizeof(float) * hc->V * hc->C);
+  else
+    memset(dW, 0, sizeof(float) * hc->V * hc->C);
+  fill_nan(dh, (long)hc->N * hc->C);
+  ct_head_backward(&h, hc->W, dW, dh, hc->N);
+  ct_head_free(&h);
+}
+
+// Three objectives: coef only (cross-entropy), zcoef only (z-loss style), both; each with
+// one vocabulary tile and with three (whose backward recomputes the logits).
+static void test_head_backward_matches_central_differences(void) {
+  seed(18);
+  head_case hc;
+  head_case_init(&hc, 17, 12, 50);
+  long nW = (long)hc.V * hc.C, nh = (long)hc.N * hc.C;
+  float *dW = falloc(nW), *dW0 = falloc(nW), *dh = falloc(nh);
+  float *zero = falloc(hc.n);
+  double *an = dalloc(nW), *fd = dalloc(nW);
+  fill(dW0, nW, -1, 1);
+  for (int ntiles = 1; ntiles <= 3; ntiles += 2)
+    for (int mode = 0; mode < 3; mode++) {
+      const float *coef = mode == 1 ? zero : hc.coef, *zcoef = mode == 0 ? zero : hc.zcoef;
+      head_backward_run(dW, dh, dW0, &hc, ntiles, coef, zcoef);
+      ct_head h;
+      CHECK_OK(ct_head_init(&h, hc.N, hc.V, hc.C, ntiles));
+      head_ctx c = {&h, &hc, coef, zcoef};
+      const char *name = mode == 0 ? "coef" : mode == 1 ? "zcoef" : "coef+zcoef";
+      char what[64];
+      snprintf(what, sizeof what, "dW (ntiles %d, %s)", ntiles, name);
+      added(an, dW, dW0, nW);
+      central_diff(fd, hc.W, nW, HEAD_FD_EPS, head_objective, &c);
+      check_grad(what, an, fd, nW);
+      snprintf(what, sizeof what, "d_hidden (ntiles %d, %s)", ntiles, name);
+      added(an, dh, NULL, nh);
+      central_diff(fd, hc.hidden, nh, HEAD_FD_EPS, head_objective, &c);
+      check_grad(what, an, fd, nh);
+      ct_head_free(&h);
+    }
+  free(dW), free(dW0), free(dh), free(zero), free(an), free(fd);
+  head_case_free(&hc);
+}
+
+static void test_head_backward_writes_zero_d_hidden_for_rows_without_target(void) {
+  seed(19);
+  head_case hc;
+  head_case_init(&hc, 31, 12, 50);
+  float *dW = falloc((long)hc.V * hc.C), *dh = falloc((long)hc.N * hc.C);
+  for (int ntiles = 1; ntiles <= 4; ntiles *= 4) {
+    head_backward_run(dW, dh, NULL, &hc, ntiles, hc.coef, hc.zcoef);
+    bool zero = true, finite = true;
+    for (int t = 0; t < hc.N; t++)
+      for (int i = 0; i < hc.C; i++) {
+        float v = dh[(long)t * hc.C + i];
+        if (hc.target[t] < 0) zero &= v == 0;
+        finite &= isfinite(v);
+      }
+    CHECK(zero);
+    CHECK(finite);
+  }
+  free(dW), free(dh);
+  head_case_free(&hc);
+}
+
+// Everything the head produces, for comparisons between runs.
+typedef struct {
+  int n;
+  float *lse, *logp, *ent, *dW, *dh;
+  int *amax;
+  long bytes;
+} head_out;
+
+static void head_out_run(head_out *o, head_case *hc, int ntiles) {
+  ct_head h;
+  CHECK_OK(ct_head_init(&h, hc->N, hc->V, hc->C, ntiles));
+  o->n = ct_head_gather(&h, hc->hidden, hc->target, hc->N);
+  ct_head_forward(&h, hc->W);
+  o->lse = falloc(o->n), o->logp = falloc(o->n), o->ent = falloc(o->n);
+  o->amax = xcalloc(o->n, sizeof(int));
+  memcpy(o->lse, h.lse, sizeof(float) * o->n);
+  memcpy(o->logp, h.logp, sizeof(float) * o->n);
+  memcpy(o->ent, h.entropy, sizeof(float) * o->n);
+  memcpy(o->amax, h.argmax, sizeof(int) * o->n);
+  memcpy(h.coef, hc->coef, sizeof(float) * o->n);
+  memcpy(h.zcoef, hc->zcoef, sizeof(float) * o->n);
+  o->dW = falloc((long)hc->V * hc->C);
+  o->dh = falloc((long)hc->N * hc->C);
+  ct_head_backward(&h, hc->W, o->dW, o->dh, hc->N);
+  o->bytes = h.bytes;
+  ct_head_free(&h);
+}
+
+static void head_out_free(head_out *o) {
+  free(o->lse), free(o->logp), free(o->ent), free(o->amax), free(o->dW), free(o->dh);
+}
+
+static void test_head_vocab_tiling_matches_untiled_for_n_1_2_3_4_8(void) {
+  static const int tiles[] = {1, 2, 3, 4, 8};
+  seed(20);
+  head_case hc;
+  head_case_init(&hc, 29, 12, 50);  // V = 50: no tiling divides it evenly but 1 and 2
+  head_out base, o;
+  head_out_run(&base, &hc, 1);
+  long prev_bytes = base.bytes;
+  for (int k = 1; k < 5; k++) {
+    head_out_run(&o, &hc, tiles[k]);
+    CHECK(o.n == base.n);
+    CHECK(test_max_rel_diff(o.lse, base.lse, o.n) <= 1e-5);
+    CHECK(test_max_rel_diff(o.logp, base.logp, o.n) <= 1e-5);
+    CHECK(test_max_rel_diff(o.ent, base.ent, o.n) <= 1e-5);
+    CHECK(memcmp(o.amax, base.amax, sizeof(int) * o.n) == 0);
+    CHECK(test_max_rel_diff(o.dW, base.dW, (long)hc.V * hc.C) <= 1e-5);
+    CHECK(test_max_rel_diff(o.dh, base.dh, (long)hc.N * hc.C) <= 1e-5);
+    if (!(o.bytes < prev_bytes))
+      fprintf(stderr, "    ntiles %d: %ld bytes, not fewer than %ld\n", tiles[k], o.bytes, prev_bytes);
+    CHECK(o.bytes < prev_bytes);
+    prev_bytes = o.bytes;
+    head_out_free(&o);
+  }
+  head_out_free(&base);
+  head_case_free(&hc);
+}
+
+// Large enough that ct_sgemm splits the logits products across the threads.
+static void test_head_is_bit_identical_for_1_and_2_threads(void) {
+  seed(21);
+  head_case hc;
+  head_case_init(&hc, 190, 64, 50);
+  for (int ntiles = 1; ntiles <= 3; ntiles += 2) {
+    head_out o[2];
+    for (int k = 0; k < 2; k++) {
+      set_threads(k + 1);
+      head_out_run(&o[k], &hc, ntiles);
+    }
+    CHECK(o[0].n == o[1].n);
+    CHECK(memcmp(o[0].lse, o[1].lse, sizeof(float) * o[0].n) == 0);
+    CHECK(memcmp(o[0].logp, o[1].logp, sizeof(float) * o[0].n) == 0);
+    CHECK(memcmp(o[0].ent, o[1].ent, sizeof(float) * o[0].n) == 0);
+    CHECK(memcmp(o[0].amax, o[1].amax, sizeof(int) * o[0].n) == 0);
+    CHECK(memcmp(o[0].dW, o[1].dW, sizeof(float) * hc.V * hc.C) == 0);
+    CHECK(memcmp(o[0].dh, o[1].dh, sizeof(float) * hc.N * hc.C) == 0);
+    head_out_free(&o[0]);
+    head_out_free(&o[1]);
+  }
+  head_case_free(&hc);
+}
+
+// ---------------------------------------------------------------------------
+// ct_sgemm
+
+// One product with padded leading dimensions; C's padding holds a sentinel that must
+// survive, and with beta = 0 C starts as NaN (it must be ignored, as cblas does).
+static void sgemm_case(char ta, char tb, int M, int N, int K, float alpha, float beta) {
+  int lda = (ta == 'N' ? K : M) + 3, ldb = (tb == 'N' ? N : K) + 2, ldc = N + 5;
+  long na = (long)(ta == 'N' ? M : K) * lda, nb = (long)(tb == 'N' ? K : N) * ldb, nc = (long)M * ldc;
+  float *A = falloc(na), *B = falloc(nb), *C = falloc(nc), *C0 = falloc(nc);
+  fill(A, na, -1, 1);
+  fill(B, nb, -1, 1);
+  if (beta == 0)
+    fill_nan(C0, nc);
+  else
+    fill(C0, nc, -1, 1);
+  for (int i = 0; i < M; i++)
+    for (int j = N; j < ldc; j++) C0[(long)i * ldc + j] = 12345.0f;
+  memcpy(C, C0, sizeof(float) * nc);
+  ct_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  long bad = 0;
+  for (int i = 0; i < M; i++) {
+    for (int j = 0; j < N; j++) {
+      double s = 0, sa = 0;
+      for (int k = 0; k < K; k++) {
+        double a = ta == 'N' ? A[(long)i * lda + k] : A[(long)k * lda + i];
+        double b = tb == 'N' ? B[(long)k * ldb + j] : B[(long)j * ldb + k];
+        s += a * b, sa += fabs(a * b);
+      }
+      double c0 = beta == 0 ? 0 : C0[(long)i * ldc + j];
+      double ref = alpha * s + beta * c0, tol = 2e-5 * (fabs(alpha) * sa + fabs(beta * c0)) + 1e-6;
+      double got = C[(long)i * ldc + j];
+      if (!(fabs(got - ref) <= tol) && bad++ < 3)
+        fprintf(stderr, "    %c%c %dx%dx%d alpha %g beta %g: C[%d][%d] = %.7g, want %.7g\n", ta, tb,
+                M, N, K, alpha, beta, i, j, got, ref);
+    }
+    for (int j = N; j < ldc; j++) bad += C[(long)i * ldc + j] != 12345.0f;
+  }
+  CHECK(bad == 0);
+  free(A), free(B), free(C), free(C0);
+}
+
+// Shapes: odd and small (one thread), rows split (M >= N), columns split (N > M).
+static void test_sgemm_matches_naive_loop_for_all_transposes(void) {
+  static const int shapes[][3] = {
+      {37, 53, 29}, {300, 200, 64}, {70, 333, 64}, {1, 1, 1}, {17, 5, 300}};
+  static const float ab[][2] = {{1, 0}, {0.7f, -0.3f}, {-1.25f, 1}};
+  static const char tr[] = {'N', 'T'};
+  seed(22);
+  for (int s = 0; s < 5; s++)
+    for (int t = 0; t < 4; t++)
+      for (int k = 0; k < 3; k++)
+        sgemm_case(tr[t / 2], tr[t % 2], shapes[s][0], shapes[s][1], shapes[s][2], ab[k][0],
+                   ab[k][1]);
+}
+
+static void test_sgemm_with_k_0_scales_c_by_beta(void) {
+  float A[1] = {1}, B[1] = {1}, C[6] = {1, 2, 3, 4, 5, 6};
+  ct_sgemm('N', 'N', 2, 3, 0, 1.0f, A, 1, B, 3, 0.5f, C, 3);
+  bool scaled = true;
+  for (int i = 0; i < 6; i++) scaled &= C[i] == 0.5f * (i + 1);
+  CHECK(scaled);
+  float D[6] = {NAN, NAN, NAN, NAN, NAN, NAN};
+  ct_sgemm('N', 'N', 2, 3, 0, 1.0f, A, 1, B, 3, 0.0f, D, 3);
+  bool zero = true;
+  for (int i = 0; i < 6; i++) zero &= D[i] == 0;
+  CHECK(zero);
+}
+
+// ---------------------------------------------------------------------------
+// ct_expf
+
+// 4M evenly spaced points plus the ends and the neighbourhood of 0. (An exhaustive run
+// over every float in [-87, 88] found a worst relative error of 8.5e-8, at 26.69.)
+static void test_expf_relative_error_below_4e_7_on_minus_87_to_88(void) {
+  static const float extra[] = {-87.0f, 88.0f, 0.0f, -0.0f, 1e-30f, -1e-30f, 1e-7f, -1e-7f};
+  const long n = 1L << 22, nx = sizeof extra / sizeof extra[0];
+  double worst = 0;
+  float worst_x = 0;
+  for (long i = 0; i <= n + nx; i++) {
+    float x = i <= n ? (float)(-87.0 + 175.0 * (double)i / n) : extra[i - n - 1];
+    double e = exp((double)x), rel = fabs((double)ct_expf(x) - e) / e;
+    if (!(rel <= worst)) worst = rel, worst_x = x;
+  }
+  if (!(worst < 4e-7)) fprintf(stderr, "    worst %.3g at x = %.9g\n", worst, worst_x);
+  CHECK(worst < 4e-7);
+}
+
+static void test_expf_of_minus_infinity_is_zero(void) {
+  volatile float x = -INFINITY;
+  CHECK(ct_expf(x) == 0.0f);
+  volatile float y = -1000.0f;
+  CHECK(ct_expf(y) == 0.0f);
+}
+
+static void expf_nan_body(void) {
+  volatile float x = NAN;
+  CHECK(isnan(ct_expf(x)));
+}
+
+// In a child process: under -fsanitize=undefined -fno-sanitize-recover a report ends it.
+static void test_expf_of_nan_is_nan(void) { CHECK(run_in_child(expf_nan_body, 30)); }
+
+// ---------------------------------------------------------------------------
+// Pool (the rest of its contract is in test_pool.c)
+
+typedef struct {
+  atomic_int hits[6][5];  // (outer item, inner item)
+} nest_ctx;
+
+typedef struct {
+  atomic_int *row;  // (5) hits of one outer item
+} nest_arg;
+
+static void nest_row_task(void *ctx, int i, int thread) {
+  (void)thread;
+  atomic_fetch_add(((nest_arg *)ctx)->row + i, 1);
+}
+
+static void nest_outer_task(void *ctx, int i, int thread) {
+  (void)thread;
+  nest_ctx *c = ctx;
+  nest_arg a = {c->hits[i]};
+  ct_parallel_for(5, nest_row_task, &a);
+}
+
+static void nested_loop_body(void) {
+  CHECK_OK(ct_pool_init(2));
+  nest_ctx c;
+  for (int i = 0; i < 6; i++)
+    for (int k = 0; k < 5; k++) atomic_init(&c.hits[i][k], 0);
+  for (int rep = 0; rep < 50; rep++) ct_parallel_for(6, nest_outer_task, &c);
+  long bad = 0;
+  for (int i = 0; i < 6; i++)
+    for (int k = 0; k < 5; k++) bad += atomic_load(&c.hits[i][k]) != 50;
+  CHECK(bad == 0);
+}
+
+// pool.h: "a loop inside a task runs serially".
+static void test_pool_runs_a_loop_inside_a_task_serially(void) {
+  CHECK(run_in_child(nested_loop_body, 3));
+}
+
+// ---------------------------------------------------------------------------
+// ct_chunk_range, ct_blas_wanted_core
+
+static void test_chunk_range_covers_0_to_n_exactly_without_overlap(void) {
+  static const long big[] = {1000, 4099, 65537, (1L << 33) + 5};
+  static const long aligns[] = {1, 2, 3, 16, 64};
+  long bad = 0;
+  for (int ni = 0; ni < 101 + 4; ni++) {
+    long n = ni <= 100 ? ni : big[ni - 101];
+    for (int a = 0; a < 5; a++)
+      for (int parts = 1; parts <= 17; parts++) {
+        long align = aligns[a], prev = 0;
+        for (int i = 0; i < parts; i++) {
+          long lo, hi;
+          ct_chunk_range(n, align, parts, i, &lo, &hi);
+          bool ok = lo == prev && lo <= hi && hi <= n && (lo % align == 0 || lo == n);
+          if (!ok && bad++ < 3)
+            fprintf(stderr, "    n %ld align %ld parts %d: chunk %d = [%ld, %ld) after %ld\n", n,
+                    align, parts, i, lo, hi, prev);
+          prev = hi;
+        }
+        if (prev != n && bad++ < 3)
+          fprintf(stderr, "    n %ld align %ld parts %d: chunks end at %ld\n", n, align, parts, prev);
+      }
+  }
+  CHECK(bad == 0);
+}
+
+static bool same_core(const char *got, const char *want) {
+  return got == want || (got && want && strcmp(got, want) == 0);
+}
+
+static void test_blas_wanted_core_picks_kernel_for_cpu_features(void) {
+  CHECK(same_core(ct_blas_wanted_core("Prescott", true, true), "SKYLAKEX"));
+  CHECK(same_core(ct_blas_wanted_core("Haswell", true, true), "SKYLAKEX"));
+  CHECK(same_core(ct_blas_wanted_core("SkylakeX", true, true), NULL));
+  CHECK(same_core(ct_blas_wanted_core("Sandybridge", false, true), "HASWELL"));
+  CHECK(same_core(ct_blas_wanted_core("Prescott", false, true), "HASWELL"));
+  CHECK(same_core(ct_blas_wanted_core("Haswell", false, true), NULL));
+  CHECK(same_core(ct_blas_wanted_core("SkylakeX", false, true), NULL));
+  static const char *const any[] = {"Prescott", "Sandybridge", "Haswell", "SkylakeX", "Nehalem"};
+  for (int i = 0; i < 5; i++) CHECK(same_core(ct_blas_wanted_core(any[i], false, false), NULL));
+}
+
+// ---------------------------------------------------------------------------
+
+int main(int argc, char **argv) {
+  ct_blas_init(argc, argv);
+  signal(SIGALRM, on_alarm);
+  if (ct_pool_init(2) != 0) {
+    fprintf(stderr, "test_kernels: %s\n", ct_last_error());
+    return 1;
+  }
+  RUN_WATCHED(test_rmsnorm_backward_matches_central_differences, 30);
+  RUN_WATCHED(test_rmsnorm_backward_accumulate_adds_gradient_to_dx, 30);
+  RUN_WATCHED(test_rmsnorm_backward_is_bit_identical_for_1_and_2_threads, 30);
+  RUN_WATCHED(test_headnorm_backward_matches_central_differences_on_strided_rows, 30);
+  RUN_WATCHED(test_rope_inverse_is_the_transpose_of_forward, 30);
+  RUN_WATCHED(test_rope_preserves_the_norm_of_every_head, 30);
+  RUN_WATCHED(test_rope_at_position_0_is_identity, 30);
+  RUN_WATCHED(test_swiglu_backward_matches_central_differences, 30);
+  RUN_WATCHED(test_bias_backward_matches_central_differences, 30);
+  RUN_WATCHED(test_bias_backward_is_bit_identical_for_1_and_2_threads, 30);
+  RUN_WATCHED(test_embed_backward_matches_central_differences_with_repeated_ids, 30);
+  RUN_WATCHED(test_attention_forward_matches_double_reference, 30);
+  RUN_WATCHED(test_attention_backward_matches_central_differences_for_every_entry_at_T9, 30);
+  RUN_WATCHED(test_attention_backward_matches_central_differences_at_T70, 30);
+  RUN_WATCHED(test_attention_is_bit_identical_for_1_and_2_threads, 30);
+  RUN_WATCHED(test_head_gather_keeps_only_rows_with_a_target, 30);
+  RUN_WATCHED(test_head_forward_matches_double_reference, 30);
+  RUN_WATCHED(test_head_backward_matches_central_differences, 30);
+  RUN_WATCHED(test_head_backward_writes_zero_d_hidden_for_rows_without_target, 30);
+  RUN_WATCHED(test_head_vocab_tiling_matches_untiled_for_n_1_2_3_4_8, 30);
+  RUN_WATCHED(test_head_is_bit_identical_for_1_and_2_threads, 30);
+  RUN_WATCHED(test_sgemm_matches_naive_loop_for_all_transposes, 30);
+  RUN_WATCHED(test_sgemm_with_k_0_scales_c_by_beta, 30);
+  RUN_WATCHED(test_expf_relative_error_below_4e_7_on_minus_87_to_88, 30);
+  RUN_WATCHED(test_expf_of_minus_infinity_is_zero, 30);
+  RUN_WATCHED(test_chunk_range_covers_0_to_n_exactly_without_overlap, 30);
+  RUN_WATCHED(test_blas_wanted_core_picks_kernel_for_cpu_features, 30);
+  RUN_WATCHED(test_expf_of_nan_is_nan, 40);
+  RUN_WATCHED(test_pool_runs_a_loop_inside_a_task_serially, 30);
+  ct_pool_free();
+  return test_summary();
+}
