@@ -1,0 +1,539 @@
+#include "data.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+// ---------------------------------------------------------------------------
+// Growable storage
+
+static int grow(void **p, long *cap, long need, size_t elem) {
+  if (need <= *cap) return 0;
+  long c = *cap ? *cap : 1024;
+  while (c < need) c *= 2;
+  void *q = realloc(*p, elem * (size_t)c);
+  if (!q) return ct_set_error(CT_ENOMEM, "dataset: out of memory");
+  *p = q;
+  *cap = c;
+  return 0;
+}
+
+typedef struct {
+  ct_dataset *ds;
+  const ct_tokenizer *tok;
+  const ct_data_opts *o;
+  long cap_tokens, cap_rows;
+  ct_ids ids;       // the row being built
+  uint8_t *label;   // its labels
+  long cap_label;
+  int line;
+} loader;
+
+// Row-level error: "path:line: message"; CT_EFORMAT lets the caller skip the row.
+#define ROW_ERROR(L, ...) row_error((L), __VA_ARGS__)
+static int row_error(loader *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int row_error(loader *L, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return ct_set_error(CT_EFORMAT, "%s:%d: %s", L->ds->path, L->line, msg);
+}
+
+// Appends ids [from, ids.n) labels with value `lab`.
+static int label_to_end(loader *L, int from, uint8_t lab) {
+  if (grow((void **)&L->label, &L->cap_label, L->ids.n, 1)) return CT_ENOMEM;
+  for (int i = from; i < L->ids.n; i++) L->label[i] = lab;
+  return 0;
+}
+
+static int encode(loader *L, const char *text) {
+  return ct_tokenizer_encode(L->tok, text, strlen(text), true, &L->ids);
+}
+
+static int maybe_bos(loader *L) {
+  int bos = ct_tokenizer_bos(L->tok);
+  if (ct_tokenizer_add_bos(L->tok) && bos >= 0) return ct_ids_push(&L->ids, bos);
+  return 0;
+}
+
+static int ensure_eos(loader *L) {
+  int eos = ct_tokenizer_eos(L->tok);
+  if (eos < 0 || (L->ids.n && L->ids.v[L->ids.n - 1] == eos)) return 0;
+  return ct_ids_push(&L->ids, eos);
+}
+
+// After a chat template: drop a BOS the tokenizer would add if the template wrote one.
+static int chat_text(loader *L, const json_t *msgs, bool gen, const char *key, char **out) {
+  int rc = ct_tokenizer_chat(L->tok, msgs, gen, out);
+  if (rc) return ROW_ERROR(L, "key '%s': %s", key, ct_last_error());
+  return 0;
+}
+
+static int encode_doc(loader *L, const char *text, bool bos_ok) {
+  int start = L->ids.n;
+  if (bos_ok && maybe_bos(L)) return CT_ENOMEM;
+  int after_bos = L->ids.n;
+  if (encode(L, text)) return CT_ENOMEM;
+  // one BOS only: a template that already wrote it keeps its own
+  int bos = ct_tokenizer_bos(L->tok);
+  if (after_bos > start && L->ids.n > after_bos && L->ids.v[after_bos] == bos) {
+    memmove(L->ids.v + start, L->ids.v + after_bos, sizeof(int) * (L->ids.n - after_bos));
+    L->ids.n -= after_bos - start;
+  }
+  return 0;
+}
+
+static int row_text(loader *L, const char *text) {
+  if (encode_doc(L, text, true) || ensure_eos(L)) return CT_ENOMEM;
+  return label_to_end(L, 0, 1);
+}
+
+// prompt + completion: tokenize prompt alone and the whole text once; the prompt's
+// length marks the boundary, as TRL does, and a prompt that is not a prefix of the
+// whole is counted (merges across the seam, templates that differ).
+static int row_prompt_completion(loader *L, const char *prompt, const char *full, bool eos) {
+  if (encode_doc(L, prompt, true)) return CT_ENOMEM;
+  int np = L->ids.n;
+  int *p = malloc(sizeof(int) * (np ? np : 1));
+  if (!p) return ct_set_error(CT_ENOMEM, "dataset: out of memory");
+  memcpy(p, L->ids.v, sizeof(int) * np);
+  L->ids.n = 0;
+  if (encode_doc(L, full, true) || (eos && ensure_eos(L))) {
+    free(p);
+    return CT_ENOMEM;
+  }
+  if (L->ids.n < np || memcmp(p, L->ids.v, sizeof(int) * np) != 0) L->ds->n_prefix_mismatch++;
+  free(p);
+  if (np > L->ids.n) np = L->ids.n;
+  if (label_to_end(L, 0, L->o->completion_only_loss ? 0 : 1)) return CT_ENOMEM;
+  return label_to_end(L, np, 1);
+}
+
+// A conversation: the chat template's text, no EOS added (the template ends turns).
+// With assistant_only_loss, labels only on what the template marks {% generation %}.
+static int row_messages(loader *L, const json_t *msgs) {
+  if (!L->o->assistant_only_loss) {
+    char *text;
+    int rc = chat_text(L, msgs, false, "messages", &text);
+    if (!rc) rc = encode_doc(L, text, true);
+    free(text);
+    return rc ? rc : label_to_end(L, 0, 1);
+  }
+  if (!ct_tokenizer_chat_has_generation(L->tok))
+    return ROW_ERROR(L, "assistant_only_loss needs a chat template with {%% generation %%} "
+                     "markers, and this tokenizer's template has none");
+  char *text;
+  size_t len;
+  ct_span *gen = NULL;
+  int ngen = 0;
+  ct_chat_opts co = {.add_generation_prompt = false};
+  int rc = ct_tokenizer_chat_render(L->tok, msgs, &co, &text, &len, &gen, &ngen);
+  if (rc) return ROW_ERROR(L, "key 'messages': %s", ct_last_error());
+  ct_ids mask = {0};
+  int bos = ct_tokenizer_bos(L->tok);
+  bool add_bos = ct_tokenizer_add_bos(L->tok) && bos >= 0;
+  if (add_bos && (rc = ct_ids_push(&L->ids, bos)) == 0) rc = ct_ids_push(&mask, 0);
+  if (!rc) rc = ct_tokenizer_encode_masked(L->tok, text, len, gen, ngen, &L->ids, &mask);
+  // one BOS only: drop ours when the template wrote one
+  if (!rc && add_bos && L->ids.n > 1 && L->ids.v[1] == bos) {
+    memmove(L->ids.v, L->ids.v + 1, sizeof(int) * (L->ids.n - 1));
+    memmove(mask.v, mask.v + 1, sizeof(int) * (mask.n - 1));
+    L->ids.n--;
+    mask.n--;
+  }
+  if (!rc) rc = grow((void **)&L->label, &L->cap_label, L->ids.n, 1);
+  for (int i = 0; !rc && i < L->ids.n; i++) L->label[i] = (uint8_t)mask.v[i];
+  free(text);
+  free(gen);
+  ct_ids_free(&mask);
+  return rc;
+}
+
+static char *concat(const char *a, const char *b) {
+  size_t na = strlen(a), nb = strlen(b);
+  char *s = malloc(na + nb + 1);
+  if (!s) return NULL;
+  memcpy(s, a, na);
+  memcpy(s + na, b, nb + 1);
+  return s;
+}
+
+static int row_pretokenized(loader *L, const json_t *row, const json_t *ids) {
+  const json_t *mask = json_object_get(row, "completion_mask");
+  if (mask && (!json_is_array(mask) || json_array_size(mask) != json_array_size(ids)))
+    return ROW_ERROR(L, "key 'completion_mask': expected a list as long as input_ids (%zu)",
+                     json_array_size(ids));
+  int V = ct_tokenizer_vocab_size(L->tok);
+  size_t i;
+  json_t *v;
+  json_array_foreach(ids, i, v) {
+    json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+    if (id < 0 || id >= V)
+      return ROW_ERROR(L, "key 'input_ids'[%zu]: expected a token id in [0, %d)", i, V);
+    if (ct_ids_push(&L->ids, (int)id)) return CT_ENOMEM;
+  }
+  if (grow((void **)&L->label, &L->cap_label, L->ids.n, 1)) return CT_ENOMEM;
+  for (i = 0; i < json_array_size(ids); i++) {
+    int lab = 1;
+    if (mask && L->o->completion_only_loss) {
+      json_t *m = json_array_get(mask, i);
+      if (!json_is_integer(m) || (json_integer_value(m) != 0 && json_integer_value(m) != 1))
+        return ROW_ERROR(L, "key 'completion_mask'[%zu]: expected 0 or 1", i);
+      lab = (int)json_integer_value(m);
+    }
+    L->label[i] = (uint8_t)lab;
+  }
+  return 0;
+}
+
+static int row_tokens(loader *L, const json_t *row) {
+  if (!json_is_object(row)) return ROW_ERROR(L, "expected a JSON object");
+  const json_t *ids = json_object_get(row, "input_ids");
+  if (ids) {
+    if (!json_is_array(ids)) return ROW_ERROR(L, "key 'input_ids': expected a list of token ids");
+    return row_pretokenized(L, row, ids);
+  }
+  const json_t *msgs = json_object_get(row, "messages");
+  if (msgs) {
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+      return ROW_ERROR(L, "key 'messages': expected a non-empty list of {role, content}");
+    return row_messages(L, msgs);
+  }
+  const json_t *prompt = json_object_get(row, "prompt"), *comp = json_object_get(row, "completion");
+  if (prompt || comp) {
+    if (!prompt) return ROW_ERROR(L, "key 'prompt' is missing (the row has a completion)");
+    if (!comp) return ROW_ERROR(L, "key 'completion' is missing (the row has a prompt)");
+    if (json_is_string(prompt) && json_is_string(comp)) {
+      char *full = concat(json_string_value(prompt), json_string_value(comp));
+      if (!full) return ct_set_error(CT_ENOMEM, "dataset: out of memory");
+      int rc = row_prompt_completion(L, json_string_value(prompt), full, true);
+      free(full);
+      return rc;
+    }
+    if (json_is_array(prompt) && json_is_array(comp)) {  // conversational
+      json_t *all = json_copy((json_t *)prompt);
+      json_array_extend(all, (json_t *)comp);
+      char *p = NULL, *f = NULL;
+      int rc = chat_text(L, prompt, true, "prompt", &p);
+      if (!rc) rc = chat_text(L, all, false, "completion", &f);
+      if (!rc) rc = row_prompt_completion(L, p, f, false);
+      free(p);
+      free(f);
+      json_decref(all);
+      return rc;
+    }
+    return ROW_ERROR(L, "keys 'prompt' and 'completion': expected two strings or two message lists");
+  }
+  const json_t *text = json_object_get(row, L->o->text_field);
+  if (!text)
+    return ROW_ERROR(L, "no known fields: expected '%s', 'prompt'+'completion', 'messages' or "
+                     "'input_ids'", L->o->text_field);
+  if (!json_is_string(text)) return ROW_ERROR(L, "key '%s': expected a string", L->o->text_field);
+  return row_text(L, json_string_value(text));
+}
+
+// Truncates, drops rows without labels, appends the row to the dataset.
+static int keep_row(loader *L) {
+  ct_dataset *ds = L->ds;
+  int n = L->ids.n;
+  if (n > L->o->max_length) {
+    n = L->o->max_length;
+    ds->n_truncated++;
+  }
+  long labels = 0;
+  for (int i = 1; i < n; i++) labels += L->label[i];
+  if (labels == 0) {
+    ds->n_empty++;
+    return 0;
+  }
+  if (ds->n_tokens + n > L->cap_tokens) {  // ids and labels grow together
+    long cap = L->cap_tokens;
+    if (grow((void **)&ds->ids, &cap, ds->n_tokens + n, sizeof(int))) return CT_ENOMEM;
+    uint8_t *lab = realloc(ds->label, (size_t)cap);
+    if (!lab) return ct_set_error(CT_ENOMEM, "dataset: out of memory");
+    ds->label = lab;
+    L->cap_tokens = cap;
+  }
+  if (ds->n_rows + 1 > L->cap_rows) {  // the three per-row arrays grow together
+    long cap = L->cap_rows, c2 = cap, c3 = cap;
+    if (grow((void **)&ds->row_start, &cap, ds->n_rows + 1, sizeof(long)) ||
+        grow((void **)&ds->row_len, &c2, ds->n_rows + 1, sizeof(int)) ||
+        grow((void **)&ds->row_line, &c3, ds->n_rows + 1, sizeof(int)))
+      return CT_ENOMEM;
+    L->cap_rows = cap;
+  }
+  memcpy(ds->ids + ds->n_tokens, L->ids.v, sizeof(int) * n);
+  memcpy(ds->label + ds->n_tokens, L->label, (size_t)n);
+  ds->label[ds->n_tokens] = 0;  // nothing before a document's first token predicts it
+  ds->row_start[ds->n_rows] = ds->n_tokens;
+  ds->row_len[ds->n_rows] = n;
+  ds->row_line[ds->n_rows] = L->line;
+  ds->n_rows++;
+  ds->n_tokens += n;
+  ds->n_label_tokens += labels;
+  return 0;
+}
+
+static bool blank(const char *s) {
+  for (; *s; s++)
+    if (*s != ' ' && *s != '\t' && *s != '\r' && *s != '\n') return false;
+  return true;
+}
+
+int ct_dataset_load(ct_dataset *ds, const char *path, const ct_tokenizer *tok,
+                    const ct_data_opts *o) {
+  memset(ds, 0, sizeof *ds);
+  ds->path = strdup(path);
+  FILE *f = fopen(path, "rb");
+  if (!f || !ds->path) {
+    int e = errno;
+    if (f) fclose(f);
+    return ct_set_error(CT_EIO, "%s: cannot open: %s", path, strerror(e));
+  }
+  loader L = {.ds = ds, .tok = tok, .o = o};
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t got;
+  int rc = 0;
+  while ((got = getline(&line, &cap, f)) >= 0) {
+    L.line++;
+    ds->n_lines++;
+    if ((size_t)got != strlen(line)) {
+      rc = ROW_ERROR(&L, "line contains a NUL byte");
+    } else if (blank(line)) {
+      continue;
+    } else {
+      json_error_t err;
+      json_t *row = json_loads(line, JSON_REJECT_DUPLICATES, &err);
+      L.ids.n = 0;
+      if (!row)
+        rc = ROW_ERROR(&L, "invalid JSON at column %d: %s", err.column, err.text);
+      else
+        rc = row_tokens(&L, row);
+      json_decref(row);
+      if (!rc) rc = keep_row(&L);
+    }
+    if (rc == CT_EFORMAT && o->skip_bad_rows) {
+      if (!ds->n_bad) snprintf(ds->first_bad, sizeof ds->first_bad, "%s", ct_last_error());
+      ds->n_bad++;
+      rc = 0;
+    }
+    if (rc) break;
+  }
+  if (!rc && ferror(f)) rc = ct_set_error(CT_EIO, "%s: read error: %s", path, strerror(errno));
+  free(line);
+  fclose(f);
+  ct_ids_free(&L.ids);
+  free(L.label);
+  if (!rc && ds->n_rows == 0)
+    rc = ct_set_error(CT_EFORMAT, "%s: no usable rows (%d lines, %d malformed, %d without any "
+                      "trained token)", path, ds->n_lines, ds->n_bad, ds->n_empty);
+  if (!rc) rc = ct_dataset_pack(ds, o->max_length, o->packing);
+  if (rc) {
+    char keep[1024];
+    snprintf(keep, sizeof keep, "%s", ct_last_error());
+    ct_dataset_free(ds);
+    ct_set_error(rc, "%s", keep);
+  }
+  return rc;
+}
+
+void ct_dataset_free(ct_dataset *ds) {
+  free(ds->path);
+  free(ds->ids);
+  free(ds->label);
+  free(ds->row_start);
+  free(ds->row_len);
+  free(ds->row_line);
+  free(ds->seq_first);
+  free(ds->seq_count);
+  free(ds->seq_rows);
+  free(ds->seq_len);
+  memset(ds, 0, sizeof *ds);
+}
+
+// ---------------------------------------------------------------------------
+// Packing: best-fit decreasing. Rows are placed longest first, each into the open bin
+// with the least room that still fits it; a segment tree over "room left" finds that
+// bin in O(log max_length).
+
+typedef struct {
+  int size;   // leaves: room values 0..size-1
+  int *cnt;   // (2*size) bins with room in each subtree
+} room_tree;
+
+static void room_add(room_tree *t, int room, int d) {
+  for (int i = room + t->size; i >= 1; i >>= 1) t->cnt[i] += d;
+}
+
+// Smallest room >= need that some bin has, or -1.
+static int room_find(const room_tree *t, int need, int node, int lo, int hi) {
+  if (hi < need || t->cnt[node] == 0) return -1;
+  if (lo == hi) return lo;
+  int mid = (lo + hi) / 2;
+  int r = room_find(t, need, 2 * node, lo, mid);
+  return r >= 0 ? r : room_find(t, need, 2 * node + 1, mid + 1, hi);
+}
+
+static const int *sort_len;
+static int by_len_desc(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  if (sort_len[x] != sort_len[y]) return sort_len[y] - sort_len[x];
+  return x - y;
+}
+
+int ct_dataset_pack(ct_dataset *ds, int max_length, bool packing) {
+  int n = ds->n_rows;
+  free(ds->seq_first);
+  free(ds->seq_count);
+  free(ds->seq_rows);
+  free(ds->seq_len);
+  ds->seq_first = malloc(sizeof(int) * n);
+  ds->seq_count = malloc(sizeof(int) * n);
+  ds->seq_rows = malloc(sizeof(int) * n);
+  ds->seq_len = malloc(sizeof(int) * n);
+  if (!ds->seq_first || !ds->seq_count || !ds->seq_rows || !ds->seq_len)
+    return ct_set_error(CT_ENOMEM, "dataset: out of memory");
+  if (!packing) {
+    for (int i = 0; i < n; i++) {
+      ds->seq_first[i] = ds->seq_rows[i] = i;
+      ds->seq_count[i] = 1;
+      ds->seq_len[i] = ds->row_len[i];
+    }
+    ds->n_seq = n;
+    return 0;
+  }
+  int *order = malloc(sizeof(int) * n), *bin_of = malloc(sizeof(int) * n);
+  int *bin_len = calloc(n, sizeof(int)), *bin_next = malloc(sizeof(int) * n);
+  int *room_head = NULL;  // bins with a given room: a stack through bin_next
+  room_tree t = {0};
+  int size = 1;
+  while (size < max_length + 1) size *= 2;
+  t.size = size;
+  t.cnt = calloc(2 * size, sizeof(int));
+  room_head = malloc(sizeof(int) * (max_length + 1));
+  if (!order || !bin_of || !bin_len || !bin_next || !t.cnt || !room_head) {
+    free(order); free(bin_of); free(bin_len); free(bin_next); free(t.cnt); free(room_head);
+    return ct_set_error(CT_ENOMEM, "dataset: out of memory");
+  }
+  for (int r = 0; r <= max_length; r++) room_head[r] = -1;
+  for (int i = 0; i < n; i++) order[i] = i;
+  sort_len = ds->row_len;
+  qsort(order, n, sizeof(int), by_len_desc);
+  int nbins = 0;
+  for (int k = 0; k < n; k++) {
+    int row = order[k], len = ds->row_len[row];
+    int room = room_find(&t, len, 1, 0, size - 1), bin;
+    if (room >= 0) {  // take the bin off its room stack
+      bin = room_head[room];
+      room_head[room] = bin_next[bin];
+      room_add(&t, room, -1);
+    } else {
+      bin = nbins++;
+      room = max_length;
+    }
+    bin_of[row] = bin;
+    bin_len[bin] += len;
+    room -= len;
+    bin_next[bin] = room_head[room];
+    room_head[room] = bin;
+    room_add(&t, room, +1);
+  }
+  // Lay bins out in order of their first row so that packing is stable.
+  for (int b = 0; b < nbins; b++) ds->seq_count[b] = 0;
+  for (int r = 0; r < n; r++) ds->seq_count[bin_of[r]]++;
+  int off = 0;
+  for (int b = 0; b < nbins; b++) {
+    ds->seq_first[b] = off;
+    off += ds->seq_count[b];
+    ds->seq_count[b] = 0;
+    ds->seq_len[b] = bin_len[b];
+  }
+  for (int r = 0; r < n; r++) {
+    int b = bin_of[r];
+    ds->seq_rows[ds->seq_first[b] + ds->seq_count[b]++] = r;
+  }
+  ds->n_seq = nbins;
+  free(order); free(bin_of); free(bin_len); free(bin_next); free(t.cnt); free(room_head);
+  return 0;
+}
+
+long ct_seq_labels(const ct_dataset *ds, int seq) {
+  long n = 0;
+  for (int k = 0; k < ds->seq_count[seq]; k++) {
+    int r = ds->seq_rows[ds->seq_first[seq] + k];
+    const uint8_t *lab = ds->label + ds->row_start[r];
+    for (int i = 1; i < ds->row_len[r]; i++) n += lab[i];
+  }
+  return n;
+}
+
+// ---------------------------------------------------------------------------
+// Batches
+
+int ct_batch_init(ct_batch *b, int cap_B, int cap_T) {
+  memset(b, 0, sizeof *b);
+  long n = (long)cap_B * cap_T;
+  b->cap_B = cap_B;
+  b->cap_T = cap_T;
+  b->ids = malloc(sizeof(int) * n);
+  b->pos = malloc(sizeof(int) * n);
+  b->seg = malloc(sizeof(int) * n);
+  b->target = malloc(sizeof(int) * n);
+  b->row_seq = malloc(sizeof(int) * cap_B);
+  if (!b->ids || !b->pos || !b->seg || !b->target || !b->row_seq) {
+    ct_batch_free(b);
+    return ct_set_error(CT_ENOMEM, "batch: out of memory");
+  }
+  return 0;
+}
+
+void ct_batch_free(ct_batch *b) {
+  free(b->ids);
+  free(b->pos);
+  free(b->seg);
+  free(b->target);
+  free(b->row_seq);
+  memset(b, 0, sizeof *b);
+}
+
+void ct_batch_fill(ct_batch *b, const ct_dataset *ds, const int *seqs, int n, int pad_id) {
+  int T = 1;
+  for (int i = 0; i < n; i++)
+    if (ds->seq_len[seqs[i]] > T) T = ds->seq_len[seqs[i]];
+  b->B = n;
+  b->T = T;
+  b->n_target = b->n_tokens = 0;
+  for (int i = 0; i < n; i++) {
+    int s = seqs[i], t = 0;
+    b->row_seq[i] = s;
+    int *ids = b->ids + (long)i * T, *pos = b->pos + (long)i * T;
+    int *seg = b->seg + (long)i * T, *tgt = b->target + (long)i * T;
+    for (int k = 0; k < ds->seq_count[s]; k++) {
+      int r = ds->seq_rows[ds->seq_first[s] + k], len = ds->row_len[r], doc = t;
+      const int *rid = ds->ids + ds->row_start[r];
+      const uint8_t *lab = ds->label + ds->row_start[r];
+      for (int j = 0; j < len; j++, t++) {
+        ids[t] = rid[j];
+        pos[t] = j;
+        seg[t] = doc;
+        tgt[t] = (j + 1 < len && lab[j + 1]) ? rid[j + 1] : -1;
+        b->n_target += tgt[t] >= 0;
+      }
+    }
+    b->n_tokens += t;
+    for (; t < T; t++) {  // padding: no target, attends only to itself
+      ids[t] = pad_id;
+      pos[t] = t;
+      seg[t] = t;
+      tgt[t] = -1;
+    }
+  }
+}

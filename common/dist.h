@@ -1,0 +1,23 @@
+// dist: MPI across processes. Every trainer runs the same code at world size 1 (a
+// plain `bin/sft ...` is an MPI singleton) and under `mpirun -np N bin/sft ...`.
+// Each rank holds the whole model; gradients are summed across ranks before the
+// optimizer step, so every rank takes the same step.
+#pragma once
+
+int ct_dist_init(int *argc, char ***argv);
+void ct_dist_finalize(void);
+int ct_dist_rank(void);
+int ct_dist_world(void);
+// Ranks of this job on this machine (to divide the cores between them).
+int ct_dist_local_size(void);
+
+// In-place sums across ranks (no-ops at world size 1).
+int ct_dist_sum_f32(float *buf, long n);
+int ct_dist_sum_f64(double *buf, int n);
+// The largest value across ranks: error codes agree before anyone stops.
+int ct_dist_max_int(int v);
+// Rank 0's bytes to every rank.
+int ct_dist_bcast(void *buf, long bytes);
+void ct_dist_barrier(void);
+// Stops every other rank after a fatal error on this one (returns at world size 1).
+void ct_dist_abort(int code);

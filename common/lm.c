@@ -1,0 +1,45 @@
+#include "lm.h"
+
+#include <string.h>
+
+#include "error.h"
+
+int ct_lm_step(const ct_model *m, ct_acts *a, ct_head *h, const ct_batch *b,
+                const ct_weights *grads, float scale, float z_loss, ct_lm_stats *st) {
+  int N = b->B * b->T;
+  if (b->B > a->B || b->T > a->T)
+    return ct_set_error(CT_EINVAL, "batch of %d x %d tokens exceeds the activations' %d x %d",
+                        b->B, b->T, a->B, a->T);
+  memcpy(a->ids, b->ids, sizeof(int) * N);
+  memcpy(a->pos, b->pos, sizeof(int) * N);
+  memcpy(a->seg, b->seg, sizeof(int) * N);
+  ct_forward(m, a, b->B, b->T);
+  int n = ct_head_gather(h, a->lnf, b->target, N);
+  if (n < 0) return n;
+  ct_head_forward(h, m->w.lm_head);
+  int row = -1, row_ok = 0;
+  for (int r = 0; r < n; r++) {
+    bool hit = h->argmax[r] == h->target[r];
+    st->loss -= h->logp[r];
+    st->z += (double)h->lse[r] * h->lse[r];
+    st->entropy += h->entropy[r];
+    st->correct += hit;
+    int br = h->rows[r] / b->T;  // gathered rows come in token order
+    if (br != row) {
+      st->seq_ok += row >= 0 && row_ok;
+      row = br;
+      row_ok = 1;
+    }
+    row_ok &= hit;
+    h->coef[r] = scale;
+    h->zcoef[r] = 2 * z_loss * h->lse[r] * scale;
+  }
+  st->seq_ok += row >= 0 && row_ok;
+  st->seqs += b->B;
+  st->targets += n;
+  st->tokens += b->n_tokens;
+  if (!grads) return 0;
+  ct_head_backward(h, m->w.lm_head, grads->lm_head, a->dln, N);
+  ct_backward(m, grads, a, a->dln, b->B, b->T);
+  return 0;
+}

@@ -1,0 +1,29 @@
+// lm: one micro-batch of causal-LM cross-entropy — forward, the head, statistics, and
+// (when training) backward with every token weighted by `scale` (1 / the number of
+// target tokens in the whole optimizer step). SFT's loss, distillation's hard loss and
+// every trainer's evaluation go through here.
+#pragma once
+#include <stdbool.h>
+
+#include "data.h"
+#include "forward.h"
+#include "loss.h"
+#include "model.h"
+
+typedef struct {
+  double loss;     // Σ cross-entropy over targets (nats)
+  double z;        // Σ lse² over targets
+  double entropy;  // Σ entropy of the predicted distribution over targets
+  double correct;  // targets whose argmax is the target
+  double targets;  // number of targets
+  double tokens;   // non-padding input tokens
+  double seq_ok;   // rows whose every target is the argmax (= greedy decoding reproduces them)
+  double seqs;     // rows
+} ct_lm_stats;
+
+#define CT_LM_STATS_N 8  // doubles in ct_lm_stats, for all-reduce
+
+// Runs batch b through the model. With grads != NULL, accumulates the gradient of
+// scale·Σ(CE + z_loss·lse²) into grads. Fails only if b is larger than a and h allow.
+int ct_lm_step(const ct_model *m, ct_acts *a, ct_head *h, const ct_batch *b,
+                const ct_weights *grads, float scale, float z_loss, ct_lm_stats *st);

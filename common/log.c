@@ -1,0 +1,112 @@
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "error.h"
+
+double ct_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+// Keeps the lines of path whose "step" is <= max_step.
+static int drop_later_steps(const char *path, long max_step) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *o = fopen(tmp, "w");
+  if (!o) {
+    fclose(f);
+    return ct_set_error(CT_EIO, "%s: cannot write", tmp);
+  }
+  char *line = NULL;
+  size_t cap = 0;
+  while (getline(&line, &cap, f) >= 0) {
+    json_t *j = json_loads(line, 0, NULL);
+    json_t *s = json_object_get(j, "step");
+    if (json_is_integer(s) && json_integer_value(s) <= max_step) fputs(line, o);
+    json_decref(j);
+  }
+  free(line);
+  fclose(f);
+  if (fclose(o) || rename(tmp, path)) return ct_set_error(CT_EIO, "%s: cannot rewrite", path);
+  return 0;
+}
+
+int ct_log_open(ct_log *l, const char *output_dir, long resume_step, long total, bool active) {
+  memset(l, 0, sizeof *l);
+  l->active = active;
+  l->tty = isatty(2);
+  l->t0 = ct_now();
+  l->step0 = resume_step;
+  l->total = total;
+  snprintf(l->path, sizeof l->path, "%s/metrics.jsonl", output_dir);
+  if (!active) return 0;
+  if (resume_step > 0) return drop_later_steps(l->path, resume_step);
+  FILE *f = fopen(l->path, "w");  // a fresh run starts a fresh file
+  if (!f) return ct_set_error(CT_EIO, "%s: cannot write", l->path);
+  fclose(f);
+  return 0;
+}
+
+static void end_line(ct_log *l) {
+  if (l->line_open) fputc('\n', stderr);
+  l->line_open = false;
+}
+
+int ct_log_metrics(ct_log *l, json_t *obj) {
+  int rc = 0;
+  if (l->active) {
+    FILE *f = fopen(l->path, "a");
+    char *s = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(8));
+    if (!f || !s || fprintf(f, "%s\n", s) < 0) rc = ct_set_error(CT_EIO, "%s: cannot append", l->path);
+    if (f && fclose(f)) rc = ct_set_error(CT_EIO, "%s: cannot append", l->path);
+    free(s);
+    if (!l->tty) {  // plain logs get the same line
+      char *p = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(6));
+      if (p) fprintf(stderr, "%s\n", p);
+      free(p);
+    }
+  }
+  json_decref(obj);
+  return rc;
+}
+
+static void fmt_time(char *buf, size_t n, double s) {
+  long t = (long)(s + 0.5);
+  if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+void ct_log_progress(ct_log *l, long step, double loss, double tokens_per_s) {
+  if (!l->active || !l->tty) return;
+  double el = ct_now() - l->t0;
+  double per = step > l->step0 ? el / (step - l->step0) : 0;
+  char eta[32], spent[32];
+  fmt_time(eta, sizeof eta, per * (l->total - step));
+  fmt_time(spent, sizeof spent, el);
+  fprintf(stderr, "\r\033[Kstep %ld/%ld  loss %.4f  %.0f tok/s  %s elapsed  ETA %s", step, l->total,
+          loss, tokens_per_s, spent, eta);
+  fflush(stderr);
+  l->line_open = true;
+}
+
+void ct_log_info(ct_log *l, const char *fmt, ...) {
+  if (!l->active) return;
+  end_line(l);
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("ctune: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+void ct_log_close(ct_log *l) { end_line(l); }

@@ -1,0 +1,113 @@
+// tokenizer: text <-> token ids. Two kinds behind one interface: the built-in byte
+// tokenizer (ids 0-255 are bytes, then a few special tokens; used by models trained
+// from scratch) and Hugging Face byte-level BPE tokenizers loaded from tokenizer.json.
+// Both are the same machinery: the byte tokenizer is a byte-level BPE without merges.
+//
+// Encoding follows Hugging Face tokenizers: added tokens are cut out first (leftmost,
+// longest), the rest is normalized (NFC when declared), pre-tokenized (Split regexes,
+// ByteLevel, Digits) and merged by rank. Decoding concatenates the tokens' bytes (no
+// clean-up of spaces), so decode(encode(x)) == x for NFC text.
+//
+// A tokenizer is read-only after loading; encode and decode may run on several threads
+// at once (a shared word cache is used by whichever thread holds it).
+#pragma once
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct ct_tokenizer ct_tokenizer;
+
+// A growable array of token ids.
+typedef struct {
+  int *v;
+  int n, cap;
+} ct_ids;
+int ct_ids_push(ct_ids *ids, int id);
+void ct_ids_free(ct_ids *ids);
+
+// The byte tokenizer: 256 bytes, then <|endoftext|> (256, bos/eos), <|im_start|> (257),
+// <|im_end|> (258), <|pad|> (259); chat template ChatML.
+int ct_tokenizer_bytes(ct_tokenizer **out);
+
+// Loads tokenizer.json (and tokenizer_config.json, generation_config.json when present)
+// from `dir`. Any Hugging Face byte-level BPE tokenizer.json loads; anything else (a
+// WordPiece or Unigram model, an unsupported normalizer or pre-tokenizer) fails naming
+// the file and the field.
+int ct_tokenizer_load(ct_tokenizer **out, const char *dir);
+void ct_tokenizer_free(ct_tokenizer *t);
+
+// Writes tokenizer.json and tokenizer_config.json into `dir` so that ct_tokenizer_load
+// (and Hugging Face) read back the same tokenizer: a loaded tokenizer writes back the
+// files it was loaded from, byte for byte (with the chat template replaced when
+// ct_tokenizer_set_chat_template was called).
+int ct_tokenizer_save(const ct_tokenizer *t, const char *dir);
+
+int ct_tokenizer_vocab_size(const ct_tokenizer *t);  // largest id + 1
+int ct_tokenizer_bos(const ct_tokenizer *t);         // -1 when none
+int ct_tokenizer_eos(const ct_tokenizer *t);
+int ct_tokenizer_pad(const ct_tokenizer *t);         // falls back to eos
+bool ct_tokenizer_add_bos(const ct_tokenizer *t);    // prepend bos when encoding a document
+bool ct_tokenizer_add_eos(const ct_tokenizer *t);    // append eos (tokenizer_config add_eos_token)
+int ct_tokenizer_token_id(const ct_tokenizer *t, const char *token);  // -1 when absent
+
+// Every id that ends a generation: eos, generation_config.json's eos_token_id(s), and the
+// special tokens that end a turn or a document in common chat formats (<|im_end|>,
+// <|endoftext|>, <|eot_id|>, <|eom_id|>, <|end_of_text|>, </s>, <end_of_turn>, ...)
+// that this vocabulary has. Sorted, no duplicates; points into the tokenizer.
+int ct_tokenizer_stop_ids(const ct_tokenizer *t, const int **ids);
+bool ct_tokenizer_is_stop(const ct_tokenizer *t, int id);
+
+// The bytes of one token (not NUL-terminated), or NULL with *len = 0 for an unused id.
+const char *ct_tokenizer_token_bytes(const ct_tokenizer *t, int id, size_t *len);
+bool ct_tokenizer_is_special(const ct_tokenizer *t, int id);
+
+// Appends the ids of text[0, len) to out. With `special`, special-token strings in the
+// text become their ids; without, they are encoded as plain text (non-special added
+// tokens such as Qwen's <think> are always matched, as in Hugging Face).
+int ct_tokenizer_encode(const ct_tokenizer *t, const char *text, size_t len, bool special,
+                        ct_ids *out);
+
+// As ct_tokenizer_encode, and also appends to `offsets` the byte offset in text where
+// each token starts (text must be shorter than 2 GiB).
+int ct_tokenizer_encode_offsets(const ct_tokenizer *t, const char *text, size_t len, bool special,
+                                ct_ids *out, ct_ids *offsets);
+
+// Decodes ids into a malloc'd NUL-terminated string (*len bytes before the NUL).
+int ct_tokenizer_decode(const ct_tokenizer *t, const int *ids, int n, char **out, size_t *len);
+
+// Renders a conversation (a JSON array of {"role","content"}) with the tokenizer's chat
+// template into a malloc'd string.
+int ct_tokenizer_chat(const ct_tokenizer *t, const json_t *messages, bool add_generation_prompt,
+                      char **out);
+
+// A byte range [start, end) of a rendered conversation.
+typedef struct {
+  size_t start, end;
+} ct_span;
+
+typedef struct {
+  bool add_generation_prompt;
+  const json_t *tools;  // a JSON list of tool schemas, or NULL
+  const json_t *extra;  // a JSON object of further template variables (e.g. enable_thinking), or NULL
+} ct_chat_opts;
+
+// The full form of ct_tokenizer_chat: *out (malloc'd, NUL-terminated, *len bytes) and,
+// when gen is not NULL, the byte ranges the template marked with {% generation %} ...
+// {% endgeneration %} (malloc'd; *ngen of them, in order; none when the template has no
+// markers). Those are the assistant tokens for assistant_only_loss.
+int ct_tokenizer_chat_render(const ct_tokenizer *t, const json_t *messages, const ct_chat_opts *opts,
+                             char **out, size_t *len, ct_span **gen, int *ngen);
+
+// Replaces the chat template (e.g. from a user's .jinja file); `where` names it in
+// messages. A template that does not parse is an error here (CT_EFORMAT, with line:col).
+// ct_tokenizer_save then writes it into tokenizer_config.json.
+int ct_tokenizer_set_chat_template(ct_tokenizer *t, const char *src, size_t len, const char *where);
+
+// True when the chat template has {% generation %} markers.
+bool ct_tokenizer_chat_has_generation(const ct_tokenizer *t);
+
+// Encodes a rendered conversation (special tokens as ids) and sets mask->v[i] to 1 for
+// each token that overlaps one of the spans (as from ct_tokenizer_chat_render), else 0.
+// ids and mask grow in step.
+int ct_tokenizer_encode_masked(const ct_tokenizer *t, const char *text, size_t len,
+                               const ct_span *spans, int nspans, ct_ids *ids, ct_ids *mask);

@@ -1,0 +1,349 @@
+#include "train.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "dist.h"
+#include "error.h"
+#include "pool.h"
+
+void ct_failpoint(const char *point) {
+  static int hits;
+  const char *fp = getenv("CT_FAILPOINT");
+  size_t n = strlen(point);
+  if (!fp || strncmp(fp, point, n) != 0 || (fp[n] && fp[n] != ':')) return;
+  int at = fp[n] == ':' ? atoi(fp + n + 1) : 1;  // "checkpoint:2" = the second time
+  if (++hits == at) sleep(60);
+}
+
+bool ct_failpoint_stop(long step) {
+  const char *s = getenv("CT_STOP_AFTER_STEP");
+  return s && atol(s) == step;
+}
+
+static bool file_exists(const char *dir, const char *name) {
+  char p[CT_PATH_MAX];
+  return ct_path_join(p, sizeof p, dir, name) == 0 && access(p, R_OK) == 0;
+}
+
+// The `model:` block -> a model config; zeros mean "derive".
+static int config_from_spec(ct_model_config *mc, const ct_config *cfg, const ct_tokenizer *tok) {
+  const ct_model_spec *s = &cfg->model;
+  memset(mc, 0, sizeof *mc);
+  snprintf(mc->model_type, sizeof mc->model_type, "%s", ct_model_type_names[s->model_type]);
+  mc->vocab_size = s->vocab_size ? (int)s->vocab_size : ct_tokenizer_vocab_size(tok);
+  mc->hidden_size = (int)s->hidden_size;
+  mc->intermediate_size = (int)s->intermediate_size;
+  mc->num_layers = (int)s->num_hidden_layers;
+  mc->num_heads = (int)s->num_attention_heads;
+  mc->num_kv_heads = s->num_key_value_heads ? (int)s->num_key_value_heads : mc->num_heads;
+  mc->head_dim = s->head_dim ? (int)s->head_dim : (mc->num_heads ? mc->hidden_size / mc->num_heads : 0);
+  mc->max_position_embeddings = (int)s->max_position_embeddings;
+  mc->rope_theta = (float)s->rope_theta;
+  mc->rms_norm_eps = (float)s->rms_norm_eps;
+  mc->tie_word_embeddings = s->tie_word_embeddings;
+  bool qwen2 = s->model_type == CT_MODEL_QWEN2, qwen3 = s->model_type == CT_MODEL_QWEN3;
+  mc->qkv_bias = CT_MODEL_SPEC_IS_SET(s, attention_bias) ? s->attention_bias : qwen2;
+  mc->qk_norm = CT_MODEL_SPEC_IS_SET(s, use_qk_norm) ? s->use_qk_norm : qwen3;
+  if (mc->qkv_bias && !qwen2)
+    return ct_set_error(CT_ECONFIG, "%s: key 'model.attention_bias': q/k/v biases without an "
+                        "o_proj bias exist only in model_type qwen2; use model.model_type=qwen2",
+                        ct_config_origin(cfg, "model.attention_bias"));
+  if (mc->qk_norm && !qwen3)
+    return ct_set_error(CT_ECONFIG, "%s: key 'model.use_qk_norm': per-head q/k norms exist only "
+                        "in model_type qwen3; use model.model_type=qwen3",
+                        ct_config_origin(cfg, "model.use_qk_norm"));
+  mc->bos_token_id = ct_tokenizer_bos(tok);
+  mc->eos_token_id = ct_tokenizer_eos(tok);
+  mc->pad_token_id = ct_tokenizer_pad(tok);
+  int rc = ct_model_config_check(mc);
+  if (rc) ct_wrap_error(CT_ECONFIG, "the `model:` block");
+  return rc ? CT_ECONFIG : 0;
+}
+
+static int check_dir(const ct_config *c, const char *key, const char *dir) {
+  struct stat st;
+  if (dir[0] && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
+    return ct_set_error(CT_EIO, "%s: key '%s': %s is not a directory", ct_config_origin(c, key), key, dir);
+  return 0;
+}
+
+static int load_tokenizer(ct_train *tr) {
+  const ct_config *c = tr->cfg;
+  int rc = check_dir(c, "model_path", c->model_path);
+  if (!rc) rc = check_dir(c, "tokenizer_path", c->tokenizer_path);
+  if (rc) return rc;
+  if (c->tokenizer_path[0]) return ct_tokenizer_load(&tr->tok, c->tokenizer_path);
+  if (tr->resumed_from[0] && file_exists(tr->resumed_from, "tokenizer.json"))
+    return ct_tokenizer_load(&tr->tok, tr->resumed_from);
+  if (c->model_path[0]) {
+    if (!file_exists(c->model_path, "tokenizer.json"))
+      return ct_set_error(CT_EIO, "%s has no tokenizer.json; set tokenizer_path", c->model_path);
+    return ct_tokenizer_load(&tr->tok, c->model_path);
+  }
+  return ct_tokenizer_bytes(&tr->tok);
+}
+
+static int read_trainer_state(ct_train *tr, const char *dir) {
+  char path[CT_PATH_MAX];
+  int rc = ct_path_join(path, sizeof path, dir, "trainer_state.json");
+  if (rc) return rc;
+  json_error_t err;
+  json_t *j = json_load_file(path, 0, &err);
+  if (!j) return ct_set_error(CT_EFORMAT, "%s: %s", path, err.text);
+  json_t *ct = json_object_get(j, "ctune");
+  json_t *rng = json_object_get(ct, "rng");
+  if (!json_is_integer(json_object_get(j, "global_step")) || !json_is_array(rng) ||
+      json_array_size(rng) != 4) {
+    rc = ct_set_error(CT_EFORMAT, "%s: not a ctune trainer state (global_step, ctune.rng missing)", path);
+  } else {
+    tr->step = (long)json_integer_value(json_object_get(j, "global_step"));
+    tr->epoch = (long)json_integer_value(json_object_get(ct, "epoch"));
+    tr->epoch_pos = (long)json_integer_value(json_object_get(ct, "epoch_pos"));
+    tr->n_seq = (int)json_integer_value(json_object_get(ct, "n_seq"));
+    tr->num_tokens = json_number_value(json_object_get(ct, "num_tokens"));
+    for (int i = 0; i < 4; i++)
+      tr->rng.s[i] = strtoull(json_string_value(json_array_get(rng, i)) ? json_string_value(json_array_get(rng, i)) : "0", NULL, 16);
+  }
+  json_decref(j);
+  return rc;
+}
+
+static int resolve_resume(ct_train *tr) {
+  const char *r = tr->cfg->resume_from_checkpoint;
+  if (!r[0]) return 0;
+  if (strcmp(r, "latest") == 0) {
+    long step;
+    return ct_ckpt_latest(tr->cfg->output_dir, tr->resumed_from, sizeof tr->resumed_from, &step);
+  }
+  if (!file_exists(r, "trainer_state.json"))
+    return ct_set_error(CT_EIO, "%s: key 'resume_from_checkpoint': %s is not a checkpoint "
+                        "(no trainer_state.json)", ct_config_origin(tr->cfg, "resume_from_checkpoint"), r);
+  snprintf(tr->resumed_from, sizeof tr->resumed_from, "%s", r);
+  return 0;
+}
+
+int ct_train_setup(ct_train *tr, ct_config *cfg) {
+  memset(tr, 0, sizeof *tr);
+  tr->cfg = cfg;
+  tr->rank = ct_dist_rank();
+  tr->world = ct_dist_world();
+  tr->log.active = tr->rank == 0;  // until ct_train_plan opens the metrics file
+  int threads = cfg->num_threads > 0 ? (int)cfg->num_threads
+                                     : (int)(sysconf(_SC_NPROCESSORS_ONLN) / ct_dist_local_size());
+  int rc = ct_pool_init(threads > 0 ? threads : 1);
+  if (!rc && tr->rank == 0) rc = ct_mkdirs(cfg->output_dir);
+  if (!rc) rc = resolve_resume(tr);
+  if (!rc) rc = load_tokenizer(tr);
+  if (rc) return rc;
+  int max_pos = (int)cfg->max_length;
+  if (tr->resumed_from[0]) {
+    rc = ct_model_load(&tr->model, tr->resumed_from, max_pos);
+  } else if (cfg->model_path[0]) {
+    rc = ct_model_load(&tr->model, cfg->model_path, max_pos);
+  } else {
+    ct_model_config mc;
+    rc = config_from_spec(&mc, cfg, tr->tok);
+    if (!rc) rc = ct_model_init(&tr->model, &mc, max_pos);
+    if (!rc) ct_model_init_random(&tr->model, (uint64_t)cfg->seed, (float)cfg->model.initializer_range);
+  }
+  if (rc) return rc;
+  ct_model *m = &tr->model;
+  if (ct_tokenizer_vocab_size(tr->tok) > m->cfg.vocab_size)
+    return ct_set_error(CT_EINVAL, "the tokenizer has %d tokens but the model's vocab_size is %d",
+                        ct_tokenizer_vocab_size(tr->tok), m->cfg.vocab_size);
+  size_t bytes = sizeof(float) * m->n_floats;
+  tr->grads = aligned_alloc(64, bytes);
+  tr->mom1 = aligned_alloc(64, bytes);
+  tr->mom2 = aligned_alloc(64, bytes);
+  if (!tr->grads || !tr->mom1 || !tr->mom2)
+    return ct_set_error(CT_ENOMEM, "cannot allocate %.1f MB for gradients and optimizer moments",
+                        3.0 * bytes / 1e6);
+  memset(tr->grads, 0, bytes);
+  memset(tr->mom1, 0, bytes);
+  memset(tr->mom2, 0, bytes);
+  if ((rc = ct_weights_bind(&tr->g, m, tr->grads))) return rc;
+  tr->adam = (ct_adamw){cfg->adam_beta1, cfg->adam_beta2, cfg->adam_epsilon, cfg->weight_decay};
+  ct_rng_seed(&tr->rng, (uint64_t)cfg->seed * 0x9e3779b97f4a7c15ULL + 1);
+  if (tr->resumed_from[0]) {
+    char p[CT_PATH_MAX];
+    if ((rc = ct_path_join(p, sizeof p, tr->resumed_from, "optimizer.safetensors")) ||
+        (rc = ct_load_tensors(m, tr->mom1, p, ".exp_avg")) ||
+        (rc = ct_load_tensors(m, tr->mom2, p, ".exp_avg_sq")) ||
+        (rc = read_trainer_state(tr, tr->resumed_from)))
+      return rc;
+  }
+  if (tr->rank == 0) {
+    char p[CT_PATH_MAX];
+    rc = ct_path_join(p, sizeof p, cfg->output_dir, "config.yml");
+    if (!rc) rc = ct_config_write_yaml(cfg, p);
+  }
+  return rc;
+}
+
+void ct_train_free(ct_train *tr) {
+  ct_log_close(&tr->log);
+  ct_weights_free(&tr->g);
+  ct_model_free(&tr->model);
+  free(tr->grads);
+  free(tr->mom1);
+  free(tr->mom2);
+  free(tr->order);
+  if (tr->tok) ct_tokenizer_free(tr->tok);
+  memset(tr, 0, sizeof *tr);
+}
+
+// This epoch's order: a seeded shuffle of 0..n-1 (seed and epoch alone decide it, so a
+// resumed run sees the same order).
+static void epoch_order(ct_train *tr) {
+  int n = tr->n_seq;
+  for (int i = 0; i < n; i++) tr->order[i] = i;
+  if (!tr->cfg->shuffle_dataset) return;
+  ct_rng r;
+  ct_rng_seed(&r, (uint64_t)tr->cfg->seed ^ ((uint64_t)(tr->epoch + 1) << 32));
+  for (int i = n - 1; i > 0; i--) {
+    int j = (int)ct_rng_below(&r, (uint64_t)i + 1);
+    int t = tr->order[i];
+    tr->order[i] = tr->order[j];
+    tr->order[j] = t;
+  }
+}
+
+int ct_train_plan(ct_train *tr, int n_seq, int global) {
+  const ct_config *c = tr->cfg;
+  if (tr->resumed_from[0] && tr->n_seq != n_seq)
+    return ct_set_error(CT_EINVAL, "%s was saved with %d training sequences per epoch, the "
+                        "dataset now gives %d: resuming would not continue the same data order",
+                        tr->resumed_from, tr->n_seq, n_seq);
+  tr->n_seq = n_seq;
+  long per_epoch = (n_seq + global - 1) / global;
+  tr->total_steps = c->max_steps > 0 ? c->max_steps : (long)ceil(c->num_train_epochs * per_epoch);
+  tr->warmup_steps = c->warmup_steps > 0 ? c->warmup_steps : (long)ceil(c->warmup_ratio * tr->total_steps);
+  if (tr->resumed_from[0] && tr->step >= tr->total_steps)
+    return ct_set_error(CT_EINVAL, "%s is at step %ld, which already reaches the %ld steps this "
+                        "run would train; raise max_steps or num_train_epochs to continue",
+                        tr->resumed_from, tr->step, tr->total_steps);
+  tr->order = malloc(sizeof(int) * (n_seq > 0 ? n_seq : 1));
+  if (!tr->order) return ct_set_error(CT_ENOMEM, "out of memory");
+  epoch_order(tr);
+  return ct_log_open(&tr->log, c->output_dir, tr->step, tr->total_steps, tr->rank == 0);
+}
+
+int ct_train_next_seqs(ct_train *tr, int *seqs, int global) {
+  if (tr->epoch_pos >= tr->n_seq) {
+    tr->epoch++;
+    tr->epoch_pos = 0;
+    epoch_order(tr);
+  }
+  int n = 0;
+  while (n < global && tr->epoch_pos < tr->n_seq) seqs[n++] = tr->order[tr->epoch_pos++];
+  return n;
+}
+
+int ct_train_update(ct_train *tr, double *grad_norm, double *lr) {
+  ct_model *m = &tr->model;
+  int rc = ct_dist_sum_f32(tr->grads, m->n_floats);
+  if (rc) return rc;
+  double norm = sqrt(ct_sum_squares(tr->grads, m->n_floats));
+  *grad_norm = norm;
+  if (!isfinite(norm))
+    return ct_set_error(CT_EINVAL, "step %ld: the gradient norm is %g; stopping before the weights "
+                        "are damaged (lower learning_rate, or check the data)", tr->step + 1, norm);
+  double max = tr->cfg->max_grad_norm;
+  if (max > 0 && norm > max) ct_scale(tr->grads, m->n_floats, (float)(max / (norm + 1e-6)));
+  *lr = ct_lr_at(tr->cfg->lr_scheduler_type, tr->cfg->learning_rate, tr->step, tr->warmup_steps,
+                 tr->total_steps);
+  tr->step++;
+  ct_adamw_step(m, m->params, tr->grads, tr->mom1, tr->mom2, tr->step, *lr, &tr->adam);
+  memset(tr->grads, 0, sizeof(float) * m->n_floats);
+  return 0;
+}
+
+static int write_trainer_state(const ct_train *tr, const char *dir) {
+  json_t *rng = json_array();
+  char hex[32];
+  for (int i = 0; i < 4; i++) {
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)tr->rng.s[i]);
+    json_array_append_new(rng, json_string(hex));
+  }
+  double epoch = tr->epoch + (tr->n_seq ? (double)tr->epoch_pos / tr->n_seq : 0);
+  json_t *j = json_pack("{s:I,s:f,s:I,s:{s:I,s:I,s:i,s:f,s:o}}", "global_step",
+                        (json_int_t)tr->step, "epoch", epoch, "max_steps",
+                        (json_int_t)tr->total_steps, "ctune", "epoch", (json_int_t)tr->epoch,
+                        "epoch_pos", (json_int_t)tr->epoch_pos, "n_seq", tr->n_seq,
+                        "num_tokens", tr->num_tokens, "rng", rng);
+  char p[CT_PATH_MAX];
+  int rc = ct_path_join(p, sizeof p, dir, "trainer_state.json");
+  if (rc) {
+    json_decref(j);
+    return rc;
+  }
+  rc = json_dump_file(j, p, JSON_INDENT(2));
+  json_decref(j);
+  return rc ? ct_set_error(CT_EIO, "%s: cannot write: %s", p, strerror(errno)) : 0;
+}
+
+static int write_model_files(const ct_train *tr, const char *dir, ct_dtype dtype) {
+  char p[CT_PATH_MAX];
+  const ct_model *m = &tr->model;
+  int rc = ct_path_join(p, sizeof p, dir, "config.json");
+  if (!rc) rc = ct_hf_config_write(&m->cfg, p, dtype == CT_DT_BF16 ? "bfloat16" : "float32");
+  if (!rc) rc = ct_path_join(p, sizeof p, dir, "model.safetensors");
+  const float *bufs[] = {m->params};
+  if (!rc) rc = ct_save_tensors(m, 1, bufs, NULL, p, dtype);
+  if (!rc) rc = ct_tokenizer_save(tr->tok, dir);
+  return rc;
+}
+
+// Every rank learns whether rank 0's save worked.
+static int agree(int rc) {
+  int worst = ct_dist_max_int(rc < 0 ? -rc : 0);
+  return rc ? rc : (worst ? ct_set_error(-worst, "saving failed on rank 0") : 0);
+}
+
+int ct_train_save_checkpoint(ct_train *tr) {
+  int rc = 0;
+  if (tr->rank == 0) {
+    char tmp[CT_PATH_MAX], p[CT_PATH_MAX];
+    const char *out = tr->cfg->output_dir;
+    const float *moments[] = {tr->mom1, tr->mom2};
+    const char *suffixes[] = {".exp_avg", ".exp_avg_sq"};
+    rc = ct_ckpt_begin(out, tr->step, tmp, sizeof tmp);
+    if (!rc) rc = write_model_files(tr, tmp, CT_DT_F32);  // fp32: resuming must be exact
+    ct_failpoint("checkpoint");
+    if (!rc) rc = ct_path_join(p, sizeof p, tmp, "optimizer.safetensors");
+    if (!rc) rc = ct_save_tensors(&tr->model, 2, moments, suffixes, p, CT_DT_F32);
+    if (!rc) rc = write_trainer_state(tr, tmp);
+    if (!rc) rc = ct_ckpt_commit(out, tr->step, tmp);
+    if (!rc) rc = ct_ckpt_rotate(out, (int)tr->cfg->save_total_limit);
+  }
+  return agree(rc);
+}
+
+int ct_train_save_final(ct_train *tr) {
+  int rc = 0;
+  if (tr->rank == 0) {
+    const char *out = tr->cfg->output_dir;
+    char tmp[CT_PATH_MAX], p[CT_PATH_MAX];
+    rc = ct_path_join(tmp, sizeof tmp, out, ".tmp-final");
+    if (!rc) rc = ct_remove_tree(tmp);
+    if (!rc) rc = ct_mkdirs(tmp);
+    ct_dtype dt = tr->cfg->save_dtype == CT_DTYPE_BFLOAT16 ? CT_DT_BF16 : CT_DT_F32;
+    if (!rc) rc = write_model_files(tr, tmp, dt);
+    const char *files[] = {"config.json", "model.safetensors", "tokenizer.json",
+                           "tokenizer_config.json"};
+    for (int i = 0; i < 4 && !rc; i++) {
+      rc = ct_path_join(p, sizeof p, tmp, files[i]);
+      if (!rc && access(p, R_OK) == 0) rc = ct_publish_file(p, out, files[i]);
+    }
+    if (!rc) rc = ct_remove_tree(tmp);
+  }
+  return agree(rc);
+}

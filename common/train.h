@@ -1,0 +1,71 @@
+// train: what every trainer shares around its own loss — the policy's train state
+// (parameters, gradients, AdamW moments, step, rng, data position), set-up from a
+// config, the optimizer step, the data order, metrics, and checkpoints.
+//
+// The train state holds exactly: parameters, optimizer moments, step, rng state and
+// data position. Nothing computed in a forward pass is ever saved with it.
+#pragma once
+#include <stdbool.h>
+
+#include "config.h"
+#include "log.h"
+#include "model.h"
+#include "optim.h"
+#include "rng.h"
+#include "tokenizer.h"
+
+typedef struct {
+  ct_config *cfg;
+  int rank, world;
+  ct_tokenizer *tok;
+  ct_model model;     // the policy; model.params are the fp32 master weights
+  float *grads;       // (n_floats) same layout as params
+  float *mom1, *mom2; // (n_floats) AdamW moments
+  ct_weights g;       // views of grads
+  ct_adamw adam;
+  // position
+  long step;          // optimizer steps taken
+  long total_steps;
+  long warmup_steps;
+  long epoch;         // current epoch (0-based)
+  long epoch_pos;     // sequences of the current epoch already consumed
+  int n_seq;          // sequences per epoch (checked on resume)
+  ct_rng rng;         // for trainers that draw random numbers (sampling); saved
+  double num_tokens;  // input tokens seen so far (TRL's num_tokens)
+  char resumed_from[4096];
+  ct_log log;
+  int *order;         // (n_seq) this epoch's sequence order
+} ct_train;
+
+// Sets up from a resolved config: output_dir, threads, tokenizer, model (loaded from
+// model_path, built from the `model:` block, or restored from a checkpoint when
+// resume_from_checkpoint is set), optimizer buffers. Writes output_dir/config.yml.
+int ct_train_setup(ct_train *tr, ct_config *cfg);
+void ct_train_free(ct_train *tr);
+
+// Fixes the schedule once the dataset is known: n_seq sequences per epoch, `global`
+// sequences per optimizer step. Computes total_steps (max_steps, or num_train_epochs
+// worth), checks a resumed run against it, and opens the metrics log.
+int ct_train_plan(ct_train *tr, int n_seq, int global);
+
+// The next optimizer step's sequences (at most `global` of them, never crossing an
+// epoch boundary) into seqs; returns how many. Advances the data position.
+int ct_train_next_seqs(ct_train *tr, int *seqs, int global);
+
+// Sums gradients across ranks, clips to max_grad_norm, takes one AdamW step with the
+// scheduled learning rate, and zeroes the gradients. Reports the pre-clip norm and the
+// learning rate used. A non-finite gradient norm is an error (nothing is updated).
+int ct_train_update(ct_train *tr, double *grad_norm, double *lr);
+
+// Saves output_dir/checkpoint-<step> atomically and rotates old ones (rank 0 writes).
+int ct_train_save_checkpoint(ct_train *tr);
+// Saves the final model in output_dir: config.json, model.safetensors (save_dtype),
+// tokenizer files, each replaced atomically.
+int ct_train_save_final(ct_train *tr);
+
+// Test hooks, inert unless their environment variable is set:
+// CT_FAILPOINT=point[:n] sleeps at the n-th (default first) pass through `point`, so a
+// test can kill the process there; CT_STOP_AFTER_STEP=k makes a trainer stop after step
+// k as if interrupted (checkpoint, exit 130).
+void ct_failpoint(const char *point);
+bool ct_failpoint_stop(long step);

@@ -1,0 +1,10 @@
+#!/bin/sh
+# make bench: throughput figures, each next to a reference measured in the same run.
+# usage: scripts/bench.sh BUILD_DIR BIN_DIR
+set -eu
+BIN=${2:-bin}
+echo "== training step, SmolLM-135M shape (fp32, batch 4 x 256 tokens), vs this machine's sgemm"
+"$BIN/ctune-bench" train
+echo
+echo "== tokenizer encoding, vs the reference implementation under node"
+sh scripts/bench-tokenizer.sh "$BIN"

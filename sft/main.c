@@ -1,0 +1,204 @@
+// sft: supervised fine-tuning, as TRL's SFTTrainer.
+//
+//   bin/sft configs/sft.yml model_path=DIR dataset_path=train.jsonl output_dir=out
+//
+// Each optimizer step takes per_device_train_batch_size x gradient_accumulation_steps x
+// ranks sequences. Loss = Σ cross-entropy over labeled tokens (+ z_loss_multiplier·lse²)
+// ÷ the number of labeled tokens in the WHOLE step, counted before any backward pass.
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt.h"
+#include "config.h"
+#include "dist.h"
+#include "error.h"
+#include "lm.h"
+#include "matmul.h"
+#include "pool.h"
+#include "train.h"
+
+static volatile sig_atomic_t stop_requested;
+static void on_signal(int sig) {
+  (void)sig;
+  stop_requested = 1;
+}
+
+static int fail(int code, const char *what) {
+  fprintf(stderr, "sft: %s%s%s\n", what ? what : "", what ? ": " : "", ct_last_error());
+  ct_dist_abort(code);
+  ct_dist_finalize();
+  exit(code);
+}
+
+static ct_data_opts data_opts(const ct_config *c, bool packing) {
+  return (ct_data_opts){.max_length = (int)c->max_length,
+                        .completion_only_loss = c->completion_only_loss,
+                        .assistant_only_loss = c->assistant_only_loss,
+                        .skip_bad_rows = c->skip_bad_rows,
+                        .packing = packing,
+                        .text_field = c->dataset_text_field};
+}
+
+static void describe(ct_train *tr, const char *what, const ct_dataset *ds) {
+  ct_log_info(&tr->log, "%s: %s: %d rows, %ld tokens (%ld trained), %d sequences%s", what, ds->path,
+              ds->n_rows, ds->n_tokens, ds->n_label_tokens, ds->n_seq,
+              ds->n_seq != ds->n_rows ? " after packing" : "");
+  if (ds->n_truncated) ct_log_info(&tr->log, "%s: %d rows truncated to max_length", what, ds->n_truncated);
+  if (ds->n_empty) ct_log_info(&tr->log, "%s: %d rows dropped: no trained token left", what, ds->n_empty);
+  if (ds->n_bad) ct_log_info(&tr->log, "%s: %d malformed rows skipped; first: %s", what, ds->n_bad, ds->first_bad);
+  if (ds->n_prefix_mismatch)
+    ct_log_info(&tr->log, "%s: %d rows whose tokenized prompt is not a prefix of prompt+completion "
+                "(the completion starts after the prompt's tokens, as in TRL)", what, ds->n_prefix_mismatch);
+}
+
+typedef struct {
+  ct_acts acts;
+  ct_head head;
+  ct_batch batch;
+  int *seqs;
+} workspace;
+
+// Evaluation over the whole eval set (sequences split across ranks) -> metrics.
+static json_t *evaluate(ct_train *tr, workspace *w, const ct_dataset *ev) {
+  const ct_config *c = tr->cfg;
+  int B = (int)c->per_device_eval_batch_size;
+  ct_lm_stats st = {0};
+  for (int first = tr->rank * B; first < ev->n_seq; first += B * tr->world) {
+    int n = 0;
+    for (int s = first; s < ev->n_seq && n < B; s++) w->seqs[n++] = s;
+    ct_batch_fill(&w->batch, ev, w->seqs, n, ct_tokenizer_pad(tr->tok));
+    if (ct_lm_step(&tr->model, &w->acts, &w->head, &w->batch, NULL, 0, 0, &st)) fail(1, "eval");
+  }
+  ct_dist_sum_f64((double *)&st, CT_LM_STATS_N);
+  double t = st.targets > 0 ? st.targets : 1;
+  return json_pack("{s:I,s:f,s:f,s:f,s:f}", "step", (json_int_t)tr->step, "eval_loss",
+                   st.loss / t, "eval_mean_token_accuracy", st.correct / t, "eval_entropy",
+                   st.entropy / t, "eval_sequence_accuracy", st.seq_ok / (st.seqs > 0 ? st.seqs : 1));
+}
+
+static void log_eval(ct_train *tr, json_t *m) {
+  ct_log_info(&tr->log, "eval at step %ld: loss %.4f, token accuracy %.4f, sequence accuracy %.4f",
+                tr->step, json_real_value(json_object_get(m, "eval_loss")),
+                json_real_value(json_object_get(m, "eval_mean_token_accuracy")),
+                json_real_value(json_object_get(m, "eval_sequence_accuracy")));
+  if (ct_log_metrics(&tr->log, m)) fail(1, NULL);
+}
+
+int main(int argc, char **argv) {
+  ct_blas_init(argc, argv);
+  if (ct_dist_init(&argc, &argv)) fail(1, NULL);
+  ct_config cfg;
+  if (ct_config_from_args(&cfg, CT_TRAINER_SFT, argc, argv)) fail(2, NULL);
+  if (!cfg.dataset_path[0])
+    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'dataset_path' is required: name a JSONL file",
+                          ct_config_origin(&cfg, "dataset_path")), NULL));
+  ct_train tr;
+  int rc = ct_train_setup(&tr, &cfg);
+  if (rc) fail(rc == CT_ECONFIG ? 2 : 1, NULL);
+  const ct_model_config *mc = &tr.model.cfg;
+  ct_log_info(&tr.log, "model: %s, %d layers, hidden %d, %.1fM parameters%s%s",
+              mc->model_type, mc->num_layers, mc->hidden_size, tr.model.n_floats / 1e6,
+              tr.resumed_from[0] ? ", resumed from " : "", tr.resumed_from);
+
+  ct_dataset train, eval = {0};
+  ct_data_opts o = data_opts(&cfg, cfg.packing);
+  if (ct_dataset_load(&train, cfg.dataset_path, tr.tok, &o)) fail(1, NULL);
+  describe(&tr, "train", &train);
+  bool have_eval = cfg.eval_dataset_path[0] != 0;
+  if (have_eval) {
+    ct_data_opts eo = data_opts(&cfg, false);
+    if (ct_dataset_load(&eval, cfg.eval_dataset_path, tr.tok, &eo)) fail(1, NULL);
+    describe(&tr, "eval", &eval);
+  }
+
+  int B = (int)cfg.per_device_train_batch_size, accum = (int)cfg.gradient_accumulation_steps;
+  int global = B * accum * tr.world, Bmax = B > cfg.per_device_eval_batch_size ? B : (int)cfg.per_device_eval_batch_size;
+  int T = (int)cfg.max_length;
+  if (ct_train_plan(&tr, train.n_seq, global)) fail(1, NULL);
+  workspace w = {0};
+  w.seqs = malloc(sizeof(int) * (global > Bmax ? global : Bmax));
+  if (!w.seqs || ct_acts_init(&w.acts, &tr.model, Bmax, T, true) ||
+      ct_head_init(&w.head, Bmax * T, mc->vocab_size, mc->hidden_size, (int)cfg.num_vocab_tiling) ||
+      ct_batch_init(&w.batch, Bmax, T))
+    fail(1, NULL);
+  ct_log_info(&tr.log, "training %ld steps of %d sequences (%d per device x %d "
+              "accumulation x %d ranks), %d threads per rank", tr.total_steps - tr.step, global, B,
+              accum, tr.world, ct_pool_threads());
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+
+  if (have_eval && cfg.eval_on_start && tr.step == 0) log_eval(&tr, evaluate(&tr, &w, &eval));
+  ct_lm_stats win = {0};  // the logging window
+  double win_loss = 0, win_norm = 0, t_win = ct_now();
+  int win_steps = 0;
+  while (tr.step < tr.total_steps && !stop_requested) {
+    int n = ct_train_next_seqs(&tr, w.seqs, global);
+    long labels = 0;  // the denominator: every labeled token of this optimizer step
+    for (int i = 0; i < n; i++) labels += ct_seq_labels(&train, w.seqs[i]);
+    float scale = labels ? 1.0f / (float)labels : 0.0f;
+    ct_lm_stats st = {0};
+    for (int k = 0; k < accum; k++) {
+      int first = (k * tr.world + tr.rank) * B;  // this rank's k-th micro-batch
+      if (first >= n) break;
+      int count = n - first < B ? n - first : B;
+      ct_batch_fill(&w.batch, &train, w.seqs + first, count, ct_tokenizer_pad(tr.tok));
+      if (ct_lm_step(&tr.model, &w.acts, &w.head, &w.batch, &tr.g, scale, (float)cfg.z_loss_multiplier, &st))
+        fail(1, NULL);
+    }
+    ct_dist_sum_f64((double *)&st, CT_LM_STATS_N);
+    double norm, lr;
+    if (ct_train_update(&tr, &norm, &lr)) fail(1, NULL);
+    tr.num_tokens += st.tokens;
+    double step_loss = (st.loss + cfg.z_loss_multiplier * st.z) / (st.targets > 0 ? st.targets : 1);
+    win_loss += step_loss;
+    win_norm += norm;
+    win_steps++;
+    for (int i = 0; i < CT_LM_STATS_N; i++) ((double *)&win)[i] += ((double *)&st)[i];
+    double tok_s = win.tokens / (ct_now() - t_win);
+    ct_log_progress(&tr.log, tr.step, step_loss, tok_s);
+
+    bool last = tr.step == tr.total_steps;
+    if (tr.step % cfg.logging_steps == 0 || last) {
+      double t = win.targets > 0 ? win.targets : 1;
+      json_t *m = json_pack("{s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "step", (json_int_t)tr.step,
+                            "epoch", tr.epoch + (double)tr.epoch_pos / tr.n_seq, "loss",
+                            win_loss / win_steps, "learning_rate", lr, "grad_norm",
+                            win_norm / win_steps, "mean_token_accuracy", win.correct / t, "entropy",
+                            win.entropy / t, "num_tokens", tr.num_tokens, "tokens_per_s", tok_s);
+      if (cfg.z_loss_multiplier > 0) json_object_set_new(m, "z_loss", json_real(cfg.z_loss_multiplier * win.z / t));
+      if (ct_log_metrics(&tr.log, m)) fail(1, NULL);
+      memset(&win, 0, sizeof win);
+      win_loss = win_norm = 0;
+      win_steps = 0;
+      t_win = ct_now();
+    }
+    if (have_eval && cfg.eval_steps > 0 && tr.step % cfg.eval_steps == 0 && !last)
+      log_eval(&tr, evaluate(&tr, &w, &eval));
+    if (cfg.save_steps > 0 && tr.step % cfg.save_steps == 0 && ct_train_save_checkpoint(&tr))
+      fail(1, "saving a checkpoint");
+    if (ct_failpoint_stop(tr.step)) stop_requested = 1;
+    stop_requested = ct_dist_max_int(stop_requested);  // every rank stops at the same step
+  }
+  if (stop_requested) {
+    ct_log_info(&tr.log, "interrupted at step %ld: saving a checkpoint to resume from", tr.step);
+    if (ct_train_save_checkpoint(&tr)) fail(1, "saving a checkpoint");
+    ct_dist_finalize();
+    return 130;
+  }
+  if (have_eval) log_eval(&tr, evaluate(&tr, &w, &eval));
+  if (ct_train_save_final(&tr)) fail(1, "saving the model");
+  ct_log_info(&tr.log, "done: %ld steps; model saved in %s", tr.step, cfg.output_dir);
+  ct_acts_free(&w.acts);
+  ct_head_free(&w.head);
+  ct_batch_free(&w.batch);
+  free(w.seqs);
+  ct_dataset_free(&train);
+  if (have_eval) ct_dataset_free(&eval);
+  ct_train_free(&tr);
+  ct_config_free(&cfg);
+  ct_dist_finalize();
+  return 0;
+}

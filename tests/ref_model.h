@@ -1,0 +1,146 @@
+// ref_model: the model written again from first principles in float64, for tests.
+// Parameters are looked up by Hugging Face name in the model's table, so the reference
+// shares nothing with the code under test but the names.
+#pragma once
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+
+typedef struct {
+  const ct_model *m;
+  const double *P;  // parameters in the model's flat layout
+} ref_t;
+
+static const double *W(const ref_t *r, const char *fmt, int l) {
+  char name[96];
+  snprintf(name, sizeof name, fmt, l);
+  const ct_tensor_info *t = ct_model_find_tensor(r->m, name);
+  return t ? r->P + t->offset : NULL;
+}
+
+static void rmsnorm(double *y, const double *x, const double *w, int n, double eps) {
+  double ss = 0;
+  for (int i = 0; i < n; i++) ss += x[i] * x[i];
+  double r = 1 / sqrt(ss / n + eps);
+  for (int i = 0; i < n; i++) y[i] = x[i] * r * w[i];
+}
+
+// y (out) = x (in) · Wᵀ + b
+static void linear(double *y, const double *x, const double *Wm, const double *b, int in, int out) {
+  for (int o = 0; o < out; o++) {
+    double s = b ? b[o] : 0;
+    for (int i = 0; i < in; i++) s += x[i] * Wm[(long)o * in + i];
+    y[o] = s;
+  }
+}
+
+static void rope(double *v, int pos, int hd, double theta) {
+  int half = hd / 2;
+  for (int i = 0; i < half; i++) {
+    double a = pos * pow(theta, -2.0 * i / hd), c = cos(a), s = sin(a);
+    double x1 = v[i], x2 = v[i + half];
+    v[i] = x1 * c - x2 * s;
+    v[i + half] = x2 * c + x1 * s;
+  }
+}
+
+// Sum over target tokens of cross-entropy + z·lse²; *count gets the number of targets.
+static double ref_loss(const ref_t *r, int B, int T, const int *ids, const int *pos,
+                       const int *seg, const int *target, double z, int *count_out) {
+  const ct_model_config *c = &r->m->cfg;
+  int C = c->hidden_size, F = c->intermediate_size, H = c->num_heads, KV = c->num_kv_heads;
+  int hd = c->head_dim, V = c->vocab_size, N = B * T, Hd = H * hd;
+  double eps = c->rms_norm_eps;
+  double *x = calloc((size_t)N * C, 8), *xn = calloc(C, 8), *q = calloc((size_t)N * Hd, 8);
+  double *k = calloc((size_t)N * KV * hd, 8), *v = calloc((size_t)N * KV * hd, 8);
+  double *o = calloc((size_t)N * Hd, 8), *tmp = calloc(C > F ? (Hd > F ? Hd : F) : (Hd > C ? Hd : C), 8);
+  double *g = calloc(F, 8), *u = calloc(F, 8), *p = calloc(T, 8), *logits = calloc(V, 8);
+  const double *E = W(r, "model.embed_tokens.weight", 0);
+  for (int n = 0; n < N; n++) memcpy(x + (long)n * C, E + (long)ids[n] * C, 8 * C);
+  for (int l = 0; l < c->num_layers; l++) {
+    for (int n = 0; n < N; n++) {
+      rmsnorm(xn, x + (long)n * C, W(r, "model.layers.%d.input_layernorm.weight", l), C, eps);
+      linear(q + (long)n * Hd, xn, W(r, "model.layers.%d.self_attn.q_proj.weight", l),
+             W(r, "model.layers.%d.self_attn.q_proj.bias", l), C, Hd);
+      linear(k + (long)n * KV * hd, xn, W(r, "model.layers.%d.self_attn.k_proj.weight", l),
+             W(r, "model.layers.%d.self_attn.k_proj.bias", l), C, KV * hd);
+      linear(v + (long)n * KV * hd, xn, W(r, "model.layers.%d.self_attn.v_proj.weight", l),
+             W(r, "model.layers.%d.self_attn.v_proj.bias", l), C, KV * hd);
+      for (int h = 0; h < H; h++) {
+        double *qh = q + (long)n * Hd + h * hd;
+        if (c->qk_norm) {
+          memcpy(tmp, qh, 8 * hd);
+          rmsnorm(qh, tmp, W(r, "model.layers.%d.self_attn.q_norm.weight", l), hd, eps);
+        }
+        rope(qh, pos[n], hd, c->rope_theta);
+      }
+      for (int h = 0; h < KV; h++) {
+        double *kh = k + ((long)n * KV + h) * hd;
+        if (c->qk_norm) {
+          memcpy(tmp, kh, 8 * hd);
+          rmsnorm(kh, tmp, W(r, "model.layers.%d.self_attn.k_norm.weight", l), hd, eps);
+        }
+        rope(kh, pos[n], hd, c->rope_theta);
+      }
+    }
+    for (int b = 0; b < B; b++)
+      for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+          int n = b * T + t, grp = h / (H / KV);
+          double mx = -INFINITY, sum = 0;
+          for (int j = seg[n]; j <= t; j++) {
+            double s = 0;
+            for (int i = 0; i < hd; i++)
+              s += q[(long)n * Hd + h * hd + i] * k[((long)(b * T + j) * KV + grp) * hd + i];
+            p[j] = s / sqrt(hd);
+            mx = fmax(mx, p[j]);
+          }
+          for (int j = seg[n]; j <= t; j++) sum += (p[j] = exp(p[j] - mx));
+          for (int i = 0; i < hd; i++) {
+            double acc = 0;
+            for (int j = seg[n]; j <= t; j++) acc += p[j] / sum * v[((long)(b * T + j) * KV + grp) * hd + i];
+            o[(long)n * Hd + h * hd + i] = acc;
+          }
+        }
+    for (int n = 0; n < N; n++) {
+      double *xr = x + (long)n * C;
+      linear(tmp, o + (long)n * Hd, W(r, "model.layers.%d.self_attn.o_proj.weight", l), NULL, Hd, C);
+      for (int i = 0; i < C; i++) xr[i] += tmp[i];
+      rmsnorm(xn, xr, W(r, "model.layers.%d.post_attention_layernorm.weight", l), C, eps);
+      linear(g, xn, W(r, "model.layers.%d.mlp.gate_proj.weight", l), NULL, C, F);
+      linear(u, xn, W(r, "model.layers.%d.mlp.up_proj.weight", l), NULL, C, F);
+      for (int i = 0; i < F; i++) g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+      linear(tmp, g, W(r, "model.layers.%d.mlp.down_proj.weight", l), NULL, F, C);
+      for (int i = 0; i < C; i++) xr[i] += tmp[i];
+    }
+  }
+  const double *head = c->tie_word_embeddings ? E : W(r, "lm_head.weight", 0);
+  double total = 0;
+  int count = 0;
+  for (int n = 0; n < N; n++) {
+    if (target[n] < 0) continue;
+    rmsnorm(xn, x + (long)n * C, W(r, "model.norm.weight", 0), C, eps);
+    linear(logits, xn, head, NULL, C, V);
+    double mx = -INFINITY, s = 0;
+    for (int i = 0; i < V; i++) mx = fmax(mx, logits[i]);
+    for (int i = 0; i < V; i++) s += exp(logits[i] - mx);
+    double lse = mx + log(s);
+    total += lse - logits[target[n]] + z * lse * lse;
+    count++;
+  }
+  free(x); free(xn); free(q); free(k); free(v); free(o); free(tmp); free(g); free(u); free(p);
+  free(logits);
+  if (count_out) *count_out = count;
+  return total;
+}
+
+__attribute__((unused)) static double ref_mean_loss(const ref_t *r, int B, int T, const int *ids, const int *pos,
+                            const int *seg, const int *target, double z) {
+  int count;
+  double total = ref_loss(r, B, T, ids, pos, seg, target, z, &count);
+  return total / count;
+}
+

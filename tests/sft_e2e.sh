@@ -1,0 +1,115 @@
+#!/bin/sh
+# bin/sft end to end: learning, outputs, bit-identical resume, a kill -9 in the middle of
+# a checkpoint, and clear errors for bad input. Run by tests/run.sh (CT_BIN = binaries).
+set -eu
+BIN=${CT_BIN:-bin}
+T=$(mktemp -d /tmp/ct_sft_e2e.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 3000 100 7 6
+cat > "$T/tiny.yml" <<YML
+base_config: $(pwd)/configs/sft.yml
+model:
+  hidden_size: 128
+  intermediate_size: 384
+  num_hidden_layers: 2
+  num_attention_heads: 4
+  num_key_value_heads: 2
+dataset_path: $T/train.jsonl
+eval_dataset_path: $T/eval.jsonl
+max_length: 24
+per_device_train_batch_size: 16
+learning_rate: 3e-3
+lr_scheduler_type: cosine
+warmup_steps: 5
+logging_steps: 1
+YML
+
+field() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p"; }
+
+echo "== learning: loss falls and held-out accuracy rises"
+"$BIN/sft" "$T/tiny.yml" output_dir="$T/learn" max_steps=300 eval_on_start=true eval_steps=0 \
+  save_steps=0 >"$T/learn.log" 2>&1 || { cat "$T/learn.log"; fail "training failed"; }
+first=$(grep '"loss"' "$T/learn/metrics.jsonl" | head -5 | field loss | awk '{s+=$1} END {print s/NR}')
+last=$(grep '"loss"' "$T/learn/metrics.jsonl" | tail -5 | field loss | awk '{s+=$1} END {print s/NR}')
+acc0=$(grep eval_loss "$T/learn/metrics.jsonl" | head -1 | field eval_mean_token_accuracy)
+acc1=$(grep eval_loss "$T/learn/metrics.jsonl" | tail -1 | field eval_mean_token_accuracy)
+echo "loss $first -> $last, eval token accuracy $acc0 -> $acc1"
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.5 * a) }' || fail "loss did not halve"
+awk -v a="$acc0" -v b="$acc1" 'BEGIN { exit !(b > a + 0.3) }' || fail "accuracy did not rise by 0.3"
+for f in config.json model.safetensors tokenizer.json tokenizer_config.json config.yml metrics.jsonl; do
+  [ -s "$T/learn/$f" ] || fail "output_dir lacks $f"
+done
+grep -q '"architectures": \[' "$T/learn/config.json" || fail "config.json has no architectures"
+grep -q '"mean_token_accuracy"' "$T/learn/metrics.jsonl" || fail "metrics lack mean_token_accuracy"
+# The saved model loads back: continue from it as model_path and evaluate only.
+"$BIN/sft" "$T/tiny.yml" model_path="$T/learn" output_dir="$T/reload" max_steps=1 learning_rate=0 \
+  >"$T/reload.log" 2>&1 || { cat "$T/reload.log"; fail "reloading the saved model failed"; }
+acc2=$(grep eval_loss "$T/reload/metrics.jsonl" | tail -1 | field eval_mean_token_accuracy)
+[ "$acc2" = "$acc1" ] || fail "the reloaded model evaluates differently ($acc2 vs $acc1)"
+
+echo "== resume: 12 steps straight == 5 steps, stop, resume, 7 steps (bit for bit)"
+common="max_steps=12 save_steps=3 eval_dataset_path= per_device_train_batch_size=8 gradient_accumulation_steps=2"
+"$BIN/sft" "$T/tiny.yml" output_dir="$T/straight" $common >"$T/a.log" 2>&1 || { cat "$T/a.log"; fail "straight run"; }
+rc=0
+CT_STOP_AFTER_STEP=5 "$BIN/sft" "$T/tiny.yml" output_dir="$T/resumed" $common >"$T/b.log" 2>&1 || rc=$?
+[ "$rc" = 130 ] || { cat "$T/b.log"; fail "interrupted run exited $rc, expected 130"; }
+[ -f "$T/resumed/checkpoint-5/trainer_state.json" ] || fail "no checkpoint-5 after the interruption"
+"$BIN/sft" "$T/tiny.yml" output_dir="$T/resumed" $common resume_from_checkpoint=latest >"$T/c.log" 2>&1 \
+  || { cat "$T/c.log"; fail "resumed run"; }
+grep -q "resumed from" "$T/c.log" || fail "the resumed run does not say it resumed"
+losses() { grep '"loss"' "$1" | sed 's/.*"step":\([0-9]*\).*"loss":\([-0-9.e+]*\).*/\1 \2/'; }
+losses "$T/straight/metrics.jsonl" >"$T/l1"
+losses "$T/resumed/metrics.jsonl" >"$T/l2"
+[ "$(wc -l <"$T/l1")" = 12 ] || fail "straight run logged $(wc -l <"$T/l1") steps, expected 12"
+diff "$T/l1" "$T/l2" || fail "per-step losses differ after resuming"
+cmp "$T/straight/model.safetensors" "$T/resumed/model.safetensors" || fail "final weights differ after resuming"
+# Resuming a finished run does not silently train 0 steps.
+rc=0
+"$BIN/sft" "$T/tiny.yml" output_dir="$T/resumed" $common resume_from_checkpoint=latest >"$T/d.log" 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -q "raise max_steps" "$T/d.log" || { cat "$T/d.log"; fail "resuming a finished run"; }
+
+echo "== kill -9 while a checkpoint is being written leaves the previous one usable"
+CT_FAILPOINT=checkpoint:2 "$BIN/sft" "$T/tiny.yml" output_dir="$T/killed" $common >"$T/k.log" 2>&1 &
+pid=$!
+i=0
+while [ ! -f "$T/killed/.tmp-checkpoint-6/model.safetensors" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+[ -f "$T/killed/.tmp-checkpoint-6/model.safetensors" ] || { kill -9 $pid; cat "$T/k.log"; fail "never reached the second save"; }
+kill -9 $pid
+wait $pid 2>/dev/null || true
+[ ! -e "$T/killed/checkpoint-6" ] || fail "a half-written checkpoint-6 was published"
+[ -f "$T/killed/checkpoint-3/trainer_state.json" ] || fail "checkpoint-3 is gone"
+"$BIN/sft" "$T/tiny.yml" output_dir="$T/killed" $common resume_from_checkpoint=latest >"$T/r.log" 2>&1 \
+  || { cat "$T/r.log"; fail "resuming after kill -9"; }
+grep -q "checkpoint-3" "$T/r.log" || fail "did not resume from checkpoint-3"
+losses "$T/killed/metrics.jsonl" >"$T/l3"
+diff "$T/l1" "$T/l3" || fail "losses after kill -9 and resume differ from the straight run"
+
+echo "== bad input: one clear line, exit 2 for configuration, 1 for data"
+expect() {  # expect CODE PATTERN args...
+  code=$1 pat=$2
+  shift 2
+  rc=0
+  "$BIN/sft" "$@" >"$T/e.log" 2>&1 || rc=$?
+  [ "$rc" = "$code" ] || { cat "$T/e.log"; fail "exit $rc (expected $code) for: $*"; }
+  grep -q -- "$pat" "$T/e.log" || { cat "$T/e.log"; fail "message lacks '$pat' for: $*"; }
+}
+expect 2 "unknown key 'learning_rat'" "$T/tiny.yml" learning_rat=1
+expect 2 "key 'max_steps'" "$T/tiny.yml" max_steps=ten
+expect 2 "key 'learning_rate'" "$T/tiny.yml" learning_rate=-1
+printf 'base_config: %s\nlearning_rate: fast\n' "$T/tiny.yml" >"$T/bad.yml"
+expect 2 "bad.yml:2" "$T/bad.yml"
+expect 2 "key 'dataset_path' is required" "$T/tiny.yml" dataset_path= output_dir="$T/x"
+printf '{"text": "ok"}\n{"prompt": "a"}\n' >"$T/bad.jsonl"
+expect 1 "bad.jsonl:2: key 'completion' is missing" "$T/tiny.yml" dataset_path="$T/bad.jsonl" output_dir="$T/x"
+expect 1 "no-such-dir" "$T/tiny.yml" model_path="$T/no-such-dir" output_dir="$T/x"
+mkdir -p "$T/broken"
+cp "$T/learn/config.json" "$T/learn/tokenizer.json" "$T/broken/"
+head -c 100 "$T/learn/model.safetensors" >"$T/broken/model.safetensors"
+expect 1 "model.safetensors" "$T/tiny.yml" model_path="$T/broken" output_dir="$T/x"
+# skip_bad_rows trains on the good rows and says how many it skipped
+"$BIN/sft" "$T/tiny.yml" dataset_path="$T/bad.jsonl" skip_bad_rows=true output_dir="$T/skip" \
+  max_steps=1 eval_dataset_path= >"$T/s.log" 2>&1 || { cat "$T/s.log"; fail "skip_bad_rows run"; }
+grep -q "1 malformed rows skipped" "$T/s.log" || { cat "$T/s.log"; fail "skip count not reported"; }
+echo "sft end-to-end: all checks passed"

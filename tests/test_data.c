@@ -1,0 +1,263 @@
+// data: every row format, labels, truncation, packing and batches; malformed rows fail
+// with file:line and the key, or are skipped and counted when asked.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "data.h"
+#include "error.h"
+#include "test.h"
+
+static char dir[256];
+static ct_tokenizer *tok;
+
+static const char *write_file(const char *name, const char *text) {
+  static char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  fputs(text, f);
+  fclose(f);
+  return path;
+}
+
+static ct_data_opts opts(void) {
+  return (ct_data_opts){.max_length = 64, .completion_only_loss = true, .text_field = "text"};
+}
+
+static void test_text_row_gets_eos_and_labels_all_but_first(void) {
+  ct_dataset ds;
+  ct_data_opts o = opts();
+  CHECK_OK(ct_dataset_load(&ds, write_file("a.jsonl", "{\"text\": \"hi\"}\n"), tok, &o));
+  CHECK(ds.n_rows == 1 && ds.row_len[0] == 3);
+  CHECK(ds.ids[0] == 'h' && ds.ids[1] == 'i' && ds.ids[2] == ct_tokenizer_eos(tok));
+  CHECK(ds.label[0] == 0 && ds.label[1] == 1 && ds.label[2] == 1);
+  CHECK(ds.n_label_tokens == 2);
+  ct_dataset_free(&ds);
+}
+
+static void test_prompt_completion_labels_only_completion_and_eos(void) {
+  ct_dataset ds;
+  ct_data_opts o = opts();
+  CHECK_OK(ct_dataset_load(&ds, write_file("b.jsonl", "{\"prompt\": \"1+2=\", \"completion\": \"3\"}\n"), tok, &o));
+  CHECK(ds.row_len[0] == 6);  // 1 + 2 = 3 <eos>
+  int want[6] = {0, 0, 0, 0, 1, 1};
+  for (int i = 0; i < 6; i++) CHECK(ds.label[i] == want[i]);
+  ct_dataset_free(&ds);
+  o.completion_only_loss = false;  // then every token after the first
+  CHECK_OK(ct_dataset_load(&ds, write_file("b.jsonl", "{\"prompt\": \"1+2=\", \"completion\": \"3\"}\n"), tok, &o));
+  CHECK(ds.n_label_tokens == 5);
+  ct_dataset_free(&ds);
+}
+
+static void test_pretokenized_rows_use_completion_mask_and_add_no_eos(void) {
+  ct_dataset ds;
+  ct_data_opts o = opts();
+  CHECK_OK(ct_dataset_load(&ds, write_file("c.jsonl",
+                           "{\"input_ids\": [5, 6, 7, 8], \"completion_mask\": [0, 0, 1, 1]}\n"
+                           "{\"input_ids\": [9, 10]}\n"), tok, &o));
+  CHECK(ds.n_rows == 2 && ds.row_len[0] == 4 && ds.row_len[1] == 2);
+  CHECK(ds.label[1] == 0 && ds.label[2] == 1 && ds.label[3] == 1);
+  CHECK(ds.n_label_tokens == 3);
+  ct_dataset_free(&ds);
+}
+
+static void test_messages_render_chatml_and_train_on_every_token(void) {
+  ct_dataset ds;
+  ct_data_opts o = opts();
+  o.max_length = 256;
+  CHECK_OK(ct_dataset_load(&ds, write_file("d.jsonl",
+           "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}\n"),
+           tok, &o));
+  CHECK(ds.n_rows == 1);
+  CHECK(ds.ids[0] == ct_tokenizer_token_id(tok, "<|im_start|>"));
+  ct_dataset_free(&ds);
+}
+
+// assistant_only_loss: labels exactly on the assistant reply and its <|im_end|>.
+static void test_assistant_only_loss_labels_only_assistant_turns(void) {
+  ct_dataset ds;
+  ct_data_opts o = opts();
+  o.max_length = 256;
+  o.assistant_only_loss = true;
+  CHECK_OK(ct_dataset_load(&ds, write_file("g.jsonl",
+           "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, "
+           "{\"role\": \"assistant\", \"content\": \"yo\"}, {\"role\": \"user\", \"content\": \"ok\"}, "
+           "{\"role\": \"assistant\", \"content\": \"z\"}]}\n"), tok, &o));
+  int end = ct_tokenizer_token_id(tok, "<|im_end|>");
+  // labelled tokens, in order: y o <|im_end|> z <|im_end|>
+  int want[] = {'y', 'o', end, 'z', end}, k = 0;
+  for (int i = 0; i < ds.row_len[0]; i++)
+    if (ds.label[i]) {
+      CHECK(k < 5 && ds.ids[i] == want[k]);
+      k++;
+    }
+  CHECK(k == 5 && ds.n_label_tokens == 5);
+  ct_dataset_free(&ds);
+}
+
+static void test_truncation_keeps_first_tokens_and_drops_rows_without_labels(void) {
+  ct_dataset ds;
+  ct_data_opts o = opts();
+  o.max_length = 4;
+  // row 1: prompt fills max_length -> no completion token survives -> dropped
+  CHECK_OK(ct_dataset_load(&ds, write_file("e.jsonl",
+           "{\"prompt\": \"abcdef\", \"completion\": \"g\"}\n{\"text\": \"abcdefgh\"}\n"), tok, &o));
+  CHECK(ds.n_rows == 1 && ds.n_empty == 1 && ds.n_truncated == 2);
+  CHECK(ds.row_len[0] == 4 && ds.ids[3] == 'd' && ds.row_line[0] == 2);
+  ct_dataset_free(&ds);
+}
+
+static void test_blank_lines_are_ignored_and_line_numbers_kept(void) {
+  ct_dataset ds;
+  ct_data_opts o = opts();
+  CHECK_OK(ct_dataset_load(&ds, write_file("f.jsonl", "\n{\"text\": \"a\"}\n  \n{\"text\": \"b\"}\n"), tok, &o));
+  CHECK(ds.n_rows == 2 && ds.row_line[0] == 2 && ds.row_line[1] == 4);
+  ct_dataset_free(&ds);
+}
+
+// Each malformed row must fail naming "file:line" and, where there is one, the key.
+static void test_malformed_rows_name_file_line_and_key(void) {
+  struct { const char *row, *want; } cases[] = {
+      {"{\"text\": 5}", "key 'text'"},
+      {"{\"text\": \"a\"", "invalid JSON"},
+      {"[1, 2]", "expected a JSON object"},
+      {"{\"prompt\": \"a\"}", "key 'completion' is missing"},
+      {"{\"completion\": \"a\"}", "key 'prompt' is missing"},
+      {"{\"prompt\": \"a\", \"completion\": 3}", "'prompt' and 'completion'"},
+      {"{\"input_ids\": [1, -2]}", "key 'input_ids'[1]"},
+      {"{\"input_ids\": [1, 99999]}", "key 'input_ids'[1]"},
+      {"{\"input_ids\": \"abc\"}", "key 'input_ids'"},
+      {"{\"input_ids\": [1, 2], \"completion_mask\": [1]}", "key 'completion_mask'"},
+      {"{\"input_ids\": [1, 2], \"completion_mask\": [1, 2]}", "key 'completion_mask'[1]"},
+      {"{\"messages\": []}", "key 'messages'"},
+      {"{\"messages\": [{\"role\": \"user\"}]}", "content"},
+      {"{\"other\": \"x\"}", "no known fields"},
+      {"{\"text\": \"a\", \"text\": \"b\"}", "invalid JSON"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char text[512];
+    snprintf(text, sizeof text, "{\"text\": \"fine\"}\n%s\n", cases[i].row);
+    const char *path = write_file("bad.jsonl", text);
+    ct_dataset ds;
+    ct_data_opts o = opts();
+    int rc = ct_dataset_load(&ds, path, tok, &o);
+    CHECK(rc == CT_EFORMAT);
+    char where[600];
+    snprintf(where, sizeof where, "%s:2:", path);
+    if (!strstr(ct_last_error(), where) || !strstr(ct_last_error(), cases[i].want))
+      fprintf(stderr, "  case %zu: message '%s' lacks '%s' or '%s'\n", i, ct_last_error(), where, cases[i].want);
+    CHECK(strstr(ct_last_error(), where) && strstr(ct_last_error(), cases[i].want));
+    // with skip_bad_rows the row is counted and the good one kept
+    o.skip_bad_rows = true;
+    CHECK_OK(ct_dataset_load(&ds, path, tok, &o));
+    CHECK(ds.n_rows == 1 && ds.n_bad == 1 && strstr(ds.first_bad, where));
+    ct_dataset_free(&ds);
+  }
+}
+
+static void test_missing_file_and_empty_file_fail_clearly(void) {
+  ct_dataset ds;
+  ct_data_opts o = opts();
+  CHECK(ct_dataset_load(&ds, "/nonexistent/x.jsonl", tok, &o) == CT_EIO);
+  CHECK(strstr(ct_last_error(), "/nonexistent/x.jsonl") != NULL);
+  CHECK(ct_dataset_load(&ds, write_file("empty.jsonl", "\n\n"), tok, &o) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "no usable rows") != NULL);
+  // a NUL byte inside a line is an error, not a silently shortened row
+  char path[512];
+  snprintf(path, sizeof path, "%s/nul.jsonl", dir);
+  FILE *f = fopen(path, "w");
+  fwrite("{\"text\": \"a\0b\"}\n", 1, 16, f);
+  fclose(f);
+  CHECK(ct_dataset_load(&ds, path, tok, &o) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), ":1:") && strstr(ct_last_error(), "NUL"));
+}
+
+// Packing: every row in exactly one bin, no bin over max_length, bins well filled
+// (best-fit decreasing: at most one bin less than half full).
+static void test_packing_places_every_row_once_within_max_length(void) {
+  char *text = malloc(200000);
+  size_t used = 0;
+  srand(3);
+  for (int i = 0; i < 300; i++) {
+    int len = 1 + rand() % 40;
+    used += (size_t)sprintf(text + used, "{\"text\": \"");
+    for (int k = 0; k < len; k++) text[used++] = (char)('a' + rand() % 26);
+    used += (size_t)sprintf(text + used, "\"}\n");
+  }
+  text[used] = 0;
+  ct_dataset ds;
+  ct_data_opts o = opts();
+  o.max_length = 48;
+  o.packing = true;
+  CHECK_OK(ct_dataset_load(&ds, write_file("p.jsonl", text), tok, &o));
+  free(text);
+  int *seen = calloc(ds.n_rows, sizeof(int)), half_empty = 0;
+  long tokens = 0;
+  for (int s = 0; s < ds.n_seq; s++) {
+    int len = 0;
+    for (int k = 0; k < ds.seq_count[s]; k++) {
+      int r = ds.seq_rows[ds.seq_first[s] + k];
+      seen[r]++;
+      len += ds.row_len[r];
+    }
+    CHECK(len == ds.seq_len[s] && len <= 48);
+    half_empty += len < 24;
+    tokens += len;
+  }
+  for (int r = 0; r < ds.n_rows; r++) CHECK(seen[r] == 1);
+  CHECK(tokens == ds.n_tokens);
+  CHECK(half_empty <= 1);
+  CHECK(ds.n_seq < ds.n_rows / 2);
+  free(seen);
+  ct_dataset_free(&ds);
+}
+
+// A packed bin: positions restart and attention segments start at each document, the
+// first token of each document has no target, padding has none either.
+static void test_batch_of_packed_bin_resets_positions_and_masks_document_starts(void) {
+  ct_dataset ds;
+  ct_data_opts o = opts();
+  o.max_length = 14;  // 11 tokens fill bin 0 (room 3); 5 and 4 share bin 1
+  o.packing = true;
+  CHECK_OK(ct_dataset_load(&ds, write_file("q.jsonl", "{\"text\": \"abcd\"}\n{\"text\": \"xyz\"}\n{\"text\": \"0123456789\"}\n"), tok, &o));
+  CHECK(ds.n_seq == 2);
+  ct_batch b;
+  CHECK_OK(ct_batch_init(&b, 2, 16));
+  int seqs[2] = {0, 1};
+  ct_batch_fill(&b, &ds, seqs, 2, ct_tokenizer_pad(tok));
+  // bin 0 holds the 11-token row (10 chars + eos); bin 1 the 5- and 4-token rows
+  CHECK(b.T == 11);
+  const int *pos = b.pos + b.T, *seg = b.seg + b.T, *tgt = b.target + b.T, *ids = b.ids + b.T;
+  int first_len = ds.row_len[ds.seq_rows[ds.seq_first[1]]];
+  CHECK(pos[0] == 0 && pos[first_len] == 0 && pos[first_len + 1] == 1);
+  CHECK(seg[first_len - 1] == 0 && seg[first_len] == first_len);
+  CHECK(tgt[first_len - 1] == -1);              // last token of doc 1 does not predict doc 2
+  CHECK(tgt[0] == ids[1] && tgt[first_len] == ids[first_len + 1]);
+  CHECK(tgt[9] == -1 && tgt[10] == -1 && ids[10] == ct_tokenizer_pad(tok));  // padding
+  CHECK(b.n_target == 10 + 4 + 3);  // each document: its length minus one
+  CHECK(b.n_tokens == 11 + 9);
+  ct_batch_free(&b);
+  ct_dataset_free(&ds);
+}
+
+int main(void) {
+  snprintf(dir, sizeof dir, "/tmp/ct_test_data_XXXXXX");
+  if (!mkdtemp(dir) || ct_tokenizer_bytes(&tok)) return 1;
+  RUN(test_text_row_gets_eos_and_labels_all_but_first);
+  RUN(test_prompt_completion_labels_only_completion_and_eos);
+  RUN(test_pretokenized_rows_use_completion_mask_and_add_no_eos);
+  RUN(test_messages_render_chatml_and_train_on_every_token);
+  RUN(test_assistant_only_loss_labels_only_assistant_turns);
+  RUN(test_truncation_keeps_first_tokens_and_drops_rows_without_labels);
+  RUN(test_blank_lines_are_ignored_and_line_numbers_kept);
+  RUN(test_malformed_rows_name_file_line_and_key);
+  RUN(test_missing_file_and_empty_file_fail_clearly);
+  RUN(test_packing_places_every_row_once_within_max_length);
+  RUN(test_batch_of_packed_bin_resets_positions_and_masks_document_starts);
+  ct_tokenizer_free(tok);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd)) return 1;
+  return test_summary();
+}

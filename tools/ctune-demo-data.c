@@ -1,0 +1,110 @@
+// ctune-demo-data: writes the demo's synthetic tasks as TRL prompt/completion JSONL.
+//
+//   ctune-demo-data reverse  TRAIN.jsonl EVAL.jsonl [n_train] [n_eval] [seed] [max_len]
+//   ctune-demo-data addition TRAIN.jsonl EVAL.jsonl [n_train] [n_eval] [seed] [digits]
+//
+// reverse:  {"prompt": "reverse kqxmb:", "completion": "bmxqk"}: lowercase words of
+//           3..max_len letters (default 8), written backwards.
+// addition: {"prompt": "357+048=", "completion": "0405"}: two numbers of up to `digits`
+//           digits (default 3), at fixed width.
+// Held-out rows never repeat a training row. The seed fixes the output on every machine
+// (ctune's own generator, not libc's rand).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rng.h"
+
+static int usage(void) {
+  fprintf(stderr, "usage: ctune-demo-data reverse|addition TRAIN.jsonl EVAL.jsonl [n_train=20000] "
+                  "[n_eval=500] [seed=1234] [max_len=8 | digits=3]\n");
+  return 2;
+}
+
+// Rows already written, as 64-bit keys in an open-addressing set.
+typedef struct {
+  unsigned long long *slot;
+  long cap;
+} keyset;
+
+static int keyset_add(keyset *k, unsigned long long key) {  // 1 if new
+  key |= 1;  // 0 marks an empty slot
+  long h = (long)((key * 0x9e3779b97f4a7c15ULL) >> 20) & (k->cap - 1);
+  while (k->slot[h] && k->slot[h] != key) h = (h + 1) & (k->cap - 1);
+  if (k->slot[h]) return 0;
+  k->slot[h] = key;
+  return 1;
+}
+
+// One row into prompt/completion; returns a key identifying it.
+static unsigned long long make_reverse(ct_rng *r, int max_len, char *prompt, char *completion) {
+  int len = 3 + (int)ct_rng_below(r, (uint64_t)(max_len - 2));
+  char w[32];
+  unsigned long long key = (unsigned long long)len;
+  for (int i = 0; i < len; i++) {
+    w[i] = (char)('a' + ct_rng_below(r, 26));
+    key = key * 31 + (unsigned long long)w[i];
+  }
+  w[len] = 0;
+  sprintf(prompt, "reverse %s:", w);
+  for (int i = 0; i < len; i++) completion[i] = w[len - 1 - i];
+  completion[len] = 0;
+  return key << 1;
+}
+
+static unsigned long long make_addition(ct_rng *r, int digits, char *prompt, char *completion) {
+  long range = 1;
+  for (int i = 0; i < digits; i++) range *= 10;
+  long a = (long)ct_rng_below(r, (uint64_t)range), b = (long)ct_rng_below(r, (uint64_t)range);
+  // fixed width: every digit sits at the same position in every row
+  sprintf(prompt, "%0*ld+%0*ld=", digits, a, digits, b);
+  sprintf(completion, "%0*ld", digits + 1, a + b);
+  return ((unsigned long long)a * (unsigned long long)range + (unsigned long long)b) << 1;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 4) return usage();
+  int reverse = strcmp(argv[1], "reverse") == 0;
+  if (!reverse && strcmp(argv[1], "addition") != 0) return usage();
+  long n_train = argc > 4 ? atol(argv[4]) : 20000, n_eval = argc > 5 ? atol(argv[5]) : 500;
+  unsigned long long seed = argc > 6 ? strtoull(argv[6], NULL, 10) : 1234;
+  int size = argc > 7 ? atoi(argv[7]) : (reverse ? 8 : 3);
+  if (n_train < 1 || n_eval < 1 || (reverse && (size < 3 || size > 30)) ||
+      (!reverse && (size < 1 || size > 9)))
+    return usage();
+  double distinct = 1;  // how many different rows exist
+  for (int i = 0; i < (reverse ? size : 2 * size); i++) distinct *= reverse ? 26 : 10;
+  if ((double)(n_train + n_eval) > 0.5 * distinct) {
+    fprintf(stderr, "ctune-demo-data: %ld rows would repeat: make the task larger\n", n_train + n_eval);
+    return 2;
+  }
+  keyset seen = {NULL, 1};
+  while (seen.cap < 4 * (n_train + n_eval)) seen.cap *= 2;
+  seen.slot = calloc((size_t)seen.cap, sizeof *seen.slot);
+  if (!seen.slot) return 1;
+  ct_rng r;
+  ct_rng_seed(&r, seed);
+  const char *paths[2] = {argv[2], argv[3]};
+  long counts[2] = {n_train, n_eval};
+  char prompt[64], completion[64];
+  for (int f = 0; f < 2; f++) {
+    FILE *out = fopen(paths[f], "w");
+    if (!out) {
+      fprintf(stderr, "ctune-demo-data: cannot write %s\n", paths[f]);
+      return 1;
+    }
+    for (long i = 0; i < counts[f];) {
+      unsigned long long key = reverse ? make_reverse(&r, size, prompt, completion)
+                                       : make_addition(&r, size, prompt, completion);
+      if (!keyset_add(&seen, key)) continue;
+      fprintf(out, "{\"prompt\": \"%s\", \"completion\": \"%s\"}\n", prompt, completion);
+      i++;
+    }
+    if (fclose(out)) {
+      fprintf(stderr, "ctune-demo-data: cannot write %s\n", paths[f]);
+      return 1;
+    }
+  }
+  free(seen.slot);
+  return 0;
+}

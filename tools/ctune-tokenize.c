@@ -1,0 +1,398 @@
+// ctune-tokenize: shows what the trainers see — token ids of text, text of ids, and
+// conversations rendered with the model's chat template. Reads JSONL on stdin, writes
+// JSONL on stdout, one output row per input row, in order.
+//
+//   ctune-tokenize encode tokenizer_path=DIR [add_special_tokens=true] [special=true]
+//       {"text": "..."}         -> {"input_ids": [...]}
+//   ctune-tokenize decode tokenizer_path=DIR
+//       {"input_ids": [...]}    -> {"text": "..."}
+//   ctune-tokenize chat tokenizer_path=DIR [add_generation_prompt=false] [tokenize=false]
+//                       [template=FILE.jinja]
+//       {"messages": [...], "tools"?: [...], "chat_template_kwargs"?: {...},
+//        "add_generation_prompt"?: bool (overrides the option for that row)}
+//       -> {"text": "..."} (+ "input_ids" and "assistant_masks" with tokenize=true;
+//       + "generation_spans" when the template marks assistant text with {% generation %})
+//   ctune-tokenize info tokenizer_path=DIR
+//       one row: vocab size, special ids, stop ids, chat template facts
+//   Every command but info and bench: on_error=stop (default: stop at the first bad row,
+//   exit 1) or on_error=row (write {"error": "..."} for that row and go on).
+//   ctune-tokenize export [tokenizer_path=DIR] out=DIR
+//       writes tokenizer.json and tokenizer_config.json as checkpoints carry them
+//   ctune-tokenize bench tokenizer_path=DIR input=FILE [reps=3]
+//       encoding speed of FILE's text in MB/s (best of reps, loading excluded)
+//
+// tokenizer_path holds tokenizer.json (and tokenizer_config.json when present); without
+// it the built-in byte tokenizer is used. Exit status: 0 ok, 1 bad input or files
+// (one line on stderr naming the row), 2 usage.
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "error.h"
+#include "tokenizer.h"
+
+static int usage(void) {
+  fputs("usage: ctune-tokenize encode|decode|chat|info tokenizer_path=DIR [key=value ...]\n"
+        "  encode: rows {\"text\"} -> {\"input_ids\"}; add_special_tokens=true|false (bos/eos as\n"
+        "          the tokenizer adds them, default true), special=true|false (special-token\n"
+        "          strings in the text become their ids, default true)\n"
+        "  decode: rows {\"input_ids\"} -> {\"text\"}\n"
+        "  chat:   rows {\"messages\", \"tools\"?} -> {\"text\"}; add_generation_prompt=true|false\n"
+        "          (default false), tokenize=true|false (also input_ids and assistant_masks)\n"
+        "          template=FILE uses that chat template instead of tokenizer_config.json's;\n"
+        "          a row's chat_template_kwargs object adds template variables\n"
+        "  on_error=stop|row: stop at the first bad row (default) or write {\"error\"} rows\n"
+        "  info:   vocabulary size, special and stop ids, chat template facts\n"
+        "  export: out=DIR writes tokenizer.json + tokenizer_config.json (checkpoint form)\n"
+        "  bench:  input=FILE [reps=3]: encoding speed in MB/s\n",
+        stderr);
+  return 2;
+}
+
+static int parse_bool(const char *key, const char *v, bool *out) {
+  if (!strcmp(v, "true") || !strcmp(v, "1")) *out = true;
+  else if (!strcmp(v, "false") || !strcmp(v, "0")) *out = false;
+  else {
+    fprintf(stderr, "ctune-tokenize: %s: expected true or false, got '%s'\n", key, v);
+    return 2;
+  }
+  return 0;
+}
+
+// Output buffer: ids are formatted by hand, a row can hold millions of them.
+typedef struct {
+  char *p;
+  size_t n, cap;
+} obuf;
+
+static void ob_put(obuf *b, const char *s, size_t n) {
+  if (b->n + n > b->cap) {
+    size_t cap = b->cap ? b->cap : 1 << 16;
+    while (cap < b->n + n) cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+      fputs("ctune-tokenize: out of memory\n", stderr);
+      exit(1);
+    }
+    b->p = p;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->n, s, n);
+  b->n += n;
+}
+static void ob_puts(obuf *b, const char *s) { ob_put(b, s, strlen(s)); }
+
+static void ob_ids(obuf *b, const int *v, int n) {
+  char tmp[16];
+  ob_put(b, "[", 1);
+  for (int i = 0; i < n; i++) ob_put(b, tmp, (size_t)snprintf(tmp, sizeof tmp, i ? ", %d" : "%d", v[i]));
+  ob_put(b, "]", 1);
+}
+
+static void ob_json(obuf *b, const json_t *j) {
+  char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+  if (!s) {
+    fputs("ctune-tokenize: out of memory\n", stderr);
+    exit(1);
+  }
+  ob_puts(b, s);
+  free(s);
+}
+
+static void ob_string(obuf *b, const char *s, size_t n) {
+  json_t *j = json_stringn_nocheck(s, n);
+  ob_json(b, j);
+  json_decref(j);
+}
+
+static void flush(obuf *b) {
+  if (b->n && fwrite(b->p, 1, b->n, stdout) != b->n) {
+    fputs("ctune-tokenize: write error\n", stderr);
+    exit(1);
+  }
+  b->n = 0;
+}
+
+static char *read_all(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "ctune-tokenize: %s: cannot open\n", path);
+    return NULL;
+  }
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  for (;;) {
+    if (!buf) break;
+    n += fread(buf + n, 1, cap - n, f);
+    if (n < cap) break;
+    char *g = realloc(buf, cap * 2);
+    if (!g) {
+      free(buf);
+      buf = NULL;
+      break;
+    }
+    buf = g;
+    cap *= 2;
+  }
+  fclose(f);
+  if (!buf) fputs("ctune-tokenize: out of memory\n", stderr);
+  *len = n;
+  return buf;
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// Encoding speed over a file: the first pass starts with an empty word cache.
+static int bench(const ct_tokenizer *t, const char *input, int reps) {
+  if (!input) {
+    fputs("ctune-tokenize: bench needs input=FILE\n", stderr);
+    return 2;
+  }
+  size_t len;
+  char *text = read_all(input, &len);
+  if (!text) return 1;
+  ct_ids ids = {0};
+  double best = 1e30, first = 0;
+  for (int r = 0; r < reps; r++) {
+    ids.n = 0;
+    double t0 = now();
+    if (ct_tokenizer_encode(t, text, len, true, &ids)) {
+      fprintf(stderr, "ctune-tokenize: %s\n", ct_last_error());
+      free(text);
+      ct_ids_free(&ids);
+      return 1;
+    }
+    double dt = now() - t0;
+    if (r == 0) first = dt;
+    if (dt < best) best = dt;
+  }
+  printf("%.2f MB/s (%d tokens, %zu bytes, best of %d: %.3f s; first pass %.2f MB/s)\n", (double)len / 1e6 / best,
+         ids.n, len, reps, best, (double)len / 1e6 / first);
+  free(text);
+  ct_ids_free(&ids);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) return usage();
+  const char *cmd = argv[1], *dir = NULL, *template_file = NULL, *input = NULL, *out_dir = NULL;
+  int reps = 3;
+  bool add_special = true, special = true, gen_prompt = false, tokenize = false, row_errors = false;
+  for (int i = 2; i < argc; i++) {
+    char *eq = strchr(argv[i], '=');
+    if (!eq) return usage();
+    *eq = 0;
+    const char *k = argv[i], *v = eq + 1;
+    int rc = 0;
+    if (!strcmp(k, "tokenizer_path")) dir = v;
+    else if (!strcmp(k, "add_special_tokens")) rc = parse_bool(k, v, &add_special);
+    else if (!strcmp(k, "special")) rc = parse_bool(k, v, &special);
+    else if (!strcmp(k, "add_generation_prompt")) rc = parse_bool(k, v, &gen_prompt);
+    else if (!strcmp(k, "tokenize")) rc = parse_bool(k, v, &tokenize);
+    else if (!strcmp(k, "template")) template_file = v;
+    else if (!strcmp(k, "on_error")) {
+      if (strcmp(v, "stop") && strcmp(v, "row")) {
+        fprintf(stderr, "ctune-tokenize: on_error: expected stop or row, got '%s'\n", v);
+        return 2;
+      }
+      row_errors = !strcmp(v, "row");
+    }
+    else if (!strcmp(k, "input")) input = v;
+    else if (!strcmp(k, "out")) out_dir = v;
+    else if (!strcmp(k, "reps")) reps = atoi(v) > 0 ? atoi(v) : 1;
+    else {
+      fprintf(stderr, "ctune-tokenize: unknown key '%s'\n", k);
+      return 2;
+    }
+    if (rc) return rc;
+  }
+  if (strcmp(cmd, "encode") && strcmp(cmd, "decode") && strcmp(cmd, "chat") && strcmp(cmd, "info") &&
+      strcmp(cmd, "bench") && strcmp(cmd, "export"))
+    return usage();
+
+  ct_tokenizer *t;
+  int rc = dir ? ct_tokenizer_load(&t, dir) : ct_tokenizer_bytes(&t);
+  if (rc) {
+    fprintf(stderr, "ctune-tokenize: %s\n", ct_last_error());
+    return 1;
+  }
+  if (template_file) {
+    size_t len;
+    char *src = read_all(template_file, &len);
+    rc = src ? ct_tokenizer_set_chat_template(t, src, len, template_file) : 1;
+    free(src);
+    if (rc) {
+      if (src) fprintf(stderr, "ctune-tokenize: %s\n", ct_last_error());
+      ct_tokenizer_free(t);
+      return 1;
+    }
+  }
+  if (!strcmp(cmd, "export")) {
+    rc = out_dir ? ct_tokenizer_save(t, out_dir) : -1;
+    if (!out_dir) fputs("ctune-tokenize: export needs out=DIR\n", stderr);
+    else if (rc) fprintf(stderr, "ctune-tokenize: %s\n", ct_last_error());
+    ct_tokenizer_free(t);
+    return rc ? 1 : 0;
+  }
+  if (!strcmp(cmd, "bench")) {
+    rc = bench(t, input, reps);
+    ct_tokenizer_free(t);
+    return rc;
+  }
+  obuf ob = {0};
+  if (!strcmp(cmd, "info")) {
+    const int *stops;
+    int nstops = ct_tokenizer_stop_ids(t, &stops);
+    json_t *st = json_array();
+    for (int i = 0; i < nstops; i++) json_array_append_new(st, json_integer(stops[i]));
+    json_t *info = json_pack("{s:i,s:i,s:i,s:i,s:b,s:b,s:o,s:b}", "vocab_size", ct_tokenizer_vocab_size(t),
+                             "bos_token_id", ct_tokenizer_bos(t), "eos_token_id", ct_tokenizer_eos(t),
+                             "pad_token_id", ct_tokenizer_pad(t), "add_bos_token", ct_tokenizer_add_bos(t),
+                             "add_eos_token", ct_tokenizer_add_eos(t), "stop_token_ids", st,
+                             "chat_template_has_generation", ct_tokenizer_chat_has_generation(t));
+    ob_json(&ob, info);
+    ob_puts(&ob, "\n");
+    json_decref(info);
+    flush(&ob);
+    ct_tokenizer_free(t);
+    free(ob.p);
+    return 0;
+  }
+
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t got;
+  long row = 0;
+  ct_ids ids = {0}, mask = {0};
+  int status = 0;
+  while ((got = getline(&line, &cap, stdin)) > 0) {
+    row++;
+    size_t n = (size_t)got;
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
+    if (n == 0) continue;
+    json_error_t err;
+    json_t *j = json_loadb(line, n, 0, &err);
+    const char *msg = NULL;
+    char buf[256];
+    if (!j) {
+      snprintf(buf, sizeof buf, "not JSON: %s (column %d)", err.text, err.column);
+      msg = buf;
+    } else if (!json_is_object(j)) {
+      msg = "expected a JSON object";
+    }
+    ids.n = 0;
+    mask.n = 0;
+    size_t mark = ob.n;  // a row that fails leaves no partial output
+    if (!msg && !strcmp(cmd, "encode")) {
+      const json_t *text = json_object_get(j, "text");
+      if (!json_is_string(text)) {
+        msg = "key 'text': expected a string";
+      } else {
+        if (add_special && ct_tokenizer_add_bos(t)) ct_ids_push(&ids, ct_tokenizer_bos(t));
+        if (ct_tokenizer_encode(t, json_string_value(text), json_string_length(text), special, &ids)) msg = ct_last_error();
+        else if (add_special && ct_tokenizer_add_eos(t)) ct_ids_push(&ids, ct_tokenizer_eos(t));
+        if (!msg) {
+          ob_puts(&ob, "{\"input_ids\": ");
+          ob_ids(&ob, ids.v, ids.n);
+          ob_puts(&ob, "}\n");
+        }
+      }
+    } else if (!msg && !strcmp(cmd, "decode")) {
+      const json_t *in = json_object_get(j, "input_ids");
+      if (!json_is_array(in)) msg = "key 'input_ids': expected a list of integers";
+      for (size_t i = 0; !msg && i < json_array_size(in); i++) {
+        const json_t *x = json_array_get(in, i);
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > 0x7fffffff)
+          msg = "key 'input_ids': expected a list of non-negative integers";
+        else ct_ids_push(&ids, (int)json_integer_value(x));
+      }
+      char *s;
+      size_t len;
+      if (!msg && ct_tokenizer_decode(t, ids.v, ids.n, &s, &len)) msg = ct_last_error();
+      else if (!msg) {
+        ob_puts(&ob, "{\"text\": ");
+        ob_string(&ob, s, len);
+        ob_puts(&ob, "}\n");
+        free(s);
+      }
+    } else if (!msg) {  // chat
+      const json_t *messages = json_object_get(j, "messages");
+      const json_t *agp = json_object_get(j, "add_generation_prompt");
+      ct_chat_opts o = {.add_generation_prompt = json_is_boolean(agp) ? json_is_true(agp) : gen_prompt,
+                        .tools = json_object_get(j, "tools"), .extra = json_object_get(j, "chat_template_kwargs")};
+      char *s;
+      size_t len;
+      ct_span *gen;
+      int ngen;
+      if (!messages) {
+        msg = "key 'messages': missing";
+      } else if (ct_tokenizer_chat_render(t, messages, &o, &s, &len, &gen, &ngen)) {
+        msg = ct_last_error();
+      } else {
+        ob_puts(&ob, "{\"text\": ");
+        ob_string(&ob, s, len);
+        if (ngen) {
+          ob_puts(&ob, ", \"generation_spans\": [");
+          for (int i = 0; i < ngen; i++) {
+            snprintf(buf, sizeof buf, "%s[%zu, %zu]", i ? ", " : "", gen[i].start, gen[i].end);
+            ob_puts(&ob, buf);
+          }
+          ob_puts(&ob, "]");
+        }
+        if (tokenize) {
+          if (ct_tokenizer_encode_masked(t, s, len, gen, ngen, &ids, &mask)) {
+            msg = ct_last_error();
+          } else {
+            ob_puts(&ob, ", \"input_ids\": ");
+            ob_ids(&ob, ids.v, ids.n);
+            ob_puts(&ob, ", \"assistant_masks\": ");
+            ob_ids(&ob, mask.v, mask.n);
+          }
+        }
+        ob_puts(&ob, "}\n");
+        free(s);
+        free(gen);
+      }
+    }
+    if (msg) ob.n = mark;
+    if (msg && row_errors) {
+      char where[64];
+      snprintf(where, sizeof where, "<stdin>:%ld: ", row);
+      size_t ml = strlen(where) + strlen(msg);
+      char *full = malloc(ml + 1);
+      if (full) {
+        snprintf(full, ml + 1, "%s%s", where, msg);
+        ob_puts(&ob, "{\"error\": ");
+        ob_string(&ob, full, ml);
+        ob_puts(&ob, "}\n");
+        free(full);
+      }
+      msg = NULL;
+    }
+    json_decref(j);
+    if (msg) {
+      flush(&ob);
+      fprintf(stderr, "ctune-tokenize: <stdin>:%ld: %s\n", row, msg);
+      status = 1;
+      break;
+    }
+    if (ob.n > (1 << 20)) flush(&ob);
+  }
+  flush(&ob);
+  if (fflush(stdout)) {
+    fputs("ctune-tokenize: write error\n", stderr);
+    status = 1;
+  }
+  free(line);
+  free(ob.p);
+  ct_ids_free(&ids);
+  ct_ids_free(&mask);
+  ct_tokenizer_free(t);
+  return status;
+}
