@@ -25,8 +25,10 @@ TOOLS    := $(patsubst tools/%.c,%,$(wildcard tools/*.c))
 PROGS    := $(TRAINERS:%=$(BIN)/%) $(TOOLS:%=$(BIN)/%)
 TESTS    := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/test_*.c))
 
-.PHONY: all deps test test-run demo demo-run bench bench-run asan install clean
+.PHONY: all deps test test-run demo demo-run bench bench-run asan valgrind install clean
 .DEFAULT_GOAL := all
+.SECONDARY:  # keep objects: they are intermediate files of the chained rules
+NPROC := $(shell nproc 2>/dev/null || echo 2)
 
 all: $(PROGS) $(TESTS)
 
@@ -36,28 +38,40 @@ deps:
 	@sh scripts/install-deps.sh
 
 test: deps
+	@$(MAKE) --no-print-directory -j$(NPROC) all
 	@$(MAKE) --no-print-directory test-run
 
 test-run: all
 	@sh tests/run.sh $(B) $(BIN)
 
 demo: deps
+	@$(MAKE) --no-print-directory -j$(NPROC) all
 	@$(MAKE) --no-print-directory demo-run
 
 demo-run: all
 	@sh scripts/demo.sh $(BIN)
 
 bench: deps
+	@$(MAKE) --no-print-directory -j$(NPROC) all
 	@$(MAKE) --no-print-directory bench-run
 
 bench-run: all
 	@sh scripts/bench.sh $(B) $(BIN)
 
 # Unit tests under AddressSanitizer + UBSan, in a build tree of their own.
+ASAN = B=build-asan BIN=build-asan/bin LDFLAGS="-fsanitize=address,undefined" \
+       OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all"
 asan: deps
-	@$(MAKE) --no-print-directory B=build-asan BIN=build-asan/bin \
-	  OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
-	  LDFLAGS="-fsanitize=address,undefined" test-run
+	@$(MAKE) --no-print-directory -j$(NPROC) $(ASAN) all
+	@CT_SKIP_SH=1 $(MAKE) --no-print-directory $(ASAN) test-run
+
+# Unit tests under valgrind's memcheck. Valgrind 3.19 cannot run AVX-512 code, so this
+# tree is built for AVX2 (OpenBLAS picks its kernel from the CPUID valgrind shows).
+VALGRIND = B=build-vg BIN=build-vg/bin OPT="-O2 -g -mavx2 -mfma"
+valgrind: deps
+	@$(MAKE) --no-print-directory -j$(NPROC) $(VALGRIND) all
+	@CT_SKIP_SH=1 CT_WRAP="valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite" \
+	  $(MAKE) --no-print-directory $(VALGRIND) test-run
 
 PREFIX ?= /usr/local
 install: all
@@ -65,7 +79,7 @@ install: all
 	install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
 
 clean:
-	rm -rf build build-asan bin
+	rm -rf build build-asan build-vg bin
 
 $(B)/%.o: %.c
 	@mkdir -p $(dir $@)

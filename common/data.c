@@ -295,6 +295,7 @@ int ct_dataset_load(ct_dataset *ds, const char *path, const ct_tokenizer *tok,
   if (!f || !ds->path) {
     int e = errno;
     if (f) fclose(f);
+    ct_dataset_free(ds);
     return ct_set_error(CT_EIO, "%s: cannot open: %s", path, strerror(e));
   }
   loader L = {.ds = ds, .tok = tok, .o = o};

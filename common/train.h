@@ -3,7 +3,9 @@
 // config, the optimizer step, the data order, metrics, and checkpoints.
 //
 // The train state holds exactly: parameters, optimizer moments, step, rng state and
-// data position. Nothing computed in a forward pass is ever saved with it.
+// data position. Nothing computed in a forward pass is ever saved with it. A resumed run
+// repeats an uninterrupted one bit for bit when it uses the same threads per rank and
+// ranks (how a matrix product is split between threads can change its last bits).
 #pragma once
 #include <stdbool.h>
 

@@ -1011,8 +1011,11 @@ static void test_head_vocab_tiling_matches_untiled_for_n_1_2_3_4_8(void) {
   head_case_free(&hc);
 }
 
-// Large enough that ct_sgemm splits the logits products across the threads.
-static void test_head_is_bit_identical_for_1_and_2_threads(void) {
+// Large enough that ct_sgemm splits the logits products across the threads. The head's
+// own reductions are per row, but how sgemm is split follows the thread count, and
+// whether OpenBLAS's result is bit-identical for a split product depends on its kernel
+// (SkylakeX: yes; Haswell, as under valgrind: not always) -- so within rounding here.
+static void test_head_matches_for_1_and_2_threads(void) {
   seed(21);
   head_case hc;
   head_case_init(&hc, 190, 64, 50);
@@ -1023,12 +1026,12 @@ static void test_head_is_bit_identical_for_1_and_2_threads(void) {
       head_out_run(&o[k], &hc, ntiles);
     }
     CHECK(o[0].n == o[1].n);
-    CHECK(memcmp(o[0].lse, o[1].lse, sizeof(float) * o[0].n) == 0);
-    CHECK(memcmp(o[0].logp, o[1].logp, sizeof(float) * o[0].n) == 0);
-    CHECK(memcmp(o[0].ent, o[1].ent, sizeof(float) * o[0].n) == 0);
+    CHECK(test_max_rel_diff(o[0].lse, o[1].lse, o[0].n) < 1e-5);
+    CHECK(test_max_rel_diff(o[0].logp, o[1].logp, o[0].n) < 1e-5);
+    CHECK(test_max_rel_diff(o[0].ent, o[1].ent, o[0].n) < 1e-5);
     CHECK(memcmp(o[0].amax, o[1].amax, sizeof(int) * o[0].n) == 0);
-    CHECK(memcmp(o[0].dW, o[1].dW, sizeof(float) * hc.V * hc.C) == 0);
-    CHECK(memcmp(o[0].dh, o[1].dh, sizeof(float) * hc.N * hc.C) == 0);
+    CHECK(test_max_rel_diff(o[0].dW, o[1].dW, (long)hc.V * hc.C) < 1e-5);
+    CHECK(test_max_rel_diff(o[0].dh, o[1].dh, (long)hc.N * hc.C) < 1e-5);
     head_out_free(&o[0]);
     head_out_free(&o[1]);
   }
@@ -1250,7 +1253,7 @@ int main(int argc, char **argv) {
   RUN_WATCHED(test_head_backward_matches_central_differences, 30);
   RUN_WATCHED(test_head_backward_writes_zero_d_hidden_for_rows_without_target, 30);
   RUN_WATCHED(test_head_vocab_tiling_matches_untiled_for_n_1_2_3_4_8, 30);
-  RUN_WATCHED(test_head_is_bit_identical_for_1_and_2_threads, 30);
+  RUN_WATCHED(test_head_matches_for_1_and_2_threads, 30);
   RUN_WATCHED(test_sgemm_matches_naive_loop_for_all_transposes, 30);
   RUN_WATCHED(test_sgemm_with_k_0_scales_c_by_beta, 30);
   RUN_WATCHED(test_expf_relative_error_below_4e_7_on_minus_87_to_88, 30);
