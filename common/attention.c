@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "fastmath.h"
 #include "matmul.h"
 #include "pool.h"
 
@@ -48,8 +49,9 @@ static void attn_fwd_task(void *ctx, int task, int thread) {
       for (int k = lo; k <= hi; k++) mx = s[k] > mx ? s[k] : mx;
       float sum = 0;
       for (int k = 0; k < lo; k++) s[k] = 0;
+#pragma omp simd reduction(+ : sum)
       for (int k = lo; k <= hi; k++) {
-        s[k] = expf(s[k] - mx);
+        s[k] = ct_expf(s[k] - mx);
         sum += s[k];
       }
       for (int k = hi + 1; k < nk; k++) s[k] = 0;
@@ -105,7 +107,8 @@ static void attn_bwd_task(void *ctx, int task, int thread) {
         int t = q0 + r, lo = seg[t] - k0, hi = t - k0;
         float *p = P + (long)r * nk, l = L[(long)t * d.H];
         for (int k = 0; k < lo; k++) p[k] = 0;
-        for (int k = lo; k <= hi; k++) p[k] = expf(p[k] - l);
+#pragma omp simd
+        for (int k = lo; k <= hi; k++) p[k] = ct_expf(p[k] - l);
         for (int k = hi + 1; k < nk; k++) p[k] = 0;
         const float *o = O + (long)t * ldo, *dout = dO + (long)t * ldo;
         float dot = 0;

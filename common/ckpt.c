@@ -141,7 +141,8 @@ int ct_hf_config_read(ct_model_config *c, const char *path) {
   }
   json_t *sw = json_object_get(j, "sliding_window");
   if (sliding || (strcmp(type, "mistral") == 0 && json_is_integer(sw))) {
-    rc = ct_set_error(CT_EFORMAT, "%s: sliding-window attention is not supported", path);
+    rc = ct_set_error(CT_EFORMAT, "%s: key '%s': sliding-window attention is not supported", path,
+                      sliding ? "use_sliding_window" : "sliding_window");
     goto done;
   }
   c->qkv_bias = qwen2;
@@ -149,8 +150,7 @@ int ct_hf_config_read(ct_model_config *c, const char *path) {
   get_token_id(&r, "bos_token_id", &c->bos_token_id);
   get_token_id(&r, "eos_token_id", &c->eos_token_id);
   get_token_id(&r, "pad_token_id", &c->pad_token_id);
-  rc = ct_model_config_check(c);
-  if (rc) ct_wrap_error(rc, "%s", path);
+  if (ct_model_config_check(c)) rc = ct_wrap_error(CT_EFORMAT, "%s", path);
 done:
   json_decref(j);
   return rc;
@@ -212,11 +212,6 @@ static void tensor_name(char *out, size_t n, const ct_tensor_info *t, const char
   snprintf(out, n, "%s%s", t->name, suffix ? suffix : "");
 }
 
-static bool tied_head(const ct_model *m, const ct_tensor_info *t) {
-  (void)m;
-  return strcmp(t->name, "lm_head.weight") == 0;
-}
-
 static int load_from_dir(const ct_model *m, float *buf, const ct_st_dir *d, const char *suffix) {
   char name[128];
   for (int i = 0; i < m->n_tensors; i++) {
@@ -228,11 +223,15 @@ static int load_from_dir(const ct_model *m, float *buf, const ct_st_dir *d, cons
     if (rc) return rc;
     bool ok = t->ndim == ti->ndim && t->shape[0] == ti->shape[0] &&
               (ti->ndim == 1 || t->shape[1] == ti->shape[1]);
-    if (!ok)
-      return ct_set_error(CT_EFORMAT, "%s: tensor '%s' has shape [%lld, %lld] but config.json "
-                          "implies [%ld, %ld]", st->path, name, (long long)t->shape[0],
-                          (long long)(t->ndim > 1 ? t->shape[1] : 0), ti->shape[0],
-                          ti->ndim > 1 ? ti->shape[1] : 0);
+    if (!ok) {
+      char got[128] = "", want[64];
+      for (int k = 0, n = 0; k < t->ndim && n < (int)sizeof got; k++)
+        n += snprintf(got + n, sizeof got - n, "%s%lld", k ? ", " : "", (long long)t->shape[k]);
+      if (ti->ndim == 1) snprintf(want, sizeof want, "%ld", ti->shape[0]);
+      else snprintf(want, sizeof want, "%ld, %ld", ti->shape[0], ti->shape[1]);
+      return ct_set_error(CT_EFORMAT, "%s: tensor '%s' has shape [%s] but config.json implies [%s]",
+                          st->path, name, got, want);
+    }
     if ((rc = ct_st_read_f32(st, t, buf + ti->offset, ti->numel))) return rc;
   }
   // Anything else in the files is a tensor this model would silently ignore.
@@ -284,7 +283,7 @@ int ct_save_tensors(const ct_model *m, int nbuf, const float *const *bufs,
   for (int b = 0; b < nbuf; b++)
     for (int i = 0; i < m->n_tensors; i++) {
       const ct_tensor_info *ti = &m->tensors[i];
-      if (m->cfg.tie_word_embeddings && tied_head(m, ti)) continue;
+      if (m->cfg.tie_word_embeddings && strcmp(ti->name, "lm_head.weight") == 0) continue;
       tensor_name(names[n], sizeof names[n], ti, suffixes ? suffixes[b] : NULL);
       e[n] = (ct_st_entry){.name = names[n], .dtype = dtype, .ndim = ti->ndim,
                            .data_f32 = bufs[b] + ti->offset};
@@ -326,17 +325,26 @@ int ct_path_join(char *out, size_t size, const char *dir, const char *name) {
   return 0;
 }
 
+static int mkdir_one(const char *p) {
+  struct stat st;
+  if (mkdir(p, 0755) == 0) return 0;
+  if (errno == EEXIST && stat(p, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
+  return ct_set_error(CT_EIO, "%s: cannot create a directory: %s", p,
+                      errno == EEXIST ? "a file is in the way" : strerror(errno));
+}
+
 int ct_mkdirs(const char *path) {
-  char p[4096];
-  snprintf(p, sizeof p, "%s", path);
+  char p[CT_PATH_MAX];
+  if (strlen(path) >= sizeof p) return ct_set_error(CT_EINVAL, "path too long: %s", path);
+  strcpy(p, path);
   for (char *s = p + 1; *s; s++)
     if (*s == '/') {
       *s = 0;
-      if (mkdir(p, 0755) && errno != EEXIST) return ct_set_error(CT_EIO, "%s: cannot create: %s", p, strerror(errno));
+      int rc = mkdir_one(p);
+      if (rc) return rc;
       *s = '/';
     }
-  if (mkdir(p, 0755) && errno != EEXIST) return ct_set_error(CT_EIO, "%s: cannot create: %s", p, strerror(errno));
-  return 0;
+  return mkdir_one(p);
 }
 
 int ct_remove_tree(const char *path) {
@@ -372,8 +380,11 @@ static int fsync_path(const char *path, bool dir) {
 }
 
 int ct_ckpt_begin(const char *output_dir, long step, char *tmp, size_t tmp_size) {
-  snprintf(tmp, tmp_size, "%s/.tmp-checkpoint-%ld", output_dir, step);
-  int rc = ct_remove_tree(tmp);
+  char name[64];
+  snprintf(name, sizeof name, ".tmp-checkpoint-%ld", step);
+  int rc = ct_path_join(tmp, tmp_size, output_dir, name);  // never remove a cut-short path
+  if (rc) return rc;
+  rc = ct_remove_tree(tmp);
   if (!rc) rc = ct_mkdirs(tmp);
   return rc;
 }
@@ -382,34 +393,43 @@ int ct_ckpt_commit(const char *output_dir, long step, const char *tmp) {
   DIR *d = opendir(tmp);
   if (!d) return ct_set_error(CT_EIO, "%s: cannot open: %s", tmp, strerror(errno));
   struct dirent *e;
-  char p[4096];
+  char p[CT_PATH_MAX];
   int rc = 0;
   while ((e = readdir(d)) && !rc) {
-    if (e->d_name[0] == '.') continue;
-    snprintf(p, sizeof p, "%s/%s", tmp, e->d_name);
-    rc = fsync_path(p, false);
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    rc = ct_path_join(p, sizeof p, tmp, e->d_name);
+    if (!rc) rc = fsync_path(p, false);
   }
   closedir(d);
   if (rc || (rc = fsync_path(tmp, true))) return rc;
-  char final[4096], old[4096];
-  snprintf(final, sizeof final, "%s/checkpoint-%ld", output_dir, step);
-  // An existing checkpoint of the same step is moved aside first, then removed.
-  snprintf(old, sizeof old, "%s/.old-checkpoint-%ld", output_dir, step);
-  struct stat s;
-  if (stat(final, &s) == 0) {
-    if ((rc = ct_remove_tree(old))) return rc;
-    if (rename(final, old)) return ct_set_error(CT_EIO, "%s: cannot rename: %s", final, strerror(errno));
+  char final[CT_PATH_MAX], name[64];
+  snprintf(name, sizeof name, "checkpoint-%ld", step);
+  if ((rc = ct_path_join(final, sizeof final, output_dir, name))) return rc;
+  struct stat st;
+  if (stat(final, &st) == 0) {
+    // Replacing a checkpoint of the same step: swap the two in one atomic step, so that
+    // a crash leaves one or the other in place, then remove the old one (now at tmp).
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE))
+      return ct_set_error(CT_EIO, "%s: cannot swap with %s: %s", tmp, final, strerror(errno));
+    if ((rc = fsync_path(output_dir, true))) return rc;
+    return ct_remove_tree(tmp);
   }
   if (rename(tmp, final)) return ct_set_error(CT_EIO, "%s: cannot rename to %s: %s", tmp, final, strerror(errno));
-  if ((rc = fsync_path(output_dir, true))) return rc;
-  return ct_remove_tree(old);
+  return fsync_path(output_dir, true);
 }
 
+// The step of a directory named exactly "checkpoint-<step>" as ctune writes it (no sign,
+// no leading zeros, no overflow), else -1: the name can be rebuilt from the step.
 static long checkpoint_step(const char *name) {
   if (strncmp(name, "checkpoint-", 11) != 0) return -1;
-  char *end;
-  long s = strtol(name + 11, &end, 10);
-  return (*end || end == name + 11 || s < 0) ? -1 : s;
+  const char *d = name + 11;
+  if (!*d || strlen(d) > 18 || (d[0] == '0' && d[1])) return -1;
+  long s = 0;
+  for (; *d; d++) {
+    if (*d < '0' || *d > '9') return -1;
+    s = s * 10 + (*d - '0');
+  }
+  return s;
 }
 
 int ct_ckpt_latest(const char *output_dir, char *path, size_t path_size, long *step) {
@@ -426,7 +446,10 @@ int ct_ckpt_latest(const char *output_dir, char *path, size_t path_size, long *s
   }
   closedir(d);
   if (best < 0) return ct_set_error(CT_EIO, "%s: no checkpoint-* directory to resume from", output_dir);
-  snprintf(path, path_size, "%s/checkpoint-%ld", output_dir, best);
+  char name[64];
+  snprintf(name, sizeof name, "checkpoint-%ld", best);
+  int rc = ct_path_join(path, path_size, output_dir, name);
+  if (rc) return rc;
   *step = best;
   return 0;
 }
@@ -462,8 +485,10 @@ int ct_ckpt_rotate(const char *output_dir, int keep) {
     qsort(steps, n, sizeof(long), cmp_long);
     char p[4096];
     for (int i = 0; i + keep < n && !rc; i++) {
-      snprintf(p, sizeof p, "%s/checkpoint-%ld", output_dir, steps[i]);
-      rc = ct_remove_tree(p);
+      char name[64];
+      snprintf(name, sizeof name, "checkpoint-%ld", steps[i]);
+      rc = ct_path_join(p, sizeof p, output_dir, name);
+      if (!rc) rc = ct_remove_tree(p);
     }
   }
   free(steps);

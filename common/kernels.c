@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "fastmath.h"
 #include "pool.h"
 
 // ---------------------------------------------------------------------------
@@ -221,7 +222,8 @@ static void swiglu_fwd_task(void *ctx, int part, int thread) {
   for (long n = lo; n < hi; n++) {
     const float *g = j->gu + n * 2 * F, *u = g + F;
     float *h = j->h + n * F;
-    for (int i = 0; i < F; i++) h[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+#pragma omp simd
+    for (int i = 0; i < F; i++) h[i] = g[i] / (1.0f + ct_expf(-g[i])) * u[i];
   }
 }
 
@@ -238,8 +240,9 @@ static void swiglu_bwd_task(void *ctx, int part, int thread) {
   for (long n = lo; n < hi; n++) {
     const float *g = j->gu + n * 2 * F, *u = g + F, *dh = j->dh + n * F;
     float *dg = j->dgu + n * 2 * F, *du = dg + F;
+#pragma omp simd
     for (int i = 0; i < F; i++) {
-      float s = 1.0f / (1.0f + expf(-g[i]));
+      float s = 1.0f / (1.0f + ct_expf(-g[i]));
       float silu = g[i] * s;
       du[i] = dh[i] * silu;
       dg[i] = dh[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));

@@ -56,6 +56,7 @@ int ct_log_open(ct_log *l, const char *output_dir, long resume_step, long total,
   return 0;
 }
 
+
 static void end_line(ct_log *l) {
   if (l->line_open) fputc('\n', stderr);
   l->line_open = false;
@@ -69,11 +70,10 @@ int ct_log_metrics(ct_log *l, json_t *obj) {
     if (!f || !s || fprintf(f, "%s\n", s) < 0) rc = ct_set_error(CT_EIO, "%s: cannot append", l->path);
     if (f && fclose(f)) rc = ct_set_error(CT_EIO, "%s: cannot append", l->path);
     free(s);
-    if (!l->tty) {  // plain logs get the same line
-      char *p = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(6));
-      if (p) fprintf(stderr, "%s\n", p);
-      free(p);
-    }
+    char *p = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(6));  // and on stderr
+    end_line(l);
+    if (p) fprintf(stderr, "%s\n", p);
+    free(p);
   }
   json_decref(obj);
   return rc;

@@ -5,10 +5,9 @@
 #include "pool.h"
 
 typedef struct {
-  float *p, *m, *v;
-  const float *g;
+  float *p, *m, *v, *g;
   long n;
-  float lr, wd, b1, b2, eps, step_size, bc2_sqrt;
+  float lr, wd, b1, b2, eps, step_size, bc2_sqrt, gscale;
   int parts;
 } adam_job;
 
@@ -17,26 +16,27 @@ static void adam_task(void *ctx, int part, int thread) {
   const adam_job *j = ctx;
   long lo, hi;
   ct_chunk_range(j->n, 16, j->parts, part, &lo, &hi);
-  float *p = j->p, *m = j->m, *v = j->v;
-  const float *g = j->g;
+  float *p = j->p, *m = j->m, *v = j->v, *g = j->g;
   float decay = 1.0f - j->lr * j->wd;
   for (long i = lo; i < hi; i++) {
+    float gi = g[i] * j->gscale;
+    g[i] = 0;
     p[i] *= decay;
-    m[i] = j->b1 * m[i] + (1.0f - j->b1) * g[i];
-    v[i] = j->b2 * v[i] + (1.0f - j->b2) * g[i] * g[i];
+    m[i] = j->b1 * m[i] + (1.0f - j->b1) * gi;
+    v[i] = j->b2 * v[i] + (1.0f - j->b2) * gi * gi;
     p[i] -= j->step_size * m[i] / (sqrtf(v[i]) / j->bc2_sqrt + j->eps);
   }
 }
 
-void ct_adamw_step(const ct_model *model, float *params, const float *grads, float *mom1,
-                   float *mom2, long step, double lr, const ct_adamw *h) {
+void ct_adamw_step(const ct_model *model, float *params, float *grads, float *mom1, float *mom2,
+                   long step, double lr, float grad_scale, const ct_adamw *h) {
   double bc1 = 1 - pow(h->beta1, (double)step), bc2 = 1 - pow(h->beta2, (double)step);
   for (int t = 0; t < model->n_tensors; t++) {
     const ct_tensor_info *ti = &model->tensors[t];
     long o = ti->offset;
     adam_job j = {params + o, mom1 + o, mom2 + o, grads + o, ti->numel, (float)lr,
                   ti->decay ? (float)h->weight_decay : 0.0f, (float)h->beta1, (float)h->beta2,
-                  (float)h->eps, (float)(lr / bc1), (float)sqrt(bc2), 0};
+                  (float)h->eps, (float)(lr / bc1), (float)sqrt(bc2), grad_scale, 0};
     j.parts = ti->numel < 65536 ? 1 : ct_pool_threads() * 2;
     ct_parallel_for(j.parts, adam_task, &j);
   }
@@ -56,9 +56,7 @@ double ct_lr_at(int kind, double peak, long step, long warmup, long total) {
 
 typedef struct {
   const float *g;
-  float *gm;
   long n;
-  float s;
   double part[SQ_PARTS];
 } sq_job;
 
@@ -84,17 +82,4 @@ double ct_sum_squares(const float *g, long n) {
   double s = 0;
   for (int i = 0; i < SQ_PARTS; i++) s += j.part[i];
   return s;
-}
-
-static void scale_task(void *ctx, int part, int thread) {
-  (void)thread;
-  sq_job *j = ctx;
-  long lo, hi;
-  ct_chunk_range(j->n, 16, SQ_PARTS, part, &lo, &hi);
-  for (long i = lo; i < hi; i++) j->gm[i] *= j->s;
-}
-
-void ct_scale(float *g, long n, float s) {
-  sq_job j = {.gm = g, .n = n, .s = s};
-  ct_parallel_for(SQ_PARTS, scale_task, &j);
 }

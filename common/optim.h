@@ -9,11 +9,13 @@ typedef struct {
   double beta1, beta2, eps, weight_decay;
 } ct_adamw;
 
-// One AdamW update of every tensor of the layout at optimizer step `step` (1-based):
+// One AdamW update of every tensor of the layout at optimizer step `step` (1-based),
+// with g = grad_scale · grads (the clipping factor, 1 when not clipping):
 //   p -= lr·wd·p (tensors with decay only);  m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²
 //   p -= lr / (1−β1^t) · m / (sqrt(v) / sqrt(1−β2^t) + eps)
-void ct_adamw_step(const ct_model *m, float *params, const float *grads, float *mom1,
-                   float *mom2, long step, double lr, const ct_adamw *h);
+// and zeroes grads for the next step, all in one pass over memory.
+void ct_adamw_step(const ct_model *m, float *params, float *grads, float *mom1, float *mom2,
+                   long step, double lr, float grad_scale, const ct_adamw *h);
 
 // Learning rate for optimizer step `step` (0-based: the step about to be taken) out of
 // `total`, as transformers' schedulers give it (warmup from 0 to peak, then the decay).
@@ -22,5 +24,3 @@ double ct_lr_at(int kind, double peak, long step, long warmup, long total);
 
 // Σ g² over n floats, in double (fixed order, thread-count independent).
 double ct_sum_squares(const float *g, long n);
-// g *= s over n floats.
-void ct_scale(float *g, long n, float s);

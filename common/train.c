@@ -257,12 +257,11 @@ int ct_train_update(ct_train *tr, double *grad_norm, double *lr) {
     return ct_set_error(CT_EINVAL, "step %ld: the gradient norm is %g; stopping before the weights "
                         "are damaged (lower learning_rate, or check the data)", tr->step + 1, norm);
   double max = tr->cfg->max_grad_norm;
-  if (max > 0 && norm > max) ct_scale(tr->grads, m->n_floats, (float)(max / (norm + 1e-6)));
+  float clip = max > 0 && norm > max ? (float)(max / (norm + 1e-6)) : 1.0f;  // as torch
   *lr = ct_lr_at(tr->cfg->lr_scheduler_type, tr->cfg->learning_rate, tr->step, tr->warmup_steps,
                  tr->total_steps);
   tr->step++;
-  ct_adamw_step(m, m->params, tr->grads, tr->mom1, tr->mom2, tr->step, *lr, &tr->adam);
-  memset(tr->grads, 0, sizeof(float) * m->n_floats);
+  ct_adamw_step(m, m->params, tr->grads, tr->mom1, tr->mom2, tr->step, *lr, clip, &tr->adam);
   return 0;
 }
 
