@@ -22,7 +22,7 @@ CFLAGS_ALL = $(OPT) $(VEC_FLAGS) $(CLANG_FLAGS) -std=c11 -Wall -Wextra -Werror -
 LDLIBS_ALL = -lopenblas -lyaml -ljansson -lcurl $(MPI_LIBS) -lm -pthread $(LDFLAGS)
 
 COMMON_SRC  := $(wildcard common/*.c)
-SAMPLER_SRC := $(filter-out sampler/main.c,$(wildcard sampler/*.c))
+SAMPLER_SRC := $(filter-out sampler/main.c sampler/bench.c,$(wildcard sampler/*.c))
 LIB_OBJ     := $(COMMON_SRC:%.c=$(B)/%.o) $(SAMPLER_SRC:%.c=$(B)/%.o)
 LIB         := $(B)/libctune.a
 
@@ -94,6 +94,10 @@ $(B)/%.o: %.c
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
+
+$(BIN)/sampler: $(B)/sampler/main.o $(B)/sampler/bench.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(OPT) $^ -o $@ $(LDLIBS_ALL)
 
 $(BIN)/%: $(B)/%/main.o $(LIB)
 	@mkdir -p $(dir $@)

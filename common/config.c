@@ -36,7 +36,7 @@ typedef struct {
   unsigned trainers;  // CT_TRAINER_* mask of the trainers that accept the key
   size_t offset;      // of the field in ct_config
   const char *def;    // built-in default, written as in a yml
-  const char *per_trainer[4];  // default for sft, dpo, grpo, distill; NULL = def
+  const char *per_trainer[5];  // default for sft, dpo, grpo, distill, sampler; NULL = def
   double lo, hi;               // range of numbers (and of float-list items)
   int lo_open, hi_open;
   int nonfinite;                // floats: inf and nan are allowed
@@ -46,6 +46,8 @@ typedef struct {
 } key_def;
 
 #define ALL CT_TRAINER_ALL
+#define SAMPLER CT_TRAINER_SAMPLER
+#define NKINDS 5  // sft, dpo, grpo, distill, sampler
 #define SFT CT_TRAINER_SFT
 #define DPO CT_TRAINER_DPO
 #define GRPO CT_TRAINER_GRPO
@@ -62,6 +64,9 @@ const char *const ct_lr_scheduler_names[] = {"linear", "cosine", "constant",
                                              "constant_with_warmup", NULL};
 const char *const ct_save_dtype_names[] = {"float32", "bfloat16", NULL};
 const char *const ct_model_type_names[] = {"llama", "qwen2", "qwen3", "mistral", NULL};
+const char *const ct_output_names[] = {"text", "json", NULL};
+const char *const ct_quantization_names[] = {"none", "int8", NULL};
+const char *const ct_truncate_names[] = {"error", "left", NULL};
 const char *const ct_dpo_loss_type_names[] = {"sigmoid", "hinge", "ipo", "robust",
                                               "sft", "simpo", NULL};
 
@@ -69,10 +74,10 @@ static const key_def KEYS[] = {
     {"base_config", K_INCLUDE, ALL, 0, "", .section = "Files",
      .comment = "Another yml loaded first, its path relative to the directory of the file "
                 "that names it; this file's keys override it. Chains are allowed."},
-    {"model_path", K_STR, ALL, OFF(model_path), "",
+    {"model_path", K_STR, ALL | SAMPLER, OFF(model_path), "",
      .comment = "Hugging Face model directory: config.json + model.safetensors or a sharded "
                 "index. Empty = build a new model from the `model:` block."},
-    {"tokenizer_path", K_STR, ALL, OFF(tokenizer_path), "",
+    {"tokenizer_path", K_STR, ALL | SAMPLER, OFF(tokenizer_path), "",
      .comment = "Directory with tokenizer.json. Empty = model_path's, or the built-in byte "
                 "tokenizer when training from scratch."},
     {"dataset_path", K_STR, ALL, OFF(dataset_path), "",
@@ -86,7 +91,7 @@ static const key_def KEYS[] = {
      .comment = "Empty = start fresh; latest = the newest checkpoint-* in output_dir; "
                 "anything else = a checkpoint directory."},
 
-    {"seed", K_INT, ALL, OFF(seed), "42", IN(0, 2147483647), .section = "Steps and batches",
+    {"seed", K_INT, ALL | SAMPLER, OFF(seed), "42", IN(0, 2147483647), .section = "Steps and batches",
      .comment = "Seed for initialization, shuffling and sampling."},
     {"max_steps", K_INT, ALL, OFF(max_steps), "-1", FROM(-1),
      .comment = "Optimizer steps to run. -1 = derive from num_train_epochs."},
@@ -162,7 +167,7 @@ static const key_def KEYS[] = {
     {"z_loss_multiplier", K_FLOAT, ALL, OFF(z_loss_multiplier), "0.0", FROM(0),
      .comment = "Add this x log(Z)^2 per token to keep the softmax normalizer near 1. "
                 "0 = off."},
-    {"num_threads", K_INT, ALL, OFF(num_threads), "0", IN(0, 4096),
+    {"num_threads", K_INT, ALL | SAMPLER, OFF(num_threads), "0", IN(0, 4096),
      .comment = "Compute threads per process. 0 = all cores, divided among the MPI ranks "
                 "on each machine."},
 
@@ -172,6 +177,53 @@ static const key_def KEYS[] = {
     {"loss_weights", K_FLOAT_LIST, DPO, OFF(loss_weights), "[]", FROM(0),
      .comment = "Weight of each loss_type entry. Empty = 1 each."},
 
+    {"prompt", K_STR, SAMPLER, OFF(prompt), "", .section = "Sampler (bin/sampler)",
+     .comment = "generate: one text prompt (streamed to stdout)."},
+    {"prompts_path", K_STR, SAMPLER, OFF(prompts_path), "",
+     .comment = "generate: JSONL rows with prompt (text), messages (chat template) or "
+                "prompt_input_ids."},
+    {"data", K_STR, SAMPLER, OFF(data), "",
+     .comment = "score: JSONL rows with prompt and completion (or prompt_input_ids and "
+                "completion_input_ids)."},
+    {"n", K_INT, SAMPLER, OFF(n), "1", IN(1, 65536),
+     .comment = "Completions per prompt; they share one prefill."},
+    {"max_new_tokens", K_INT, SAMPLER, OFF(max_new_tokens), "256", IN(1, 1048576),
+     .comment = "Most tokens generated per completion."},
+    {"temperature", K_FLOAT, GRPO | SAMPLER, OFF(temperature), "1.0", FROM(0),
+     .comment = "Sampling temperature; 0 = greedy. Log-probs are reported at this "
+                "temperature."},
+    {"top_k", K_INT, GRPO | SAMPLER, OFF(top_k), "0", FROM(0),
+     .comment = "Sample among the k most likely tokens; 0 = off."},
+    {"top_p", K_FLOAT, GRPO | SAMPLER, OFF(top_p), "1.0", IN(0, 1), .lo_open = 1,
+     .comment = "Nucleus sampling: the smallest set with this much probability; 1 = off."},
+    {"min_p", K_FLOAT, GRPO | SAMPLER, OFF(min_p), "0.0", CLOPEN(0, 1),
+     .comment = "Drop tokens less likely than min_p x the most likely one; 0 = off."},
+    {"repetition_penalty", K_FLOAT, GRPO | SAMPLER, OFF(repetition_penalty), "1.0", ABOVE(0),
+     .comment = "Penalty on tokens already in the prompt or completion (Hugging Face's); "
+                "1 = off."},
+    {"stop", K_STR_LIST, SAMPLER, OFF(stop), "",
+     .comment = "Stop strings: a completion ends where one appears (not included). The "
+                "tokenizer's end-of-turn tokens always stop."},
+    {"output", K_ENUM, SAMPLER, OFF(output), "text", .choices = ct_output_names,
+     .comment = "generate: text streams completions; json writes one line per completion "
+                "(row, sample, completion, completion_ids, logprobs, finish_reason)."},
+    {"add_generation_prompt", K_BOOL, SAMPLER, OFF(add_generation_prompt), "true",
+     .comment = "messages rows: end the chat template with the assistant's turn opening."},
+    {"quantization", K_ENUM, SAMPLER, OFF(quantization), "none", .choices = ct_quantization_names,
+     .comment = "int8: convert matrices to int8 with one scale per output row on load (a "
+                "model saved that way loads as int8 directly)."},
+    {"save_quantized", K_STR, SAMPLER, OFF(save_quantized), "",
+     .comment = "With quantization=int8: also write the int8 model to this directory."},
+    {"decode_slots", K_INT, SAMPLER, OFF(decode_slots), "16", IN(1, 4096),
+     .comment = "Sequences decoded together (continuous batching)."},
+    {"max_prefill_length", K_INT, SAMPLER, OFF(max_prefill_length), "1024", IN(1, 1048576),
+     .comment = "Longest prompt, in tokens; also the tokens one packed prefill pass holds."},
+    {"max_target_length", K_INT, SAMPLER, OFF(max_target_length), "2048", IN(2, 1048576),
+     .comment = "KV-cache positions per slot: prompt + completion."},
+    {"truncate_prompt", K_ENUM, SAMPLER, OFF(truncate_prompt), "error",
+     .choices = ct_truncate_names,
+     .comment = "A prompt longer than max_prefill_length: error, or keep its last tokens "
+                "(left)."},
     {"model.model_type", K_ENUM, ALL, OFF(model.model_type), "llama",
      .choices = ct_model_type_names,
      .section = "Model (used when model_path is empty; Hugging Face config.json names)",
@@ -210,30 +262,30 @@ static const key_def KEYS[] = {
 #define MODEL_PREFIX "model."
 #define MAX_INCLUDE_DEPTH 16
 
-static const char *const TRAINER_NAMES[4] = {"sft", "dpo", "grpo", "distill"};
+static const char *const TRAINER_NAMES[NKINDS] = {"sft", "dpo", "grpo", "distill", "sampler"};
 
 // ---------------------------------------------------------------------------------
 // Small helpers
 // ---------------------------------------------------------------------------------
 
 const char *ct_trainer_name(ct_trainer_kind t) {
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < NKINDS; i++)
     if ((unsigned)t == 1u << i) return TRAINER_NAMES[i];
   return NULL;
 }
 
 int ct_trainer_from_name(const char *name, ct_trainer_kind *out) {
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < NKINDS; i++)
     if (!strcmp(name, TRAINER_NAMES[i])) {
       *out = (ct_trainer_kind)(1u << i);
       return 0;
     }
-  return ct_set_error(CT_EINVAL, "unknown trainer '%s' (expected sft, dpo, grpo or distill)",
+  return ct_set_error(CT_EINVAL, "unknown trainer '%s' (expected sft, dpo, grpo, distill or sampler)",
                       name);
 }
 
 static int trainer_index(ct_trainer_kind t) {
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < NKINDS; i++)
     if ((unsigned)t == 1u << i) return i;
   return -1;
 }
@@ -241,7 +293,7 @@ static int trainer_index(ct_trainer_kind t) {
 // "sft, distill"
 static void trainer_list(unsigned mask, char *buf, size_t n) {
   buf[0] = 0;
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < NKINDS; i++)
     if (mask & (1u << i))
       snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", buf[0] ? ", " : "",
                TRAINER_NAMES[i]);
@@ -1156,7 +1208,7 @@ static void write_comment(FILE *f, const char *indent, const char *text) {
 }
 
 static int has_per_trainer(const key_def *k) {
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < NKINDS; i++)
     if (k->per_trainer[i]) return 1;
   return 0;
 }
@@ -1178,7 +1230,7 @@ static void key_facts(const key_def *k, char *buf, size_t n) {
       if (*p == ' ') *p = NBSP;  // keep "[2, 1048576]" on one line
     ADD(" Range%c%s.", NBSP, r);
   }
-  if (k->trainers != ALL) {
+  if ((k->trainers & ALL) != ALL) {
     char l[64];
     trainer_list(k->trainers, l, sizeof l);
     ADD(" Only for %s.", l);
@@ -1186,7 +1238,7 @@ static void key_facts(const key_def *k, char *buf, size_t n) {
   if (has_per_trainer(k)) {
     ADD(" Default per trainer:");
     const char *sep = " ";
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < NKINDS; i++)
       if (k->trainers & (1u << i)) {
         ADD("%s%s %s", sep, TRAINER_NAMES[i], k->per_trainer[i] ? k->per_trainer[i] : k->def);
         sep = ", ";
@@ -1198,7 +1250,7 @@ static void key_facts(const key_def *k, char *buf, size_t n) {
 
 // Keys that base.yml must not set for every trainer (see config.h).
 static int base_commented(const key_def *k) {
-  return k->type == K_INCLUDE || k->trainers != ALL || has_per_trainer(k) || is_model_key(k);
+  return k->type == K_INCLUDE || (k->trainers & ALL) != ALL || has_per_trainer(k) || is_model_key(k);
 }
 
 static const char BASE_HEADER[] =

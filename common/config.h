@@ -21,6 +21,7 @@ typedef enum {
   CT_TRAINER_DPO = 2,
   CT_TRAINER_GRPO = 4,
   CT_TRAINER_DISTILL = 8,
+  CT_TRAINER_SAMPLER = 16,  // bin/sampler: not a trainer, but configured the same way
 } ct_trainer_kind;
 #define CT_TRAINER_ALL 15u  // mask: a key every trainer accepts
 
@@ -36,6 +37,12 @@ enum { CT_DTYPE_FLOAT32, CT_DTYPE_BFLOAT16 };
 extern const char *const ct_save_dtype_names[];
 enum { CT_MODEL_LLAMA, CT_MODEL_QWEN2, CT_MODEL_QWEN3, CT_MODEL_MISTRAL };
 extern const char *const ct_model_type_names[];
+enum { CT_OUTPUT_TEXT, CT_OUTPUT_JSON };
+extern const char *const ct_output_names[];
+enum { CT_QUANT_NONE, CT_QUANT_INT8 };
+extern const char *const ct_quantization_names[];
+enum { CT_TRUNCATE_ERROR, CT_TRUNCATE_LEFT };
+extern const char *const ct_truncate_names[];
 // Choices for each item of the DPO `loss_type` list.
 extern const char *const ct_dpo_loss_type_names[];
 
@@ -132,6 +139,29 @@ typedef struct {
   int64_t num_vocab_tiling;
   double z_loss_multiplier;
   int64_t num_threads;  // 0 = all cores, divided among local MPI ranks
+
+  // sampling (GRPO and bin/sampler)
+  double temperature;
+  int64_t top_k;
+  double top_p;
+  double min_p;
+  double repetition_penalty;
+
+  // bin/sampler
+  char *prompt;
+  char *prompts_path;
+  char *data;
+  int64_t n;
+  int64_t max_new_tokens;
+  ct_str_list stop;
+  int output;             // CT_OUTPUT_*
+  int add_generation_prompt;
+  int quantization;       // CT_QUANT_*
+  char *save_quantized;
+  int64_t decode_slots;
+  int64_t max_prefill_length;
+  int64_t max_target_length;
+  int truncate_prompt;    // CT_TRUNCATE_*
 
   // DPO
   ct_str_list loss_type;       // items from ct_dpo_loss_type_names, summed

@@ -165,39 +165,49 @@ static char *concat(const char *a, const char *b) {
   return s;
 }
 
+static int push_id_list(loader *L, const json_t *list, const char *key, uint8_t lab);
+
 static int row_pretokenized(loader *L, const json_t *row, const json_t *ids) {
   const json_t *mask = json_object_get(row, "completion_mask");
   if (mask && (!json_is_array(mask) || json_array_size(mask) != json_array_size(ids)))
     return ROW_ERROR(L, "key 'completion_mask': expected a list as long as input_ids (%zu)",
                      json_array_size(ids));
-  int V = ct_tokenizer_vocab_size(L->tok);
-  size_t i;
-  json_t *v;
-  json_array_foreach(ids, i, v) {
-    json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
-    if (id < 0 || id >= V)
-      return ROW_ERROR(L, "key 'input_ids'[%zu]: expected a token id in [0, %d)", i, V);
-    if (ct_ids_push(&L->ids, (int)id)) return CT_ENOMEM;
-  }
-  if (grow((void **)&L->label, &L->cap_label, L->ids.n, 1)) return CT_ENOMEM;
-  for (i = 0; i < json_array_size(ids); i++) {
-    int lab = 1;
-    if (mask && L->o->completion_only_loss) {
-      json_t *m = json_array_get(mask, i);
-      if (!json_is_integer(m) || (json_integer_value(m) != 0 && json_integer_value(m) != 1))
-        return ROW_ERROR(L, "key 'completion_mask'[%zu]: expected 0 or 1", i);
-      lab = (int)json_integer_value(m);
-    }
-    L->label[i] = (uint8_t)lab;
+  int rc = push_id_list(L, ids, "input_ids", 1);
+  if (rc || !mask || !L->o->completion_only_loss) return rc;
+  for (size_t i = 0; i < json_array_size(mask); i++) {
+    json_t *m = json_array_get(mask, i);
+    if (!json_is_integer(m) || (json_integer_value(m) != 0 && json_integer_value(m) != 1))
+      return ROW_ERROR(L, "key 'completion_mask'[%zu]: expected 0 or 1", i);
+    L->label[i] = (uint8_t)json_integer_value(m);
   }
   return 0;
 }
 
+// Appends a JSON list of token ids (key names it in errors) with label `lab`.
+static int push_id_list(loader *L, const json_t *list, const char *key, uint8_t lab) {
+  if (!json_is_array(list)) return ROW_ERROR(L, "key '%s': expected a list of token ids", key);
+  int V = ct_tokenizer_vocab_size(L->tok), from = L->ids.n;
+  size_t i;
+  json_t *v;
+  json_array_foreach(list, i, v) {
+    json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+    if (id < 0 || id >= V) return ROW_ERROR(L, "key '%s'[%zu]: expected a token id in [0, %d)", key, i, V);
+    if (ct_ids_push(&L->ids, (int)id)) return CT_ENOMEM;
+  }
+  return label_to_end(L, from, lab);
+}
+
 static int row_tokens(loader *L, const json_t *row) {
   if (!json_is_object(row)) return ROW_ERROR(L, "expected a JSON object");
+  const json_t *pids = json_object_get(row, "prompt_input_ids");
+  if (pids) {  // pre-tokenized prompt + completion (as TRL's DPO/GRPO columns)
+    const json_t *cids = json_object_get(row, "completion_input_ids");
+    if (!cids) return ROW_ERROR(L, "key 'completion_input_ids' is missing (the row has prompt_input_ids)");
+    int rc = push_id_list(L, pids, "prompt_input_ids", L->o->completion_only_loss ? 0 : 1);
+    return rc ? rc : push_id_list(L, cids, "completion_input_ids", 1);
+  }
   const json_t *ids = json_object_get(row, "input_ids");
   if (ids) {
-    if (!json_is_array(ids)) return ROW_ERROR(L, "key 'input_ids': expected a list of token ids");
     return row_pretokenized(L, row, ids);
   }
   const json_t *msgs = json_object_get(row, "messages");

@@ -3,6 +3,7 @@
 //
 // Row formats (first match wins):
 //   {"input_ids": [...], "completion_mask"?: [...]}     pre-tokenized, no EOS added
+//   {"prompt_input_ids": [...], "completion_input_ids": [...]}  the same, split
 //   {"messages": [{"role", "content"}, ...]}            chat template applied
 //   {"prompt": ..., "completion": ...}                   strings, or message lists
 //   {"<text field>": "..."}                              plain text (default field "text")

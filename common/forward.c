@@ -114,6 +114,7 @@ void ct_forward(const ct_model *m, ct_acts *a, int B, int T) {
     // q and k heads are adjacent: rotate all H + KV of them in one pass
     ct_rope(qkv, a->pos, m->rope_cos, m->rope_sin, (int)N, (int)(d.H + d.KV), (int)d.hd,
             (int)d.QKV, 0);
+    if (a->on_kv) a->on_kv(a->on_kv_ctx, l, qkv, (int)N);
     ct_attention_forward(att, lse, qkv, a->seg, ad, a->scratch);
     memcpy(x2, x, sizeof(float) * N * d.C);
     ct_sgemm('N', 'T', (int)N, (int)d.C, (int)(d.H * d.hd), 1, att, (int)(d.H * d.hd), w->wo,

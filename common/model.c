@@ -180,33 +180,41 @@ static void rope_inv_freq(const ct_model_config *c, float *inv_freq) {
   }
 }
 
-int ct_model_init(ct_model *m, const ct_model_config *cfg, int max_pos) {
+void ct_rope_fill(const ct_model_config *c, int max_pos, float *cos_t, float *sin_t) {
+  int half = c->head_dim / 2;
+  float inv_freq[half > 0 ? half : 1];
+  rope_inv_freq(c, inv_freq);
+  for (int p = 0; p < max_pos; p++)
+    for (int i = 0; i < half; i++) {
+      float angle = (float)p * inv_freq[i];
+      cos_t[(long)p * half + i] = (float)cos((double)angle);
+      sin_t[(long)p * half + i] = (float)sin((double)angle);
+    }
+}
+
+int ct_model_layout(ct_model *m, const ct_model_config *cfg) {
   memset(m, 0, sizeof *m);
   m->cfg = *cfg;
   int rc = ct_model_config_check(cfg);
+  if (!rc) rc = build_layout(m);
+  return rc;
+}
+
+int ct_model_init(ct_model *m, const ct_model_config *cfg, int max_pos) {
+  int rc = ct_model_layout(m, cfg);
   if (rc) return rc;
-  if ((rc = build_layout(m))) return rc;
   int half = cfg->head_dim / 2;
   m->rope_max_pos = max_pos > 0 ? max_pos : 1;
   m->params = aligned_alloc(64, sizeof(float) * m->n_floats);
   m->rope_cos = malloc(sizeof(float) * m->rope_max_pos * half);
   m->rope_sin = malloc(sizeof(float) * m->rope_max_pos * half);
-  float *inv_freq = malloc(sizeof(float) * half);
-  if (!m->params || !m->rope_cos || !m->rope_sin || !inv_freq) {
-    free(inv_freq);
+  if (!m->params || !m->rope_cos || !m->rope_sin) {
     ct_model_free(m);
     return ct_set_error(CT_ENOMEM, "model: cannot allocate %.1f MB of parameters",
                         m->n_floats * 4.0 / 1e6);
   }
   memset(m->params, 0, sizeof(float) * m->n_floats);
-  rope_inv_freq(cfg, inv_freq);
-  for (int p = 0; p < m->rope_max_pos; p++)
-    for (int i = 0; i < half; i++) {
-      float angle = (float)p * inv_freq[i];
-      m->rope_cos[(long)p * half + i] = (float)cos((double)angle);
-      m->rope_sin[(long)p * half + i] = (float)sin((double)angle);
-    }
-  free(inv_freq);
+  ct_rope_fill(cfg, m->rope_max_pos, m->rope_cos, m->rope_sin);
   if ((rc = ct_weights_bind(&m->w, m, m->params))) {
     ct_model_free(m);
     return rc;
@@ -234,6 +242,15 @@ void ct_model_init_random(ct_model *m, uint64_t seed, float std) {
     for (long k = 0; k < t->numel; k++)
       p[k] = is_norm ? 1.0f : is_bias ? 0.0f : (float)(std * ct_rng_normal(&r));
   }
+}
+
+ct_model_config ct_model_config_smollm135m(int layers) {
+  return (ct_model_config){.model_type = "llama", .vocab_size = 49152, .hidden_size = 576,
+                           .intermediate_size = 1536, .num_layers = layers, .num_heads = 9,
+                           .num_kv_heads = 3, .head_dim = 64, .max_position_embeddings = 2048,
+                           .rope_theta = 10000, .rms_norm_eps = 1e-5f,
+                           .tie_word_embeddings = true, .bos_token_id = 0, .eos_token_id = 0,
+                           .pad_token_id = 0};
 }
 
 double ct_model_train_flops_per_token(const ct_model_config *c, int T) {

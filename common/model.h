@@ -73,6 +73,12 @@ typedef struct {
 // Checks a config for consistency (heads divide, sizes positive, ...).
 int ct_model_config_check(const ct_model_config *c);
 
+// RoPE tables (max_pos, hd/2) as Hugging Face computes them in float32 (incl. llama3 scaling).
+void ct_rope_fill(const ct_model_config *c, int max_pos, float *cos_t, float *sin_t);
+
+// Only the tensor table and n_floats (no parameters): the layout other stores share.
+int ct_model_layout(ct_model *m, const ct_model_config *cfg);
+
 // Allocates parameters (zeroed) for `cfg`; rope tables cover positions < max_pos.
 int ct_model_init(ct_model *m, const ct_model_config *cfg, int max_pos);
 void ct_model_free(ct_model *m);
@@ -86,6 +92,10 @@ void ct_weights_free(ct_weights *w);
 void ct_model_init_random(ct_model *m, uint64_t seed, float std);
 
 const ct_tensor_info *ct_model_find_tensor(const ct_model *m, const char *name);
+
+// The SmolLM-135M shape (hidden 576, 30 layers, 9 heads, 3 kv heads, intermediate 1536,
+// vocab 49152, tied embeddings) with `layers` layers: what the benchmarks measure.
+ct_model_config ct_model_config_smollm135m(int layers);
 
 // Matrix-multiply FLOPs of one training step per token (forward + backward), PaLM-style:
 // 6 x (parameters used in matmuls) + 12 x L x H x hd x T (attention), T the row length.

@@ -273,3 +273,23 @@ int ct_uc_nfc(const char *s, size_t n, char **out, size_t *len, size_t *cap, ct_
   *len += n - copied;
   return 0;
 }
+
+char *ct_utf8_lossy(const char *s, size_t n, size_t *len) {
+  char *out = malloc(3 * n + 1);  // each bad byte grows to 3
+  if (!out) return NULL;
+  size_t o = 0;
+  for (size_t i = 0; i < n;) {
+    size_t start = i;
+    uint32_t cp = ct_utf8_next(s, n, &i);
+    if (cp == CT_UC_INVALID) {
+      memcpy(out + o, "\xEF\xBF\xBD", 3);
+      o += 3;
+    } else {
+      memcpy(out + o, s + start, i - start);
+      o += i - start;
+    }
+  }
+  out[o] = 0;
+  if (len) *len = o;
+  return out;
+}

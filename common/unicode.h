@@ -74,6 +74,11 @@ int ct_utf8_put(char *out, uint32_t cp);
 // True when s[0, n) is well-formed UTF-8.
 bool ct_utf8_valid(const char *s, size_t n);
 
+// s[0, n) with every byte that is not part of a well-formed sequence replaced by U+FFFD,
+// as Python's errors="replace" does: a malloc'd NUL-terminated string (*len bytes), or
+// NULL when out of memory. Generated text can end inside a multi-byte character.
+char *ct_utf8_lossy(const char *s, size_t n, size_t *len);
+
 // Simple case mappings (one code point to one); identity where none.
 uint32_t ct_uc_upper(uint32_t cp);
 uint32_t ct_uc_lower(uint32_t cp);

@@ -6,5 +6,8 @@ BIN=${2:-bin}
 echo "== training step, SmolLM-135M shape (fp32, batch 4 x 256 tokens), vs this machine's sgemm"
 "$BIN/ctune-bench" train
 echo
+echo "== sampler: prefill and decode, fp32 and int8, vs the memory-bandwidth bound"
+"$BIN/sampler" bench
+echo
 echo "== tokenizer encoding, vs the reference implementation under node"
 sh scripts/bench-tokenizer.sh "$BIN"

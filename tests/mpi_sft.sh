@@ -7,7 +7,7 @@ BIN=${CT_BIN:-bin}
 command -v mpirun >/dev/null || { echo "mpirun missing (scripts/install-deps.sh installs openmpi-bin)"; exit 1; }
 T=$(mktemp -d /tmp/ct_mpi.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. tests/lib/common.sh
 "$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 400 50 3 6
 args="configs/sft.yml dataset_path=$T/train.jsonl model.hidden_size=64 model.intermediate_size=128
       model.num_hidden_layers=2 model.num_attention_heads=2 max_length=24 max_steps=6 logging_steps=1

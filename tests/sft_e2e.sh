@@ -5,7 +5,7 @@ set -eu
 BIN=${CT_BIN:-bin}
 T=$(mktemp -d /tmp/ct_sft_e2e.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. tests/lib/common.sh
 
 "$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 3000 100 7 6
 cat > "$T/tiny.yml" <<YML
@@ -87,27 +87,19 @@ losses "$T/killed/metrics.jsonl" >"$T/l3"
 diff "$T/l1" "$T/l3" || fail "losses after kill -9 and resume differ from the straight run"
 
 echo "== bad input: one clear line, exit 2 for configuration, 1 for data"
-expect() {  # expect CODE PATTERN args...
-  code=$1 pat=$2
-  shift 2
-  rc=0
-  "$BIN/sft" "$@" >"$T/e.log" 2>&1 || rc=$?
-  [ "$rc" = "$code" ] || { cat "$T/e.log"; fail "exit $rc (expected $code) for: $*"; }
-  grep -q -- "$pat" "$T/e.log" || { cat "$T/e.log"; fail "message lacks '$pat' for: $*"; }
-}
-expect 2 "unknown key 'learning_rat'" "$T/tiny.yml" learning_rat=1
-expect 2 "key 'max_steps'" "$T/tiny.yml" max_steps=ten
-expect 2 "key 'learning_rate'" "$T/tiny.yml" learning_rate=-1
+expect 2 "unknown key 'learning_rat'" "$BIN/sft" "$T/tiny.yml" learning_rat=1
+expect 2 "key 'max_steps'" "$BIN/sft" "$T/tiny.yml" max_steps=ten
+expect 2 "key 'learning_rate'" "$BIN/sft" "$T/tiny.yml" learning_rate=-1
 printf 'base_config: %s\nlearning_rate: fast\n' "$T/tiny.yml" >"$T/bad.yml"
-expect 2 "bad.yml:2" "$T/bad.yml"
-expect 2 "key 'dataset_path' is required" "$T/tiny.yml" dataset_path= output_dir="$T/x"
+expect 2 "bad.yml:2" "$BIN/sft" "$T/bad.yml"
+expect 2 "key 'dataset_path' is required" "$BIN/sft" "$T/tiny.yml" dataset_path= output_dir="$T/x"
 printf '{"text": "ok"}\n{"prompt": "a"}\n' >"$T/bad.jsonl"
-expect 1 "bad.jsonl:2: key 'completion' is missing" "$T/tiny.yml" dataset_path="$T/bad.jsonl" output_dir="$T/x"
-expect 1 "no-such-dir" "$T/tiny.yml" model_path="$T/no-such-dir" output_dir="$T/x"
+expect 1 "bad.jsonl:2: key 'completion' is missing" "$BIN/sft" "$T/tiny.yml" dataset_path="$T/bad.jsonl" output_dir="$T/x"
+expect 1 "no-such-dir" "$BIN/sft" "$T/tiny.yml" model_path="$T/no-such-dir" output_dir="$T/x"
 mkdir -p "$T/broken"
 cp "$T/learn/config.json" "$T/learn/tokenizer.json" "$T/broken/"
 head -c 100 "$T/learn/model.safetensors" >"$T/broken/model.safetensors"
-expect 1 "model.safetensors" "$T/tiny.yml" model_path="$T/broken" output_dir="$T/x"
+expect 1 "model.safetensors" "$BIN/sft" "$T/tiny.yml" model_path="$T/broken" output_dir="$T/x"
 # skip_bad_rows trains on the good rows and says how many it skipped
 "$BIN/sft" "$T/tiny.yml" dataset_path="$T/bad.jsonl" skip_bad_rows=true output_dir="$T/skip" \
   max_steps=1 eval_dataset_path= >"$T/s.log" 2>&1 || { cat "$T/s.log"; fail "skip_bad_rows run"; }

@@ -62,6 +62,18 @@ static void test_pretokenized_rows_use_completion_mask_and_add_no_eos(void) {
   ct_dataset_free(&ds);
 }
 
+static void test_prompt_and_completion_input_ids_label_the_completion(void) {
+  ct_dataset ds;
+  ct_data_opts o = opts();
+  CHECK_OK(ct_dataset_load(&ds, write_file("pc.jsonl",
+           "{\"prompt_input_ids\": [5, 6, 7], \"completion_input_ids\": [8, 9]}\n"), tok, &o));
+  CHECK(ds.row_len[0] == 5 && ds.ids[3] == 8 && ds.n_label_tokens == 2);
+  CHECK(ds.label[2] == 0 && ds.label[3] == 1 && ds.label[4] == 1);
+  ct_dataset_free(&ds);
+  CHECK(ct_dataset_load(&ds, write_file("pc.jsonl", "{\"prompt_input_ids\": [5]}\n"), tok, &o) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "completion_input_ids") != NULL);
+}
+
 static void test_messages_render_chatml_and_train_on_every_token(void) {
   ct_dataset ds;
   ct_data_opts o = opts();
@@ -247,6 +259,7 @@ int main(void) {
   RUN(test_text_row_gets_eos_and_labels_all_but_first);
   RUN(test_prompt_completion_labels_only_completion_and_eos);
   RUN(test_pretokenized_rows_use_completion_mask_and_add_no_eos);
+  RUN(test_prompt_and_completion_input_ids_label_the_completion);
   RUN(test_messages_render_chatml_and_train_on_every_token);
   RUN(test_assistant_only_loss_labels_only_assistant_turns);
   RUN(test_truncation_keeps_first_tokens_and_drops_rows_without_labels);

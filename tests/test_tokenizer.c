@@ -14,6 +14,7 @@
 #include "tokenizer.h"
 #include "tokenizer_regex.h"
 #include "unicode.h"
+#include "unicode.h"
 
 static char tmpdir[] = "/tmp/ct_test_tokenizer_XXXXXX";
 
@@ -720,8 +721,23 @@ static void test_concurrent_encodes_agree_with_a_single_thread() {
   ct_tokenizer_free(t);
 }
 
+// Generated text can stop inside a multi-byte character: JSON writers get U+FFFD for
+// every byte that is not part of a well-formed sequence, and valid text unchanged.
+static void test_utf8_lossy_replaces_only_invalid_bytes(void) {
+  const char in[] = "ok \xC3\xA9 \xE4\xBD\xA0 cut \xE4\xBD";  // é 你, then a cut 你
+  size_t n;
+  char *out = ct_utf8_lossy(in, sizeof in - 1, &n);
+  const char want[] = "ok \xC3\xA9 \xE4\xBD\xA0 cut \xEF\xBF\xBD\xEF\xBF\xBD";
+  CHECK(out && n == sizeof want - 1 && memcmp(out, want, n) == 0 && ct_utf8_valid(out, n));
+  free(out);
+  out = ct_utf8_lossy("\xFF\xC0\x80", 3, &n);  // not UTF-8 at all, and an overlong form
+  CHECK(out && n == 9 && ct_utf8_valid(out, n));
+  free(out);
+}
+
 int main(void) {
   if (!mkdtemp(tmpdir)) return 1;
+  RUN(test_utf8_lossy_replaces_only_invalid_bytes);
   RUN(test_byte_tokenizer_maps_bytes_and_special_tokens);
   RUN(test_byte_tokenizer_saved_files_load_back_as_the_same_mapping);
   RUN(test_bpe_merges_by_rank_with_string_and_pair_merges_alike);

@@ -61,11 +61,7 @@ int main(int argc, char **argv) {
   double peak = sgemm_gflops(2048, 10);
   printf("sgemm 2048x2048x2048: %.1f GFLOP/s\n", peak);
 
-  ct_model_config c = {.model_type = "llama", .vocab_size = 49152, .hidden_size = 576,
-                       .intermediate_size = 1536, .num_layers = L, .num_heads = 9,
-                       .num_kv_heads = 3, .head_dim = 64, .max_position_embeddings = 2048,
-                       .rope_theta = 10000, .rms_norm_eps = 1e-5f, .tie_word_embeddings = true,
-                       .bos_token_id = 0, .eos_token_id = 0, .pad_token_id = 0};
+  ct_model_config c = ct_model_config_smollm135m(L);
   ct_model m;
   ct_acts a;
   ct_head h;

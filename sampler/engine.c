@@ -1,0 +1,213 @@
+#include "engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "fastmath.h"
+#include "kernels.h"
+#include "pool.h"
+
+struct ct_engine {
+  const ct_infer_weights *w;
+  ct_engine_opts o;
+  int C, F, H, KV, hd, QKV, L, V;
+  float *kcache, *vcache;      // (L, S, T, KVd)
+  float *rope_cos, *rope_sin;  // (T, hd/2)
+  // work buffers for up to max_tokens tokens
+  float *x, *ln, *qkv, *qkv_save, *qk_rstd, *rstd, *att, *gu, *h, *xo;
+  float *scores;               // (threads, H/KV, T)
+  int *ids, *pos, *slot;
+  long bytes;
+};
+
+static void *alloc_floats(ct_engine *e, long n) {
+  e->bytes += sizeof(float) * n;
+  return aligned_alloc(64, sizeof(float) * ((n + 15) / 16 * 16 + 16));
+}
+
+int ct_engine_init(ct_engine **out, const ct_infer_weights *w, const ct_engine_opts *o) {
+  *out = NULL;
+  if (o->slots < 1 || o->max_len < 1 || o->max_tokens < o->slots)
+    return ct_set_error(CT_EINVAL, "engine: need slots >= 1, max_len >= 1, max_tokens >= slots");
+  ct_engine *e = calloc(1, sizeof *e);
+  if (!e) return ct_set_error(CT_ENOMEM, "engine: out of memory");
+  const ct_model_config *c = &w->cfg;
+  *e = (ct_engine){.w = w, .o = *o, .C = c->hidden_size, .F = c->intermediate_size,
+                   .H = c->num_heads, .KV = c->num_kv_heads, .hd = c->head_dim,
+                   .L = c->num_layers, .V = c->vocab_size};
+  e->QKV = (e->H + 2 * e->KV) * e->hd;
+  long N = o->max_tokens, T = o->max_len, KVd = (long)e->KV * e->hd;
+  long cache = (long)e->L * o->slots * T * KVd;
+  e->kcache = alloc_floats(e, cache);
+  e->vcache = alloc_floats(e, cache);
+  e->rope_cos = alloc_floats(e, T * (e->hd / 2));
+  e->rope_sin = alloc_floats(e, T * (e->hd / 2));
+  e->x = alloc_floats(e, N * e->C);
+  e->ln = alloc_floats(e, N * e->C);
+  e->xo = alloc_floats(e, N * e->C);
+  e->qkv = alloc_floats(e, N * e->QKV);
+  e->qkv_save = alloc_floats(e, N * e->QKV);
+  e->qk_rstd = alloc_floats(e, N * (e->H + e->KV));
+  e->rstd = alloc_floats(e, N);
+  e->att = alloc_floats(e, N * e->H * e->hd);
+  e->gu = alloc_floats(e, N * 2 * e->F);
+  e->h = alloc_floats(e, N * e->F);
+  e->scores = alloc_floats(e, (long)ct_pool_threads() * (e->H / e->KV) * T);
+  e->ids = malloc(sizeof(int) * N);
+  e->pos = malloc(sizeof(int) * N);
+  e->slot = malloc(sizeof(int) * N);
+  float *need[] = {e->kcache, e->vcache, e->rope_cos, e->rope_sin, e->x, e->ln, e->xo, e->qkv,
+                   e->qkv_save, e->qk_rstd, e->rstd, e->att, e->gu, e->h, e->scores};
+  bool ok = e->ids && e->pos && e->slot;
+  for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) ok &= need[i] != NULL;
+  if (!ok) {
+    long mb = e->bytes / 1000000;
+    ct_engine_free(e);
+    return ct_set_error(CT_ENOMEM, "engine: cannot allocate %ld MB (KV cache for %d slots x %d "
+                        "positions); lower slots or max_len", mb, o->slots, o->max_len);
+  }
+  ct_rope_fill(c, o->max_len, e->rope_cos, e->rope_sin);
+  *out = e;
+  return 0;
+}
+
+void ct_engine_free(ct_engine *e) {
+  if (!e) return;
+  void *p[] = {e->kcache, e->vcache, e->rope_cos, e->rope_sin, e->x, e->ln, e->xo, e->qkv,
+               e->qkv_save, e->qk_rstd, e->rstd, e->att, e->gu, e->h, e->scores, e->ids,
+               e->pos, e->slot};
+  for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
+  free(e);
+}
+
+const ct_infer_weights *ct_engine_weights(const ct_engine *e) { return e->w; }
+ct_engine_opts ct_engine_options(const ct_engine *e) { return e->o; }
+long ct_engine_bytes(const ct_engine *e) { return e->bytes; }
+
+// The cache row of (layer, slot, position).
+static inline long cache_row(const ct_engine *e, int l, int s, int p) {
+  return (((long)l * e->o.slots + s) * e->o.max_len + p) * (long)(e->KV * e->hd);
+}
+
+typedef struct {
+  ct_engine *e;
+  int l, n;
+} pass_job;
+
+// Token i's k and v into its slot's cache.
+static void store_kv_task(void *ctx, int i, int thread) {
+  (void)thread;
+  const pass_job *j = ctx;
+  ct_engine *e = j->e;
+  long KVd = (long)e->KV * e->hd, row = cache_row(e, j->l, e->slot[i], e->pos[i]);
+  const float *k = e->qkv + (long)i * e->QKV + (long)e->H * e->hd;
+  memcpy(e->kcache + row, k, sizeof(float) * KVd);
+  memcpy(e->vcache + row, k + KVd, sizeof(float) * KVd);
+}
+
+// Attention of token i's query heads of kv group g over its slot's positions 0..pos.
+static void attend_task(void *ctx, int task, int thread) {
+  const pass_job *j = ctx;
+  ct_engine *e = j->e;
+  int i = task / e->KV, g = task % e->KV, rep = e->H / e->KV, hd = e->hd, P = e->pos[i] + 1;
+  long KVd = (long)e->KV * hd, base = cache_row(e, j->l, e->slot[i], 0) + (long)g * hd;
+  const float *K = e->kcache + base, *V = e->vcache + base;
+  float scale = 1.0f / sqrtf((float)hd);
+  float *sc = e->scores + (long)thread * rep * e->o.max_len;
+  for (int r = 0; r < rep; r++) {
+    int h = g * rep + r;
+    const float *q = e->qkv + (long)i * e->QKV + (long)h * hd;
+    float *s = sc + (long)r * e->o.max_len, mx = -INFINITY;
+    for (int p = 0; p < P; p++) {
+      const float *k = K + p * KVd;
+      float d = 0;
+#pragma omp simd reduction(+ : d)
+      for (int t = 0; t < hd; t++) d += q[t] * k[t];
+      s[p] = d * scale;
+      mx = s[p] > mx ? s[p] : mx;
+    }
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int p = 0; p < P; p++) {
+      s[p] = ct_expf(s[p] - mx);
+      sum += s[p];
+    }
+    float inv = 1.0f / sum, *o = e->att + (long)i * e->H * hd + (long)h * hd;
+    memset(o, 0, sizeof(float) * hd);
+    for (int p = 0; p < P; p++) {
+      const float *v = V + p * KVd;
+      float a = s[p] * inv;
+#pragma omp simd
+      for (int t = 0; t < hd; t++) o[t] += a * v[t];
+    }
+  }
+}
+
+static void embed_rows(ct_engine *e, int n) {
+  const ct_linear *E = &e->w->embed;
+  if (E->f32) {
+    ct_embed_forward(e->x, E->f32, e->ids, n, e->C);
+    return;
+  }
+  for (int i = 0; i < n; i++) ct_linear_row(E, e->ids[i], e->x + (long)i * e->C);
+}
+
+int ct_engine_forward(ct_engine *e, int n, const int *ids, const int *slot, const int *pos,
+                      const int *out, int nout, float *logits) {
+  if (n < 1 || n > e->o.max_tokens)
+    return ct_set_error(CT_EINVAL, "engine: %d tokens in one pass (capacity %d)", n, e->o.max_tokens);
+  for (int i = 0; i < n; i++) {
+    if (slot[i] < 0 || slot[i] >= e->o.slots || pos[i] < 0 || pos[i] >= e->o.max_len)
+      return ct_set_error(CT_EINVAL, "engine: token %d at slot %d position %d is outside %d slots "
+                          "x %d positions", i, slot[i], pos[i], e->o.slots, e->o.max_len);
+    if (ids[i] < 0 || ids[i] >= e->V)
+      return ct_set_error(CT_EINVAL, "engine: token id %d is outside the vocabulary of %d", ids[i], e->V);
+  }
+  for (int k = 0; k < nout; k++)
+    if (out[k] < 0 || out[k] >= n) return ct_set_error(CT_EINVAL, "engine: output row %d is not a token of the pass", out[k]);
+  memcpy(e->ids, ids, sizeof(int) * n);
+  memcpy(e->pos, pos, sizeof(int) * n);
+  memcpy(e->slot, slot, sizeof(int) * n);
+  const ct_model_config *c = &e->w->cfg;
+  int C = e->C, QKV = e->QKV, Hd = e->H * e->hd, F = e->F;
+  embed_rows(e, n);
+  for (int l = 0; l < e->L; l++) {
+    const ct_infer_layer *w = &e->w->layers[l];
+    pass_job j = {e, l, n};
+    ct_rmsnorm_forward(e->ln, e->rstd, e->x, w->ln1, n, C, c->rms_norm_eps);
+    ct_linear_forward(&w->qkv, e->ln, C, n, e->qkv, QKV, 0);  // (n, QKV)
+    if (w->bqkv) ct_bias_forward(e->qkv, w->bqkv, n, QKV, QKV);
+    if (w->qnorm) {
+      ct_headnorm_forward(e->qkv, e->qkv_save, e->qk_rstd, w->qnorm, n, e->H, e->hd, QKV, c->rms_norm_eps);
+      ct_headnorm_forward(e->qkv + Hd, e->qkv_save + Hd, e->qk_rstd + (long)n * e->H, w->knorm,
+                          n, e->KV, e->hd, QKV, c->rms_norm_eps);
+    }
+    ct_rope(e->qkv, e->pos, e->rope_cos, e->rope_sin, n, e->H + e->KV, e->hd, QKV, 0);
+    ct_parallel_for(n, store_kv_task, &j);         // every k/v of the pass is cached first,
+    ct_parallel_for(n * e->KV, attend_task, &j);   // then each token reads its slot
+    ct_linear_forward(&w->o, e->att, Hd, n, e->x, C, 1);        // x += att · Woᵀ
+    ct_rmsnorm_forward(e->ln, e->rstd, e->x, w->ln2, n, C, c->rms_norm_eps);
+    ct_linear_forward(&w->gu, e->ln, C, n, e->gu, 2 * F, 0);    // (n, 2F)
+    ct_swiglu_forward(e->h, e->gu, n, F);
+    ct_linear_forward(&w->down, e->h, F, n, e->x, C, 1);        // x += h · Wdownᵀ
+  }
+  if (nout == 0) return 0;
+  for (int k = 0; k < nout; k++) memcpy(e->xo + (long)k * C, e->x + (long)out[k] * C, sizeof(float) * C);
+  ct_rmsnorm_forward(e->ln, e->rstd, e->xo, e->w->norm, nout, C, c->rms_norm_eps);
+  ct_linear_forward(&e->w->lm_head, e->ln, C, nout, logits, e->V, 0);
+  return 0;
+}
+
+int ct_engine_copy_slot(ct_engine *e, int src, int dst, int len) {
+  if (src < 0 || src >= e->o.slots || dst < 0 || dst >= e->o.slots || len < 0 || len > e->o.max_len)
+    return ct_set_error(CT_EINVAL, "engine: cannot copy %d positions from slot %d to slot %d", len, src, dst);
+  if (src == dst || len == 0) return 0;
+  size_t bytes = sizeof(float) * (size_t)len * e->KV * e->hd;
+  for (int l = 0; l < e->L; l++) {
+    memcpy(e->kcache + cache_row(e, l, dst, 0), e->kcache + cache_row(e, l, src, 0), bytes);
+    memcpy(e->vcache + cache_row(e, l, dst, 0), e->vcache + cache_row(e, l, src, 0), bytes);
+  }
+  return 0;
+}

@@ -1,0 +1,37 @@
+// engine: the inference engine over a fixed set of decode slots, each with its own KV
+// cache region (the MaxEngine shape). Everything is one primitive, ct_engine_forward:
+// a pass over tokens that each name a slot and a position; a token writes its k/v into
+// its slot's cache and attends to that slot's positions 0..pos. A prefill is a pass over
+// a prompt's tokens (several prompts in one pass = packed prefill), a decode step is a
+// pass over one token per active slot (continuous batching), multisampling copies one
+// slot's cache into others. Every token's result is computed the same way whatever else
+// is in the pass (see linear.h), so batching never changes an output.
+//
+// Shapes: S slots, T = max_len positions per slot, KVd = KV*hd; cache (L, S, T, KVd).
+#pragma once
+#include "weights.h"
+
+typedef struct ct_engine ct_engine;
+
+typedef struct {
+  int slots;       // decode slots
+  int max_len;     // cache positions per slot: prompt + completion
+  int max_tokens;  // tokens one pass may hold (>= slots; the packed-prefill budget)
+} ct_engine_opts;
+
+int ct_engine_init(ct_engine **e, const ct_infer_weights *w, const ct_engine_opts *o);
+void ct_engine_free(ct_engine *e);
+
+// One pass over n tokens: token i is ids[i] at position pos[i] of slot slot[i]. Writes
+// the logits (nout, V) of the tokens listed in out[0..nout) (indices into the n tokens).
+// Errors for a slot or position out of range, or n > max_tokens.
+int ct_engine_forward(ct_engine *e, int n, const int *ids, const int *slot, const int *pos,
+                      const int *out, int nout, float *logits);
+
+// Copies positions [0, len) of slot src's cache into slot dst (multisampling).
+int ct_engine_copy_slot(ct_engine *e, int src, int dst, int len);
+
+const ct_infer_weights *ct_engine_weights(const ct_engine *e);
+ct_engine_opts ct_engine_options(const ct_engine *e);
+// Bytes of KV cache and work buffers.
+long ct_engine_bytes(const ct_engine *e);

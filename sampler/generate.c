@@ -1,0 +1,272 @@
+#include "generate.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+const char *const ct_finish_names[] = {"stop", "length", NULL};
+
+typedef struct {
+  bool active;
+  int req, sample;
+  int pos;        // cache position where `last` goes next
+  int last;       // the newest token, not yet fed to the model
+  ct_rng rng;
+  int n;          // tokens generated
+  int *ids;       // (max_len)
+  float *lps;     // (max_len)
+  int *seen;      // (max_len) prompt + completion, for the repetition penalty
+  int n_seen;
+  char *text;     // completion text so far (stop strings, results)
+  size_t tlen, tcap;
+} slot_t;
+
+typedef struct {
+  ct_engine *e;
+  const ct_tokenizer *tok;
+  const ct_gen_request *reqs;
+  const ct_gen_callbacks *cb;
+  ct_engine_opts o;
+  int V;
+  slot_t *slots;
+  ct_sampler_ws ws;
+  float *logits;          // (max_tokens, V)
+  int *ids, *slot, *pos;  // one pass, (max_tokens)
+} gen_t;
+
+static bool is_stop_id(const ct_gen_request *r, int t) {
+  for (int i = 0; i < r->n_stop_ids; i++)
+    if (r->stop_ids[i] == t) return true;
+  return false;
+}
+
+static int text_append(slot_t *s, const char *b, size_t n) {
+  if (s->tlen + n + 1 > s->tcap) {
+    size_t cap = s->tcap ? s->tcap : 256;
+    while (cap < s->tlen + n + 1) cap *= 2;
+    char *t = realloc(s->text, cap);
+    if (!t) return ct_set_error(CT_ENOMEM, "generate: out of memory");
+    s->text = t;
+    s->tcap = cap;
+  }
+  memcpy(s->text + s->tlen, b, n);
+  s->tlen += n;
+  s->text[s->tlen] = 0;
+  return 0;
+}
+
+// A stop string that now appears in the text, searched only where the new bytes could
+// complete one; truncates the text there and returns true.
+static bool hit_stop_string(const ct_gen_request *r, slot_t *s, size_t added) {
+  for (int i = 0; i < r->n_stop_strings; i++) {
+    const char *ss = r->stop_strings[i];
+    size_t m = strlen(ss);
+    if (m == 0 || m > s->tlen) continue;
+    size_t from = s->tlen - added >= m ? s->tlen - added - m + 1 : 0;
+    for (size_t k = from; k + m <= s->tlen; k++)
+      if (memcmp(s->text + k, ss, m) == 0) {
+        s->tlen = k;
+        s->text[k] = 0;
+        return true;
+      }
+  }
+  return false;
+}
+
+static int finish(gen_t *g, slot_t *s, int why) {
+  ct_gen_result res = {s->req, s->sample, s->ids, s->lps, s->n, why, s->text ? s->text : "", s->tlen};
+  s->active = false;
+  int rc = g->cb->on_done(g->cb->ctx, &res);
+  if (rc < 0) return rc;  // the callback's own error and message
+  return rc ? ct_set_error(CT_EINVAL, "generate: stopped by the caller") : 0;
+}
+
+// Chooses the next token of slot s from logits and decides whether the sample is done.
+static int choose(gen_t *g, slot_t *s, const float *logits) {
+  const ct_gen_request *r = &g->reqs[s->req];
+  float lp;
+  int t = ct_sample_token(&r->sp, logits, g->V, s->seen, s->n_seen, &s->rng, &g->ws, &lp);
+  if (t < 0) return t;
+  s->ids[s->n] = t;
+  s->lps[s->n] = lp;
+  s->n++;
+  if (s->n_seen < g->o.max_len) s->seen[s->n_seen++] = t;
+  if (g->cb->on_token) g->cb->on_token(g->cb->ctx, s->req, s->sample, t);
+  if (is_stop_id(r, t)) return finish(g, s, CT_FINISH_STOP);
+  size_t len;
+  const char *b = ct_tokenizer_token_bytes(g->tok, t, &len);
+  int rc = text_append(s, b ? b : "", b ? len : 0);
+  if (rc) return rc;
+  if (hit_stop_string(r, s, len)) return finish(g, s, CT_FINISH_STOP);
+  s->last = t;
+  if (s->n >= r->max_new_tokens || s->pos >= g->o.max_len) return finish(g, s, CT_FINISH_LENGTH);
+  return 0;
+}
+
+typedef struct {
+  int req, first_sample, count;
+  int slots[64];
+} group_t;
+
+// Starts `grp`: the prompt is already in slot slots[0]'s cache; copy it to the others
+// and draw each sample's first token from the shared logits.
+static int start_group(gen_t *g, const group_t *grp, const float *logits) {
+  const ct_gen_request *r = &g->reqs[grp->req];
+  for (int k = 0; k < grp->count; k++) {
+    int rc = ct_engine_copy_slot(g->e, grp->slots[0], grp->slots[k], r->prompt_len);
+    if (rc) return rc;
+    slot_t *s = &g->slots[grp->slots[k]];
+    s->active = true;
+    s->req = grp->req;
+    s->sample = grp->first_sample + k;
+    s->pos = r->prompt_len;
+    s->n = 0;
+    s->tlen = 0;
+    if (s->text) s->text[0] = 0;
+    int ns = r->prompt_len < g->o.max_len ? r->prompt_len : g->o.max_len;
+    memcpy(s->seen, r->prompt + r->prompt_len - ns, sizeof(int) * ns);
+    s->n_seen = ns;
+    ct_sample_rng(&s->rng, r->seed, s->sample);
+    if ((rc = choose(g, s, logits))) return rc;
+  }
+  return 0;
+}
+
+// Prefills a prompt too long for one pass, chunk by chunk, into `slot`.
+static int prefill_long(gen_t *g, const ct_gen_request *r, int slot) {
+  int cap = g->o.max_tokens;
+  for (int start = 0; start < r->prompt_len; start += cap) {
+    int n = r->prompt_len - start < cap ? r->prompt_len - start : cap;
+    for (int i = 0; i < n; i++) {
+      g->slot[i] = slot;
+      g->pos[i] = start + i;
+    }
+    int last = n - 1, end = start + n == r->prompt_len;
+    int rc = ct_engine_forward(g->e, n, r->prompt + start, g->slot, g->pos, &last, end, g->logits);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+static int free_slots(const gen_t *g, int *out) {
+  int n = 0;
+  for (int i = 0; i < g->o.slots; i++)
+    if (!g->slots[i].active) out[n++] = i;
+  return n;
+}
+
+int ct_generate(ct_engine *e, const ct_tokenizer *tok, const ct_gen_request *reqs, int nreq,
+                const ct_gen_callbacks *cb) {
+  gen_t g = {.e = e, .tok = tok, .reqs = reqs, .cb = cb, .o = ct_engine_options(e),
+             .V = ct_engine_weights(e)->cfg.vocab_size};
+  for (int r = 0; r < nreq; r++) {
+    if (reqs[r].prompt_len < 1)
+      return ct_set_error(CT_EINVAL, "request %d: the prompt is empty", r);
+    if (reqs[r].prompt_len >= g.o.max_len)
+      return ct_set_error(CT_EINVAL, "request %d: a prompt of %d tokens leaves no room in a cache of "
+                          "%d positions (raise max_target_length or truncate the prompt)", r,
+                          reqs[r].prompt_len, g.o.max_len);
+    if (reqs[r].n < 1 || reqs[r].max_new_tokens < 1)
+      return ct_set_error(CT_EINVAL, "request %d: needs n >= 1 and max_new_tokens >= 1", r);
+    int rc = ct_sample_params_check(&reqs[r].sp);
+    if (rc) return ct_wrap_error(rc, "request %d", r);
+  }
+  int S = g.o.slots, N = g.o.max_tokens, rc = 0;
+  g.slots = calloc(S, sizeof *g.slots);
+  g.logits = malloc(sizeof(float) * (size_t)S * g.V);  // at most one row per slot or group
+  g.ids = malloc(sizeof(int) * N);
+  g.slot = malloc(sizeof(int) * N);
+  g.pos = malloc(sizeof(int) * N);
+  int *freel = malloc(sizeof(int) * S), *outs = malloc(sizeof(int) * N);
+  group_t *groups = malloc(sizeof(group_t) * S);
+  if (!g.slots || !g.logits || !g.ids || !g.slot || !g.pos || !freel || !outs || !groups)
+    rc = ct_set_error(CT_ENOMEM, "generate: out of memory");
+  for (int i = 0; !rc && i < S; i++) {
+    slot_t *s = &g.slots[i];
+    s->ids = malloc(sizeof(int) * g.o.max_len);
+    s->lps = malloc(sizeof(float) * g.o.max_len);
+    s->seen = malloc(sizeof(int) * g.o.max_len);
+    if (!s->ids || !s->lps || !s->seen) rc = ct_set_error(CT_ENOMEM, "generate: out of memory");
+  }
+  if (!rc) rc = ct_sampler_ws_init(&g.ws, g.V);
+  int next_req = 0, next_sample = 0;
+  while (!rc) {
+    // 1. admit waiting samples into free slots; prompts that fit share one packed pass
+    int nfree = free_slots(&g, freel), ngroups = 0, ntok = 0, used = 0;
+    while (!rc && next_req < nreq && used < nfree) {
+      const ct_gen_request *r = &reqs[next_req];
+      int take = r->n - next_sample;
+      if (take > nfree - used) take = nfree - used;
+      if (take > 64) take = 64;
+      group_t *grp = &groups[ngroups];
+      grp->req = next_req;
+      grp->first_sample = next_sample;
+      grp->count = take;
+      for (int k = 0; k < take; k++) grp->slots[k] = freel[used + k];
+      if (r->prompt_len > N) {  // alone, in chunks
+        if (ngroups > 0) break;
+        used += take;
+        if ((rc = prefill_long(&g, r, grp->slots[0])) || (rc = start_group(&g, grp, g.logits))) break;
+      } else {
+        if (ntok + r->prompt_len > N) break;
+        for (int i = 0; i < r->prompt_len; i++) {
+          g.ids[ntok + i] = r->prompt[i];
+          g.slot[ntok + i] = grp->slots[0];
+          g.pos[ntok + i] = i;
+        }
+        ntok += r->prompt_len;
+        outs[ngroups++] = ntok - 1;
+        used += take;
+      }
+      next_sample += take;
+      if (next_sample == r->n) {
+        next_req++;
+        next_sample = 0;
+      }
+      if (r->prompt_len > N) break;
+    }
+    if (!rc && ngroups > 0) {
+      rc = ct_engine_forward(e, ntok, g.ids, g.slot, g.pos, outs, ngroups, g.logits);
+      for (int k = 0; !rc && k < ngroups; k++) rc = start_group(&g, &groups[k], g.logits + (long)k * g.V);
+    }
+    if (rc) break;
+    // 2. one decode step for every active slot
+    int n = 0;
+    for (int i = 0; i < S; i++)
+      if (g.slots[i].active) {
+        g.ids[n] = g.slots[i].last;
+        g.slot[n] = i;
+        g.pos[n] = g.slots[i].pos;
+        outs[n] = n;
+        n++;
+      }
+    if (n == 0) {
+      if (next_req >= nreq) break;
+      continue;
+    }
+    rc = ct_engine_forward(e, n, g.ids, g.slot, g.pos, outs, n, g.logits);
+    for (int k = 0; !rc && k < n; k++) {
+      slot_t *s = &g.slots[g.slot[k]];
+      s->pos++;
+      rc = choose(&g, s, g.logits + (long)k * g.V);
+    }
+  }
+  for (int i = 0; g.slots && i < S; i++) {
+    free(g.slots[i].ids);
+    free(g.slots[i].lps);
+    free(g.slots[i].seen);
+    free(g.slots[i].text);
+  }
+  free(g.slots);
+  free(g.logits);
+  free(g.ids);
+  free(g.slot);
+  free(g.pos);
+  free(freel);
+  free(outs);
+  free(groups);
+  ct_sampler_ws_free(&g.ws);
+  return rc;
+}

@@ -1,0 +1,208 @@
+#include "linear.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool.h"
+
+// Rows of W are handled four at a time (each x element loaded once for four dot
+// products); blocks are aligned to 4 in every thread split, so a given output row is
+// always computed by the same code path.
+#define RB 4
+
+typedef struct {
+  const ct_linear *w;
+  const float *x;
+  float *y;
+  int ldx, ldy, S, acc, parts;
+} lin_job;
+
+static inline void put(float *y, float v, int acc) { *y = acc ? *y + v : v; }
+
+static void rows_f32(const lin_job *j, long n0, long n1) {
+  const int K = j->w->cols;
+  long n = n0;
+  for (; n + RB <= n1; n += RB) {
+    const float *w0 = j->w->f32 + n * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+    for (int s = 0; s < j->S; s++) {
+      const float *xs = j->x + (long)s * j->ldx;
+      float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+#pragma omp simd reduction(+ : a0, a1, a2, a3)
+      for (int k = 0; k < K; k++) {
+        float xv = xs[k];
+        a0 += xv * w0[k];
+        a1 += xv * w1[k];
+        a2 += xv * w2[k];
+        a3 += xv * w3[k];
+      }
+      float *ys = j->y + (long)s * j->ldy + n;
+      put(ys, a0, j->acc);
+      put(ys + 1, a1, j->acc);
+      put(ys + 2, a2, j->acc);
+      put(ys + 3, a3, j->acc);
+    }
+  }
+  for (; n < n1; n++) {  // the last rows % 4 of W: always these same rows
+    const float *w0 = j->w->f32 + n * K;
+    for (int s = 0; s < j->S; s++) {
+      const float *xs = j->x + (long)s * j->ldx;
+      float a0 = 0;
+#pragma omp simd reduction(+ : a0)
+      for (int k = 0; k < K; k++) a0 += xs[k] * w0[k];
+      put(j->y + (long)s * j->ldy + n, a0, j->acc);
+    }
+  }
+}
+
+// int8 x int8 -> int32 dot products of one quantized activation row xu (x + 128, as
+// unsigned bytes) with weight rows: Σ xu·w − 128·Σ w = Σ x·w, exactly.
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#include <immintrin.h>
+static inline __m512i dp(__m512i acc, const uint8_t *x, const int8_t *w, __mmask64 m) {
+  return _mm512_dpbusd_epi32(acc, _mm512_maskz_loadu_epi8(m, x), _mm512_maskz_loadu_epi8(m, w));
+}
+static void dot4_q8(const uint8_t *xu, const int8_t *w, int K, int32_t *out) {
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  for (int k = 0; k < K; k += 64) {
+    __mmask64 m = K - k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (K - k)) - 1);
+    a0 = dp(a0, xu + k, w + k, m);
+    a1 = dp(a1, xu + k, w + K + k, m);
+    a2 = dp(a2, xu + k, w + 2 * (long)K + k, m);
+    a3 = dp(a3, xu + k, w + 3 * (long)K + k, m);
+  }
+  out[0] = _mm512_reduce_add_epi32(a0);
+  out[1] = _mm512_reduce_add_epi32(a1);
+  out[2] = _mm512_reduce_add_epi32(a2);
+  out[3] = _mm512_reduce_add_epi32(a3);
+}
+static int32_t dot1_q8(const uint8_t *xu, const int8_t *w, int K) {
+  __m512i a = _mm512_setzero_si512();
+  for (int k = 0; k < K; k += 64) {
+    __mmask64 m = K - k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (K - k)) - 1);
+    a = dp(a, xu + k, w + k, m);
+  }
+  return _mm512_reduce_add_epi32(a);
+}
+#else
+static int32_t dot1_q8(const uint8_t *xu, const int8_t *w, int K) {
+  int32_t a = 0;
+#pragma omp simd reduction(+ : a)
+  for (int k = 0; k < K; k++) a += (int32_t)xu[k] * (int32_t)w[k];
+  return a;
+}
+static void dot4_q8(const uint8_t *xu, const int8_t *w, int K, int32_t *out) {
+  for (int r = 0; r < 4; r++) out[r] = dot1_q8(xu, w + (long)r * K, K);
+}
+#endif
+
+// The quantized activations of the current call: xu (S, K) bytes and their scales.
+static struct {
+  uint8_t *xu;
+  float *sx;
+  long cap_bytes, cap_rows;
+} QX;
+
+static void rows_q8(const lin_job *j, long n0, long n1) {
+  const int K = j->w->cols;
+  const float *sc = j->w->scale;
+  const int32_t *rs = j->w->rowsum;
+  int32_t d[RB];
+  long n = n0;
+  for (; n + RB <= n1; n += RB)
+    for (int s = 0; s < j->S; s++) {
+      dot4_q8(QX.xu + (long)s * K, j->w->q + n * K, K, d);
+      float *ys = j->y + (long)s * j->ldy + n;
+      for (int r = 0; r < RB; r++)
+        put(ys + r, QX.sx[s] * sc[n + r] * (float)(d[r] - 128 * rs[n + r]), j->acc);
+    }
+  for (; n < n1; n++)
+    for (int s = 0; s < j->S; s++) {
+      int32_t d1 = dot1_q8(QX.xu + (long)s * K, j->w->q + n * K, K);
+      put(j->y + (long)s * j->ldy + n, QX.sx[s] * sc[n] * (float)(d1 - 128 * rs[n]), j->acc);
+    }
+}
+
+// Quantizes the S rows of x (absmax per row) into QX.
+static int quantize_x(const float *x, int ldx, int S, int K) {
+  long need = (long)S * K;
+  if (need > QX.cap_bytes || S > QX.cap_rows) {
+    free(QX.xu);
+    free(QX.sx);
+    QX.cap_bytes = need * 2;
+    QX.cap_rows = S * 2;
+    QX.xu = malloc((size_t)QX.cap_bytes);
+    QX.sx = malloc(sizeof(float) * QX.cap_rows);
+    if (!QX.xu || !QX.sx) {
+      QX.cap_bytes = QX.cap_rows = 0;
+      return -1;
+    }
+  }
+  for (int s = 0; s < S; s++) {
+    const float *xs = x + (long)s * ldx;
+    float mx = 0;
+    for (int k = 0; k < K; k++) mx = fmaxf(mx, fabsf(xs[k]));
+    float sx = mx > 0 ? mx / 127.0f : 1.0f, inv = 1.0f / sx;
+    QX.sx[s] = sx;
+    uint8_t *xu = QX.xu + (long)s * K;
+    for (int k = 0; k < K; k++) xu[k] = (uint8_t)((int)rintf(xs[k] * inv) + 128);
+  }
+  return 0;
+}
+
+static void lin_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const lin_job *j = ctx;
+  long n0, n1;
+  ct_chunk_range(j->w->rows, RB, j->parts, part, &n0, &n1);
+  if (n1 <= n0) return;
+  if (j->w->q) rows_q8(j, n0, n1);
+  else rows_f32(j, n0, n1);
+}
+
+void ct_linear_forward(const ct_linear *w, const float *x, int ldx, int S, float *y, int ldy,
+                       int accumulate) {
+  if (S <= 0) return;
+  if (w->q && quantize_x(x, ldx, S, w->cols)) {  // out of memory: leave y as it was
+    return;
+  }
+  lin_job j = {w, x, y, ldx, ldy, S, accumulate, 0};
+  // enough parts to balance, each at least a few rows of W
+  int parts = ct_pool_threads() * 4;
+  if (parts > w->rows / RB) parts = w->rows / RB > 0 ? w->rows / RB : 1;
+  j.parts = parts;
+  ct_parallel_for(parts, lin_task, &j);
+}
+
+void ct_linear_row(const ct_linear *w, int r, float *out) {
+  if (w->f32) {
+    memcpy(out, w->f32 + (long)r * w->cols, sizeof(float) * w->cols);
+    return;
+  }
+  const int8_t *q = w->q + (long)r * w->cols;
+  float s = w->scale[r];
+  for (int k = 0; k < w->cols; k++) out[k] = (float)q[k] * s;
+}
+
+void ct_rowsums(const int8_t *q, int rows, int cols, int32_t *rowsum) {
+  for (int n = 0; n < rows; n++) {
+    int32_t t = 0;
+    for (int k = 0; k < cols; k++) t += q[(long)n * cols + k];
+    rowsum[n] = t;
+  }
+}
+
+void ct_quantize_rows(const float *W, int rows, int cols, int8_t *q, float *scale, int32_t *rowsum) {
+  for (int n = 0; n < rows; n++) {
+    const float *w = W + (long)n * cols;
+    float mx = 0;
+    for (int k = 0; k < cols; k++) mx = fmaxf(mx, fabsf(w[k]));
+    float s = mx > 0 ? mx / 127.0f : 1.0f;
+    scale[n] = s;
+    for (int k = 0; k < cols; k++) {
+      float v = rintf(w[k] / s);
+      q[(long)n * cols + k] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+    }
+  }
+  ct_rowsums(q, rows, cols, rowsum);
+}

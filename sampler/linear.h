@@ -1,0 +1,32 @@
+// linear: the inference engine's matrix products, y = x · Wᵀ for a few rows x, with W
+// in fp32 (the training parameters themselves, no copy) or int8 with one scale per
+// output row. Each output is one dot product computed in a fixed order, so a token's
+// result is bit-identical whatever else shares the batch and whatever the thread
+// count: the sampler's seeded outputs do not depend on continuous batching.
+#pragma once
+#include <stdint.h>
+
+typedef struct {
+  int rows, cols;         // W is (rows, cols) = [out, in]
+  const float *f32;       // (rows, cols), or NULL
+  const int8_t *q;        // (rows, cols) int8, or NULL
+  const float *scale;     // (rows): W[n, k] = q[n, k] * scale[n]
+  const int32_t *rowsum;  // (rows): Σ_k q[n, k] (for the unsigned-times-signed dot product)
+} ct_linear;
+
+// y (S, rows) with row stride ldy = x (S, cols) with row stride ldx, times Wᵀ;
+// accumulate != 0 adds to y instead of overwriting it. With int8 weights each row of x
+// is quantized too (absmax, one scale per row) and the dot products are exact integer
+// sums (AVX-512 VNNI when the CPU has it, plain C otherwise: the same result).
+// Call from one thread at a time (the int8 path keeps a scratch buffer).
+void ct_linear_forward(const ct_linear *w, const float *x, int ldx, int S, float *y, int ldy,
+                       int accumulate);
+
+// Row r of W as floats into out (cols) — the embedding lookup of an int8 table.
+void ct_linear_row(const ct_linear *w, int r, float *out);
+
+// Per-row absmax int8 quantization of W (rows, cols): q (rows, cols), scale (rows), and
+// rowsum (rows) = Σ_k q[n, k].
+void ct_quantize_rows(const float *W, int rows, int cols, int8_t *q, float *scale, int32_t *rowsum);
+// rowsum of already-quantized rows (a loaded int8 model).
+void ct_rowsums(const int8_t *q, int rows, int cols, int32_t *rowsum);

@@ -1,0 +1,359 @@
+// sampler: try a model, or score completions, from the command line.
+//
+//   bin/sampler generate model_path=DIR prompt="Once upon a time"
+//   bin/sampler generate model_path=DIR prompts_path=prompts.jsonl n=4 output=json
+//   bin/sampler score    model_path=DIR data=pairs.jsonl
+//   bin/sampler bench
+//
+// Options are config keys (configs/base.yml, "Sampler" section); an optional yml file
+// may come right after the command.
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "data.h"
+#include "engine.h"
+#include "error.h"
+#include "generate.h"
+#include "matmul.h"
+#include "pool.h"
+#include "tokenizer.h"
+#include "unicode.h"
+#include "weights.h"
+
+int ct_sampler_bench(int argc, char **argv);  // bench.c
+
+static int fail(int code, const char *what) {
+  fprintf(stderr, "sampler: %s%s%s\n", what ? what : "", what ? ": " : "", ct_last_error());
+  exit(code);
+}
+
+static int usage(void) {
+  fprintf(stderr, "usage: sampler generate|score|bench [config.yml] key=value ...\n"
+                  "  generate: model_path=DIR and prompt=TEXT or prompts_path=FILE.jsonl\n"
+                  "  score:    model_path=DIR data=FILE.jsonl\n"
+                  "  bench:    speed of prefill and decode, fp32 and int8\n");
+  return 2;
+}
+
+typedef struct {
+  const ct_config *cfg;
+  ct_tokenizer *tok;
+  ct_infer_weights w;
+} setup_t;
+
+static void setup(setup_t *s, const ct_config *cfg) {
+  memset(s, 0, sizeof *s);
+  s->cfg = cfg;
+  if (!cfg->model_path[0])
+    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'model_path' is required", ct_config_origin(cfg, "model_path")), NULL));
+  if (ct_pool_init((int)cfg->num_threads)) fail(1, NULL);
+  const char *tdir = cfg->tokenizer_path[0] ? cfg->tokenizer_path : cfg->model_path;
+  if (ct_tokenizer_load(&s->tok, tdir)) fail(1, NULL);
+  if (ct_infer_load(&s->w, cfg->model_path, cfg->quantization == CT_QUANT_INT8)) fail(1, NULL);
+  if (ct_tokenizer_vocab_size(s->tok) > s->w.cfg.vocab_size)
+    fail(1, (ct_set_error(CT_EINVAL, "the tokenizer has %d tokens, the model only %d",
+                          ct_tokenizer_vocab_size(s->tok), s->w.cfg.vocab_size), NULL));
+  if (cfg->save_quantized[0]) {
+    if (!s->w.int8)
+      fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'save_quantized' needs quantization=int8",
+                            ct_config_origin(cfg, "save_quantized")), NULL));
+    if (ct_infer_save_int8(&s->w, cfg->save_quantized) || ct_tokenizer_save(s->tok, cfg->save_quantized))
+      fail(1, "saving the int8 model");
+    fprintf(stderr, "sampler: int8 model saved in %s\n", cfg->save_quantized);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// generate
+
+typedef struct {
+  ct_ids ids;
+  uint64_t seed;
+} prompt_t;
+
+// One prompt's tokens from a text, a message list or a list of ids.
+static int prompt_tokens(const setup_t *s, const json_t *row, const char *where, prompt_t *p) {
+  const json_t *text = json_object_get(row, "prompt"), *msgs = json_object_get(row, "messages");
+  const json_t *ids = json_object_get(row, "prompt_input_ids");
+  int bos = ct_tokenizer_bos(s->tok), rc = 0;
+  if (json_is_string(text)) {
+    if (ct_tokenizer_add_bos(s->tok) && bos >= 0) rc = ct_ids_push(&p->ids, bos);
+    const char *t = json_string_value(text);
+    if (!rc) rc = ct_tokenizer_encode(s->tok, t, strlen(t), true, &p->ids);
+  } else if (json_is_array(msgs)) {
+    char *t;
+    rc = ct_tokenizer_chat(s->tok, msgs, s->cfg->add_generation_prompt, &t);
+    if (rc) return ct_wrap_error(rc, "%s: key 'messages'", where);
+    rc = ct_tokenizer_encode(s->tok, t, strlen(t), true, &p->ids);
+    if (!rc && ct_tokenizer_add_bos(s->tok) && bos >= 0 && (p->ids.n == 0 || p->ids.v[0] != bos)) {
+      rc = ct_ids_push(&p->ids, 0);  // one BOS, first
+      if (!rc) {
+        memmove(p->ids.v + 1, p->ids.v, sizeof(int) * (p->ids.n - 1));
+        p->ids.v[0] = bos;
+      }
+    }
+    free(t);
+  } else if (json_is_array(ids)) {
+    size_t i;
+    json_t *v;
+    json_array_foreach(ids, i, v) {
+      json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+      if (id < 0 || id >= s->w.cfg.vocab_size)
+        return ct_set_error(CT_EFORMAT, "%s: key 'prompt_input_ids'[%zu]: expected a token id in [0, %d)",
+                            where, i, s->w.cfg.vocab_size);
+      if ((rc = ct_ids_push(&p->ids, (int)id))) return rc;
+    }
+  } else {
+    return ct_set_error(CT_EFORMAT, "%s: expected 'prompt' (a string), 'messages' (a list) or "
+                        "'prompt_input_ids'", where);
+  }
+  if (rc) return rc;
+  if (p->ids.n == 0) return ct_set_error(CT_EFORMAT, "%s: the prompt is empty", where);
+  json_t *seed = json_object_get(row, "seed");
+  if (seed && !json_is_integer(seed)) return ct_set_error(CT_EFORMAT, "%s: key 'seed': expected an integer", where);
+  if (seed) p->seed = (uint64_t)json_integer_value(seed);
+  int max = (int)s->cfg->max_prefill_length;
+  if (p->ids.n > max) {
+    if (s->cfg->truncate_prompt != CT_TRUNCATE_LEFT)
+      return ct_set_error(CT_EINVAL, "%s: the prompt has %d tokens, more than max_prefill_length %d "
+                          "(raise it, or set truncate_prompt=left)", where, p->ids.n, max);
+    memmove(p->ids.v, p->ids.v + p->ids.n - max, sizeof(int) * max);
+    p->ids.n = max;
+  }
+  return 0;
+}
+
+static int read_prompts(const setup_t *s, prompt_t **out, int *n_out) {
+  const ct_config *c = s->cfg;
+  prompt_t *ps = NULL;
+  int n = 0, cap = 0, rc = 0;
+  if (c->prompt[0] && c->prompts_path[0])
+    return ct_set_error(CT_ECONFIG, "%s: set either 'prompt' or 'prompts_path', not both", ct_config_origin(c, "prompt"));
+  if (c->prompt[0]) {
+    ps = calloc(1, sizeof *ps);
+    json_t *row = json_pack("{s:s}", "prompt", c->prompt);
+    ps[0].seed = (uint64_t)c->seed;
+    rc = ps && row ? prompt_tokens(s, row, "prompt", &ps[0]) : CT_ENOMEM;
+    json_decref(row);
+    *out = ps;
+    *n_out = 1;
+    return rc;
+  }
+  if (!c->prompts_path[0])
+    return ct_set_error(CT_ECONFIG, "generate needs prompt=TEXT or prompts_path=FILE.jsonl");
+  FILE *f = fopen(c->prompts_path, "r");
+  if (!f) return ct_set_error(CT_EIO, "%s: cannot open", c->prompts_path);
+  char *line = NULL, where[4200];
+  size_t lcap = 0;
+  int lineno = 0;
+  while (!rc && getline(&line, &lcap, f) >= 0) {
+    lineno++;
+    if (strspn(line, " \t\r\n") == strlen(line)) continue;
+    snprintf(where, sizeof where, "%s:%d", c->prompts_path, lineno);
+    json_error_t err;
+    json_t *row = json_loads(line, JSON_REJECT_DUPLICATES, &err);
+    if (!row || !json_is_object(row)) {
+      rc = ct_set_error(CT_EFORMAT, "%s: invalid JSON object: %s", where, row ? "not an object" : err.text);
+    } else {
+      if (n == cap) {
+        cap = cap ? 2 * cap : 64;
+        prompt_t *g = realloc(ps, sizeof *ps * cap);
+        if (!g) rc = CT_ENOMEM;
+        else ps = g;
+      }
+      if (!rc) {
+        memset(&ps[n], 0, sizeof ps[n]);
+        ps[n].seed = (uint64_t)c->seed + (uint64_t)n;
+        rc = prompt_tokens(s, row, where, &ps[n]);
+        n++;
+      }
+    }
+    json_decref(row);
+  }
+  free(line);
+  fclose(f);
+  if (!rc && n == 0) rc = ct_set_error(CT_EFORMAT, "%s: no prompts", c->prompts_path);
+  *out = ps;
+  *n_out = n;
+  return rc;
+}
+
+typedef struct {
+  const setup_t *s;
+  int n_per, total, next;  // results are written in input order
+  json_t **done;           // (total) finished, not yet written
+  char **texts;            // text mode
+  bool stream;
+} out_t;
+
+static int write_result(out_t *o, int k) {
+  if (o->s->cfg->output == CT_OUTPUT_JSON) {
+    char *line = json_dumps(o->done[k], JSON_COMPACT);
+    if (!line) return ct_set_error(CT_ENOMEM, "out of memory");
+    printf("%s\n", line);
+    free(line);
+  } else if (!o->stream) {
+    json_t *j = o->done[k];
+    if (o->total > 1)
+      printf("=== row %d, sample %d (%s)\n", (int)json_integer_value(json_object_get(j, "row")),
+             (int)json_integer_value(json_object_get(j, "sample")),
+             json_string_value(json_object_get(j, "finish_reason")));
+    printf("%s\n", json_string_value(json_object_get(j, "completion")));
+  }
+  fflush(stdout);
+  json_decref(o->done[k]);
+  o->done[k] = NULL;
+  return 0;
+}
+
+static int on_done(void *ctx, const ct_gen_result *r) {
+  out_t *o = ctx;
+  json_t *ids = json_array(), *lps = json_array();
+  for (int i = 0; i < r->n; i++) {
+    json_array_append_new(ids, json_integer(r->ids[i]));
+    json_array_append_new(lps, json_real(r->logprobs[i]));
+  }
+  int k = r->request * o->n_per + r->sample;
+  size_t tlen;
+  char *text = ct_utf8_lossy(r->text, r->text_len, &tlen);  // JSON needs valid UTF-8
+  o->done[k] = text ? json_pack("{s:i,s:i,s:s%,s:o,s:o,s:s}", "row", r->request, "sample", r->sample,
+                                "completion", text, tlen, "completion_ids", ids, "logprobs", lps,
+                                "finish_reason", ct_finish_names[r->finish])
+                    : NULL;
+  free(text);
+  if (!o->done[k]) return ct_set_error(CT_ENOMEM, "out of memory");
+  if (o->stream) printf("\n");
+  while (o->next < o->total && o->done[o->next])
+    if (write_result(o, o->next++)) return 1;
+  return 0;
+}
+
+static void on_token(void *ctx, int request, int sample, int token) {
+  out_t *o = ctx;
+  (void)request;
+  (void)sample;
+  if (!o->stream || ct_tokenizer_is_stop(o->s->tok, token)) return;
+  size_t len;
+  const char *b = ct_tokenizer_token_bytes(o->s->tok, token, &len);
+  if (b) fwrite(b, 1, len, stdout);
+  fflush(stdout);
+}
+
+static int cmd_generate(const ct_config *cfg) {
+  setup_t s;
+  setup(&s, cfg);
+  prompt_t *ps = NULL;
+  int np = 0;
+  if (read_prompts(&s, &ps, &np)) fail(1, NULL);
+  const int *stop_ids;
+  int n_stop = ct_tokenizer_stop_ids(s.tok, &stop_ids);
+  ct_gen_request *reqs = calloc(np, sizeof *reqs);
+  ct_sample_params sp = {(float)cfg->temperature, (int)cfg->top_k, (float)cfg->top_p,
+                         (float)cfg->min_p, (float)cfg->repetition_penalty};
+  for (int i = 0; i < np; i++)
+    reqs[i] = (ct_gen_request){ps[i].ids.v, ps[i].ids.n, (int)cfg->n, ps[i].seed, sp,
+                               (int)cfg->max_new_tokens, stop_ids, n_stop,
+                               (const char *const *)cfg->stop.v, cfg->stop.n};
+  int slots = (int)cfg->decode_slots;
+  ct_engine_opts eo = {slots, (int)cfg->max_target_length,
+                       (int)(cfg->max_prefill_length > slots ? cfg->max_prefill_length : slots)};
+  ct_engine *e;
+  if (ct_engine_init(&e, &s.w, &eo)) fail(1, NULL);
+  out_t o = {.s = &s, .n_per = (int)cfg->n, .total = np * (int)cfg->n};
+  o.done = calloc(o.total, sizeof *o.done);
+  o.stream = cfg->output == CT_OUTPUT_TEXT && o.total == 1;
+  ct_gen_callbacks cb = {on_done, on_token, &o};
+  if (ct_generate(e, s.tok, reqs, np, &cb)) fail(1, NULL);
+  ct_engine_free(e);
+  for (int i = 0; i < np; i++) ct_ids_free(&ps[i].ids);
+  free(ps);
+  free(reqs);
+  free(o.done);
+  ct_infer_free(&s.w);
+  ct_tokenizer_free(s.tok);
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
+// score: log-prob of each row's completion given its prompt, at temperature 1.
+
+static int cmd_score(const ct_config *cfg) {
+  setup_t s;
+  setup(&s, cfg);
+  if (!cfg->data[0])
+    fail(2, (ct_set_error(CT_ECONFIG, "score needs data=FILE.jsonl (rows with prompt and completion)"), NULL));
+  // prompt/completion rows score the completion; a plain {"text"} row scores every token
+  // after its first
+  ct_data_opts o = {.max_length = (int)cfg->max_target_length, .completion_only_loss = true,
+                    .text_field = "text"};
+  ct_dataset ds;
+  if (ct_dataset_load(&ds, cfg->data, s.tok, &o)) fail(1, NULL);
+  if (ds.n_empty || ds.n_truncated)
+    fail(1, (ct_set_error(CT_EFORMAT, "%s: %d rows have no completion tokens and %d were cut at "
+                          "max_target_length %ld", cfg->data, ds.n_empty, ds.n_truncated,
+                          (long)cfg->max_target_length), NULL));
+  int chunk = 256, V = s.w.cfg.vocab_size;
+  ct_engine_opts eo = {1, (int)cfg->max_target_length, chunk};
+  ct_engine *e;
+  if (ct_engine_init(&e, &s.w, &eo)) fail(1, NULL);
+  float *logits = malloc(sizeof(float) * (size_t)chunk * V);
+  int *slot = calloc(chunk, sizeof(int)), *pos = malloc(sizeof(int) * chunk), *outs = malloc(sizeof(int) * chunk);
+  int *tgt = malloc(sizeof(int) * chunk);
+  for (int r = 0; r < ds.n_rows; r++) {
+    const int *ids = ds.ids + ds.row_start[r];
+    const uint8_t *lab = ds.label + ds.row_start[r];
+    int len = ds.row_len[r];
+    double total = 0;
+    json_t *tl = json_array();
+    for (int start = 0; start < len; start += chunk) {  // token t is predicted at t - 1
+      int n = len - start < chunk ? len - start : chunk, nout = 0;
+      for (int i = 0; i < n; i++) {
+        pos[i] = start + i;
+        int t = start + i + 1;
+        if (t < len && lab[t]) {
+          outs[nout] = i;
+          tgt[nout++] = ids[t];
+        }
+      }
+      if (ct_engine_forward(e, n, ids + start, slot, pos, outs, nout, logits)) fail(1, NULL);
+      for (int k = 0; k < nout; k++) {
+        const float *l = logits + (long)k * V;
+        float mx = l[0];
+        for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+        double sum = 0;
+        for (int v = 0; v < V; v++) sum += exp((double)l[v] - mx);
+        double lp = (double)l[tgt[k]] - mx - log(sum);
+        total += lp;
+        json_array_append_new(tl, json_real(lp));
+      }
+    }
+    json_t *j = json_pack("{s:i,s:f,s:o}", "row", r, "logp", total, "token_logps", tl);
+    char *line = json_dumps(j, JSON_COMPACT);
+    printf("%s\n", line);
+    free(line);
+    json_decref(j);
+  }
+  free(logits); free(slot); free(pos); free(outs); free(tgt);
+  ct_engine_free(e);
+  ct_dataset_free(&ds);
+  ct_infer_free(&s.w);
+  ct_tokenizer_free(s.tok);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  ct_blas_init(argc, argv);
+  if (argc < 2) return usage();
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "bench") == 0) return ct_sampler_bench(argc - 1, argv + 1);
+  if (strcmp(cmd, "generate") && strcmp(cmd, "score")) return usage();
+  ct_config cfg;
+  if (ct_config_from_args(&cfg, CT_TRAINER_SAMPLER, argc - 1, argv + 1)) fail(2, NULL);
+  int rc = strcmp(cmd, "generate") == 0 ? cmd_generate(&cfg) : cmd_score(&cfg);
+  ct_config_free(&cfg);
+  return rc;
+}

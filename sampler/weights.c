@@ -1,0 +1,227 @@
+#include "weights.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt.h"
+#include "error.h"
+#include "safetensors.h"
+
+#define QUANT_METHOD "ctune-int8"
+
+// Walks the tensor table in layout order (as ct_weights_bind does) and points the
+// engine's matrices and vectors at fp32 (f32 != NULL) or int8 + scale storage.
+static int bind(ct_infer_weights *w, const ct_model *lay, const float *f32, const int8_t *q,
+                const float *smem, const int32_t *rmem, const long *soff) {
+  const ct_model_config *c = &lay->cfg;
+  w->cfg = *c;
+  w->layers = calloc(c->num_layers, sizeof *w->layers);
+  if (!w->layers) return ct_set_error(CT_ENOMEM, "sampler: out of memory");
+  int i = 0;
+#define MAT(rows_)                                                                       \
+  (f32 ? (ct_linear){(int)(rows_), (int)lay->tensors[i].shape[1], f32 + lay->tensors[i].offset, \
+                     NULL, NULL, NULL}                                                   \
+       : (ct_linear){(int)(rows_), (int)lay->tensors[i].shape[1], NULL,                  \
+                     q + lay->tensors[i].offset, smem + soff[i], rmem + soff[i]})
+#define VEC() (f32 ? f32 + lay->tensors[i].offset : smem + soff[i])
+  long C = c->hidden_size, F = c->intermediate_size;
+  long QKV = (long)(c->num_heads + 2 * c->num_kv_heads) * c->head_dim;
+  w->embed = MAT(c->vocab_size);
+  i++;
+  for (int l = 0; l < c->num_layers; l++) {
+    ct_infer_layer *L = &w->layers[l];
+    L->ln1 = VEC();
+    i++;
+    L->qkv = MAT(QKV);
+    i += 3;
+    if (c->qkv_bias) {
+      L->bqkv = VEC();
+      i += 3;
+    }
+    if (c->qk_norm) {
+      L->qnorm = VEC();
+      i++;
+      L->knorm = VEC();
+      i++;
+    }
+    L->o = MAT(C);
+    i++;
+    L->ln2 = VEC();
+    i++;
+    L->gu = MAT(2 * F);
+    i += 2;
+    L->down = MAT(C);
+    i++;
+  }
+  w->norm = VEC();
+  i++;
+  w->lm_head = c->tie_word_embeddings ? w->embed : MAT(c->vocab_size);
+#undef MAT
+#undef VEC
+  return 0;
+}
+
+int ct_infer_from_model(ct_infer_weights *w, const ct_model *m) {
+  memset(w, 0, sizeof *w);
+  return bind(w, m, m->params, NULL, NULL, NULL, NULL);
+}
+
+// Offsets in smem: a matrix's row scales, a vector's values, in table order.
+static int alloc_int8(ct_infer_weights *w) {
+  const ct_model *lay = &w->layout;
+  w->soff = malloc(sizeof(long) * lay->n_tensors);
+  long total = 0;
+  for (int i = 0; w->soff && i < lay->n_tensors; i++) {
+    w->soff[i] = total;
+    total += lay->tensors[i].ndim == 2 ? lay->tensors[i].shape[0] : lay->tensors[i].numel;
+  }
+  w->qmem = calloc((size_t)lay->n_floats, 1);  // alignment gaps stay zero
+  w->smem = malloc(sizeof(float) * (total ? total : 1));
+  w->rmem = calloc(total ? total : 1, sizeof(int32_t));
+  if (!w->soff || !w->qmem || !w->smem || !w->rmem)
+    return ct_set_error(CT_ENOMEM, "sampler: cannot allocate %.1f MB of int8 weights", lay->n_floats / 1e6);
+  w->int8 = true;
+  return 0;
+}
+
+int ct_infer_quantize(ct_infer_weights *w, const ct_model *m) {
+  memset(w, 0, sizeof *w);
+  int rc = ct_model_layout(&w->layout, &m->cfg);
+  if (!rc) rc = alloc_int8(w);
+  for (int i = 0; !rc && i < w->layout.n_tensors; i++) {
+    const ct_tensor_info *t = &w->layout.tensors[i];
+    if (t->ndim == 2)
+      ct_quantize_rows(m->params + t->offset, (int)t->shape[0], (int)t->shape[1],
+                       w->qmem + t->offset, w->smem + w->soff[i], w->rmem + w->soff[i]);
+    else
+      memcpy(w->smem + w->soff[i], m->params + t->offset, sizeof(float) * t->numel);
+  }
+  if (!rc) rc = bind(w, &w->layout, NULL, w->qmem, w->smem, w->rmem, w->soff);
+  if (rc) ct_infer_free(w);
+  return rc;
+}
+
+static bool is_int8_dir(const char *dir) {
+  char p[CT_PATH_MAX];
+  if (ct_path_join(p, sizeof p, dir, "config.json")) return false;
+  json_t *j = json_load_file(p, 0, NULL);
+  const char *m = json_string_value(json_object_get(json_object_get(j, "quantization_config"), "quant_method"));
+  bool yes = m && strcmp(m, QUANT_METHOD) == 0;
+  json_decref(j);
+  return yes;
+}
+
+static int load_int8(ct_infer_weights *w, const char *dir) {
+  char p[CT_PATH_MAX];
+  ct_model_config c;
+  int rc = ct_path_join(p, sizeof p, dir, "config.json");
+  if (!rc) rc = ct_hf_config_read(&c, p);
+  if (!rc) rc = ct_model_layout(&w->layout, &c);
+  if (!rc) rc = alloc_int8(w);
+  if (rc) return rc;
+  ct_st_dir d = {0};
+  rc = ct_st_dir_open(&d, dir);
+  char name[160];
+  for (int i = 0; !rc && i < w->layout.n_tensors; i++) {
+    const ct_tensor_info *ti = &w->layout.tensors[i];
+    const ct_safetensors *st;
+    const ct_st_tensor *t;
+    if ((rc = ct_st_dir_find(&d, ti->name, &st, &t))) break;
+    if (ti->ndim == 1) {
+      rc = ct_st_read_f32(st, t, w->smem + w->soff[i], ti->numel);
+      continue;
+    }
+    if (t->dtype != CT_DT_I8 || t->ndim != 2 || t->shape[0] != ti->shape[0] || t->shape[1] != ti->shape[1]) {
+      rc = ct_set_error(CT_EFORMAT, "%s: tensor '%s' must be I8 [%ld, %ld] in an int8 model", st->path,
+                        ti->name, ti->shape[0], ti->shape[1]);
+      break;
+    }
+    memcpy(w->qmem + ti->offset, ct_st_data(st, t), (size_t)ti->numel);
+    ct_rowsums(w->qmem + ti->offset, (int)ti->shape[0], (int)ti->shape[1], w->rmem + w->soff[i]);
+    snprintf(name, sizeof name, "%s_scale", ti->name);
+    if ((rc = ct_st_dir_find(&d, name, &st, &t))) break;
+    rc = ct_st_read_f32(st, t, w->smem + w->soff[i], ti->shape[0]);
+  }
+  ct_st_dir_close(&d);
+  if (!rc) rc = bind(w, &w->layout, NULL, w->qmem, w->smem, w->rmem, w->soff);
+  return rc;
+}
+
+int ct_infer_load(ct_infer_weights *w, const char *dir, bool int8) {
+  memset(w, 0, sizeof *w);
+  int rc;
+  if (is_int8_dir(dir)) {
+    rc = load_int8(w, dir);
+  } else {
+    ct_model *m = calloc(1, sizeof *m);
+    if (!m) return ct_set_error(CT_ENOMEM, "sampler: out of memory");
+    rc = ct_model_load(m, dir, 1);
+    if (rc) {
+      free(m);
+      return rc;
+    }
+    if (int8) {  // convert, then let the fp32 copy go
+      rc = ct_infer_quantize(w, m);
+      ct_model_free(m);
+      free(m);
+    } else {
+      rc = ct_infer_from_model(w, m);
+      w->model = m;
+    }
+  }
+  if (rc) ct_infer_free(w);
+  return rc;
+}
+
+int ct_infer_save_int8(const ct_infer_weights *w, const char *dir) {
+  if (!w->int8) return ct_set_error(CT_EINVAL, "sampler: only int8 weights are saved by ct_infer_save_int8");
+  const ct_model *lay = &w->layout;
+  int n = 0, rc = ct_mkdirs(dir);
+  ct_st_entry *e = calloc(2 * lay->n_tensors, sizeof *e);
+  char (*names)[160] = calloc(lay->n_tensors, sizeof *names);
+  if (!e || !names) rc = ct_set_error(CT_ENOMEM, "sampler: out of memory");
+  for (int i = 0; !rc && i < lay->n_tensors; i++) {
+    const ct_tensor_info *t = &lay->tensors[i];
+    if (t->ndim == 1) {
+      e[n++] = (ct_st_entry){.name = t->name, .dtype = CT_DT_F32, .ndim = 1,
+                             .shape = {t->numel}, .data = w->smem + w->soff[i]};
+      continue;
+    }
+    e[n++] = (ct_st_entry){.name = t->name, .dtype = CT_DT_I8, .ndim = 2,
+                           .shape = {t->shape[0], t->shape[1]}, .data = w->qmem + t->offset};
+    snprintf(names[i], sizeof names[i], "%s_scale", t->name);
+    e[n++] = (ct_st_entry){.name = names[i], .dtype = CT_DT_F32, .ndim = 1,
+                           .shape = {t->shape[0]}, .data = w->smem + w->soff[i]};
+  }
+  char p[CT_PATH_MAX];
+  if (!rc) rc = ct_path_join(p, sizeof p, dir, "model.safetensors");
+  const char *mk[] = {"format"}, *mv[] = {"pt"};
+  if (!rc) rc = ct_st_write(p, e, n, mk, mv, 1);
+  free(e);
+  free(names);
+  if (!rc) rc = ct_path_join(p, sizeof p, dir, "config.json");
+  if (!rc) rc = ct_hf_config_write(&w->cfg, p, "int8");
+  if (rc) return rc;
+  json_t *j = json_load_file(p, 0, NULL);  // add the quantization_config block
+  json_object_set_new(j, "quantization_config",
+                      json_pack("{s:s,s:i,s:s,s:b}", "quant_method", QUANT_METHOD, "bits", 8,
+                                "granularity", "per-output-row absmax", "symmetric", 1));
+  rc = j && json_dump_file(j, p, JSON_INDENT(2)) == 0 ? 0 : ct_set_error(CT_EIO, "%s: cannot write", p);
+  json_decref(j);
+  return rc;
+}
+
+void ct_infer_free(ct_infer_weights *w) {
+  free(w->layers);
+  free(w->qmem);
+  free(w->smem);
+  free(w->rmem);
+  free(w->soff);
+  ct_model_free(&w->layout);
+  if (w->model) {
+    ct_model_free(w->model);
+    free(w->model);
+  }
+  memset(w, 0, sizeof *w);
+}

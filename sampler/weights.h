@@ -1,0 +1,49 @@
+// weights: the model as the inference engine reads it — fp32 views of the training
+// parameters (no copy), or int8 matrices with one scale per output row (embedding and
+// LM head included; norms and biases stay fp32). An int8 model saves to and loads from
+// a Hugging Face-style directory: each matrix `<name>` as an I8 tensor plus
+// `<name>_scale` (F32, one per row), config.json with a quantization_config block;
+// loading it never materializes fp32 matrices.
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "linear.h"
+#include "model.h"
+
+typedef struct {
+  ct_linear qkv;   // (QKV, C)  q_proj | k_proj | v_proj
+  ct_linear o;     // (C, H*hd)
+  ct_linear gu;    // (2F, C)   gate_proj | up_proj
+  ct_linear down;  // (C, F)
+  const float *ln1, *ln2;             // (C)
+  const float *bqkv;                  // (QKV) or NULL
+  const float *qnorm, *knorm;         // (hd) or NULL
+} ct_infer_layer;
+
+typedef struct {
+  ct_model_config cfg;
+  bool int8;
+  ct_linear embed;          // (V, C): token rows
+  ct_linear lm_head;        // (V, C): the same matrix as embed when tied
+  const float *norm;        // (C)
+  ct_infer_layer *layers;   // (L)
+  // owned storage (NULL for views of a training model)
+  ct_model layout;          // int8: the tensor table (offsets) only
+  ct_model *model;          // a model this struct loaded and owns (fp32 mode)
+  int8_t *qmem;             // (n_floats) int8 matrices at the layout's offsets
+  float *smem;              // row scales, then fp32 vectors
+  int32_t *rmem;            // row sums of the int8 matrices (same offsets as smem)
+  long *soff;               // (n_tensors) offset of each tensor's scales / values in smem
+} ct_infer_weights;
+
+// fp32 views of a training model's parameters (the model must outlive w).
+int ct_infer_from_model(ct_infer_weights *w, const ct_model *m);
+// int8 copies of m's matrices, fp32 copies of its vectors: independent of m afterwards.
+int ct_infer_quantize(ct_infer_weights *w, const ct_model *m);
+// Loads a directory: a full-precision Hugging Face model (kept fp32, or converted to
+// int8 when `int8`), or a ctune int8 model (loaded as int8 whatever `int8` says).
+int ct_infer_load(ct_infer_weights *w, const char *dir, bool int8);
+// Writes an int8 model: config.json (with quantization_config) and model.safetensors.
+int ct_infer_save_int8(const ct_infer_weights *w, const char *dir);
+void ct_infer_free(ct_infer_weights *w);
