@@ -355,5 +355,6 @@ int main(int argc, char **argv) {
   if (ct_config_from_args(&cfg, CT_TRAINER_SAMPLER, argc - 1, argv + 1)) fail(2, NULL);
   int rc = strcmp(cmd, "generate") == 0 ? cmd_generate(&cfg) : cmd_score(&cfg);
   ct_config_free(&cfg);
+  ct_pool_free();
   return rc;
 }

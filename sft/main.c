@@ -199,6 +199,7 @@ int main(int argc, char **argv) {
   if (have_eval) ct_dataset_free(&eval);
   ct_train_free(&tr);
   ct_config_free(&cfg);
+  ct_pool_free();
   ct_dist_finalize();
   return 0;
 }
