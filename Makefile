@@ -15,15 +15,17 @@ CLANG_FLAGS := $(if $(findstring clang,$(shell $(CC) --version 2>/dev/null)),-Wn
 # (the "very cheap" cost model), and -ftrapping-math / -fmath-errno keep rounding,
 # conversions and sqrtf out of vector code. ctune never enables FP traps nor reads errno
 # after math calls; NaN and infinity semantics are kept (this is not -ffast-math).
-VEC_FLAGS := -fvect-cost-model=dynamic -fno-trapping-math -fno-math-errno
+VEC_FLAGS := $(if $(CLANG_FLAGS),,-fvect-cost-model=dynamic) -fno-trapping-math -fno-math-errno
 
 CFLAGS_ALL = $(OPT) $(VEC_FLAGS) $(CLANG_FLAGS) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -pthread -fopenmp-simd \
-             -Icommon -Isampler $(MPI_CFLAGS) -MMD -MP $(CFLAGS) $(EXTRA_CFLAGS)
+             -Icommon -Isampler -I. $(MPI_CFLAGS) -MMD -MP $(CFLAGS) $(EXTRA_CFLAGS)
 LDLIBS_ALL = -lopenblas -lyaml -ljansson -lcurl $(MPI_LIBS) -lm -pthread $(LDFLAGS)
 
 COMMON_SRC  := $(wildcard common/*.c)
 SAMPLER_SRC := $(filter-out sampler/main.c sampler/bench.c,$(wildcard sampler/*.c))
-LIB_OBJ     := $(COMMON_SRC:%.c=$(B)/%.o) $(SAMPLER_SRC:%.c=$(B)/%.o)
+# a trainer's own modules (dpo/loss.c, ...) go in the library too, so tests can reach them
+TRAINER_SRC := $(filter-out %/main.c,$(wildcard sft/*.c dpo/*.c grpo/*.c distill/*.c))
+LIB_OBJ     := $(COMMON_SRC:%.c=$(B)/%.o) $(SAMPLER_SRC:%.c=$(B)/%.o) $(TRAINER_SRC:%.c=$(B)/%.o)
 LIB         := $(B)/libctune.a
 
 TRAINERS := $(patsubst %/main.c,%,$(wildcard sft/main.c dpo/main.c grpo/main.c distill/main.c sampler/main.c))

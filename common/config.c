@@ -171,11 +171,37 @@ static const key_def KEYS[] = {
      .comment = "Compute threads per process. 0 = all cores, divided among the MPI ranks "
                 "on each machine."},
 
+    {"beta", K_FLOAT, DPO | GRPO, OFF(beta), "0.1", FROM(0), .section = "Preference and RL",
+     .per_trainer = {NULL, "0.1", "0.0"},
+     .comment = "DPO: the inverse temperature of the implicit reward (with loss_type simpo "
+                "the default is 2.0). GRPO: the weight of the KL term; 0 loads no reference."},
+    {"max_prompt_length", K_INT, DPO | GRPO, OFF(max_prompt_length), "512", FROM(0),
+     .comment = "Prompts keep their last this-many tokens; 0 = no limit."},
+    {"max_completion_length", K_INT, DPO | GRPO, OFF(max_completion_length), "0", FROM(0),
+     .per_trainer = {NULL, "0", "256"},
+     .comment = "DPO: completions keep their first this-many tokens (0 = no limit). GRPO: the "
+                "longest completion generated."},
+    {"ref_model_path", K_STR, DPO | GRPO, OFF(ref_model_path), "",
+     .comment = "The frozen reference model's directory; empty = a copy of the starting "
+                "policy."},
     {"loss_type", K_STR_LIST, DPO, OFF(loss_type), "sigmoid", .section = "DPO",
      .choices = ct_dpo_loss_type_names,
      .comment = "Preference losses, summed with loss_weights ([sigmoid, sft] is RPO)."},
     {"loss_weights", K_FLOAT_LIST, DPO, OFF(loss_weights), "[]", FROM(0),
      .comment = "Weight of each loss_type entry. Empty = 1 each."},
+    {"label_smoothing", K_FLOAT, DPO, OFF(label_smoothing), "0.0", CLOPEN(0, 0.5),
+     .comment = "Probability that a preference label is flipped (cDPO, robust, simpo)."},
+    {"simpo_gamma", K_FLOAT, DPO, OFF(simpo_gamma), "0.5", FROM(0),
+     .comment = "SimPO's target reward margin."},
+    {"precompute_ref_log_probs", K_BOOL, DPO, OFF(precompute_ref_log_probs), "false",
+     .comment = "Compute the reference's log-probs in one pass before training (cached in "
+                "output_dir, reused on resume), then free the reference model."},
+    {"sync_ref_model", K_BOOL, DPO | GRPO, OFF(sync_ref_model), "false",
+     .comment = "TR-DPO: every ref_model_sync_steps, ref <- (1 - alpha) ref + alpha policy."},
+    {"ref_model_mixup_alpha", K_FLOAT, DPO | GRPO, OFF(ref_model_mixup_alpha), "0.6", IN(0, 1),
+     .comment = "alpha of the reference sync."},
+    {"ref_model_sync_steps", K_INT, DPO | GRPO, OFF(ref_model_sync_steps), "512", FROM(1),
+     .comment = "Optimizer steps between reference syncs."},
 
     {"prompt", K_STR, SAMPLER, OFF(prompt), "", .section = "Sampler (bin/sampler)",
      .comment = "generate: one text prompt (streamed to stdout)."},

@@ -163,9 +163,21 @@ typedef struct {
   int64_t max_target_length;
   int truncate_prompt;    // CT_TRUNCATE_*
 
+  // DPO and GRPO
+  double beta;
+  int64_t max_prompt_length;
+  int64_t max_completion_length;
+  char *ref_model_path;
+  int sync_ref_model;
+  double ref_model_mixup_alpha;
+  int64_t ref_model_sync_steps;
+
   // DPO
   ct_str_list loss_type;       // items from ct_dpo_loss_type_names, summed
   ct_float_list loss_weights;  // empty = 1 for each loss_type
+  double label_smoothing;
+  double simpo_gamma;
+  int precompute_ref_log_probs;
 
   ct_model_spec model;
 

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,31 @@ void ct_failpoint(const char *point) {
   if (!fp || strncmp(fp, point, n) != 0 || (fp[n] && fp[n] != ':')) return;
   int at = fp[n] == ':' ? atoi(fp + n + 1) : 1;  // "checkpoint:2" = the second time
   if (++hits == at) sleep(60);
+}
+
+static volatile sig_atomic_t stop_signal;
+static void on_stop_signal(int sig) {
+  (void)sig;
+  stop_signal = 1;
+}
+
+void ct_train_watch_signals(void) {
+  signal(SIGINT, on_stop_signal);
+  signal(SIGTERM, on_stop_signal);
+}
+
+int ct_train_after_step(ct_train *tr, bool *stop) {
+  const ct_config *c = tr->cfg;
+  int rc = 0;
+  if (c->save_steps > 0 && tr->step % c->save_steps == 0 && (rc = ct_train_save_checkpoint(tr)))
+    return ct_wrap_error(rc, "saving a checkpoint");
+  int want = stop_signal || ct_failpoint_stop(tr->step);
+  *stop = ct_dist_max_int(want) != 0;  // every rank stops at the same step
+  if (*stop) {
+    ct_log_info(&tr->log, "interrupted at step %ld: saving a checkpoint to resume from", tr->step);
+    if ((rc = ct_train_save_checkpoint(tr))) return ct_wrap_error(rc, "saving a checkpoint");
+  }
+  return 0;
 }
 
 bool ct_failpoint_stop(long step) {
@@ -91,6 +117,59 @@ static int load_tokenizer(ct_train *tr) {
   return ct_tokenizer_bytes(&tr->tok);
 }
 
+static int load_model_or_spec(ct_train *tr, ct_model *m, const char *dir) {
+  int max_pos = (int)tr->cfg->max_length;
+  if (dir && dir[0]) return ct_model_load(m, dir, max_pos);
+  ct_model_config mc;
+  int rc = config_from_spec(&mc, tr->cfg, tr->tok);
+  if (!rc) rc = ct_model_init(m, &mc, max_pos);
+  if (!rc) ct_model_init_random(m, (uint64_t)tr->cfg->seed, (float)tr->cfg->model.initializer_range);
+  return rc;
+}
+
+int ct_train_reference(ct_train *tr, ct_model *ref) {
+  const ct_config *c = tr->cfg;
+  int rc;
+  if (c->ref_model_path[0]) {
+    if ((rc = check_dir(c, "ref_model_path", c->ref_model_path))) return rc;
+    rc = ct_model_load(ref, c->ref_model_path, (int)c->max_length);
+  } else if (!tr->resumed_from[0]) {  // the starting policy, as it is now
+    rc = ct_model_init(ref, &tr->model.cfg, (int)c->max_length);
+    if (!rc) memcpy(ref->params, tr->model.params, sizeof(float) * ref->n_floats);
+  } else {
+    rc = load_model_or_spec(tr, ref, c->model_path);
+  }
+  if (rc) return ct_wrap_error(rc, "reference model");
+  if (ref->cfg.vocab_size != tr->model.cfg.vocab_size) {
+    ct_model_free(ref);
+    return ct_set_error(CT_EINVAL, "the reference model has %d tokens of vocabulary, the policy %d",
+                        ref->cfg.vocab_size, tr->model.cfg.vocab_size);
+  }
+  char p[CT_PATH_MAX];
+  if (tr->resumed_from[0] && c->sync_ref_model &&
+      !(rc = ct_path_join(p, sizeof p, tr->resumed_from, "ref_model.safetensors"))) {
+    rc = ct_load_tensors(ref, ref->params, p, NULL);
+    if (rc) ct_model_free(ref);
+  }
+  return rc;
+}
+
+int ct_train_sync_reference(ct_train *tr, ct_model *ref, double alpha) {
+  if (ref->n_floats != tr->model.n_floats)
+    return ct_set_error(CT_EINVAL, "sync_ref_model needs a reference with the policy's architecture");
+  float a = (float)alpha, *r = ref->params;
+  const float *p = tr->model.params;
+  for (long i = 0; i < ref->n_floats; i++) r[i] = (1 - a) * r[i] + a * p[i];
+  return 0;
+}
+
+int ct_train_save_reference(const ct_model *ref, const char *dir) {
+  char p[CT_PATH_MAX];
+  const float *bufs[] = {ref->params};
+  int rc = ct_path_join(p, sizeof p, dir, "ref_model.safetensors");
+  return rc ? rc : ct_save_tensors(ref, 1, bufs, NULL, p, CT_DT_F32);
+}
+
 static int read_trainer_state(ct_train *tr, const char *dir) {
   char path[CT_PATH_MAX];
   int rc = ct_path_join(path, sizeof path, dir, "trainer_state.json");
@@ -143,17 +222,10 @@ int ct_train_setup(ct_train *tr, ct_config *cfg) {
   if (!rc) rc = resolve_resume(tr);
   if (!rc) rc = load_tokenizer(tr);
   if (rc) return rc;
-  int max_pos = (int)cfg->max_length;
-  if (tr->resumed_from[0]) {
-    rc = ct_model_load(&tr->model, tr->resumed_from, max_pos);
-  } else if (cfg->model_path[0]) {
-    rc = ct_model_load(&tr->model, cfg->model_path, max_pos);
-  } else {
-    ct_model_config mc;
-    rc = config_from_spec(&mc, cfg, tr->tok);
-    if (!rc) rc = ct_model_init(&tr->model, &mc, max_pos);
-    if (!rc) ct_model_init_random(&tr->model, (uint64_t)cfg->seed, (float)cfg->model.initializer_range);
-  }
+  if (tr->resumed_from[0])
+    rc = ct_model_load(&tr->model, tr->resumed_from, (int)cfg->max_length);
+  else
+    rc = load_model_or_spec(tr, &tr->model, cfg->model_path);
   if (rc) return rc;
   ct_model *m = &tr->model;
   if (ct_tokenizer_vocab_size(tr->tok) > m->cfg.vocab_size)
@@ -320,6 +392,7 @@ int ct_train_save_checkpoint(ct_train *tr) {
     if (!rc) rc = ct_path_join(p, sizeof p, tmp, "optimizer.safetensors");
     if (!rc) rc = ct_save_tensors(&tr->model, 2, moments, suffixes, p, CT_DT_F32);
     if (!rc) rc = write_trainer_state(tr, tmp);
+    if (!rc && tr->save_extra) rc = tr->save_extra(tr->save_extra_ctx, tmp);
     if (!rc) rc = ct_ckpt_commit(out, tr->step, tmp);
     if (!rc) rc = ct_ckpt_rotate(out, (int)tr->cfg->save_total_limit);
   }

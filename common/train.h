@@ -37,6 +37,9 @@ typedef struct {
   char resumed_from[4096];
   ct_log log;
   int *order;         // (n_seq) this epoch's sequence order
+  // Optional: writes a trainer's own files into a checkpoint directory being saved.
+  int (*save_extra)(void *ctx, const char *dir);
+  void *save_extra_ctx;
 } ct_train;
 
 // Sets up from a resolved config: output_dir, threads, tokenizer, model (loaded from
@@ -64,6 +67,24 @@ int ct_train_save_checkpoint(ct_train *tr);
 // Saves the final model in output_dir: config.json, model.safetensors (save_dtype),
 // tokenizer files, each replaced atomically.
 int ct_train_save_final(ct_train *tr);
+
+// Every trainer's loop ends its step with these. ct_train_watch_signals makes SIGINT
+// and SIGTERM request a stop; ct_train_after_step saves a checkpoint every save_steps
+// and reports (true) when the run must stop now: a signal, or the CT_STOP_AFTER_STEP
+// test hook, agreed on by every rank. A stopped run saves a checkpoint to resume from.
+void ct_train_watch_signals(void);
+int ct_train_after_step(ct_train *tr, bool *stop);
+
+// The frozen reference model (DPO, GRPO with beta > 0): forward-only, its own parameters.
+// It is ref_model_path when set, else the policy's starting weights: model_path, or the
+// seeded initialization of a model built from scratch. A resumed run restores it the
+// same way, or from the checkpoint's ref_model.safetensors when the reference is synced
+// during training (sync_ref_model) and so cannot be rebuilt.
+int ct_train_reference(ct_train *tr, ct_model *ref);
+// TR-DPO: ref <- (1 - alpha) ref + alpha policy (same architecture required).
+int ct_train_sync_reference(ct_train *tr, ct_model *ref, double alpha);
+// Saves ref into the checkpoint being written at `dir` (used when it is synced).
+int ct_train_save_reference(const ct_model *ref, const char *dir);
 
 // Test hooks, inert unless their environment variable is set:
 // CT_FAILPOINT=point[:n] sleeps at the n-th (default first) pass through `point`, so a

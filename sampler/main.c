@@ -3,6 +3,7 @@
 //   bin/sampler generate model_path=DIR prompt="Once upon a time"
 //   bin/sampler generate model_path=DIR prompts_path=prompts.jsonl n=4 output=json
 //   bin/sampler score    model_path=DIR data=pairs.jsonl
+//   bin/sampler accuracy model_path=DIR data=eval.jsonl   (greedy exact match)
 //   bin/sampler bench
 //
 // Options are config keys (configs/base.yml, "Sampler" section); an optional yml file
@@ -32,9 +33,10 @@ static int fail(int code, const char *what) {
 }
 
 static int usage(void) {
-  fprintf(stderr, "usage: sampler generate|score|bench [config.yml] key=value ...\n"
+  fprintf(stderr, "usage: sampler generate|score|accuracy|bench [config.yml] key=value ...\n"
                   "  generate: model_path=DIR and prompt=TEXT or prompts_path=FILE.jsonl\n"
                   "  score:    model_path=DIR data=FILE.jsonl\n"
+                  "  accuracy: model_path=DIR data=FILE.jsonl: completions == 'completion' (temperature=0: greedy)\n"
                   "  bench:    speed of prefill and decode, fp32 and int8\n");
   return 2;
 }
@@ -279,6 +281,91 @@ static int cmd_generate(const ct_config *cfg) {
 }
 
 // ---------------------------------------------------------------------------
+// accuracy: completions of `data` rows (sampled with the sampling keys; temperature=0
+// for greedy) compared with their "completion" field.
+
+typedef struct {
+  char **want;
+  int hits, done;
+} acc_t;
+
+static int acc_done(void *ctx, const ct_gen_result *r) {
+  acc_t *a = ctx;
+  const char *w = a->want[r->request];
+  a->hits += strlen(w) == r->text_len && memcmp(w, r->text, r->text_len) == 0;
+  a->done++;
+  return 0;
+}
+
+static int cmd_accuracy(const ct_config *cfg) {
+  setup_t s;
+  setup(&s, cfg);
+  if (!cfg->data[0])
+    fail(2, (ct_set_error(CT_ECONFIG, "accuracy needs data=FILE.jsonl (rows with prompt and completion)"), NULL));
+  FILE *f = fopen(cfg->data, "r");
+  if (!f) fail(1, (ct_set_error(CT_EIO, "%s: cannot open", cfg->data), NULL));
+  prompt_t *ps = NULL;
+  char **want = NULL, *line = NULL, where[4200];
+  size_t lcap = 0;
+  int n = 0, cap = 0, lineno = 0;
+  while (getline(&line, &lcap, f) >= 0) {
+    lineno++;
+    if (strspn(line, " \t\r\n") == strlen(line)) continue;
+    snprintf(where, sizeof where, "%s:%d", cfg->data, lineno);
+    json_t *row = json_loads(line, 0, NULL);
+    const char *c = json_string_value(json_object_get(row, "completion"));
+    if (!c) fail(1, (ct_set_error(CT_EFORMAT, "%s: expected a JSON object with a string 'completion'", where), NULL));
+    if (n == cap) {
+      cap = cap ? 2 * cap : 64;
+      ps = realloc(ps, sizeof *ps * cap);
+      want = realloc(want, sizeof *want * cap);
+      if (!ps || !want) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+    }
+    memset(&ps[n], 0, sizeof ps[n]);
+    if (prompt_tokens(&s, row, where, &ps[n])) fail(1, NULL);
+    want[n++] = strdup(c);
+    json_decref(row);
+  }
+  free(line);
+  fclose(f);
+  if (n == 0) fail(1, (ct_set_error(CT_EFORMAT, "%s: no rows", cfg->data), NULL));
+  const int *stop_ids;
+  int n_stop = ct_tokenizer_stop_ids(s.tok, &stop_ids);
+  ct_gen_request *reqs = calloc(n, sizeof *reqs);
+  ct_sample_params sp = {(float)cfg->temperature, (int)cfg->top_k, (float)cfg->top_p,
+                         (float)cfg->min_p, (float)cfg->repetition_penalty};
+  for (int i = 0; i < n; i++) {
+    ct_ids w = {0};  // room for the expected answer and a stop token, a little more
+    ct_tokenizer_encode(s.tok, want[i], strlen(want[i]), true, &w);
+    reqs[i] = (ct_gen_request){.prompt = ps[i].ids.v, .prompt_len = ps[i].ids.n, .n = 1,
+                               .seed = (uint64_t)cfg->seed + (uint64_t)i, .sp = sp,
+                               .max_new_tokens = w.n + 4, .stop_ids = stop_ids, .n_stop_ids = n_stop};
+    ct_ids_free(&w);
+  }
+  int slots = (int)cfg->decode_slots;
+  ct_engine_opts eo = {slots, (int)cfg->max_target_length,
+                       (int)(cfg->max_prefill_length > slots ? cfg->max_prefill_length : slots)};
+  ct_engine *e;
+  if (ct_engine_init(&e, &s.w, &eo)) fail(1, NULL);
+  acc_t a = {want, 0, 0};
+  ct_gen_callbacks cb = {acc_done, NULL, &a};
+  if (ct_generate(e, s.tok, reqs, n, &cb)) fail(1, NULL);
+  printf("{\"data\": \"%s\", \"rows\": %d, \"temperature\": %g, \"exact_match\": %.4f}\n", cfg->data,
+         n, cfg->temperature, (double)a.hits / n);
+  ct_engine_free(e);
+  for (int i = 0; i < n; i++) {
+    ct_ids_free(&ps[i].ids);
+    free(want[i]);
+  }
+  free(ps);
+  free(want);
+  free(reqs);
+  ct_infer_free(&s.w);
+  ct_tokenizer_free(s.tok);
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
 // score: log-prob of each row's completion given its prompt, at temperature 1.
 
 static int cmd_score(const ct_config *cfg) {
@@ -350,10 +437,11 @@ int main(int argc, char **argv) {
   if (argc < 2) return usage();
   const char *cmd = argv[1];
   if (strcmp(cmd, "bench") == 0) return ct_sampler_bench(argc - 1, argv + 1);
-  if (strcmp(cmd, "generate") && strcmp(cmd, "score")) return usage();
+  if (strcmp(cmd, "generate") && strcmp(cmd, "score") && strcmp(cmd, "accuracy")) return usage();
   ct_config cfg;
   if (ct_config_from_args(&cfg, CT_TRAINER_SAMPLER, argc - 1, argv + 1)) fail(2, NULL);
-  int rc = strcmp(cmd, "generate") == 0 ? cmd_generate(&cfg) : cmd_score(&cfg);
+  int rc = !strcmp(cmd, "generate") ? cmd_generate(&cfg) : !strcmp(cmd, "score") ? cmd_score(&cfg)
+                                                                                  : cmd_accuracy(&cfg);
   ct_config_free(&cfg);
   ct_pool_free();
   return rc;

@@ -6,7 +6,6 @@
 // ranks sequences. Loss = Σ cross-entropy over labeled tokens (+ z_loss_multiplier·lse²)
 // ÷ the number of labeled tokens in the WHOLE step, counted before any backward pass.
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,12 +18,6 @@
 #include "matmul.h"
 #include "pool.h"
 #include "train.h"
-
-static volatile sig_atomic_t stop_requested;
-static void on_signal(int sig) {
-  (void)sig;
-  stop_requested = 1;
-}
 
 static int fail(int code, const char *what) {
   fprintf(stderr, "sft: %s%s%s\n", what ? what : "", what ? ": " : "", ct_last_error());
@@ -127,14 +120,14 @@ int main(int argc, char **argv) {
   ct_log_info(&tr.log, "training %ld steps of %d sequences (%d per device x %d "
               "accumulation x %d ranks), %d threads per rank", tr.total_steps - tr.step, global, B,
               accum, tr.world, ct_pool_threads());
-  signal(SIGINT, on_signal);
-  signal(SIGTERM, on_signal);
+  ct_train_watch_signals();
 
   if (have_eval && cfg.eval_on_start && tr.step == 0) log_eval(&tr, evaluate(&tr, &w, &eval));
   ct_lm_stats win = {0};  // the logging window
   double win_loss = 0, win_norm = 0, t_win = ct_now();
   int win_steps = 0;
-  while (tr.step < tr.total_steps && !stop_requested) {
+  bool stop = false;
+  while (tr.step < tr.total_steps && !stop) {
     int n = ct_train_next_seqs(&tr, w.seqs, global);
     long labels = 0;  // the denominator: every labeled token of this optimizer step
     for (int i = 0; i < n; i++) labels += ct_seq_labels(&train, w.seqs[i]);
@@ -177,14 +170,9 @@ int main(int argc, char **argv) {
     }
     if (have_eval && cfg.eval_steps > 0 && tr.step % cfg.eval_steps == 0 && !last)
       log_eval(&tr, evaluate(&tr, &w, &eval));
-    if (cfg.save_steps > 0 && tr.step % cfg.save_steps == 0 && ct_train_save_checkpoint(&tr))
-      fail(1, "saving a checkpoint");
-    if (ct_failpoint_stop(tr.step)) stop_requested = 1;
-    stop_requested = ct_dist_max_int(stop_requested);  // every rank stops at the same step
+    if (ct_train_after_step(&tr, &stop)) fail(1, NULL);
   }
-  if (stop_requested) {
-    ct_log_info(&tr.log, "interrupted at step %ld: saving a checkpoint to resume from", tr.step);
-    if (ct_train_save_checkpoint(&tr)) fail(1, "saving a checkpoint");
+  if (stop) {
     ct_dist_finalize();
     return 130;
   }

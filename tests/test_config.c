@@ -778,6 +778,20 @@ static void test_base_yml_loads_for_every_trainer_without_changing_its_defaults(
   }
 }
 
+// Every trainer's yml resolves to its built-in defaults: the files cannot drift.
+static void test_trainer_ymls_equal_the_built_in_defaults(void) {
+  struct { const char *path; ct_trainer_kind t; } ymls[] = {{"configs/dpo.yml", CT_TRAINER_DPO}};
+  for (size_t i = 0; i < sizeof ymls / sizeof ymls[0]; i++) {
+    ct_config c, d;
+    CHECK_OK(ct_config_init(&c, ymls[i].t));
+    CHECK_OK(ct_config_load_file(&c, ymls[i].path));
+    CHECK_OK(ct_config_init(&d, ymls[i].t));
+    CHECK_SAME(&c, &d);
+    ct_config_free(&c);
+    ct_config_free(&d);
+  }
+}
+
 static void test_sft_yml_equals_the_built_in_sft_defaults(void) {
   ct_config c, d;
   CHECK_OK(ct_config_init(&c, CT_TRAINER_SFT));
@@ -831,6 +845,7 @@ int main(int argc, char **argv) {
   RUN(test_base_yml_is_the_output_of_ctune_config_base);
   RUN(test_base_yml_loads_for_every_trainer_without_changing_its_defaults);
   RUN(test_sft_yml_equals_the_built_in_sft_defaults);
+  RUN(test_trainer_ymls_equal_the_built_in_defaults);
   remove_scratch();
   return test_summary();
 }

@@ -1,10 +1,14 @@
 // ctune-demo-data: writes the demo's synthetic tasks as TRL prompt/completion JSONL.
 //
-//   ctune-demo-data reverse  TRAIN.jsonl EVAL.jsonl [n_train] [n_eval] [seed] [max_len]
-//   ctune-demo-data addition TRAIN.jsonl EVAL.jsonl [n_train] [n_eval] [seed] [digits]
+//   ctune-demo-data reverse       TRAIN.jsonl EVAL.jsonl [n_train] [n_eval] [seed] [max_len]
+//   ctune-demo-data reverse-prefs TRAIN.jsonl EVAL.jsonl [n_train] [n_eval] [seed] [max_len]
+//   ctune-demo-data addition      TRAIN.jsonl EVAL.jsonl [n_train] [n_eval] [seed] [digits]
 //
 // reverse:  {"prompt": "reverse kqxmb:", "completion": "bmxqk"}: lowercase words of
 //           3..max_len letters (default 8), written backwards.
+// reverse-prefs: {"prompt": "reverse kqxmb:", "chosen": "bmxqk", "rejected": "bmqxk"}:
+//           DPO pairs whose rejected answer is a plausible mistake (two neighbouring
+//           letters swapped, a letter dropped, or the word not reversed).
 // addition: {"prompt": "357+048=", "completion": "0405"}: two numbers of up to `digits`
 //           digits (default 3), at fixed width.
 // Held-out rows never repeat a training row. The seed fixes the output on every machine
@@ -16,7 +20,7 @@
 #include "rng.h"
 
 static int usage(void) {
-  fprintf(stderr, "usage: ctune-demo-data reverse|addition TRAIN.jsonl EVAL.jsonl [n_train=20000] "
+  fprintf(stderr, "usage: ctune-demo-data reverse|reverse-prefs|addition TRAIN.jsonl EVAL.jsonl [n_train=20000] "
                   "[n_eval=500] [seed=1234] [max_len=8 | digits=3]\n");
   return 2;
 }
@@ -52,6 +56,28 @@ static unsigned long long make_reverse(ct_rng *r, int max_len, char *prompt, cha
   return key << 1;
 }
 
+// A plausible wrong reversal of w (reversed: the right one).
+static void near_miss(ct_rng *r, const char *w, const char *reversed, char *out) {
+  int len = (int)strlen(reversed), kind = (int)ct_rng_below(r, 3);
+  strcpy(out, reversed);
+  if (kind == 0) {  // swap two neighbours that differ
+    int i = (int)ct_rng_below(r, (uint64_t)(len - 1));
+    for (int k = 0; k < len - 1 && out[i] == out[i + 1]; k++) i = (i + 1) % (len - 1);
+    char t = out[i];
+    out[i] = out[i + 1];
+    out[i + 1] = t;
+  } else if (kind == 1) {  // drop a letter
+    int i = (int)ct_rng_below(r, (uint64_t)len);
+    memmove(out + i, out + i + 1, (size_t)(len - i));
+  } else {
+    strcpy(out, w);
+  }
+  if (strcmp(out, reversed) == 0) {  // a palindrome-like case: add a letter instead
+    out[len] = (char)(out[len - 1] == 'a' ? 'b' : 'a');
+    out[len + 1] = 0;
+  }
+}
+
 static unsigned long long make_addition(ct_rng *r, int digits, char *prompt, char *completion) {
   long range = 1;
   for (int i = 0; i < digits; i++) range *= 10;
@@ -64,7 +90,8 @@ static unsigned long long make_addition(ct_rng *r, int digits, char *prompt, cha
 
 int main(int argc, char **argv) {
   if (argc < 4) return usage();
-  int reverse = strcmp(argv[1], "reverse") == 0;
+  int prefs = strcmp(argv[1], "reverse-prefs") == 0;
+  int reverse = prefs || strcmp(argv[1], "reverse") == 0;
   if (!reverse && strcmp(argv[1], "addition") != 0) return usage();
   long n_train = argc > 4 ? atol(argv[4]) : 20000, n_eval = argc > 5 ? atol(argv[5]) : 500;
   unsigned long long seed = argc > 6 ? strtoull(argv[6], NULL, 10) : 1234;
@@ -86,7 +113,7 @@ int main(int argc, char **argv) {
   ct_rng_seed(&r, seed);
   const char *paths[2] = {argv[2], argv[3]};
   long counts[2] = {n_train, n_eval};
-  char prompt[64], completion[64];
+  char prompt[64], completion[64], rejected[64];
   for (int f = 0; f < 2; f++) {
     FILE *out = fopen(paths[f], "w");
     if (!out) {
@@ -97,7 +124,15 @@ int main(int argc, char **argv) {
       unsigned long long key = reverse ? make_reverse(&r, size, prompt, completion)
                                        : make_addition(&r, size, prompt, completion);
       if (!keyset_add(&seen, key)) continue;
-      fprintf(out, "{\"prompt\": \"%s\", \"completion\": \"%s\"}\n", prompt, completion);
+      if (prefs) {
+        char word[40];  // the prompt is "reverse <word>:"
+        snprintf(word, sizeof word, "%.*s", (int)strlen(completion), prompt + 8);
+        near_miss(&r, word, completion, rejected);
+        fprintf(out, "{\"prompt\": \"%s\", \"chosen\": \"%s\", \"rejected\": \"%s\"}\n", prompt,
+                completion, rejected);
+      } else {
+        fprintf(out, "{\"prompt\": \"%s\", \"completion\": \"%s\"}\n", prompt, completion);
+      }
       i++;
     }
     if (fclose(out)) {

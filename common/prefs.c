@@ -1,0 +1,289 @@
+#include "prefs.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+typedef struct {
+  ct_pref_dataset *ds;
+  const ct_tokenizer *tok;
+  const ct_pref_opts *o;
+  int line;
+  long cap_tokens, cap_rows;
+  ct_ids p, c, r;  // the row being built
+} loader;
+
+static int row_error(loader *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int row_error(loader *L, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return ct_set_error(CT_EFORMAT, "%s:%d: %s", L->ds->path, L->line, msg);
+}
+
+static int encode(loader *L, const char *text, ct_ids *out) {
+  return ct_tokenizer_encode(L->tok, text, strlen(text), true, out);
+}
+
+static int ids_list(loader *L, const json_t *list, const char *key, ct_ids *out) {
+  if (!json_is_array(list)) return row_error(L, "key '%s': expected a list of token ids", key);
+  int V = ct_tokenizer_vocab_size(L->tok);
+  size_t i;
+  json_t *v;
+  json_array_foreach(list, i, v) {
+    json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+    if (id < 0 || id >= V) return row_error(L, "key '%s'[%zu]: expected a token id in [0, %d)", key, i, V);
+    if (ct_ids_push(out, (int)id)) return CT_ENOMEM;
+  }
+  return 0;
+}
+
+// Prompt tokens: BOS when the tokenizer adds one and the text does not start with it.
+static int encode_prompt(loader *L, const char *text) {
+  int bos = ct_tokenizer_bos(L->tok);
+  if (ct_tokenizer_add_bos(L->tok) && bos >= 0 && ct_ids_push(&L->p, bos)) return CT_ENOMEM;
+  int from = L->p.n;
+  if (encode(L, text, &L->p)) return CT_ENOMEM;
+  if (from == 1 && L->p.n > 1 && L->p.v[1] == bos) {  // one BOS only
+    memmove(L->p.v, L->p.v + 1, sizeof(int) * (L->p.n - 1));
+    L->p.n--;
+  }
+  return 0;
+}
+
+// A conversational completion: the template's text for prompt + completion, minus the
+// text it renders for the prompt with the generation prompt (TRL's string split).
+static int chat_completion(loader *L, const json_t *prompt, const char *ptext, const json_t *comp,
+                           const char *key, ct_ids *out) {
+  json_t *all = json_copy((json_t *)prompt);
+  json_array_extend(all, (json_t *)comp);
+  char *full;
+  int rc = ct_tokenizer_chat(L->tok, all, false, &full);
+  json_decref(all);
+  if (rc) return row_error(L, "key '%s': %s", key, ct_last_error());
+  size_t np = strlen(ptext);
+  if (strncmp(full, ptext, np) != 0)
+    rc = row_error(L, "key '%s': the chat template renders the prompt differently once the "
+                   "completion follows it, so the completion cannot be split off", key);
+  else
+    rc = encode(L, full + np, out);
+  free(full);
+  return rc;
+}
+
+static int row(loader *L, const json_t *j) {
+  if (!json_is_object(j)) return row_error(L, "expected a JSON object");
+  const json_t *pi = json_object_get(j, "prompt_input_ids");
+  if (pi) {
+    int rc = ids_list(L, pi, "prompt_input_ids", &L->p);
+    if (!rc) rc = ids_list(L, json_object_get(j, "chosen_input_ids"), "chosen_input_ids", &L->c);
+    if (!rc) rc = ids_list(L, json_object_get(j, "rejected_input_ids"), "rejected_input_ids", &L->r);
+    return rc;
+  }
+  const json_t *p = json_object_get(j, "prompt"), *c = json_object_get(j, "chosen"),
+               *r = json_object_get(j, "rejected");
+  const char *missing = !p ? "prompt" : !c ? "chosen" : !r ? "rejected" : NULL;
+  if (missing) return row_error(L, "key '%s' is missing", missing);
+  if (json_is_string(p) && json_is_string(c) && json_is_string(r)) {
+    if (!*json_string_value(c) || !*json_string_value(r))
+      return row_error(L, "key '%s': the completion is empty", *json_string_value(c) ? "rejected" : "chosen");
+    int eos = ct_tokenizer_eos(L->tok);
+    int rc = encode_prompt(L, json_string_value(p));
+    if (!rc) rc = encode(L, json_string_value(c), &L->c);
+    if (!rc) rc = encode(L, json_string_value(r), &L->r);
+    if (!rc && eos >= 0 && (rc = ct_ids_push(&L->c, eos)) == 0) rc = ct_ids_push(&L->r, eos);
+    return rc;
+  }
+  if (json_is_array(p) && json_is_array(c) && json_is_array(r)) {
+    if (!json_array_size(c) || !json_array_size(r))
+      return row_error(L, "key '%s': the completion is empty", json_array_size(c) ? "rejected" : "chosen");
+    char *ptext;
+    int rc = ct_tokenizer_chat(L->tok, p, true, &ptext);
+    if (rc) return row_error(L, "key 'prompt': %s", ct_last_error());
+    rc = encode_prompt(L, ptext);
+    if (!rc) rc = chat_completion(L, p, ptext, c, "chosen", &L->c);
+    if (!rc) rc = chat_completion(L, p, ptext, r, "rejected", &L->r);
+    free(ptext);
+    return rc;
+  }
+  return row_error(L, "keys 'prompt', 'chosen', 'rejected': expected three strings or three "
+                   "message lists");
+}
+
+static int grow(void **p, long *cap, long need, size_t elem) {
+  if (need <= *cap) return 0;
+  long c = *cap ? *cap : 1024;
+  while (c < need) c *= 2;
+  void *q = realloc(*p, elem * (size_t)c);
+  if (!q) return ct_set_error(CT_ENOMEM, "preference data: out of memory");
+  *p = q;
+  *cap = c;
+  return 0;
+}
+
+// Truncates as TRL does and appends the pair.
+static int keep(loader *L) {
+  const ct_pref_opts *o = L->o;
+  ct_pref_dataset *ds = L->ds;
+  int np = L->p.n, nc = L->c.n, nr = L->r.n;
+  const int *pv = L->p.v;
+  bool cut = false;
+  if (o->max_prompt_length > 0 && np > o->max_prompt_length) {  // keep the end of the prompt
+    pv += np - o->max_prompt_length;
+    np = o->max_prompt_length;
+    cut = true;
+  }
+  if (nc == 0 || nr == 0) return row_error(L, "key '%s': the completion has no tokens", nc ? "rejected" : "chosen");
+  // the first completion token is predicted from the token before it
+  if (np == 0) return row_error(L, "key 'prompt': the prompt has no tokens, so nothing predicts "
+                                "the first completion token");
+  if (o->max_completion_length > 0) {
+    if (nc > o->max_completion_length) nc = o->max_completion_length, cut = true;
+    if (nr > o->max_completion_length) nr = o->max_completion_length, cut = true;
+  }
+  if (np >= o->max_length)
+    return row_error(L, "the prompt has %d tokens, which leaves no room for the completion "
+                     "within max_length %d (raise max_length or set max_prompt_length)", np, o->max_length);
+  if (np + nc > o->max_length) nc = o->max_length - np, cut = true;
+  if (np + nr > o->max_length) nr = o->max_length - np, cut = true;
+  ds->n_truncated += cut;
+  long need = ds->n_tokens + np + nc + nr;
+  long cr = L->cap_rows, c2 = cr, c3 = cr, c4 = cr, c5 = cr;
+  if (grow((void **)&ds->ids, &L->cap_tokens, need, sizeof(int)) ||
+      grow((void **)&ds->start, &cr, ds->n + 1, sizeof(long)) ||
+      grow((void **)&ds->p_len, &c2, ds->n + 1, sizeof(int)) ||
+      grow((void **)&ds->c_len, &c3, ds->n + 1, sizeof(int)) ||
+      grow((void **)&ds->r_len, &c4, ds->n + 1, sizeof(int)) ||
+      grow((void **)&ds->line, &c5, ds->n + 1, sizeof(int)))
+    return CT_ENOMEM;
+  L->cap_rows = cr;
+  int *dst = ds->ids + ds->n_tokens;
+  if (np) memcpy(dst, pv, sizeof(int) * np);
+  memcpy(dst + np, L->c.v, sizeof(int) * nc);
+  memcpy(dst + np + nc, L->r.v, sizeof(int) * nr);
+  ds->start[ds->n] = ds->n_tokens;
+  ds->p_len[ds->n] = np;
+  ds->c_len[ds->n] = nc;
+  ds->r_len[ds->n] = nr;
+  ds->line[ds->n] = L->line;
+  ds->n++;
+  ds->n_tokens = need;
+  return 0;
+}
+
+int ct_pref_load(ct_pref_dataset *ds, const char *path, const ct_tokenizer *tok,
+                 const ct_pref_opts *o) {
+  memset(ds, 0, sizeof *ds);
+  ds->path = strdup(path);
+  FILE *f = fopen(path, "rb");
+  if (!f || !ds->path) {
+    int e = errno;
+    if (f) fclose(f);
+    ct_pref_free(ds);
+    return ct_set_error(CT_EIO, "%s: cannot open: %s", path, strerror(e));
+  }
+  loader L = {.ds = ds, .tok = tok, .o = o};
+  char *text = NULL;
+  size_t cap = 0;
+  ssize_t got;
+  int rc = 0;
+  while (!rc && (got = getline(&text, &cap, f)) >= 0) {
+    L.line++;
+    ds->n_lines++;
+    if (strspn(text, " \t\r\n") == (size_t)got) continue;
+    L.p.n = L.c.n = L.r.n = 0;
+    if ((size_t)got != strlen(text)) {
+      rc = row_error(&L, "line contains a NUL byte");
+    } else {
+      json_error_t err;
+      json_t *j = json_loads(text, JSON_REJECT_DUPLICATES, &err);
+      rc = j ? row(&L, j) : row_error(&L, "invalid JSON at column %d: %s", err.column, err.text);
+      json_decref(j);
+      if (!rc) rc = keep(&L);
+    }
+    if (rc == CT_EFORMAT && o->skip_bad_rows) {
+      if (!ds->n_bad) snprintf(ds->first_bad, sizeof ds->first_bad, "%s", ct_last_error());
+      ds->n_bad++;
+      rc = 0;
+    }
+  }
+  free(text);
+  fclose(f);
+  ct_ids_free(&L.p);
+  ct_ids_free(&L.c);
+  ct_ids_free(&L.r);
+  if (!rc && ds->n == 0)
+    rc = ct_set_error(CT_EFORMAT, "%s: no usable preference pairs (%d lines, %d malformed)", path,
+                      ds->n_lines, ds->n_bad);
+  if (rc) {
+    char keep_msg[1024];
+    snprintf(keep_msg, sizeof keep_msg, "%s", ct_last_error());
+    ct_pref_free(ds);
+    ct_set_error(rc, "%s", keep_msg);
+  }
+  return rc;
+}
+
+void ct_pref_free(ct_pref_dataset *ds) {
+  free(ds->path);
+  free(ds->ids);
+  free(ds->start);
+  free(ds->p_len);
+  free(ds->c_len);
+  free(ds->r_len);
+  free(ds->line);
+  memset(ds, 0, sizeof *ds);
+}
+
+int ct_pref_max_len(const ct_pref_dataset *ds) {
+  int m = 1;
+  for (int i = 0; i < ds->n; i++) {
+    int a = ds->p_len[i] + ds->c_len[i], b = ds->p_len[i] + ds->r_len[i];
+    m = a > m ? a : m;
+    m = b > m ? b : m;
+  }
+  return m;
+}
+
+// One row: prompt then completion, targets on the completion's tokens.
+static void fill_row(ct_batch *b, int row, const int *prompt, int np, const int *comp, int nc,
+                     int pad_id) {
+  int T = b->T, *ids = b->ids + (long)row * T, *pos = b->pos + (long)row * T;
+  int *seg = b->seg + (long)row * T, *tgt = b->target + (long)row * T, n = np + nc;
+  memcpy(ids, prompt, sizeof(int) * np);
+  memcpy(ids + np, comp, sizeof(int) * nc);
+  for (int t = 0; t < T; t++) {
+    if (t >= n) ids[t] = pad_id;
+    pos[t] = t;
+    seg[t] = t < n ? 0 : t;
+    tgt[t] = (t + 1 < n && t + 1 >= np) ? ids[t + 1] : -1;  // predicts a completion token
+    b->n_target += tgt[t] >= 0;
+  }
+  b->n_tokens += n;
+}
+
+void ct_pref_batch(ct_batch *b, const ct_pref_dataset *ds, const int *pairs, int n, int pad_id) {
+  int T = 1;
+  for (int i = 0; i < n; i++) {
+    int k = pairs[i], a = ds->p_len[k] + ds->c_len[k], r = ds->p_len[k] + ds->r_len[k];
+    T = a > T ? a : T;
+    T = r > T ? r : T;
+  }
+  b->B = 2 * n;
+  b->T = T;
+  b->n_target = b->n_tokens = 0;
+  for (int i = 0; i < n; i++) {
+    int k = pairs[i];
+    const int *p = ds->ids + ds->start[k], *c = p + ds->p_len[k], *r = c + ds->c_len[k];
+    b->row_seq[i] = b->row_seq[n + i] = k;
+    fill_row(b, i, p, ds->p_len[k], c, ds->c_len[k], pad_id);
+    fill_row(b, n + i, p, ds->p_len[k], r, ds->r_len[k], pad_id);
+  }
+}

@@ -1,0 +1,41 @@
+// prefs: preference pairs for DPO — TRL's {"prompt", "chosen", "rejected"} rows, as
+// strings, as conversations (chat template), or pre-tokenized (prompt_input_ids,
+// chosen_input_ids, rejected_input_ids). As TRL does, the prompt and each completion
+// are tokenized separately and then concatenated; text completions get EOS appended.
+// Truncation: the prompt keeps its last max_prompt_length tokens, completions their
+// first max_completion_length, and completions are cut further so that prompt +
+// completion fits max_length.
+#pragma once
+#include <stdbool.h>
+
+#include "data.h"
+#include "tokenizer.h"
+
+typedef struct {
+  int max_length, max_prompt_length, max_completion_length;  // 0 = no limit (the last two)
+  bool skip_bad_rows;
+} ct_pref_opts;
+
+typedef struct {
+  char *path;
+  int n;                 // pairs
+  int *ids;              // every pair's tokens: prompt, chosen, rejected, back to back
+  long n_tokens;
+  long *start;           // (n) offset of the pair's prompt in ids
+  int *p_len, *c_len, *r_len;  // (n) lengths; chosen follows the prompt, rejected the chosen
+  int *line;             // (n) line in the file
+  int n_lines, n_bad, n_truncated;
+  char first_bad[512];
+} ct_pref_dataset;
+
+int ct_pref_load(ct_pref_dataset *ds, const char *path, const ct_tokenizer *tok,
+                 const ct_pref_opts *o);
+void ct_pref_free(ct_pref_dataset *ds);
+
+// A batch of n pairs as 2n rows: rows 0..n-1 prompt+chosen, rows n..2n-1
+// prompt+rejected, targets on completion tokens only. b needs cap_B >= 2n and cap_T >=
+// the longest prompt + completion.
+void ct_pref_batch(ct_batch *b, const ct_pref_dataset *ds, const int *pairs, int n, int pad_id);
+
+// Longest prompt + completion of the dataset.
+int ct_pref_max_len(const ct_pref_dataset *ds);

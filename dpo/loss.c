@@ -1,0 +1,65 @@
+#include "dpo/loss.h"
+
+#include <math.h>
+
+// log σ(x), stable for large |x|
+static double log_sigmoid(double x) { return x >= 0 ? -log1p(exp(-x)) : x - log1p(exp(x)); }
+static double sigmoid(double x) { return x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)); }
+
+double ct_dpo_pair_loss(const ct_dpo_loss *o, double lp_c, double lp_r, double ref_c, double ref_r,
+                        int len_c, int len_r, double *d_c, double *d_r) {
+  double b = o->beta, e = o->label_smoothing, total = 0;
+  double delta = (lp_c - ref_c) - (lp_r - ref_r), x = b * delta;
+  *d_c = *d_r = 0;
+  for (int k = 0; k < o->n; k++) {
+    double w = o->weight[k], L = 0, dx = 0;  // dx: dL/dx for the x-based losses
+    switch (o->type[k]) {
+      case CT_DPO_SIGMOID:
+        L = -(1 - e) * log_sigmoid(x) - e * log_sigmoid(-x);
+        dx = -(1 - e) * sigmoid(-x) + e * sigmoid(x);
+        break;
+      case CT_DPO_HINGE:
+        L = x < 1 ? 1 - x : 0;
+        dx = x < 1 ? -1 : 0;
+        break;
+      case CT_DPO_ROBUST:
+        L = (-(1 - e) * log_sigmoid(x) + e * log_sigmoid(-x)) / (1 - 2 * e);
+        dx = (-(1 - e) * sigmoid(-x) - e * sigmoid(x)) / (1 - 2 * e);
+        break;
+      case CT_DPO_IPO: {
+        double u = (lp_c - ref_c) / len_c - (lp_r - ref_r) / len_r - 1 / (2 * b);
+        L = u * u;
+        *d_c += w * 2 * u / len_c;
+        *d_r -= w * 2 * u / len_r;
+        break;
+      }
+      case CT_DPO_SIMPO: {
+        double z = b * (lp_c / len_c - lp_r / len_r) - o->simpo_gamma;
+        L = -(1 - e) * log_sigmoid(z) - e * log_sigmoid(-z);
+        double dz = -(1 - e) * sigmoid(-z) + e * sigmoid(z);
+        *d_c += w * dz * b / len_c;
+        *d_r -= w * dz * b / len_r;
+        break;
+      }
+      case CT_DPO_SFT:
+        break;  // token-averaged by the trainer
+    }
+    total += w * L;
+    *d_c += w * dx * b;  // x = β(lp_c − ...) − β(lp_r − ...)
+    *d_r -= w * dx * b;
+  }
+  return total;
+}
+
+int ct_dpo_needs_reference(const ct_dpo_loss *o) {
+  for (int k = 0; k < o->n; k++)
+    if (o->type[k] != CT_DPO_SIMPO && o->type[k] != CT_DPO_SFT) return 1;
+  return 0;
+}
+
+double ct_dpo_sft_weight(const ct_dpo_loss *o) {
+  double w = 0;
+  for (int k = 0; k < o->n; k++)
+    if (o->type[k] == CT_DPO_SFT) w += o->weight[k];
+  return w;
+}

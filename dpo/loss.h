@@ -1,0 +1,31 @@
+// dpo/loss: the preference losses of one pair, from summed completion log-probs, and
+// their derivatives with respect to the policy's log-probs (the reference is constant).
+//
+//   ρ_c = logπ(c) − logπ_ref(c), ρ_r likewise, Δ = ρ_c − ρ_r, β = beta, ε = label_smoothing
+//   sigmoid  −(1−ε)·logσ(βΔ) − ε·logσ(−βΔ)                 (ε > 0: cDPO)
+//   hinge    max(0, 1 − βΔ)
+//   ipo      (ρ_c/|c| − ρ_r/|r| − 1/(2β))²                 (length-averaged)
+//   robust   [−(1−ε)·logσ(βΔ) + ε·logσ(−βΔ)] / (1 − 2ε)
+//   simpo    −(1−ε)·logσ(z) − ε·logσ(−z), z = β·(logπ(c)/|c| − logπ(r)/|r|) − γ  (no reference)
+//   sft      cross-entropy over the chosen tokens: not per pair (it is averaged over
+//            the step's chosen tokens by the trainer), so 0 here.
+#pragma once
+
+enum { CT_DPO_SIGMOID, CT_DPO_HINGE, CT_DPO_IPO, CT_DPO_ROBUST, CT_DPO_SFT, CT_DPO_SIMPO };
+
+typedef struct {
+  int n;
+  int type[8];       // CT_DPO_*, the order of config's ct_dpo_loss_type_names
+  double weight[8];
+  double beta, label_smoothing, simpo_gamma;
+} ct_dpo_loss;
+
+// Weighted sum of the pair losses; *d_c and *d_r get d(loss)/d logπ(c) and d logπ(r).
+// lens > 0. ref_c/ref_r are ignored by simpo.
+double ct_dpo_pair_loss(const ct_dpo_loss *o, double lp_c, double lp_r, double ref_c, double ref_r,
+                        int len_c, int len_r, double *d_c, double *d_r);
+
+// True when some loss needs the reference model (all but simpo and sft).
+int ct_dpo_needs_reference(const ct_dpo_loss *o);
+// The weight of the sft term (0 when absent).
+double ct_dpo_sft_weight(const ct_dpo_loss *o);

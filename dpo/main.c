@@ -1,0 +1,445 @@
+// dpo: preference tuning with a policy and a frozen reference, as TRL's DPOTrainer.
+//
+//   bin/dpo configs/dpo.yml model_path=DIR dataset_path=prefs.jsonl output_dir=out
+//
+// Each step takes per_device_train_batch_size x gradient_accumulation_steps x ranks
+// pairs. A micro-batch of m pairs is 2m rows (chosen rows, then rejected rows) through
+// one forward per model; logπ(y) is the SUM of the completion tokens' log-probs. The
+// loss is the mean over the step's pairs of Σ_k weight_k · loss_k (dpo/loss.h); the
+// `sft` loss is the cross-entropy averaged over the step's chosen tokens.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt.h"
+#include "config.h"
+#include "dist.h"
+#include "dpo/loss.h"
+#include "error.h"
+#include "forward.h"
+#include "lm.h"
+#include "matmul.h"
+#include "pool.h"
+#include "prefs.h"
+#include "safetensors.h"
+#include "train.h"
+
+static int fail(int code, const char *what) {
+  fprintf(stderr, "dpo: %s%s%s\n", what ? what : "", what ? ": " : "", ct_last_error());
+  ct_dist_abort(code);
+  ct_dist_finalize();
+  exit(code);
+}
+
+// The losses from config: loss_type list, loss_weights, beta (2.0 by default for simpo).
+static ct_dpo_loss losses_from(const ct_config *c) {
+  ct_dpo_loss o = {.n = c->loss_type.n, .beta = c->beta, .label_smoothing = c->label_smoothing,
+                   .simpo_gamma = c->simpo_gamma};
+  if (o.n > 8) fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'loss_type': at most 8 losses",
+                                     ct_config_origin(c, "loss_type")), NULL));
+  if (c->loss_weights.n && c->loss_weights.n != c->loss_type.n)
+    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'loss_weights': %d weights for %d loss_type entries",
+                          ct_config_origin(c, "loss_weights"), c->loss_weights.n, c->loss_type.n), NULL));
+  bool simpo = false;
+  for (int k = 0; k < o.n; k++) {
+    for (int t = 0; ct_dpo_loss_type_names[t]; t++)
+      if (!strcmp(c->loss_type.v[k], ct_dpo_loss_type_names[t])) o.type[k] = t;
+    o.weight[k] = c->loss_weights.n ? c->loss_weights.v[k] : 1.0;
+    simpo |= o.type[k] == CT_DPO_SIMPO;
+  }
+  if (simpo && !strcmp(ct_config_origin(c, "beta"), "default")) o.beta = 2.0;
+  if (o.beta <= 0 && o.n && (ct_dpo_needs_reference(&o) || simpo))
+    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'beta' must be positive for DPO losses",
+                          ct_config_origin(c, "beta")), NULL));
+  return o;
+}
+
+// ---------------------------------------------------------------------------
+// Summed completion log-probs of every row of a batch, through one model.
+
+typedef struct {
+  ct_acts acts;      // policy: kept for backward; reference: one layer, reused
+  ct_head *head;
+  float *row_lp;     // (2m) Σ log-probs of each row's completion
+  int *row_len;      // (2m) its tokens
+} scorer;
+
+// Forward of batch b; fills row sums from the head. The head keeps the logits of this
+// call for a backward that follows.
+static void score_rows(const ct_model *m, scorer *s, const ct_batch *b) {
+  int N = b->B * b->T;
+  memcpy(s->acts.ids, b->ids, sizeof(int) * N);
+  memcpy(s->acts.pos, b->pos, sizeof(int) * N);
+  memcpy(s->acts.seg, b->seg, sizeof(int) * N);
+  ct_forward(m, &s->acts, b->B, b->T);
+  int n = ct_head_gather(s->head, s->acts.lnf, b->target, N);
+  if (n < 0) fail(1, NULL);
+  ct_head_forward(s->head, m->w.lm_head);
+  double sums[2 * 1024] = {0};
+  for (int r = 0; r < b->B; r++) s->row_len[r] = 0;
+  for (int r = 0; r < n; r++) {
+    int row = s->head->rows[r] / b->T;
+    sums[row] += s->head->logp[r];
+    s->row_len[row]++;
+  }
+  for (int r = 0; r < b->B; r++) s->row_lp[r] = (float)sums[r];
+}
+
+static int scorer_init(scorer *s, const ct_model *m, ct_head *h, int rows, int T, bool keep) {
+  s->head = h;
+  s->row_lp = malloc(sizeof(float) * rows);
+  s->row_len = malloc(sizeof(int) * rows);
+  if (!s->row_lp || !s->row_len) return ct_set_error(CT_ENOMEM, "out of memory");
+  return ct_acts_init(&s->acts, m, rows, T, keep);
+}
+
+// ---------------------------------------------------------------------------
+// Reference log-probs computed once (precompute_ref_log_probs), cached in output_dir.
+
+typedef struct {
+  float *c, *r;  // (pairs)
+} ref_cache;
+
+static uint64_t fnv1a(const void *p, size_t n, uint64_t h) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+static uint64_t dataset_hash(const ct_pref_dataset *ds) {
+  uint64_t h = fnv1a(ds->ids, sizeof(int) * ds->n_tokens, 0xcbf29ce484222325ULL);
+  h = fnv1a(ds->p_len, sizeof(int) * ds->n, h);
+  h = fnv1a(ds->c_len, sizeof(int) * ds->n, h);
+  return fnv1a(ds->r_len, sizeof(int) * ds->n, h);
+}
+
+static bool load_ref_cache(const char *path, const ct_pref_dataset *ds, ref_cache *rc) {
+  ct_safetensors st = {0};
+  if (ct_st_open(&st, path)) return false;
+  char want[32];
+  snprintf(want, sizeof want, "%016llx", (unsigned long long)dataset_hash(ds));
+  const char *h = ct_st_meta(&st, "dataset_hash");
+  const ct_st_tensor *c = ct_st_find(&st, "chosen"), *r = ct_st_find(&st, "rejected");
+  bool ok = h && !strcmp(h, want) && c && r && c->numel == ds->n && r->numel == ds->n &&
+            !ct_st_read_f32(&st, c, rc->c, ds->n) && !ct_st_read_f32(&st, r, rc->r, ds->n);
+  ct_st_close(&st);
+  return ok;
+}
+
+static int save_ref_cache(const char *path, const ct_pref_dataset *ds, const ref_cache *rc) {
+  char hash[32];
+  snprintf(hash, sizeof hash, "%016llx", (unsigned long long)dataset_hash(ds));
+  ct_st_entry e[2] = {{.name = "chosen", .dtype = CT_DT_F32, .ndim = 1, .shape = {ds->n}, .data = rc->c},
+                      {.name = "rejected", .dtype = CT_DT_F32, .ndim = 1, .shape = {ds->n}, .data = rc->r}};
+  const char *mk[] = {"dataset_hash"}, *mv[] = {hash};
+  char tmp[CT_PATH_MAX + 8];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  int err = ct_st_write(tmp, e, 2, mk, mv, 1);
+  if (!err && rename(tmp, path)) err = ct_set_error(CT_EIO, "%s: cannot rename", tmp);
+  return err;
+}
+
+// ---------------------------------------------------------------------------
+
+typedef struct {
+  double loss, lp_c, lp_r, rw_c, rw_r, acc, margin, pairs, tokens;
+} dpo_stats;
+#define DPO_STATS_N 9
+
+typedef struct {
+  const ct_config *cfg;
+  ct_train *tr;
+  ct_dpo_loss loss;
+  bool need_ref;
+  ct_model ref;        // resident reference (when not precomputed)
+  bool ref_loaded;
+  scorer pol, refs;
+  ct_head head;
+  ct_batch batch;
+  int *pairs;
+  float *ref_c, *ref_r;  // (2m) the micro-batch's reference sums
+} dpo_t;
+
+// Reference sums for the batch: from the cache, or by running the reference.
+static void reference_rows(dpo_t *d, const ct_batch *b, const ref_cache *cache, int m) {
+  if (!d->need_ref) return;
+  if (cache) {
+    for (int i = 0; i < m; i++) d->ref_c[i] = cache->c[b->row_seq[i]], d->ref_r[i] = cache->r[b->row_seq[i]];
+    return;
+  }
+  score_rows(&d->ref, &d->refs, b);
+  for (int i = 0; i < m; i++) d->ref_c[i] = d->refs.row_lp[i], d->ref_r[i] = d->refs.row_lp[m + i];
+}
+
+// Pair losses of a micro-batch; with `train`, the gradient goes back through the policy.
+// `inv_pairs` and `inv_chosen` normalize by the whole step (all micro-batches, ranks).
+static void pair_step(dpo_t *d, int m, bool train, double inv_pairs, double inv_chosen, dpo_stats *st) {
+  const ct_batch *b = &d->batch;
+  ct_head *h = &d->head;
+  double sft_w = ct_dpo_sft_weight(&d->loss), beta = d->loss.beta;
+  bool ref = d->need_ref;
+  float coef_row[2 * 1024];
+  for (int i = 0; i < m; i++) {
+    double lc = d->pol.row_lp[i], lr = d->pol.row_lp[m + i];
+    double rc = ref ? d->ref_c[i] : 0, rr = ref ? d->ref_r[i] : 0, dc, dr;
+    int nc = d->pol.row_len[i], nr = d->pol.row_len[m + i];
+    double L = ct_dpo_pair_loss(&d->loss, lc, lr, rc, rr, nc, nr, &dc, &dr);
+    // the implicit rewards: β·(logπ − logπ_ref), or β·(mean log-prob) without a reference
+    double wc = ref ? beta * (lc - rc) : beta * lc / nc, wr = ref ? beta * (lr - rr) : beta * lr / nr;
+    st->loss += L;
+    st->lp_c += lc;
+    st->lp_r += lr;
+    st->rw_c += wc;
+    st->rw_r += wr;
+    st->acc += wc > wr;
+    st->margin += wc - wr;
+    st->pairs += 1;
+    coef_row[i] = (float)(-dc * inv_pairs);       // coef = −dL/dlogp of each of the row's tokens
+    coef_row[m + i] = (float)(-dr * inv_pairs);
+  }
+  for (int r = 0; r < h->n; r++) {
+    int row = h->rows[r] / b->T;
+    bool chosen = row < m;
+    if (chosen) st->loss += sft_w * -h->logp[r] * inv_chosen / inv_pairs;  // sft, per pair units
+    h->coef[r] = coef_row[row] + (chosen ? (float)(sft_w * inv_chosen) : 0.0f);
+    h->zcoef[r] = 0;
+  }
+  st->tokens += b->n_tokens;
+  if (!train) return;
+  ct_head_backward(h, d->tr->model.w.lm_head, d->tr->g.lm_head, d->pol.acts.dln, b->B * b->T);
+  ct_backward(&d->tr->model, &d->tr->g, &d->pol.acts, d->pol.acts.dln, b->B, b->T);
+}
+
+static long chosen_tokens(const ct_pref_dataset *ds, const int *pairs, int n) {
+  long t = 0;
+  for (int i = 0; i < n; i++) t += ds->c_len[pairs[i]];
+  return t;
+}
+
+static json_t *stats_json(const dpo_stats *st, const char *prefix) {
+  double n = st->pairs > 0 ? st->pairs : 1;
+  json_t *j = json_object();
+  const char *keys[] = {"loss", "rewards/chosen", "rewards/rejected", "rewards/accuracies",
+                        "rewards/margins", "logps/chosen", "logps/rejected"};
+  double vals[] = {st->loss / n, st->rw_c / n, st->rw_r / n, st->acc / n, st->margin / n,
+                   st->lp_c / n, st->lp_r / n};
+  char k[64];
+  for (int i = 0; i < 7; i++) {
+    snprintf(k, sizeof k, "%s%s", prefix, keys[i]);
+    json_object_set_new(j, k, json_real(vals[i]));
+  }
+  return j;
+}
+
+static void evaluate(dpo_t *d, const ct_pref_dataset *ev, const ref_cache *cache) {
+  ct_train *tr = d->tr;
+  int B = (int)d->cfg->per_device_eval_batch_size;
+  long nc = 0;  // the whole set is one "step": the sft term averages over all its tokens
+  for (int k = 0; k < ev->n; k++) nc += ev->c_len[k];
+  dpo_stats st = {0};
+  for (int first = tr->rank * B; first < ev->n; first += B * tr->world) {
+    int m = 0;
+    for (int k = first; k < ev->n && m < B; k++) d->pairs[m++] = k;
+    ct_pref_batch(&d->batch, ev, d->pairs, m, ct_tokenizer_pad(tr->tok));
+    reference_rows(d, &d->batch, cache, m);
+    score_rows(&tr->model, &d->pol, &d->batch);
+    pair_step(d, m, false, 1.0 / ev->n, nc ? 1.0 / nc : 0, &st);
+  }
+  ct_dist_sum_f64((double *)&st, DPO_STATS_N);
+  json_t *j = stats_json(&st, "eval_");
+  json_object_set_new(j, "step", json_integer(tr->step));
+  ct_log_info(&tr->log, "eval at step %ld: loss %.4f, reward accuracy %.3f, margin %.4f", tr->step,
+              st.loss / (st.pairs ? st.pairs : 1), st.acc / (st.pairs ? st.pairs : 1),
+              st.margin / (st.pairs ? st.pairs : 1));
+  if (ct_log_metrics(&tr->log, j)) fail(1, NULL);
+}
+
+// The reference's sums for a whole dataset, computed once and cached in output_dir.
+static void precompute(dpo_t *d, const ct_pref_dataset *ds, const char *name, ref_cache *cache) {
+  ct_train *tr = d->tr;
+  char path[CT_PATH_MAX];
+  if (ct_path_join(path, sizeof path, d->cfg->output_dir, name)) fail(1, NULL);
+  cache->c = malloc(sizeof(float) * ds->n);
+  cache->r = malloc(sizeof(float) * ds->n);
+  if (!cache->c || !cache->r) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  if (load_ref_cache(path, ds, cache)) {
+    ct_log_info(&tr->log, "reference log-probs: reusing %s", path);
+    return;
+  }
+  if (!d->ref_loaded) {  // only now is the reference model needed
+    int T = d->batch.cap_T, rows = d->batch.cap_B;
+    if (ct_train_reference(tr, &d->ref) || scorer_init(&d->refs, &d->ref, &d->head, rows, T, false))
+      fail(1, NULL);
+    d->ref_loaded = true;
+  }
+  ct_log_info(&tr->log, "reference log-probs: one pass over %d pairs of %s", ds->n, ds->path);
+  memset(cache->c, 0, sizeof(float) * ds->n);
+  memset(cache->r, 0, sizeof(float) * ds->n);
+  int B = (int)d->cfg->per_device_train_batch_size;
+  for (int first = tr->rank * B; first < ds->n; first += B * tr->world) {
+    int m = 0;
+    for (int k = first; k < ds->n && m < B; k++) d->pairs[m++] = k;
+    ct_pref_batch(&d->batch, ds, d->pairs, m, ct_tokenizer_pad(tr->tok));
+    score_rows(&d->ref, &d->refs, &d->batch);
+    for (int i = 0; i < m; i++) cache->c[d->pairs[i]] = d->refs.row_lp[i], cache->r[d->pairs[i]] = d->refs.row_lp[m + i];
+  }
+  // every rank filled its share: sum the shares (the others are 0)
+  if (ct_dist_sum_f32(cache->c, ds->n) || ct_dist_sum_f32(cache->r, ds->n)) fail(1, NULL);
+  if (tr->rank == 0 && save_ref_cache(path, ds, cache)) fail(1, NULL);
+}
+
+static int save_ref(void *ctx, const char *dir) {
+  dpo_t *d = ctx;
+  return ct_train_save_reference(&d->ref, dir);
+}
+
+
+int main(int argc, char **argv) {
+  ct_blas_init(argc, argv);
+  if (ct_dist_init(&argc, &argv)) fail(1, NULL);
+  ct_config cfg;
+  if (ct_config_from_args(&cfg, CT_TRAINER_DPO, argc, argv)) fail(2, NULL);
+  if (!cfg.dataset_path[0])
+    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'dataset_path' is required: name a JSONL file of "
+                          "prompt/chosen/rejected rows", ct_config_origin(&cfg, "dataset_path")), NULL));
+  dpo_t d = {.cfg = &cfg, .loss = losses_from(&cfg)};
+  d.need_ref = ct_dpo_needs_reference(&d.loss);
+  if (cfg.sync_ref_model && cfg.precompute_ref_log_probs)
+    fail(2, (ct_set_error(CT_ECONFIG, "%s: sync_ref_model changes the reference during training, "
+                          "so its log-probs cannot be precomputed", ct_config_origin(&cfg, "sync_ref_model")), NULL));
+  ct_train tr;
+  int rc = ct_train_setup(&tr, &cfg);
+  if (rc) fail(rc == CT_ECONFIG ? 2 : 1, NULL);
+  d.tr = &tr;
+  ct_pref_opts po = {(int)cfg.max_length, (int)cfg.max_prompt_length, (int)cfg.max_completion_length,
+                     cfg.skip_bad_rows};
+  ct_pref_dataset train, eval = {0};
+  if (ct_pref_load(&train, cfg.dataset_path, tr.tok, &po)) fail(1, NULL);
+  ct_log_info(&tr.log, "train: %s: %d pairs, %ld tokens%s", train.path, train.n, train.n_tokens,
+              d.need_ref ? "" : " (reference-free loss: no reference model)");
+  if (train.n_truncated) ct_log_info(&tr.log, "train: %d pairs truncated", train.n_truncated);
+  if (train.n_bad) ct_log_info(&tr.log, "train: %d malformed rows skipped; first: %s", train.n_bad, train.first_bad);
+  bool have_eval = cfg.eval_dataset_path[0] != 0;
+  if (have_eval && ct_pref_load(&eval, cfg.eval_dataset_path, tr.tok, &po)) fail(1, NULL);
+
+  int B = (int)cfg.per_device_train_batch_size, accum = (int)cfg.gradient_accumulation_steps;
+  int Be = (int)cfg.per_device_eval_batch_size, Bmax = B > Be ? B : Be, global = B * accum * tr.world;
+  if (Bmax > 1024) fail(2, (ct_set_error(CT_ECONFIG, "batch sizes above 1024 pairs are not supported"), NULL));
+  int T = ct_pref_max_len(&train);
+  if (have_eval && ct_pref_max_len(&eval) > T) T = ct_pref_max_len(&eval);
+  if (ct_train_plan(&tr, train.n, global)) fail(1, NULL);
+  const ct_model_config *mc = &tr.model.cfg;
+  d.pairs = malloc(sizeof(int) * (global > Bmax ? global : Bmax));
+  d.ref_c = malloc(sizeof(float) * Bmax);
+  d.ref_r = malloc(sizeof(float) * Bmax);
+  if (!d.pairs || !d.ref_c || !d.ref_r || ct_batch_init(&d.batch, 2 * Bmax, T) ||
+      ct_head_init(&d.head, 2 * Bmax * T, mc->vocab_size, mc->hidden_size, (int)cfg.num_vocab_tiling) ||
+      scorer_init(&d.pol, &tr.model, &d.head, 2 * Bmax, T, true))
+    fail(1, NULL);
+  ref_cache cache_train = {0}, cache_eval = {0};
+  if (d.need_ref && cfg.precompute_ref_log_probs) {
+    precompute(&d, &train, "ref_logps_train.safetensors", &cache_train);
+    if (have_eval) precompute(&d, &eval, "ref_logps_eval.safetensors", &cache_eval);
+    if (d.ref_loaded) {  // the reference is not needed any more
+      ct_model_free(&d.ref);
+      ct_acts_free(&d.refs.acts);
+      d.ref_loaded = false;
+    }
+  } else if (d.need_ref) {
+    if (ct_train_reference(&tr, &d.ref) || scorer_init(&d.refs, &d.ref, &d.head, 2 * Bmax, T, false))
+      fail(1, NULL);
+    d.ref_loaded = true;
+    if (cfg.sync_ref_model) {
+      tr.save_extra = save_ref;
+      tr.save_extra_ctx = &d;
+    }
+  }
+  const ref_cache *ct_ = cfg.precompute_ref_log_probs ? &cache_train : NULL;
+  const ref_cache *ce_ = cfg.precompute_ref_log_probs ? &cache_eval : NULL;
+  ct_log_info(&tr.log, "training %ld steps of %d pairs (%d per device x %d accumulation x %d ranks), "
+              "%d threads per rank", tr.total_steps - tr.step, global, B, accum, tr.world, ct_pool_threads());
+  ct_train_watch_signals();
+  if (have_eval && cfg.eval_on_start && tr.step == 0) evaluate(&d, &eval, ce_);
+  dpo_stats win = {0};
+  double win_norm = 0, t_win = ct_now();
+  int win_steps = 0;
+  bool stop = false;
+  while (tr.step < tr.total_steps && !stop) {
+    int n = ct_train_next_seqs(&tr, d.pairs, global);
+    long nc = chosen_tokens(&train, d.pairs, n);
+    double inv_pairs = 1.0 / n, inv_chosen = nc ? 1.0 / nc : 0;
+    dpo_stats st = {0};
+    const int *step_pairs = d.pairs;  // (eval, which reuses d.pairs, runs after the step)
+    for (int k = 0; k < accum; k++) {
+      int first = (k * tr.world + tr.rank) * B;
+      if (first >= n) break;
+      int m = n - first < B ? n - first : B;
+      ct_pref_batch(&d.batch, &train, step_pairs + first, m, ct_tokenizer_pad(tr.tok));
+      reference_rows(&d, &d.batch, ct_, m);  // before the policy: the head keeps its logits
+      score_rows(&tr.model, &d.pol, &d.batch);
+      pair_step(&d, m, true, inv_pairs, inv_chosen, &st);
+    }
+    ct_dist_sum_f64((double *)&st, DPO_STATS_N);
+    double norm, lr;
+    if (ct_train_update(&tr, &norm, &lr)) fail(1, NULL);
+    if (cfg.sync_ref_model && d.ref_loaded && tr.step % cfg.ref_model_sync_steps == 0 &&
+        ct_train_sync_reference(&tr, &d.ref, cfg.ref_model_mixup_alpha))
+      fail(1, NULL);
+    tr.num_tokens += st.tokens;
+    for (int i = 0; i < DPO_STATS_N; i++) ((double *)&win)[i] += ((double *)&st)[i];
+    win_norm += norm;
+    win_steps++;
+    double tok_s = win.tokens / (ct_now() - t_win);
+    ct_log_progress(&tr.log, tr.step, st.loss / (st.pairs ? st.pairs : 1), tok_s);
+    bool last = tr.step == tr.total_steps;
+    if (tr.step % cfg.logging_steps == 0 || last) {
+      json_t *j = stats_json(&win, "");
+      json_object_set_new(j, "step", json_integer(tr.step));
+      json_object_set_new(j, "epoch", json_real(tr.epoch + (double)tr.epoch_pos / tr.n_seq));
+      json_object_set_new(j, "learning_rate", json_real(lr));
+      json_object_set_new(j, "grad_norm", json_real(win_norm / win_steps));
+      json_object_set_new(j, "num_tokens", json_real(tr.num_tokens));
+      json_object_set_new(j, "tokens_per_s", json_real(tok_s));
+      if (ct_log_metrics(&tr.log, j)) fail(1, NULL);
+      memset(&win, 0, sizeof win);
+      win_norm = 0;
+      win_steps = 0;
+      t_win = ct_now();
+    }
+    if (have_eval && cfg.eval_steps > 0 && tr.step % cfg.eval_steps == 0 && !last) evaluate(&d, &eval, ce_);
+    if (ct_train_after_step(&tr, &stop)) fail(1, NULL);
+  }
+  if (stop) {
+    ct_dist_finalize();
+    return 130;
+  }
+  if (have_eval) evaluate(&d, &eval, ce_);
+  if (ct_train_save_final(&tr)) fail(1, "saving the model");
+  ct_log_info(&tr.log, "done: %ld steps; model saved in %s", tr.step, cfg.output_dir);
+  if (d.ref_loaded) {
+    ct_model_free(&d.ref);
+    ct_acts_free(&d.refs.acts);
+  }
+  free(d.refs.row_lp);
+  free(d.refs.row_len);
+  ct_acts_free(&d.pol.acts);
+  free(d.pol.row_lp);
+  free(d.pol.row_len);
+  ct_head_free(&d.head);
+  ct_batch_free(&d.batch);
+  free(d.pairs);
+  free(d.ref_c);
+  free(d.ref_r);
+  free(cache_train.c);
+  free(cache_train.r);
+  free(cache_eval.c);
+  free(cache_eval.r);
+  ct_pref_free(&train);
+  if (have_eval) ct_pref_free(&eval);
+  ct_train_free(&tr);
+  ct_config_free(&cfg);
+  ct_pool_free();
+  ct_dist_finalize();
+  return 0;
+}

@@ -1,0 +1,80 @@
+#!/bin/sh
+# bin/dpo end to end: loss log 2 at step 0, reward accuracy rising, precomputed
+# reference log-probs == a resident reference, bit-identical resume (also with a synced
+# reference), SimPO without a reference, and clear errors for bad input.
+set -eu
+BIN=${CT_BIN:-bin}
+T=$(mktemp -d /tmp/ct_dpo.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+. tests/lib/common.sh
+
+"$BIN/ctune-demo-data" reverse "$T/sft.jsonl" "$T/sft_eval.jsonl" 3000 20 21 6
+"$BIN/sft" configs/sft.yml dataset_path="$T/sft.jsonl" output_dir="$T/sft" max_steps=120 \
+  model.hidden_size=96 model.intermediate_size=256 model.num_hidden_layers=2 \
+  model.num_attention_heads=4 model.num_key_value_heads=2 max_length=24 \
+  per_device_train_batch_size=32 learning_rate=3e-3 lr_scheduler_type=cosine warmup_steps=5 \
+  save_steps=0 >"$T/sft.log" 2>&1 || { cat "$T/sft.log"; fail "training the SFT model"; }
+"$BIN/ctune-demo-data" reverse-prefs "$T/prefs.jsonl" "$T/prefs_eval.jsonl" 800 100 22 6
+D="$BIN/dpo"
+common="configs/dpo.yml model_path=$T/sft dataset_path=$T/prefs.jsonl max_length=24 logging_steps=1
+        per_device_train_batch_size=8 learning_rate=2e-4 lr_scheduler_type=constant save_steps=0"
+field() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p"; }
+steps() { grep '"rewards/accuracies"' "$1" | grep -v eval_; }
+
+echo "== step 0 loss is log 2; held-out reward accuracy rises"
+"$D" $common output_dir="$T/a" max_steps=40 eval_dataset_path="$T/prefs_eval.jsonl" eval_on_start=true \
+  >"$T/a.log" 2>&1 || { cat "$T/a.log"; fail "dpo run"; }
+first=$(steps "$T/a/metrics.jsonl" | head -1 | field loss)
+awk -v l="$first" 'BEGIN { d = l - log(2); exit !(d < 1e-6 && d > -1e-6) }' || fail "first loss $first is not log 2"
+acc1=$(grep eval_loss "$T/a/metrics.jsonl" | tail -1 | field 'eval_rewards\/accuracies')
+loss1=$(grep eval_loss "$T/a/metrics.jsonl" | tail -1 | field eval_loss)
+echo "first loss $first; held-out rewards/accuracies 0 (policy = reference) -> $acc1, eval loss $loss1"
+awk -v a="$acc1" -v l="$loss1" 'BEGIN { exit !(a >= 0.6 && l < log(2) - 0.03) }' || fail "reward accuracy did not rise"
+for k in rewards/chosen rewards/rejected rewards/margins logps/chosen logps/rejected grad_norm; do
+  grep -q "\"$k\"" "$T/a/metrics.jsonl" || fail "metrics lack $k"
+done
+
+echo "== precomputed reference log-probs give the same losses"
+losses() { steps "$1" | sed 's/.*"loss":\([-0-9.e+]*\).*"step":\([0-9]*\).*/\2 \1/'; }
+"$D" $common output_dir="$T/p" max_steps=40 precompute_ref_log_probs=true >"$T/p.log" 2>&1 \
+  || { cat "$T/p.log"; fail "precompute run"; }
+grep -q "reference log-probs: one pass" "$T/p.log" || fail "no precompute pass"
+[ -s "$T/p/ref_logps_train.safetensors" ] || fail "no cache file"
+losses "$T/a/metrics.jsonl" >"$T/l1"
+losses "$T/p/metrics.jsonl" >"$T/l2"
+paste "$T/l1" "$T/l2" | awk '{ d = $2 - $4; if (d < 0) d = -d; if (d > 1e-5) { print; bad = 1 } } END { exit bad }' \
+  || fail "losses differ with precomputed reference log-probs"
+
+echo "== resume: straight == stopped + resumed, with a resident and with a synced reference"
+for extra in "" "sync_ref_model=true ref_model_sync_steps=2"; do
+  args="$common max_steps=10 save_steps=3 $extra"
+  rm -rf "$T/s1" "$T/s2"
+  "$D" $args output_dir="$T/s1" >"$T/s1.log" 2>&1 || { cat "$T/s1.log"; fail "straight run ($extra)"; }
+  rc=0
+  CT_STOP_AFTER_STEP=4 "$D" $args output_dir="$T/s2" >"$T/s2.log" 2>&1 || rc=$?
+  [ "$rc" = 130 ] || { cat "$T/s2.log"; fail "interrupted run exited $rc"; }
+  if [ -n "$extra" ]; then [ -s "$T/s2/checkpoint-4/ref_model.safetensors" ] || fail "the synced reference was not saved"; fi
+  "$D" $args output_dir="$T/s2" resume_from_checkpoint=latest >"$T/s3.log" 2>&1 || { cat "$T/s3.log"; fail "resume ($extra)"; }
+  losses "$T/s1/metrics.jsonl" >"$T/r1"
+  losses "$T/s2/metrics.jsonl" >"$T/r2"
+  diff "$T/r1" "$T/r2" || fail "losses differ after resuming ($extra)"
+  cmp "$T/s1/model.safetensors" "$T/s2/model.safetensors" || fail "weights differ after resuming ($extra)"
+done
+
+echo "== SimPO needs no reference model"
+"$D" $common output_dir="$T/simpo" max_steps=3 loss_type=simpo >"$T/simpo.log" 2>&1 || { cat "$T/simpo.log"; fail "simpo"; }
+grep -q "no reference model" "$T/simpo.log" || fail "simpo loaded a reference"
+
+echo "== bad input"
+printf '{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"prompt": "a", "rejected": "c"}\n' >"$T/bad.jsonl"
+expect 1 "bad.jsonl:2: key 'chosen' is missing" "$D" $common output_dir="$T/x" dataset_path="$T/bad.jsonl"
+"$D" $common output_dir="$T/skip" dataset_path="$T/bad.jsonl" skip_bad_rows=true max_steps=1 >"$T/skip.log" 2>&1 \
+  || { cat "$T/skip.log"; fail "skip_bad_rows"; }
+grep -q "1 malformed rows skipped" "$T/skip.log" || fail "skipped row not counted"
+printf '{"prompt": "a", "chosen": "", "rejected": "c"}\n' >"$T/empty.jsonl"
+expect 1 "empty.jsonl:1: key 'chosen': the completion is empty" "$D" $common output_dir="$T/x" dataset_path="$T/empty.jsonl"
+expect 1 "leaves no room" "$D" $common output_dir="$T/x" max_length=5
+expect 2 "key 'loss_weights'" "$D" $common output_dir="$T/x" loss_type=sigmoid,sft loss_weights=1
+expect 2 "precomputed" "$D" $common output_dir="$T/x" sync_ref_model=true precompute_ref_log_probs=true
+expect 2 "does not apply to dpo" "$D" $common output_dir="$T/x" packing=true
+echo "dpo end-to-end: all checks passed"

@@ -1,0 +1,299 @@
+// dpo/loss: every preference loss against values worked out here at float64 from the
+// formulas of TRAINERS.md (not from the code under test), stability at large |βΔ|, the
+// policy == reference point, and d_c / d_r against central finite differences.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dpo/loss.h"
+#include "test.h"
+
+// −log σ(t) = log(1 + e^(−t)), written out for the moderate t the hand values use.
+static double nls(double t) { return log1p(exp(-t)); }
+// σ(t) = 1 / (1 + e^(−t))
+static double sig(double t) { return 1 / (1 + exp(-t)); }
+
+static ct_dpo_loss one(int type, double beta, double eps) {
+  return (ct_dpo_loss){.n = 1, .type = {type}, .weight = {1}, .beta = beta, .label_smoothing = eps,
+                       .simpo_gamma = 0.5};
+}
+
+// The base pair of the hand-value tests: ρ_c = 1, ρ_r = −0.5, Δ = 1.5, |c| = 4, |r| = 5.
+static const double LP_C = -10, LP_R = -12, REF_C = -11, REF_R = -11.5;
+static const int LEN_C = 4, LEN_R = 5;
+
+static double pair(const ct_dpo_loss *o, double *dc, double *dr) {
+  return ct_dpo_pair_loss(o, LP_C, LP_R, REF_C, REF_R, LEN_C, LEN_R, dc, dr);
+}
+
+static void test_sigmoid_matches_minus_log_sigmoid_of_beta_delta(void) {
+  ct_dpo_loss o = one(CT_DPO_SIGMOID, 0.1, 0);
+  double dc, dr, x = 0.1 * 1.5;
+  double L = pair(&o, &dc, &dr);
+  CHECK_NEAR(L, nls(x), 1e-14);
+  CHECK_NEAR(L, 0.6209570477895321, 1e-14);  // log(1 + e^−0.15)
+  // dL/dlogπ(c) = −β σ(−x), dL/dlogπ(r) = +β σ(−x)
+  CHECK_NEAR(dc, -0.1 * sig(-x), 1e-15);
+  CHECK_NEAR(dr, 0.1 * sig(-x), 1e-15);
+}
+
+static void test_sigmoid_with_label_smoothing_is_cdpo(void) {
+  ct_dpo_loss o = one(CT_DPO_SIGMOID, 0.1, 0.1);
+  double dc, dr, x = 0.15;
+  double L = pair(&o, &dc, &dr);
+  // −0.9 logσ(x) − 0.1 logσ(−x)
+  CHECK_NEAR(L, 0.9 * nls(x) + 0.1 * nls(-x), 1e-14);
+  CHECK_NEAR(L, 0.6359570477895321, 1e-14);
+  double dx = -0.9 * sig(-x) + 0.1 * sig(x);
+  CHECK_NEAR(dc, 0.1 * dx, 1e-15);
+  CHECK_NEAR(dr, -0.1 * dx, 1e-15);
+}
+
+static void test_hinge_is_linear_below_its_kink_and_zero_above(void) {
+  double dc, dr;
+  ct_dpo_loss o = one(CT_DPO_HINGE, 0.1, 0);  // x = 0.15 < 1
+  CHECK_NEAR(pair(&o, &dc, &dr), 1 - 0.15, 1e-14);
+  CHECK_NEAR(dc, -0.1, 1e-15);
+  CHECK_NEAR(dr, 0.1, 1e-15);
+  o.beta = 2;  // x = 3 > 1: flat
+  CHECK_NEAR(pair(&o, &dc, &dr), 0, 0);
+  CHECK(dc == 0 && dr == 0);
+  o.beta = 0.5;  // x = 0.75, just below
+  CHECK_NEAR(pair(&o, &dc, &dr), 0.25, 1e-14);
+  CHECK_NEAR(dc, -0.5, 1e-15);
+  CHECK_NEAR(dr, 0.5, 1e-15);
+  o.beta = 0.8;  // x = 1.2, just above
+  CHECK_NEAR(pair(&o, &dc, &dr), 0, 0);
+  CHECK(dc == 0 && dr == 0);
+}
+
+static void test_ipo_is_squared_length_averaged_margin(void) {
+  ct_dpo_loss o = one(CT_DPO_IPO, 0.1, 0);
+  double dc, dr;
+  // u = ρ_c/|c| − ρ_r/|r| − 1/(2β) = 1/4 + 0.5/5 − 5 = −4.65
+  double u = 1.0 / 4 + 0.5 / 5 - 1 / (2 * 0.1);
+  double L = pair(&o, &dc, &dr);
+  CHECK_NEAR(u, -4.65, 1e-14);
+  CHECK_NEAR(L, u * u, 1e-12);
+  CHECK_NEAR(L, 21.6225, 1e-12);
+  CHECK_NEAR(dc, 2 * u / 4, 1e-13);   // −2.325
+  CHECK_NEAR(dr, -2 * u / 5, 1e-13);  // +1.86
+}
+
+static void test_robust_matches_its_formula_with_eps_0_1(void) {
+  ct_dpo_loss o = one(CT_DPO_ROBUST, 0.1, 0.1);
+  double dc, dr, x = 0.15;
+  double L = pair(&o, &dc, &dr);
+  // [−0.9 logσ(x) + 0.1 logσ(−x)] / 0.8
+  CHECK_NEAR(L, (0.9 * nls(x) - 0.1 * nls(-x)) / 0.8, 1e-14);
+  CHECK_NEAR(L, 0.602207047789532, 1e-14);
+  double dx = (-0.9 * sig(-x) - 0.1 * sig(x)) / 0.8;
+  CHECK_NEAR(dc, 0.1 * dx, 1e-15);
+  CHECK_NEAR(dr, -0.1 * dx, 1e-15);
+  // eps 0 is plain DPO
+  o.label_smoothing = 0;
+  CHECK_NEAR(pair(&o, &dc, &dr), nls(x), 1e-14);
+}
+
+static void test_simpo_uses_mean_log_probs_gamma_and_no_reference(void) {
+  ct_dpo_loss o = one(CT_DPO_SIMPO, 2, 0);
+  o.simpo_gamma = 0.5;
+  double dc, dr;
+  // z = β (lp_c/|c| − lp_r/|r|) − γ = 2 (−2.5 + 2.4) − 0.5 = −0.7
+  double z = 2 * (-10.0 / 4 - -12.0 / 5) - 0.5;
+  double L = pair(&o, &dc, &dr);
+  CHECK_NEAR(z, -0.7, 1e-14);
+  CHECK_NEAR(L, nls(z), 1e-14);
+  CHECK_NEAR(L, 1.103186048885458, 1e-14);  // log(1 + e^0.7)
+  CHECK_NEAR(dc, -sig(-z) * 2 / 4, 1e-15);
+  CHECK_NEAR(dr, sig(-z) * 2 / 5, 1e-15);
+  // the reference log-probs do not matter
+  double dc2, dr2;
+  double L2 = ct_dpo_pair_loss(&o, LP_C, LP_R, 123, -456, LEN_C, LEN_R, &dc2, &dr2);
+  CHECK(L2 == L && dc2 == dc && dr2 == dr);
+}
+
+static void test_sft_contributes_zero_per_pair(void) {
+  ct_dpo_loss o = one(CT_DPO_SFT, 0.1, 0);
+  double dc = 1, dr = 1;
+  CHECK(pair(&o, &dc, &dr) == 0);
+  CHECK(dc == 0 && dr == 0);
+  // RPO = sigmoid + sft: per pair only the sigmoid part
+  ct_dpo_loss rpo = {.n = 2, .type = {CT_DPO_SIGMOID, CT_DPO_SFT}, .weight = {1, 1}, .beta = 0.1};
+  CHECK_NEAR(pair(&rpo, &dc, &dr), nls(0.15), 1e-14);
+  CHECK_NEAR(dc, -0.1 * sig(-0.15), 1e-15);
+}
+
+static void test_weighted_list_sums_weighted_losses(void) {
+  ct_dpo_loss o = {.n = 3, .type = {CT_DPO_SIGMOID, CT_DPO_IPO, CT_DPO_HINGE}, .weight = {0.3, 1.7, 0.5},
+                   .beta = 0.1};
+  double dc, dr, x = 0.15, u = -4.65;
+  double L = pair(&o, &dc, &dr);
+  CHECK_NEAR(L, 0.3 * nls(x) + 1.7 * u * u + 0.5 * (1 - x), 1e-12);
+  CHECK_NEAR(dc, 0.3 * -0.1 * sig(-x) + 1.7 * 2 * u / 4 + 0.5 * -0.1, 1e-13);
+  CHECK_NEAR(dr, 0.3 * 0.1 * sig(-x) + 1.7 * -2 * u / 5 + 0.5 * 0.1, 1e-13);
+}
+
+// βΔ = ±980: log(1 + e^980) overflows a naive formula; every loss must stay finite.
+static void test_large_margins_stay_finite(void) {
+  int types[] = {CT_DPO_SIGMOID, CT_DPO_HINGE, CT_DPO_IPO, CT_DPO_ROBUST, CT_DPO_SIMPO, CT_DPO_SFT};
+  for (int sign = -1; sign <= 1; sign += 2)
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
+      for (int s = 0; s < 2; s++) {
+        ct_dpo_loss o = one(types[k], types[k] == CT_DPO_SIMPO ? 2 : 0.1, s ? 0.1 : 0);
+        // ρ_c = big, ρ_r = −big (|c| = |r| = 1): βΔ = ±980, SimPO's z = ±19600 − γ
+        double dc, dr, big = 4900.0 * sign;
+        double L = ct_dpo_pair_loss(&o, -5000 + big, -5000 - big, -5000, -5000, 1, 1, &dc, &dr);
+        CHECK(isfinite(L) && isfinite(dc) && isfinite(dr));
+      }
+  double dc, dr;
+  // sigmoid, x = −980: L = 980, d_c = −β, d_r = +β
+  ct_dpo_loss o = one(CT_DPO_SIGMOID, 0.1, 0);
+  CHECK_NEAR(ct_dpo_pair_loss(&o, -5000, -100, -100, -5000, 7, 9, &dc, &dr), 980, 1e-9);
+  CHECK_NEAR(dc, -0.1, 1e-15);
+  CHECK_NEAR(dr, 0.1, 1e-15);
+  // x = +980: L = 0 and no gradient
+  CHECK_NEAR(ct_dpo_pair_loss(&o, -100, -5000, -5000, -100, 7, 9, &dc, &dr), 0, 1e-300);
+  CHECK_NEAR(dc, 0, 1e-300);
+  CHECK_NEAR(dr, 0, 1e-300);
+  // cDPO: x = −980 → 0.9·980; x = +980 → 0.1·980
+  o.label_smoothing = 0.1;
+  CHECK_NEAR(ct_dpo_pair_loss(&o, -5000, -100, -100, -5000, 7, 9, &dc, &dr), 882, 1e-9);
+  CHECK_NEAR(dc, 0.1 * -0.9, 1e-15);
+  CHECK_NEAR(ct_dpo_pair_loss(&o, -100, -5000, -5000, -100, 7, 9, &dc, &dr), 98, 1e-9);
+  CHECK_NEAR(dc, 0.1 * 0.1, 1e-15);
+  // robust ε = 0.1: x = −980 → 0.9·980/0.8; x = +980 → −0.1·980/0.8
+  o.type[0] = CT_DPO_ROBUST;
+  CHECK_NEAR(ct_dpo_pair_loss(&o, -5000, -100, -100, -5000, 7, 9, &dc, &dr), 1102.5, 1e-9);
+  CHECK_NEAR(dc, 0.1 * -0.9 / 0.8, 1e-15);
+  CHECK_NEAR(ct_dpo_pair_loss(&o, -100, -5000, -5000, -100, 7, 9, &dc, &dr), -122.5, 1e-9);
+  CHECK_NEAR(dc, 0.1 * -0.1 / 0.8, 1e-15);
+  // simpo β = 2, |c| = |r| = 1: z = 2·(−5000 + 100) − 0.5 = −9800.5
+  o = one(CT_DPO_SIMPO, 2, 0);
+  CHECK_NEAR(ct_dpo_pair_loss(&o, -5000, -100, 0, 0, 1, 1, &dc, &dr), 9800.5, 1e-9);
+  CHECK_NEAR(dc, -2, 1e-15);
+  CHECK_NEAR(dr, 2, 1e-15);
+}
+
+static void test_policy_equal_to_reference_gives_log2_and_half_beta_gradients(void) {
+  double betas[] = {0.1, 0.5, 2};
+  for (int i = 0; i < 3; i++) {
+    ct_dpo_loss o = one(CT_DPO_SIGMOID, betas[i], 0);
+    double dc, dr;
+    double L = ct_dpo_pair_loss(&o, -17.25, -3.5, -17.25, -3.5, 6, 2, &dc, &dr);
+    CHECK(L == log(2.0));
+    CHECK(dc == -betas[i] / 2);
+    CHECK(dr == betas[i] / 2);
+  }
+}
+
+// A small deterministic generator: uniform in [0, 1).
+static unsigned long long rng = 88172645463325252ULL;
+static double uniform(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+// Central differences in lp_c and lp_r (h = 1e-5) against d_c, d_r at random points.
+static int check_fd(const ct_dpo_loss *o, const char *what) {
+  const double h = 1e-5;
+  int bad = 0, checked = 0;
+  for (int it = 0; it < 200; it++) {
+    double lp_c = -60 * uniform() - 0.5, lp_r = -60 * uniform() - 0.5;
+    double ref_c = lp_c + 6 * (uniform() - 0.5), ref_r = lp_r + 6 * (uniform() - 0.5);
+    int len_c = 1 + (int)(uniform() * 20), len_r = 1 + (int)(uniform() * 20);
+    double x = o->beta * ((lp_c - ref_c) - (lp_r - ref_r));
+    if (fabs(x - 1) < 1e-3) continue;  // hinge's kink: not differentiable there
+    double dc, dr, t1, t2;
+    ct_dpo_pair_loss(o, lp_c, lp_r, ref_c, ref_r, len_c, len_r, &dc, &dr);
+    double fd_c = (ct_dpo_pair_loss(o, lp_c + h, lp_r, ref_c, ref_r, len_c, len_r, &t1, &t2) -
+                   ct_dpo_pair_loss(o, lp_c - h, lp_r, ref_c, ref_r, len_c, len_r, &t1, &t2)) / (2 * h);
+    double fd_r = (ct_dpo_pair_loss(o, lp_c, lp_r + h, ref_c, ref_r, len_c, len_r, &t1, &t2) -
+                   ct_dpo_pair_loss(o, lp_c, lp_r - h, ref_c, ref_r, len_c, len_r, &t1, &t2)) / (2 * h);
+    double tol_c = 1e-6 * fmax(fabs(dc), 1e-2), tol_r = 1e-6 * fmax(fabs(dr), 1e-2);
+    checked++;
+    if (!(fabs(fd_c - dc) <= tol_c) || !(fabs(fd_r - dr) <= tol_r)) {
+      if (bad++ < 3)
+        fprintf(stderr, "  %s: lp_c %g lp_r %g ref_c %g ref_r %g |c| %d |r| %d: d_c %.10g fd %.10g, "
+                "d_r %.10g fd %.10g\n", what, lp_c, lp_r, ref_c, ref_r, len_c, len_r, dc, fd_c, dr, fd_r);
+    }
+  }
+  return bad == 0 && checked > 150;
+}
+
+static void test_gradients_match_finite_differences_for_every_loss_type(void) {
+  const char *names[] = {"sigmoid", "hinge", "ipo", "robust", "sft", "simpo"};
+  double betas[] = {0.1, 0.5, 2};
+  for (int type = CT_DPO_SIGMOID; type <= CT_DPO_SIMPO; type++)
+    for (int b = 0; b < 3; b++)
+      for (int s = 0; s < 2; s++) {
+        ct_dpo_loss o = one(type, betas[b], s ? 0.1 : 0);
+        char what[64];
+        snprintf(what, sizeof what, "%s beta %g eps %g", names[type], betas[b], s ? 0.1 : 0.0);
+        int ok = check_fd(&o, what);
+        if (!ok) fprintf(stderr, "  FD mismatch: %s\n", what);
+        CHECK(ok);
+      }
+}
+
+static void test_gradients_match_finite_differences_for_weighted_lists(void) {
+  ct_dpo_loss lists[] = {
+      {.n = 2, .type = {CT_DPO_SIGMOID, CT_DPO_IPO}, .weight = {0.3, 1.7}, .beta = 0.1},
+      {.n = 2, .type = {CT_DPO_HINGE, CT_DPO_ROBUST}, .weight = {0.3, 1.7}, .beta = 0.5, .label_smoothing = 0.1},
+      {.n = 2, .type = {CT_DPO_SIMPO, CT_DPO_SFT}, .weight = {0.3, 1.7}, .beta = 2, .simpo_gamma = 0.5},
+      {.n = 6,
+       .type = {CT_DPO_SIGMOID, CT_DPO_HINGE, CT_DPO_IPO, CT_DPO_ROBUST, CT_DPO_SFT, CT_DPO_SIMPO},
+       .weight = {0.3, 1.7, 0.3, 1.7, 0.3, 1.7},
+       .beta = 0.1,
+       .label_smoothing = 0.1,
+       .simpo_gamma = 0.5},
+  };
+  for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
+    char what[32];
+    snprintf(what, sizeof what, "list %zu", i);
+    CHECK(check_fd(&lists[i], what));
+  }
+}
+
+static void test_needs_reference_is_false_only_for_simpo_and_sft_lists(void) {
+  for (int type = CT_DPO_SIGMOID; type <= CT_DPO_SIMPO; type++) {
+    ct_dpo_loss o = one(type, 0.1, 0);
+    CHECK(ct_dpo_needs_reference(&o) == (type != CT_DPO_SIMPO && type != CT_DPO_SFT));
+  }
+  ct_dpo_loss o = {.n = 2, .type = {CT_DPO_SIMPO, CT_DPO_SFT}, .weight = {1, 1}};
+  CHECK(!ct_dpo_needs_reference(&o));
+  o.type[1] = CT_DPO_HINGE;
+  CHECK(ct_dpo_needs_reference(&o));
+  o = (ct_dpo_loss){.n = 2, .type = {CT_DPO_SFT, CT_DPO_SIGMOID}, .weight = {1, 1}};  // RPO
+  CHECK(ct_dpo_needs_reference(&o));
+}
+
+static void test_sft_weight_sums_sft_terms_and_is_zero_without_them(void) {
+  ct_dpo_loss o = {.n = 2, .type = {CT_DPO_SIGMOID, CT_DPO_SFT}, .weight = {1, 0.25}};
+  CHECK(ct_dpo_sft_weight(&o) == 0.25);
+  o.type[1] = CT_DPO_IPO;
+  CHECK(ct_dpo_sft_weight(&o) == 0);
+  o = (ct_dpo_loss){.n = 3, .type = {CT_DPO_SFT, CT_DPO_SIMPO, CT_DPO_SFT}, .weight = {0.5, 1, 0.75}};
+  CHECK(ct_dpo_sft_weight(&o) == 1.25);
+}
+
+int main(void) {
+  RUN(test_sigmoid_matches_minus_log_sigmoid_of_beta_delta);
+  RUN(test_sigmoid_with_label_smoothing_is_cdpo);
+  RUN(test_hinge_is_linear_below_its_kink_and_zero_above);
+  RUN(test_ipo_is_squared_length_averaged_margin);
+  RUN(test_robust_matches_its_formula_with_eps_0_1);
+  RUN(test_simpo_uses_mean_log_probs_gamma_and_no_reference);
+  RUN(test_sft_contributes_zero_per_pair);
+  RUN(test_weighted_list_sums_weighted_losses);
+  RUN(test_large_margins_stay_finite);
+  RUN(test_policy_equal_to_reference_gives_log2_and_half_beta_gradients);
+  RUN(test_gradients_match_finite_differences_for_every_loss_type);
+  RUN(test_gradients_match_finite_differences_for_weighted_lists);
+  RUN(test_needs_reference_is_false_only_for_simpo_and_sft_lists);
+  RUN(test_sft_weight_sums_sft_terms_and_is_zero_without_them);
+  return test_summary();
+}
