@@ -67,6 +67,12 @@ const char *const ct_model_type_names[] = {"llama", "qwen2", "qwen3", "mistral",
 const char *const ct_output_names[] = {"text", "json", NULL};
 const char *const ct_quantization_names[] = {"none", "int8", NULL};
 const char *const ct_truncate_names[] = {"error", "left", NULL};
+const char *const ct_loss_type_names[] = {"sigmoid", "hinge", "ipo", "robust", "sft", "simpo",
+                                          "grpo", "bnpo", "dr_grpo", "dapo", NULL};
+const char *const ct_grpo_loss_type_names[] = {"grpo", "bnpo", "dr_grpo", "dapo", NULL};
+const char *const ct_scale_rewards_names[] = {"group", "batch", "none", NULL};
+const char *const ct_reward_failure_names[] = {"error", "nan", NULL};
+const char *const ct_reward_func_names[] = {"accuracy", "format", "length", "remote", NULL};
 const char *const ct_dpo_loss_type_names[] = {"sigmoid", "hinge", "ipo", "robust",
                                               "sft", "simpo", NULL};
 
@@ -184,9 +190,11 @@ static const key_def KEYS[] = {
     {"ref_model_path", K_STR, DPO | GRPO, OFF(ref_model_path), "",
      .comment = "The frozen reference model's directory; empty = a copy of the starting "
                 "policy."},
-    {"loss_type", K_STR_LIST, DPO, OFF(loss_type), "sigmoid", .section = "DPO",
-     .choices = ct_dpo_loss_type_names,
-     .comment = "Preference losses, summed with loss_weights ([sigmoid, sft] is RPO)."},
+    {"loss_type", K_STR_LIST, DPO | GRPO, OFF(loss_type), "sigmoid", .section = "DPO",
+     .per_trainer = {NULL, "sigmoid", "dapo"}, .choices = ct_loss_type_names,
+     .comment = "DPO: preference losses (sigmoid, hinge, ipo, robust, sft, simpo), summed with "
+                "loss_weights ([sigmoid, sft] is RPO). GRPO: one of grpo, bnpo, dr_grpo, dapo "
+                "(how token losses are averaged)."},
     {"loss_weights", K_FLOAT_LIST, DPO, OFF(loss_weights), "[]", FROM(0),
      .comment = "Weight of each loss_type entry. Empty = 1 each."},
     {"label_smoothing", K_FLOAT, DPO, OFF(label_smoothing), "0.0", CLOPEN(0, 0.5),
@@ -203,6 +211,51 @@ static const key_def KEYS[] = {
     {"ref_model_sync_steps", K_INT, DPO | GRPO, OFF(ref_model_sync_steps), "512", FROM(1),
      .comment = "Optimizer steps between reference syncs."},
 
+    {"num_generations", K_INT, GRPO, OFF(num_generations), "8", IN(2, 4096), .section = "GRPO",
+     .comment = "Completions sampled per prompt; a prompt's completions form one group. The "
+                "completions of a step (per_device_train_batch_size x accumulation x ranks) "
+                "must be a multiple of it."},
+    {"num_iterations", K_INT, GRPO, OFF(num_iterations), "1", IN(1, 1024),
+     .comment = "Optimizer steps taken on each batch of rollouts (TRL's mu)."},
+    {"epsilon", K_FLOAT, GRPO, OFF(epsilon), "0.2", OPEN(0, 1),
+     .comment = "Lower clipping range of the probability ratio."},
+    {"epsilon_high", K_FLOAT, GRPO, OFF(epsilon_high), "0.0", CLOPEN(0, 10),
+     .comment = "Upper clipping range; 0 = epsilon (DAPO uses a larger one)."},
+    {"scale_rewards", K_ENUM, GRPO, OFF(scale_rewards), "group", .choices = ct_scale_rewards_names,
+     .comment = "Advantages divided by the group's reward std (group), the batch's (batch), "
+                "or not at all (none)."},
+    {"mask_truncated_completions", K_BOOL, GRPO, OFF(mask_truncated_completions), "false",
+     .comment = "Completions that never reached an end-of-turn token get no loss."},
+    {"reward_funcs", K_STR_LIST, GRPO, OFF(reward_funcs), "accuracy", .choices = ct_reward_func_names,
+     .comment = "Reward functions, summed with reward_weights."},
+    {"reward_weights", K_FLOAT_LIST, GRPO, OFF(reward_weights), "[]",
+     .comment = "Weight of each reward function. Empty = 1 each."},
+    {"answer_field", K_STR, GRPO, OFF(answer_field), "answer",
+     .comment = "accuracy and remote: the dataset field with the reference answer."},
+    {"answer_regex", K_STR, GRPO, OFF(answer_regex), "",
+     .comment = "accuracy: POSIX extended regex whose last match (its first group, if any) is "
+                "the completion's answer; empty = the whole completion."},
+    {"answer_numeric", K_BOOL, GRPO, OFF(answer_numeric), "false",
+     .comment = "accuracy: compare answers as numbers."},
+    {"format_regex", K_STR, GRPO, OFF(format_regex), "",
+     .comment = "format: reward 1 when this POSIX extended regex matches the completion."},
+    {"length_target", K_INT, GRPO, OFF(length_target), "0", FROM(0),
+     .comment = "length: reward -|characters - target| / target."},
+    {"reward_url", K_STR, GRPO, OFF(reward_url), "",
+     .comment = "remote: the reward server (POST {query, prompts, labels} -> {rewards})."},
+    {"reward_timeout", K_FLOAT, GRPO, OFF(reward_timeout), "30.0", ABOVE(0),
+     .comment = "remote: seconds a request may take."},
+    {"reward_connect_timeout", K_FLOAT, GRPO, OFF(reward_connect_timeout), "5.0", ABOVE(0),
+     .comment = "remote: seconds to connect."},
+    {"reward_retries", K_INT, GRPO, OFF(reward_retries), "3", IN(0, 100),
+     .comment = "remote: attempts after the first, waiting reward_backoff seconds, doubling."},
+    {"reward_backoff", K_FLOAT, GRPO, OFF(reward_backoff), "0.5", FROM(0),
+     .comment = "remote: first wait between attempts."},
+    {"reward_failure", K_ENUM, GRPO, OFF(reward_failure), "error", .choices = ct_reward_failure_names,
+     .comment = "remote: after the last retry, stop the run (error) or give those "
+                "completions NaN rewards (nan; they are left out)."},
+    {"reward_batch", K_INT, GRPO, OFF(reward_batch), "0", FROM(0),
+     .comment = "remote: completions per request; 0 = all of a step's."},
     {"prompt", K_STR, SAMPLER, OFF(prompt), "", .section = "Sampler (bin/sampler)",
      .comment = "generate: one text prompt (streamed to stdout)."},
     {"prompts_path", K_STR, SAMPLER, OFF(prompts_path), "",
@@ -240,16 +293,16 @@ static const key_def KEYS[] = {
                 "model saved that way loads as int8 directly)."},
     {"save_quantized", K_STR, SAMPLER, OFF(save_quantized), "",
      .comment = "With quantization=int8: also write the int8 model to this directory."},
-    {"decode_slots", K_INT, SAMPLER, OFF(decode_slots), "16", IN(1, 4096),
+    {"decode_slots", K_INT, GRPO | SAMPLER, OFF(decode_slots), "16", IN(1, 4096),
      .comment = "Sequences decoded together (continuous batching)."},
     {"max_prefill_length", K_INT, SAMPLER, OFF(max_prefill_length), "1024", IN(1, 1048576),
      .comment = "Longest prompt, in tokens; also the tokens one packed prefill pass holds."},
     {"max_target_length", K_INT, SAMPLER, OFF(max_target_length), "2048", IN(2, 1048576),
      .comment = "KV-cache positions per slot: prompt + completion."},
-    {"truncate_prompt", K_ENUM, SAMPLER, OFF(truncate_prompt), "error",
+    {"truncate_prompt", K_ENUM, GRPO | SAMPLER, OFF(truncate_prompt), "error",
      .choices = ct_truncate_names,
-     .comment = "A prompt longer than max_prefill_length: error, or keep its last tokens "
-                "(left)."},
+     .comment = "A prompt longer than max_prefill_length (GRPO: max_prompt_length): error, or "
+                "keep its last tokens (left)."},
     {"model.model_type", K_ENUM, ALL, OFF(model.model_type), "llama",
      .choices = ct_model_type_names,
      .section = "Model (used when model_path is empty; Hugging Face config.json names)",

@@ -43,6 +43,14 @@ enum { CT_QUANT_NONE, CT_QUANT_INT8 };
 extern const char *const ct_quantization_names[];
 enum { CT_TRUNCATE_ERROR, CT_TRUNCATE_LEFT };
 extern const char *const ct_truncate_names[];
+enum { CT_SCALE_GROUP, CT_SCALE_BATCH, CT_SCALE_NONE };
+extern const char *const ct_scale_rewards_names[];
+enum { CT_REWARD_FAIL_ERROR, CT_REWARD_FAIL_NAN };
+extern const char *const ct_reward_failure_names[];
+extern const char *const ct_reward_func_names[];
+// loss_type accepts the union; each trainer checks its own list.
+extern const char *const ct_loss_type_names[];
+extern const char *const ct_grpo_loss_type_names[];
 // Choices for each item of the DPO `loss_type` list.
 extern const char *const ct_dpo_loss_type_names[];
 
@@ -139,6 +147,28 @@ typedef struct {
   int64_t num_vocab_tiling;
   double z_loss_multiplier;
   int64_t num_threads;  // 0 = all cores, divided among local MPI ranks
+
+  // GRPO
+  int64_t num_generations;
+  int64_t num_iterations;
+  double epsilon;
+  double epsilon_high;
+  int scale_rewards;  // CT_SCALE_*
+  int mask_truncated_completions;
+  ct_str_list reward_funcs;
+  ct_float_list reward_weights;
+  char *answer_field;
+  char *answer_regex;
+  int answer_numeric;
+  char *format_regex;
+  int64_t length_target;
+  char *reward_url;
+  double reward_timeout;
+  double reward_connect_timeout;
+  int64_t reward_retries;
+  double reward_backoff;
+  int reward_failure;  // CT_REWARD_FAIL_*
+  int64_t reward_batch;
 
   // sampling (GRPO and bin/sampler)
   double temperature;

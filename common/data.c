@@ -548,3 +548,19 @@ void ct_batch_fill(ct_batch *b, const ct_dataset *ds, const int *seqs, int n, in
     }
   }
 }
+
+void ct_batch_row(ct_batch *b, int row, const int *prompt, int np, const int *comp, int nc,
+                  int pad_id) {
+  int T = b->T, *ids = b->ids + (long)row * T, *pos = b->pos + (long)row * T;
+  int *seg = b->seg + (long)row * T, *tgt = b->target + (long)row * T, n = np + nc;
+  if (np) memcpy(ids, prompt, sizeof(int) * np);
+  if (nc) memcpy(ids + np, comp, sizeof(int) * nc);
+  for (int t = 0; t < T; t++) {
+    if (t >= n) ids[t] = pad_id;
+    pos[t] = t;
+    seg[t] = t < n ? 0 : t;
+    tgt[t] = (t + 1 < n && t + 1 >= np) ? ids[t + 1] : -1;  // predicts a completion token
+    b->n_target += tgt[t] >= 0;
+  }
+  b->n_tokens += n;
+}

@@ -73,3 +73,9 @@ int ct_batch_init(ct_batch *b, int cap_B, int cap_T);
 void ct_batch_free(ct_batch *b);
 // Fills b with the given sequences (n <= cap_B), T = the longest of them.
 void ct_batch_fill(ct_batch *b, const ct_dataset *ds, const int *seqs, int n, int pad_id);
+
+// Row `row` of b (b->T already set, >= np + nc) = prompt then completion, padded; targets
+// on the completion's tokens only (position t predicts token t + 1). Adds to n_target and
+// n_tokens. For prompt/completion batches built outside a dataset (DPO pairs, rollouts).
+void ct_batch_row(ct_batch *b, int row, const int *prompt, int np, const int *comp, int nc,
+                  int pad_id);

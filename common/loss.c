@@ -18,6 +18,7 @@ int ct_head_init(ct_head *h, int cap_rows, int V, int C, int ntiles) {
   h->C = C;
   h->ntiles = ntiles;
   h->tile = (V + ntiles - 1) / ntiles;
+  h->inv_temp = 1.0f;
   long cap = cap_rows;
   h->rows = malloc(sizeof(int) * cap);
   h->target = malloc(sizeof(int) * cap);
@@ -55,7 +56,11 @@ int ct_head_gather(ct_head *h, const float *hidden, const int *target, int N) {
     if (target[t] >= 0) {
       h->rows[n] = t;
       h->target[n] = target[t];
-      memcpy(h->hc + (long)n * h->C, hidden + (long)t * h->C, sizeof(float) * h->C);
+      // logits / T = (hidden / T) · Wᵀ: scaling the row scales the logits
+      const float *src = hidden + (long)t * h->C;
+      float *dst = h->hc + (long)n * h->C;
+      if (h->inv_temp == 1.0f) memcpy(dst, src, sizeof(float) * h->C);
+      else for (int c = 0; c < h->C; c++) dst[c] = src[c] * h->inv_temp;
       n++;
     }
   h->n = n;
@@ -167,6 +172,10 @@ void ct_head_backward(ct_head *h, const float *W, float *dW, float *d_hidden, in
     ct_sgemm('T', 'N', nv, h->C, n, 1, h->logits, nv, h->hc, h->C, 1, dW + (long)v0 * h->C, h->C);
   }
   memset(d_hidden, 0, sizeof(float) * N * h->C);
-  for (int r = 0; r < n; r++)
-    memcpy(d_hidden + (long)h->rows[r] * h->C, h->dhc + (long)r * h->C, sizeof(float) * h->C);
+  for (int r = 0; r < n; r++) {
+    float *dst = d_hidden + (long)h->rows[r] * h->C;
+    const float *src = h->dhc + (long)r * h->C;
+    if (h->inv_temp == 1.0f) memcpy(dst, src, sizeof(float) * h->C);
+    else for (int c = 0; c < h->C; c++) dst[c] = src[c] * h->inv_temp;
+  }
 }

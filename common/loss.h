@@ -11,6 +11,7 @@
 
 typedef struct {
   int cap, V, C, ntiles, tile;  // tile = V columns per chunk (last may be shorter)
+  float inv_temp;                // logits are divided by the sampling temperature (GRPO): 1/T
   int n;                         // rows gathered for the current batch
   int *rows;                     // (cap) token index in the batch of each gathered row
   int *target;                   // (cap) target token id

@@ -252,22 +252,6 @@ int ct_pref_max_len(const ct_pref_dataset *ds) {
   return m;
 }
 
-// One row: prompt then completion, targets on the completion's tokens.
-static void fill_row(ct_batch *b, int row, const int *prompt, int np, const int *comp, int nc,
-                     int pad_id) {
-  int T = b->T, *ids = b->ids + (long)row * T, *pos = b->pos + (long)row * T;
-  int *seg = b->seg + (long)row * T, *tgt = b->target + (long)row * T, n = np + nc;
-  memcpy(ids, prompt, sizeof(int) * np);
-  memcpy(ids + np, comp, sizeof(int) * nc);
-  for (int t = 0; t < T; t++) {
-    if (t >= n) ids[t] = pad_id;
-    pos[t] = t;
-    seg[t] = t < n ? 0 : t;
-    tgt[t] = (t + 1 < n && t + 1 >= np) ? ids[t + 1] : -1;  // predicts a completion token
-    b->n_target += tgt[t] >= 0;
-  }
-  b->n_tokens += n;
-}
 
 void ct_pref_batch(ct_batch *b, const ct_pref_dataset *ds, const int *pairs, int n, int pad_id) {
   int T = 1;
@@ -283,7 +267,7 @@ void ct_pref_batch(ct_batch *b, const ct_pref_dataset *ds, const int *pairs, int
     int k = pairs[i];
     const int *p = ds->ids + ds->start[k], *c = p + ds->p_len[k], *r = c + ds->c_len[k];
     b->row_seq[i] = b->row_seq[n + i] = k;
-    fill_row(b, i, p, ds->p_len[k], c, ds->c_len[k], pad_id);
-    fill_row(b, n + i, p, ds->p_len[k], r, ds->r_len[k], pad_id);
+    ct_batch_row(b, i, p, ds->p_len[k], c, ds->c_len[k], pad_id);
+    ct_batch_row(b, n + i, p, ds->p_len[k], r, ds->r_len[k], pad_id);
   }
 }

@@ -21,6 +21,7 @@
 #include "generate.h"
 #include "matmul.h"
 #include "pool.h"
+#include "prompts.h"
 #include "tokenizer.h"
 #include "unicode.h"
 #include "weights.h"
@@ -77,55 +78,15 @@ typedef struct {
   uint64_t seed;
 } prompt_t;
 
-// One prompt's tokens from a text, a message list or a list of ids.
+// One prompt's tokens (common/prompts.h) and its optional "seed".
 static int prompt_tokens(const setup_t *s, const json_t *row, const char *where, prompt_t *p) {
-  const json_t *text = json_object_get(row, "prompt"), *msgs = json_object_get(row, "messages");
-  const json_t *ids = json_object_get(row, "prompt_input_ids");
-  int bos = ct_tokenizer_bos(s->tok), rc = 0;
-  if (json_is_string(text)) {
-    if (ct_tokenizer_add_bos(s->tok) && bos >= 0) rc = ct_ids_push(&p->ids, bos);
-    const char *t = json_string_value(text);
-    if (!rc) rc = ct_tokenizer_encode(s->tok, t, strlen(t), true, &p->ids);
-  } else if (json_is_array(msgs)) {
-    char *t;
-    rc = ct_tokenizer_chat(s->tok, msgs, s->cfg->add_generation_prompt, &t);
-    if (rc) return ct_wrap_error(rc, "%s: key 'messages'", where);
-    rc = ct_tokenizer_encode(s->tok, t, strlen(t), true, &p->ids);
-    if (!rc && ct_tokenizer_add_bos(s->tok) && bos >= 0 && (p->ids.n == 0 || p->ids.v[0] != bos)) {
-      rc = ct_ids_push(&p->ids, 0);  // one BOS, first
-      if (!rc) {
-        memmove(p->ids.v + 1, p->ids.v, sizeof(int) * (p->ids.n - 1));
-        p->ids.v[0] = bos;
-      }
-    }
-    free(t);
-  } else if (json_is_array(ids)) {
-    size_t i;
-    json_t *v;
-    json_array_foreach(ids, i, v) {
-      json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
-      if (id < 0 || id >= s->w.cfg.vocab_size)
-        return ct_set_error(CT_EFORMAT, "%s: key 'prompt_input_ids'[%zu]: expected a token id in [0, %d)",
-                            where, i, s->w.cfg.vocab_size);
-      if ((rc = ct_ids_push(&p->ids, (int)id))) return rc;
-    }
-  } else {
-    return ct_set_error(CT_EFORMAT, "%s: expected 'prompt' (a string), 'messages' (a list) or "
-                        "'prompt_input_ids'", where);
-  }
+  ct_prompt_opts o = {s->cfg->add_generation_prompt, (int)s->cfg->max_prefill_length,
+                      s->cfg->truncate_prompt == CT_TRUNCATE_LEFT, "max_prefill_length"};
+  int rc = ct_prompt_tokens(s->tok, row, where, &o, &p->ids);
   if (rc) return rc;
-  if (p->ids.n == 0) return ct_set_error(CT_EFORMAT, "%s: the prompt is empty", where);
   json_t *seed = json_object_get(row, "seed");
   if (seed && !json_is_integer(seed)) return ct_set_error(CT_EFORMAT, "%s: key 'seed': expected an integer", where);
   if (seed) p->seed = (uint64_t)json_integer_value(seed);
-  int max = (int)s->cfg->max_prefill_length;
-  if (p->ids.n > max) {
-    if (s->cfg->truncate_prompt != CT_TRUNCATE_LEFT)
-      return ct_set_error(CT_EINVAL, "%s: the prompt has %d tokens, more than max_prefill_length %d "
-                          "(raise it, or set truncate_prompt=left)", where, p->ids.n, max);
-    memmove(p->ids.v, p->ids.v + p->ids.n - max, sizeof(int) * max);
-    p->ids.n = max;
-  }
   return 0;
 }
 

@@ -467,7 +467,7 @@ static void test_key_for_another_trainer_is_rejected(void) {
   CHECK_ERR(load_text(CT_TRAINER_DPO, "seed: 1\npacking: true\n"), at(2),
             "key 'packing' does not apply to dpo (only to sft, distill)");
   CHECK_ERR(set_one(CT_TRAINER_SFT, "loss_type", "sigmoid"),
-            "command line: key 'loss_type' does not apply to sft (only to dpo)");
+            "command line: key 'loss_type' does not apply to sft (only to dpo, grpo)");
   CHECK_OK(set_one(CT_TRAINER_DISTILL, "packing", "true"));
 }
 
@@ -780,7 +780,8 @@ static void test_base_yml_loads_for_every_trainer_without_changing_its_defaults(
 
 // Every trainer's yml resolves to its built-in defaults: the files cannot drift.
 static void test_trainer_ymls_equal_the_built_in_defaults(void) {
-  struct { const char *path; ct_trainer_kind t; } ymls[] = {{"configs/dpo.yml", CT_TRAINER_DPO}};
+  struct { const char *path; ct_trainer_kind t; } ymls[] = {{"configs/dpo.yml", CT_TRAINER_DPO},
+                                                            {"configs/grpo.yml", CT_TRAINER_GRPO}};
   for (size_t i = 0; i < sizeof ymls / sizeof ymls[0]; i++) {
     ct_config c, d;
     CHECK_OK(ct_config_init(&c, ymls[i].t));

@@ -1,0 +1,70 @@
+#include "grpo/advantage.h"
+
+#include <math.h>
+#include <stdbool.h>
+
+#include "config.h"
+
+void ct_grpo_total_rewards(const double *R, int n, int K, const double *w, double *r) {
+  for (int i = 0; i < n; i++) {
+    double s = 0;
+    for (int k = 0; k < K; k++) {
+      double v = R[(long)i * K + k];
+      if (v == v) s += (w ? w[k] : 1.0) * v;  // NaN: left out
+    }
+    r[i] = s;
+  }
+}
+
+int ct_grpo_advantages(const double *r, int groups, int G, int scale, double batch_std, double *adv) {
+  int zero = 0;
+  for (int g = 0; g < groups; g++) {
+    const double *x = r + (long)g * G;
+    double mean = 0, var = 0;
+    for (int i = 0; i < G; i++) mean += x[i];
+    mean /= G;
+    for (int i = 0; i < G; i++) var += (x[i] - mean) * (x[i] - mean);
+    double std = G > 1 ? sqrt(var / (G - 1)) : 0;
+    bool same = true;
+    for (int i = 1; i < G; i++) same &= x[i] == x[0];
+    zero += same;
+    double div = scale == CT_SCALE_GROUP ? std + 1e-4 : scale == CT_SCALE_BATCH ? batch_std + 1e-4 : 1.0;
+    for (int i = 0; i < G; i++) adv[(long)g * G + i] = same ? 0.0 : (x[i] - mean) / div;
+  }
+  return zero;
+}
+
+double ct_grpo_token_loss(const ct_grpo_clip *c, double lp, double old, double ref, double A,
+                          double *d, ct_grpo_token_info *info) {
+  double rho = exp(lp - old);
+  double lo = 1 - c->eps_low, hi = 1 + c->eps_high;
+  double clipped = rho < lo ? lo : rho > hi ? hi : rho;
+  double u = rho * A, v = clipped * A, loss;
+  info->clipped_low = rho < lo && A < 0;
+  info->clipped_high = rho > hi && A > 0;
+  if (u <= v) {  // the unclipped term is the smaller: it carries the gradient
+    loss = -u;
+    *d = -A * rho;
+  } else {
+    loss = -v;
+    *d = 0;
+  }
+  info->kl = 0;
+  if (c->beta > 0) {
+    double t = ref - lp, e = exp(t);
+    info->kl = e - t - 1;
+    loss += c->beta * info->kl;
+    *d += c->beta * (1 - e);  // d/dlp of e^(ref−lp) − (ref−lp) − 1
+  }
+  return loss;
+}
+
+double ct_grpo_token_weight(int agg, const ct_grpo_counts *c, int seq_len, double micro_tokens,
+                            int max_completion_length) {
+  switch (agg) {
+    case CT_GRPO_AGG_GRPO: return 1.0 / (c->sequences * seq_len);
+    case CT_GRPO_AGG_BNPO: return 1.0 / (c->micro_batches * micro_tokens);
+    case CT_GRPO_AGG_DR_GRPO: return 1.0 / (c->sequences * (double)max_completion_length);
+    default: return 1.0 / c->tokens;
+  }
+}

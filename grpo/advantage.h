@@ -1,0 +1,47 @@
+// grpo/advantage: group-relative advantages and the clipped-surrogate token loss.
+//
+//   r = Σ_k w_k·R_k (a NaN reward counts 0, as TRL's nansum), per group of G completions:
+//   A = (r − mean_group) / (std + 1e-4), std Bessel-corrected, of the group
+//   (scale group) or of the whole batch (scale batch); scale none: A = r − mean_group.
+//   A group whose rewards are all equal gets A = 0 exactly.
+//
+//   token loss ℓ_t = −min(ρ_t·A, clip(ρ_t, 1−ε_low, 1+ε_high)·A) + β·kl_t,
+//   ρ_t = exp(lp_t − old_t), kl_t = exp(ref_t − lp_t) − (ref_t − lp_t) − 1.
+#pragma once
+
+// Weighted sums of per-function rewards R (n, K) into r (n).
+void ct_grpo_total_rewards(const double *R, int n, int K, const double *w, double *r);
+
+// Advantages for n = groups·G rewards in group order. batch_std is the std of every
+// reward of the step (all ranks), used when scale == batch. Returns the number of
+// groups whose rewards are all equal.
+int ct_grpo_advantages(const double *r, int groups, int G, int scale, double batch_std, double *adv);
+
+typedef struct {
+  double eps_low, eps_high, beta;
+} ct_grpo_clip;
+
+typedef struct {
+  double kl;            // kl_t (0 when beta is 0 and no reference is given)
+  int clipped_low;      // ρ < 1 − ε_low with A < 0: the clip holds the ratio
+  int clipped_high;     // ρ > 1 + ε_high with A > 0
+} ct_grpo_token_info;
+
+// How token losses are averaged into the step's loss (loss_type), as a weight per token:
+//   grpo     mean over sequences of each sequence's token mean: 1 / (sequences · its length)
+//   bnpo     token mean of each micro-batch, averaged over micro-batches:
+//            1 / (micro-batches · tokens in this micro-batch)
+//   dr_grpo  token sum / (sequences · max_completion_length)
+//   dapo     token sum / tokens of the whole step
+// Counts are of the whole optimizer step (all micro-batches, all ranks) and leave out
+// masked completions, whose tokens get no weight.
+enum { CT_GRPO_AGG_GRPO, CT_GRPO_AGG_BNPO, CT_GRPO_AGG_DR_GRPO, CT_GRPO_AGG_DAPO };
+typedef struct {
+  double tokens, sequences, micro_batches;
+} ct_grpo_counts;
+double ct_grpo_token_weight(int agg, const ct_grpo_counts *c, int seq_len, double micro_tokens,
+                            int max_completion_length);
+
+// ℓ_t, and *d = dℓ_t / d lp_t. ref is ignored when beta is 0.
+double ct_grpo_token_loss(const ct_grpo_clip *c, double lp, double old, double ref, double A,
+                          double *d, ct_grpo_token_info *info);

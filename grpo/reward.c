@@ -1,0 +1,525 @@
+// grpo/reward: the built-in reward functions (accuracy, format, length) and the remote
+// reward client (OpenRLHF's JSON protocol over HTTP, via one reused libcurl handle).
+#include "reward.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "error.h"
+#include "unicode.h"
+
+#define REPLY_MAX (16L << 20)  // bytes: a reward reply larger than this is malformed
+
+struct ct_reward {
+  int kind;
+  char *answer_field;  // accuracy and remote (labels)
+  bool numeric;
+  bool has_re;
+  regex_t re;          // accuracy: answer_regex; format: format_regex
+  int target_length;
+  // remote
+  char *url;
+  long connect_ms, timeout_ms;
+  int retries, batch;
+  double backoff_s;
+  bool failure_nan;
+  CURL *curl;
+  struct curl_slist *headers;
+  char curl_err[CURL_ERROR_SIZE];
+  char *reply;         // the current reply body, NUL-terminated
+  size_t reply_len, reply_cap;
+  bool reply_too_big;
+  long failed_batches;
+  char last_failure[512];
+};
+
+static const char *const KIND_NAMES[] = {"accuracy", "format", "length", "remote"};
+
+int ct_reward_kind(const char *name, int *kind) {
+  for (int k = 0; k < (int)(sizeof KIND_NAMES / sizeof *KIND_NAMES); k++)
+    if (name && !strcmp(name, KIND_NAMES[k])) {
+      *kind = k;
+      return 0;
+    }
+  return ct_set_error(CT_ECONFIG,
+                      "reward function \"%s\" does not exist; choose accuracy, format, "
+                      "length or remote", name ? name : "(null)");
+}
+
+const char *ct_reward_name(const ct_reward *r) { return KIND_NAMES[r->kind]; }
+
+long ct_reward_failed_batches(const ct_reward *r) { return r->failed_batches; }
+
+const char *ct_reward_last_failure(const ct_reward *r) { return r->last_failure; }
+
+// ---------------------------------------------------------------------------------------
+// set-up
+
+static int compile(ct_reward *r, const char *option, const char *pattern) {
+  int rc = regcomp(&r->re, pattern, REG_EXTENDED);
+  if (rc) {
+    char why[256];
+    regerror(rc, &r->re, why, sizeof why);
+    return ct_set_error(CT_ECONFIG, "%s: cannot compile \"%s\": %s", option, pattern, why);
+  }
+  r->has_re = true;
+  return 0;
+}
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_global_rc;
+static void curl_global(void) { curl_global_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+static size_t on_reply(char *data, size_t size, size_t nmemb, void *user) {
+  ct_reward *r = user;
+  size_t n = size * nmemb;
+  if (r->reply_len + n + 1 > r->reply_cap) {
+    if (r->reply_len + n + 1 > (size_t)REPLY_MAX) {
+      r->reply_too_big = true;
+      return 0;  // makes curl fail the transfer with CURLE_WRITE_ERROR
+    }
+    size_t cap = r->reply_cap ? r->reply_cap : 4096;
+    while (cap < r->reply_len + n + 1) cap *= 2;
+    char *p = realloc(r->reply, cap);
+    if (!p) return 0;
+    r->reply = p;
+    r->reply_cap = cap;
+  }
+  memcpy(r->reply + r->reply_len, data, n);
+  r->reply_len += n;
+  r->reply[r->reply_len] = 0;
+  return n;
+}
+
+// Seconds → curl milliseconds, at least 1 (0 would mean "no limit").
+static long to_ms(double s) {
+  double ms = ceil(s * 1000.0);
+  return ms < 1 ? 1 : ms > 1e9 ? 1000000000L : (long)ms;
+}
+
+static int init_remote(ct_reward *r, const ct_reward_opts *o) {
+  if (!o->url || (strncmp(o->url, "http://", 7) && strncmp(o->url, "https://", 8)))
+    return ct_set_error(CT_ECONFIG, "reward_url: \"%s\" is not an http:// or https:// URL",
+                        o->url ? o->url : "");
+  if (!(o->connect_timeout_s > 0))
+    return ct_set_error(CT_ECONFIG, "reward_connect_timeout must be > 0 seconds (got %g)",
+                        o->connect_timeout_s);
+  if (!(o->timeout_s > 0))
+    return ct_set_error(CT_ECONFIG, "reward_timeout must be > 0 seconds (got %g)",
+                        o->timeout_s);
+  if (o->retries < 0)
+    return ct_set_error(CT_ECONFIG, "reward_retries must be >= 0 (got %d)", o->retries);
+  if (!(o->backoff_s >= 0) || isinf(o->backoff_s))
+    return ct_set_error(CT_ECONFIG, "reward_backoff must be >= 0 seconds (got %g)",
+                        o->backoff_s);
+  CURLU *u = curl_url();
+  CURLUcode uc = u ? curl_url_set(u, CURLUPART_URL, o->url, 0) : CURLUE_OUT_OF_MEMORY;
+  curl_url_cleanup(u);
+  if (uc != CURLUE_OK)
+    return ct_set_error(CT_ECONFIG, "reward_url: \"%s\" is not a valid URL (%s)", o->url,
+                        uc == CURLUE_OUT_OF_MEMORY ? "out of memory" : "libcurl cannot parse it");
+  if (!(r->url = strdup(o->url))) return ct_set_error(CT_ENOMEM, "out of memory");
+  r->connect_ms = to_ms(o->connect_timeout_s);
+  r->timeout_ms = to_ms(o->timeout_s);
+  r->retries = o->retries;
+  r->backoff_s = o->backoff_s;
+  r->failure_nan = o->failure_nan;
+  r->batch = o->batch;
+
+  pthread_once(&curl_once, curl_global);
+  if (curl_global_rc != CURLE_OK)
+    return ct_set_error(CT_EIO, "remote reward: libcurl failed to initialize: %s",
+                        curl_easy_strerror(curl_global_rc));
+  if (!(r->curl = curl_easy_init()))
+    return ct_set_error(CT_EIO, "remote reward: libcurl failed to create a handle");
+  // "Expect:" stops curl from waiting up to a second for "100 Continue" on large bodies
+  struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+  if (h) r->headers = h;
+  if (!h || !(h = curl_slist_append(r->headers, "Expect:")))
+    return ct_set_error(CT_ENOMEM, "out of memory");
+  CURL *c = r->curl;
+  int bad = 0;
+  bad |= curl_easy_setopt(c, CURLOPT_URL, r->url) != CURLE_OK;
+  bad |= curl_easy_setopt(c, CURLOPT_HTTPHEADER, r->headers) != CURLE_OK;
+  bad |= curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L) != CURLE_OK;  // timeouts without SIGALRM
+  bad |= curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, r->connect_ms) != CURLE_OK;
+  bad |= curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, r->timeout_ms) != CURLE_OK;
+  bad |= curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_reply) != CURLE_OK;
+  bad |= curl_easy_setopt(c, CURLOPT_WRITEDATA, r) != CURLE_OK;
+  bad |= curl_easy_setopt(c, CURLOPT_ERRORBUFFER, r->curl_err) != CURLE_OK;
+#if LIBCURL_VERSION_NUM >= 0x075500
+  bad |= curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK;
+#else
+  bad |= curl_easy_setopt(c, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS)) !=
+         CURLE_OK;
+#endif
+  if (bad) return ct_set_error(CT_EIO, "remote reward %s: libcurl rejected an option", r->url);
+  return 0;
+}
+
+int ct_reward_init(ct_reward **out, int kind, const ct_reward_opts *o) {
+  *out = NULL;
+  if (kind < CT_REWARD_ACCURACY || kind > CT_REWARD_REMOTE)
+    return ct_set_error(CT_EINVAL, "reward: unknown kind %d", kind);
+  if (!o) return ct_set_error(CT_EINVAL, "reward: no options");
+  ct_reward *r = calloc(1, sizeof *r);
+  if (!r) return ct_set_error(CT_ENOMEM, "out of memory");
+  r->kind = kind;
+  r->numeric = o->numeric;
+  r->answer_field = strdup(o->answer_field && *o->answer_field ? o->answer_field : "answer");
+  int rc = r->answer_field ? 0 : ct_set_error(CT_ENOMEM, "out of memory");
+  if (!rc && kind == CT_REWARD_ACCURACY && o->answer_regex && *o->answer_regex)
+    rc = compile(r, "answer_regex (accuracy reward)", o->answer_regex);
+  if (!rc && kind == CT_REWARD_FORMAT) {
+    if (!o->format_regex || !*o->format_regex)
+      rc = ct_set_error(CT_ECONFIG, "format_regex: the format reward needs a regex");
+    else
+      rc = compile(r, "format_regex", o->format_regex);
+  }
+  if (!rc && kind == CT_REWARD_LENGTH) {
+    if (o->target_length <= 0)
+      rc = ct_set_error(CT_ECONFIG, "length_target must be > 0 (got %d)", o->target_length);
+    r->target_length = o->target_length;
+  }
+  if (!rc && kind == CT_REWARD_REMOTE) rc = init_remote(r, o);
+  if (rc) {
+    ct_reward_free(r);
+    return rc;
+  }
+  *out = r;
+  return 0;
+}
+
+void ct_reward_free(ct_reward *r) {
+  if (!r) return;
+  if (r->has_re) regfree(&r->re);
+  if (r->curl) curl_easy_cleanup(r->curl);
+  curl_slist_free_all(r->headers);
+  free(r->reply);
+  free(r->url);
+  free(r->answer_field);
+  free(r);
+}
+
+// ---------------------------------------------------------------------------------------
+// built-in rewards
+
+static bool is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+// [*s, *s + *n) without surrounding whitespace.
+static void trim(const char **s, size_t *n) {
+  while (*n && is_space(**s)) (*s)++, (*n)--;
+  while (*n && is_space((*s)[*n - 1])) (*n)--;
+}
+
+// The row's answer as text into buf (a number becomes its shortest round-trip text);
+// false when the field is missing or neither a string nor a number.
+static bool answer_text(const json_t *row, const char *field, char *buf, size_t cap,
+                        const char **s) {
+  const json_t *v = json_is_object(row) ? json_object_get(row, field) : NULL;
+  if (json_is_string(v)) {
+    *s = json_string_value(v);
+    return true;
+  }
+  if (json_is_integer(v)) {
+    snprintf(buf, cap, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+  } else if (json_is_real(v)) {
+    double x = json_real_value(v);
+    for (int prec = 15; prec <= 17; prec++) {
+      snprintf(buf, cap, "%.*g", prec, x);
+      if (strtod(buf, NULL) == x) break;
+    }
+  } else {
+    return false;
+  }
+  *s = buf;
+  return true;
+}
+
+// Parses [s, s + n) as a number after removing thousands separators; false unless the
+// whole (trimmed) text is one finite number.
+static bool parse_number(const char *s, size_t n, double *x) {
+  trim(&s, &n);
+  char buf[128];
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == ',') continue;
+    if (k + 1 >= sizeof buf) return false;
+    buf[k++] = s[i];
+  }
+  buf[k] = 0;
+  if (!k) return false;
+  char *end;
+  *x = strtod(buf, &end);
+  return *end == 0 && isfinite(*x);
+}
+
+// The completion's answer: the last match of the regex (its first group if it has one),
+// or the whole completion; false when the regex does not match.
+static bool extract(const ct_reward *r, const char *c, const char **s, size_t *n) {
+  if (!r->has_re) {
+    *s = c;
+    *n = strlen(c);
+    return true;
+  }
+  size_t len = strlen(c), off = 0;
+  bool found = false;
+  regmatch_t m[2];
+  while (off <= len) {
+#ifdef REG_STARTEND
+    // matching inside the whole string keeps ^ and word boundaries right at `off`
+    m[0].rm_so = (regoff_t)off;
+    m[0].rm_eo = (regoff_t)len;
+    if (regexec(&r->re, c, 2, m, REG_STARTEND)) break;
+#else
+    if (regexec(&r->re, c + off, 2, m, off ? REG_NOTBOL : 0)) break;
+    for (int g = 0; g < 2; g++)
+      if (m[g].rm_so >= 0) m[g].rm_so += (regoff_t)off, m[g].rm_eo += (regoff_t)off;
+#endif
+    int g = r->re.re_nsub >= 1 ? 1 : 0;
+    if (m[g].rm_so >= 0) {
+      *s = c + m[g].rm_so;
+      *n = (size_t)(m[g].rm_eo - m[g].rm_so);
+    } else {  // the group did not take part in the match
+      *s = c + m[0].rm_eo;
+      *n = 0;
+    }
+    found = true;
+    // an empty match would match again at the same place: step past it
+    off = (size_t)m[0].rm_eo > off ? (size_t)m[0].rm_eo : off + 1;
+  }
+  return found;
+}
+
+static double accuracy(const ct_reward *r, const ct_reward_item *it) {
+  char buf[64];
+  const char *want;
+  if (!answer_text(it->row, r->answer_field, buf, sizeof buf, &want)) return NAN;
+  size_t want_n = strlen(want);
+  double b = 0;
+  if (r->numeric && !parse_number(want, want_n, &b)) return NAN;
+  if (!it->completion) return NAN;
+  const char *got;
+  size_t got_n;
+  if (!extract(r, it->completion, &got, &got_n)) return 0;
+  if (r->numeric) {
+    double a;
+    return parse_number(got, got_n, &a) && fabs(a - b) <= 1e-6 * fmax(1.0, fabs(b)) ? 1 : 0;
+  }
+  trim(&got, &got_n);
+  trim(&want, &want_n);
+  return got_n == want_n && !memcmp(got, want, got_n) ? 1 : 0;
+}
+
+static double format(const ct_reward *r, const ct_reward_item *it) {
+  if (!it->completion) return NAN;
+  return regexec(&r->re, it->completion, 0, NULL, 0) == 0 ? 1 : 0;
+}
+
+static double length(const ct_reward *r, const ct_reward_item *it) {
+  if (!it->completion) return NAN;
+  double len = (double)strlen(it->completion), t = r->target_length;
+  return -fabs(len - t) / t;
+}
+
+// ---------------------------------------------------------------------------------------
+// remote reward
+
+// a + b as a JSON string; bytes that are not valid UTF-8 (a completion cut inside a
+// character) become U+FFFD, so that every completion reaches the server.
+static json_t *json_text(const char *a, const char *b) {
+  size_t na = strlen(a), nb = strlen(b), n = na + nb, k = 0;
+  char *s = malloc(3 * n + 1);  // each invalid byte grows to 3
+  if (!s) return NULL;
+  for (int part = 0; part < 2; part++) {
+    const char *t = part ? b : a;
+    size_t nt = part ? nb : na;
+    for (size_t i = 0; i < nt;) {
+      size_t from = i;
+      if (ct_utf8_next(t, nt, &i) == CT_UC_INVALID) {
+        memcpy(s + k, "\xEF\xBF\xBD", 3);
+        k += 3;
+      } else {
+        memcpy(s + k, t + from, i - from);
+        k += i - from;
+      }
+    }
+  }
+  json_t *j = json_stringn(s, k);
+  free(s);
+  return j;
+}
+
+// The request body for items [0, n): {"query": [...], "prompts": [...], "labels": [...]}.
+static char *request_body(const ct_reward *r, const ct_reward_item *items, int n) {
+  json_t *q = json_array(), *p = json_array(), *l = json_array();
+  json_t *body = json_object();
+  char *text = NULL;
+  if (!q || !p || !l || !body) goto done;
+  for (int i = 0; i < n; i++) {
+    const char *prompt = items[i].prompt ? items[i].prompt : "";
+    const char *comp = items[i].completion ? items[i].completion : "";
+    char buf[64];
+    const char *label;
+    json_t *lab = answer_text(items[i].row, r->answer_field, buf, sizeof buf, &label)
+                      ? json_string(label) : json_null();
+    // the _new appends take their reference even when they fail (and ignore NULL)
+    if (json_array_append_new(q, json_text(prompt, comp)) ||
+        json_array_append_new(p, json_text(prompt, "")) || json_array_append_new(l, lab))
+      goto done;
+  }
+  if (json_object_set(body, "query", q) || json_object_set(body, "prompts", p) ||
+      json_object_set(body, "labels", l))
+    goto done;
+  text = json_dumps(body, JSON_COMPACT);
+done:
+  json_decref(q);
+  json_decref(p);
+  json_decref(l);
+  json_decref(body);
+  return text;
+}
+
+// Up to cap - 1 bytes of a reply on one printable line, for an error message.
+static void snippet(const char *s, size_t n, char *out, size_t cap) {
+  trim(&s, &n);
+  size_t k = 0, keep = n < cap - 1 ? n : cap - 4;  // room for "..."
+  for (; k < keep; k++) out[k] = s[k] >= 32 && s[k] < 127 ? s[k] : ' ';
+  if (keep < n) memcpy(out + k, "...", 3), k += 3;
+  out[k] = 0;
+}
+
+enum { ATTEMPT_OK, ATTEMPT_RETRY, ATTEMPT_FATAL };
+
+// What went wrong with an attempt: a short kind ("HTTP 500", "timeout") and the detail.
+typedef struct {
+  char what[64], detail[320];
+} failure;
+
+// One POST of body; on success the n rewards are in out. Otherwise f says what went
+// wrong and the result says whether another attempt may help.
+static int attempt(ct_reward *r, const char *body, int n, double *out, failure *f) {
+  r->reply_len = 0;
+  r->reply_too_big = false;
+  r->curl_err[0] = 0;
+  f->detail[0] = 0;
+  curl_easy_setopt(r->curl, CURLOPT_POSTFIELDS, body);
+  curl_easy_setopt(r->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
+  CURLcode cc = curl_easy_perform(r->curl);
+  if (cc != CURLE_OK) {
+    const char *detail = r->curl_err[0] ? r->curl_err : curl_easy_strerror(cc);
+    snprintf(f->detail, sizeof f->detail, "%s", detail);
+    const char *what = cc == CURLE_OPERATION_TIMEDOUT ? "timeout"
+                       : cc == CURLE_COULDNT_CONNECT  ? "cannot connect"
+                       : cc == CURLE_GOT_NOTHING      ? "connection closed without a reply"
+                                                      : curl_easy_strerror(cc);
+    if (r->reply_too_big) {
+      what = "malformed reply";
+      snprintf(f->detail, sizeof f->detail, "larger than %ld bytes", REPLY_MAX);
+    }
+    snprintf(f->what, sizeof f->what, "%s", what);
+    if (!strcmp(f->detail, f->what)) f->detail[0] = 0;
+    // a URL curl cannot use will not work next time either
+    return cc == CURLE_URL_MALFORMAT || cc == CURLE_UNSUPPORTED_PROTOCOL ||
+                   cc == CURLE_NOT_BUILT_IN || cc == CURLE_OUT_OF_MEMORY
+               ? ATTEMPT_FATAL : ATTEMPT_RETRY;
+  }
+  long status = 0;
+  curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &status);
+  const char *reply = r->reply_len ? r->reply : "";
+  if (status != 200) {
+    snprintf(f->what, sizeof f->what, "HTTP %ld", status);
+    snippet(reply, r->reply_len, f->detail, 120);
+    return status >= 500 ? ATTEMPT_RETRY : ATTEMPT_FATAL;
+  }
+  json_error_t je;
+  json_t *js = json_loadb(reply, r->reply_len, 0, &je);
+  json_t *rw = json_is_object(js) ? json_object_get(js, "rewards") : NULL;
+  int rc = ATTEMPT_RETRY;
+  snprintf(f->what, sizeof f->what, "malformed JSON reply");
+  if (!js) {
+    char text[64];
+    snippet(reply, r->reply_len, text, sizeof text);
+    snprintf(f->detail, sizeof f->detail, "%s at line %d column %d: \"%s\"", je.text, je.line,
+             je.column, text);
+  } else if (!json_is_array(rw)) {
+    snprintf(f->detail, sizeof f->detail, "no \"rewards\" list");
+  } else if (json_array_size(rw) != (size_t)n) {
+    snprintf(f->what, sizeof f->what, "wrong reward count");
+    snprintf(f->detail, sizeof f->detail, "reply has %zu rewards, expected %d (one per query)",
+             json_array_size(rw), n);
+  } else {
+    rc = ATTEMPT_OK;
+    for (int i = 0; i < n && rc == ATTEMPT_OK; i++) {
+      json_t *v = json_array_get(rw, (size_t)i);
+      if (json_is_number(v)) {
+        out[i] = json_number_value(v);
+      } else if (json_is_null(v)) {
+        out[i] = NAN;
+      } else {
+        snprintf(f->detail, sizeof f->detail, "reward %d is neither a number nor null", i);
+        rc = ATTEMPT_RETRY;
+      }
+    }
+  }
+  json_decref(js);
+  return rc;
+}
+
+static void sleep_s(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
+  while (nanosleep(&ts, &ts) && errno == EINTR) {}
+}
+
+// Scores one batch: one request, retried with exponential backoff.
+static int remote_batch(ct_reward *r, const ct_reward_item *items, int n, double *out) {
+  char *body = request_body(r, items, n);
+  if (!body) return ct_set_error(CT_ENOMEM, "remote reward %s: cannot build the request", r->url);
+  failure f;
+  int tries = 0, rc = ATTEMPT_RETRY;
+  double wait = r->backoff_s;
+  for (; tries <= r->retries && rc == ATTEMPT_RETRY; tries++) {
+    if (tries) {
+      sleep_s(wait);
+      wait *= 2;
+    }
+    rc = attempt(r, body, n, out, &f);
+  }
+  free(body);
+  if (rc == ATTEMPT_OK) return 0;
+  for (int i = 0; i < n; i++) out[i] = NAN;
+  snprintf(r->last_failure, sizeof r->last_failure, "remote reward %s: %s after %d attempt%s%s%s",
+           r->url, f.what, tries, tries == 1 ? "" : "s", f.detail[0] ? ": " : "", f.detail);
+  r->failed_batches++;
+  if (r->failure_nan) return 0;
+  return ct_set_error(CT_EIO, "%s", r->last_failure);
+}
+
+static int remote(ct_reward *r, const ct_reward_item *items, int n, double *out) {
+  int per = r->batch > 0 ? r->batch : n;
+  for (int i = 0; i < n; i += per) {
+    int k = n - i < per ? n - i : per;
+    int rc = remote_batch(r, items + i, k, out + i);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+int ct_reward_score(ct_reward *r, const ct_reward_item *items, int n, double *out) {
+  if (n < 0)
+    return ct_set_error(CT_EINVAL, "reward %s: negative batch size %d", ct_reward_name(r), n);
+  for (int i = 0; i < n; i++) out[i] = NAN;
+  if (r->kind == CT_REWARD_REMOTE) return n ? remote(r, items, n, out) : 0;
+  for (int i = 0; i < n; i++)
+    out[i] = r->kind == CT_REWARD_ACCURACY ? accuracy(r, &items[i])
+             : r->kind == CT_REWARD_FORMAT ? format(r, &items[i])
+                                           : length(r, &items[i]);
+  return 0;
+}

@@ -1,0 +1,88 @@
+#!/bin/sh
+# bin/grpo end to end: the mean reward rises on a toy task (fixed seed), the KL to the
+# reference starts at 0, rollouts are reused with num_iterations, resume is
+# bit-identical, the remote reward works against the bundled server (and its failures
+# stop the run or give NaN as configured), and bad settings fail before any rollout.
+set -eu
+BIN=${CT_BIN:-bin}
+T=$(mktemp -d /tmp/ct_grpo.XXXXXX)
+server=""
+trap '[ -n "$server" ] && kill $server 2>/dev/null; rm -rf "$T"' EXIT
+. tests/lib/common.sh
+
+"$BIN/ctune-demo-data" reverse "$T/sft.jsonl" "$T/prompts.jsonl" 3000 200 31 6
+"$BIN/sft" configs/sft.yml dataset_path="$T/sft.jsonl" output_dir="$T/sft" max_steps=120 \
+  model.hidden_size=96 model.intermediate_size=256 model.num_hidden_layers=2 \
+  model.num_attention_heads=4 model.num_key_value_heads=2 max_length=24 \
+  per_device_train_batch_size=32 learning_rate=3e-3 lr_scheduler_type=cosine warmup_steps=5 \
+  save_steps=0 >"$T/sft.log" 2>&1 || { cat "$T/sft.log"; fail "training the SFT model"; }
+G="$BIN/grpo"
+common="configs/grpo.yml model_path=$T/sft dataset_path=$T/prompts.jsonl answer_field=completion
+        per_device_train_batch_size=32 num_generations=8 max_completion_length=10 logging_steps=1
+        save_steps=0 learning_rate=1e-4"
+field() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p"; }
+
+echo "== the mean reward rises (length reward, target 2 characters)"
+"$G" $common output_dir="$T/len" max_steps=40 reward_funcs=length length_target=2 >"$T/len.log" 2>&1 \
+  || { cat "$T/len.log"; fail "grpo run"; }
+r0=$(head -3 "$T/len/metrics.jsonl" | field reward | awk '{s+=$1} END {print s/NR}')
+r1=$(tail -3 "$T/len/metrics.jsonl" | field reward | awk '{s+=$1} END {print s/NR}')
+echo "reward $r0 -> $r1"
+awk -v a="$r0" -v b="$r1" 'BEGIN { exit !(b > a + 0.5) }' || fail "the reward did not rise"
+for k in reward_std frac_reward_zero_std kl clip_ratio/low_mean clip_ratio/high_mean \
+         completions/mean_length completions/clipped_ratio entropy rewards/length/mean time/generation_s; do
+  grep -q "\"$k\"" "$T/len/metrics.jsonl" || fail "metrics lack $k"
+done
+
+echo "== with beta > 0 the reference is loaded and the KL starts at 0"
+"$G" $common output_dir="$T/kl" max_steps=3 beta=0.05 >"$T/kl.log" 2>&1 || { cat "$T/kl.log"; fail "beta run"; }
+grep -q "reference loaded" "$T/kl.log" || fail "no reference model"
+kl0=$(head -1 "$T/kl/metrics.jsonl" | field kl)
+[ "$kl0" = "0.0" ] || fail "first-step KL is $kl0, not 0"
+
+echo "== num_iterations=2 generates every other step"
+"$G" $common output_dir="$T/mu" max_steps=4 num_iterations=2 >"$T/mu.log" 2>&1 || { cat "$T/mu.log"; fail "mu run"; }
+gens=$(grep -c '"time/generation_s":0.0,' "$T/mu/metrics.jsonl" || true)
+[ "$gens" = 2 ] || fail "expected 2 steps without generation, got $gens"
+
+echo "== resume: 6 steps straight == 3 steps, stop, resume"
+args="$common max_steps=6 save_steps=3"
+"$G" $args output_dir="$T/s1" >"$T/s1.log" 2>&1 || { cat "$T/s1.log"; fail "straight run"; }
+rc=0
+CT_STOP_AFTER_STEP=3 "$G" $args output_dir="$T/s2" >"$T/s2.log" 2>&1 || rc=$?
+[ "$rc" = 130 ] || { cat "$T/s2.log"; fail "interrupted run exited $rc"; }
+"$G" $args output_dir="$T/s2" resume_from_checkpoint=latest >"$T/s3.log" 2>&1 || { cat "$T/s3.log"; fail "resume"; }
+sed 's/,"time.*//' "$T/s1/metrics.jsonl" >"$T/m1"
+sed 's/,"time.*//' "$T/s2/metrics.jsonl" >"$T/m2"
+diff "$T/m1" "$T/m2" || fail "metrics differ after resuming"
+cmp "$T/s1/model.safetensors" "$T/s2/model.safetensors" || fail "weights differ after resuming"
+
+echo "== remote reward against the bundled server"
+start_server() {  # start_server MODE: sets $server and $port
+  "$BIN/ctune-reward-server" port=0 mode="$1" >"$T/port" 2>"$T/server.log" &
+  server=$!
+  i=0
+  while [ ! -s "$T/port" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+  port=$(head -1 "$T/port")
+  [ -n "$port" ] || fail "the reward server did not start"
+}
+start_server ok
+"$G" $common output_dir="$T/remote" max_steps=2 reward_funcs=remote reward_url="http://127.0.0.1:$port/score" \
+  >"$T/remote.log" 2>&1 || { cat "$T/remote.log"; fail "remote reward run"; }
+grep -q '"rewards/remote/mean"' "$T/remote/metrics.jsonl" || fail "no remote reward metric"
+grep -q "POST" "$T/server.log" || fail "the server saw no request"
+kill $server; wait $server 2>/dev/null || true; server=""
+start_server 500
+expect 1 "HTTP 500" "$G" $common output_dir="$T/x" max_steps=1 reward_funcs=remote \
+  reward_url="http://127.0.0.1:$port/score" reward_retries=1 reward_backoff=0.01
+"$G" $common output_dir="$T/nan" max_steps=1 reward_funcs=remote reward_url="http://127.0.0.1:$port/score" \
+  reward_retries=0 reward_failure=nan >"$T/nan.log" 2>&1 || { cat "$T/nan.log"; fail "reward_failure=nan run"; }
+kill $server; wait $server 2>/dev/null || true; server=""
+
+echo "== bad settings fail before any rollout"
+expect 2 "reward_funcs" "$G" $common output_dir="$T/x" reward_funcs=magic
+expect 2 "answer_regex" "$G" $common output_dir="$T/x" answer_regex="(unclosed"
+expect 2 "num_generations" "$G" $common output_dir="$T/x" num_generations=5
+expect 1 "max_prompt_length 3" "$G" $common output_dir="$T/x" max_prompt_length=3
+expect 2 "GRPO takes" "$G" $common output_dir="$T/x" loss_type=sigmoid
+echo "grpo end-to-end: all checks passed"

@@ -1,0 +1,134 @@
+// GRPO's arithmetic: rewards to advantages (zero-std groups, NaN rewards, the three
+// scalings), the clipped surrogate and k3 KL per token (values and derivatives), and the
+// four loss_type weightings, all against numbers worked out by hand.
+#include <math.h>
+
+#include "config.h"
+#include "grpo/advantage.h"
+#include "test.h"
+
+static void test_weighted_rewards_leave_nan_out(void) {
+  // 3 completions x 2 functions; weights 1 and 0.5
+  double R[6] = {1, 2, NAN, 4, NAN, NAN}, w[2] = {1, 0.5}, r[3];
+  ct_grpo_total_rewards(R, 3, 2, w, r);
+  CHECK_NEAR(r[0], 2.0, 0);
+  CHECK_NEAR(r[1], 2.0, 0);  // NaN accuracy counts 0, the other function still counts
+  CHECK_NEAR(r[2], 0.0, 0);
+}
+
+// Group of 4: rewards 1, 0, 0, 1 -> mean 0.5, Bessel std sqrt(1/3) = 0.57735.
+static void test_group_advantages_are_standardized_with_bessel_std(void) {
+  double r[8] = {1, 0, 0, 1, 3, 3, 3, 3}, a[8];
+  int zero = ct_grpo_advantages(r, 2, 4, CT_SCALE_GROUP, 0, a);
+  double s = sqrt(1.0 / 3.0);
+  CHECK_NEAR(a[0], 0.5 / (s + 1e-4), 1e-12);
+  CHECK_NEAR(a[1], -0.5 / (s + 1e-4), 1e-12);
+  CHECK(zero == 1);  // the second group: all equal
+  for (int i = 4; i < 8; i++) CHECK(a[i] == 0.0);
+}
+
+// A near-zero std does not blow advantages up: 1e-4 in the divisor bounds them.
+static void test_near_zero_std_is_bounded(void) {
+  double r[2] = {1.0, 1.0 + 1e-9}, a[2];
+  ct_grpo_advantages(r, 1, 2, CT_SCALE_GROUP, 0, a);
+  CHECK(fabs(a[0]) < 1e-4 && fabs(a[1]) < 1e-4);
+}
+
+static void test_batch_and_none_scaling(void) {
+  double r[4] = {2, 0, 5, 1}, a[4];
+  ct_grpo_advantages(r, 2, 2, CT_SCALE_BATCH, 2.0, a);
+  CHECK_NEAR(a[0], 1.0 / 2.0001, 1e-12);
+  CHECK_NEAR(a[3], -2.0 / 2.0001, 1e-12);
+  ct_grpo_advantages(r, 2, 2, CT_SCALE_NONE, 0, a);
+  CHECK_NEAR(a[0], 1.0, 0);
+  CHECK_NEAR(a[2], 2.0, 0);
+}
+
+// On the first pass over fresh rollouts old == current: ratio 1, no clipping, and the
+// loss and its derivative are −A.
+static void test_ratio_one_gives_minus_advantage_and_no_clipping(void) {
+  ct_grpo_clip c = {0.2, 0.28, 0};
+  for (double A = -2; A <= 2; A += 0.5) {
+    double d;
+    ct_grpo_token_info info;
+    double l = ct_grpo_token_loss(&c, -1.3, -1.3, 0, A, &d, &info);
+    CHECK_NEAR(l, -A, 1e-15);
+    CHECK_NEAR(d, -A, 1e-15);
+    CHECK(!info.clipped_low && !info.clipped_high && info.kl == 0);
+  }
+}
+
+// Outside the trust region the clipped term wins and carries no gradient.
+static void test_clipping_stops_the_gradient_outside_the_range(void) {
+  ct_grpo_clip c = {0.2, 0.2, 0};
+  double d;
+  ct_grpo_token_info info;
+  // ratio e^0.5 = 1.6487 > 1.2 with A > 0: loss −1.2·A, no gradient, clipped high
+  double l = ct_grpo_token_loss(&c, 0.5, 0.0, 0, 2.0, &d, &info);
+  CHECK_NEAR(l, -2.4, 1e-12);
+  CHECK(d == 0 && info.clipped_high && !info.clipped_low);
+  // ratio e^−0.5 = 0.6065 < 0.8 with A < 0: loss −0.8·A = 0.8, clipped low
+  l = ct_grpo_token_loss(&c, -0.5, 0.0, 0, -1.0, &d, &info);
+  CHECK_NEAR(l, 0.8, 1e-12);
+  CHECK(d == 0 && info.clipped_low);
+  // ratio 1.6487 with A < 0: the unclipped term is smaller, gradient flows
+  l = ct_grpo_token_loss(&c, 0.5, 0.0, 0, -1.0, &d, &info);
+  CHECK_NEAR(l, exp(0.5), 1e-12);
+  CHECK_NEAR(d, exp(0.5), 1e-12);
+}
+
+// k3 KL = e^(ref−lp) − (ref−lp) − 1: zero when the policy equals the reference.
+static void test_kl_is_zero_at_the_reference_and_k3_elsewhere(void) {
+  ct_grpo_clip c = {0.2, 0.2, 0.04};
+  double d;
+  ct_grpo_token_info info;
+  double l = ct_grpo_token_loss(&c, -2.0, -2.0, -2.0, 0.7, &d, &info);
+  CHECK(info.kl == 0);
+  CHECK_NEAR(l, -0.7, 1e-15);
+  CHECK_NEAR(d, -0.7, 1e-15);  // the KL's derivative 1 − e^0 is 0 there
+  ct_grpo_token_loss(&c, -2.0, -2.0, -1.5, 0.0, &d, &info);
+  double t = 0.5;
+  CHECK_NEAR(info.kl, exp(t) - t - 1, 1e-15);
+}
+
+// dℓ/dlp against central differences, inside and outside the clip range, with KL.
+static void test_token_loss_gradient_matches_finite_differences(void) {
+  ct_grpo_clip c = {0.2, 0.3, 0.1};
+  double pts[][4] = {{-1.0, -1.1, -0.9, 1.5}, {-1.0, -0.95, -1.2, -0.7}, {-0.3, -0.35, -0.8, 2.0},
+                     {-2.0, -1.7, -2.5, -1.0}, {-0.5, -0.5, -0.5, 0.3}};
+  for (size_t i = 0; i < sizeof pts / sizeof pts[0]; i++) {
+    double lp = pts[i][0], old = pts[i][1], ref = pts[i][2], A = pts[i][3], d, dm, dp, h = 1e-6;
+    ct_grpo_token_info info;
+    ct_grpo_token_loss(&c, lp, old, ref, A, &d, &info);
+    double lplus = ct_grpo_token_loss(&c, lp + h, old, ref, A, &dp, &info);
+    double lminus = ct_grpo_token_loss(&c, lp - h, old, ref, A, &dm, &info);
+    CHECK_NEAR(d, (lplus - lminus) / (2 * h), 1e-6);
+  }
+}
+
+// Step of 2 sequences of 3 and 5 tokens in 2 micro-batches, max_completion_length 8.
+static void test_loss_type_weights_match_hand_values(void) {
+  ct_grpo_counts c = {.tokens = 8, .sequences = 2, .micro_batches = 2};
+  CHECK_NEAR(ct_grpo_token_weight(CT_GRPO_AGG_GRPO, &c, 3, 3, 8), 1.0 / 6, 1e-15);   // 1/(2·3)
+  CHECK_NEAR(ct_grpo_token_weight(CT_GRPO_AGG_GRPO, &c, 5, 5, 8), 1.0 / 10, 1e-15);
+  CHECK_NEAR(ct_grpo_token_weight(CT_GRPO_AGG_BNPO, &c, 3, 3, 8), 1.0 / 6, 1e-15);   // 1/(2·3)
+  CHECK_NEAR(ct_grpo_token_weight(CT_GRPO_AGG_DR_GRPO, &c, 3, 3, 8), 1.0 / 16, 1e-15);
+  CHECK_NEAR(ct_grpo_token_weight(CT_GRPO_AGG_DAPO, &c, 3, 3, 8), 1.0 / 8, 1e-15);
+  // grpo: every sequence weighs the same in total; dapo: every token does
+  CHECK_NEAR(3 * ct_grpo_token_weight(CT_GRPO_AGG_GRPO, &c, 3, 3, 8) +
+             5 * ct_grpo_token_weight(CT_GRPO_AGG_GRPO, &c, 5, 5, 8), 1.0, 1e-15);
+  CHECK_NEAR(8 * ct_grpo_token_weight(CT_GRPO_AGG_DAPO, &c, 3, 3, 8), 1.0, 1e-15);
+}
+
+int main(void) {
+  RUN(test_weighted_rewards_leave_nan_out);
+  RUN(test_group_advantages_are_standardized_with_bessel_std);
+  RUN(test_near_zero_std_is_bounded);
+  RUN(test_batch_and_none_scaling);
+  RUN(test_ratio_one_gives_minus_advantage_and_no_clipping);
+  RUN(test_clipping_stops_the_gradient_outside_the_range);
+  RUN(test_kl_is_zero_at_the_reference_and_k3_elsewhere);
+  RUN(test_token_loss_gradient_matches_finite_differences);
+  RUN(test_loss_type_weights_match_hand_values);
+  return test_summary();
+}

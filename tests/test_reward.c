@@ -1,0 +1,555 @@
+// reward: the built-in GRPO rewards (accuracy exact and numeric, format, length), option
+// checks that name the option, and the remote reward client against
+// $CT_BIN/ctune-reward-server in each of its modes: right rewards, retries, bounded time
+// on a slow server, clear errors (HTTP 500, malformed JSON, closed connection, wrong
+// count, refused connection), and NaN rewards when failure_nan is set.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+#include "error.h"
+#include "grpo/reward.h"
+#include "test.h"
+
+// ---------------------------------------------------------------------------------------
+// helpers
+
+static ct_reward *make(int kind, ct_reward_opts o) {
+  ct_reward *r = NULL;
+  CHECK_OK(ct_reward_init(&r, kind, &o));
+  return r;
+}
+
+// The reward of one completion against a row given as JSON text (NULL: no row).
+static double score1(ct_reward *r, const char *completion, const char *row_json) {
+  json_t *row = row_json ? json_loads(row_json, 0, NULL) : NULL;
+  CHECK(!row_json || row);
+  ct_reward_item it = {.prompt = "Q: ", .completion = completion, .row = row};
+  double x = -123;
+  CHECK_OK(ct_reward_score(r, &it, 1, &x));
+  json_decref(row);
+  return x;
+}
+
+static int init_fails(int kind, ct_reward_opts o, int code, const char *want1,
+                      const char *want2) {
+  ct_reward *r = (ct_reward *)1;
+  int rc = ct_reward_init(&r, kind, &o);
+  const char *msg = ct_last_error();
+  int ok = rc == code && r == NULL && strstr(msg, want1) && (!want2 || strstr(msg, want2));
+  if (!ok) fprintf(stderr, "  rc %d, message: %s\n", rc, msg);
+  return ok;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// ---------------------------------------------------------------------------------------
+// accuracy
+
+static void test_accuracy_exact_compares_the_trimmed_completion(void) {
+  ct_reward *r = make(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_field = "answer"});
+  CHECK(score1(r, "  42 \n", "{\"answer\": \"42\"}") == 1);
+  CHECK(score1(r, "42", "{\"answer\": \" 42\\n\"}") == 1);
+  CHECK(score1(r, "43", "{\"answer\": \"42\"}") == 0);
+  CHECK(score1(r, "the answer is 42", "{\"answer\": \"42\"}") == 0);
+  CHECK(score1(r, "42.0", "{\"answer\": \"42\"}") == 0);  // strings, not numbers
+  CHECK(score1(r, "", "{\"answer\": \"\"}") == 1);
+  ct_reward_free(r);
+}
+
+static void test_accuracy_missing_or_ill_typed_answer_is_nan(void) {
+  ct_reward *r = make(CT_REWARD_ACCURACY, (ct_reward_opts){0});  // field defaults to "answer"
+  CHECK(isnan(score1(r, "42", "{\"solution\": \"42\"}")));
+  CHECK(isnan(score1(r, "42", "{\"answer\": null}")));
+  CHECK(isnan(score1(r, "true", "{\"answer\": true}")));
+  CHECK(isnan(score1(r, "42", "{\"answer\": [42]}")));
+  CHECK(isnan(score1(r, "42", "[\"answer\"]")));
+  CHECK(isnan(score1(r, "42", NULL)));
+  CHECK(isnan(score1(r, NULL, "{\"answer\": \"42\"}")));
+  CHECK(score1(r, "42", "{\"answer\": \"42\"}") == 1);
+  ct_reward_free(r);
+  r = make(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_field = "solution"});
+  CHECK(score1(r, "42", "{\"solution\": \"42\"}") == 1);
+  CHECK(isnan(score1(r, "42", "{\"answer\": \"42\"}")));
+  ct_reward_free(r);
+}
+
+static void test_accuracy_numeric_answer_field_is_compared_as_its_text(void) {
+  ct_reward *r = make(CT_REWARD_ACCURACY, (ct_reward_opts){0});
+  CHECK(score1(r, "42", "{\"answer\": 42}") == 1);
+  CHECK(score1(r, "-7", "{\"answer\": -7}") == 1);
+  CHECK(score1(r, "0.1", "{\"answer\": 0.1}") == 1);  // shortest text, not 0.1000000000000000055
+  CHECK(score1(r, "2.5", "{\"answer\": 2.5}") == 1);
+  CHECK(score1(r, "42.0", "{\"answer\": 42}") == 0);
+  ct_reward_free(r);
+}
+
+static void test_accuracy_regex_takes_the_last_match(void) {
+  ct_reward *r = make(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_regex = "[0-9]+"});
+  CHECK(score1(r, "3 apples and 4 pears make 7", "{\"answer\": \"7\"}") == 1);
+  CHECK(score1(r, "3 apples and 4 pears make 7", "{\"answer\": \"3\"}") == 0);
+  CHECK(score1(r, "no digits here", "{\"answer\": \"7\"}") == 0);      // no match: 0
+  ct_reward_free(r);
+}
+
+static void test_accuracy_regex_uses_the_first_group_else_the_whole_match(void) {
+  ct_reward *g = make(CT_REWARD_ACCURACY,
+                      (ct_reward_opts){.answer_regex = "<answer>([^<]*)</answer>"});
+  ct_reward *w = make(CT_REWARD_ACCURACY,
+                      (ct_reward_opts){.answer_regex = "<answer>[^<]*</answer>"});
+  const char *c = "<think>maybe <answer>5</answer>?</think> <answer> 6 </answer>";
+  CHECK(score1(g, c, "{\"answer\": \"6\"}") == 1);  // the group, trimmed, of the last match
+  CHECK(score1(g, c, "{\"answer\": \"5\"}") == 0);
+  CHECK(score1(w, c, "{\"answer\": \"6\"}") == 0);
+  CHECK(score1(w, c, "{\"answer\": \"<answer> 6 </answer>\"}") == 1);
+  // a group that does not take part in the match is an empty answer
+  ct_reward *opt = make(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_regex = "=(x)?"});
+  CHECK(score1(opt, "a=", "{\"answer\": \"\"}") == 1);
+  CHECK(score1(opt, "a=x", "{\"answer\": \"x\"}") == 1);
+  ct_reward_free(g);
+  ct_reward_free(w);
+  ct_reward_free(opt);
+}
+
+static void test_accuracy_regex_anchors_and_empty_matches_behave(void) {
+  // ^ still means the start of the completion on later matches
+  ct_reward *r = make(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_regex = "^([0-9]+)"});
+  CHECK(score1(r, "12 and 34", "{\"answer\": \"12\"}") == 1);
+  ct_reward_free(r);
+  // a regex that matches the empty string ends (last match: the empty one at the end)
+  r = make(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_regex = "[0-9]*"});
+  CHECK(score1(r, "ab 12", "{\"answer\": \"12\"}") == 0);
+  CHECK(score1(r, "ab 12", "{\"answer\": \"\"}") == 1);
+  CHECK(score1(r, "", "{\"answer\": \"\"}") == 1);
+  ct_reward_free(r);
+}
+
+static void test_accuracy_numeric_ignores_commas_and_tolerates_1e6_relative(void) {
+  ct_reward *r = make(CT_REWARD_ACCURACY,
+                      (ct_reward_opts){.numeric = true, .answer_regex = "(-?[0-9][0-9,.]*)"});
+  CHECK(score1(r, "so the total is 1,234.", "{\"answer\": \"1234\"}") == 1);
+  CHECK(score1(r, "1234", "{\"answer\": \"1,234.00\"}") == 1);
+  CHECK(score1(r, "1234", "{\"answer\": 1234}") == 1);
+  CHECK(score1(r, "first 1 then 2", "{\"answer\": 2}") == 1);
+  CHECK(score1(r, "first 1 then 2", "{\"answer\": 1}") == 0);
+  CHECK(score1(r, "1000000.5", "{\"answer\": 1000000}") == 1);  // |diff| <= 1e-6 * 1e6
+  CHECK(score1(r, "1000001.5", "{\"answer\": 1000000}") == 0);
+  CHECK(score1(r, "0.0000005", "{\"answer\": 0}") == 1);  // max(1, |b|): absolute near 0
+  CHECK(score1(r, "0.000002", "{\"answer\": 0}") == 0);
+  CHECK(score1(r, "-3.5", "{\"answer\": \"-3.50\"}") == 1);
+  CHECK(score1(r, "no number", "{\"answer\": 3}") == 0);
+  CHECK(score1(r, "1.2.3", "{\"answer\": 3}") == 0);           // unparsable: 0
+  CHECK(isnan(score1(r, "3", "{\"answer\": \"three\"}")));     // answer unparsable: NaN
+  CHECK(isnan(score1(r, "3", "{\"answer\": \"inf\"}")));
+  CHECK(isnan(score1(r, "3", "{\"missing\": 3}")));
+  ct_reward_free(r);
+  // without a regex the whole trimmed completion must be the number
+  r = make(CT_REWARD_ACCURACY, (ct_reward_opts){.numeric = true});
+  CHECK(score1(r, " 2,500 \n", "{\"answer\": 2500}") == 1);
+  CHECK(score1(r, "2500 apples", "{\"answer\": 2500}") == 0);
+  CHECK(score1(r, "nan", "{\"answer\": 2500}") == 0);
+  ct_reward_free(r);
+}
+
+// ---------------------------------------------------------------------------------------
+// format and length
+
+static void test_format_is_one_when_the_regex_matches_anywhere(void) {
+  ct_reward *r = make(CT_REWARD_FORMAT,
+      (ct_reward_opts){.format_regex = "^<think>.*</think>[^<]*<answer>.+</answer>$"});
+  CHECK(score1(r, "<think>a\nb</think>\n<answer>42</answer>", NULL) == 1);
+  CHECK(score1(r, "<answer>42</answer>", NULL) == 0);
+  CHECK(score1(r, "", NULL) == 0);
+  CHECK(strcmp(ct_reward_name(r), "format") == 0);
+  ct_reward_free(r);
+  r = make(CT_REWARD_FORMAT, (ct_reward_opts){.format_regex = "[0-9]+"});
+  CHECK(score1(r, "the answer is 7, I think", NULL) == 1);
+  CHECK(score1(r, "seven", NULL) == 0);
+  ct_reward_free(r);
+}
+
+static void test_length_penalizes_distance_from_the_target_in_bytes(void) {
+  ct_reward *r = make(CT_REWARD_LENGTH, (ct_reward_opts){.target_length = 10});
+  CHECK_NEAR(score1(r, "hello", NULL), -0.5, 1e-12);
+  CHECK_NEAR(score1(r, "0123456789", NULL), 0.0, 1e-12);
+  CHECK_NEAR(score1(r, "0123456789012345678901234", NULL), -1.5, 1e-12);
+  CHECK_NEAR(score1(r, "", NULL), -1.0, 1e-12);
+  CHECK_NEAR(score1(r, "\xc3\xa9", NULL), -0.8, 1e-12);  // "é" is 2 bytes
+  CHECK(isnan(score1(r, NULL, NULL)));
+  ct_reward_free(r);
+}
+
+static void test_score_fills_every_item(void) {
+  ct_reward *r = make(CT_REWARD_LENGTH, (ct_reward_opts){.target_length = 2});
+  ct_reward_item it[3] = {{.completion = "a"}, {.completion = "ab"}, {.completion = "abcd"}};
+  double out[3];
+  CHECK_OK(ct_reward_score(r, it, 3, out));
+  CHECK(out[0] == -0.5 && out[1] == 0 && out[2] == -1);
+  CHECK_OK(ct_reward_score(r, it, 0, out));
+  ct_reward_free(r);
+}
+
+// ---------------------------------------------------------------------------------------
+// options
+
+static void test_kind_parses_the_four_names_and_lists_the_choices(void) {
+  const char *names[] = {"accuracy", "format", "length", "remote"};
+  for (int k = 0; k < 4; k++) {
+    int kind = -1;
+    CHECK_OK(ct_reward_kind(names[k], &kind));
+    CHECK(kind == k);
+  }
+  int kind = -1;
+  CHECK(ct_reward_kind("acuracy", &kind) == CT_ECONFIG && kind == -1);
+  CHECK(strstr(ct_last_error(), "\"acuracy\"") && strstr(ct_last_error(), "accuracy, format"));
+  CHECK(ct_reward_kind("", &kind) == CT_ECONFIG);
+  CHECK(ct_reward_kind("Accuracy", &kind) == CT_ECONFIG);
+}
+
+static void test_init_rejects_bad_options_naming_the_option(void) {
+  CHECK(init_fails(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_regex = "(unclosed"},
+                   CT_ECONFIG, "answer_regex", "(unclosed"));
+  // the message carries regcomp's reason
+  CHECK(init_fails(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_regex = "a{2,1}"},
+                   CT_ECONFIG, "answer_regex", "content of \\{\\}"));
+  CHECK(init_fails(CT_REWARD_FORMAT, (ct_reward_opts){.format_regex = "[abc"}, CT_ECONFIG,
+                   "format_regex", "[abc"));
+  CHECK(init_fails(CT_REWARD_FORMAT, (ct_reward_opts){0}, CT_ECONFIG, "format_regex", NULL));
+  CHECK(init_fails(CT_REWARD_LENGTH, (ct_reward_opts){.target_length = 0}, CT_ECONFIG,
+                   "length_target", "> 0"));
+  CHECK(init_fails(CT_REWARD_LENGTH, (ct_reward_opts){.target_length = -5}, CT_ECONFIG,
+                   "length_target", "-5"));
+  ct_reward_opts o = {.url = "http://127.0.0.1:9/score", .connect_timeout_s = 1,
+                      .timeout_s = 1, .retries = 1, .backoff_s = 0.1};
+  ct_reward_opts bad = o;
+  bad.url = "ftp://127.0.0.1/score";
+  CHECK(init_fails(CT_REWARD_REMOTE, bad, CT_ECONFIG, "reward_url", "ftp://127.0.0.1/score"));
+  bad.url = "127.0.0.1:8000";
+  CHECK(init_fails(CT_REWARD_REMOTE, bad, CT_ECONFIG, "reward_url", "http://"));
+  bad.url = "http://[::1:80/score";
+  CHECK(init_fails(CT_REWARD_REMOTE, bad, CT_ECONFIG, "reward_url", "not a valid URL"));
+  bad.url = NULL;
+  CHECK(init_fails(CT_REWARD_REMOTE, bad, CT_ECONFIG, "reward_url", NULL));
+  bad = o, bad.timeout_s = 0;
+  CHECK(init_fails(CT_REWARD_REMOTE, bad, CT_ECONFIG, "reward_timeout", NULL));
+  bad = o, bad.connect_timeout_s = -1;
+  CHECK(init_fails(CT_REWARD_REMOTE, bad, CT_ECONFIG, "reward_connect_timeout", NULL));
+  bad = o, bad.retries = -1;
+  CHECK(init_fails(CT_REWARD_REMOTE, bad, CT_ECONFIG, "reward_retries", NULL));
+  bad = o, bad.backoff_s = NAN;
+  CHECK(init_fails(CT_REWARD_REMOTE, bad, CT_ECONFIG, "reward_backoff", NULL));
+  CHECK(init_fails(7, o, CT_EINVAL, "kind", NULL));
+  // options that are fine do not contact the server
+  ct_reward *r = make(CT_REWARD_REMOTE, o);
+  CHECK(r && strcmp(ct_reward_name(r), "remote") == 0);
+  CHECK(r && ct_reward_failed_batches(r) == 0 && !strcmp(ct_reward_last_failure(r), ""));
+  ct_reward_free(r);
+  ct_reward_free(NULL);
+}
+
+// ---------------------------------------------------------------------------------------
+// remote: against bin/ctune-reward-server
+
+static char server_path[1024], server_log[64], server_said[4096];
+static pid_t server_pid;
+
+// Starts the server in `mode`; its port, or 0 (with a failed check) when it cannot start.
+static int start_server(const char *mode, int delay_ms) {
+  snprintf(server_log, sizeof server_log, "/tmp/ct-reward-XXXXXX");
+  int log = mkstemp(server_log);
+  int fds[2];
+  if (log < 0 || pipe(fds)) {
+    CHECK(!"cannot create the server's log file or pipe");
+    return 0;
+  }
+  char a_mode[64], a_delay[64];
+  snprintf(a_mode, sizeof a_mode, "mode=%s", mode);
+  snprintf(a_delay, sizeof a_delay, "delay_ms=%d", delay_ms);
+  fflush(NULL);
+  server_pid = fork();
+  if (server_pid == 0) {
+#ifdef __linux__
+    prctl(PR_SET_PDEATHSIG, SIGTERM);  // never outlive a test that crashed
+#endif
+    dup2(fds[1], 1);
+    dup2(log, 2);
+    close(fds[0]);
+    close(fds[1]);
+    close(log);
+    execl(server_path, server_path, "port=0", a_mode, a_delay, (char *)NULL);
+    _exit(127);
+  }
+  close(fds[1]);
+  close(log);
+  char line[32] = "";
+  size_t n = 0;
+  struct pollfd p = {.fd = fds[0], .events = POLLIN};
+  while (n + 1 < sizeof line && !memchr(line, '\n', n) && poll(&p, 1, 5000) == 1) {
+    ssize_t k = read(fds[0], line + n, sizeof line - 1 - n);
+    if (k <= 0) break;
+    n += (size_t)k;
+    line[n] = 0;
+  }
+  close(fds[0]);
+  int port = atoi(line);
+  CHECK(server_pid > 0 && port > 0);
+  if (port <= 0) fprintf(stderr, "  %s mode=%s printed no port\n", server_path, mode);
+  return port;
+}
+
+// Stops the server; returns how many requests it logged (its log is in server_said).
+static int stop_server(void) {
+  if (server_pid > 0) {
+    kill(server_pid, SIGTERM);
+    waitpid(server_pid, NULL, 0);
+    server_pid = 0;
+  }
+  int requests = 0;
+  FILE *f = fopen(server_log, "r");
+  size_t n = f ? fread(server_said, 1, sizeof server_said - 1, f) : 0;
+  server_said[n] = 0;
+  for (const char *p = server_said; (p = strstr(p, "POST ")); p++) requests++;
+  if (f) fclose(f);
+  unlink(server_log);
+  return requests;
+}
+
+static ct_reward_opts remote_opts(int port) {
+  static char url[64];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/score", port);
+  return (ct_reward_opts){.url = url, .connect_timeout_s = 1, .timeout_s = 0.2,
+                          .retries = 2, .backoff_s = 0.02};
+}
+
+// Four items whose right rewards are 1, 0, 1, 0 under the server's "ends with the label".
+static json_t *rows[4];
+static ct_reward_item items[4];
+
+static void make_items(void) {
+  const char *r[4] = {"{\"answer\": \"42\"}", "{\"answer\": \"42\"}", "{\"answer\": 7}",
+                      "{\"other\": \"x\"}"};
+  const char *c[4] = {" so 40 + 2 = 42<|im_end|>\n", " it is 41", " seven is 7 ",
+                      " x"};
+  for (int i = 0; i < 4; i++) {
+    rows[i] = json_loads(r[i], 0, NULL);
+    items[i] = (ct_reward_item){.prompt = "Q: what is it?", .completion = c[i], .row = rows[i]};
+  }
+}
+
+// Scores the items against a server in `mode`; returns the rc, with the rewards in out,
+// the seconds taken in *secs and the number of requests the server saw in *requests.
+static int run_remote(const char *mode, int delay_ms, ct_reward_opts *tweak, double *out,
+                      double *secs, int *requests) {
+  int port = start_server(mode, delay_ms);
+  if (!port) {
+    stop_server();
+    return -100;
+  }
+  ct_reward_opts o = remote_opts(port);
+  if (tweak) {
+    tweak->url = o.url;
+    o = *tweak;
+  }
+  ct_reward *r = make(CT_REWARD_REMOTE, o);
+  if (!r) {
+    stop_server();
+    return -100;
+  }
+  double t0 = now_s();
+  int rc = ct_reward_score(r, items, 4, out);
+  *secs = now_s() - t0;
+  if (rc == 0 && o.failure_nan) {
+    CHECK(ct_reward_failed_batches(r) >= 1);
+    CHECK(strstr(ct_reward_last_failure(r), o.url) != NULL);
+  }
+  ct_reward_free(r);
+  *requests = stop_server();
+  return rc;
+}
+
+static int has(const char *what) {
+  if (strstr(ct_last_error(), what)) return 1;
+  fprintf(stderr, "  message lacks \"%s\": %s\n", what, ct_last_error());
+  return 0;
+}
+
+static bool server_ok(void) {
+  if (access(server_path, X_OK) == 0) return true;
+  fprintf(stderr, "  cannot run %s (set CT_BIN to the directory with ctune-reward-server)\n",
+          server_path);
+  CHECK(!"ctune-reward-server missing");
+  return false;
+}
+
+static void test_remote_ok_returns_the_servers_rewards_and_reuses_the_handle(void) {
+  if (!server_ok()) return;
+  int port = start_server("ok", 0);
+  if (!port) return;
+  ct_reward_opts o = remote_opts(port);
+  ct_reward *r = make(CT_REWARD_REMOTE, o);
+  double out[4] = {-1, -1, -1, -1};
+  CHECK_OK(ct_reward_score(r, items, 4, out));
+  CHECK(out[0] == 1 && out[1] == 0 && out[2] == 1 && out[3] == 0);
+  out[0] = -1;
+  CHECK_OK(ct_reward_score(r, items, 4, out));  // the same handle, a second time
+  CHECK(out[0] == 1 && out[1] == 0 && out[2] == 1 && out[3] == 0);
+  CHECK(ct_reward_failed_batches(r) == 0);
+  ct_reward_free(r);
+  CHECK(stop_server() == 2);
+  CHECK(strstr(server_said, "POST /score HTTP/1.1") && strstr(server_said, "application/json"));
+}
+
+static void test_remote_sends_batches_of_the_configured_size(void) {
+  if (!server_ok()) return;
+  int port = start_server("ok", 0);
+  if (!port) return;
+  ct_reward_opts o = remote_opts(port);
+  o.batch = 3;
+  ct_reward *r = make(CT_REWARD_REMOTE, o);
+  double out[4] = {-1, -1, -1, -1};
+  CHECK_OK(ct_reward_score(r, items, 4, out));  // requests of 3 and 1
+  CHECK(out[0] == 1 && out[1] == 0 && out[2] == 1 && out[3] == 0);
+  ct_reward_free(r);
+  CHECK(stop_server() == 2);
+}
+
+static void test_remote_slow_server_times_out_within_the_bound(void) {
+  if (!server_ok()) return;
+  double out[4], secs;
+  int requests;
+  // 3 attempts x 0.2 s + 0.02 + 0.04 s of backoff: well under 3 s
+  int rc = run_remote("slow", 2000, NULL, out, &secs, &requests);
+  CHECK(rc == CT_EIO && has("timeout after 3 attempts") && has("http://127.0.0.1:"));
+  CHECK(secs >= 0.6 && secs < 3.0);
+  CHECK(isnan(out[0]) && isnan(out[3]));
+  ct_reward_opts o = remote_opts(0);
+  o.failure_nan = true;
+  rc = run_remote("slow", 2000, &o, out, &secs, &requests);
+  CHECK(rc == 0 && isnan(out[0]) && isnan(out[1]) && isnan(out[2]) && isnan(out[3]));
+  CHECK(secs < 3.0);
+  if (secs >= 3.0) fprintf(stderr, "  took %.2f s\n", secs);
+}
+
+static void test_remote_http_500_is_retried_then_reported(void) {
+  if (!server_ok()) return;
+  double out[4], secs;
+  int requests;
+  int rc = run_remote("500", 0, NULL, out, &secs, &requests);
+  CHECK(rc == CT_EIO && has("HTTP 500 after 3 attempts") && has("/score"));
+  CHECK(requests == 3);
+  ct_reward_opts o = remote_opts(0);
+  o.failure_nan = true;
+  rc = run_remote("500", 0, &o, out, &secs, &requests);
+  CHECK(rc == 0 && isnan(out[0]) && isnan(out[3]) && requests == 3);
+}
+
+static void test_remote_http_400_is_not_retried(void) {
+  if (!server_ok()) return;
+  double out[4], secs;
+  int requests;
+  int rc = run_remote("400", 0, NULL, out, &secs, &requests);
+  CHECK(rc == CT_EIO && has("HTTP 400 after 1 attempt:") && has("bad request"));
+  CHECK(requests == 1);
+}
+
+static void test_remote_malformed_json_is_retried_then_reported(void) {
+  if (!server_ok()) return;
+  double out[4], secs;
+  int requests;
+  int rc = run_remote("badjson", 0, NULL, out, &secs, &requests);
+  CHECK(rc == CT_EIO && has("malformed JSON") && has("after 3 attempts"));
+  CHECK(requests == 3);
+}
+
+static void test_remote_closed_connection_is_retried_then_reported(void) {
+  if (!server_ok()) return;
+  double out[4], secs;
+  int requests;
+  int rc = run_remote("close", 0, NULL, out, &secs, &requests);
+  CHECK(rc == CT_EIO && has("closed without a reply") && has("after 3 attempts"));
+  CHECK(requests == 3);
+  CHECK(secs < 3.0);
+}
+
+static void test_remote_wrong_count_is_reported_with_both_counts(void) {
+  if (!server_ok()) return;
+  double out[4], secs;
+  int requests;
+  int rc = run_remote("count", 0, NULL, out, &secs, &requests);
+  CHECK(rc == CT_EIO && has("3 rewards, expected 4"));
+  CHECK(requests == 3);
+  CHECK(isnan(out[0]));
+}
+
+static void test_remote_unreachable_port_fails_fast(void) {
+  // a port that was free a moment ago: nobody listens there
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  CHECK(s >= 0 && !bind(s, (struct sockaddr *)&a, sizeof a) &&
+        !getsockname(s, (struct sockaddr *)&a, &len));
+  close(s);
+  ct_reward_opts o = remote_opts(ntohs(a.sin_port));
+  o.retries = 1;
+  ct_reward *r = make(CT_REWARD_REMOTE, o);
+  double out[4];
+  double t0 = now_s();
+  int rc = ct_reward_score(r, items, 4, out);
+  double secs = now_s() - t0;
+  CHECK(rc == CT_EIO && has("cannot connect after 2 attempts") && has(o.url));
+  CHECK(secs < 1.0);
+  CHECK(ct_reward_failed_batches(r) == 1);
+  ct_reward_free(r);
+}
+
+int main(void) {
+  // a proxy from the environment must not carry loopback requests elsewhere
+  const char *proxies[] = {"http_proxy",  "HTTP_PROXY", "https_proxy",
+                           "HTTPS_PROXY", "ALL_PROXY",  "all_proxy"};
+  for (size_t i = 0; i < sizeof proxies / sizeof *proxies; i++) unsetenv(proxies[i]);
+  const char *bin = getenv("CT_BIN");
+  snprintf(server_path, sizeof server_path, "%s/ctune-reward-server", bin && *bin ? bin : "bin");
+  make_items();
+
+  RUN(test_accuracy_exact_compares_the_trimmed_completion);
+  RUN(test_accuracy_missing_or_ill_typed_answer_is_nan);
+  RUN(test_accuracy_numeric_answer_field_is_compared_as_its_text);
+  RUN(test_accuracy_regex_takes_the_last_match);
+  RUN(test_accuracy_regex_uses_the_first_group_else_the_whole_match);
+  RUN(test_accuracy_regex_anchors_and_empty_matches_behave);
+  RUN(test_accuracy_numeric_ignores_commas_and_tolerates_1e6_relative);
+  RUN(test_format_is_one_when_the_regex_matches_anywhere);
+  RUN(test_length_penalizes_distance_from_the_target_in_bytes);
+  RUN(test_score_fills_every_item);
+  RUN(test_kind_parses_the_four_names_and_lists_the_choices);
+  RUN(test_init_rejects_bad_options_naming_the_option);
+  RUN(test_remote_ok_returns_the_servers_rewards_and_reuses_the_handle);
+  RUN(test_remote_sends_batches_of_the_configured_size);
+  RUN(test_remote_slow_server_times_out_within_the_bound);
+  RUN(test_remote_http_500_is_retried_then_reported);
+  RUN(test_remote_http_400_is_not_retried);
+  RUN(test_remote_malformed_json_is_retried_then_reported);
+  RUN(test_remote_closed_connection_is_retried_then_reported);
+  RUN(test_remote_wrong_count_is_reported_with_both_counts);
+  RUN(test_remote_unreachable_port_fails_fast);
+
+  for (int i = 0; i < 4; i++) json_decref(rows[i]);
+  return test_summary();
+}
