@@ -148,6 +148,14 @@ typedef struct {
   double z_loss_multiplier;
   int64_t num_threads;  // 0 = all cores, divided among local MPI ranks
 
+  // distillation
+  char *teacher_path;
+  char *teacher_logits_path;
+  int64_t distill_top_k;
+  double distill_alpha;
+  double lmbda;
+  int seq_kd;
+
   // GRPO
   int64_t num_generations;
   int64_t num_iterations;

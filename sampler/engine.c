@@ -154,8 +154,8 @@ static void embed_rows(ct_engine *e, int n) {
   for (int i = 0; i < n; i++) ct_linear_row(E, e->ids[i], e->x + (long)i * e->C);
 }
 
-int ct_engine_forward(ct_engine *e, int n, const int *ids, const int *slot, const int *pos,
-                      const int *out, int nout, float *logits) {
+static int pass(ct_engine *e, int n, const int *ids, const int *slot, const int *pos,
+                const int *out, int nout, float *logits, float *hidden) {
   if (n < 1 || n > e->o.max_tokens)
     return ct_set_error(CT_EINVAL, "engine: %d tokens in one pass (capacity %d)", n, e->o.max_tokens);
   for (int i = 0; i < n; i++) {
@@ -194,10 +194,25 @@ int ct_engine_forward(ct_engine *e, int n, const int *ids, const int *slot, cons
     ct_linear_forward(&w->down, e->h, F, n, e->x, C, 1);        // x += h · Wdownᵀ
   }
   if (nout == 0) return 0;
+  if (hidden) {  // straight into the caller's buffer
+    for (int k = 0; k < nout; k++) memcpy(e->xo + (long)k * C, e->x + (long)out[k] * C, sizeof(float) * C);
+    ct_rmsnorm_forward(hidden, e->rstd, e->xo, e->w->norm, nout, C, c->rms_norm_eps);
+    return 0;
+  }
   for (int k = 0; k < nout; k++) memcpy(e->xo + (long)k * C, e->x + (long)out[k] * C, sizeof(float) * C);
   ct_rmsnorm_forward(e->ln, e->rstd, e->xo, e->w->norm, nout, C, c->rms_norm_eps);
   ct_linear_forward(&e->w->lm_head, e->ln, C, nout, logits, e->V, 0);
   return 0;
+}
+
+int ct_engine_forward(ct_engine *e, int n, const int *ids, const int *slot, const int *pos,
+                      const int *out, int nout, float *logits) {
+  return pass(e, n, ids, slot, pos, out, nout, logits, NULL);
+}
+
+int ct_engine_forward_hidden(ct_engine *e, int n, const int *ids, const int *slot, const int *pos,
+                             const int *out, int nout, float *hidden) {
+  return pass(e, n, ids, slot, pos, out, nout, NULL, hidden);
 }
 
 int ct_engine_copy_slot(ct_engine *e, int src, int dst, int len) {

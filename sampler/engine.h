@@ -28,6 +28,12 @@ void ct_engine_free(ct_engine *e);
 int ct_engine_forward(ct_engine *e, int n, const int *ids, const int *slot, const int *pos,
                       const int *out, int nout, float *logits);
 
+// The same pass, writing the final RMSNorm's output (nout, C) of the listed tokens — the
+// LM head's input — instead of logits (distillation applies the head in vocabulary
+// chunks itself).
+int ct_engine_forward_hidden(ct_engine *e, int n, const int *ids, const int *slot, const int *pos,
+                             const int *out, int nout, float *hidden);
+
 // Copies positions [0, len) of slot src's cache into slot dst (multisampling).
 int ct_engine_copy_slot(ct_engine *e, int src, int dst, int len);
 

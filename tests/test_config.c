@@ -781,7 +781,8 @@ static void test_base_yml_loads_for_every_trainer_without_changing_its_defaults(
 // Every trainer's yml resolves to its built-in defaults: the files cannot drift.
 static void test_trainer_ymls_equal_the_built_in_defaults(void) {
   struct { const char *path; ct_trainer_kind t; } ymls[] = {{"configs/dpo.yml", CT_TRAINER_DPO},
-                                                            {"configs/grpo.yml", CT_TRAINER_GRPO}};
+                                                            {"configs/grpo.yml", CT_TRAINER_GRPO},
+                                                            {"configs/distill.yml", CT_TRAINER_DISTILL}};
   for (size_t i = 0; i < sizeof ymls / sizeof ymls[0]; i++) {
     ct_config c, d;
     CHECK_OK(ct_config_init(&c, ymls[i].t));

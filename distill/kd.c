@@ -1,0 +1,220 @@
+#include "distill/kd.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "fastmath.h"
+#include "matmul.h"
+#include "pool.h"
+
+int ct_kd_init(ct_kd *k, int cap_rows, int V, int C, int ntiles) {
+  memset(k, 0, sizeof *k);
+  if (ntiles < 1) ntiles = 1;
+  if (ntiles > V) ntiles = V;
+  k->cap = cap_rows;
+  k->V = V;
+  k->C = C;
+  k->ntiles = ntiles;
+  k->tile = (V + ntiles - 1) / ntiles;
+  long cap = cap_rows;
+  k->ls = aligned_alloc(64, sizeof(float) * ((cap * k->tile + 15) / 16 * 16));
+  k->lt = aligned_alloc(64, sizeof(float) * ((cap * k->tile + 15) / 16 * 16));
+  k->dhs = aligned_alloc(64, sizeof(float) * ((cap * C + 15) / 16 * 16));
+  double **d[] = {&k->lse_s, &k->lse_t, &k->sum_s, &k->sum_t, &k->gsum, &k->loss, &k->lse_t1,
+                  &k->tgt_t1, &k->sum_t1};
+  int bad = !k->ls || !k->lt || !k->dhs;
+  for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) bad |= !(*d[i] = calloc(cap, sizeof(double)));
+  k->bytes = sizeof(float) * (2 * cap * k->tile + cap * C) + 9 * sizeof(double) * cap;
+  if (bad) {
+    ct_kd_free(k);
+    return ct_set_error(CT_ENOMEM, "distillation: cannot allocate %.1f MB (raise num_vocab_tiling)",
+                        k->bytes / 1e6);
+  }
+  return 0;
+}
+
+void ct_kd_free(ct_kd *k) {
+  void *p[] = {k->ls, k->lt, k->dhs, k->lse_s, k->lse_t, k->sum_s, k->sum_t, k->gsum, k->loss,
+               k->lse_t1, k->tgt_t1, k->sum_t1};
+  for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
+  memset(k, 0, sizeof *k);
+}
+
+// log(e^a + e^b)
+static inline double logaddexp(double a, double b) {
+  double m = a > b ? a : b;
+  if (m == -INFINITY) return -INFINITY;
+  return m + log(exp(a - m) + exp(b - m));
+}
+
+// g_i = ∂L/∂s_i and the loss term of one vocabulary entry.
+static inline double term(double s, double t, double beta, double *g) {
+  double ps = exp(s), pt = exp(t);
+  if (beta == 0) {
+    *g = -pt;
+    return pt > 0 ? pt * (t - s) : 0;
+  }
+  if (beta == 1) {
+    *g = ps * (s - t + 1);
+    return ps > 0 ? ps * (s - t) : 0;
+  }
+  double m = logaddexp(log(beta) + t, log(1 - beta) + s);
+  *g = (1 - beta) * ps * (s - m);
+  return (pt > 0 ? beta * pt * (t - m) : 0) + (ps > 0 ? (1 - beta) * ps * (s - m) : 0);
+}
+
+double ct_kd_reference(const double *zs, const double *zt, int V, double tau, double beta, double *dz) {
+  double ms = -INFINITY, mt = -INFINITY, ss = 0, st = 0;
+  for (int v = 0; v < V; v++) {
+    ms = fmax(ms, zs[v] / tau);
+    mt = fmax(mt, zt[v] / tau);
+  }
+  for (int v = 0; v < V; v++) {
+    ss += exp(zs[v] / tau - ms);
+    st += exp(zt[v] / tau - mt);
+  }
+  double ls = ms + log(ss), lt = mt + log(st), L = 0, G = 0;
+  for (int v = 0; v < V; v++) {
+    double g;
+    L += term(zs[v] / tau - ls, zt[v] / tau - lt, beta, &g);
+    dz[v] = g;
+    G += g;
+  }
+  for (int v = 0; v < V; v++) dz[v] = (dz[v] - exp(zs[v] / tau - ls) * G) / tau;
+  return L;
+}
+
+typedef struct {
+  ct_kd *k;
+  int n, v0, nv, pass, parts;
+  const int *target;
+  const ct_kd_opts *o;
+} chunk_job;
+
+static void fold(double *m, double *sum, double v) {  // online log-sum-exp
+  if (v > *m) {
+    *sum = *sum * exp(*m - v) + 1;
+    *m = v;
+  } else {
+    *sum += exp(v - *m);
+  }
+}
+
+static void chunk_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const chunk_job *j = ctx;
+  ct_kd *k = j->k;
+  long lo, hi;
+  ct_chunk_range(j->n, 1, j->parts, part, &lo, &hi);
+  double it = 1.0 / j->o->tau, beta = j->o->beta;
+  for (long r = lo; r < hi; r++) {
+    float *zs = k->ls + r * j->nv, *zt = k->lt + r * j->nv;
+    if (j->pass == 1) {
+      for (int v = 0; v < j->nv; v++) {
+        fold(&k->lse_s[r], &k->sum_s[r], zs[v] * it);
+        fold(&k->lse_t[r], &k->sum_t[r], zt[v] * it);
+        fold(&k->lse_t1[r], &k->sum_t1[r], zt[v]);
+      }
+      int y = j->target ? j->target[r] - j->v0 : -1;
+      if (y >= 0 && y < j->nv) k->tgt_t1[r] = zt[y];
+    } else if (j->pass == 2) {
+      double L = 0, G = 0, g;
+      for (int v = 0; v < j->nv; v++) {
+        L += term(zs[v] * it - k->lse_s[r], zt[v] * it - k->lse_t[r], beta, &g);
+        G += g;
+      }
+      k->loss[r] += L;
+      k->gsum[r] += G;
+    } else {  // pass 3: the chunk's gradient, written over the student logits
+      double G = k->gsum[r], g;
+      for (int v = 0; v < j->nv; v++) {
+        double s = zs[v] * it - k->lse_s[r];
+        term(s, zt[v] * it - k->lse_t[r], beta, &g);
+        zs[v] = (float)(j->o->scale * (g - exp(s) * G) * it);
+      }
+    }
+  }
+}
+
+static int parts_for(int n) {
+  int p = ct_pool_threads() * 4;
+  return n < p ? (n > 0 ? n : 1) : p;
+}
+
+double ct_kd_soft(ct_kd *k, const float *hs, int n, const float *W, float *dW, const int *target,
+                  ct_kd_teacher_fn teacher, void *ctx, const ct_kd_opts *o) {
+  for (int r = 0; r < n; r++) {
+    k->lse_s[r] = k->lse_t[r] = k->lse_t1[r] = -INFINITY;
+    k->sum_s[r] = k->sum_t[r] = k->sum_t1[r] = 0;
+    k->gsum[r] = k->loss[r] = 0;
+    k->tgt_t1[r] = 0;
+  }
+  int last = dW ? 3 : 2;
+  for (int pass = 1; pass <= last; pass++) {
+    for (int v0 = 0; v0 < k->V; v0 += k->tile) {
+      int nv = v0 + k->tile <= k->V ? k->tile : k->V - v0;
+      if (k->ntiles > 1 || pass == 1) {  // one chunk: the logits are still there
+        ct_sgemm('N', 'T', n, nv, k->C, 1, hs, k->C, W + (long)v0 * k->C, k->C, 0, k->ls, nv);
+        teacher(ctx, n, v0, nv, k->lt);
+      }
+      chunk_job j = {k, n, v0, nv, pass, parts_for(n), target, o};
+      ct_parallel_for(j.parts, chunk_task, &j);
+      if (pass == 3) {  // dhs (=, first chunk) + dz · W;  dW += dzᵀ · hs
+        ct_sgemm('N', 'N', n, k->C, nv, 1, k->ls, nv, W + (long)v0 * k->C, k->C, v0 ? 1 : 0, k->dhs, k->C);
+        ct_sgemm('T', 'N', nv, k->C, n, 1, k->ls, nv, hs, k->C, 1, dW + (long)v0 * k->C, k->C);
+      }
+    }
+    if (pass == 1)
+      for (int r = 0; r < n; r++) {
+        k->lse_s[r] += log(k->sum_s[r]);
+        k->lse_t[r] += log(k->sum_t[r]);
+        k->lse_t1[r] += log(k->sum_t1[r]);
+      }
+  }
+  double total = 0;
+  for (int r = 0; r < n; r++) total += k->loss[r];
+  return total;
+}
+
+double ct_kd_soft_topk(ct_kd *k, const float *hs, int n, const float *W, float *dW, const int *idx,
+                       const float *tl, int kk, const ct_kd_opts *o) {
+  double it = 1.0 / o->tau, total = 0;
+  double *zs = malloc(sizeof(double) * kk), *zt = malloc(sizeof(double) * kk), *dz = malloc(sizeof(double) * kk);
+  if (!zs || !zt || !dz) {
+    free(zs), free(zt), free(dz);
+    ct_set_error(CT_ENOMEM, "distillation: out of memory");
+    return NAN;
+  }
+  // rows one after another: the scatter into dW must not race
+  for (int r = 0; r < n; r++) {
+    const float *h = hs + (long)r * k->C;
+    for (int q = 0; q < kk; q++) {
+      const float *w = W + (long)idx[(long)r * kk + q] * k->C;
+      double d = 0;
+      for (int c = 0; c < k->C; c++) d += (double)h[c] * w[c];
+      zs[q] = d;
+      zt[q] = tl[(long)r * kk + q];
+    }
+    double L = ct_kd_reference(zs, zt, kk, 1.0 / it, o->beta, dz);
+    k->loss[r] = L;
+    total += L;
+    if (!dW) continue;
+    float *dh = k->dhs + (long)r * k->C;
+    memset(dh, 0, sizeof(float) * k->C);
+    for (int q = 0; q < kk; q++) {
+      float g = (float)(o->scale * dz[q]);
+      const float *w = W + (long)idx[(long)r * kk + q] * k->C;
+      float *dw = dW + (long)idx[(long)r * kk + q] * k->C;
+      for (int c = 0; c < k->C; c++) {
+        dh[c] += g * w[c];
+        dw[c] += g * h[c];
+      }
+    }
+  }
+  free(zs);
+  free(zt);
+  free(dz);
+  return total;
+}

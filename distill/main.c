@@ -1,0 +1,552 @@
+// distill: a student learns from a teacher, as MaxText's distillation and TRL's GKD.
+//
+//   bin/distill configs/distill.yml teacher_path=DIR model_path=DIR dataset_path=data.jsonl
+//   bin/distill precompute configs/distill.yml teacher_path=DIR dataset_path=data.jsonl
+//               teacher_logits_path=topk.safetensors
+//
+// Data as SFT. Loss per labeled token: α·τ²·soft + (1 − α)·hard, soft the generalized JSD
+// between teacher and student at temperature τ (distill/kd.h), hard the cross-entropy;
+// both averaged over the step's labeled tokens. The teacher runs forward only, before
+// the student's pass, and keeps only its final hidden states for the step; offline mode
+// reads its precomputed top-k logits instead and loads no teacher. With probability
+// lmbda a batch's completions are generated first (by the student, or the teacher with
+// seq_kd), and those get the soft loss only.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt.h"
+#include "config.h"
+#include "data.h"
+#include "dist.h"
+#include "distill/kd.h"
+#include "engine.h"
+#include "error.h"
+#include "forward.h"
+#include "generate.h"
+#include "lm.h"
+#include "matmul.h"
+#include "pool.h"
+#include "safetensors.h"
+#include "train.h"
+#include "weights.h"
+
+static int fail(int code, const char *what) {
+  fprintf(stderr, "distill: %s%s%s\n", what ? what : "", what ? ": " : "", ct_last_error());
+  ct_dist_abort(code);
+  ct_dist_finalize();
+  exit(code);
+}
+
+// ---------------------------------------------------------------------------
+// The teacher: fp32 through the training forward (no activations kept), or int8 through
+// the inference engine. Either way it leaves the final hidden states of the rows the
+// loss needs, and computes logit chunks from them on request.
+
+typedef struct {
+  bool int8;
+  ct_model model;          // fp32
+  ct_acts acts;            //   keep = false
+  ct_infer_weights iw;     // int8
+  ct_engine *engine;
+  int C, V;
+  float *hidden;           // (cap, C) final hidden states of the gathered rows
+  int *slot, *pos, *outs;  // engine pass (int8)
+} teacher_t;
+
+// A checksum of the teacher's weights: training must leave them exactly as loaded.
+static uint64_t teacher_checksum(const teacher_t *t) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  const unsigned char *p = t->int8 ? (const unsigned char *)t->iw.qmem : (const unsigned char *)t->model.params;
+  long n = t->int8 ? t->iw.layout.n_floats : t->model.n_floats * (long)sizeof(float);
+  for (long i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+static int teacher_load(teacher_t *t, const ct_config *c, int B, int T) {
+  memset(t, 0, sizeof *t);
+  t->int8 = c->quantization == CT_QUANT_INT8;
+  int rc;
+  if (t->int8) {
+    ct_engine_opts eo = {B, T, B * T};
+    rc = ct_infer_load(&t->iw, c->teacher_path, true);
+    if (!rc) rc = ct_engine_init(&t->engine, &t->iw, &eo);
+    t->C = t->iw.cfg.hidden_size;
+    t->V = t->iw.cfg.vocab_size;
+  } else {
+    rc = ct_model_load(&t->model, c->teacher_path, T);
+    if (!rc) rc = ct_acts_init(&t->acts, &t->model, B, T, false);
+    t->C = t->model.cfg.hidden_size;
+    t->V = t->model.cfg.vocab_size;
+  }
+  if (rc) return ct_wrap_error(rc, "teacher");
+  t->hidden = malloc(sizeof(float) * (size_t)B * T * t->C);
+  t->slot = malloc(sizeof(int) * B * T);
+  t->pos = malloc(sizeof(int) * B * T);
+  t->outs = malloc(sizeof(int) * B * T);
+  if (!t->hidden || !t->slot || !t->pos || !t->outs) return ct_set_error(CT_ENOMEM, "teacher: out of memory");
+  return 0;
+}
+
+static void teacher_free(teacher_t *t) {
+  if (t->int8) {
+    ct_engine_free(t->engine);
+    ct_infer_free(&t->iw);
+  } else {
+    ct_acts_free(&t->acts);
+    ct_model_free(&t->model);
+  }
+  free(t->hidden);
+  free(t->slot);
+  free(t->pos);
+  free(t->outs);
+}
+
+// Runs the teacher over batch b and keeps the hidden states of the target positions, in
+// the order ct_head_gather takes them (token order).
+static void teacher_forward(teacher_t *t, const ct_batch *b) {
+  int N = b->B * b->T, n = 0;
+  if (!t->int8) {
+    memcpy(t->acts.ids, b->ids, sizeof(int) * N);
+    memcpy(t->acts.pos, b->pos, sizeof(int) * N);
+    memcpy(t->acts.seg, b->seg, sizeof(int) * N);
+    ct_forward(&t->model, &t->acts, b->B, b->T);
+    for (int i = 0; i < N; i++)
+      if (b->target[i] >= 0)
+        memcpy(t->hidden + (long)n++ * t->C, t->acts.lnf + (long)i * t->C, sizeof(float) * t->C);
+    return;
+  }
+  // one slot per row; packed rows are not supported here (see main)
+  for (int i = 0; i < N; i++) {
+    t->slot[i] = i / b->T;
+    t->pos[i] = i % b->T;
+    if (b->target[i] >= 0) t->outs[n++] = i;
+  }
+  if (ct_engine_forward_hidden(t->engine, N, b->ids, t->slot, t->pos, t->outs, n, t->hidden)) fail(1, "teacher");
+}
+
+static void teacher_chunk(void *ctx, int n, int v0, int nv, float *out) {
+  teacher_t *t = ctx;
+  if (!t->int8) {
+    ct_sgemm('N', 'T', n, nv, t->C, 1, t->hidden, t->C, t->model.w.lm_head + (long)v0 * t->C, t->C,
+             0, out, nv);
+    return;
+  }
+  const ct_linear *h = &t->iw.lm_head;
+  ct_linear part = {nv, h->cols, NULL, h->q + (long)v0 * h->cols, h->scale + v0, h->rowsum + v0};
+  ct_linear_forward(&part, t->hidden, t->C, n, out, nv, 0);
+}
+
+// ---------------------------------------------------------------------------
+// Offline logits: the teacher's top-k per labeled token, in dataset order (row by row,
+// labeled tokens in order), with the data's hash so a stale file is refused.
+
+typedef struct {
+  int k;
+  long n;          // labeled tokens
+  int *idx;        // (n, k)
+  float *logit;    // (n, k)
+  long *row_off;   // (rows + 1) first labeled token of each dataset row
+} topk_t;
+
+static uint64_t data_hash(const ct_dataset *ds) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  const unsigned char *p = (const unsigned char *)ds->ids;
+  for (long i = 0; i < ds->n_tokens * (long)sizeof(int); i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+  for (long i = 0; i < ds->n_tokens; i++) h = (h ^ ds->label[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+static long *label_offsets(const ct_dataset *ds) {
+  long *off = malloc(sizeof(long) * (ds->n_rows + 1));
+  if (!off) return NULL;
+  off[0] = 0;
+  for (int r = 0; r < ds->n_rows; r++) {
+    long c = 0;
+    for (int j = 1; j < ds->row_len[r]; j++) c += ds->label[ds->row_start[r] + j];
+    off[r + 1] = off[r] + c;
+  }
+  return off;
+}
+
+// For each gathered row q of batch b: the index of its token in the offline file.
+static void gathered_label_index(const ct_dataset *ds, const ct_batch *b, const long *off, long *out) {
+  int q = 0;
+  for (int i = 0; i < b->B; i++) {
+    int s = b->row_seq[i];
+    for (int d = 0; d < ds->seq_count[s]; d++) {
+      int r = ds->seq_rows[ds->seq_first[s] + d];
+      long k = off[r];
+      for (int j = 1; j < ds->row_len[r]; j++)
+        if (ds->label[ds->row_start[r] + j]) out[q++] = k++;
+    }
+  }
+}
+
+static int cmp_desc(const void *a, const void *b, void *ctx) {
+  const float *v = ctx;
+  float x = v[*(const int *)a], y = v[*(const int *)b];
+  return (x < y) - (x > y);
+}
+
+static void cmd_precompute(const ct_config *cfg, ct_train *tr, const ct_dataset *ds) {
+  if (!cfg->teacher_logits_path[0])
+    fail(2, (ct_set_error(CT_ECONFIG, "precompute needs teacher_logits_path=FILE (where to write)"), NULL));
+  int B = (int)cfg->per_device_eval_batch_size, T = (int)cfg->max_length;
+  teacher_t t;
+  if (teacher_load(&t, cfg, B, T)) fail(1, NULL);
+  int V = t.V, k = (int)cfg->distill_top_k < V ? (int)cfg->distill_top_k : V;
+  long *off = label_offsets(ds);
+  long total = off[ds->n_rows];
+  int *idx = malloc(sizeof(int) * (size_t)total * k), *ord = malloc(sizeof(int) * V);
+  float *lg = malloc(sizeof(float) * (size_t)total * k), *row = malloc(sizeof(float) * V);
+  long *where = malloc(sizeof(long) * B * T);
+  ct_batch b;
+  int *seqs = malloc(sizeof(int) * B);
+  if (!idx || !ord || !lg || !row || !where || !seqs || ct_batch_init(&b, B, T)) fail(1, NULL);
+  ct_log_info(&tr->log, "teacher top-%d logits for %ld labeled tokens of %s", k, total, ds->path);
+  for (int first = 0; first < ds->n_seq; first += B) {
+    int n = 0;
+    for (int s = first; s < ds->n_seq && n < B; s++) seqs[n++] = s;
+    ct_batch_fill(&b, ds, seqs, n, ct_tokenizer_pad(tr->tok));
+    teacher_forward(&t, &b);
+    gathered_label_index(ds, &b, off, where);
+    for (long q = 0; q < b.n_target; q++) {  // full logits of one row at a time
+      float *h = t.hidden + q * t.C;
+      if (t.int8) {
+        ct_linear_forward(&t.iw.lm_head, h, t.C, 1, row, V, 0);
+      } else {
+        for (int v = 0; v < V; v++) {
+          const float *w = t.model.w.lm_head + (long)v * t.C;
+          float d = 0;
+          for (int c = 0; c < t.C; c++) d += h[c] * w[c];
+          row[v] = d;
+        }
+      }
+      for (int v = 0; v < V; v++) ord[v] = v;
+      qsort_r(ord, V, sizeof(int), cmp_desc, row);
+      for (int j = 0; j < k; j++) {
+        idx[where[q] * k + j] = ord[j];
+        lg[where[q] * k + j] = row[ord[j]];
+      }
+    }
+  }
+  char hash[32];
+  snprintf(hash, sizeof hash, "%016llx", (unsigned long long)data_hash(ds));
+  ct_st_entry e[2] = {{.name = "indices", .dtype = CT_DT_I32, .ndim = 2, .shape = {total, k}, .data = idx},
+                      {.name = "logits", .dtype = CT_DT_F32, .ndim = 2, .shape = {total, k}, .data = lg}};
+  const char *mk[] = {"dataset_hash", "teacher"}, *mv[] = {hash, cfg->teacher_path};
+  if (ct_st_write(cfg->teacher_logits_path, e, 2, mk, mv, 2)) fail(1, NULL);
+  ct_log_info(&tr->log, "wrote %s", cfg->teacher_logits_path);
+  free(idx); free(ord); free(lg); free(row); free(where); free(seqs); free(off);
+  ct_batch_free(&b);
+  teacher_free(&t);
+}
+
+static void load_topk(const ct_config *cfg, const ct_dataset *ds, topk_t *tk) {
+  ct_safetensors st = {0};
+  if (ct_st_open(&st, cfg->teacher_logits_path)) fail(1, NULL);
+  char hash[32];
+  snprintf(hash, sizeof hash, "%016llx", (unsigned long long)data_hash(ds));
+  const char *h = ct_st_meta(&st, "dataset_hash");
+  const ct_st_tensor *ti = ct_st_find(&st, "indices"), *tl = ct_st_find(&st, "logits");
+  tk->row_off = label_offsets(ds);
+  if (!h || strcmp(h, hash) || !ti || !tl || ti->dtype != CT_DT_I32 || ti->ndim != 2 ||
+      tl->numel != ti->numel || ti->shape[0] != tk->row_off[ds->n_rows])
+    fail(1, (ct_set_error(CT_EFORMAT, "%s: not the teacher logits of this dataset (run `bin/distill "
+                          "precompute` with the same data and max_length)", cfg->teacher_logits_path), NULL));
+  tk->n = ti->shape[0];
+  tk->k = (int)ti->shape[1];
+  tk->idx = malloc(sizeof(int) * ti->numel);
+  tk->logit = malloc(sizeof(float) * tl->numel);
+  if (!tk->idx || !tk->logit || ct_st_read_f32(&st, tl, tk->logit, tl->numel)) fail(1, NULL);
+  memcpy(tk->idx, ct_st_data(&st, ti), sizeof(int) * ti->numel);
+  ct_st_close(&st);
+}
+
+// ---------------------------------------------------------------------------
+// Checks before any work: the teacher exists and speaks the student's vocabulary.
+
+static void check_vocabularies(const ct_config *cfg, const ct_tokenizer *student) {
+  ct_tokenizer *tt;
+  if (ct_tokenizer_load(&tt, cfg->teacher_path))
+    fail(1, (ct_wrap_error(CT_EIO, "%s: key 'teacher_path'", ct_config_origin(cfg, "teacher_path")), NULL));
+  int V = ct_tokenizer_vocab_size(student);
+  if (ct_tokenizer_vocab_size(tt) != V)
+    fail(1, (ct_set_error(CT_EINVAL, "the teacher's tokenizer has %d tokens, the student's %d: "
+                          "distillation needs one vocabulary", ct_tokenizer_vocab_size(tt), V), NULL));
+  for (int id = 0; id < V; id++) {
+    size_t a, b;
+    const char *x = ct_tokenizer_token_bytes(student, id, &a), *y = ct_tokenizer_token_bytes(tt, id, &b);
+    if (a != b || (a && memcmp(x, y, a)))
+      fail(1, (ct_set_error(CT_EINVAL, "the teacher's and the student's tokenizers differ at token "
+                            "id %d: distillation needs one vocabulary", id), NULL));
+  }
+  ct_tokenizer_free(tt);
+}
+
+// ---------------------------------------------------------------------------
+// On-policy batches (GKD): each row keeps its prompt (the tokens before its first label)
+// and gets a completion sampled at temperature τ by `gen` (student or teacher weights).
+
+typedef struct {
+  int **ids;
+  int *n;
+} gen_out;
+
+static int gen_done(void *ctx, const ct_gen_result *r) {
+  gen_out *o = ctx;
+  o->ids[r->request] = malloc(sizeof(int) * (r->n ? r->n : 1));
+  if (!o->ids[r->request]) return ct_set_error(CT_ENOMEM, "out of memory");
+  memcpy(o->ids[r->request], r->ids, sizeof(int) * r->n);
+  o->n[r->request] = r->n;
+  return 0;
+}
+
+static void generate_batch(ct_engine *gen, const ct_tokenizer *tok, const ct_dataset *ds,
+                           const int *seqs, int m, ct_batch *b, float tau, uint64_t seed) {
+  ct_gen_request req[m];
+  int *comp[m], ncomp[m], plen[m];
+  const int *stop_ids;
+  int n_stop = ct_tokenizer_stop_ids(tok, &stop_ids);
+  for (int i = 0; i < m; i++) {
+    int r = ds->seq_rows[ds->seq_first[seqs[i]]], j0 = 1;
+    while (j0 < ds->row_len[r] - 1 && !ds->label[ds->row_start[r] + j0]) j0++;
+    plen[i] = j0;
+    req[i] = (ct_gen_request){.prompt = ds->ids + ds->row_start[r], .prompt_len = j0, .n = 1,
+                              .seed = seed + (uint64_t)i, .sp = {tau, 0, 1, 0, 1},
+                              .max_new_tokens = b->cap_T - j0, .stop_ids = stop_ids, .n_stop_ids = n_stop};
+    comp[i] = NULL;
+  }
+  gen_out o = {comp, ncomp};
+  ct_gen_callbacks cb = {gen_done, NULL, &o};
+  if (ct_generate(gen, tok, req, m, &cb)) fail(1, "on-policy generation");
+  int T = 1;
+  for (int i = 0; i < m; i++) T = plen[i] + ncomp[i] > T ? plen[i] + ncomp[i] : T;
+  b->B = m;
+  b->T = T;
+  b->n_target = b->n_tokens = 0;
+  for (int i = 0; i < m; i++) {
+    b->row_seq[i] = seqs[i];
+    ct_batch_row(b, i, req[i].prompt, plen[i], comp[i], ncomp[i], ct_tokenizer_pad(tok));
+    free(comp[i]);
+  }
+}
+
+typedef struct {
+  double loss, soft, hard, hard_n, teacher_nll, tokens, input_tokens, correct;
+} kd_stats;
+#define KD_STATS_N 8
+
+int main(int argc, char **argv) {
+  ct_blas_init(argc, argv);
+  if (ct_dist_init(&argc, &argv)) fail(1, NULL);
+  bool precompute = argc > 1 && !strcmp(argv[1], "precompute");
+  if (precompute) argv++, argc--;
+  ct_config cfg;
+  if (ct_config_from_args(&cfg, CT_TRAINER_DISTILL, argc, argv)) fail(2, NULL);
+  if (!cfg.dataset_path[0])
+    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'dataset_path' is required", ct_config_origin(&cfg, "dataset_path")), NULL));
+  bool offline = !precompute && cfg.teacher_logits_path[0];
+  if (!offline && !cfg.teacher_path[0])
+    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'teacher_path' is required (or teacher_logits_path "
+                          "for precomputed logits)", ct_config_origin(&cfg, "teacher_path")), NULL));
+  if (offline && cfg.lmbda > 0)
+    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'lmbda': on-policy distillation needs the teacher "
+                          "itself, not precomputed logits", ct_config_origin(&cfg, "lmbda")), NULL));
+  if ((cfg.lmbda > 0 || cfg.quantization == CT_QUANT_INT8) && cfg.packing)
+    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'packing' cannot be combined with lmbda or an int8 "
+                          "teacher", ct_config_origin(&cfg, "packing")), NULL));
+  ct_train tr;
+  int rc = ct_train_setup(&tr, &cfg);
+  if (rc) fail(rc == CT_ECONFIG ? 2 : 1, NULL);
+  if (!offline) check_vocabularies(&cfg, tr.tok);
+  ct_data_opts o = {(int)cfg.max_length, cfg.completion_only_loss, cfg.assistant_only_loss,
+                    cfg.skip_bad_rows, cfg.packing, cfg.dataset_text_field};
+  ct_dataset train;
+  if (ct_dataset_load(&train, cfg.dataset_path, tr.tok, &o)) fail(1, NULL);
+  ct_log_info(&tr.log, "train: %s: %d rows, %ld trained tokens", train.path, train.n_rows, train.n_label_tokens);
+  if (precompute) {
+    cmd_precompute(&cfg, &tr, &train);
+    ct_dataset_free(&train);
+    ct_train_free(&tr);
+    ct_config_free(&cfg);
+    ct_dist_finalize();
+    return 0;
+  }
+  int B = (int)cfg.per_device_train_batch_size, accum = (int)cfg.gradient_accumulation_steps;
+  int global = B * accum * tr.world, T = (int)cfg.max_length;
+  const ct_model_config *mc = &tr.model.cfg;
+  teacher_t teacher = {0};
+  topk_t tk = {0};
+  if (offline) load_topk(&cfg, &train, &tk);
+  else if (teacher_load(&teacher, &cfg, B, T)) fail(1, NULL);
+  uint64_t teacher_sum = offline ? 0 : teacher_checksum(&teacher);
+  int V = mc->vocab_size;
+  if (!offline && teacher.V != V)
+    ct_log_info(&tr.log, "teacher vocab_size %d, student %d: the soft loss uses the first %d logits",
+                teacher.V, V, teacher.V < V ? teacher.V : V);
+  if (!offline && teacher.V < V) V = teacher.V;
+  if (ct_train_plan(&tr, train.n_seq, global)) fail(1, NULL);
+  ct_acts acts;
+  ct_head head;
+  ct_kd kd;
+  ct_batch batch;
+  int *seqs = malloc(sizeof(int) * global);
+  long *where = malloc(sizeof(long) * B * T);
+  if (!seqs || !where || ct_acts_init(&acts, &tr.model, B, T, true) || ct_batch_init(&batch, B, T) ||
+      ct_head_init(&head, B * T, mc->vocab_size, mc->hidden_size, (int)cfg.num_vocab_tiling) ||
+      ct_kd_init(&kd, B * T, V, mc->hidden_size, (int)cfg.num_vocab_tiling))
+    fail(1, NULL);
+  // on-policy generation: the student's weights as they are, or the teacher's
+  ct_infer_weights gen_w = {0};
+  ct_engine *gen = NULL;
+  ct_batch gen_batches[64];
+  if (accum > 64) fail(2, (ct_set_error(CT_ECONFIG, "gradient_accumulation_steps above 64 is not supported here"), NULL));
+  for (int k = 0; cfg.lmbda > 0 && k < accum; k++)
+    if (ct_batch_init(&gen_batches[k], B, T)) fail(1, NULL);
+  if (cfg.lmbda > 0) {
+    ct_engine_opts eo = {B, T, T > B ? T : B};
+    const ct_model *src = cfg.seq_kd ? &teacher.model : &tr.model;
+    if (cfg.seq_kd && teacher.int8) rc = ct_engine_init(&gen, &teacher.iw, &eo);
+    else rc = ct_infer_from_model(&gen_w, src) || ct_engine_init(&gen, &gen_w, &eo);
+    if (rc) fail(1, NULL);
+  }
+  ct_kd_opts ko = {(float)(cfg.temperature > 0 ? cfg.temperature : 1.0), (float)cfg.beta, 0};
+  double tau = ko.tau, alpha = cfg.distill_alpha;
+  ct_log_info(&tr.log, "training %ld steps; teacher %s; alpha %g, beta %g, temperature %g%s",
+              tr.total_steps - tr.step, offline ? "offline top-k logits" : cfg.teacher_path, alpha,
+              cfg.beta, tau, cfg.lmbda > 0 ? (cfg.seq_kd ? ", teacher-generated batches" : ", on-policy batches") : "");
+  ct_train_watch_signals();
+  bool stop = false;
+  kd_stats win = {0};
+  double t_win = ct_now();
+  while (tr.step < tr.total_steps && !stop) {
+    int n = ct_train_next_seqs(&tr, seqs, global);
+    // on-policy for this step? one draw from the train state's rng (saved, so resumable)
+    bool generated = cfg.lmbda > 0 && ct_rng_uniform(&tr.rng) < cfg.lmbda;
+    long labels = 0;
+    if (generated) {  // all of the step's completions first: the denominator needs them
+      for (int k = 0; k < accum; k++) {
+        int first = (k * tr.world + tr.rank) * B;
+        if (first >= n) break;
+        int m = n - first < B ? n - first : B;
+        generate_batch(gen, tr.tok, &train, seqs + first, m, &gen_batches[k], (float)tau,
+                       (uint64_t)cfg.seed * 7919u + (uint64_t)tr.step * 104729u + (uint64_t)first);
+        labels += gen_batches[k].n_target;
+      }
+      double l = (double)labels;
+      ct_dist_sum_f64(&l, 1);
+      labels = (long)l;
+    } else {
+      for (int i = 0; i < n; i++) labels += ct_seq_labels(&train, seqs[i]);
+    }
+    double inv = labels ? 1.0 / labels : 0;
+    kd_stats st = {0};
+    for (int k = 0; k < accum; k++) {
+      int first = (k * tr.world + tr.rank) * B;
+      if (first >= n) break;
+      int m = n - first < B ? n - first : B;
+      ct_batch *bp = generated ? &gen_batches[k] : &batch;
+      if (!generated) ct_batch_fill(&batch, &train, seqs + first, m, ct_tokenizer_pad(tr.tok));
+      ct_batch batch_view = *bp;  // (the loop body reads `batch`)
+      ct_batch *b = &batch_view;
+      if (!offline) teacher_forward(&teacher, b);  // before the student's pass
+      int N = b->B * b->T;
+      memcpy(acts.ids, b->ids, sizeof(int) * N);
+      memcpy(acts.pos, b->pos, sizeof(int) * N);
+      memcpy(acts.seg, b->seg, sizeof(int) * N);
+      ct_forward(&tr.model, &acts, b->B, b->T);
+      int q = ct_head_gather(&head, acts.lnf, b->target, N);
+      if (q < 0) fail(1, NULL);
+      ct_head_forward(&head, tr.model.w.lm_head);
+      for (int r = 0; r < q; r++) {  // hard loss: (1 − α) · CE / labels
+        st.hard -= head.logp[r];
+        st.correct += head.argmax[r] == head.target[r];
+        head.coef[r] = generated ? 0.0f : (float)((1 - alpha) * inv);  // generated: soft only
+        head.zcoef[r] = 0;
+      }
+      ko.scale = (float)(alpha * tau * tau * inv);
+      double soft;
+      if (offline) {
+        gathered_label_index(&train, b, tk.row_off, where);
+        int kk = tk.k;
+        int *idx = malloc(sizeof(int) * (size_t)q * kk);
+        float *tl = malloc(sizeof(float) * (size_t)q * kk);
+        for (int r = 0; r < q; r++) {
+          memcpy(idx + (long)r * kk, tk.idx + where[r] * kk, sizeof(int) * kk);
+          memcpy(tl + (long)r * kk, tk.logit + where[r] * kk, sizeof(float) * kk);
+        }
+        soft = ct_kd_soft_topk(&kd, head.hc, q, tr.model.w.lm_head, tr.g.lm_head, idx, tl, kk, &ko);
+        free(idx);
+        free(tl);
+      } else {
+        soft = ct_kd_soft(&kd, head.hc, q, tr.model.w.lm_head, tr.g.lm_head, head.target, teacher_chunk,
+                          &teacher, &ko);
+        for (int r = 0; r < q; r++) st.teacher_nll -= kd.tgt_t1[r] - kd.lse_t1[r];
+      }
+      st.soft += soft;
+      st.tokens += q;
+      st.input_tokens += b->n_tokens;
+      ct_head_backward(&head, tr.model.w.lm_head, tr.g.lm_head, acts.dln, N);
+      for (int r = 0; r < q; r++) {  // + the soft loss's gradient on the same rows
+        float *d = acts.dln + (long)head.rows[r] * mc->hidden_size;
+        const float *e = kd.dhs + (long)r * mc->hidden_size;
+        for (int c = 0; c < mc->hidden_size; c++) d[c] += e[c];
+      }
+      ct_backward(&tr.model, &tr.g, &acts, acts.dln, b->B, b->T);
+    }
+    ct_dist_sum_f64((double *)&st, KD_STATS_N);
+    double norm, lr;
+    if (ct_train_update(&tr, &norm, &lr)) fail(1, NULL);
+    tr.num_tokens += st.input_tokens;
+    for (int i = 0; i < KD_STATS_N; i++) ((double *)&win)[i] += ((double *)&st)[i];
+    double tok = win.tokens > 0 ? win.tokens : 1;
+    double step_loss = (alpha * tau * tau * st.soft + (1 - alpha) * st.hard) / (st.tokens > 0 ? st.tokens : 1);
+    ct_log_progress(&tr.log, tr.step, step_loss, win.input_tokens / (ct_now() - t_win));
+    if (tr.step % cfg.logging_steps == 0 || tr.step == tr.total_steps) {
+      json_t *j = json_pack("{s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "step", (json_int_t)tr.step,
+                            "loss", (alpha * tau * tau * win.soft + (1 - alpha) * win.hard) / tok,
+                            "distill/soft_loss", win.soft / tok, "distill/hard_loss", win.hard / tok,
+                            "distill/student_perplexity", exp(win.hard / tok), "mean_token_accuracy",
+                            win.correct / tok, "learning_rate", lr, "grad_norm", norm,
+                            "num_tokens", tr.num_tokens, "tokens_per_s", win.input_tokens / (ct_now() - t_win));
+      if (!offline) json_object_set_new(j, "distill/teacher_perplexity", json_real(exp(win.teacher_nll / tok)));
+      if (ct_log_metrics(&tr.log, j)) fail(1, NULL);
+      memset(&win, 0, sizeof win);
+      t_win = ct_now();
+    }
+    if (ct_train_after_step(&tr, &stop)) fail(1, NULL);
+  }
+  if (stop) {
+    ct_dist_finalize();
+    return 130;
+  }
+  if (ct_train_save_final(&tr)) fail(1, "saving the model");
+  if (!offline) {
+    if (teacher_checksum(&teacher) != teacher_sum)
+      fail(1, (ct_set_error(CT_EINVAL, "the teacher's weights changed during training"), NULL));
+    ct_log_info(&tr.log, "teacher weights unchanged (checksum %016llx)", (unsigned long long)teacher_sum);
+  }
+  ct_log_info(&tr.log, "done: %ld steps; model saved in %s", tr.step, cfg.output_dir);
+  if (gen) ct_engine_free(gen);
+  for (int k = 0; cfg.lmbda > 0 && k < accum; k++) ct_batch_free(&gen_batches[k]);
+  ct_infer_free(&gen_w);
+  if (!offline) teacher_free(&teacher);
+  free(tk.idx);
+  free(tk.logit);
+  free(tk.row_off);
+  free(seqs);
+  free(where);
+  ct_acts_free(&acts);
+  ct_head_free(&head);
+  ct_kd_free(&kd);
+  ct_batch_free(&batch);
+  ct_dataset_free(&train);
+  ct_train_free(&tr);
+  ct_config_free(&cfg);
+  ct_pool_free();
+  ct_dist_finalize();
+  return 0;
+}

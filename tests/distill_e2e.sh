@@ -1,0 +1,69 @@
+#!/bin/sh
+# bin/distill end to end: a smaller student learns from a teacher (loss falls), the
+# teacher's weights are untouched, offline top-k logits with k = V reproduce online
+# distillation, on-policy / teacher-generated / int8-teacher runs work, and a wrong or
+# missing teacher fails before any work.
+set -eu
+BIN=${CT_BIN:-bin}
+T=$(mktemp -d /tmp/ct_distill.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+. tests/lib/common.sh
+
+"$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 3000 50 41 6
+"$BIN/sft" configs/sft.yml dataset_path="$T/train.jsonl" output_dir="$T/teacher" max_steps=150 \
+  model.hidden_size=128 model.intermediate_size=384 model.num_hidden_layers=2 \
+  model.num_attention_heads=4 model.num_key_value_heads=2 max_length=24 \
+  per_device_train_batch_size=32 learning_rate=3e-3 lr_scheduler_type=cosine warmup_steps=5 \
+  save_steps=0 >"$T/t.log" 2>&1 || { cat "$T/t.log"; fail "training the teacher"; }
+cp -r "$T/teacher" "$T/teacher.orig"
+D="$BIN/distill"
+student="model.hidden_size=64 model.intermediate_size=192 model.num_hidden_layers=1
+         model.num_attention_heads=2 model.num_key_value_heads=1"
+common="configs/distill.yml teacher_path=$T/teacher dataset_path=$T/train.jsonl $student max_length=24
+        per_device_train_batch_size=32 learning_rate=3e-3 lr_scheduler_type=constant logging_steps=1 save_steps=0"
+field() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p"; }
+
+echo "== the student's loss falls; the teacher is untouched"
+"$D" $common output_dir="$T/s" max_steps=40 >"$T/s.log" 2>&1 || { cat "$T/s.log"; fail "distill run"; }
+l0=$(head -3 "$T/s/metrics.jsonl" | field loss | awk '{s+=$1} END {print s/NR}')
+l1=$(tail -3 "$T/s/metrics.jsonl" | field loss | awk '{s+=$1} END {print s/NR}')
+echo "loss $l0 -> $l1"
+awk -v a="$l0" -v b="$l1" 'BEGIN { exit !(b < 0.6 * a) }' || fail "the loss did not fall"
+for k in distill/soft_loss distill/hard_loss distill/student_perplexity distill/teacher_perplexity; do
+  grep -q "\"$k\"" "$T/s/metrics.jsonl" || fail "metrics lack $k"
+done
+grep -q "teacher weights unchanged" "$T/s.log" || fail "no teacher checksum"
+diff -r "$T/teacher" "$T/teacher.orig" >/dev/null || fail "the teacher's directory changed"
+
+echo "== offline top-k logits with k = V reproduce online distillation"
+"$D" precompute $common output_dir="$T/pre" teacher_logits_path="$T/topk.safetensors" distill_top_k=100000 \
+  >"$T/pre.log" 2>&1 || { cat "$T/pre.log"; fail "precompute"; }
+"$D" $common output_dir="$T/off" max_steps=5 teacher_logits_path="$T/topk.safetensors" teacher_path= \
+  >"$T/off.log" 2>&1 || { cat "$T/off.log"; fail "offline run"; }
+"$D" $common output_dir="$T/on" max_steps=5 >"$T/on.log" 2>&1 || { cat "$T/on.log"; fail "online run"; }
+field loss <"$T/on/metrics.jsonl" >"$T/a"
+field loss <"$T/off/metrics.jsonl" >"$T/b"
+paste "$T/a" "$T/b" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-4 * $1) { print; bad = 1 } } END { exit bad }' \
+  || fail "offline losses differ from online ones"
+# a smaller k trains too, and a stale file is refused
+"$D" precompute $common output_dir="$T/pre" teacher_logits_path="$T/top8.safetensors" distill_top_k=8 \
+  >/dev/null 2>&1 || fail "precompute k=8"
+"$D" $common output_dir="$T/off8" max_steps=3 teacher_logits_path="$T/top8.safetensors" teacher_path= \
+  >"$T/off8.log" 2>&1 || { cat "$T/off8.log"; fail "offline run, k=8"; }
+expect 1 "not the teacher logits of this dataset" "$D" $common output_dir="$T/x" max_steps=1 \
+  teacher_logits_path="$T/topk.safetensors" teacher_path= dataset_path="$T/eval.jsonl"
+
+echo "== on-policy, teacher-generated and int8-teacher runs"
+"$D" $common output_dir="$T/op" max_steps=3 lmbda=1 >"$T/op.log" 2>&1 || { cat "$T/op.log"; fail "lmbda=1"; }
+grep -q "on-policy batches" "$T/op.log" || fail "no on-policy batches"
+"$D" $common output_dir="$T/sk" max_steps=3 lmbda=1 seq_kd=true >"$T/sk.log" 2>&1 || { cat "$T/sk.log"; fail "seq_kd"; }
+"$D" $common output_dir="$T/q8" max_steps=3 quantization=int8 >"$T/q8.log" 2>&1 || { cat "$T/q8.log"; fail "int8 teacher"; }
+
+echo "== bad input fails before any work"
+cp -r "$T/teacher" "$T/other"
+# the same size of vocabulary, but 'a' and 'b' trade ids
+sed 's/"a": 97,/"a": 98,/; t; s/"b": 98,/"b": 97,/' "$T/teacher/tokenizer.json" >"$T/other/tokenizer.json"
+expect 1 "tokenizers differ at token id 97" "$D" $common output_dir="$T/x" teacher_path="$T/other"
+expect 2 "key 'teacher_path' is required" "$D" $common output_dir="$T/x" teacher_path=
+expect 1 "teacher_path" "$D" $common output_dir="$T/x" teacher_path="$T/nowhere"
+echo "distill end-to-end: all checks passed"
