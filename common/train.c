@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -47,6 +48,13 @@ int ct_train_after_step(ct_train *tr, bool *stop) {
     if ((rc = ct_train_save_checkpoint(tr))) return ct_wrap_error(rc, "saving a checkpoint");
   }
   return 0;
+}
+
+void ct_train_log_done(ct_train *tr) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);  // ru_maxrss is in kilobytes on Linux
+  ct_log_info(&tr->log, "done: %ld steps; model saved in %s; peak memory %.0f MB", tr->step,
+              tr->cfg->output_dir, ru.ru_maxrss / 1024.0);
 }
 
 bool ct_failpoint_stop(long step) {

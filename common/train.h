@@ -75,6 +75,9 @@ int ct_train_save_final(ct_train *tr);
 void ct_train_watch_signals(void);
 int ct_train_after_step(ct_train *tr, bool *stop);
 
+// The last line of a run: steps, where the model is, and peak resident memory.
+void ct_train_log_done(ct_train *tr);
+
 // The frozen reference model (DPO, GRPO with beta > 0): forward-only, its own parameters.
 // It is ref_model_path when set, else the policy's starting weights: model_path, or the
 // seeded initialization of a model built from scratch. A resumed run restores it the

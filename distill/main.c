@@ -529,7 +529,7 @@ int main(int argc, char **argv) {
       fail(1, (ct_set_error(CT_EINVAL, "the teacher's weights changed during training"), NULL));
     ct_log_info(&tr.log, "teacher weights unchanged (checksum %016llx)", (unsigned long long)teacher_sum);
   }
-  ct_log_info(&tr.log, "done: %ld steps; model saved in %s", tr.step, cfg.output_dir);
+  ct_train_log_done(&tr);
   if (gen) ct_engine_free(gen);
   for (int k = 0; cfg.lmbda > 0 && k < accum; k++) ct_batch_free(&gen_batches[k]);
   ct_infer_free(&gen_w);

@@ -421,7 +421,7 @@ int main(int argc, char **argv) {
   }
   if (have_eval) evaluate(&d, &eval, ce_);
   if (ct_train_save_final(&tr)) fail(1, "saving the model");
-  ct_log_info(&tr.log, "done: %ld steps; model saved in %s", tr.step, cfg.output_dir);
+  ct_train_log_done(&tr);
   if (d.ref_loaded) {
     ct_model_free(&d.ref);
     ct_acts_free(&d.refs.acts);

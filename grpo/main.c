@@ -424,7 +424,7 @@ int main(int argc, char **argv) {
     return 130;
   }
   if (ct_train_save_final(&tr)) fail(1, "saving the model");
-  ct_log_info(&tr.log, "done: %ld steps; model saved in %s", tr.step, cfg.output_dir);
+  ct_train_log_done(&tr);
   free_rollouts(&g);
   free(g.ro);
   free(g.step_prompts);

@@ -178,7 +178,7 @@ int main(int argc, char **argv) {
   }
   if (have_eval) log_eval(&tr, evaluate(&tr, &w, &eval));
   if (ct_train_save_final(&tr)) fail(1, "saving the model");
-  ct_log_info(&tr.log, "done: %ld steps; model saved in %s", tr.step, cfg.output_dir);
+  ct_train_log_done(&tr);
   ct_acts_free(&w.acts);
   ct_head_free(&w.head);
   ct_batch_free(&w.batch);
