@@ -9,5 +9,8 @@ echo
 echo "== sampler: prefill and decode, fp32 and int8, vs the memory-bandwidth bound"
 "$BIN/sampler" bench
 echo
+echo "== memory: DPO's reference model"
+sh scripts/bench-memory.sh "$BIN"
+echo
 echo "== tokenizer encoding, vs the reference implementation under node"
 sh scripts/bench-tokenizer.sh "$BIN"
