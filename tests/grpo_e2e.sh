@@ -58,12 +58,12 @@ diff "$T/m1" "$T/m2" || fail "metrics differ after resuming"
 cmp "$T/s1/model.safetensors" "$T/s2/model.safetensors" || fail "weights differ after resuming"
 
 echo "== remote reward against the bundled server"
-start_server() {  # start_server MODE: sets $server and $port
-  "$BIN/ctune-reward-server" port=0 mode="$1" >"$T/port" 2>"$T/server.log" &
+start_server() {  # start_server MODE: sets $server and $port (a port file of its own)
+  "$BIN/ctune-reward-server" port=0 mode="$1" >"$T/port.$1" 2>"$T/server.log" &
   server=$!
   i=0
-  while [ ! -s "$T/port" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
-  port=$(head -1 "$T/port")
+  while [ ! -s "$T/port.$1" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+  port=$(head -1 "$T/port.$1")
   [ -n "$port" ] || fail "the reward server did not start"
 }
 start_server ok
