@@ -93,13 +93,96 @@ typedef struct {
   const ct_kd_opts *o;
 } chunk_job;
 
-static void fold(double *m, double *sum, double v) {  // online log-sum-exp
-  if (v > *m) {
-    *sum = *sum * exp(*m - v) + 1;
-    *m = v;
-  } else {
-    *sum += exp(v - *m);
+// The chunked passes run in float with the vectorizable ct_expf/ct_logf, summing in
+// float over blocks of BLOCK entries and in double across blocks (the reference above
+// is the double-precision definition they are tested against).
+enum { FORWARD_KL, REVERSE_KL, MIXTURE, BLOCK = 1024 };
+
+typedef struct {
+  float beta;
+} mix;
+
+// One vocabulary entry's loss term and g = ∂L/∂s. `kind` is a constant at every call
+// (the callers are always_inline), so each kind gets its own vectorized loop.
+static inline __attribute__((always_inline)) float term_f(int kind, const mix *q, float s, float t,
+                                                          float *g) {
+  if (kind == FORWARD_KL) {
+    float pt = ct_expf(t);
+    *g = -pt;
+    return pt * (t - s);
   }
+  float ps = ct_expf(s);
+  if (kind == REVERSE_KL) {
+    *g = ps * (s - t + 1);
+    return ps * (s - t);
+  }
+  // m = log(β p_T + (1−β) p_S), taken relative to the larger of s and t so that the log's
+  // argument lies in [min(β, 1−β), 1]; s == t gives s − m = t − m = 0 exactly.
+  float pt = ct_expf(t), d = s - t, u = ct_expf(-(d > 0 ? d : -d));
+  // d > 0: m = s + log(β e^(t−s) + 1 − β);  else m = t + log(β + (1−β) e^(s−t))
+  float lg = d > 0 ? ct_logf(q->beta * u + (1 - q->beta)) : ct_logf(q->beta + (1 - q->beta) * u);
+  float sm = d > 0 ? -lg : d - lg;   // s − m
+  float tm = d > 0 ? -lg - d : -lg;  // t − m
+  *g = (1 - q->beta) * ps * sm;
+  return q->beta * pt * tm + *g;
+}
+
+// Pass 2 for one row of a chunk: adds Σ loss and Σ g.
+static inline __attribute__((always_inline)) void row_loss(int kind, const mix *q, const float *zs,
+                                                           const float *zt, int nv, float it, float ls,
+                                                           float lt, double *L, double *G) {
+  for (int b0 = 0; b0 < nv; b0 += BLOCK) {
+    int b1 = b0 + BLOCK < nv ? b0 + BLOCK : nv;
+    float l = 0, gs = 0;
+#pragma omp simd reduction(+ : l, gs)
+    for (int v = b0; v < b1; v++) {
+      float g;
+      l += term_f(kind, q, zs[v] * it - ls, zt[v] * it - lt, &g);
+      gs += g;
+    }
+    *L += l;
+    *G += gs;
+  }
+}
+
+// Pass 3 for one row of a chunk: ∂(scale·L)/∂z = scale·(g − p_S·Σg)/τ over the student logits.
+static inline __attribute__((always_inline)) void row_grad(int kind, const mix *q, float *zs,
+                                                           const float *zt, int nv, float it, float ls,
+                                                           float lt, float G, float c) {
+#pragma omp simd
+  for (int v = 0; v < nv; v++) {
+    float s = zs[v] * it - ls, g;
+    term_f(kind, q, s, zt[v] * it - lt, &g);
+    zs[v] = c * (g - ct_expf(s) * G);
+  }
+}
+
+// Folds a chunk's max and Σ e^(x·scale − max) into a row's running (max, sum).
+static void fold(double *m, double *sum, float cmax, float csum) {
+  if (cmax > *m) {
+    *sum = *sum * exp(*m - cmax) + csum;
+    *m = cmax;
+  } else {
+    *sum += csum * exp(cmax - *m);
+  }
+}
+
+// max over x, and Σ e^(x·scale − max·scale) (scale > 0)
+static void chunk_lse(const float *x, int nv, float scale, float *cmax, float *csum) {
+  float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+  for (int v = 0; v < nv; v++) m = x[v] > m ? x[v] : m;
+  m *= scale;
+  double sum = 0;
+  for (int b0 = 0; b0 < nv; b0 += BLOCK) {
+    int b1 = b0 + BLOCK < nv ? b0 + BLOCK : nv;
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int v = b0; v < b1; v++) s += ct_expf(x[v] * scale - m);
+    sum += s;
+  }
+  *cmax = m;
+  *csum = (float)sum;
 }
 
 static void chunk_task(void *ctx, int part, int thread) {
@@ -108,32 +191,32 @@ static void chunk_task(void *ctx, int part, int thread) {
   ct_kd *k = j->k;
   long lo, hi;
   ct_chunk_range(j->n, 1, j->parts, part, &lo, &hi);
-  double it = 1.0 / j->o->tau, beta = j->o->beta;
+  float it = 1.0f / j->o->tau, beta = j->o->beta;
+  int kind = beta == 0 ? FORWARD_KL : beta == 1 ? REVERSE_KL : MIXTURE;
+  mix q = {beta};
   for (long r = lo; r < hi; r++) {
     float *zs = k->ls + r * j->nv, *zt = k->lt + r * j->nv;
+    float ls = (float)k->lse_s[r], lt = (float)k->lse_t[r];
     if (j->pass == 1) {
-      for (int v = 0; v < j->nv; v++) {
-        fold(&k->lse_s[r], &k->sum_s[r], zs[v] * it);
-        fold(&k->lse_t[r], &k->sum_t[r], zt[v] * it);
-        fold(&k->lse_t1[r], &k->sum_t1[r], zt[v]);
-      }
+      float m, s;
+      chunk_lse(zs, j->nv, it, &m, &s);
+      fold(&k->lse_s[r], &k->sum_s[r], m, s);
+      chunk_lse(zt, j->nv, it, &m, &s);
+      fold(&k->lse_t[r], &k->sum_t[r], m, s);
+      chunk_lse(zt, j->nv, 1.0f, &m, &s);
+      fold(&k->lse_t1[r], &k->sum_t1[r], m, s);
       int y = j->target ? j->target[r] - j->v0 : -1;
       if (y >= 0 && y < j->nv) k->tgt_t1[r] = zt[y];
     } else if (j->pass == 2) {
-      double L = 0, G = 0, g;
-      for (int v = 0; v < j->nv; v++) {
-        L += term(zs[v] * it - k->lse_s[r], zt[v] * it - k->lse_t[r], beta, &g);
-        G += g;
-      }
-      k->loss[r] += L;
-      k->gsum[r] += G;
+      double *L = &k->loss[r], *G = &k->gsum[r];
+      if (kind == FORWARD_KL) row_loss(FORWARD_KL, &q, zs, zt, j->nv, it, ls, lt, L, G);
+      else if (kind == REVERSE_KL) row_loss(REVERSE_KL, &q, zs, zt, j->nv, it, ls, lt, L, G);
+      else row_loss(MIXTURE, &q, zs, zt, j->nv, it, ls, lt, L, G);
     } else {  // pass 3: the chunk's gradient, written over the student logits
-      double G = k->gsum[r], g;
-      for (int v = 0; v < j->nv; v++) {
-        double s = zs[v] * it - k->lse_s[r];
-        term(s, zt[v] * it - k->lse_t[r], beta, &g);
-        zs[v] = (float)(j->o->scale * (g - exp(s) * G) * it);
-      }
+      float G = (float)k->gsum[r], c = j->o->scale * it;
+      if (kind == FORWARD_KL) row_grad(FORWARD_KL, &q, zs, zt, j->nv, it, ls, lt, G, c);
+      else if (kind == REVERSE_KL) row_grad(REVERSE_KL, &q, zs, zt, j->nv, it, ls, lt, G, c);
+      else row_grad(MIXTURE, &q, zs, zt, j->nv, it, ls, lt, G, c);
     }
   }
 }

@@ -6,6 +6,9 @@ BIN=${2:-bin}
 echo "== training step, SmolLM-135M shape (fp32, batch 4 x 256 tokens), vs this machine's sgemm"
 "$BIN/ctune-bench" train
 echo
+echo "== distillation soft loss vs the cross-entropy head, Qwen3-0.6B hidden size and vocabulary"
+"$BIN/ctune-bench" kd
+echo
 echo "== sampler: prefill and decode, fp32 and int8, vs the memory-bandwidth bound"
 "$BIN/sampler" bench
 echo

@@ -5,9 +5,10 @@
 //     small odd sizes (remainders everywhere);
 //   - attention forward and the LM head forward against plain double-precision loops;
 //   - vocabulary tiling and the thread count (1 vs 2) against each other;
-//   - ct_sgemm against a triple loop; ct_expf against exp(); ct_chunk_range;
+//   - ct_sgemm against a triple loop; ct_expf against exp(), ct_logf against log(); ct_chunk_range;
 //     ct_blas_wanted_core; a parallel loop inside a pool task.
 // A watchdog turns a hung test into a failure. Set TEST_VERBOSE=1 to print, for every gradient check, the worst |analytic − fd| / tol.
+#include <float.h>
 #include <math.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -1140,6 +1141,26 @@ static void expf_nan_body(void) {
 // In a child process: under -fsanitize=undefined -fno-sanitize-recover a report ends it.
 static void test_expf_of_nan_is_nan(void) { CHECK(run_in_child(expf_nan_body, 30)); }
 
+// ct_logf: 4M points spread evenly in log scale over every normal float, plus ends,
+// powers of two and the neighbourhood of 1 (where the absolute error is what matters).
+static void test_logf_error_within_2_ulp_over_the_normal_floats(void) {
+  static const float extra[] = {FLT_MIN, FLT_MAX, 1.0f, 2.0f, 0.5f, 0.70710677f, 0.70710683f,
+                                1.0000001f, 0.99999994f, 1.4142135f, 3.0f, 1e-30f, 1e30f};
+  const long n = 1L << 22, nx = sizeof extra / sizeof extra[0];
+  double worst = 0;
+  float worst_x = 0;
+  for (long i = 0; i <= n + nx; i++) {
+    float x = i <= n ? (float)exp(log(FLT_MIN) + (log(FLT_MAX) - log(FLT_MIN)) * (double)i / n)
+                     : extra[i - n - 1];
+    if (!(x >= FLT_MIN && x <= FLT_MAX)) continue;  // rounding at the ends
+    double l = log((double)x), ulp = fmax(fabs(l), 1e-30) * FLT_EPSILON;
+    double err = fabs((double)ct_logf(x) - l) / (fabs(l) < 1 ? fmax(fabs(x - 1.0), FLT_EPSILON) * FLT_EPSILON : ulp);
+    if (!(err <= worst)) worst = err, worst_x = x;
+  }
+  if (!(worst < 2)) fprintf(stderr, "    worst %.3g ulp at x = %.9g\n", worst, worst_x);
+  CHECK(worst < 2);
+}
+
 // ---------------------------------------------------------------------------
 // Pool (the rest of its contract is in test_pool.c)
 
@@ -1261,6 +1282,7 @@ int main(int argc, char **argv) {
   RUN_WATCHED(test_chunk_range_covers_0_to_n_exactly_without_overlap, 30);
   RUN_WATCHED(test_blas_wanted_core_picks_kernel_for_cpu_features, 30);
   RUN_WATCHED(test_expf_of_nan_is_nan, 40);
+  RUN_WATCHED(test_logf_error_within_2_ulp_over_the_normal_floats, 30);
   RUN_WATCHED(test_pool_runs_a_loop_inside_a_task_serially, 30);
   ct_pool_free();
   return test_summary();

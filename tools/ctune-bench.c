@@ -2,17 +2,27 @@
 // the same run.
 //
 //   ctune-bench [train] [layers=30] [batch=4] [seq=256] [steps=4] [threads=0] [tiling=1]
+//   ctune-bench kd [rows=512] [hidden=1024] [vocab=151936] [tiling=8] [steps=3]
 //
 // The model is SmolLM-135M-shaped (hidden 576, 30 layers, 9 heads, 3 kv heads,
 // intermediate 1536, vocab 49152, tied embeddings), randomly initialized, fp32. One step
 // is forward + LM head + backward + AdamW over batch x seq tokens. Achieved GFLOP/s
 // counts 6 x (matmul parameters) + causal attention per token
 // (ct_model_train_flops_per_token); the reference is a square sgemm on the same threads.
+//
+// `kd` times the distillation soft loss (distill/kd.c: teacher and student logits in
+// vocabulary chunks, JSD, gradient) against the plain cross-entropy head (common/loss.c)
+// on the same rows, at Qwen3-0.6B's hidden size and vocabulary. Tiled, the soft loss does
+// 8 row x V x C products (both models' logits in each of its 3 passes, 2 for the
+// gradient) to the head's 4 (3 untiled: 4 to 3); the rest of its time is its
+// element-wise passes.
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "data.h"
+#include "distill/kd.h"
 #include "error.h"
 #include "lm.h"
 #include "log.h"
@@ -50,16 +60,81 @@ static double sgemm_gflops(int n, int reps) {
   return best;
 }
 
+static float *random_floats(long n, uint64_t seed, float scale) {
+  float *x = aligned_alloc(64, sizeof(float) * ((n + 15) / 16 * 16));
+  ct_rng r;
+  ct_rng_seed(&r, seed);
+  for (long i = 0; x && i < n; i++) x[i] = scale * (2 * (float)ct_rng_uniform(&r) - 1);
+  return x;
+}
+
+typedef struct {
+  const float *h, *W;
+  int C;
+} kd_teacher;
+
+static void kd_teacher_chunk(void *ctx, int n, int v0, int nv, float *out) {
+  const kd_teacher *t = ctx;
+  ct_sgemm('N', 'T', n, nv, t->C, 1, t->h, t->C, t->W + (long)v0 * t->C, t->C, 0, out, nv);
+}
+
+static int bench_kd(int argc, char **argv, double peak) {
+  int n = (int)arg(argc, argv, "rows", 512), C = (int)arg(argc, argv, "hidden", 1024);
+  int V = (int)arg(argc, argv, "vocab", 151936), tiling = (int)arg(argc, argv, "tiling", 8);
+  int steps = (int)arg(argc, argv, "steps", 3);
+  float *hs = random_floats((long)n * C, 1, 1.0f), *ht = random_floats((long)n * C, 2, 1.0f);
+  float *W = random_floats((long)V * C, 3, 0.1f), *Wt = random_floats((long)V * C, 4, 0.1f);
+  float *dW = random_floats((long)V * C, 5, 0.0f), *dh = random_floats((long)n * C, 6, 0.0f);
+  int *target = malloc(sizeof(int) * n);
+  ct_head h;
+  ct_kd k;
+  if (!hs || !ht || !W || !Wt || !dW || !dh || !target || ct_head_init(&h, n, V, C, tiling) ||
+      ct_kd_init(&k, n, V, C, tiling)) {
+    fprintf(stderr, "ctune-bench: %s\n", ct_last_error());
+    return 1;
+  }
+  for (int i = 0; i < n; i++) target[i] = (int)((i * 2654435761u) % (unsigned)V);
+  kd_teacher t = {ht, Wt, C};
+  ct_kd_opts o = {2.0f, 0.5f, 1.0f / n};
+  double best_ce = 1e30, best_kd = 1e30, mm = 2.0 * n * V * C;
+  for (int s = 0; s <= steps; s++) {  // step 0 warms up
+    double t0 = ct_now();
+    ct_head_gather(&h, hs, target, n);
+    ct_head_forward(&h, W);
+    for (int i = 0; i < n; i++) h.coef[i] = 1.0f / n, h.zcoef[i] = 0;
+    ct_head_backward(&h, W, dW, dh, n);
+    double t1 = ct_now();
+    ct_kd_soft(&k, hs, n, W, dW, target, kd_teacher_chunk, &t, &o);
+    double t2 = ct_now();
+    if (s > 0 && t1 - t0 < best_ce) best_ce = t1 - t0;
+    if (s > 0 && t2 - t1 < best_kd) best_kd = t2 - t1;
+  }
+  int kd_mm = tiling > 1 ? 8 : 4;  // tiled: both models' logits in each of 3 passes + 2 for the gradient
+  printf("kd: %d rows, hidden %d, vocab %d, %d chunks; best of %d\n", n, C, V, tiling, steps);
+  printf("  cross-entropy head (fwd+bwd): %.3f s, %.1f GFLOP/s = %.1f%% of sgemm\n", best_ce,
+         (tiling > 1 ? 4 : 3) * mm / best_ce / 1e9, 100 * (tiling > 1 ? 4 : 3) * mm / best_ce / 1e9 / peak);
+  printf("  distillation soft loss (teacher chunks + JSD + grad): %.3f s, %.1f GFLOP/s = %.1f%% of sgemm\n",
+         best_kd, kd_mm * mm / best_kd / 1e9, 100 * kd_mm * mm / best_kd / 1e9 / peak);
+  printf("kd: soft loss / cross-entropy head time = %.2f (matmul work ratio %.2f)\n", best_kd / best_ce,
+         kd_mm / (double)(tiling > 1 ? 4 : 3));
+  free(hs), free(ht), free(W), free(Wt), free(dW), free(dh), free(target);
+  ct_head_free(&h);
+  ct_kd_free(&k);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   ct_blas_init(argc, argv);
   int threads = (int)arg(argc, argv, "threads", 0);
   if (ct_pool_init(threads)) return 1;
+  bool kd = argc > 1 && !strcmp(argv[1], "kd");
   int L = (int)arg(argc, argv, "layers", 30), B = (int)arg(argc, argv, "batch", 4);
   int T = (int)arg(argc, argv, "seq", 256), steps = (int)arg(argc, argv, "steps", 4);
   int tiling = (int)arg(argc, argv, "tiling", 1);
   printf("machine: %d threads, OpenBLAS core %s\n", ct_pool_threads(), ct_blas_corename());
   double peak = sgemm_gflops(2048, 10);
   printf("sgemm 2048x2048x2048: %.1f GFLOP/s\n", peak);
+  if (kd) return bench_kd(argc, argv, peak);
 
   ct_model_config c = ct_model_config_smollm135m(L);
   ct_model m;
