@@ -347,12 +347,7 @@ int ct_dataset_load(ct_dataset *ds, const char *path, const ct_tokenizer *tok,
     rc = ct_set_error(CT_EFORMAT, "%s: no usable rows (%d lines, %d malformed, %d without any "
                       "trained token)", path, ds->n_lines, ds->n_bad, ds->n_empty);
   if (!rc) rc = ct_dataset_pack(ds, o->max_length, o->packing);
-  if (rc) {
-    char keep[1024];
-    snprintf(keep, sizeof keep, "%s", ct_last_error());
-    ct_dataset_free(ds);
-    ct_set_error(rc, "%s", keep);
-  }
+  if (rc) ct_dataset_free(ds);  // frees only: the error message stays
   return rc;
 }
 

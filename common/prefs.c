@@ -222,12 +222,7 @@ int ct_pref_load(ct_pref_dataset *ds, const char *path, const ct_tokenizer *tok,
   if (!rc && ds->n == 0)
     rc = ct_set_error(CT_EFORMAT, "%s: no usable preference pairs (%d lines, %d malformed)", path,
                       ds->n_lines, ds->n_bad);
-  if (rc) {
-    char keep_msg[1024];
-    snprintf(keep_msg, sizeof keep_msg, "%s", ct_last_error());
-    ct_pref_free(ds);
-    ct_set_error(rc, "%s", keep_msg);
-  }
+  if (rc) ct_pref_free(ds);  // frees only: the error message stays
   return rc;
 }
 

@@ -111,12 +111,7 @@ int ct_prompt_set_load(ct_prompt_set *s, const char *path, const ct_tokenizer *t
   free(line);
   fclose(f);
   if (!rc && s->n == 0) rc = ct_set_error(CT_EFORMAT, "%s: no prompts", path);
-  if (rc) {
-    char keep[1024];
-    snprintf(keep, sizeof keep, "%s", ct_last_error());
-    ct_prompt_set_free(s);
-    ct_set_error(rc, "%s", keep);
-  }
+  if (rc) ct_prompt_set_free(s);  // frees only: the error message stays
   return rc;
 }
 
