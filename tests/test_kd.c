@@ -21,6 +21,7 @@
 #include "error.h"
 #include "matmul.h"
 #include "pool.h"
+#include "fill.h"
 #include "rng.h"
 #include "test.h"
 
@@ -40,23 +41,6 @@ static const double TAUS[] = {1, 2};
 #define NBETA (int)(sizeof BETAS / sizeof BETAS[0])
 #define NTAU (int)(sizeof TAUS / sizeof TAUS[0])
 
-static void *xcalloc(long n, long size) {
-  void *p = calloc((size_t)(n > 0 ? n : 1), (size_t)size);
-  if (!p) {
-    fprintf(stderr, "test_kd: out of memory\n");
-    exit(2);
-  }
-  return p;
-}
-static float *falloc(long n) { return xcalloc(n, sizeof(float)); }
-static double *dalloc(long n) { return xcalloc(n, sizeof(double)); }
-
-static ct_rng rng;
-static void seed(uint64_t s) { ct_rng_seed(&rng, s); }
-static double unif(double lo, double hi) { return lo + (hi - lo) * ct_rng_uniform(&rng); }
-static void fill(float *x, long n, double lo, double hi) {
-  for (long i = 0; i < n; i++) x[i] = (float)unif(lo, hi);
-}
 static void filld(double *x, long n, double lo, double hi) {
   for (long i = 0; i < n; i++) x[i] = unif(lo, hi);
 }
@@ -310,6 +294,14 @@ static void expected(const problem *p, double tau, double beta, double scale, do
   free(zs), free(zt), free(dz);
 }
 
+// Per-row losses, dhs and dW of a ct_kd_soft call against expected()'s values.
+static void check_against_expected(const ct_kd *k, const float *dW, const double *loss, const double *dhs,
+                                   const double *dW_want, int V) {
+  for (int r = 0; r < N_ROWS; r++) CHECK_NEAR(k->loss[r], loss[r], LOSS_TOL);
+  check_tensor("dhs", k->dhs, dhs, (long)N_ROWS * k->C, GRAD_TOL);
+  check_tensor("dW", dW, dW_want, (long)V * k->C, GRAD_TOL);
+}
+
 static void test_soft_matches_reference_per_row_loss_dhs_and_dW(void) {
   problem p;
   problem_init(&p, 21);
@@ -431,9 +423,7 @@ static void test_soft_chunked_matches_unchunked_for_ntiles_1_2_3_5_8(void) {
           check_tensor_f("dhs vs untiled", k.dhs, dhs1, n * C, 1e-5);
           check_tensor_f("dW vs untiled", dW, dW1, V * C, 1e-5);
         }
-        for (int r = 0; r < n; r++) CHECK_NEAR(k.loss[r], loss[r], LOSS_TOL);
-        check_tensor("dhs", k.dhs, dhs, n * C, GRAD_TOL);
-        check_tensor("dW", dW, dW_want, V * C, GRAD_TOL);
+        check_against_expected(&k, dW, loss, dhs, dW_want, V);
         ct_kd_free(&k);
       }
     }
@@ -448,9 +438,7 @@ static void test_soft_chunked_matches_unchunked_for_ntiles_1_2_3_5_8(void) {
     teacher_ctx t = teacher_for(&p, k.tile);
     ct_kd_soft(&k, p.hs, n, p.W, dW, p.target, teacher_fn, &t, &o);
     CHECK(t.bad_args == 0);
-    for (int r = 0; r < n; r++) CHECK_NEAR(k.loss[r], loss[r], LOSS_TOL);
-    check_tensor("dhs", k.dhs, dhs, n * C, GRAD_TOL);
-    check_tensor("dW", dW, dW_want, V * C, GRAD_TOL);
+    check_against_expected(&k, dW, loss, dhs, dW_want, V);
     ct_kd_free(&k);
   }
   free(loss), free(dhs), free(dW_want), free(loss1), free(dhs1), free(dW1), free(dW);

@@ -26,6 +26,7 @@
 #include "loss.h"
 #include "matmul.h"
 #include "pool.h"
+#include "fill.h"
 #include "rng.h"
 #include "test.h"
 
@@ -42,23 +43,6 @@
 // the tolerance. The truncation error at 1e-2 is still below 1e-4.
 #define HEAD_FD_EPS 1e-2
 
-static void *xcalloc(long n, long size) {
-  void *p = calloc((size_t)(n > 0 ? n : 1), (size_t)size);
-  if (!p) {
-    fprintf(stderr, "test_kernels: out of memory\n");
-    exit(2);
-  }
-  return p;
-}
-static float *falloc(long n) { return xcalloc(n, sizeof(float)); }
-static double *dalloc(long n) { return xcalloc(n, sizeof(double)); }
-
-static ct_rng rng;
-static void seed(uint64_t s) { ct_rng_seed(&rng, s); }
-static double unif(double lo, double hi) { return lo + (hi - lo) * ct_rng_uniform(&rng); }
-static void fill(float *x, long n, double lo, double hi) {
-  for (long i = 0; i < n; i++) x[i] = (float)unif(lo, hi);
-}
 static void fill_nan(float *x, long n) {
   for (long i = 0; i < n; i++) x[i] = NAN;
 }
