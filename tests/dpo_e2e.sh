@@ -9,11 +9,7 @@ trap 'rm -rf "$T"' EXIT
 . tests/lib/common.sh
 
 "$BIN/ctune-demo-data" reverse "$T/sft.jsonl" "$T/sft_eval.jsonl" 3000 20 21 6
-"$BIN/sft" configs/sft.yml dataset_path="$T/sft.jsonl" output_dir="$T/sft" max_steps=120 \
-  model.hidden_size=96 model.intermediate_size=256 model.num_hidden_layers=2 \
-  model.num_attention_heads=4 model.num_key_value_heads=2 max_length=24 \
-  per_device_train_batch_size=32 learning_rate=3e-3 lr_scheduler_type=cosine warmup_steps=5 \
-  save_steps=0 >"$T/sft.log" 2>&1 || { cat "$T/sft.log"; fail "training the SFT model"; }
+small_sft "$T/sft.jsonl" "$T/sft" 120 96 256
 "$BIN/ctune-demo-data" reverse-prefs "$T/prefs.jsonl" "$T/prefs_eval.jsonl" 800 100 22 6
 D="$BIN/dpo"
 common="configs/dpo.yml model_path=$T/sft dataset_path=$T/prefs.jsonl max_length=24 logging_steps=1

@@ -11,11 +11,7 @@ trap '[ -n "$server" ] && kill $server 2>/dev/null; rm -rf "$T"' EXIT
 . tests/lib/common.sh
 
 "$BIN/ctune-demo-data" reverse "$T/sft.jsonl" "$T/prompts.jsonl" 3000 200 31 6
-"$BIN/sft" configs/sft.yml dataset_path="$T/sft.jsonl" output_dir="$T/sft" max_steps=120 \
-  model.hidden_size=96 model.intermediate_size=256 model.num_hidden_layers=2 \
-  model.num_attention_heads=4 model.num_key_value_heads=2 max_length=24 \
-  per_device_train_batch_size=32 learning_rate=3e-3 lr_scheduler_type=cosine warmup_steps=5 \
-  save_steps=0 >"$T/sft.log" 2>&1 || { cat "$T/sft.log"; fail "training the SFT model"; }
+small_sft "$T/sft.jsonl" "$T/sft" 120 96 256
 G="$BIN/grpo"
 common="configs/grpo.yml model_path=$T/sft dataset_path=$T/prompts.jsonl answer_field=completion
         per_device_train_batch_size=32 num_generations=8 max_completion_length=10 logging_steps=1

@@ -8,11 +8,7 @@ trap 'rm -rf "$T"' EXIT
 . tests/lib/common.sh
 
 "$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 3000 50 11 5
-"$BIN/sft" configs/sft.yml dataset_path="$T/train.jsonl" output_dir="$T/m" max_steps=150 \
-  model.hidden_size=128 model.intermediate_size=384 model.num_hidden_layers=2 \
-  model.num_attention_heads=4 model.num_key_value_heads=2 max_length=24 \
-  per_device_train_batch_size=32 learning_rate=3e-3 lr_scheduler_type=cosine warmup_steps=5 \
-  save_steps=0 >"$T/sft.log" 2>&1 || { cat "$T/sft.log"; fail "training the test model"; }
+small_sft "$T/train.jsonl" "$T/m" 150 128 384
 S="$BIN/sampler"
 
 echo "== generate: one prompt streams its completion"

@@ -12,3 +12,14 @@ expect() {
   [ "$rc" = "$code" ] || { cat "$T/expect.log"; fail "exit $rc (expected $code) for: $*"; }
   grep -q -- "$pat" "$T/expect.log" || { cat "$T/expect.log"; fail "message lacks '$pat' for: $*"; }
 }
+
+# small_sft DATA OUT STEPS HIDDEN INTERMEDIATE: trains a 2-layer model from scratch on
+# DATA (a reverse-task file from ctune-demo-data) into OUT; its log goes to OUT.log and
+# is printed if training fails. Uses $BIN.
+small_sft() {
+  "$BIN/sft" configs/sft.yml dataset_path="$1" output_dir="$2" max_steps="$3" \
+    model.hidden_size="$4" model.intermediate_size="$5" model.num_hidden_layers=2 \
+    model.num_attention_heads=4 model.num_key_value_heads=2 max_length=24 \
+    per_device_train_batch_size=32 learning_rate=3e-3 lr_scheduler_type=cosine warmup_steps=5 \
+    save_steps=0 >"$2.log" 2>&1 || { cat "$2.log"; fail "training the model in $2"; }
+}
