@@ -39,6 +39,7 @@ typedef struct chunk {
 typedef struct {
   chunk *head;
   jmp_buf *jmp;  // where to go when out of memory (NULL: return NULL)
+  bool oom;      // an allocation failed: the error that unwound is CT_ENOMEM
 } arena;
 
 static void *arena_alloc(arena *a, size_t n) {
@@ -48,6 +49,7 @@ static void *arena_alloc(arena *a, size_t n) {
     chunk *c = malloc(sizeof *c + cap);
     if (!c) {
       ct_set_error(CT_ENOMEM, "jinja: out of memory");
+      a->oom = true;
       if (a->jmp) longjmp(*a->jmp, 1);
       return NULL;
     }
@@ -146,11 +148,8 @@ static size_t space_before(const char *s, size_t i) {
   if (i == 0) return 0;
   unsigned char c = (unsigned char)s[i - 1];
   if (c < 0x80) return js_space(c) ? 1 : 0;
-  size_t j = i - 1;
-  while (j > 0 && i - j < 4 && ((unsigned char)s[j] & 0xC0) == 0x80) j--;
-  size_t k = j;
-  uint32_t cp = ct_utf8_next(s, i, &k);
-  return k == i && js_space(cp) ? i - j : 0;
+  size_t j = ct_utf8_prev(s, 0, i), k = j;
+  return js_space(ct_utf8_next(s, i, &k)) ? i - j : 0;  // a stray byte is no space
 }
 
 typedef struct {
@@ -824,35 +823,24 @@ static node *binary(parser *P, const token *op, const char *s, node *l, node *r)
   return b;
 }
 
-static node *parse_pow(parser *P) {
-  node *l = parse_test(P);
-  while (is(P, T_POW)) {
+typedef node *(*parse_fn)(parser *P);
+
+// A left-associative chain `operand (op operand)*`: op is the keyword kw, or when kw is
+// NULL a token of type `type` (its text names the operator).
+static node *parse_binop(parser *P, int type, const char *kw, parse_fn operand) {
+  node *l = operand(P);
+  while (kw ? is_ident(P, kw) : is(P, type)) {
     token *op = cur(P);
     P->i++;
-    l = binary(P, op, op->s, l, parse_test(P));
+    l = binary(P, op, kw ? kw : op->s, l, operand(P));
   }
   return l;
 }
 
-static node *parse_mul(parser *P) {
-  node *l = parse_pow(P);
-  while (is(P, T_MUL)) {
-    token *op = cur(P);
-    P->i++;
-    l = binary(P, op, op->s, l, parse_pow(P));
-  }
-  return l;
-}
-
-static node *parse_add(parser *P) {
-  node *l = parse_mul(P);
-  while (is(P, T_ADD)) {
-    token *op = cur(P);
-    P->i++;
-    l = binary(P, op, op->s, l, parse_mul(P));
-  }
-  return l;
-}
+// Precedence, tightest first: pow, mul, add, comparisons, not, and, or.
+static node *parse_pow(parser *P) { return parse_binop(P, T_POW, NULL, parse_test); }
+static node *parse_mul(parser *P) { return parse_binop(P, T_MUL, NULL, parse_pow); }
+static node *parse_add(parser *P) { return parse_binop(P, T_ADD, NULL, parse_mul); }
 
 static node *parse_cmp(parser *P) {
   node *l = parse_add(P);
@@ -890,25 +878,8 @@ static node *parse_not(parser *P) {
   return parse_cmp(P);
 }
 
-static node *parse_and(parser *P) {
-  node *l = parse_not(P);
-  while (is_ident(P, "and")) {
-    token *op = cur(P);
-    P->i++;
-    l = binary(P, op, "and", l, parse_not(P));
-  }
-  return l;
-}
-
-static node *parse_or(parser *P) {
-  node *l = parse_and(P);
-  while (is_ident(P, "or")) {
-    token *op = cur(P);
-    P->i++;
-    l = binary(P, op, "or", l, parse_and(P));
-  }
-  return l;
-}
+static node *parse_and(parser *P) { return parse_binop(P, T_IDENT, "and", parse_not); }
+static node *parse_or(parser *P) { return parse_binop(P, T_IDENT, "or", parse_and); }
 
 static node *parse_expr(parser *P) {
   enter(P);
@@ -1195,7 +1166,7 @@ int ct_jinja_parse(ct_jinja **out, const char *src, size_t len, const char *wher
   jmp_buf jmp;
   tpl->a.jmp = &jmp;
   if (setjmp(jmp)) {
-    int rc = strstr(ct_last_error(), "out of memory") ? CT_ENOMEM : CT_EFORMAT;
+    int rc = tpl->a.oom ? CT_ENOMEM : CT_EFORMAT;
     ct_jinja_free(tpl);
     return rc;
   }
@@ -1280,10 +1251,7 @@ struct val {
 
 struct env {
   env *parent;
-  const char **k;
-  size_t *kn;
-  val **v;
-  int n, cap;
+  obj vars;  // this scope's names
 };
 
 typedef struct {
@@ -1732,36 +1700,14 @@ static env *env_new(interp *I, env *parent) {
   return e;
 }
 
-static void env_set(interp *I, env *e, const char *k, size_t kn, val *v) {
-  for (int i = 0; i < e->n; i++)
-    if (e->kn[i] == kn && !memcmp(e->k[i], k, kn)) {
-      e->v[i] = v;
-      return;
-    }
-  if (e->n == e->cap) {
-    int cap = e->cap ? 2 * e->cap : 8;
-    const char **nk = arena_alloc(I->a, sizeof *nk * (size_t)cap);
-    size_t *nkn = arena_alloc(I->a, sizeof *nkn * (size_t)cap);
-    val **nv = arena_alloc(I->a, sizeof *nv * (size_t)cap);
-    if (e->n) {
-      memcpy(nk, e->k, sizeof *nk * (size_t)e->n);
-      memcpy(nkn, e->kn, sizeof *nkn * (size_t)e->n);
-      memcpy(nv, e->v, sizeof *nv * (size_t)e->n);
-    }
-    e->k = nk;
-    e->kn = nkn;
-    e->v = nv;
-    e->cap = cap;
-  }
-  e->k[e->n] = k;
-  e->kn[e->n] = kn;
-  e->v[e->n++] = v;
-}
+static void env_set(interp *I, env *e, const char *k, size_t kn, val *v) { obj_set(I, &e->vars, k, kn, v); }
 
+// The innermost scope's value of a name, or UNDEF.
 static val *env_get(const env *e, const char *k, size_t kn) {
-  for (; e; e = e->parent)
-    for (int i = 0; i < e->n; i++)
-      if (e->kn[i] == kn && !memcmp(e->k[i], k, kn)) return e->v[i];
+  for (; e; e = e->parent) {
+    val **slot = obj_slot(&e->vars, k, kn);
+    if (slot) return *slot;
+  }
   return UNDEF;
 }
 
@@ -1797,9 +1743,7 @@ static val *py_strip(interp *I, const val *v, const val *chars, bool left, bool 
     }
   if (right)
     while (b > a) {
-      size_t j = b - 1;
-      while (j > a && ((unsigned char)s[j] & 0xC0) == 0x80) j--;
-      size_t q = j;
+      size_t j = ct_utf8_prev(s, a, b), q = j;
       if (!in_set(ct_utf8_next(s, b, &q), chars)) break;
       b = j;
     }
@@ -2933,7 +2877,7 @@ int ct_jinja_render(const ct_jinja *tpl, const json_t *vars, char **out, size_t 
   I->gen_open = -1;
   a.jmp = &I->jmp;
   if (setjmp(I->jmp)) {
-    int rc = strstr(ct_last_error(), "out of memory") ? CT_ENOMEM : CT_EFORMAT;
+    int rc = a.oom ? CT_ENOMEM : CT_EFORMAT;
     arena_free(&a);
     free(I);
     return rc;

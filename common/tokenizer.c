@@ -46,6 +46,24 @@ typedef struct {
   int32_t rank, id;
 } merge_slot;
 
+typedef struct {
+  ct_regex_text rt;
+  char *buf;  // STEP_PREFIX: " " + piece
+  size_t cap;
+} step_scratch;
+
+// An encode's buffers; they only grow. The tokenizer keeps one set for whichever thread
+// holds cache_mu, a thread that finds it busy uses a set of its own.
+typedef struct {
+  step_scratch *steps;     // (nsteps + 1) one per pre-tokenizer step
+  int *sym, *prev, *next;  // (capsym) a word's BPE symbols, as a linked list
+  uint64_t *heap;          // (2 * capsym) candidate merges
+  size_t capsym;
+  char *norm;              // (normcap) NFC form of the current section
+  size_t normcap;
+  ct_uc_nfc_map map;       // where NFC changed the current section
+} enc_scratch;
+
 struct ct_tokenizer {
   int vocab_size;
   int bos, eos, pad, unk;
@@ -89,8 +107,9 @@ struct ct_tokenizer {
   char *json_text, *cfg_text;
   size_t json_len, cfg_len;
 
-  pthread_mutex_t cache_mu;
+  pthread_mutex_t cache_mu;  // guards cache and scratch
   word_cache cache;
+  enc_scratch scratch;
 };
 
 // The byte tokenizer's special tokens, in id order after the 256 bytes.
@@ -205,14 +224,18 @@ static int store_bytes(ct_tokenizer *t, const char *s, size_t n, uint32_t *off) 
   return 0;
 }
 
-static int vocab_find(const ct_tokenizer *t, const char *s, size_t n) {
+// The vocabulary id of bytes s[0, n) whose hash_bytes is h, or -1.
+static int vocab_find_h(const ct_tokenizer *t, const char *s, size_t n, uint64_t h) {
   if (!t->vslot) return -1;
-  uint32_t h = (uint32_t)hash_bytes(s, n);
-  for (uint32_t i = h & t->vmask;; i = (i + 1) & t->vmask) {
+  for (uint32_t i = (uint32_t)h & t->vmask;; i = (i + 1) & t->vmask) {
     int id = t->vslot[i];
     if (id < 0) return -1;
     if (t->tok_len[id] == n && memcmp(t->bytes + t->tok_off[id], s, n) == 0) return id;
   }
+}
+
+static int vocab_find(const ct_tokenizer *t, const char *s, size_t n) {
+  return vocab_find_h(t, s, n, hash_bytes(s, n));
 }
 
 static void vocab_insert(ct_tokenizer *t, int id) {
@@ -264,6 +287,22 @@ static void cache_free(word_cache *c) {
   memset(c, 0, sizeof *c);
 }
 
+static void scratch_free(const ct_tokenizer *t, enc_scratch *s) {
+  if (s->steps)
+    for (int i = 0; i < t->nsteps; i++) {
+      ct_regex_text_free(&s->steps[i].rt);
+      free(s->steps[i].buf);
+    }
+  free(s->steps);
+  free(s->sym);
+  free(s->prev);
+  free(s->next);
+  free(s->heap);
+  free(s->norm);
+  free(s->map.v);
+  memset(s, 0, sizeof *s);
+}
+
 void ct_tokenizer_free(ct_tokenizer *t) {
   if (!t) return;
   free(t->bytes);
@@ -289,6 +328,7 @@ void ct_tokenizer_free(ct_tokenizer *t) {
   free(t->cfg_text);
   pthread_mutex_destroy(&t->cache_mu);
   cache_free(&t->cache);
+  scratch_free(t, &t->scratch);
   free(t);
 }
 
@@ -774,7 +814,7 @@ static int collect_stops(ct_tokenizer *t, const json_t *gencfg) {
 
 // ---------------------------------------------------------------------------
 
-static int read_file(const char *path, char **out, size_t *len, bool *missing) {
+int ct_read_file(const char *path, char **out, size_t *len, bool *missing) {
   *out = NULL;
   *len = 0;
   if (missing) *missing = false;
@@ -883,17 +923,17 @@ int ct_tokenizer_load(ct_tokenizer **out, const char *dir) {
   size_t json_len, cfg_len, gen_len;
   bool missing;
   snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-  int rc = read_file(path, &json_text, &json_len, NULL);
+  int rc = ct_read_file(path, &json_text, &json_len, NULL);
   if (rc) return rc;
   snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-  rc = read_file(path, &cfg_text, &cfg_len, &missing);
+  rc = ct_read_file(path, &cfg_text, &cfg_len, &missing);
   if (rc) {
     free(json_text);
     return rc;
   }
   json_t *gen = NULL;
   snprintf(path, sizeof path, "%s/generation_config.json", dir);
-  rc = read_file(path, &gen_text, &gen_len, &missing);
+  rc = ct_read_file(path, &gen_text, &gen_len, &missing);
   if (!rc && gen_text) {
     rc = parse_json(path, gen_text, gen_len, &gen);
     free(gen_text);
@@ -972,11 +1012,7 @@ int ct_tokenizer_save(const ct_tokenizer *t, const char *dir) {
   if (!t->template_overridden) return write_file(dir, "tokenizer_config.json", t->cfg_text, t->cfg_len);
   // A replaced chat template goes into the saved config, so the checkpoint renders alike.
   json_t *cfg = NULL;
-  if (t->cfg_text) {
-    json_error_t err;
-    cfg = json_loadb(t->cfg_text, t->cfg_len, 0, &err);
-    if (!cfg) cfg = json_loadb(t->cfg_text, t->cfg_len, JSON_DECODE_INT_AS_REAL, &err);
-  }
+  if (t->cfg_text) parse_json("tokenizer_config.json", t->cfg_text, t->cfg_len, &cfg);  // parsed at load
   if (!cfg) cfg = json_object();
   char *text = NULL;
   if (cfg && !json_object_set_new(cfg, "chat_template", json_string(t->template_src)))
@@ -1039,56 +1075,31 @@ int ct_tokenizer_token_id(const ct_tokenizer *t, const char *token) {
 // Encoding
 
 typedef struct {
-  ct_regex_text rt;
-  char *buf;  // STEP_PREFIX: " " + piece
-  size_t cap;
-} step_scratch;
-
-typedef struct {
   const ct_tokenizer *t;
   ct_ids *out, *offs;
-  step_scratch *steps;
-  // BPE
-  int *sym, *prev, *next;
-  size_t capsym;
-  uint64_t *heap;
-  size_t capheap;
-  // normalization of the current section
-  char *norm;
-  size_t normcap;
-  ct_uc_nfc_map map;
-  bool mapped;        // the section went through NFC (offsets go through map)
+  enc_scratch *sc;    // the tokenizer's (under cache_mu) or this call's own
+  bool mapped;        // the section went through NFC (offsets go through sc->map)
   size_t sec_orig;    // offset of the current section in the caller's text
   word_cache *cache;  // NULL when another thread holds it
 } enc;
 
-static void enc_free(enc *e) {
-  if (e->steps)
-    for (int i = 0; i < e->t->nsteps; i++) {
-      ct_regex_text_free(&e->steps[i].rt);
-      free(e->steps[i].buf);
-    }
-  free(e->steps);
-  free(e->sym);
-  free(e->prev);
-  free(e->next);
-  free(e->heap);
-  free(e->norm);
-  free(e->map.v);
-}
-
 // Byte offset in the caller's text of position `pos` of the current (normalized) section.
+// The map's stretches are ordered and disjoint: bisect for the last one starting at or
+// before pos. Inside it every position maps to its input start; after it (or before the
+// first) bytes map one to one.
 static size_t orig_offset(const enc *e, size_t pos) {
   if (!e->mapped) return e->sec_orig + pos;
-  const size_t *m = e->map.v;
-  size_t shift_out = 0, shift_in = 0;  // last stretch end before pos
-  for (size_t k = 0; k < e->map.n; k += 4) {
-    if (pos < m[k]) break;
-    if (pos < m[k + 1]) return e->sec_orig + m[k + 2];
-    shift_out = m[k + 1];
-    shift_in = m[k + 3];
+  const size_t *m = e->sc->map.v;  // (stretches, 4): out_start, out_end, in_start, in_end
+  size_t lo = 0, hi = e->sc->map.n / 4;
+  while (lo < hi) {  // stretches [0, lo) start at or before pos, [hi, end) after it
+    size_t mid = lo + (hi - lo) / 2;
+    if (m[4 * mid] <= pos) lo = mid + 1;
+    else hi = mid;
   }
-  return e->sec_orig + shift_in + (pos - shift_out);
+  if (lo == 0) return e->sec_orig + pos;
+  const size_t *st = m + 4 * (lo - 1);
+  if (pos < st[1]) return e->sec_orig + st[2];
+  return e->sec_orig + st[3] + (pos - st[1]);
 }
 
 static int emit(enc *e, int id, long pos) {
@@ -1097,21 +1108,20 @@ static int emit(enc *e, int id, long pos) {
   return 0;
 }
 
-static int grow_sym(enc *e, size_t n) {
-  if (n <= e->capsym) return 0;
-  size_t cap = e->capsym ? e->capsym : 64;
+static int grow_sym(enc_scratch *s, size_t n) {
+  if (n <= s->capsym) return 0;
+  size_t cap = s->capsym ? s->capsym : 64;
   while (cap < n) cap *= 2;
-  int *a = realloc(e->sym, cap * sizeof *a);
-  if (a) e->sym = a;
-  int *b = realloc(e->prev, cap * sizeof *b);
-  if (b) e->prev = b;
-  int *c = realloc(e->next, cap * sizeof *c);
-  if (c) e->next = c;
-  uint64_t *h = realloc(e->heap, 2 * cap * sizeof *h);
-  if (h) e->heap = h;
+  int *a = realloc(s->sym, cap * sizeof *a);
+  if (a) s->sym = a;
+  int *b = realloc(s->prev, cap * sizeof *b);
+  if (b) s->prev = b;
+  int *c = realloc(s->next, cap * sizeof *c);
+  if (c) s->next = c;
+  uint64_t *h = realloc(s->heap, 2 * cap * sizeof *h);
+  if (h) s->heap = h;
   if (!a || !b || !c || !h) return FAIL(CT_ENOMEM, "tokenizer: out of memory");
-  e->capsym = cap;
-  e->capheap = 2 * cap;
+  s->capsym = cap;
   return 0;
 }
 
@@ -1142,11 +1152,11 @@ static inline uint64_t heap_pop(uint64_t *h, size_t *n) {
   return top;
 }
 
-static inline void try_pair(const ct_tokenizer *t, enc *e, size_t *nh, int i) {
-  int j = e->next[i];
-  if (j < 0 || e->sym[i] < 0 || e->sym[j] < 0) return;
-  const merge_slot *m = merge_find(t, e->sym[i], e->sym[j]);
-  if (m) heap_push(e->heap, nh, ((uint64_t)(uint32_t)m->rank << 32) | (uint32_t)i);
+static inline void try_pair(const ct_tokenizer *t, enc_scratch *s, size_t *nh, int i) {
+  int j = s->next[i];
+  if (j < 0 || s->sym[i] < 0 || s->sym[j] < 0) return;
+  const merge_slot *m = merge_find(t, s->sym[i], s->sym[j]);
+  if (m) heap_push(s->heap, nh, ((uint64_t)(uint32_t)m->rank << 32) | (uint32_t)i);
 }
 
 static const int *cache_get(const word_cache *c, const char *w, size_t n, uint64_t h, int *nids) {
@@ -1207,10 +1217,9 @@ static int bpe_word(enc *e, const char *w, size_t n, long pos) {
     int id = t->byte_id[(unsigned char)w[0]];
     return id >= 0 ? emit(e, id, pos) : t->unk >= 0 ? emit(e, t->unk, pos) : 0;
   }
-  uint64_t h = 0;
   bool cacheable = e->cache && n <= 255;
+  uint64_t h = cacheable || t->ignore_merges ? hash_bytes(w, n) : 0;
   if (cacheable) {
-    h = hash_bytes(w, n);
     int k;
     const int *ids = cache_get(e->cache, w, n, h, &k);
     if (ids) {
@@ -1222,23 +1231,24 @@ static int bpe_word(enc *e, const char *w, size_t n, long pos) {
     }
   }
   if (t->ignore_merges) {
-    int id = vocab_find(t, w, n);
+    int id = vocab_find_h(t, w, n, h);
     if (id >= 0) {
       if (cacheable) cache_put(e->cache, w, n, h, &id, 1);
       return emit(e, id, pos);
     }
   }
-  if (grow_sym(e, n)) return CT_ENOMEM;
-  int *sym = e->sym, *prev = e->prev, *next = e->next;
+  enc_scratch *sc = e->sc;
+  if (grow_sym(sc, n)) return CT_ENOMEM;
+  int *sym = sc->sym, *prev = sc->prev, *next = sc->next;
   for (size_t i = 0; i < n; i++) {
     sym[i] = t->byte_id[(unsigned char)w[i]];
     prev[i] = (int)i - 1;
     next[i] = i + 1 < n ? (int)i + 1 : -1;
   }
   size_t nh = 0;
-  for (size_t i = 0; i + 1 < n; i++) try_pair(t, e, &nh, (int)i);
+  for (size_t i = 0; i + 1 < n; i++) try_pair(t, sc, &nh, (int)i);
   while (nh) {
-    uint64_t top = heap_pop(e->heap, &nh);
+    uint64_t top = heap_pop(sc->heap, &nh);
     int i = (int)(uint32_t)top, rank = (int)(top >> 32);
     int j = next[i];
     if (sym[i] < 0 || j < 0 || sym[j] < 0) continue;  // i was merged away or lost its right neighbour
@@ -1248,8 +1258,8 @@ static int bpe_word(enc *e, const char *w, size_t n, long pos) {
     sym[j] = -2;  // dead
     next[i] = next[j];
     if (next[j] >= 0) prev[next[j]] = i;
-    if (prev[i] >= 0) try_pair(t, e, &nh, prev[i]);
-    try_pair(t, e, &nh, i);
+    if (prev[i] >= 0) try_pair(t, sc, &nh, prev[i]);
+    try_pair(t, sc, &nh, i);
   }
   // Symbols left: emit in order (a byte missing from the vocabulary becomes unk, or is
   // dropped when there is none, as in Hugging Face).
@@ -1281,7 +1291,7 @@ static int piece(enc *e, int k, const char *s, size_t n, long pos) {
   if (n == 0) return 0;
   if (k == t->nsteps) return bpe_word(e, s, n, pos);
   const pretok_step *st = &t->steps[k];
-  step_scratch *sc = &e->steps[k];
+  step_scratch *sc = &e->sc->steps[k];
   if (st->kind == STEP_PREFIX) {
     if (s[0] == ' ') return piece(e, k + 1, s, n, pos);
     if (n + 1 > sc->cap) {
@@ -1316,7 +1326,7 @@ static int piece(enc *e, int k, const char *s, size_t n, long pos) {
   // Split: every match (and every gap between matches) is a piece.
   size_t gap = 0, at = 0;
   while (at < end) {
-    long m = ct_regex_match(st->re, rt, 0, at, end);
+    long m = ct_regex_match(st->re, rt, at, end);
     if (m < -1) return CT_EFORMAT;
     if (m < 0 || (size_t)m == at) {
       at++;
@@ -1344,8 +1354,9 @@ static int section(enc *e, const char *s, size_t n, size_t orig) {
   e->mapped = false;
   if (e->t->nfc && !ct_uc_nfc_quick(s, n)) {
     size_t len = 0;
-    if (ct_uc_nfc(s, n, &e->norm, &len, &e->normcap, e->offs ? &e->map : NULL)) return CT_ENOMEM;
-    s = e->norm;
+    enc_scratch *sc = e->sc;
+    if (ct_uc_nfc(s, n, &sc->norm, &len, &sc->normcap, e->offs ? &sc->map : NULL)) return CT_ENOMEM;
+    s = sc->norm;
     n = len;
     e->mapped = e->offs != NULL;
   }
@@ -1353,16 +1364,6 @@ static int section(enc *e, const char *s, size_t n, size_t orig) {
 }
 
 static bool is_word_char(uint32_t cp) { return ct_uc_is_letter(cp) || ct_uc_is_number(cp) || cp == '_'; }
-
-// Length of the code point ending at s[i) (i > 0).
-static size_t back_cp(const char *s, size_t i) {
-  size_t j = i - 1;
-  while (j > 0 && i - j < 4 && ((unsigned char)s[j] & 0xC0) == 0x80) j--;
-  size_t k = j;
-  uint32_t cp = ct_utf8_next(s, i, &k);
-  if (cp == CT_UC_INVALID || k != i) return 1;
-  return i - j;
-}
 
 // The first added token at or after `from`: its index and position, or -1.
 static int find_added(const ct_tokenizer *t, const char *text, size_t len, size_t from, bool special,
@@ -1381,7 +1382,7 @@ static int find_added(const ct_tokenizer *t, const char *text, size_t len, size_
       if (a->single_word) {
         size_t k = i + a->len;
         if (i > 0) {
-          size_t j = i - back_cp(text, i);
+          size_t j = ct_utf8_prev(text, 0, i);
           if (is_word_char(ct_utf8_next(text, len, &j))) continue;
         }
         if (k < len && is_word_char(ct_utf8_next(text, len, &k))) continue;
@@ -1393,30 +1394,23 @@ static int find_added(const ct_tokenizer *t, const char *text, size_t len, size_
   return -1;
 }
 
-static int encode(const ct_tokenizer *t, const char *text, size_t len, bool special, ct_ids *out,
-                  ct_ids *offs) {
-  if (offs && len >= (size_t)INT32_MAX) return FAIL(CT_EINVAL, "tokenizer: text too long for offsets");
-  enc e = {.t = t, .out = out, .offs = offs};
-  e.steps = calloc((size_t)t->nsteps + 1, sizeof *e.steps);
-  if (!e.steps) return FAIL(CT_ENOMEM, "tokenizer: out of memory");
-  bool locked = pthread_mutex_trylock((pthread_mutex_t *)&t->cache_mu) == 0;
-  if (locked) e.cache = (word_cache *)&t->cache;
+// Splits text at added tokens: each stretch between them is a section, each added token
+// its id.
+static int encode_text(enc *e, const char *text, size_t len, bool special) {
+  const ct_tokenizer *t = e->t;
   int rc = 0;
   size_t start = 0, from = 0;
   while (!rc && start <= len) {
     size_t at = len;
     int k = t->nadded ? find_added(t, text, len, from, special, &at) : -1;
-    if (k < 0) {
-      rc = section(&e, text + start, len - start, start);
-      break;
-    }
+    if (k < 0) return section(e, text + start, len - start, start);
     const added_token *a = &t->added[k];
     size_t sec_end = at, next = at + a->len;
     if (a->lstrip)
       while (sec_end > start) {
-        size_t c = back_cp(text, sec_end), j = sec_end - c;
+        size_t p = ct_utf8_prev(text, start, sec_end), j = p;
         if (!ct_uc_is_space(ct_utf8_next(text, len, &j))) break;
-        sec_end -= c;
+        sec_end = p;
       }
     if (a->rstrip)
       while (next < len) {
@@ -1424,17 +1418,39 @@ static int encode(const ct_tokenizer *t, const char *text, size_t len, bool spec
         if (!ct_uc_is_space(ct_utf8_next(text, len, &j))) break;
         next = j;
       }
-    rc = section(&e, text + start, sec_end - start, start);
+    rc = section(e, text + start, sec_end - start, start);
     if (!rc) {
-      e.mapped = false;
-      e.sec_orig = 0;
-      rc = emit(&e, a->id, (long)sec_end);
+      e->mapped = false;
+      e->sec_orig = 0;
+      rc = emit(e, a->id, (long)sec_end);
     }
     start = from = next;
     if (start == len) break;
   }
-  if (locked) pthread_mutex_unlock((pthread_mutex_t *)&t->cache_mu);
-  enc_free(&e);
+  return rc;
+}
+
+// The tokenizer keeps its scratch after texts up to this many bytes: the buffers grow with
+// the text, and past this size allocating them costs little next to encoding.
+enum { SCRATCH_KEEP = 64 << 10 };
+
+static int encode(const ct_tokenizer *t, const char *text, size_t len, bool special, ct_ids *out,
+                  ct_ids *offs) {
+  if (offs && len >= (size_t)INT32_MAX) return FAIL(CT_EINVAL, "tokenizer: text too long for offsets");
+  ct_tokenizer *shared = (ct_tokenizer *)t;  // its cache and scratch change only under cache_mu
+  bool locked = pthread_mutex_trylock(&shared->cache_mu) == 0;
+  enc_scratch own = {0};
+  enc e = {.t = t, .out = out, .offs = offs, .sc = locked ? &shared->scratch : &own,
+           .cache = locked ? &shared->cache : NULL};
+  int rc = 0;
+  if (!e.sc->steps) e.sc->steps = calloc((size_t)t->nsteps + 1, sizeof *e.sc->steps);
+  if (!e.sc->steps) rc = FAIL(CT_ENOMEM, "tokenizer: out of memory");
+  if (!rc) rc = encode_text(&e, text, len, special);
+  if (locked) {
+    if (len > SCRATCH_KEEP) scratch_free(t, &shared->scratch);
+    pthread_mutex_unlock(&shared->cache_mu);
+  }
+  scratch_free(t, &own);
   return rc;
 }
 
@@ -1550,14 +1566,17 @@ int ct_tokenizer_encode_masked(const ct_tokenizer *t, const char *text, size_t l
   ct_ids offs = {0};
   int first = ids->n;
   int rc = ct_tokenizer_encode_offsets(t, text, len, true, ids, &offs);
+  int s = 0;  // spans before s end at or before the token: ordered spans end in order too
+  size_t last = 0;
   for (int i = 0; !rc && i < offs.n; i++) {
-    size_t a = (size_t)offs.v[i];
+    size_t a = (size_t)offs.v[i];  // the token covers text[a, b)
     size_t b = i + 1 < offs.n ? (size_t)offs.v[i + 1] : len;
     if (b < a) b = a;
     if (b == a) b = a + t->tok_len[ids->v[first + i]];
-    int in = 0;
-    for (int s = 0; s < nspans && !in; s++) in = a < spans[s].end && b > spans[s].start;
-    rc = ct_ids_push(mask, in);
+    if (a < last) s = 0;  // an offset went back (an unk token's length): look from the start
+    last = a;
+    while (s < nspans && spans[s].end <= a) s++;
+    rc = ct_ids_push(mask, s < nspans && spans[s].start < b);  // the first span ending after a
   }
   ct_ids_free(&offs);
   return rc;

@@ -9,7 +9,8 @@
 // clean-up of spaces), so decode(encode(x)) == x for NFC text.
 //
 // A tokenizer is read-only after loading; encode and decode may run on several threads
-// at once (a shared word cache is used by whichever thread holds it).
+// at once (a shared word cache and scratch buffers serve whichever thread holds them;
+// the others encode without the cache, in buffers of their own).
 #pragma once
 #include <jansson.h>
 #include <stdbool.h>
@@ -107,7 +108,13 @@ int ct_tokenizer_set_chat_template(ct_tokenizer *t, const char *src, size_t len,
 bool ct_tokenizer_chat_has_generation(const ct_tokenizer *t);
 
 // Encodes a rendered conversation (special tokens as ids) and sets mask->v[i] to 1 for
-// each token that overlaps one of the spans (as from ct_tokenizer_chat_render), else 0.
-// ids and mask grow in step.
+// each token that overlaps one of the spans (ordered and disjoint, as from
+// ct_tokenizer_chat_render), else 0. ids and mask grow in step.
 int ct_tokenizer_encode_masked(const ct_tokenizer *t, const char *text, size_t len,
                                const ct_span *spans, int nspans, ct_ids *ids, ct_ids *mask);
+
+// Reads a whole file (tokenizer files, templates, texts) into *out: malloc'd,
+// NUL-terminated, *len bytes before the NUL. When missing is not NULL a file that does
+// not exist is no error: *missing is set and *out is NULL. Returns 0, CT_EIO or
+// CT_ENOMEM (ct_last_error names the path).
+int ct_read_file(const char *path, char **out, size_t *len, bool *missing);

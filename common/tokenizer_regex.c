@@ -883,8 +883,8 @@ static inline int push(ct_regex_text *t, size_t *sp, bt e) {
 }
 
 // Runs from pc at position at; the stack above `base` belongs to this run.
-static long run(const ct_regex *re, ct_regex_text *t, size_t begin, size_t end, int pc,
-                size_t at, size_t base, long *budget) {
+static long run(const ct_regex *re, ct_regex_text *t, size_t end, int pc, size_t at, size_t base,
+                long *budget) {
   size_t sp = base;
   for (;;) {
     if (--*budget < 0) {
@@ -958,7 +958,7 @@ static long run(const ct_regex *re, ct_regex_text *t, size_t begin, size_t end, 
         pc = in->x;
         continue;
       case OP_LOOK: {
-        long r = run(re, t, begin, end, pc + 1, at, sp, budget);
+        long r = run(re, t, end, pc + 1, at, sp, budget);
         if (r < -1) return r;
         if ((r >= 0) != in->flag) {
           pc = in->x;
@@ -967,7 +967,7 @@ static long run(const ct_regex *re, ct_regex_text *t, size_t begin, size_t end, 
         goto fail;
       }
       case OP_BOL:
-        if (at == begin || t->cp[at - 1] == '\n') {
+        if (at == 0 || t->cp[at - 1] == '\n') {
           pc++;
           continue;
         }
@@ -1008,7 +1008,7 @@ static long run(const ct_regex *re, ct_regex_text *t, size_t begin, size_t end, 
   }
 }
 
-long ct_regex_match(const ct_regex *re, ct_regex_text *t, size_t begin, size_t at, size_t end) {
+long ct_regex_match(const ct_regex *re, ct_regex_text *t, size_t at, size_t end) {
   long budget = 100000 + 100 * (long)(end - at);
-  return run(re, t, begin, end, 0, at, 0, &budget);
+  return run(re, t, end, 0, at, 0, &budget);
 }

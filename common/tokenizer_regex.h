@@ -31,8 +31,8 @@ typedef struct {
 int ct_regex_text_set(ct_regex_text *t, const char *s, size_t len);
 void ct_regex_text_free(ct_regex_text *t);
 
-// Anchored match of re at code point index `at`, seeing the text as [begin, end) (end of
-// text for lookahead and $ is `end`). Returns the end index of the match (>= at), -1 when
+// Anchored match of re at code point index `at`, seeing the text as [0, end) (end of text
+// for lookahead and $ is `end`). Returns the end index of the match (>= at), -1 when
 // there is none, -2 on error (out of memory, or a pattern that backtracks beyond a sane
 // budget; ct_last_error() says which).
-long ct_regex_match(const ct_regex *re, ct_regex_text *t, size_t begin, size_t at, size_t end);
+long ct_regex_match(const ct_regex *re, ct_regex_text *t, size_t at, size_t end);

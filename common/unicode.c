@@ -12,6 +12,14 @@ extern const uint64_t ct_uc_comp[][2];
 extern const int ct_uc_ccc_tab_n, ct_uc_upper_tab_n, ct_uc_lower_tab_n, ct_uc_fold_tab_n,
     ct_uc_decomp_tab_n, ct_uc_comp_n;
 
+size_t ct_utf8_prev(const char *s, size_t lo, size_t i) {
+  size_t j = i - 1;
+  while (j > lo && i - j < 4 && ((unsigned char)s[j] & 0xC0) == 0x80) j--;
+  size_t k = j;
+  uint32_t cp = ct_utf8_next(s, i, &k);
+  return cp == CT_UC_INVALID || k != i ? i - 1 : j;
+}
+
 int ct_utf8_put(char *out, uint32_t cp) {
   unsigned char *o = (unsigned char *)out;
   if (cp < 0x80) {

@@ -68,6 +68,11 @@ bad:
   return CT_UC_INVALID;
 }
 
+// The start of the code point that ends at s[i) (lo < i), stepping back over at most
+// three continuation bytes but not below lo: the j where ct_utf8_next(s, i, &j) decodes
+// exactly s[j, i) to a valid code point, else i - 1 (a stray byte steps back alone).
+size_t ct_utf8_prev(const char *s, size_t lo, size_t i);
+
 // Writes cp as UTF-8 into out (4 bytes of room); returns the length.
 int ct_utf8_put(char *out, uint32_t cp);
 

@@ -14,7 +14,6 @@
 #include "tokenizer.h"
 #include "tokenizer_regex.h"
 #include "unicode.h"
-#include "unicode.h"
 
 static char tmpdir[] = "/tmp/ct_test_tokenizer_XXXXXX";
 
@@ -27,13 +26,20 @@ static void write_text(const char *dir, const char *name, const char *text) {
   fclose(f);
 }
 
+// ids as "1 2 3" into buf (cap bytes, cut short when full).
+static void format_ids(const ct_ids *ids, char *buf, size_t cap) {
+  size_t n = 0;
+  buf[0] = 0;
+  for (int i = 0; i < ids->n && n < cap - 16; i++)
+    n += (size_t)snprintf(buf + n, cap - n, i ? " %d" : "%d", ids->v[i]);
+}
+
 static char *encode_str(const ct_tokenizer *t, const char *s, bool special) {
   ct_ids ids = {0};
   static char buf[4096];
   buf[0] = 0;
   if (ct_tokenizer_encode(t, s, strlen(s), special, &ids)) return strcpy(buf, "ERROR");
-  size_t n = 0;
-  for (int i = 0; i < ids.n && n < sizeof buf - 16; i++) n += (size_t)snprintf(buf + n, sizeof buf - n, i ? " %d" : "%d", ids.v[i]);
+  format_ids(&ids, buf, sizeof buf);
   ct_ids_free(&ids);
   return buf;
 }
@@ -259,6 +265,43 @@ static void test_nfc_normalizer_composes_and_offsets_point_into_the_original_tex
   ct_tokenizer_free(t);
 }
 
+// Offsets bisect the NFC change map: with many changed stretches every token still points
+// at its own bytes of the original text.
+static void test_nfc_offsets_stay_exact_across_many_changed_stretches() {
+  ct_tokenizer *t = load_tiny("tiny_nfc_many", merges_json, false, NULL);
+  CHECK(t != NULL);
+  if (!t) return;
+  enum { REPS = 300, UNIT = 7 };  // "cafe" + U+0301 (2 bytes) + " ": 6 bytes once composed
+  char text[REPS * UNIT + 1];
+  for (int r = 0; r < REPS; r++) memcpy(text + r * UNIT, "cafe\xcc\x81 ", UNIT);
+  text[REPS * UNIT] = 0;
+  ct_ids ids = {0}, offs = {0};
+  CHECK_OK(ct_tokenizer_encode_offsets(t, text, strlen(text), true, &ids, &offs));
+  CHECK(ids.n == offs.n);
+  int cafes = 0, bad = 0;
+  for (int i = 0; i < ids.n; i++) {
+    if (ids.v[i] == 314) bad += offs.v[i] != UNIT * cafes++;     // café at the start of its unit
+    else if (ids.v[i] == 32) bad += offs.v[i] % UNIT != UNIT - 1;  // the space ends its unit
+    else bad++;
+  }
+  CHECK(cafes == REPS && bad == 0);
+  ct_ids_free(&ids);
+  ct_ids_free(&offs);
+  ct_tokenizer_free(t);
+}
+
+// ct_utf8_prev steps back over one whole code point, or one byte that is not part of one.
+static void test_utf8_prev_steps_back_one_code_point_or_one_stray_byte(void) {
+  const char s[] = "a\xC3\xA9\xE4\xBD\xA0\xF0\x9F\x98\x80";  // a é 你 😀
+  CHECK(ct_utf8_prev(s, 0, 10) == 6 && ct_utf8_prev(s, 0, 6) == 3 && ct_utf8_prev(s, 0, 3) == 1);
+  CHECK(ct_utf8_prev(s, 0, 1) == 0);
+  CHECK(ct_utf8_prev(s, 2, 3) == 2);               // not below lo: the cut é is a stray byte
+  CHECK(ct_utf8_prev("a\x80", 0, 2) == 1);         // a lone continuation byte
+  CHECK(ct_utf8_prev("a\xC3", 0, 2) == 1);         // a truncated sequence
+  CHECK(ct_utf8_prev("\xC3\xA9\x80", 0, 3) == 2);  // a continuation byte too many
+  CHECK(ct_utf8_prev("\xC0\x80", 0, 2) == 1);      // an overlong form
+}
+
 // Splits s with the pattern; returns pieces joined by '|'.
 static const char *split_with(const char *pat, const char *s) {
   static char out[2048];
@@ -269,7 +312,7 @@ static const char *split_with(const char *pat, const char *s) {
   size_t w = 0, at = 0, gap = 0;
   out[0] = 0;
   while (at < rt.n) {
-    long m = ct_regex_match(re, &rt, 0, at, rt.n);
+    long m = ct_regex_match(re, &rt, at, rt.n);
     if (m <= (long)at) {
       at++;
       continue;
@@ -416,6 +459,25 @@ static void test_template_errors_name_the_file_line_and_column() {
     }
   }
   json_decref(vars);
+}
+
+// Only a failed allocation is CT_ENOMEM: an error that merely says "out of memory" (in
+// the template's name, or in raise_exception's message) stays a template error.
+static void test_template_errors_that_say_out_of_memory_stay_format_errors() {
+  ct_jinja *tpl = NULL;
+  const char *bad = "{{ 1 + }}";
+  CHECK(ct_jinja_parse(&tpl, bad, strlen(bad), "out of memory.jinja") == CT_EFORMAT);
+  CHECK(tpl == NULL && strstr(ct_last_error(), "out of memory.jinja:1:8:"));
+  const char *src = "{{ raise_exception('out of memory') }}";
+  CHECK_OK(ct_jinja_parse(&tpl, src, strlen(src), "t.jinja"));
+  if (!tpl) return;
+  json_t *vars = json_object();
+  char *out = NULL;
+  size_t len;
+  CHECK(ct_jinja_render(tpl, vars, &out, &len, NULL, NULL) == CT_EFORMAT);
+  CHECK(out == NULL && strstr(ct_last_error(), "raise_exception: out of memory"));
+  json_decref(vars);
+  ct_jinja_free(tpl);
 }
 
 // ---------------------------------------------------------------------------
@@ -605,6 +667,7 @@ static void test_fuzz_tokenizer_json_loader_never_crashes() {
     fwrite(buf, 1, n, f);
     fclose(f);
     ct_tokenizer *t = NULL;
+    ct_set_error(CT_OK, "%s", "");  // a failure must say why, not leave an old message
     if (ct_tokenizer_load(&t, dir) == 0) {
       loaded++;
       const char *texts[] = {"ab ab 12 <s> x", "", "\xff\xfe ab\n\n  "};
@@ -689,16 +752,20 @@ static void test_fuzz_template_parser_and_renderer_never_crash() {
 typedef struct {
   const ct_tokenizer *t;
   const char *text;
-  char result[4096];
+  const char *want;   // the single-threaded encoding
+  int differ;         // encodes that gave anything else
+  char result[4096];  // the last encoding
 } thread_arg;
 
 static void *encode_thread(void *p) {
   thread_arg *a = p;
+  a->result[0] = 0;
+  a->differ = 0;
   for (int r = 0; r < 50; r++) {
     ct_ids ids = {0};
-    ct_tokenizer_encode(a->t, a->text, strlen(a->text), true, &ids);
-    size_t n = 0;
-    for (int i = 0; i < ids.n && n < sizeof a->result - 16; i++) n += (size_t)snprintf(a->result + n, sizeof a->result - n, "%d ", ids.v[i]);
+    if (ct_tokenizer_encode(a->t, a->text, strlen(a->text), true, &ids)) strcpy(a->result, "ERROR");
+    else format_ids(&ids, a->result, sizeof a->result);
+    a->differ += strcmp(a->result, a->want) != 0;
     ct_ids_free(&ids);
   }
   return NULL;
@@ -709,15 +776,21 @@ static void test_concurrent_encodes_agree_with_a_single_thread() {
   CHECK(t != NULL);
   if (!t) return;
   const char *text = "the hello world café the the hello <think> WORD 123 hell world";
+  char want[4096];  // encoded alone, with a cold word cache
+  strcpy(want, encode_str(t, text, true));
+  CHECK(want[0] && strcmp(want, "ERROR"));
   thread_arg a[4];
   pthread_t th[4];
   for (int i = 0; i < 4; i++) {
     a[i].t = t;
     a[i].text = text;
+    a[i].want = want;
     pthread_create(&th[i], NULL, encode_thread, &a[i]);
   }
   for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
   for (int i = 1; i < 4; i++) CHECK(!strcmp(a[0].result, a[i].result));
+  for (int i = 0; i < 4; i++) CHECK(a[i].differ == 0 && !strcmp(a[i].result, want));
+  CHECK(!strcmp(encode_str(t, text, true), want));  // and alone again, with a warm cache
   ct_tokenizer_free(t);
 }
 
@@ -744,10 +817,13 @@ int main(void) {
   RUN(test_ignore_merges_takes_whole_words_from_the_vocabulary);
   RUN(test_added_tokens_follow_special_lstrip_rstrip_and_single_word);
   RUN(test_nfc_normalizer_composes_and_offsets_point_into_the_original_text);
+  RUN(test_nfc_offsets_stay_exact_across_many_changed_stretches);
+  RUN(test_utf8_prev_steps_back_one_code_point_or_one_stray_byte);
   RUN(test_regex_engine_matches_pretokenizer_patterns);
   RUN(test_chat_generation_spans_mask_exactly_the_assistant_tokens);
   RUN(test_config_sets_special_tokens_add_bos_and_stop_ids);
   RUN(test_template_errors_name_the_file_line_and_column);
+  RUN(test_template_errors_that_say_out_of_memory_stay_format_errors);
   RUN(test_malformed_tokenizer_files_fail_with_clear_errors);
   RUN(test_fuzz_tokenizer_json_loader_never_crashes);
   RUN(test_fuzz_template_parser_and_renderer_never_crash);

@@ -28,9 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "error.h"
+#include "log.h"
 #include "tokenizer.h"
 
 static int usage(void) {
@@ -115,37 +115,14 @@ static void flush(obuf *b) {
   b->n = 0;
 }
 
+// A whole file, or NULL after saying why on stderr.
 static char *read_all(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    fprintf(stderr, "ctune-tokenize: %s: cannot open\n", path);
+  char *text;
+  if (ct_read_file(path, &text, len, NULL)) {
+    fprintf(stderr, "ctune-tokenize: %s\n", ct_last_error());
     return NULL;
   }
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap);
-  for (;;) {
-    if (!buf) break;
-    n += fread(buf + n, 1, cap - n, f);
-    if (n < cap) break;
-    char *g = realloc(buf, cap * 2);
-    if (!g) {
-      free(buf);
-      buf = NULL;
-      break;
-    }
-    buf = g;
-    cap *= 2;
-  }
-  fclose(f);
-  if (!buf) fputs("ctune-tokenize: out of memory\n", stderr);
-  *len = n;
-  return buf;
-}
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+  return text;
 }
 
 // Encoding speed over a file: the first pass starts with an empty word cache.
@@ -161,14 +138,14 @@ static int bench(const ct_tokenizer *t, const char *input, int reps) {
   double best = 1e30, first = 0;
   for (int r = 0; r < reps; r++) {
     ids.n = 0;
-    double t0 = now();
+    double t0 = ct_now();
     if (ct_tokenizer_encode(t, text, len, true, &ids)) {
       fprintf(stderr, "ctune-tokenize: %s\n", ct_last_error());
       free(text);
       ct_ids_free(&ids);
       return 1;
     }
-    double dt = now() - t0;
+    double dt = ct_now() - t0;
     if (r == 0) first = dt;
     if (dt < best) best = dt;
   }
