@@ -1,8 +1,8 @@
 #!/bin/sh
 # bin/distill end to end: a smaller student learns from a teacher (loss falls), the
 # teacher's weights are untouched, offline top-k logits with k = V reproduce online
-# distillation, on-policy / teacher-generated / int8-teacher runs work, and a wrong or
-# missing teacher fails before any work.
+# distillation, on-policy / teacher-generated batches and an int8 teacher have their
+# measured effects, and a wrong or missing teacher fails before any work.
 set -eu
 BIN=${CT_BIN:-bin}
 T=$(mktemp -d /tmp/ct_distill.XXXXXX)
@@ -54,6 +54,32 @@ echo "== on-policy, teacher-generated and int8-teacher runs"
 grep -q "on-policy batches" "$T/op.log" || fail "no on-policy batches"
 "$D" $common output_dir="$T/sk" max_steps=3 lmbda=1 seq_kd=true >"$T/sk.log" 2>&1 || { cat "$T/sk.log"; fail "seq_kd"; }
 "$D" $common output_dir="$T/q8" max_steps=3 quantization=int8 >"$T/q8.log" 2>&1 || { cat "$T/q8.log"; fail "int8 teacher"; }
+# Measured effects, against the lmbda=0 fp32-teacher run "on" (same seed and config). The
+# step-1 metrics come before any update: a function of the batch and the teacher only.
+at() { sed -n "$1p" "$T/$2/metrics.jsonl" | field "$3"; }  # at STEP RUN KEY
+tp='distill\/teacher_perplexity'
+ppl_on=$(at 1 on "$tp") ppl_op=$(at 1 op "$tp") ppl_sk=$(at 1 sk "$tp")
+echo "step-1 teacher perplexity: dataset $ppl_on, student-generated $ppl_op, teacher-generated $ppl_sk"
+echo "step-1 loss: lmbda=0 $(at 1 on loss), lmbda=1 $(at 1 op loss), seq_kd $(at 1 sk loss)"
+# lmbda=1 trains on the (untrained) student's own samples: other losses than on the
+# dataset, and text the teacher finds far less likely than the dataset's
+[ "$(at 1 op loss)" != "$(at 1 on loss)" ] || fail "lmbda=1 gives the lmbda=0 loss: no on-policy batch"
+awk -v a="$ppl_op" -v b="$ppl_on" 'BEGIN { exit !(a > 10 * b) }' \
+  || fail "on-policy teacher perplexity $ppl_op is not >> the dataset's $ppl_on"
+# seq_kd: the teacher writes the completions, so it finds them likely (unlike the student's)
+[ "$(at 1 sk loss)" != "$(at 1 on loss)" ] || fail "seq_kd gives the lmbda=0 loss: no generated batch"
+awk -v a="$ppl_sk" -v b="$ppl_op" 'BEGIN { exit !(a * 10 < b) }' \
+  || fail "teacher-generated perplexity $ppl_sk is not << the student-generated $ppl_op"
+# int8 teacher: the same batches scored by the quantized teacher, close but not bit-equal
+same=0
+for s in 1 2 3; do
+  a=$(at $s q8 "$tp") b=$(at $s on "$tp")
+  echo "step $s teacher perplexity: int8 $a, fp32 $b"
+  awk -v a="$a" -v b="$b" 'BEGIN { d = (a - b) / b; exit !(d < 0.02 && d > -0.02) }' \
+    || fail "int8 teacher perplexity $a is not within 2% of fp32's $b"
+  [ "$a" != "$b" ] || same=$((same + 1))
+done
+[ "$same" -lt 3 ] || fail "the int8 teacher gives bit-equal perplexities: not quantized"
 
 echo "== bad input fails before any work"
 cp -r "$T/teacher" "$T/other"

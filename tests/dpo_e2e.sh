@@ -58,8 +58,18 @@ for extra in "" "sync_ref_model=true ref_model_sync_steps=2"; do
 done
 
 echo "== SimPO needs no reference model"
-"$D" $common output_dir="$T/simpo" max_steps=3 loss_type=simpo >"$T/simpo.log" 2>&1 || { cat "$T/simpo.log"; fail "simpo"; }
+# a ref_model_path that does not exist stops any run that loads a reference ...
+expect 1 "ref_model_path" "$D" $common output_dir="$T/x" max_steps=1 ref_model_path="$T/nowhere"
+# ... but not SimPO, which never opens one
+"$D" $common output_dir="$T/simpo" max_steps=3 loss_type=simpo ref_model_path="$T/nowhere" >"$T/simpo.log" 2>&1 \
+  || { cat "$T/simpo.log"; fail "simpo"; }
 grep -q "no reference model" "$T/simpo.log" || fail "simpo loaded a reference"
+# its implicit rewards are β·mean log-prob, not β·(log-prob − the reference's): at step 1
+# (policy = starting model) a reference would make them exactly 0, as in the sigmoid run
+rc1=$(steps "$T/simpo/metrics.jsonl" | head -1 | field 'rewards\/chosen')
+ra1=$(steps "$T/a/metrics.jsonl" | head -1 | field 'rewards\/chosen')
+echo "step-1 rewards/chosen: simpo $rc1, sigmoid $ra1"
+awk -v r="$rc1" -v a="$ra1" 'BEGIN { exit !(r < 0 && a == 0) }' || fail "simpo's step-1 rewards $rc1 are relative to a reference"
 
 echo "== bad input"
 printf '{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"prompt": "a", "rejected": "c"}\n' >"$T/bad.jsonl"

@@ -1,6 +1,6 @@
 #!/bin/sh
 # bin/grpo end to end: the mean reward rises on a toy task (fixed seed), the KL to the
-# reference starts at 0, rollouts are reused with num_iterations, resume is
+# reference starts at 0 and then grows, rollouts are reused with num_iterations, resume is
 # bit-identical, the remote reward works against the bundled server (and its failures
 # stop the run or give NaN as configured), and bad settings fail before any rollout.
 set -eu
@@ -31,10 +31,18 @@ for k in reward_std frac_reward_zero_std kl clip_ratio/low_mean clip_ratio/high_
 done
 
 echo "== with beta > 0 the reference is loaded and the KL starts at 0"
-"$G" $common output_dir="$T/kl" max_steps=3 beta=0.05 >"$T/kl.log" 2>&1 || { cat "$T/kl.log"; fail "beta run"; }
+# the length reward varies within groups, so the policy moves (accuracy would be all 0 here)
+"$G" $common output_dir="$T/kl" max_steps=3 beta=0.05 reward_funcs=length length_target=2 >"$T/kl.log" 2>&1 \
+  || { cat "$T/kl.log"; fail "beta run"; }
 grep -q "reference loaded" "$T/kl.log" || fail "no reference model"
 kl0=$(head -1 "$T/kl/metrics.jsonl" | field kl)
 [ "$kl0" = "0.0" ] || fail "first-step KL is $kl0, not 0"
+# ... and is measured: once the policy has moved it is no longer 0
+for s in 2 3; do
+  kl=$(sed -n ${s}p "$T/kl/metrics.jsonl" | field kl)
+  echo "kl at step $s: $kl"
+  awk -v k="$kl" 'BEGIN { exit !(k + 0 > 0) }' || fail "step-$s KL is '$kl', not > 0"
+done
 
 echo "== num_iterations=2 generates every other step"
 "$G" $common output_dir="$T/mu" max_steps=4 num_iterations=2 >"$T/mu.log" 2>&1 || { cat "$T/mu.log"; fail "mu run"; }

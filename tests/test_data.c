@@ -70,6 +70,7 @@ static void test_prompt_and_completion_input_ids_label_the_completion(void) {
   CHECK(ds.row_len[0] == 5 && ds.ids[3] == 8 && ds.n_label_tokens == 2);
   CHECK(ds.label[2] == 0 && ds.label[3] == 1 && ds.label[4] == 1);
   ct_dataset_free(&ds);
+  ct_set_error(CT_OK, "%s", "");  // a stale message cannot satisfy the check below
   CHECK(ct_dataset_load(&ds, write_file("pc.jsonl", "{\"prompt_input_ids\": [5]}\n"), tok, &o) == CT_EFORMAT);
   CHECK(strstr(ct_last_error(), "completion_input_ids") != NULL);
 }
@@ -83,6 +84,13 @@ static void test_messages_render_chatml_and_train_on_every_token(void) {
            tok, &o));
   CHECK(ds.n_rows == 1);
   CHECK(ds.ids[0] == ct_tokenizer_token_id(tok, "<|im_start|>"));
+  // every token is a label but the first (nothing before it predicts it): user turn,
+  // template tokens and the assistant reply alike
+  CHECK(ds.n_rows == 1 && ds.row_len[0] > 10);
+  CHECK(ds.n_label_tokens == ds.row_len[0] - 1);
+  int unlabelled = 0;
+  for (int i = 1; i < ds.row_len[0]; i++) unlabelled += ds.label[ds.row_start[0] + i] != 1;
+  CHECK(ds.label[ds.row_start[0]] == 0 && unlabelled == 0);
   ct_dataset_free(&ds);
 }
 
@@ -153,6 +161,7 @@ static void test_malformed_rows_name_file_line_and_key(void) {
     const char *path = write_file("bad.jsonl", text);
     ct_dataset ds;
     ct_data_opts o = opts();
+    ct_set_error(CT_OK, "%s", "");  // a stale message cannot satisfy the check below
     int rc = ct_dataset_load(&ds, path, tok, &o);
     CHECK(rc == CT_EFORMAT);
     char where[600];
@@ -171,8 +180,10 @@ static void test_malformed_rows_name_file_line_and_key(void) {
 static void test_missing_file_and_empty_file_fail_clearly(void) {
   ct_dataset ds;
   ct_data_opts o = opts();
+  ct_set_error(CT_OK, "%s", "");  // a stale message cannot satisfy the check below
   CHECK(ct_dataset_load(&ds, "/nonexistent/x.jsonl", tok, &o) == CT_EIO);
   CHECK(strstr(ct_last_error(), "/nonexistent/x.jsonl") != NULL);
+  ct_set_error(CT_OK, "%s", "");  // a stale message cannot satisfy the check below
   CHECK(ct_dataset_load(&ds, write_file("empty.jsonl", "\n\n"), tok, &o) == CT_EFORMAT);
   CHECK(strstr(ct_last_error(), "no usable rows") != NULL);
   // a NUL byte inside a line is an error, not a silently shortened row
@@ -181,6 +192,7 @@ static void test_missing_file_and_empty_file_fail_clearly(void) {
   FILE *f = fopen(path, "w");
   fwrite("{\"text\": \"a\0b\"}\n", 1, 16, f);
   fclose(f);
+  ct_set_error(CT_OK, "%s", "");  // a stale message cannot satisfy the check below
   CHECK(ct_dataset_load(&ds, path, tok, &o) == CT_EFORMAT);
   CHECK(strstr(ct_last_error(), ":1:") && strstr(ct_last_error(), "NUL"));
 }

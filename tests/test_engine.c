@@ -76,7 +76,7 @@ static void check_decode_matches_training_forward(const char *type) {
   for (int t = P - 1; t < T; t++)
     for (int v = 0; v < V; v++) worst = fmax(worst, fabs(got[(long)t * V + v] - want[(long)t * V + v]));
   fprintf(stderr, "  %s: prefill + decode vs training forward, max |logit diff| %.3g\n", type, worst);
-  CHECK(worst < 2e-4);
+  CHECK(worst < 2e-5);  // runs show ~4e-6: float rounding only, 5x margin
   free(got);
   free(want);
   ct_engine_free(e);
@@ -127,6 +127,7 @@ static void test_packing_batching_and_slot_copies_change_no_bit(void) {
   int big = 32, bad_slot = 4, bad_id = V;
   CHECK(ct_engine_forward(alone, 1, &t, &s0, &big, &zero, 1, la) == CT_EINVAL);
   CHECK(ct_engine_forward(alone, 1, &t, &bad_slot, &p7, &zero, 1, la) == CT_EINVAL);
+  ct_set_error(CT_OK, "%s", "");  // a stale message cannot satisfy the check below
   CHECK(ct_engine_forward(alone, 1, &bad_id, &s0, &p7, &zero, 1, la) == CT_EINVAL);
   CHECK(strstr(ct_last_error(), "vocabulary") != NULL);
   free(lp);

@@ -2,6 +2,7 @@
 // alone (greedy and seeded sampling); multisampling's first tokens follow the logits;
 // stop ids, stop strings and lengths end samples as documented; bad prompts fail early.
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -187,6 +188,11 @@ static void test_stop_ids_stop_strings_and_lengths(void) {
   CHECK_OK(run(2, &req, 1, &R));
   CHECK(R.finish[0] == CT_FINISH_STOP);
   CHECK(strstr(R.text[0], ss) == NULL && strncmp(R.text[0], full, strlen(R.text[0])) == 0);
+  // the cut is exact: the text is the free run's text up to the first occurrence of ss
+  // (greedy, so the run matches the free run until it stops), not just some prefix of it
+  const char *hit = strstr(full, ss);
+  CHECK(hit != NULL && hit - full <= (ptrdiff_t)hlen);
+  CHECK(hit != NULL && strlen(R.text[0]) == (size_t)(hit - full));
   free(full);
   free(head);
   // the cache ends a sample: 48 positions hold the prompt (3) and all new tokens but the
@@ -203,11 +209,13 @@ static void test_bad_requests_fail_before_any_work(void) {
   ct_gen_request req = {.prompt = longp, .prompt_len = 48, .n = 1, .seed = 1,
                         .sp = {0, 0, 1.0f, 0.0f, 1.0f}, .max_new_tokens = 4};
   static results_t R;
+  ct_set_error(CT_OK, "%s", "");  // a stale message cannot satisfy the check below
   CHECK(run(2, &req, 1, &R) == CT_EINVAL);
   CHECK(strstr(ct_last_error(), "request 0") && strstr(ct_last_error(), "48 tokens"));
   CHECK(R.n == 0);
   req.prompt_len = 3;
   req.sp.top_p = 0;
+  ct_set_error(CT_OK, "%s", "");  // a stale message cannot satisfy the check below
   CHECK(run(2, &req, 1, &R) != 0);
   CHECK(strstr(ct_last_error(), "top_p") != NULL);
 }

@@ -86,9 +86,30 @@ static void test_kl_is_zero_at_the_reference_and_k3_elsewhere(void) {
   CHECK(info.kl == 0);
   CHECK_NEAR(l, -0.7, 1e-15);
   CHECK_NEAR(d, -0.7, 1e-15);  // the KL's derivative 1 − e^0 is 0 there
-  ct_grpo_token_loss(&c, -2.0, -2.0, -1.5, 0.0, &d, &info);
+  l = ct_grpo_token_loss(&c, -2.0, -2.0, -1.5, 0.0, &d, &info);
   double t = 0.5;
   CHECK_NEAR(info.kl, exp(t) - t - 1, 1e-15);
+  // A = 0 leaves only the KL: loss β·kl, dℓ/dlp = β·(1 − e^(ref−lp))
+  CHECK_NEAR(l, 0.04 * (exp(t) - t - 1), 1e-15);
+  CHECK_NEAR(d, 0.04 * (1 - exp(t)), 1e-15);
+  // with an advantage and ratio 1: −A + β·kl and −A + β·(1 − e^t), here with t < 0
+  l = ct_grpo_token_loss(&c, -1.0, -1.0, -1.8, 1.5, &d, &info);
+  t = -0.8;
+  CHECK_NEAR(info.kl, exp(t) - t - 1, 1e-15);
+  CHECK_NEAR(l, -1.5 + 0.04 * (exp(t) - t - 1), 1e-14);
+  CHECK_NEAR(d, -1.5 + 0.04 * (1 - exp(t)), 1e-14);
+  // clipped high (no surrogate gradient): the KL's derivative is all that is left
+  l = ct_grpo_token_loss(&c, 0.5, 0.0, -0.5, 2.0, &d, &info);
+  t = -1.0;
+  CHECK(info.clipped_high);
+  CHECK_NEAR(l, -1.2 * 2.0 + 0.04 * (exp(t) - t - 1), 1e-14);
+  CHECK_NEAR(d, 0.04 * (1 - exp(t)), 1e-15);
+  // beta = 0: ref is ignored, no KL at all
+  ct_grpo_clip c0 = {0.2, 0.2, 0};
+  l = ct_grpo_token_loss(&c0, -1.0, -1.0, -1.8, 1.5, &d, &info);
+  CHECK(info.kl == 0);
+  CHECK_NEAR(l, -1.5, 1e-15);
+  CHECK_NEAR(d, -1.5, 1e-15);
 }
 
 // dℓ/dlp against central differences, inside and outside the clip range, with KL.

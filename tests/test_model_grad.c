@@ -119,6 +119,21 @@ static void check_model(ct_model_config cfg, double z) {
   long numel = 0;
   for (int ti = 0; ti < m.n_tensors; ti++) numel += m.tensors[ti].numel;
   CHECK(checked == numel && numel > 2000);
+  // ... and that is every parameter of the architecture, counted from the config by
+  // hand, not from the tensor table the loop above walked: a tensor missing from the
+  // table (so never checked) fails here
+  long V = cfg.vocab_size, C = cfg.hidden_size, F = cfg.intermediate_size, hd = cfg.head_dim;
+  long QKV = (cfg.num_heads + 2L * cfg.num_kv_heads) * hd;
+  long per_layer = C /* input_layernorm */ + QKV * C /* q|k|v_proj */ +
+                   (cfg.qkv_bias ? QKV : 0) + (cfg.qk_norm ? 2 * hd : 0) +
+                   C * cfg.num_heads * hd /* o_proj */ + C /* post_attention_layernorm */ +
+                   2 * F * C /* gate|up_proj */ + C * F /* down_proj */;
+  long want_params = V * C /* embed */ + cfg.num_layers * per_layer + C /* norm */ +
+                     (cfg.tie_word_embeddings ? 0 : V * C /* lm_head */);
+  CHECK(checked == want_params);
+  CHECK(m.n_floats >= want_params);  // groups of tensors start on 16-float boundaries
+  CHECK(m.n_tensors == 1 + cfg.num_layers * (9 + (cfg.qkv_bias ? 3 : 0) + (cfg.qk_norm ? 2 : 0)) +
+                       1 + (cfg.tie_word_embeddings ? 0 : 1));
 
   // Tiling the vocabulary changes nothing but rounding.
   float *g3 = aligned_alloc(64, sizeof(float) * m.n_floats);

@@ -70,11 +70,16 @@ static void write_raw(const char *path, const char *header, size_t data_len) {
 
 static int has(const char *needle) { return strstr(ct_last_error(), needle) != NULL; }
 
+// Clears ct_last_error() (never cleared by the library), so that a has() check after a
+// failing call can only be satisfied by that call's own message.
+static void clear_error(void) { ct_set_error(CT_OK, "%s", ""); }
+#define FRESH(expr) (clear_error(), (expr))
+
 // Opening `path` fails with `code`, the message names the file and both needles (if
 // given), and the struct is left closed.
 static void expect_open_fails(const char *path, int code, const char *n1, const char *n2) {
   ct_safetensors st;
-  int rc = ct_st_open(&st, path);
+  int rc = FRESH(ct_st_open(&st, path));
   CHECK(rc == code);
   CHECK(has(path));
   if (n1) CHECK(has(n1));
@@ -120,7 +125,7 @@ static void test_dtype_names_sizes_and_parse_round_trip(void) {
   }
   CHECK(strcmp(ct_dtype_name(CT_DT_BF16), "BF16") == 0);
   ct_dtype d;
-  CHECK(ct_dtype_parse("bf16", &d) == CT_EFORMAT && has("bf16"));
+  CHECK(FRESH(ct_dtype_parse("bf16", &d)) == CT_EFORMAT && has("bf16"));
   CHECK(ct_dtype_parse("U64", &d) == CT_EFORMAT);
   CHECK(ct_dtype_size((ct_dtype)99) == 0);
   CHECK(strcmp(ct_dtype_name((ct_dtype)99), "?") == 0);
@@ -268,11 +273,11 @@ static void test_roundtrip_f32_bf16_f16_preserves_values(void) {
 
   t = ct_st_find(&st, "ints");
   CHECK(memcmp(ct_st_data(&st, t), ints, 8) == 0);
-  CHECK(ct_st_read_f32(&st, t, out, 2) == CT_EFORMAT);
+  CHECK(FRESH(ct_st_read_f32(&st, t, out, 2)) == CT_EFORMAT);
   CHECK(has(p) && has("'ints'") && has("I32"));
 
   t = ct_st_find(&st, "f32");
-  CHECK(ct_st_read_f32(&st, t, out, 5) < 0);
+  CHECK(FRESH(ct_st_read_f32(&st, t, out, 5)) < 0);
   CHECK(has(p) && has("'f32'") && has("[2, 3]"));
   CHECK(ct_st_find(&st, "F32") == NULL && ct_st_find(&st, "") == NULL);
   ct_st_close(&st);
@@ -367,23 +372,23 @@ static void test_write_rejects_bad_entries_naming_the_tensor(void) {
       {.name = "w", .dtype = CT_DT_F32, .ndim = 1, .shape = {2}, .data_f32 = x},
       {.name = "w", .dtype = CT_DT_F32, .ndim = 1, .shape = {2}, .data_f32 = x},
   };
-  CHECK(ct_st_write(p, two, 2, NULL, NULL, 0) == CT_EINVAL && has(p) && has("'w'") && has("twice"));
+  CHECK(FRESH(ct_st_write(p, two, 2, NULL, NULL, 0)) == CT_EINVAL && has(p) && has("'w'") && has("twice"));
   ct_st_entry e = {.name = "__metadata__", .dtype = CT_DT_F32, .ndim = 1, .shape = {2}, .data_f32 = x};
-  CHECK(ct_st_write(p, &e, 1, NULL, NULL, 0) == CT_EINVAL && has("__metadata__"));
+  CHECK(FRESH(ct_st_write(p, &e, 1, NULL, NULL, 0)) == CT_EINVAL && has("__metadata__"));
   e = (ct_st_entry){.name = "neg", .dtype = CT_DT_F32, .ndim = 2, .shape = {2, -1}, .data_f32 = x};
-  CHECK(ct_st_write(p, &e, 1, NULL, NULL, 0) == CT_EINVAL && has("'neg'") && has("shape[1]"));
+  CHECK(FRESH(ct_st_write(p, &e, 1, NULL, NULL, 0)) == CT_EINVAL && has("'neg'") && has("shape[1]"));
   e = (ct_st_entry){.name = "deep", .dtype = CT_DT_F32, .ndim = 9, .data_f32 = x};
-  CHECK(ct_st_write(p, &e, 1, NULL, NULL, 0) == CT_EINVAL && has("'deep'") && has("ndim 9"));
+  CHECK(FRESH(ct_st_write(p, &e, 1, NULL, NULL, 0)) == CT_EINVAL && has("'deep'") && has("ndim 9"));
   e = (ct_st_entry){.name = "int", .dtype = CT_DT_I32, .ndim = 1, .shape = {2}, .data_f32 = x};
-  CHECK(ct_st_write(p, &e, 1, NULL, NULL, 0) == CT_EINVAL && has("'int'") && has("I32"));
+  CHECK(FRESH(ct_st_write(p, &e, 1, NULL, NULL, 0)) == CT_EINVAL && has("'int'") && has("I32"));
   e = (ct_st_entry){.name = "nodata", .dtype = CT_DT_F32, .ndim = 1, .shape = {2}};
-  CHECK(ct_st_write(p, &e, 1, NULL, NULL, 0) == CT_EINVAL && has("'nodata'"));
+  CHECK(FRESH(ct_st_write(p, &e, 1, NULL, NULL, 0)) == CT_EINVAL && has("'nodata'"));
   e = (ct_st_entry){.name = "bad\xff", .dtype = CT_DT_F32, .ndim = 1, .shape = {2}, .data_f32 = x};
-  CHECK(ct_st_write(p, &e, 1, NULL, NULL, 0) == CT_EINVAL && has("UTF-8"));
+  CHECK(FRESH(ct_st_write(p, &e, 1, NULL, NULL, 0)) == CT_EINVAL && has("UTF-8"));
   e = (ct_st_entry){.name = "huge", .dtype = CT_DT_F32, .ndim = 2, .shape = {INT64_MAX, 2}, .data_f32 = x};
-  CHECK(ct_st_write(p, &e, 1, NULL, NULL, 0) == CT_EINVAL && has("'huge'"));
+  CHECK(FRESH(ct_st_write(p, &e, 1, NULL, NULL, 0)) == CT_EINVAL && has("'huge'"));
   const char *k2[] = {"a", "a"}, *v2[] = {"1", "2"};
-  CHECK(ct_st_write(p, NULL, 0, k2, v2, 2) == CT_EINVAL && has("'a'"));
+  CHECK(FRESH(ct_st_write(p, NULL, 0, k2, v2, 2)) == CT_EINVAL && has("'a'"));
   CHECK(access(p, F_OK) != 0);  // nothing was created
 }
 
@@ -391,9 +396,9 @@ static void test_write_reports_io_errors_with_the_path(void) {
   const float x[4] = {1, 2, 3, 4};
   ct_st_entry e = {.name = "w", .dtype = CT_DT_F32, .ndim = 1, .shape = {4}, .data_f32 = x};
   const char *p = tpath("no/such/dir/model.safetensors");
-  CHECK(ct_st_write(p, &e, 1, NULL, NULL, 0) == CT_EIO && has(p));
+  CHECK(FRESH(ct_st_write(p, &e, 1, NULL, NULL, 0)) == CT_EIO && has(p));
   if (access("/dev/full", W_OK) == 0) {  // every write fails with ENOSPC
-    CHECK(ct_st_write("/dev/full", &e, 1, NULL, NULL, 0) == CT_EIO);
+    CHECK(FRESH(ct_st_write("/dev/full", &e, 1, NULL, NULL, 0)) == CT_EIO);
     CHECK(has("/dev/full") && has(strerror(ENOSPC)));
     CHECK(access("/dev/full", F_OK) == 0);  // a device is never unlinked
   }
@@ -643,7 +648,7 @@ static void test_sharded_dir_opens_each_shard_once_and_finds_every_tensor(void) 
   }
   CHECK(ct_st_dir_find(&d, "a", NULL, NULL) == 0);
   CHECK(ct_st_dir_find(&d, "unlisted", NULL, NULL) == CT_EFORMAT);
-  CHECK(ct_st_dir_find(&d, "lm_head.weight", NULL, NULL) == CT_EFORMAT);
+  CHECK(FRESH(ct_st_dir_find(&d, "lm_head.weight", NULL, NULL)) == CT_EFORMAT);
   CHECK(has("'lm_head.weight'") && has(dir));
   ct_st_dir_close(&d);
   ct_st_dir_close(&d);
@@ -651,30 +656,30 @@ static void test_sharded_dir_opens_each_shard_once_and_finds_every_tensor(void) 
   // A tensor mapped to a shard that lacks it: the message names tensor, shard and index.
   write_text(idx, "{\"weight_map\": {\"a\": \"model-00001-of-00002.safetensors\","
                   " \"d\": \"model-00002-of-00002.safetensors\"}}");
-  CHECK(ct_st_dir_open(&d, dir) == CT_EFORMAT);
+  CHECK(FRESH(ct_st_dir_open(&d, dir)) == CT_EFORMAT);
   CHECK(has("'d'") && has(s2) && has(idx));
   CHECK(d.files == NULL && d.n_files == 0);
   ct_st_dir_close(&d);
   // A shard that does not exist.
   write_text(idx, "{\"weight_map\": {\"a\": \"model-00001-of-00002.safetensors\","
                   " \"e\": \"model-00003-of-00003.safetensors\"}}");
-  CHECK(ct_st_dir_open(&d, dir) == CT_EIO);
+  CHECK(FRESH(ct_st_dir_open(&d, dir)) == CT_EIO);
   CHECK(has("model-00003-of-00003.safetensors") && has(idx));
   // A shard outside the directory, a non-string shard, no weight_map, bad JSON.
   write_text(idx, "{\"weight_map\": {\"a\": \"../model-00001-of-00002.safetensors\"}}");
-  CHECK(ct_st_dir_open(&d, dir) == CT_EFORMAT && has("'a'") && has(idx));
+  CHECK(FRESH(ct_st_dir_open(&d, dir)) == CT_EFORMAT && has("'a'") && has(idx));
   write_text(idx, "{\"weight_map\": {\"a\": 1}}");
-  CHECK(ct_st_dir_open(&d, dir) == CT_EFORMAT && has("'a'") && has(idx));
+  CHECK(FRESH(ct_st_dir_open(&d, dir)) == CT_EFORMAT && has("'a'") && has(idx));
   write_text(idx, "{\"metadata\": {}}");
-  CHECK(ct_st_dir_open(&d, dir) == CT_EFORMAT && has("weight_map") && has(idx));
+  CHECK(FRESH(ct_st_dir_open(&d, dir)) == CT_EFORMAT && has("weight_map") && has(idx));
   write_text(idx, "{\"weight_map\": {\"a\": \"x\", \"a\": \"y\"}}");
-  CHECK(ct_st_dir_open(&d, dir) == CT_EFORMAT && has(idx));
+  CHECK(FRESH(ct_st_dir_open(&d, dir)) == CT_EFORMAT && has(idx));
   write_text(idx, "{\"weight_map\": ");
-  CHECK(ct_st_dir_open(&d, dir) == CT_EFORMAT && has(idx));
+  CHECK(FRESH(ct_st_dir_open(&d, dir)) == CT_EFORMAT && has(idx));
   // A corrupt shard: the message names the shard and the index.
   write_text(idx, "{\"weight_map\": {\"a\": \"model-00001-of-00002.safetensors\"}}");
   write_raw(s1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 6);
-  CHECK(ct_st_dir_open(&d, dir) == CT_EFORMAT && has(s1) && has(idx) && has("trailing"));
+  CHECK(FRESH(ct_st_dir_open(&d, dir)) == CT_EFORMAT && has(s1) && has(idx) && has("trailing"));
   ct_st_dir_close(&d);
 }
 
@@ -682,7 +687,7 @@ static void test_single_file_dir_and_missing_weights(void) {
   const char *dir = tpath("single");
   CHECK(mkdir(dir, 0755) == 0);
   ct_st_dir d;
-  CHECK(ct_st_dir_open(&d, dir) == CT_EIO && has(dir) && has("model.safetensors"));
+  CHECK(FRESH(ct_st_dir_open(&d, dir)) == CT_EIO && has(dir) && has("model.safetensors"));
   char file[600];
   snprintf(file, sizeof file, "%s/model.safetensors", dir);
   const float x[3] = {7, 8, 9};
@@ -704,7 +709,7 @@ static void test_single_file_dir_and_missing_weights(void) {
   CHECK(strcmp(st->path, file) == 0);
   ct_st_dir_close(&d);
   write_bytes(file, "abc", 3);
-  CHECK(ct_st_dir_open(&d, dir) == CT_EFORMAT && has(file));
+  CHECK(FRESH(ct_st_dir_open(&d, dir)) == CT_EFORMAT && has(file));
   ct_st_dir_close(&d);
 }
 
@@ -770,7 +775,7 @@ static void test_fuzzed_headers_open_or_fail_but_never_crash(void) {
     }
     write_bytes(p, buf, n);
     ct_safetensors st;
-    int rc = ct_st_open(&st, p);
+    int rc = FRESH(ct_st_open(&st, p));
     if (rc == 0) {
       n_ok++;
       for (int i = 0; i < st.n; i++) {
