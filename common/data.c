@@ -1,13 +1,12 @@
 #include "data.h"
 
-#include <errno.h>
-#include <stdarg.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "error.h"
+#include "jsonl.h"
 
 // ---------------------------------------------------------------------------
 // Growable storage
@@ -35,31 +34,12 @@ typedef struct {
 } loader;
 
 // Row-level error: "path:line: message"; CT_EFORMAT lets the caller skip the row.
-#define ROW_ERROR(L, ...) row_error((L), __VA_ARGS__)
-static int row_error(loader *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int row_error(loader *L, const char *fmt, ...) {
-  char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  return ct_set_error(CT_EFORMAT, "%s:%d: %s", L->ds->path, L->line, msg);
-}
+#define ROW_ERROR(L, ...) ct_row_error((L)->ds->path, (L)->line, __VA_ARGS__)
 
 // Appends ids [from, ids.n) labels with value `lab`.
 static int label_to_end(loader *L, int from, uint8_t lab) {
   if (grow((void **)&L->label, &L->cap_label, L->ids.n, 1)) return CT_ENOMEM;
   for (int i = from; i < L->ids.n; i++) L->label[i] = lab;
-  return 0;
-}
-
-static int encode(loader *L, const char *text) {
-  return ct_tokenizer_encode(L->tok, text, strlen(text), true, &L->ids);
-}
-
-static int maybe_bos(loader *L) {
-  int bos = ct_tokenizer_bos(L->tok);
-  if (ct_tokenizer_add_bos(L->tok) && bos >= 0) return ct_ids_push(&L->ids, bos);
   return 0;
 }
 
@@ -76,22 +56,13 @@ static int chat_text(loader *L, const json_t *msgs, bool gen, const char *key, c
   return 0;
 }
 
-static int encode_doc(loader *L, const char *text, bool bos_ok) {
-  int start = L->ids.n;
-  if (bos_ok && maybe_bos(L)) return CT_ENOMEM;
-  int after_bos = L->ids.n;
-  if (encode(L, text)) return CT_ENOMEM;
-  // one BOS only: a template that already wrote it keeps its own
-  int bos = ct_tokenizer_bos(L->tok);
-  if (after_bos > start && L->ids.n > after_bos && L->ids.v[after_bos] == bos) {
-    memmove(L->ids.v + start, L->ids.v + after_bos, sizeof(int) * (L->ids.n - after_bos));
-    L->ids.n -= after_bos - start;
-  }
-  return 0;
+// A document's tokens: BOS when the tokenizer adds one (once, if the text has its own).
+static int encode_doc(loader *L, const char *text) {
+  return ct_tokenizer_encode_doc(L->tok, text, strlen(text), &L->ids) ? CT_ENOMEM : 0;
 }
 
 static int row_text(loader *L, const char *text) {
-  if (encode_doc(L, text, true) || ensure_eos(L)) return CT_ENOMEM;
+  if (encode_doc(L, text) || ensure_eos(L)) return CT_ENOMEM;
   return label_to_end(L, 0, 1);
 }
 
@@ -99,13 +70,13 @@ static int row_text(loader *L, const char *text) {
 // length marks the boundary, as TRL does, and a prompt that is not a prefix of the
 // whole is counted (merges across the seam, templates that differ).
 static int row_prompt_completion(loader *L, const char *prompt, const char *full, bool eos) {
-  if (encode_doc(L, prompt, true)) return CT_ENOMEM;
+  if (encode_doc(L, prompt)) return CT_ENOMEM;
   int np = L->ids.n;
   int *p = malloc(sizeof(int) * (np ? np : 1));
   if (!p) return ct_set_error(CT_ENOMEM, "dataset: out of memory");
   memcpy(p, L->ids.v, sizeof(int) * np);
   L->ids.n = 0;
-  if (encode_doc(L, full, true) || (eos && ensure_eos(L))) {
+  if (encode_doc(L, full) || (eos && ensure_eos(L))) {
     free(p);
     return CT_ENOMEM;
   }
@@ -122,7 +93,7 @@ static int row_messages(loader *L, const json_t *msgs) {
   if (!L->o->assistant_only_loss) {
     char *text;
     int rc = chat_text(L, msgs, false, "messages", &text);
-    if (!rc) rc = encode_doc(L, text, true);
+    if (!rc) rc = encode_doc(L, text);
     free(text);
     return rc ? rc : label_to_end(L, 0, 1);
   }
@@ -185,16 +156,9 @@ static int row_pretokenized(loader *L, const json_t *row, const json_t *ids) {
 
 // Appends a JSON list of token ids (key names it in errors) with label `lab`.
 static int push_id_list(loader *L, const json_t *list, const char *key, uint8_t lab) {
-  if (!json_is_array(list)) return ROW_ERROR(L, "key '%s': expected a list of token ids", key);
-  int V = ct_tokenizer_vocab_size(L->tok), from = L->ids.n;
-  size_t i;
-  json_t *v;
-  json_array_foreach(list, i, v) {
-    json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
-    if (id < 0 || id >= V) return ROW_ERROR(L, "key '%s'[%zu]: expected a token id in [0, %d)", key, i, V);
-    if (ct_ids_push(&L->ids, (int)id)) return CT_ENOMEM;
-  }
-  return label_to_end(L, from, lab);
+  int from = L->ids.n;
+  int rc = ct_jsonl_ids(list, ct_tokenizer_vocab_size(L->tok), L->ds->path, L->line, key, &L->ids);
+  return rc ? rc : label_to_end(L, from, lab);
 }
 
 static int row_tokens(loader *L, const json_t *row) {
@@ -291,56 +255,24 @@ static int keep_row(loader *L) {
   return 0;
 }
 
-static bool blank(const char *s) {
-  for (; *s; s++)
-    if (*s != ' ' && *s != '\t' && *s != '\r' && *s != '\n') return false;
-  return true;
+static int load_row(void *ctx, json_t *row, int line) {
+  loader *L = ctx;
+  L->line = line;
+  L->ids.n = 0;
+  int rc = row_tokens(L, row);
+  return rc ? rc : keep_row(L);
 }
 
 int ct_dataset_load(ct_dataset *ds, const char *path, const ct_tokenizer *tok,
                     const ct_data_opts *o) {
   memset(ds, 0, sizeof *ds);
-  ds->path = strdup(path);
-  FILE *f = fopen(path, "rb");
-  if (!f || !ds->path) {
-    int e = errno;
-    if (f) fclose(f);
-    ct_dataset_free(ds);
-    return ct_set_error(CT_EIO, "%s: cannot open: %s", path, strerror(e));
-  }
+  if (!(ds->path = strdup(path))) return ct_set_error(CT_ENOMEM, "%s: out of memory", path);
   loader L = {.ds = ds, .tok = tok, .o = o};
-  char *line = NULL;
-  size_t cap = 0;
-  ssize_t got;
-  int rc = 0;
-  while ((got = getline(&line, &cap, f)) >= 0) {
-    L.line++;
-    ds->n_lines++;
-    if ((size_t)got != strlen(line)) {
-      rc = ROW_ERROR(&L, "line contains a NUL byte");
-    } else if (blank(line)) {
-      continue;
-    } else {
-      json_error_t err;
-      json_t *row = json_loads(line, JSON_REJECT_DUPLICATES, &err);
-      L.ids.n = 0;
-      if (!row)
-        rc = ROW_ERROR(&L, "invalid JSON at column %d: %s", err.column, err.text);
-      else
-        rc = row_tokens(&L, row);
-      json_decref(row);
-      if (!rc) rc = keep_row(&L);
-    }
-    if (rc == CT_EFORMAT && o->skip_bad_rows) {
-      if (!ds->n_bad) snprintf(ds->first_bad, sizeof ds->first_bad, "%s", ct_last_error());
-      ds->n_bad++;
-      rc = 0;
-    }
-    if (rc) break;
-  }
-  if (!rc && ferror(f)) rc = ct_set_error(CT_EIO, "%s: read error: %s", path, strerror(errno));
-  free(line);
-  fclose(f);
+  ct_jsonl_stats st;
+  int rc = ct_jsonl_read(path, o->skip_bad_rows, load_row, &L, &st);
+  ds->n_lines = st.n_lines;
+  ds->n_bad = st.n_bad;
+  memcpy(ds->first_bad, st.first_bad, sizeof ds->first_bad);
   ct_ids_free(&L.ids);
   free(L.label);
   if (!rc && ds->n_rows == 0)

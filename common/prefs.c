@@ -1,13 +1,12 @@
 #include "prefs.h"
 
-#include <errno.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "error.h"
+#include "jsonl.h"
 
 typedef struct {
   ct_pref_dataset *ds;
@@ -18,44 +17,20 @@ typedef struct {
   ct_ids p, c, r;  // the row being built
 } loader;
 
-static int row_error(loader *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int row_error(loader *L, const char *fmt, ...) {
-  char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  return ct_set_error(CT_EFORMAT, "%s:%d: %s", L->ds->path, L->line, msg);
-}
+// Row-level error: "path:line: message"; CT_EFORMAT lets the caller skip the row.
+#define ROW_ERROR(L, ...) ct_row_error((L)->ds->path, (L)->line, __VA_ARGS__)
 
 static int encode(loader *L, const char *text, ct_ids *out) {
   return ct_tokenizer_encode(L->tok, text, strlen(text), true, out);
 }
 
 static int ids_list(loader *L, const json_t *list, const char *key, ct_ids *out) {
-  if (!json_is_array(list)) return row_error(L, "key '%s': expected a list of token ids", key);
-  int V = ct_tokenizer_vocab_size(L->tok);
-  size_t i;
-  json_t *v;
-  json_array_foreach(list, i, v) {
-    json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
-    if (id < 0 || id >= V) return row_error(L, "key '%s'[%zu]: expected a token id in [0, %d)", key, i, V);
-    if (ct_ids_push(out, (int)id)) return CT_ENOMEM;
-  }
-  return 0;
+  return ct_jsonl_ids(list, ct_tokenizer_vocab_size(L->tok), L->ds->path, L->line, key, out);
 }
 
 // Prompt tokens: BOS when the tokenizer adds one and the text does not start with it.
 static int encode_prompt(loader *L, const char *text) {
-  int bos = ct_tokenizer_bos(L->tok);
-  if (ct_tokenizer_add_bos(L->tok) && bos >= 0 && ct_ids_push(&L->p, bos)) return CT_ENOMEM;
-  int from = L->p.n;
-  if (encode(L, text, &L->p)) return CT_ENOMEM;
-  if (from == 1 && L->p.n > 1 && L->p.v[1] == bos) {  // one BOS only
-    memmove(L->p.v, L->p.v + 1, sizeof(int) * (L->p.n - 1));
-    L->p.n--;
-  }
-  return 0;
+  return ct_tokenizer_encode_doc(L->tok, text, strlen(text), &L->p) ? CT_ENOMEM : 0;
 }
 
 // A conversational completion: the template's text for prompt + completion, minus the
@@ -67,10 +42,10 @@ static int chat_completion(loader *L, const json_t *prompt, const char *ptext, c
   char *full;
   int rc = ct_tokenizer_chat(L->tok, all, false, &full);
   json_decref(all);
-  if (rc) return row_error(L, "key '%s': %s", key, ct_last_error());
+  if (rc) return ROW_ERROR(L, "key '%s': %s", key, ct_last_error());
   size_t np = strlen(ptext);
   if (strncmp(full, ptext, np) != 0)
-    rc = row_error(L, "key '%s': the chat template renders the prompt differently once the "
+    rc = ROW_ERROR(L, "key '%s': the chat template renders the prompt differently once the "
                    "completion follows it, so the completion cannot be split off", key);
   else
     rc = encode(L, full + np, out);
@@ -79,7 +54,7 @@ static int chat_completion(loader *L, const json_t *prompt, const char *ptext, c
 }
 
 static int row(loader *L, const json_t *j) {
-  if (!json_is_object(j)) return row_error(L, "expected a JSON object");
+  if (!json_is_object(j)) return ROW_ERROR(L, "expected a JSON object");
   const json_t *pi = json_object_get(j, "prompt_input_ids");
   if (pi) {
     int rc = ids_list(L, pi, "prompt_input_ids", &L->p);
@@ -90,10 +65,10 @@ static int row(loader *L, const json_t *j) {
   const json_t *p = json_object_get(j, "prompt"), *c = json_object_get(j, "chosen"),
                *r = json_object_get(j, "rejected");
   const char *missing = !p ? "prompt" : !c ? "chosen" : !r ? "rejected" : NULL;
-  if (missing) return row_error(L, "key '%s' is missing", missing);
+  if (missing) return ROW_ERROR(L, "key '%s' is missing", missing);
   if (json_is_string(p) && json_is_string(c) && json_is_string(r)) {
     if (!*json_string_value(c) || !*json_string_value(r))
-      return row_error(L, "key '%s': the completion is empty", *json_string_value(c) ? "rejected" : "chosen");
+      return ROW_ERROR(L, "key '%s': the completion is empty", *json_string_value(c) ? "rejected" : "chosen");
     int eos = ct_tokenizer_eos(L->tok);
     int rc = encode_prompt(L, json_string_value(p));
     if (!rc) rc = encode(L, json_string_value(c), &L->c);
@@ -103,17 +78,17 @@ static int row(loader *L, const json_t *j) {
   }
   if (json_is_array(p) && json_is_array(c) && json_is_array(r)) {
     if (!json_array_size(c) || !json_array_size(r))
-      return row_error(L, "key '%s': the completion is empty", json_array_size(c) ? "rejected" : "chosen");
+      return ROW_ERROR(L, "key '%s': the completion is empty", json_array_size(c) ? "rejected" : "chosen");
     char *ptext;
     int rc = ct_tokenizer_chat(L->tok, p, true, &ptext);
-    if (rc) return row_error(L, "key 'prompt': %s", ct_last_error());
+    if (rc) return ROW_ERROR(L, "key 'prompt': %s", ct_last_error());
     rc = encode_prompt(L, ptext);
     if (!rc) rc = chat_completion(L, p, ptext, c, "chosen", &L->c);
     if (!rc) rc = chat_completion(L, p, ptext, r, "rejected", &L->r);
     free(ptext);
     return rc;
   }
-  return row_error(L, "keys 'prompt', 'chosen', 'rejected': expected three strings or three "
+  return ROW_ERROR(L, "keys 'prompt', 'chosen', 'rejected': expected three strings or three "
                    "message lists");
 }
 
@@ -140,16 +115,16 @@ static int keep(loader *L) {
     np = o->max_prompt_length;
     cut = true;
   }
-  if (nc == 0 || nr == 0) return row_error(L, "key '%s': the completion has no tokens", nc ? "rejected" : "chosen");
+  if (nc == 0 || nr == 0) return ROW_ERROR(L, "key '%s': the completion has no tokens", nc ? "rejected" : "chosen");
   // the first completion token is predicted from the token before it
-  if (np == 0) return row_error(L, "key 'prompt': the prompt has no tokens, so nothing predicts "
+  if (np == 0) return ROW_ERROR(L, "key 'prompt': the prompt has no tokens, so nothing predicts "
                                 "the first completion token");
   if (o->max_completion_length > 0) {
     if (nc > o->max_completion_length) nc = o->max_completion_length, cut = true;
     if (nr > o->max_completion_length) nr = o->max_completion_length, cut = true;
   }
   if (np >= o->max_length)
-    return row_error(L, "the prompt has %d tokens, which leaves no room for the completion "
+    return ROW_ERROR(L, "the prompt has %d tokens, which leaves no room for the completion "
                      "within max_length %d (raise max_length or set max_prompt_length)", np, o->max_length);
   if (np + nc > o->max_length) nc = o->max_length - np, cut = true;
   if (np + nr > o->max_length) nr = o->max_length - np, cut = true;
@@ -178,44 +153,24 @@ static int keep(loader *L) {
   return 0;
 }
 
+static int load_row(void *ctx, json_t *j, int line) {
+  loader *L = ctx;
+  L->line = line;
+  L->p.n = L->c.n = L->r.n = 0;
+  int rc = row(L, j);
+  return rc ? rc : keep(L);
+}
+
 int ct_pref_load(ct_pref_dataset *ds, const char *path, const ct_tokenizer *tok,
                  const ct_pref_opts *o) {
   memset(ds, 0, sizeof *ds);
-  ds->path = strdup(path);
-  FILE *f = fopen(path, "rb");
-  if (!f || !ds->path) {
-    int e = errno;
-    if (f) fclose(f);
-    ct_pref_free(ds);
-    return ct_set_error(CT_EIO, "%s: cannot open: %s", path, strerror(e));
-  }
+  if (!(ds->path = strdup(path))) return ct_set_error(CT_ENOMEM, "%s: out of memory", path);
   loader L = {.ds = ds, .tok = tok, .o = o};
-  char *text = NULL;
-  size_t cap = 0;
-  ssize_t got;
-  int rc = 0;
-  while (!rc && (got = getline(&text, &cap, f)) >= 0) {
-    L.line++;
-    ds->n_lines++;
-    if (strspn(text, " \t\r\n") == (size_t)got) continue;
-    L.p.n = L.c.n = L.r.n = 0;
-    if ((size_t)got != strlen(text)) {
-      rc = row_error(&L, "line contains a NUL byte");
-    } else {
-      json_error_t err;
-      json_t *j = json_loads(text, JSON_REJECT_DUPLICATES, &err);
-      rc = j ? row(&L, j) : row_error(&L, "invalid JSON at column %d: %s", err.column, err.text);
-      json_decref(j);
-      if (!rc) rc = keep(&L);
-    }
-    if (rc == CT_EFORMAT && o->skip_bad_rows) {
-      if (!ds->n_bad) snprintf(ds->first_bad, sizeof ds->first_bad, "%s", ct_last_error());
-      ds->n_bad++;
-      rc = 0;
-    }
-  }
-  free(text);
-  fclose(f);
+  ct_jsonl_stats st;
+  int rc = ct_jsonl_read(path, o->skip_bad_rows, load_row, &L, &st);
+  ds->n_lines = st.n_lines;
+  ds->n_bad = st.n_bad;
+  memcpy(ds->first_bad, st.first_bad, sizeof ds->first_bad);
   ct_ids_free(&L.p);
   ct_ids_free(&L.c);
   ct_ids_free(&L.r);

@@ -5,23 +5,15 @@
 #include <string.h>
 
 #include "error.h"
+#include "jsonl.h"
 
 static int chat_tokens(const ct_tokenizer *tok, const json_t *msgs, const char *where,
                        const char *key, const ct_prompt_opts *o, ct_ids *out) {
   char *t;
   int rc = ct_tokenizer_chat(tok, msgs, o->add_generation_prompt, &t);
   if (rc) return ct_wrap_error(CT_EFORMAT, "%s: key '%s'", where, key);
-  int bos = ct_tokenizer_bos(tok), from = out->n;
-  if (ct_tokenizer_add_bos(tok) && bos >= 0 && (rc = ct_ids_push(out, bos))) {
-    free(t);
-    return rc;
-  }
-  rc = ct_tokenizer_encode(tok, t, strlen(t), true, out);
+  rc = ct_tokenizer_encode_doc(tok, t, strlen(t), out);
   free(t);
-  if (!rc && out->n > from + 1 && out->v[from] == bos && out->v[from + 1] == bos) {  // one BOS
-    memmove(out->v + from, out->v + from + 1, sizeof(int) * (out->n - from - 1));
-    out->n--;
-  }
   return rc;
 }
 
@@ -30,11 +22,9 @@ int ct_prompt_tokens(const ct_tokenizer *tok, const json_t *row, const char *whe
   if (!json_is_object(row)) return ct_set_error(CT_EFORMAT, "%s: expected a JSON object", where);
   const json_t *p = json_object_get(row, "prompt"), *msgs = json_object_get(row, "messages");
   const json_t *ids = json_object_get(row, "prompt_input_ids");
-  int from = out->n, rc = 0, bos = ct_tokenizer_bos(tok), V = ct_tokenizer_vocab_size(tok);
+  int from = out->n, rc = 0, V = ct_tokenizer_vocab_size(tok);
   if (json_is_string(p)) {
-    if (ct_tokenizer_add_bos(tok) && bos >= 0) rc = ct_ids_push(out, bos);
-    const char *t = json_string_value(p);
-    if (!rc) rc = ct_tokenizer_encode(tok, t, strlen(t), true, out);
+    rc = ct_tokenizer_encode_doc(tok, json_string_value(p), json_string_length(p), out);
   } else if (json_is_array(p)) {
     rc = chat_tokens(tok, p, where, "prompt", o, out);
   } else if (json_is_array(msgs)) {
@@ -66,50 +56,46 @@ int ct_prompt_tokens(const ct_tokenizer *tok, const json_t *row, const char *whe
   return 0;
 }
 
+typedef struct {
+  ct_prompt_set *s;
+  const char *path;
+  const ct_tokenizer *tok;
+  const ct_prompt_opts *o;
+  int cap;
+} set_loader;
+
+static int load_row(void *ctx, json_t *row, int line) {
+  set_loader *L = ctx;
+  ct_prompt_set *s = L->s;
+  if (s->n == L->cap) {
+    L->cap = L->cap ? 2 * L->cap : 64;
+    json_t **r = realloc(s->rows, sizeof *r * L->cap);
+    ct_ids *i = r ? realloc(s->ids, sizeof *i * L->cap) : NULL;
+    char **t = i ? realloc(s->text, sizeof *t * L->cap) : NULL;
+    int *l = t ? realloc(s->line, sizeof *l * L->cap) : NULL;
+    if (r) s->rows = r;
+    if (i) s->ids = i;
+    if (t) s->text = t;
+    if (l) s->line = l;
+    if (!l) return ct_set_error(CT_ENOMEM, "prompts: out of memory");
+  }
+  int k = s->n++;
+  s->ids[k] = (ct_ids){0};
+  s->rows[k] = json_incref(row);
+  s->text[k] = NULL;
+  s->line[k] = line;
+  char where[4200];
+  snprintf(where, sizeof where, "%s:%d", L->path, line);
+  int rc = ct_prompt_tokens(L->tok, row, where, L->o, &s->ids[k]);
+  return rc ? rc : ct_tokenizer_decode(L->tok, s->ids[k].v, s->ids[k].n, &s->text[k], NULL);
+}
+
 int ct_prompt_set_load(ct_prompt_set *s, const char *path, const ct_tokenizer *tok,
                        const ct_prompt_opts *o) {
   memset(s, 0, sizeof *s);
-  FILE *f = fopen(path, "r");
-  if (!f) return ct_set_error(CT_EIO, "%s: cannot open", path);
-  char *line = NULL, where[4200];
-  size_t lcap = 0;
-  int lineno = 0, cap = 0, rc = 0;
-  while (!rc && getline(&line, &lcap, f) >= 0) {
-    lineno++;
-    if (strspn(line, " \t\r\n") == strlen(line)) continue;
-    snprintf(where, sizeof where, "%s:%d", path, lineno);
-    if (s->n == cap) {
-      cap = cap ? 2 * cap : 64;
-      json_t **r = realloc(s->rows, sizeof *r * cap);
-      ct_ids *i = r ? realloc(s->ids, sizeof *i * cap) : NULL;
-      char **t = i ? realloc(s->text, sizeof *t * cap) : NULL;
-      int *l = t ? realloc(s->line, sizeof *l * cap) : NULL;
-      if (r) s->rows = r;
-      if (i) s->ids = i;
-      if (t) s->text = t;
-      if (l) s->line = l;
-      if (!l) {
-        rc = ct_set_error(CT_ENOMEM, "prompts: out of memory");
-        break;
-      }
-    }
-    json_error_t err;
-    json_t *row = json_loads(line, JSON_REJECT_DUPLICATES, &err);
-    if (!row) {
-      rc = ct_set_error(CT_EFORMAT, "%s: invalid JSON at column %d: %s", where, err.column, err.text);
-      break;
-    }
-    int k = s->n;
-    memset(&s->ids[k], 0, sizeof s->ids[k]);
-    s->rows[k] = row;
-    s->text[k] = NULL;
-    s->line[k] = lineno;
-    s->n++;
-    rc = ct_prompt_tokens(tok, row, where, o, &s->ids[k]);
-    if (!rc) rc = ct_tokenizer_decode(tok, s->ids[k].v, s->ids[k].n, &s->text[k], NULL);
-  }
-  free(line);
-  fclose(f);
+  set_loader L = {s, path, tok, o, 0};
+  ct_jsonl_stats st;
+  int rc = ct_jsonl_read(path, false, load_row, &L, &st);
   if (!rc && s->n == 0) rc = ct_set_error(CT_EFORMAT, "%s: no prompts", path);
   if (rc) ct_prompt_set_free(s);  // frees only: the error message stays
   return rc;

@@ -1463,6 +1463,18 @@ int ct_tokenizer_encode_offsets(const ct_tokenizer *t, const char *text, size_t 
   return encode(t, text, len, special, out, offsets);
 }
 
+int ct_tokenizer_encode_doc(const ct_tokenizer *t, const char *text, size_t len, ct_ids *out) {
+  int from = out->n, bos = ct_tokenizer_bos(t);
+  bool add = ct_tokenizer_add_bos(t) && bos >= 0;
+  if (add && ct_ids_push(out, bos)) return CT_ENOMEM;
+  int rc = encode(t, text, len, true, out, NULL);
+  if (!rc && add && out->n > from + 1 && out->v[from + 1] == bos) {  // the text wrote its own
+    memmove(out->v + from, out->v + from + 1, sizeof(int) * (out->n - from - 1));
+    out->n--;
+  }
+  return rc;
+}
+
 // ===========================================================================
 // Decoding
 

@@ -68,6 +68,10 @@ bool ct_tokenizer_is_special(const ct_tokenizer *t, int id);
 int ct_tokenizer_encode(const ct_tokenizer *t, const char *text, size_t len, bool special,
                         ct_ids *out);
 
+// A document's tokens (special strings matched): BOS first when the tokenizer adds one,
+// and only one BOS when the text (e.g. a rendered chat template) already starts with it.
+int ct_tokenizer_encode_doc(const ct_tokenizer *t, const char *text, size_t len, ct_ids *out);
+
 // As ct_tokenizer_encode, and also appends to `offsets` the byte offset in text where
 // each token starts (text must be shorter than 2 GiB).
 int ct_tokenizer_encode_offsets(const ct_tokenizer *t, const char *text, size_t len, bool special,

@@ -78,29 +78,43 @@ typedef struct {
   uint64_t seed;
 } prompt_t;
 
-// One prompt's tokens (common/prompts.h) and its optional "seed".
-static int prompt_tokens(const setup_t *s, const json_t *row, const char *where, prompt_t *p) {
-  ct_prompt_opts o = {s->cfg->add_generation_prompt, (int)s->cfg->max_prefill_length,
-                      s->cfg->truncate_prompt == CT_TRUNCATE_LEFT, "max_prefill_length"};
-  int rc = ct_prompt_tokens(s->tok, row, where, &o, &p->ids);
+static ct_prompt_opts prompt_opts(const ct_config *c) {
+  return (ct_prompt_opts){c->add_generation_prompt, (int)c->max_prefill_length,
+                          c->truncate_prompt == CT_TRUNCATE_LEFT, "max_prefill_length"};
+}
+
+// A row's optional "seed" into *seed.
+static int row_seed(const json_t *row, const char *path, int line, uint64_t *seed) {
+  json_t *v = json_object_get(row, "seed");
+  if (v && !json_is_integer(v)) return ct_set_error(CT_EFORMAT, "%s:%d: key 'seed': expected an integer", path, line);
+  if (v) *seed = (uint64_t)json_integer_value(v);
+  return 0;
+}
+
+// The prompts of a JSONL file (common/prompts.h): their tokens move into ps (n).
+static int load_prompts(const setup_t *s, const char *path, ct_prompt_set *set, prompt_t **ps) {
+  ct_prompt_opts o = prompt_opts(s->cfg);
+  int rc = ct_prompt_set_load(set, path, s->tok, &o);
   if (rc) return rc;
-  json_t *seed = json_object_get(row, "seed");
-  if (seed && !json_is_integer(seed)) return ct_set_error(CT_EFORMAT, "%s: key 'seed': expected an integer", where);
-  if (seed) p->seed = (uint64_t)json_integer_value(seed);
+  *ps = calloc(set->n, sizeof **ps);
+  if (!*ps) return ct_set_error(CT_ENOMEM, "out of memory");
+  for (int k = 0; k < set->n; k++) {
+    (*ps)[k].ids = set->ids[k];
+    set->ids[k] = (ct_ids){0};
+  }
   return 0;
 }
 
 static int read_prompts(const setup_t *s, prompt_t **out, int *n_out) {
   const ct_config *c = s->cfg;
-  prompt_t *ps = NULL;
-  int n = 0, cap = 0, rc = 0;
   if (c->prompt[0] && c->prompts_path[0])
     return ct_set_error(CT_ECONFIG, "%s: set either 'prompt' or 'prompts_path', not both", ct_config_origin(c, "prompt"));
   if (c->prompt[0]) {
-    ps = calloc(1, sizeof *ps);
+    prompt_t *ps = calloc(1, sizeof *ps);
     json_t *row = json_pack("{s:s}", "prompt", c->prompt);
-    ps[0].seed = (uint64_t)c->seed;
-    rc = ps && row ? prompt_tokens(s, row, "prompt", &ps[0]) : CT_ENOMEM;
+    ct_prompt_opts o = prompt_opts(c);
+    int rc = ps && row ? ct_prompt_tokens(s->tok, row, "prompt", &o, &ps[0].ids) : CT_ENOMEM;
+    if (ps) ps[0].seed = (uint64_t)c->seed;
     json_decref(row);
     *out = ps;
     *n_out = 1;
@@ -108,40 +122,14 @@ static int read_prompts(const setup_t *s, prompt_t **out, int *n_out) {
   }
   if (!c->prompts_path[0])
     return ct_set_error(CT_ECONFIG, "generate needs prompt=TEXT or prompts_path=FILE.jsonl");
-  FILE *f = fopen(c->prompts_path, "r");
-  if (!f) return ct_set_error(CT_EIO, "%s: cannot open", c->prompts_path);
-  char *line = NULL, where[4200];
-  size_t lcap = 0;
-  int lineno = 0;
-  while (!rc && getline(&line, &lcap, f) >= 0) {
-    lineno++;
-    if (strspn(line, " \t\r\n") == strlen(line)) continue;
-    snprintf(where, sizeof where, "%s:%d", c->prompts_path, lineno);
-    json_error_t err;
-    json_t *row = json_loads(line, JSON_REJECT_DUPLICATES, &err);
-    if (!row || !json_is_object(row)) {
-      rc = ct_set_error(CT_EFORMAT, "%s: invalid JSON object: %s", where, row ? "not an object" : err.text);
-    } else {
-      if (n == cap) {
-        cap = cap ? 2 * cap : 64;
-        prompt_t *g = realloc(ps, sizeof *ps * cap);
-        if (!g) rc = CT_ENOMEM;
-        else ps = g;
-      }
-      if (!rc) {
-        memset(&ps[n], 0, sizeof ps[n]);
-        ps[n].seed = (uint64_t)c->seed + (uint64_t)n;
-        rc = prompt_tokens(s, row, where, &ps[n]);
-        n++;
-      }
-    }
-    json_decref(row);
+  ct_prompt_set set;
+  int rc = load_prompts(s, c->prompts_path, &set, out);
+  *n_out = set.n;
+  for (int k = 0; !rc && k < set.n; k++) {
+    (*out)[k].seed = (uint64_t)c->seed + (uint64_t)k;
+    rc = row_seed(set.rows[k], c->prompts_path, set.line[k], &(*out)[k].seed);
   }
-  free(line);
-  fclose(f);
-  if (!rc && n == 0) rc = ct_set_error(CT_EFORMAT, "%s: no prompts", c->prompts_path);
-  *out = ps;
-  *n_out = n;
+  ct_prompt_set_free(&set);
   return rc;
 }
 
@@ -263,33 +251,18 @@ static int cmd_accuracy(const ct_config *cfg) {
   setup(&s, cfg);
   if (!cfg->data[0])
     fail(2, (ct_set_error(CT_ECONFIG, "accuracy needs data=FILE.jsonl (rows with prompt and completion)"), NULL));
-  FILE *f = fopen(cfg->data, "r");
-  if (!f) fail(1, (ct_set_error(CT_EIO, "%s: cannot open", cfg->data), NULL));
+  ct_prompt_set set;
   prompt_t *ps = NULL;
-  char **want = NULL, *line = NULL, where[4200];
-  size_t lcap = 0;
-  int n = 0, cap = 0, lineno = 0;
-  while (getline(&line, &lcap, f) >= 0) {
-    lineno++;
-    if (strspn(line, " \t\r\n") == strlen(line)) continue;
-    snprintf(where, sizeof where, "%s:%d", cfg->data, lineno);
-    json_t *row = json_loads(line, 0, NULL);
-    const char *c = json_string_value(json_object_get(row, "completion"));
-    if (!c) fail(1, (ct_set_error(CT_EFORMAT, "%s: expected a JSON object with a string 'completion'", where), NULL));
-    if (n == cap) {
-      cap = cap ? 2 * cap : 64;
-      ps = realloc(ps, sizeof *ps * cap);
-      want = realloc(want, sizeof *want * cap);
-      if (!ps || !want) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
-    }
-    memset(&ps[n], 0, sizeof ps[n]);
-    if (prompt_tokens(&s, row, where, &ps[n])) fail(1, NULL);
-    want[n++] = strdup(c);
-    json_decref(row);
+  if (load_prompts(&s, cfg->data, &set, &ps)) fail(1, NULL);
+  int n = set.n;
+  char **want = calloc(n, sizeof *want);
+  if (!want) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  for (int k = 0; k < n; k++) {
+    const char *c = json_string_value(json_object_get(set.rows[k], "completion"));
+    if (!c) fail(1, (ct_set_error(CT_EFORMAT, "%s:%d: key 'completion': expected a string", cfg->data, set.line[k]), NULL));
+    if (!(want[k] = strdup(c))) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   }
-  free(line);
-  fclose(f);
-  if (n == 0) fail(1, (ct_set_error(CT_EFORMAT, "%s: no rows", cfg->data), NULL));
+  ct_prompt_set_free(&set);
   const int *stop_ids;
   int n_stop = ct_tokenizer_stop_ids(s.tok, &stop_ids);
   ct_gen_request *reqs = calloc(n, sizeof *reqs);

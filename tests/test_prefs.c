@@ -9,6 +9,7 @@
 
 #include "error.h"
 #include "prefs.h"
+#include "prompts.h"
 #include "test.h"
 
 static char dir[256];
@@ -438,6 +439,17 @@ static void test_bos_tokenizer_prepends_one_bos_to_the_prompt_only(void) {
     CHECK(same(P(&ds, k), ds.p_len[k], p, 3) && same(C(&ds, k), ds.c_len[k], c, 2) &&
           same(R(&ds, k), ds.r_len[k], r, 2));
   ct_pref_free(&ds);
+  // GRPO and the sampler read prompts the same way: one BOS, whether the text has it or not
+  ct_prompt_opts po = {true, 0, false, "max_prompt_length"};
+  const char *texts[] = {"hi", "<|endoftext|>hi"};
+  for (int k = 0; k < 2; k++) {
+    json_t *row = json_pack("{s:s}", "prompt", texts[k]);
+    ct_ids ids = {0};
+    CHECK_OK(ct_prompt_tokens(bt, row, "test:1", &po, &ids));
+    CHECK(same(ids.v, ids.n, p, 3));
+    ct_ids_free(&ids);
+    json_decref(row);
+  }
   ct_tokenizer_free(bt);
 }
 

@@ -1,0 +1,69 @@
+#include "jsonl.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+int ct_row_error(const char *path, int line, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return ct_set_error(CT_EFORMAT, "%s:%d: %s", path, line, msg);
+}
+
+int ct_jsonl_ids(const json_t *list, int V, const char *path, int line, const char *key, ct_ids *out) {
+  if (!json_is_array(list)) return ct_row_error(path, line, "key '%s': expected a list of token ids", key);
+  size_t i;
+  json_t *v;
+  json_array_foreach(list, i, v) {
+    json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+    if (id < 0 || id >= V)
+      return ct_row_error(path, line, "key '%s'[%zu]: expected a token id in [0, %d)", key, i, V);
+    if (ct_ids_push(out, (int)id)) return CT_ENOMEM;
+  }
+  return 0;
+}
+
+static bool blank(const char *s) {
+  for (; *s; s++)
+    if (*s != ' ' && *s != '\t' && *s != '\r' && *s != '\n') return false;
+  return true;
+}
+
+int ct_jsonl_read(const char *path, bool skip_bad, ct_jsonl_row_fn fn, void *ctx, ct_jsonl_stats *st) {
+  memset(st, 0, sizeof *st);
+  FILE *f = fopen(path, "rb");
+  if (!f) return ct_set_error(CT_EIO, "%s: cannot open: %s", path, strerror(errno));
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t got;
+  int rc = 0;
+  while (!rc && (got = getline(&line, &cap, f)) >= 0) {
+    int no = ++st->n_lines;
+    if ((size_t)got != strlen(line)) {
+      rc = ct_row_error(path, no, "line contains a NUL byte");
+    } else if (blank(line)) {
+      continue;
+    } else {
+      json_error_t err;
+      json_t *row = json_loads(line, JSON_REJECT_DUPLICATES, &err);
+      rc = row ? fn(ctx, row, no) : ct_row_error(path, no, "invalid JSON at column %d: %s", err.column, err.text);
+      json_decref(row);
+    }
+    if (rc == CT_EFORMAT && skip_bad) {
+      if (!st->n_bad) snprintf(st->first_bad, sizeof st->first_bad, "%s", ct_last_error());
+      st->n_bad++;
+      rc = 0;
+    }
+  }
+  if (!rc && ferror(f)) rc = ct_set_error(CT_EIO, "%s: read error: %s", path, strerror(errno));
+  free(line);
+  fclose(f);
+  return rc;
+}

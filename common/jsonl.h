@@ -1,0 +1,29 @@
+// jsonl: the one JSONL reader behind every dataset loader (SFT rows, preference pairs,
+// prompts). Lines are numbered as in the file (blank lines are skipped but counted); a
+// line holding a NUL byte or invalid JSON is a row error like any the row callback
+// reports, and row errors (CT_EFORMAT) are skipped and counted when skip_bad is set.
+#pragma once
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "tokenizer.h"
+
+typedef struct {
+  int n_lines;          // lines read
+  int n_bad;            // rows skipped (skip_bad)
+  char first_bad[512];  // message of the first skipped row
+} ct_jsonl_stats;
+
+// Called for each non-blank line with its parsed value (borrowed: json_incref to keep it)
+// and 1-based line number. Returns 0, CT_EFORMAT for a bad row, or another error to stop.
+typedef int (*ct_jsonl_row_fn)(void *ctx, json_t *row, int line);
+
+// Reads path row by row. Returns the first error not skipped (0 at the end of the file).
+int ct_jsonl_read(const char *path, bool skip_bad, ct_jsonl_row_fn fn, void *ctx, ct_jsonl_stats *st);
+
+// Appends the token ids of a row's JSON list under `key` to out; anything but a list of
+// integers in [0, V) is a row error naming path:line and the key (and index).
+int ct_jsonl_ids(const json_t *list, int V, const char *path, int line, const char *key, ct_ids *out);
+
+// A row error: records "path:line: message" and returns CT_EFORMAT.
+int ct_row_error(const char *path, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
