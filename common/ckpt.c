@@ -212,11 +212,10 @@ static void tensor_name(char *out, size_t n, const ct_tensor_info *t, const char
   snprintf(out, n, "%s%s", t->name, suffix ? suffix : "");
 }
 
-static int load_from_dir(const ct_model *m, float *buf, const ct_st_dir *d, const char *suffix) {
-  char name[128];
+static int load_from_dir(const ct_model *m, float *buf, const ct_st_dir *d) {
   for (int i = 0; i < m->n_tensors; i++) {
     const ct_tensor_info *ti = &m->tensors[i];
-    tensor_name(name, sizeof name, ti, suffix);
+    const char *name = ti->name;
     const ct_safetensors *st;
     const ct_st_tensor *t;
     int rc = ct_st_dir_find(d, name, &st, &t);
@@ -238,34 +237,32 @@ static int load_from_dir(const ct_model *m, float *buf, const ct_st_dir *d, cons
   for (int i = 0; i < d->n; i++) {
     const char *nm = d->entries[i].name;
     if (strstr(nm, "rotary_emb.inv_freq")) continue;
-    if (!suffix && m->cfg.tie_word_embeddings && strcmp(nm, "lm_head.weight") == 0) continue;
-    size_t sl = suffix ? strlen(suffix) : 0, nl = strlen(nm);
-    if (sl && (nl <= sl || strcmp(nm + nl - sl, suffix) != 0)) continue;
-    char base[128];
-    snprintf(base, sizeof base, "%.*s", (int)(nl - sl), nm);
-    if (!ct_model_find_tensor(m, base))
+    // a tied head some checkpoints still store: the embedding is the head
+    if (m->cfg.tie_word_embeddings && strcmp(nm, "lm_head.weight") == 0) continue;
+    if (!ct_model_find_tensor(m, nm))
       return ct_set_error(CT_EFORMAT, "%s: tensor '%s' is not part of a %s model with this "
                           "config.json", d->path, nm, m->cfg.model_type);
   }
   return 0;
 }
 
-int ct_model_load_weights(const ct_model *m, float *buf, const char *dir) {
+// Loads the tensors of dir into `buf` (a buffer with m's layout).
+static int load_weights(const ct_model *m, float *buf, const char *dir) {
   ct_st_dir d = {0};
   int rc = ct_st_dir_open(&d, dir);
-  if (!rc) rc = load_from_dir(m, buf, &d, NULL);
+  if (!rc) rc = load_from_dir(m, buf, &d);
   ct_st_dir_close(&d);
   return rc;
 }
 
 int ct_model_load(ct_model *m, const char *dir, int max_pos) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/config.json", dir);
+  char path[CT_PATH_MAX];
   ct_model_config c;
-  int rc = ct_hf_config_read(&c, path);
+  int rc = ct_path_join(path, sizeof path, dir, "config.json");
+  if (!rc) rc = ct_hf_config_read(&c, path);
   if (rc) return rc;
   if ((rc = ct_model_init(m, &c, max_pos))) return rc;
-  if ((rc = ct_model_load_weights(m, m->params, dir))) ct_model_free(m);
+  if ((rc = load_weights(m, m->params, dir))) ct_model_free(m);
   return rc;
 }
 
@@ -356,10 +353,10 @@ int ct_remove_tree(const char *path) {
   }
   struct dirent *e;
   int rc = 0;
-  char child[4096];
+  char child[CT_PATH_MAX];
   while ((e = readdir(d)) && !rc) {
     if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    snprintf(child, sizeof child, "%s/%s", path, e->d_name);
+    if ((rc = ct_path_join(child, sizeof child, path, e->d_name))) break;  // never a cut path
     struct stat s;
     if (lstat(child, &s) == 0 && S_ISDIR(s.st_mode))
       rc = ct_remove_tree(child);
@@ -437,12 +434,13 @@ int ct_ckpt_latest(const char *output_dir, char *path, size_t path_size, long *s
   if (!d) return ct_set_error(CT_EIO, "%s: no checkpoint to resume from (%s)", output_dir, strerror(errno));
   long best = -1;
   struct dirent *e;
-  char p[4096];
+  char dirp[CT_PATH_MAX], p[CT_PATH_MAX];
   while ((e = readdir(d))) {
     long s = checkpoint_step(e->d_name);
     if (s <= best) continue;
-    snprintf(p, sizeof p, "%s/%s/trainer_state.json", output_dir, e->d_name);
-    if (access(p, R_OK) == 0) best = s;
+    if (!ct_path_join(dirp, sizeof dirp, output_dir, e->d_name) &&
+        !ct_path_join(p, sizeof p, dirp, "trainer_state.json") && access(p, R_OK) == 0)
+      best = s;
   }
   closedir(d);
   if (best < 0) return ct_set_error(CT_EIO, "%s: no checkpoint-* directory to resume from", output_dir);
@@ -496,9 +494,9 @@ int ct_ckpt_rotate(const char *output_dir, int keep) {
 }
 
 int ct_publish_file(const char *tmp_path, const char *dir, const char *name) {
-  char final[4096];
-  snprintf(final, sizeof final, "%s/%s", dir, name);
-  int rc = fsync_path(tmp_path, false);
+  char final[CT_PATH_MAX];
+  int rc = ct_path_join(final, sizeof final, dir, name);
+  if (!rc) rc = fsync_path(tmp_path, false);
   if (rc) return rc;
   if (rename(tmp_path, final)) return ct_set_error(CT_EIO, "%s: cannot rename to %s: %s", tmp_path, final, strerror(errno));
   return fsync_path(dir, true);

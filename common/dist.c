@@ -2,6 +2,8 @@
 
 #include <limits.h>
 #include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "error.h"
 
@@ -53,20 +55,13 @@ int ct_dist_max_int(int v) {
   return out;
 }
 
-int ct_dist_bcast(void *buf, long bytes) {
-  if (world_ == 1) return 0;
-  for (long off = 0; off < bytes; off += INT_MAX / 2) {
-    int cnt = (int)(bytes - off < INT_MAX / 2 ? bytes - off : INT_MAX / 2);
-    if (MPI_Bcast((char *)buf + off, cnt, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
-      return ct_set_error(CT_EMPI, "MPI_Bcast failed");
-  }
-  return 0;
-}
-
-void ct_dist_barrier(void) {
-  if (world_ > 1) MPI_Barrier(MPI_COMM_WORLD);
-}
-
 void ct_dist_abort(int code) {
   if (world_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+void ct_dist_die(const char *prog, int code, const char *what) {
+  fprintf(stderr, "%s: %s%s%s\n", prog, what ? what : "", what ? ": " : "", ct_last_error());
+  ct_dist_abort(code);
+  ct_dist_finalize();
+  exit(code);
 }

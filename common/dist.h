@@ -16,8 +16,9 @@ int ct_dist_sum_f32(float *buf, long n);
 int ct_dist_sum_f64(double *buf, int n);
 // The largest value across ranks: error codes agree before anyone stops.
 int ct_dist_max_int(int v);
-// Rank 0's bytes to every rank.
-int ct_dist_bcast(void *buf, long bytes);
-void ct_dist_barrier(void);
 // Stops every other rank after a fatal error on this one (returns at world size 1).
 void ct_dist_abort(int code);
+
+// A trainer's fatal error: prints "prog: what: <ct_last_error()>" (what may be NULL),
+// stops every rank and exits with `code` (2: bad configuration, 1: anything else).
+__attribute__((noreturn)) void ct_dist_die(const char *prog, int code, const char *what);

@@ -15,11 +15,6 @@
   long lo, hi;                       \
   ct_chunk_range((N), 1, (parts), (part), &lo, &hi)
 
-static int row_parts(long N) {
-  int t = ct_pool_threads() * 4;
-  return N < t ? (int)(N > 0 ? N : 1) : t;
-}
-
 // dst[c] += Σ_k partial[k*C + c] for k in chunk order.
 typedef struct { float *dst; const float *partial; int C, parts; } sum_job;
 static void sum_partials_task(void *ctx, int part, int thread) {
@@ -69,7 +64,7 @@ static void rms_fwd_task(void *ctx, int part, int thread) {
 void ct_rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, int N, int C,
                         float eps) {
   rms_job j = {.y = y, .rstd = rstd, .x = x, .w = w, .N = N, .C = C, .eps = eps,
-               .parts = row_parts(N)};
+               .parts = ct_pool_parts(N)};
   ct_parallel_for(j.parts, rms_fwd_task, &j);
 }
 
@@ -134,7 +129,7 @@ static void headnorm_fwd_task(void *ctx, int part, int thread) {
 void ct_headnorm_forward(float *xio, float *xsave, float *rstd, const float *w, int N, int heads,
                          int hd, int ld, float eps) {
   headnorm_job j = {.xio = xio, .xsave = xsave, .rstd = rstd, .w = w, .N = N, .heads = heads,
-                    .hd = hd, .ld = ld, .eps = eps, .parts = row_parts(N)};
+                    .hd = hd, .ld = ld, .eps = eps, .parts = ct_pool_parts(N)};
   ct_parallel_for(j.parts, headnorm_fwd_task, &j);
 }
 
@@ -201,7 +196,7 @@ static void rope_task(void *ctx, int part, int thread) {
 
 void ct_rope(float *x, const int *pos, const float *cos_t, const float *sin_t, int N, int heads,
              int hd, int ld, int inverse) {
-  rope_job j = {x, pos, cos_t, sin_t, N, heads, hd, ld, inverse, row_parts(N)};
+  rope_job j = {x, pos, cos_t, sin_t, N, heads, hd, ld, inverse, ct_pool_parts(N)};
   ct_parallel_for(j.parts, rope_task, &j);
 }
 
@@ -228,7 +223,7 @@ static void swiglu_fwd_task(void *ctx, int part, int thread) {
 }
 
 void ct_swiglu_forward(float *h, const float *gu, int N, int F) {
-  swiglu_job j = {.h = h, .gu = gu, .N = N, .F = F, .parts = row_parts(N)};
+  swiglu_job j = {.h = h, .gu = gu, .N = N, .F = F, .parts = ct_pool_parts(N)};
   ct_parallel_for(j.parts, swiglu_fwd_task, &j);
 }
 
@@ -251,7 +246,7 @@ static void swiglu_bwd_task(void *ctx, int part, int thread) {
 }
 
 void ct_swiglu_backward(float *dgu, const float *dh, const float *gu, int N, int F) {
-  swiglu_job j = {.dgu = dgu, .dh = dh, .gu = gu, .N = N, .F = F, .parts = row_parts(N)};
+  swiglu_job j = {.dgu = dgu, .dh = dh, .gu = gu, .N = N, .F = F, .parts = ct_pool_parts(N)};
   ct_parallel_for(j.parts, swiglu_bwd_task, &j);
 }
 
@@ -273,7 +268,7 @@ static void bias_fwd_task(void *ctx, int part, int thread) {
 }
 
 void ct_bias_forward(float *y, const float *b, int N, int C, int ld) {
-  bias_job j = {.y = y, .b = b, .N = N, .C = C, .ld = ld, .parts = row_parts(N)};
+  bias_job j = {.y = y, .b = b, .N = N, .C = C, .ld = ld, .parts = ct_pool_parts(N)};
   ct_parallel_for(j.parts, bias_fwd_task, &j);
 }
 
@@ -294,35 +289,7 @@ void ct_bias_backward(float *db, const float *dy, int N, int C, int ld, float *s
 }
 
 // ---------------------------------------------------------------------------
-// Element-wise adds and the embedding
-
-typedef struct {
-  float *out;
-  const float *a, *b;
-  long n;
-  int parts;
-} add_job;
-
-static void add_task(void *ctx, int part, int thread) {
-  (void)thread;
-  const add_job *j = ctx;
-  long lo, hi;
-  ct_chunk_range(j->n, 16, j->parts, part, &lo, &hi);
-  if (j->b)
-    for (long i = lo; i < hi; i++) j->out[i] = j->a[i] + j->b[i];
-  else
-    for (long i = lo; i < hi; i++) j->out[i] += j->a[i];
-}
-
-void ct_add(float *out, const float *a, const float *b, long n) {
-  add_job j = {out, a, b, n, ct_pool_threads()};
-  ct_parallel_for(j.parts, add_task, &j);
-}
-
-void ct_add_inplace(float *out, const float *a, long n) {
-  add_job j = {out, a, NULL, n, ct_pool_threads()};
-  ct_parallel_for(j.parts, add_task, &j);
-}
+// The embedding
 
 typedef struct {
   float *out;
@@ -340,7 +307,7 @@ static void embed_fwd_task(void *ctx, int part, int thread) {
 }
 
 void ct_embed_forward(float *out, const float *table, const int *ids, int N, int C) {
-  embed_job j = {out, table, ids, N, C, row_parts(N)};
+  embed_job j = {out, table, ids, N, C, ct_pool_parts(N)};
   ct_parallel_for(j.parts, embed_fwd_task, &j);
 }
 

@@ -41,10 +41,6 @@ void ct_swiglu_backward(float *dgu, const float *dh, const float *gu, int N, int
 void ct_bias_forward(float *y, const float *b, int N, int C, int ld);
 void ct_bias_backward(float *db, const float *dy, int N, int C, int ld, float *scratch);
 
-// out = a + b (N*C contiguous), and out += a.
-void ct_add(float *out, const float *a, const float *b, long n);
-void ct_add_inplace(float *out, const float *a, long n);
-
 // Embedding lookup: out (N, C) = table[ids[n]]; backward dtable[ids[n]] += dout[n]
 // (serial over rows: token ids repeat; parallel over columns).
 void ct_embed_forward(float *out, const float *table, const int *ids, int N, int C);

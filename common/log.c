@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt.h"
 #include "error.h"
 
 double ct_now(void) {
@@ -47,8 +48,8 @@ int ct_log_open(ct_log *l, const char *output_dir, long resume_step, long total,
   l->t0 = ct_now();
   l->step0 = resume_step;
   l->total = total;
-  snprintf(l->path, sizeof l->path, "%s/metrics.jsonl", output_dir);
-  if (!active) return 0;
+  int rc = ct_path_join(l->path, sizeof l->path, output_dir, "metrics.jsonl");
+  if (rc || !active) return rc;
   if (resume_step > 0) return drop_later_steps(l->path, resume_step);
   FILE *f = fopen(l->path, "w");  // a fresh run starts a fresh file
   if (!f) return ct_set_error(CT_EIO, "%s: cannot write", l->path);

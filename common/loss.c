@@ -114,11 +114,6 @@ static void fold_chunk_task(void *ctx, int part, int thread) {
   }
 }
 
-static int chunk_parts(int n) {
-  int p = ct_pool_threads() * 4;
-  return n < p ? (n > 0 ? n : 1) : p;
-}
-
 void ct_head_forward(ct_head *h, const float *W) {
   int n = h->n;
   for (int r = 0; r < n; r++) {
@@ -130,7 +125,7 @@ void ct_head_forward(ct_head *h, const float *W) {
     int nv = v0 + h->tile <= h->V ? h->tile : h->V - v0;
     // logits (n, nv) = hc · W[v0 : v0+nv]ᵀ
     ct_sgemm('N', 'T', n, nv, h->C, 1, h->hc, h->C, W + (long)v0 * h->C, h->C, 0, h->logits, nv);
-    chunk_job j = {h, v0, nv, chunk_parts(n)};
+    chunk_job j = {h, v0, nv, ct_pool_parts(n)};
     ct_parallel_for(j.parts, fold_chunk_task, &j);
   }
   for (int r = 0; r < n; r++) {
@@ -164,7 +159,7 @@ void ct_head_backward(ct_head *h, const float *W, float *dW, float *d_hidden, in
     int nv = v0 + h->tile <= h->V ? h->tile : h->V - v0;
     if (h->ntiles > 1)  // recompute this chunk's logits; with one chunk they are still there
       ct_sgemm('N', 'T', n, nv, h->C, 1, h->hc, h->C, W + (long)v0 * h->C, h->C, 0, h->logits, nv);
-    chunk_job j = {h, v0, nv, chunk_parts(n)};
+    chunk_job j = {h, v0, nv, ct_pool_parts(n)};
     ct_parallel_for(j.parts, dlogits_task, &j);
     // dhc (n, C) (+)= dlogits · W[v0 : v0+nv];  dW[v0 : v0+nv] += dlogitsᵀ · hc
     ct_sgemm('N', 'N', n, h->C, nv, 1, h->logits, nv, W + (long)v0 * h->C, h->C, v0 ? 1 : 0,

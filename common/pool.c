@@ -67,6 +67,11 @@ static void *worker_main(void *arg) {
 
 int ct_pool_threads(void) { return P.n; }
 
+int ct_pool_parts(long n) {
+  int t = P.n * 4;
+  return n < t ? (int)(n > 0 ? n : 1) : t;
+}
+
 void ct_pool_free(void) {
   if (!P.workers) return;
   pthread_mutex_lock(&P.mu);

@@ -18,5 +18,9 @@ int ct_pool_threads(void);
 // Items are claimed dynamically; a loop inside a task runs serially.
 void ct_parallel_for(int n, ct_task_fn task, void *ctx);
 
+// How many parts to split n rows into for ct_parallel_for: 4 per thread (dynamic
+// claiming evens out uneven rows), at most n, at least 1.
+int ct_pool_parts(long n);
+
 // The [*lo, *hi) range of chunk i when [0, n) is split into `parts` chunks aligned to `align`.
 void ct_chunk_range(long n, long align, int parts, int i, long *lo, long *hi);

@@ -53,7 +53,7 @@ int ct_train_after_step(ct_train *tr, bool *stop) {
 void ct_train_log_done(ct_train *tr) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);  // ru_maxrss is in kilobytes on Linux
-  ct_log_info(&tr->log, "done: %ld steps; model saved in %s; peak memory %.0f MB", tr->step,
+  ct_log_info(&tr->log, "done: %ld steps; model saved in %s; peak memory %.0f MiB", tr->step,
               tr->cfg->output_dir, ru.ru_maxrss / 1024.0);
 }
 

@@ -221,11 +221,6 @@ static void chunk_task(void *ctx, int part, int thread) {
   }
 }
 
-static int parts_for(int n) {
-  int p = ct_pool_threads() * 4;
-  return n < p ? (n > 0 ? n : 1) : p;
-}
-
 double ct_kd_soft(ct_kd *k, const float *hs, int n, const float *W, float *dW, const int *target,
                   ct_kd_teacher_fn teacher, void *ctx, const ct_kd_opts *o) {
   for (int r = 0; r < n; r++) {
@@ -242,7 +237,7 @@ double ct_kd_soft(ct_kd *k, const float *hs, int n, const float *W, float *dW, c
         ct_sgemm('N', 'T', n, nv, k->C, 1, hs, k->C, W + (long)v0 * k->C, k->C, 0, k->ls, nv);
         teacher(ctx, n, v0, nv, k->lt);
       }
-      chunk_job j = {k, n, v0, nv, pass, parts_for(n), target, o};
+      chunk_job j = {k, n, v0, nv, pass, ct_pool_parts(n), target, o};
       ct_parallel_for(j.parts, chunk_task, &j);
       if (pass == 3) {  // dhs (=, first chunk) + dz · W;  dW += dzᵀ · hs
         ct_sgemm('N', 'N', n, k->C, nv, 1, k->ls, nv, W + (long)v0 * k->C, k->C, v0 ? 1 : 0, k->dhs, k->C);

@@ -84,7 +84,6 @@ void ct_engine_free(ct_engine *e) {
 
 const ct_infer_weights *ct_engine_weights(const ct_engine *e) { return e->w; }
 ct_engine_opts ct_engine_options(const ct_engine *e) { return e->o; }
-long ct_engine_bytes(const ct_engine *e) { return e->bytes; }
 
 // The cache row of (layer, slot, position).
 static inline long cache_row(const ct_engine *e, int l, int s, int p) {

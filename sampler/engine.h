@@ -39,5 +39,3 @@ int ct_engine_copy_slot(ct_engine *e, int src, int dst, int len);
 
 const ct_infer_weights *ct_engine_weights(const ct_engine *e);
 ct_engine_opts ct_engine_options(const ct_engine *e);
-// Bytes of KV cache and work buffers.
-long ct_engine_bytes(const ct_engine *e);

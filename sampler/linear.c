@@ -168,10 +168,8 @@ void ct_linear_forward(const ct_linear *w, const float *x, int ldx, int S, float
   }
   lin_job j = {w, x, y, ldx, ldy, S, accumulate, 0};
   // enough parts to balance, each at least a few rows of W
-  int parts = ct_pool_threads() * 4;
-  if (parts > w->rows / RB) parts = w->rows / RB > 0 ? w->rows / RB : 1;
-  j.parts = parts;
-  ct_parallel_for(parts, lin_task, &j);
+  j.parts = ct_pool_parts(w->rows / RB);
+  ct_parallel_for(j.parts, lin_task, &j);
 }
 
 void ct_linear_row(const ct_linear *w, int r, float *out) {

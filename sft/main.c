@@ -19,12 +19,7 @@
 #include "pool.h"
 #include "train.h"
 
-static int fail(int code, const char *what) {
-  fprintf(stderr, "sft: %s%s%s\n", what ? what : "", what ? ": " : "", ct_last_error());
-  ct_dist_abort(code);
-  ct_dist_finalize();
-  exit(code);
-}
+static int fail(int code, const char *what) { ct_dist_die("sft", code, what); }
 
 static ct_data_opts data_opts(const ct_config *c, bool packing) {
   return (ct_data_opts){.max_length = (int)c->max_length,
