@@ -30,13 +30,14 @@ int ct_acts_init(ct_acts *a, const ct_model *m, int B, int T, bool keep) {
   a->B = B;
   a->T = T;
   a->keep = keep;
-  long scratch = max3(CT_RED_CHUNKS * max3(d.C, d.QKV, 2 * d.F),
+  // reductions: rmsnorm (C), head norm (hd <= QKV), qkv bias (QKV); attention blocks
+  long scratch = max3(CT_RED_CHUNKS * (d.C > d.QKV ? d.C : d.QKV),
                       (long)ct_pool_threads() * ct_attention_scratch_floats(T), 1);
   // Sizes in floats, in the order they are carved below; each rounded to 16 floats.
   long sizes[] = {
       (Ls + 1) * N * d.C, Ls * N * d.C, Ls * N, Ls * N * d.QKV,
       qkn ? Ls * N * d.QKV : 0, qkn ? Ls * N * (d.H + d.KV) : 0, Ls * N * d.H * d.hd,
-      Ls * N * d.H, Ls * N * d.C, Ls * N * d.C, Ls * N, Ls * N * 2 * d.F, Ls * N * d.F,
+      Ls * N * d.H, keep ? Ls * N * d.C : 0, Ls * N * d.C, Ls * N, Ls * N * 2 * d.F, Ls * N * d.F,
       N * d.C, N,
       keep ? N * d.C : 0, keep ? N * d.C : 0, keep ? N * d.QKV : 0, keep ? N * d.H * d.hd : 0,
       keep ? N * 2 * d.F : 0, keep ? N * d.F : 0, scratch,
@@ -52,7 +53,6 @@ int ct_acts_init(ct_acts *a, const ct_model *m, int B, int T, bool keep) {
     return ct_set_error(CT_ENOMEM, "cannot allocate %.1f MB of activations for %d x %d tokens",
                         total * 4.0 / 1e6, B, T);
   memset(a->mem, 0, sizeof(float) * total);
-  a->n_floats = total;
   float *p = a->mem;
   for (int i = 0; i < n - 1; i++) {
     *slots[i] = sizes[i] ? p : NULL;
@@ -92,7 +92,7 @@ void ct_forward(const ct_model *m, ct_acts *a, int B, int T) {
     float *qkv = AT(a, a->qkv, l, Ncap * d.QKV);            // (N, QKV)
     float *att = AT(a, a->att, l, Ncap * d.H * d.hd);       // (N, H*hd)
     float *lse = AT(a, a->lse, l, Ncap * d.H);              // (N, H)
-    float *x2 = AT(a, a->x2, l, Ncap * d.C);                // (N, C)
+    float *x2 = a->keep ? AT(a, a->x2, l, Ncap * d.C) : x;  // (N, C) (in place when not kept)
     float *ln2 = AT(a, a->ln2, l, Ncap * d.C);              // (N, C)
     float *rstd2 = AT(a, a->rstd2, l, Ncap);                // (N)
     float *gu = AT(a, a->gu, l, Ncap * 2 * d.F);            // (N, 2F)
@@ -114,16 +114,15 @@ void ct_forward(const ct_model *m, ct_acts *a, int B, int T) {
     // q and k heads are adjacent: rotate all H + KV of them in one pass
     ct_rope(qkv, a->pos, m->rope_cos, m->rope_sin, (int)N, (int)(d.H + d.KV), (int)d.hd,
             (int)d.QKV, 0);
-    if (a->on_kv) a->on_kv(a->on_kv_ctx, l, qkv, (int)N);
     ct_attention_forward(att, lse, qkv, a->seg, ad, a->scratch);
-    memcpy(x2, x, sizeof(float) * N * d.C);
+    if (x2 != x) memcpy(x2, x, sizeof(float) * N * d.C);
     ct_sgemm('N', 'T', (int)N, (int)d.C, (int)(d.H * d.hd), 1, att, (int)(d.H * d.hd), w->wo,
              (int)(d.H * d.hd), 1, x2, (int)d.C);
     ct_rmsnorm_forward(ln2, rstd2, x2, w->ln2, (int)N, (int)d.C, c->rms_norm_eps);
     ct_sgemm('N', 'T', (int)N, (int)(2 * d.F), (int)d.C, 1, ln2, (int)d.C, w->wgu, (int)d.C, 0,
              gu, (int)(2 * d.F));
     ct_swiglu_forward(h, gu, (int)N, (int)d.F);
-    memcpy(xn, x2, sizeof(float) * N * d.C);
+    if (xn != x2) memcpy(xn, x2, sizeof(float) * N * d.C);
     ct_sgemm('N', 'T', (int)N, (int)d.C, (int)d.F, 1, h, (int)d.F, w->wdown, (int)d.F, 1, xn,
              (int)d.C);
   }

@@ -11,7 +11,6 @@
 typedef struct {
   int B, T;   // capacity
   bool keep;  // per-layer activations kept for backward
-  long n_floats;
   float *mem;  // one allocation holding everything below
   // inputs (N)
   int *ids, *pos, *seg;
@@ -39,10 +38,6 @@ typedef struct {
   float *dgu;    // (N, 2F)
   float *dh;     // (N, F)
   float *scratch;  // reductions and attention blocks
-  // Optional: called in every layer once q and k are rotated, with the (N, QKV) rows of
-  // that layer — the sampler copies k and v into its KV cache from here.
-  void (*on_kv)(void *ctx, int layer, const float *qkv, int N);
-  void *on_kv_ctx;
 } ct_acts;
 
 int ct_acts_init(ct_acts *a, const ct_model *m, int B, int T, bool keep);

@@ -4,19 +4,35 @@
 
 #include "error.h"
 
-int ct_lm_step(const ct_model *m, ct_acts *a, ct_head *h, const ct_batch *b,
-                const ct_weights *grads, float scale, float z_loss, ct_lm_stats *st) {
+int ct_forward_batch(const ct_model *m, ct_acts *a, const ct_batch *b) {
   int N = b->B * b->T;
   if (b->B > a->B || b->T > a->T)
     return ct_set_error(CT_EINVAL, "batch of %d x %d tokens exceeds the activations' %d x %d",
                         b->B, b->T, a->B, a->T);
+  for (int i = 0; i < N; i++)
+    if (b->pos[i] < 0 || b->pos[i] >= m->rope_max_pos)
+      return ct_set_error(CT_EINVAL, "position %d is outside the model's %d-position RoPE table",
+                          b->pos[i], m->rope_max_pos);
   memcpy(a->ids, b->ids, sizeof(int) * N);
   memcpy(a->pos, b->pos, sizeof(int) * N);
   memcpy(a->seg, b->seg, sizeof(int) * N);
   ct_forward(m, a, b->B, b->T);
-  int n = ct_head_gather(h, a->lnf, b->target, N);
+  return 0;
+}
+
+int ct_lm_forward(const ct_model *m, ct_acts *a, ct_head *h, const ct_batch *b) {
+  int rc = ct_forward_batch(m, a, b);
+  if (rc) return rc;
+  int n = ct_head_gather(h, a->lnf, b->target, b->B * b->T);
+  if (n >= 0) ct_head_forward(h, m->w.lm_head);
+  return n;
+}
+
+int ct_lm_step(const ct_model *m, ct_acts *a, ct_head *h, const ct_batch *b,
+                const ct_weights *grads, float scale, float z_loss, ct_lm_stats *st) {
+  int N = b->B * b->T;
+  int n = ct_lm_forward(m, a, h, b);
   if (n < 0) return n;
-  ct_head_forward(h, m->w.lm_head);
   int row = -1, row_ok = 0;
   for (int r = 0; r < n; r++) {
     bool hit = h->argmax[r] == h->target[r];

@@ -1,7 +1,8 @@
-// lm: one micro-batch of causal-LM cross-entropy — forward, the head, statistics, and
-// (when training) backward with every token weighted by `scale` (1 / the number of
-// target tokens in the whole optimizer step). SFT's loss, distillation's hard loss and
-// every trainer's evaluation go through here.
+// lm: a batch through the model and its LM head. ct_forward_batch / ct_lm_forward are
+// the one way every trainer feeds a ct_batch to a model; ct_lm_step adds causal-LM
+// cross-entropy — statistics and (when training) backward with every token weighted by
+// `scale` (1 / the number of target tokens in the whole optimizer step). SFT's loss and
+// every trainer's evaluation go through ct_lm_step.
 #pragma once
 #include <stdbool.h>
 
@@ -22,6 +23,14 @@ typedef struct {
 } ct_lm_stats;
 
 #define CT_LM_STATS_N 8  // doubles in ct_lm_stats, for all-reduce
+
+// Runs the decoder over batch b (a->lnf holds the result). Fails if b is larger than a
+// allows or a position lies past the model's RoPE table.
+int ct_forward_batch(const ct_model *m, ct_acts *a, const ct_batch *b);
+
+// ct_forward_batch, then the LM head over b's target rows (ct_head_gather +
+// ct_head_forward). Returns the number of gathered rows, or a negative error.
+int ct_lm_forward(const ct_model *m, ct_acts *a, ct_head *h, const ct_batch *b);
 
 // Runs batch b through the model. With grads != NULL, accumulates the gradient of
 // scale·Σ(CE + z_loss·lse²) into grads. Fails only if b is larger than a and h allow.

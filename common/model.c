@@ -200,22 +200,31 @@ int ct_model_layout(ct_model *m, const ct_model_config *cfg) {
   return rc;
 }
 
+int ct_model_rope_reserve(ct_model *m, int max_pos) {
+  if (max_pos <= m->rope_max_pos) return 0;
+  long half = m->cfg.head_dim / 2;
+  float *c = realloc(m->rope_cos, sizeof(float) * max_pos * half);
+  if (c) m->rope_cos = c;
+  float *s = c ? realloc(m->rope_sin, sizeof(float) * max_pos * half) : NULL;
+  if (s) m->rope_sin = s;
+  if (!c || !s) return ct_set_error(CT_ENOMEM, "model: cannot allocate a RoPE table of %d positions", max_pos);
+  ct_rope_fill(&m->cfg, max_pos, m->rope_cos, m->rope_sin);
+  m->rope_max_pos = max_pos;
+  return 0;
+}
+
 int ct_model_init(ct_model *m, const ct_model_config *cfg, int max_pos) {
   int rc = ct_model_layout(m, cfg);
   if (rc) return rc;
-  int half = cfg->head_dim / 2;
-  m->rope_max_pos = max_pos > 0 ? max_pos : 1;
   m->params = aligned_alloc(64, sizeof(float) * m->n_floats);
-  m->rope_cos = malloc(sizeof(float) * m->rope_max_pos * half);
-  m->rope_sin = malloc(sizeof(float) * m->rope_max_pos * half);
-  if (!m->params || !m->rope_cos || !m->rope_sin) {
+  if (!m->params) {
     ct_model_free(m);
     return ct_set_error(CT_ENOMEM, "model: cannot allocate %.1f MB of parameters",
                         m->n_floats * 4.0 / 1e6);
   }
   memset(m->params, 0, sizeof(float) * m->n_floats);
-  ct_rope_fill(cfg, m->rope_max_pos, m->rope_cos, m->rope_sin);
-  if ((rc = ct_weights_bind(&m->w, m, m->params))) {
+  if ((rc = ct_model_rope_reserve(m, max_pos > 0 ? max_pos : 1)) ||
+      (rc = ct_weights_bind(&m->w, m, m->params))) {
     ct_model_free(m);
     return rc;
   }

@@ -83,6 +83,10 @@ int ct_model_layout(ct_model *m, const ct_model_config *cfg);
 int ct_model_init(ct_model *m, const ct_model_config *cfg, int max_pos);
 void ct_model_free(ct_model *m);
 
+// Grows the rope tables to cover positions < max_pos (no-op when they already do): for
+// trainers whose sequences may run past max_length (GRPO: prompt + completion).
+int ct_model_rope_reserve(ct_model *m, int max_pos);
+
 // Binds views of any buffer with the parameter layout (grads, moments).
 int ct_weights_bind(ct_weights *w, const ct_model *m, float *base);
 void ct_weights_free(ct_weights *w);

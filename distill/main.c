@@ -25,19 +25,16 @@
 #include "error.h"
 #include "forward.h"
 #include "generate.h"
+#include "hash.h"
 #include "lm.h"
 #include "matmul.h"
 #include "pool.h"
 #include "safetensors.h"
+#include "sample.h"
 #include "train.h"
 #include "weights.h"
 
-static int fail(int code, const char *what) {
-  fprintf(stderr, "distill: %s%s%s\n", what ? what : "", what ? ": " : "", ct_last_error());
-  ct_dist_abort(code);
-  ct_dist_finalize();
-  exit(code);
-}
+static int fail(int code, const char *what) { ct_dist_die("distill", code, what); }
 
 // ---------------------------------------------------------------------------
 // The teacher: fp32 through the training forward (no activations kept), or int8 through
@@ -57,11 +54,9 @@ typedef struct {
 
 // A checksum of the teacher's weights: training must leave them exactly as loaded.
 static uint64_t teacher_checksum(const teacher_t *t) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  const unsigned char *p = t->int8 ? (const unsigned char *)t->iw.qmem : (const unsigned char *)t->model.params;
+  const void *p = t->int8 ? (const void *)t->iw.qmem : (const void *)t->model.params;
   long n = t->int8 ? t->iw.layout.n_floats : t->model.n_floats * (long)sizeof(float);
-  for (long i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
-  return h;
+  return ct_fnv1a(p, (size_t)n, CT_FNV1A_INIT);
 }
 
 static int teacher_load(teacher_t *t, const ct_config *c, int B, int T) {
@@ -108,10 +103,7 @@ static void teacher_free(teacher_t *t) {
 static void teacher_forward(teacher_t *t, const ct_batch *b) {
   int N = b->B * b->T, n = 0;
   if (!t->int8) {
-    memcpy(t->acts.ids, b->ids, sizeof(int) * N);
-    memcpy(t->acts.pos, b->pos, sizeof(int) * N);
-    memcpy(t->acts.seg, b->seg, sizeof(int) * N);
-    ct_forward(&t->model, &t->acts, b->B, b->T);
+    if (ct_forward_batch(&t->model, &t->acts, b)) fail(1, "teacher");
     for (int i = 0; i < N; i++)
       if (b->target[i] >= 0)
         memcpy(t->hidden + (long)n++ * t->C, t->acts.lnf + (long)i * t->C, sizeof(float) * t->C);
@@ -126,16 +118,21 @@ static void teacher_forward(teacher_t *t, const ct_batch *b) {
   if (ct_engine_forward_hidden(t->engine, N, b->ids, t->slot, t->pos, t->outs, n, t->hidden)) fail(1, "teacher");
 }
 
-static void teacher_chunk(void *ctx, int n, int v0, int nv, float *out) {
-  teacher_t *t = ctx;
+// Teacher logits (n, nv) of vocabulary columns [v0, v0 + nv) for hidden rows (n, C).
+static void teacher_logits(const teacher_t *t, const float *hidden, int n, int v0, int nv, float *out) {
   if (!t->int8) {
-    ct_sgemm('N', 'T', n, nv, t->C, 1, t->hidden, t->C, t->model.w.lm_head + (long)v0 * t->C, t->C,
+    ct_sgemm('N', 'T', n, nv, t->C, 1, hidden, t->C, t->model.w.lm_head + (long)v0 * t->C, t->C,
              0, out, nv);
     return;
   }
   const ct_linear *h = &t->iw.lm_head;
   ct_linear part = {nv, h->cols, NULL, h->q + (long)v0 * h->cols, h->scale + v0, h->rowsum + v0};
-  ct_linear_forward(&part, t->hidden, t->C, n, out, nv, 0);
+  ct_linear_forward(&part, hidden, t->C, n, out, nv, 0);
+}
+
+static void teacher_chunk(void *ctx, int n, int v0, int nv, float *out) {
+  const teacher_t *t = ctx;
+  teacher_logits(t, t->hidden, n, v0, nv, out);
 }
 
 // ---------------------------------------------------------------------------
@@ -148,14 +145,13 @@ typedef struct {
   int *idx;        // (n, k)
   float *logit;    // (n, k)
   long *row_off;   // (rows + 1) first labeled token of each dataset row
+  int *b_idx;      // (B·T, k) a micro-batch's rows of idx and logit
+  float *b_logit;
 } topk_t;
 
 static uint64_t data_hash(const ct_dataset *ds) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  const unsigned char *p = (const unsigned char *)ds->ids;
-  for (long i = 0; i < ds->n_tokens * (long)sizeof(int); i++) h = (h ^ p[i]) * 0x100000001b3ULL;
-  for (long i = 0; i < ds->n_tokens; i++) h = (h ^ ds->label[i]) * 0x100000001b3ULL;
-  return h;
+  uint64_t h = ct_fnv1a(ds->ids, sizeof(int) * (size_t)ds->n_tokens, CT_FNV1A_INIT);
+  return ct_fnv1a(ds->label, (size_t)ds->n_tokens, h);
 }
 
 static long *label_offsets(const ct_dataset *ds) {
@@ -184,12 +180,6 @@ static void gathered_label_index(const ct_dataset *ds, const ct_batch *b, const 
   }
 }
 
-static int cmp_desc(const void *a, const void *b, void *ctx) {
-  const float *v = ctx;
-  float x = v[*(const int *)a], y = v[*(const int *)b];
-  return (x < y) - (x > y);
-}
-
 static void cmd_precompute(const ct_config *cfg, ct_train *tr, const ct_dataset *ds) {
   if (!cfg->teacher_logits_path[0])
     fail(2, (ct_set_error(CT_ECONFIG, "precompute needs teacher_logits_path=FILE (where to write)"), NULL));
@@ -199,12 +189,13 @@ static void cmd_precompute(const ct_config *cfg, ct_train *tr, const ct_dataset 
   int V = t.V, k = (int)cfg->distill_top_k < V ? (int)cfg->distill_top_k : V;
   long *off = label_offsets(ds);
   long total = off[ds->n_rows];
-  int *idx = malloc(sizeof(int) * (size_t)total * k), *ord = malloc(sizeof(int) * V);
-  float *lg = malloc(sizeof(float) * (size_t)total * k), *row = malloc(sizeof(float) * V);
+  enum { ROWS = 32 };  // teacher logits of ROWS labeled tokens at a time
+  int *idx = malloc(sizeof(int) * (size_t)total * k), *ord = malloc(sizeof(int) * k);
+  float *lg = malloc(sizeof(float) * (size_t)total * k), *rows = malloc(sizeof(float) * ROWS * (size_t)V);
   long *where = malloc(sizeof(long) * B * T);
   ct_batch b;
   int *seqs = malloc(sizeof(int) * B);
-  if (!idx || !ord || !lg || !row || !where || !seqs || ct_batch_init(&b, B, T)) fail(1, NULL);
+  if (!idx || !ord || !lg || !rows || !where || !seqs || ct_batch_init(&b, B, T)) fail(1, NULL);
   ct_log_info(&tr->log, "teacher top-%d logits for %ld labeled tokens of %s", k, total, ds->path);
   for (int first = 0; first < ds->n_seq; first += B) {
     int n = 0;
@@ -212,23 +203,14 @@ static void cmd_precompute(const ct_config *cfg, ct_train *tr, const ct_dataset 
     ct_batch_fill(&b, ds, seqs, n, ct_tokenizer_pad(tr->tok));
     teacher_forward(&t, &b);
     gathered_label_index(ds, &b, off, where);
-    for (long q = 0; q < b.n_target; q++) {  // full logits of one row at a time
-      float *h = t.hidden + q * t.C;
-      if (t.int8) {
-        ct_linear_forward(&t.iw.lm_head, h, t.C, 1, row, V, 0);
-      } else {
-        for (int v = 0; v < V; v++) {
-          const float *w = t.model.w.lm_head + (long)v * t.C;
-          float d = 0;
-          for (int c = 0; c < t.C; c++) d += h[c] * w[c];
-          row[v] = d;
-        }
-      }
-      for (int v = 0; v < V; v++) ord[v] = v;
-      qsort_r(ord, V, sizeof(int), cmp_desc, row);
-      for (int j = 0; j < k; j++) {
-        idx[where[q] * k + j] = ord[j];
-        lg[where[q] * k + j] = row[ord[j]];
+    for (long q0 = 0; q0 < b.n_target; q0 += ROWS) {
+      int nr = b.n_target - q0 < ROWS ? (int)(b.n_target - q0) : ROWS;
+      teacher_logits(&t, t.hidden + q0 * t.C, nr, 0, V, rows);
+      for (int i = 0; i < nr; i++) {
+        const float *row = rows + (long)i * V;
+        long w = where[q0 + i] * k;
+        ct_top_k_ids(row, V, k, ord);
+        for (int j = 0; j < k; j++) idx[w + j] = ord[j], lg[w + j] = row[ord[j]];
       }
     }
   }
@@ -239,7 +221,7 @@ static void cmd_precompute(const ct_config *cfg, ct_train *tr, const ct_dataset 
   const char *mk[] = {"dataset_hash", "teacher"}, *mv[] = {hash, cfg->teacher_path};
   if (ct_st_write(cfg->teacher_logits_path, e, 2, mk, mv, 2)) fail(1, NULL);
   ct_log_info(&tr->log, "wrote %s", cfg->teacher_logits_path);
-  free(idx); free(ord); free(lg); free(row); free(where); free(seqs); free(off);
+  free(idx); free(ord); free(lg); free(rows); free(where); free(seqs); free(off);
   ct_batch_free(&b);
   teacher_free(&t);
 }
@@ -395,6 +377,11 @@ int main(int argc, char **argv) {
   ct_batch batch;
   int *seqs = malloc(sizeof(int) * global);
   long *where = malloc(sizeof(long) * B * T);
+  if (offline) {
+    tk.b_idx = malloc(sizeof(int) * (size_t)B * T * tk.k);
+    tk.b_logit = malloc(sizeof(float) * (size_t)B * T * tk.k);
+    if (!tk.b_idx || !tk.b_logit) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  }
   if (!seqs || !where || ct_acts_init(&acts, &tr.model, B, T, true) || ct_batch_init(&batch, B, T) ||
       ct_head_init(&head, B * T, mc->vocab_size, mc->hidden_size, (int)cfg.num_vocab_tiling) ||
       ct_kd_init(&kd, B * T, V, mc->hidden_size, (int)cfg.num_vocab_tiling))
@@ -402,8 +389,8 @@ int main(int argc, char **argv) {
   // on-policy generation: the student's weights as they are, or the teacher's
   ct_infer_weights gen_w = {0};
   ct_engine *gen = NULL;
-  ct_batch gen_batches[64];
-  if (accum > 64) fail(2, (ct_set_error(CT_ECONFIG, "gradient_accumulation_steps above 64 is not supported here"), NULL));
+  ct_batch *gen_batches = cfg.lmbda > 0 ? calloc((size_t)accum, sizeof *gen_batches) : NULL;
+  if (cfg.lmbda > 0 && !gen_batches) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   for (int k = 0; cfg.lmbda > 0 && k < accum; k++)
     if (ct_batch_init(&gen_batches[k], B, T)) fail(1, NULL);
   if (cfg.lmbda > 0) {
@@ -450,17 +437,10 @@ int main(int argc, char **argv) {
       int m = n - first < B ? n - first : B;
       ct_batch *bp = generated ? &gen_batches[k] : &batch;
       if (!generated) ct_batch_fill(&batch, &train, seqs + first, m, ct_tokenizer_pad(tr.tok));
-      ct_batch batch_view = *bp;  // (the loop body reads `batch`)
-      ct_batch *b = &batch_view;
+      const ct_batch *b = bp;
       if (!offline) teacher_forward(&teacher, b);  // before the student's pass
-      int N = b->B * b->T;
-      memcpy(acts.ids, b->ids, sizeof(int) * N);
-      memcpy(acts.pos, b->pos, sizeof(int) * N);
-      memcpy(acts.seg, b->seg, sizeof(int) * N);
-      ct_forward(&tr.model, &acts, b->B, b->T);
-      int q = ct_head_gather(&head, acts.lnf, b->target, N);
+      int N = b->B * b->T, q = ct_lm_forward(&tr.model, &acts, &head, b);
       if (q < 0) fail(1, NULL);
-      ct_head_forward(&head, tr.model.w.lm_head);
       for (int r = 0; r < q; r++) {  // hard loss: (1 − α) · CE / labels
         st.hard -= head.logp[r];
         st.correct += head.argmax[r] == head.target[r];
@@ -472,15 +452,11 @@ int main(int argc, char **argv) {
       if (offline) {
         gathered_label_index(&train, b, tk.row_off, where);
         int kk = tk.k;
-        int *idx = malloc(sizeof(int) * (size_t)q * kk);
-        float *tl = malloc(sizeof(float) * (size_t)q * kk);
         for (int r = 0; r < q; r++) {
-          memcpy(idx + (long)r * kk, tk.idx + where[r] * kk, sizeof(int) * kk);
-          memcpy(tl + (long)r * kk, tk.logit + where[r] * kk, sizeof(float) * kk);
+          memcpy(tk.b_idx + (long)r * kk, tk.idx + where[r] * kk, sizeof(int) * kk);
+          memcpy(tk.b_logit + (long)r * kk, tk.logit + where[r] * kk, sizeof(float) * kk);
         }
-        soft = ct_kd_soft_topk(&kd, head.hc, q, tr.model.w.lm_head, tr.g.lm_head, idx, tl, kk, &ko);
-        free(idx);
-        free(tl);
+        soft = ct_kd_soft_topk(&kd, head.hc, q, tr.model.w.lm_head, tr.g.lm_head, tk.b_idx, tk.b_logit, kk, &ko);
       } else {
         soft = ct_kd_soft(&kd, head.hc, q, tr.model.w.lm_head, tr.g.lm_head, head.target, teacher_chunk,
                           &teacher, &ko);
@@ -532,11 +508,14 @@ int main(int argc, char **argv) {
   ct_train_log_done(&tr);
   if (gen) ct_engine_free(gen);
   for (int k = 0; cfg.lmbda > 0 && k < accum; k++) ct_batch_free(&gen_batches[k]);
+  free(gen_batches);
   ct_infer_free(&gen_w);
   if (!offline) teacher_free(&teacher);
   free(tk.idx);
   free(tk.logit);
   free(tk.row_off);
+  free(tk.b_idx);
+  free(tk.b_logit);
   free(seqs);
   free(where);
   ct_acts_free(&acts);

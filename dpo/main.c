@@ -18,6 +18,7 @@
 #include "dpo/loss.h"
 #include "error.h"
 #include "forward.h"
+#include "hash.h"
 #include "lm.h"
 #include "matmul.h"
 #include "pool.h"
@@ -25,12 +26,7 @@
 #include "safetensors.h"
 #include "train.h"
 
-static int fail(int code, const char *what) {
-  fprintf(stderr, "dpo: %s%s%s\n", what ? what : "", what ? ": " : "", ct_last_error());
-  ct_dist_abort(code);
-  ct_dist_finalize();
-  exit(code);
-}
+static int fail(int code, const char *what) { ct_dist_die("dpo", code, what); }
 
 // The losses from config: loss_type list, loss_weights, beta (2.0 by default for simpo).
 static ct_dpo_loss losses_from(const ct_config *c) {
@@ -68,34 +64,29 @@ typedef struct {
   ct_head *head;
   float *row_lp;     // (2m) Σ log-probs of each row's completion
   int *row_len;      // (2m) its tokens
+  double *row_sum;   // (2m) scratch: the sums, in double
 } scorer;
 
 // Forward of batch b; fills row sums from the head. The head keeps the logits of this
 // call for a backward that follows.
 static void score_rows(const ct_model *m, scorer *s, const ct_batch *b) {
-  int N = b->B * b->T;
-  memcpy(s->acts.ids, b->ids, sizeof(int) * N);
-  memcpy(s->acts.pos, b->pos, sizeof(int) * N);
-  memcpy(s->acts.seg, b->seg, sizeof(int) * N);
-  ct_forward(m, &s->acts, b->B, b->T);
-  int n = ct_head_gather(s->head, s->acts.lnf, b->target, N);
+  int n = ct_lm_forward(m, &s->acts, s->head, b);
   if (n < 0) fail(1, NULL);
-  ct_head_forward(s->head, m->w.lm_head);
-  double sums[2 * 1024] = {0};
-  for (int r = 0; r < b->B; r++) s->row_len[r] = 0;
+  for (int r = 0; r < b->B; r++) s->row_len[r] = 0, s->row_sum[r] = 0;
   for (int r = 0; r < n; r++) {
     int row = s->head->rows[r] / b->T;
-    sums[row] += s->head->logp[r];
+    s->row_sum[row] += s->head->logp[r];
     s->row_len[row]++;
   }
-  for (int r = 0; r < b->B; r++) s->row_lp[r] = (float)sums[r];
+  for (int r = 0; r < b->B; r++) s->row_lp[r] = (float)s->row_sum[r];
 }
 
 static int scorer_init(scorer *s, const ct_model *m, ct_head *h, int rows, int T, bool keep) {
   s->head = h;
   s->row_lp = malloc(sizeof(float) * rows);
   s->row_len = malloc(sizeof(int) * rows);
-  if (!s->row_lp || !s->row_len) return ct_set_error(CT_ENOMEM, "out of memory");
+  s->row_sum = malloc(sizeof(double) * rows);
+  if (!s->row_lp || !s->row_len || !s->row_sum) return ct_set_error(CT_ENOMEM, "out of memory");
   return ct_acts_init(&s->acts, m, rows, T, keep);
 }
 
@@ -106,17 +97,11 @@ typedef struct {
   float *c, *r;  // (pairs)
 } ref_cache;
 
-static uint64_t fnv1a(const void *p, size_t n, uint64_t h) {
-  const unsigned char *b = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
-  return h;
-}
-
 static uint64_t dataset_hash(const ct_pref_dataset *ds) {
-  uint64_t h = fnv1a(ds->ids, sizeof(int) * ds->n_tokens, 0xcbf29ce484222325ULL);
-  h = fnv1a(ds->p_len, sizeof(int) * ds->n, h);
-  h = fnv1a(ds->c_len, sizeof(int) * ds->n, h);
-  return fnv1a(ds->r_len, sizeof(int) * ds->n, h);
+  uint64_t h = ct_fnv1a(ds->ids, sizeof(int) * ds->n_tokens, CT_FNV1A_INIT);
+  h = ct_fnv1a(ds->p_len, sizeof(int) * ds->n, h);
+  h = ct_fnv1a(ds->c_len, sizeof(int) * ds->n, h);
+  return ct_fnv1a(ds->r_len, sizeof(int) * ds->n, h);
 }
 
 static bool load_ref_cache(const char *path, const ct_pref_dataset *ds, ref_cache *rc) {
@@ -164,6 +149,7 @@ typedef struct {
   ct_batch batch;
   int *pairs;
   float *ref_c, *ref_r;  // (2m) the micro-batch's reference sums
+  float *coef_row;       // (2m) −dL/dlogp of each row's tokens
 } dpo_t;
 
 // Reference sums for the batch: from the cache, or by running the reference.
@@ -184,7 +170,7 @@ static void pair_step(dpo_t *d, int m, bool train, double inv_pairs, double inv_
   ct_head *h = &d->head;
   double sft_w = ct_dpo_sft_weight(&d->loss), beta = d->loss.beta;
   bool ref = d->need_ref;
-  float coef_row[2 * 1024];
+  float *coef_row = d->coef_row;
   for (int i = 0; i < m; i++) {
     double lc = d->pol.row_lp[i], lr = d->pol.row_lp[m + i];
     double rc = ref ? d->ref_c[i] : 0, rr = ref ? d->ref_r[i] : 0, dc, dr;
@@ -330,7 +316,6 @@ int main(int argc, char **argv) {
 
   int B = (int)cfg.per_device_train_batch_size, accum = (int)cfg.gradient_accumulation_steps;
   int Be = (int)cfg.per_device_eval_batch_size, Bmax = B > Be ? B : Be, global = B * accum * tr.world;
-  if (Bmax > 1024) fail(2, (ct_set_error(CT_ECONFIG, "batch sizes above 1024 pairs are not supported"), NULL));
   int T = ct_pref_max_len(&train);
   if (have_eval && ct_pref_max_len(&eval) > T) T = ct_pref_max_len(&eval);
   if (ct_train_plan(&tr, train.n, global)) fail(1, NULL);
@@ -338,7 +323,8 @@ int main(int argc, char **argv) {
   d.pairs = malloc(sizeof(int) * (global > Bmax ? global : Bmax));
   d.ref_c = malloc(sizeof(float) * Bmax);
   d.ref_r = malloc(sizeof(float) * Bmax);
-  if (!d.pairs || !d.ref_c || !d.ref_r || ct_batch_init(&d.batch, 2 * Bmax, T) ||
+  d.coef_row = malloc(sizeof(float) * 2 * Bmax);
+  if (!d.pairs || !d.ref_c || !d.ref_r || !d.coef_row || ct_batch_init(&d.batch, 2 * Bmax, T) ||
       ct_head_init(&d.head, 2 * Bmax * T, mc->vocab_size, mc->hidden_size, (int)cfg.num_vocab_tiling) ||
       scorer_init(&d.pol, &tr.model, &d.head, 2 * Bmax, T, true))
     fail(1, NULL);
@@ -428,9 +414,12 @@ int main(int argc, char **argv) {
   }
   free(d.refs.row_lp);
   free(d.refs.row_len);
+  free(d.refs.row_sum);
   ct_acts_free(&d.pol.acts);
   free(d.pol.row_lp);
   free(d.pol.row_len);
+  free(d.pol.row_sum);
+  free(d.coef_row);
   ct_head_free(&d.head);
   ct_batch_free(&d.batch);
   free(d.pairs);

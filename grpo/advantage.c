@@ -16,15 +16,20 @@ void ct_grpo_total_rewards(const double *R, int n, int K, const double *w, doubl
   }
 }
 
+double ct_grpo_group_std(const double *x, int G, double *mean) {
+  double m = 0, var = 0;
+  for (int i = 0; i < G; i++) m += x[i];
+  m /= G;
+  for (int i = 0; i < G; i++) var += (x[i] - m) * (x[i] - m);
+  *mean = m;
+  return G > 1 ? sqrt(var / (G - 1)) : 0;
+}
+
 int ct_grpo_advantages(const double *r, int groups, int G, int scale, double batch_std, double *adv) {
   int zero = 0;
   for (int g = 0; g < groups; g++) {
     const double *x = r + (long)g * G;
-    double mean = 0, var = 0;
-    for (int i = 0; i < G; i++) mean += x[i];
-    mean /= G;
-    for (int i = 0; i < G; i++) var += (x[i] - mean) * (x[i] - mean);
-    double std = G > 1 ? sqrt(var / (G - 1)) : 0;
+    double mean, std = ct_grpo_group_std(x, G, &mean);
     bool same = true;
     for (int i = 1; i < G; i++) same &= x[i] == x[0];
     zero += same;

@@ -12,6 +12,9 @@
 // Weighted sums of per-function rewards R (n, K) into r (n).
 void ct_grpo_total_rewards(const double *R, int n, int K, const double *w, double *r);
 
+// Mean (*mean) and Bessel-corrected std of one group's G rewards.
+double ct_grpo_group_std(const double *x, int G, double *mean);
+
 // Advantages for n = groups·G rewards in group order. batch_std is the std of every
 // reward of the step (all ranks), used when scale == batch. Returns the number of
 // groups whose rewards are all equal.

@@ -23,6 +23,7 @@
 #include "generate.h"
 #include "grpo/advantage.h"
 #include "grpo/reward.h"
+#include "lm.h"
 #include "loss.h"
 #include "matmul.h"
 #include "pool.h"
@@ -31,12 +32,7 @@
 #include "train.h"
 #include "weights.h"
 
-static int fail(int code, const char *what) {
-  fprintf(stderr, "grpo: %s%s%s\n", what ? what : "", what ? ": " : "", ct_last_error());
-  ct_dist_abort(code);
-  ct_dist_finalize();
-  exit(code);
-}
+static int fail(int code, const char *what) { ct_dist_die("grpo", code, what); }
 
 static void config_error(const ct_config *c, const char *key, const char *fmt, const char *arg) {
   char msg[512];
@@ -48,7 +44,8 @@ static void config_error(const ct_config *c, const char *key, const char *fmt, c
 typedef struct {
   int prompt;           // index into the prompt set
   int *ids, n;          // completion tokens (a stop token, when one ended it, is last)
-  float *old, *ref;     // (n) log-probs at generation time / of the reference (when used)
+  float *old, *ref;     // (n) log-probs before the first update (num_iterations > 1) / of
+                        // the reference (when used)
   double reward, adv;
   bool truncated;       // ended by length, not by a stop token
   bool masked;          // no loss (mask_truncated_completions)
@@ -67,7 +64,6 @@ typedef struct {
   ct_model ref;
   bool use_ref;
   ct_acts acts;      // the policy, kept for backward
-  ct_acts old_acts;  // the policy, forward only (old log-probs)
   ct_acts ref_acts;  // the reference, forward only
   ct_head head;
   ct_batch batch;
@@ -110,17 +106,17 @@ static void init_rewards(grpo_t *g) {
 // ---------------------------------------------------------------------------
 // Rollouts
 
-typedef struct {
-  grpo_t *g;
-} collect_t;
-
 static int on_done(void *ctx, const ct_gen_result *r) {
   grpo_t *g = ctx;
   rollout_t *ro = &g->ro[r->request * g->G + r->sample];
   ro->n = r->n;
-  ro->ids = malloc(sizeof(int) * (r->n ? r->n : 1));
+  size_t n = r->n ? r->n : 1;
+  ro->ids = malloc(sizeof(int) * n);
   ro->text = malloc(r->text_len + 1);
-  if (!ro->ids || !ro->text) return ct_set_error(CT_ENOMEM, "grpo: out of memory");
+  ro->old = g->cfg->num_iterations > 1 ? malloc(sizeof(float) * n) : NULL;
+  ro->ref = g->use_ref ? malloc(sizeof(float) * n) : NULL;
+  if (!ro->ids || !ro->text || (g->cfg->num_iterations > 1 && !ro->old) || (g->use_ref && !ro->ref))
+    return ct_set_error(CT_ENOMEM, "grpo: out of memory");
   memcpy(ro->ids, r->ids, sizeof(int) * r->n);
   memcpy(ro->text, r->text, r->text_len);
   ro->text[r->text_len] = 0;
@@ -138,41 +134,45 @@ static void free_rollouts(grpo_t *g) {
   }
 }
 
-// Per-token log-probs (at the sampling temperature) of every rollout under model m,
-// written through `dst` (old or ref of each rollout). Forward only.
-static void token_logps(grpo_t *g, const ct_model *m, ct_acts *a, bool ref) {
-  int B = (int)g->cfg->per_device_train_batch_size, pad = ct_tokenizer_pad(g->tr->tok);
+// Fills g->batch with rollouts [first, first + n): prompt + completion, targets on the
+// completion tokens.
+static void rollout_batch(grpo_t *g, int first, int n) {
+  ct_batch *b = &g->batch;
+  int T = 1, pad = ct_tokenizer_pad(g->tr->tok);
+  for (int i = 0; i < n; i++) {
+    const rollout_t *r = &g->ro[first + i];
+    int len = g->prompts.ids[r->prompt].n + r->n;
+    T = len > T ? len : T;
+  }
+  b->B = n;
+  b->T = T;
+  b->n_target = b->n_tokens = 0;
+  for (int i = 0; i < n; i++) {
+    const rollout_t *r = &g->ro[first + i];
+    const ct_ids *p = &g->prompts.ids[r->prompt];
+    ct_batch_row(b, i, p->v, p->n, r->ids, r->n, pad);
+  }
+}
+
+// The rollout and completion-token index of gathered head row q of the batch starting
+// at rollout `first`: completion token j is predicted at position t = prompt + j − 1.
+static rollout_t *gathered(grpo_t *g, int first, int q, int *j) {
+  int T = g->batch.T, row = g->head.rows[q] / T, t = g->head.rows[q] % T;
+  rollout_t *r = &g->ro[first + row];
+  *j = t + 1 - g->prompts.ids[r->prompt].n;
+  return r;
+}
+
+// The reference's per-token log-probs (at the sampling temperature) of every rollout.
+static void ref_logps(grpo_t *g) {
+  int B = (int)g->cfg->per_device_train_batch_size;
   for (int first = 0; first < g->n_ro; first += B) {
-    int n = g->n_ro - first < B ? g->n_ro - first : B, T = 1;
-    for (int i = 0; i < n; i++) {
-      rollout_t *r = &g->ro[first + i];
-      int len = g->prompts.ids[r->prompt].n + r->n;
-      T = len > T ? len : T;
-    }
-    ct_batch *b = &g->batch;
-    b->B = n;
-    b->T = T;
-    b->n_target = b->n_tokens = 0;
-    for (int i = 0; i < n; i++) {
-      rollout_t *r = &g->ro[first + i];
-      const ct_ids *p = &g->prompts.ids[r->prompt];
-      ct_batch_row(b, i, p->v, p->n, r->ids, r->n, pad);
-      float **dst = ref ? &r->ref : &r->old;
-      if (!*dst) *dst = malloc(sizeof(float) * (r->n ? r->n : 1));
-    }
-    memcpy(a->ids, b->ids, sizeof(int) * n * T);
-    memcpy(a->pos, b->pos, sizeof(int) * n * T);
-    memcpy(a->seg, b->seg, sizeof(int) * n * T);
-    ct_forward(m, a, n, T);
-    ct_head *h = &g->head;
-    int k = ct_head_gather(h, a->lnf, b->target, n * T);
+    rollout_batch(g, first, g->n_ro - first < B ? g->n_ro - first : B);
+    int k = ct_lm_forward(&g->ref, &g->ref_acts, &g->head, &g->batch), j;
     if (k < 0) fail(1, NULL);
-    ct_head_forward(h, m->w.lm_head);
     for (int q = 0; q < k; q++) {
-      int row = h->rows[q] / T, t = h->rows[q] % T;
-      rollout_t *r = &g->ro[first + row];
-      int j = t + 1 - g->prompts.ids[r->prompt].n;  // completion token j is predicted at t
-      (ref ? r->ref : r->old)[j] = h->logp[q];
+      rollout_t *r = gathered(g, first, q, &j);
+      r->ref[j] = g->head.logp[q];
     }
   }
 }
@@ -230,11 +230,8 @@ static void rollouts(grpo_t *g, const int *prompts, int n_prompts) {
   int zero = ct_grpo_advantages(r, n_prompts, g->G, c->scale_rewards, sqrt(var > 0 ? var : 0), adv);
   double gstd = 0;  // mean of the groups' reward std
   for (int p = 0; p < n_prompts; p++) {
-    double m = 0, v = 0;
-    for (int k = 0; k < g->G; k++) m += r[p * g->G + k];
-    m /= g->G;
-    for (int k = 0; k < g->G; k++) v += (r[p * g->G + k] - m) * (r[p * g->G + k] - m);
-    gstd += sqrt(v / (g->G - 1));
+    double m;
+    gstd += ct_grpo_group_std(r + (long)p * g->G, g->G, &m);
   }
   double more[4] = {gstd, zero, len, n_prompts};
   ct_dist_sum_f64(more, 4);
@@ -250,10 +247,7 @@ static void rollouts(grpo_t *g, const int *prompts, int n_prompts) {
   g->m_clipped = stats[3] / stats[2];
   for (int k = 0; k < K; k++) g->m_func[k] = stats[4 + 2 * k], g->m_func_n[k] = stats[5 + 2 * k];
   free(R); free(r); free(adv); free(items); free(col);
-  // log-probs the loss compares with: at generation time (only needed when the rollouts
-  // are reused: the first pass uses the current ones, so its ratio is exactly 1)
-  if (c->num_iterations > 1) token_logps(g, &tr->model, &g->old_acts, false);
-  if (g->use_ref) token_logps(g, &g->ref, &g->ref_acts, true);
+  if (g->use_ref) ref_logps(g);
   g->gen_s = ct_now() - t0;
 }
 
@@ -268,7 +262,7 @@ typedef struct {
 static void train_pass(grpo_t *g, bool first_pass, step_stats *st) {
   const ct_config *c = g->cfg;
   ct_train *tr = g->tr;
-  int B = (int)c->per_device_train_batch_size, pad = ct_tokenizer_pad(tr->tok);
+  int B = (int)c->per_device_train_batch_size;
   ct_grpo_clip clip = {c->epsilon, c->epsilon_high > 0 ? c->epsilon_high : c->epsilon,
                        g->use_ref ? c->beta : 0};
   // denominators over the whole step (all ranks), counted before any backward
@@ -278,40 +272,26 @@ static void train_pass(grpo_t *g, bool first_pass, step_stats *st) {
   counts.micro_batches = (g->n_ro + B - 1) / B;
   ct_dist_sum_f64((double *)&counts, 3);
   for (int first = 0; first < g->n_ro; first += B) {
-    int n = g->n_ro - first < B ? g->n_ro - first : B, T = 1;
+    int n = g->n_ro - first < B ? g->n_ro - first : B;
     double micro_tokens = 0;
-    for (int i = 0; i < n; i++) {
-      rollout_t *r = &g->ro[first + i];
-      int len = g->prompts.ids[r->prompt].n + r->n;
-      T = len > T ? len : T;
-      if (!r->masked) micro_tokens += r->n;
-    }
-    ct_batch *b = &g->batch;
-    b->B = n;
-    b->T = T;
-    b->n_target = b->n_tokens = 0;
-    for (int i = 0; i < n; i++) {
-      rollout_t *r = &g->ro[first + i];
-      const ct_ids *p = &g->prompts.ids[r->prompt];
-      ct_batch_row(b, i, p->v, p->n, r->ids, r->n, pad);
-    }
+    for (int i = 0; i < n; i++)
+      if (!g->ro[first + i].masked) micro_tokens += g->ro[first + i].n;
+    rollout_batch(g, first, n);
+    const ct_batch *b = &g->batch;
     ct_acts *a = &g->acts;
-    memcpy(a->ids, b->ids, sizeof(int) * n * T);
-    memcpy(a->pos, b->pos, sizeof(int) * n * T);
-    memcpy(a->seg, b->seg, sizeof(int) * n * T);
-    ct_forward(&tr->model, a, n, T);
     ct_head *h = &g->head;
-    int k = ct_head_gather(h, a->lnf, b->target, n * T);
+    int k = ct_lm_forward(&tr->model, a, h, b);
     if (k < 0) fail(1, NULL);
-    ct_head_forward(h, tr->model.w.lm_head);
     for (int q = 0; q < k; q++) {
-      int row = h->rows[q] / T, t = h->rows[q] % T;
-      rollout_t *r = &g->ro[first + row];
-      int j = t + 1 - g->prompts.ids[r->prompt].n;
+      int j;
+      rollout_t *r = gathered(g, first, q, &j);
       h->coef[q] = h->zcoef[q] = 0;
+      // old log-probs: the policy's before this rollout's first update. The first pass
+      // computes them (ratio exactly 1) and keeps them when later passes reuse the rollouts.
+      double lp = h->logp[q], old = first_pass ? lp : r->old[j], d;
+      if (first_pass && r->old) r->old[j] = h->logp[q];
       if (r->masked) continue;
       double w = ct_grpo_token_weight(g->agg, &counts, r->n, micro_tokens, (int)c->max_completion_length);
-      double lp = h->logp[q], old = first_pass || !r->old ? lp : r->old[j], d;
       ct_grpo_token_info info;
       double l = ct_grpo_token_loss(&clip, lp, old, g->use_ref ? r->ref[j] : 0, r->adv, &d, &info);
       h->coef[q] = (float)(-w * d);  // coef = −dL/dlp
@@ -323,8 +303,8 @@ static void train_pass(grpo_t *g, bool first_pass, step_stats *st) {
       st->tokens += 1;
     }
     st->input_tokens += b->n_tokens;
-    ct_head_backward(h, tr->model.w.lm_head, tr->g.lm_head, a->dln, n * T);
-    ct_backward(&tr->model, &tr->g, a, a->dln, n, T);
+    ct_head_backward(h, tr->model.w.lm_head, tr->g.lm_head, a->dln, b->B * b->T);
+    ct_backward(&tr->model, &tr->g, a, a->dln, b->B, b->T);
   }
 }
 
@@ -365,13 +345,13 @@ int main(int argc, char **argv) {
   g.use_ref = cfg.beta > 0;
   g.step_prompts = malloc(sizeof(int) * step_prompts);
   g.ro = calloc((size_t)per_rank_prompts * g.G, sizeof *g.ro);
-  if (!g.step_prompts || !g.ro || ct_acts_init(&g.acts, &tr.model, B, T, true) ||
-      (cfg.num_iterations > 1 && ct_acts_init(&g.old_acts, &tr.model, B, T, false)) ||
+  if (!g.step_prompts || !g.ro || ct_model_rope_reserve(&tr.model, T) || ct_acts_init(&g.acts, &tr.model, B, T, true) ||
       ct_batch_init(&g.batch, B, T) ||
       ct_head_init(&g.head, B * T, mc->vocab_size, mc->hidden_size, (int)cfg.num_vocab_tiling))
     fail(1, NULL);
   g.head.inv_temp = cfg.temperature > 0 ? (float)(1.0 / cfg.temperature) : 1.0f;
-  if (g.use_ref && (ct_train_reference(&tr, &g.ref) || ct_acts_init(&g.ref_acts, &g.ref, B, T, false)))
+  if (g.use_ref && (ct_train_reference(&tr, &g.ref) || ct_model_rope_reserve(&g.ref, T) ||
+                    ct_acts_init(&g.ref_acts, &g.ref, B, T, false)))
     fail(1, NULL);
   ct_engine_opts eo = {(int)cfg.decode_slots, T, max_prompt > (int)cfg.decode_slots ? max_prompt : (int)cfg.decode_slots};
   if (ct_infer_from_model(&g.iw, &tr.model) || ct_engine_init(&g.engine, &g.iw, &eo)) fail(1, NULL);
@@ -433,7 +413,6 @@ int main(int argc, char **argv) {
   if (g.use_ref) ct_model_free(&g.ref);
   for (int k = 0; k < g.K; k++) ct_reward_free(g.rewards[k]);
   ct_acts_free(&g.acts);
-  ct_acts_free(&g.old_acts);
   ct_acts_free(&g.ref_acts);
   ct_head_free(&g.head);
   ct_batch_free(&g.batch);

@@ -199,13 +199,17 @@ static double mask_row(float *e, int V, float e_cut, int id_cut, float e_min, do
   return total;
 }
 
-// Restores the heap property below h[i] of a min-heap of token ids ordered by s.
+// a ranks below b: a lower score, or an equal score and a higher id
+static inline bool below(const float *s, int a, int b) { return s[a] < s[b] || (s[a] == s[b] && a > b); }
+
+// Restores the heap property below h[i] of a min-heap of token ids ordered by `below`
+// (so among equal scores the highest id is evicted first).
 static void sift_down(int *h, int k, const float *s, int i) {
   for (;;) {
     int c = 2 * i + 1;
     if (c >= k) return;
-    if (c + 1 < k && s[h[c + 1]] < s[h[c]]) c++;
-    if (!(s[h[c]] < s[h[i]])) return;
+    if (c + 1 < k && below(s, h[c + 1], h[c])) c++;
+    if (!below(s, h[c], h[i])) return;
     int t = h[c];
     h[c] = h[i];
     h[i] = t;
@@ -234,6 +238,22 @@ static float kth_largest_heap(const float *s, int V, int k, int *h) {
       }
   }
   return lo;
+}
+
+static int by_score_desc(const void *a, const void *b, void *ctx) {
+  const float *s = ctx;
+  int i = *(const int *)a, j = *(const int *)b;
+  return s[i] > s[j] ? -1 : s[i] < s[j] ? 1 : (i > j) - (i < j);
+}
+
+void ct_top_k_ids(const float *s, int V, int k, int *h) {
+  if (k < V) {
+    kth_largest_heap(s, V, k, h);
+  } else {
+    for (int i = 0; i < V; i++) h[i] = i;
+    k = V;
+  }
+  qsort_r(h, (size_t)k, sizeof(int), by_score_desc, (void *)s);
 }
 
 // An unsigned key that orders like the float (no NaN here): flip all bits of negatives,

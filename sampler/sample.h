@@ -57,6 +57,10 @@ int ct_sample_token(const ct_sample_params *p, const float *logits, int V, const
 int ct_sample_token_u(const ct_sample_params *p, const float *logits, int V, const int *seen,
                       int n_seen, double u, ct_sampler_ws *ws, float *logprob);
 
+// The ids of the k largest of s (V), 0 < k <= V, into h (k), in descending order of
+// score; equal scores: lower id first (also at the boundary of the k). No NaN in s.
+void ct_top_k_ids(const float *s, int V, int k, int *h);
+
 // Checks parameters (temperature >= 0, top_k >= 0, 0 < top_p <= 1, 0 <= min_p < 1,
 // repetition_penalty > 0); the message names the bad one.
 int ct_sample_params_check(const ct_sample_params *p);

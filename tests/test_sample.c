@@ -550,12 +550,17 @@ static void test_token_depends_only_on_logits_params_and_uniform(void) {
 // ---------------------------------------------------------------------------
 // Bad input
 
-static void check_error(int rc, const char *needle) {
+static void check_error_(int rc, const char *needle) {
   CHECK(rc == CT_EINVAL);
   CHECK(strstr(ct_last_error(), needle) != NULL);
   if (!strstr(ct_last_error(), needle))
     fprintf(stderr, "    message \"%s\" lacks \"%s\"\n", ct_last_error(), needle);
 }
+
+// `expr` fails with CT_EINVAL and a message holding `needle`. ct_last_error() is never
+// cleared by the library, so it is cleared here first: a stale message from the call
+// before cannot satisfy the check.
+#define check_error(expr, needle) check_error_((ct_set_error(CT_OK, "%s", ""), (expr)), (needle))
 
 static void test_nan_inf_and_all_masked_rows_are_rejected_with_a_message(void) {
   ct_sampler_ws ws;
@@ -728,6 +733,31 @@ static void test_top_p_on_a_flat_vocab_keeps_the_lowest_ids(void) {
   free(l);
 }
 
+// ct_top_k_ids against a full sort by (score descending, id ascending): random scores
+// with many ties (values on a coarse grid), every k from 1 to V.
+static void test_top_k_ids_equal_a_full_sort_with_ties_broken_by_id(void) {
+  enum { V = 300 };
+  float s[V];
+  int want[V], got[V];
+  ct_rng r;
+  ct_rng_seed(&r, 77);
+  for (int i = 0; i < V; i++) s[i] = (float)(int)(ct_rng_uniform(&r) * 40) - 20;  // 40 values
+  for (int i = 0; i < V; i++) want[i] = i;
+  for (int i = 1; i < V; i++)  // insertion sort: descending score, then ascending id
+    for (int j = i; j > 0 && (s[want[j]] > s[want[j - 1]] ||
+                              (s[want[j]] == s[want[j - 1]] && want[j] < want[j - 1])); j--) {
+      int t = want[j];
+      want[j] = want[j - 1];
+      want[j - 1] = t;
+    }
+  int bad = 0;
+  for (int k = 1; k <= V; k++) {
+    ct_top_k_ids(s, V, k, got);
+    bad += memcmp(got, want, sizeof(int) * k) != 0;
+  }
+  CHECK(bad == 0);
+}
+
 int main(void) {
   RUN(test_greedy_picks_lowest_argmax_draws_nothing_logprob_is_log_softmax);
   RUN(test_greedy_argmax_flips_under_repetition_penalty);
@@ -748,5 +778,6 @@ int main(void) {
   RUN(test_params_check_names_the_bad_key);
   RUN(test_vocab_151936_matches_the_double_reference);
   RUN(test_top_p_on_a_flat_vocab_keeps_the_lowest_ids);
+  RUN(test_top_k_ids_equal_a_full_sort_with_ties_broken_by_id);
   return test_summary();
 }
