@@ -31,8 +31,9 @@ for k in reward_std frac_reward_zero_std kl clip_ratio/low_mean clip_ratio/high_
 done
 
 echo "== with beta > 0 the reference is loaded and the KL starts at 0"
-# the length reward varies within groups, so the policy moves (accuracy would be all 0 here)
-"$G" $common output_dir="$T/kl" max_steps=3 beta=0.05 reward_funcs=length length_target=2 >"$T/kl.log" 2>&1 \
+# the length reward varies within groups, so the policy moves (accuracy would be all 0 here);
+# max_length=8 is shorter than prompt + completion: the RoPE tables must grow to cover them
+"$G" $common output_dir="$T/kl" max_steps=3 beta=0.05 reward_funcs=length length_target=2 max_length=8 >"$T/kl.log" 2>&1 \
   || { cat "$T/kl.log"; fail "beta run"; }
 grep -q "reference loaded" "$T/kl.log" || fail "no reference model"
 kl0=$(head -1 "$T/kl/metrics.jsonl" | field kl)
