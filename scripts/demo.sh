@@ -1,17 +1,21 @@
 #!/bin/sh
 # make demo: the whole suite on a bundled synthetic task (write a word backwards,
-# "reverse kqxmb:" -> "bmxqk", generated with a fixed seed), on a 3.4M-parameter model
+# "reverse kqxmb:" -> "bmxqk", generated with a fixed seed), on a 3.2M-parameter model
 # trained from scratch with the byte tokenizer:
-#   1. SFT from scratch          held-out accuracy before / after
+#   1. SFT from scratch          held-out accuracy before (the initialization, saved by
+#                                one step at learning rate 0) / after
 #   2. DPO (RPO) from the SFT    reward accuracy and held-out accuracy before / after
 #   3. GRPO from the SFT         reward per step, accuracy before / after; then a short
 #                                run scored by the bundled remote reward server
 #   4. distillation              teacher / distilled student / undistilled student
 # Accuracy = exact answers on 500 held-out words: greedy, and sampled at temperature 1.
+# Every figure in the results table is measured by this run; the last line is its
+# wall-clock time.
 # usage: scripts/demo.sh BIN_DIR
 set -eu
 BIN=${1:-bin}
 out=demo-out
+start=$(date +%s)
 mkdir -p "$out/data"
 "$BIN/ctune-demo-data" reverse "$out/data/train.jsonl" "$out/data/eval.jsonl" 20000 500 1234
 "$BIN/ctune-demo-data" reverse-prefs "$out/data/prefs.jsonl" "$out/data/prefs_eval.jsonl" 5000 200 55
@@ -21,18 +25,24 @@ acc() {  # acc MODEL TEMPERATURE -> exact-match fraction on the held-out words
 }
 pct() { awk -v x="$1" 'BEGIN { printf "%.1f%%", 100 * x }'; }
 field() { grep "\"$2\"" "$1" | sed -n "$3" | sed "s|.*\"$2\": *\([-0-9.e+]*\).*|\1|"; }
+steps() { grep -o '"step":[0-9]*' "$1/metrics.jsonl" | tail -1 | cut -d: -f2; }  # steps a run trained
+params() { sed -n 's/.*, \([0-9.]*M\) parameters.*/\1/p' "$1" | head -1; }  # from a bin/sft log
 
-echo "== 1. SFT: a 3.4M-parameter model from scratch learns to reverse words of 3-8 letters"
+echo "== 1. SFT: a 3.2M-parameter model from scratch learns to reverse words of 3-8 letters"
+# before training: the same model as initialized (same seed), saved by one step at learning rate 0
+"$BIN/sft" configs/demo/sft.yml output_dir="$out/init" max_steps=1 learning_rate=0 eval_dataset_path= \
+  save_steps=0 >"$out/init.log" 2>&1 || { cat "$out/init.log"; exit 1; }
+init_g=$(acc "$out/init" 0) init_s=$(acc "$out/init" 1)
 "$BIN/sft" configs/demo/sft.yml output_dir="$out/sft"
 sft_g=$(acc "$out/sft" 0) sft_s=$(acc "$out/sft" 1)
 
-echo "== 2. DPO (RPO) on pairs: right answer vs a plausible mistake"
+echo "== 2. DPO (RPO) from the SFT model, on pairs: right answer vs a plausible mistake"
 "$BIN/dpo" configs/demo/dpo.yml
 dpo_g=$(acc "$out/dpo" 0) dpo_s=$(acc "$out/dpo" 1)
 ra0=$(field "$out/dpo/metrics.jsonl" "eval_rewards/accuracies" 1p)
 ra1=$(field "$out/dpo/metrics.jsonl" "eval_rewards/accuracies" '$p')
 
-echo "== 3. GRPO with the accuracy reward (reward per step below)"
+echo "== 3. GRPO from the SFT model, with the accuracy reward (reward per step below)"
 "$BIN/grpo" configs/demo/grpo.yml 2>&1 | grep -o '"step":[0-9]*,"loss":[^,]*,"reward":[^,]*' |
   sed 's/"step":\([0-9]*\),"loss":[^,]*,"reward":\(.*\)/  step \1: mean reward \2/'
 grpo_g=$(acc "$out/grpo" 0) grpo_s=$(acc "$out/grpo" 1)
@@ -55,12 +65,16 @@ echo "== 4. distillation into a student with half the layers and half the width"
   model.num_key_value_heads=1 warmup_steps=50 eval_dataset_path= save_steps=0 >"$out/student-sft.log" 2>&1
 kd_g=$(acc "$out/distill" 0) und_g=$(acc "$out/student-sft" 0)
 
+row() { printf '  %-44s %s\n' "$1" "$2"; }
 echo
 echo "demo results: exact answers on 500 held-out words (greedy / sampled at temperature 1)"
-echo "  before training                           0.0%"
-echo "  1. SFT, 380 steps                         $(pct "$sft_g") / $(pct "$sft_s")"
-echo "  2. + DPO (RPO), 200 steps                 $(pct "$dpo_g") / $(pct "$dpo_s")   (held-out reward accuracy $(pct "$ra0") -> $(pct "$ra1"))"
-echo "  3. + GRPO, 150 steps                      $(pct "$grpo_g") / $(pct "$grpo_s")"
-echo "  4. distilled student (half size)          $(pct "$kd_g")   (teacher: the SFT model, $(pct "$sft_g"))"
-echo "     the same student without a teacher     $(pct "$und_g")"
+row "0. before training (the initialization)" "$(pct "$init_g") / $(pct "$init_s")"
+row "1. SFT, $(steps "$out/sft") steps" "$(pct "$sft_g") / $(pct "$sft_s")"
+row "2. SFT + DPO (RPO), $(steps "$out/dpo") steps" \
+  "$(pct "$dpo_g") / $(pct "$dpo_s")   (held-out reward accuracy $(pct "$ra0") -> $(pct "$ra1"))"
+row "3. SFT + GRPO, $(steps "$out/grpo") steps" "$(pct "$grpo_g") / $(pct "$grpo_s")"
+row "4. distilled student, $(steps "$out/distill") steps" "$(pct "$kd_g")   (teacher: the SFT model, $(pct "$sft_g"))"
+echo "     (half the layers and half the width: $(params "$out/student-sft.log") parameters; the teacher $(params "$out/init.log"))"
+row "   the same student without a teacher" "$(pct "$und_g")"
 echo "models (Hugging Face format) and metrics.jsonl in $out/{sft,dpo,grpo,distill}"
+echo "demo time: $(( $(date +%s) - start )) s wall clock"
