@@ -18,10 +18,10 @@ CLANG_FLAGS := $(if $(findstring clang,$(shell $(CC) --version 2>/dev/null)),-Wn
 VEC_FLAGS := $(if $(CLANG_FLAGS),,-fvect-cost-model=dynamic) -fno-trapping-math -fno-math-errno
 
 CFLAGS_ALL = $(OPT) $(VEC_FLAGS) $(CLANG_FLAGS) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -pthread -fopenmp-simd \
-             -Icommon -Isampler -I. $(MPI_CFLAGS) -MMD -MP $(CFLAGS) $(EXTRA_CFLAGS)
+             -Ibase -Itext -Inn -Isampler -Icommon -I. $(MPI_CFLAGS) -MMD -MP $(CFLAGS) $(EXTRA_CFLAGS)
 LDLIBS_ALL = -lopenblas -lyaml -ljansson -lcurl $(MPI_LIBS) -lm -pthread $(LDFLAGS)
 
-COMMON_SRC  := $(wildcard common/*.c)
+COMMON_SRC  := $(wildcard base/*.c text/*.c nn/*.c common/*.c)
 SAMPLER_SRC := $(filter-out sampler/main.c sampler/bench.c,$(wildcard sampler/*.c))
 # a trainer's own modules (dpo/loss.c, ...) go in the library too, so tests can reach them
 TRAINER_SRC := $(filter-out %/main.c,$(wildcard sft/*.c dpo/*.c grpo/*.c distill/*.c))

@@ -6,7 +6,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 
-#include "tokenizer.h"
+#include "ids.h"
 
 typedef struct {
   int n_lines;          // lines read

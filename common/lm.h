@@ -8,7 +8,7 @@
 
 #include "data.h"
 #include "forward.h"
-#include "loss.h"
+#include "head.h"
 #include "model.h"
 
 typedef struct {

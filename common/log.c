@@ -7,14 +7,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ckpt.h"
+#include "fs.h"
 #include "error.h"
-
-double ct_now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + 1e-9 * t.tv_nsec;
-}
 
 // Keeps the lines of path whose "step" is <= max_step.
 static int drop_later_steps(const char *path, long max_step) {

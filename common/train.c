@@ -14,6 +14,7 @@
 #include "ckpt.h"
 #include "dist.h"
 #include "error.h"
+#include "hf.h"
 #include "pool.h"
 
 void ct_failpoint(const char *point) {

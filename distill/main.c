@@ -26,6 +26,7 @@
 #include "forward.h"
 #include "generate.h"
 #include "hash.h"
+#include "hf.h"
 #include "lm.h"
 #include "matmul.h"
 #include "pool.h"

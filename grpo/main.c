@@ -24,7 +24,7 @@
 #include "grpo/advantage.h"
 #include "grpo/reward.h"
 #include "lm.h"
-#include "loss.h"
+#include "head.h"
 #include "matmul.h"
 #include "pool.h"
 #include "prompts.h"

@@ -4,8 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt.h"
+#include "fs.h"
 #include "error.h"
+#include "hf.h"
 #include "safetensors.h"
 
 #define QUANT_METHOD "ctune-int8"

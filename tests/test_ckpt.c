@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "hf.h"
 #include "model.h"
 #include "rng.h"
 #include "safetensors.h"

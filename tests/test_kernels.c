@@ -23,7 +23,7 @@
 #include "error.h"
 #include "fastmath.h"
 #include "kernels.h"
-#include "loss.h"
+#include "head.h"
 #include "matmul.h"
 #include "pool.h"
 #include "fill.h"

@@ -7,7 +7,7 @@
 
 #include "error.h"
 #include "forward.h"
-#include "loss.h"
+#include "head.h"
 #include "matmul.h"
 #include "model.h"
 #include "pool.h"

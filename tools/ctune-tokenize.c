@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "fs.h"
 #include "log.h"
 #include "tokenizer.h"
 

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "tokenizer.h"
+#include "ids.h"
 
 typedef struct ct_jinja ct_jinja;
 

@@ -1,4 +1,4 @@
-// loss: the LM head and everything computed from its logits — per-token log-probs,
+// head: the LM head and everything computed from its logits — per-token log-probs,
 // cross-entropy, z-loss, entropy, accuracy — with vocabulary tiling: the V logits of a
 // token are produced in `ntiles` chunks and reduced online (running max / sum), so peak
 // memory holds rows x V/ntiles logits instead of rows x V. Only tokens that have a

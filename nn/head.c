@@ -1,4 +1,4 @@
-#include "loss.h"
+#include "head.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -16,15 +16,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "ids.h"
+
 typedef struct ct_tokenizer ct_tokenizer;
 
-// A growable array of token ids.
-typedef struct {
-  int *v;
-  int n, cap;
-} ct_ids;
-int ct_ids_push(ct_ids *ids, int id);
-void ct_ids_free(ct_ids *ids);
 
 // The byte tokenizer: 256 bytes, then <|endoftext|> (256, bos/eos), <|im_start|> (257),
 // <|im_end|> (258), <|pad|> (259); chat template ChatML.
@@ -85,10 +80,6 @@ int ct_tokenizer_decode(const ct_tokenizer *t, const int *ids, int n, char **out
 int ct_tokenizer_chat(const ct_tokenizer *t, const json_t *messages, bool add_generation_prompt,
                       char **out);
 
-// A byte range [start, end) of a rendered conversation.
-typedef struct {
-  size_t start, end;
-} ct_span;
 
 typedef struct {
   bool add_generation_prompt;
@@ -116,9 +107,3 @@ bool ct_tokenizer_chat_has_generation(const ct_tokenizer *t);
 // ct_tokenizer_chat_render), else 0. ids and mask grow in step.
 int ct_tokenizer_encode_masked(const ct_tokenizer *t, const char *text, size_t len,
                                const ct_span *spans, int nspans, ct_ids *ids, ct_ids *mask);
-
-// Reads a whole file (tokenizer files, templates, texts) into *out: malloc'd,
-// NUL-terminated, *len bytes before the NUL. When missing is not NULL a file that does
-// not exist is no error: *missing is set and *out is NULL. Returns 0, CT_EIO or
-// CT_ENOMEM (ct_last_error names the path).
-int ct_read_file(const char *path, char **out, size_t *len, bool *missing);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "fs.h"
 #include "jinja.h"
 #include "tokenizer_regex.h"
 #include "unicode.h"
@@ -130,22 +131,6 @@ static const char *const stop_names[] = {
     "<end_of_turn>", "<|end|>", "<|return|>", "<|end▁of▁sentence|>", "<|EOT|>", "<eos>",
 };
 
-int ct_ids_push(ct_ids *ids, int id) {
-  if (ids->n == ids->cap) {
-    int cap = ids->cap ? 2 * ids->cap : 64;
-    int *v = realloc(ids->v, sizeof(int) * (size_t)cap);
-    if (!v) return ct_set_error(CT_ENOMEM, "tokenizer: out of memory");
-    ids->v = v;
-    ids->cap = cap;
-  }
-  ids->v[ids->n++] = id;
-  return 0;
-}
-
-void ct_ids_free(ct_ids *ids) {
-  free(ids->v);
-  memset(ids, 0, sizeof *ids);
-}
 
 static inline uint64_t hash_bytes(const char *s, size_t n) {
   uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0x100000001B3ull);
@@ -813,46 +798,6 @@ static int collect_stops(ct_tokenizer *t, const json_t *gencfg) {
 }
 
 // ---------------------------------------------------------------------------
-
-int ct_read_file(const char *path, char **out, size_t *len, bool *missing) {
-  *out = NULL;
-  *len = 0;
-  if (missing) *missing = false;
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    if (missing && errno == ENOENT) {
-      *missing = true;
-      return 0;
-    }
-    return FAIL(CT_EIO, "%s: cannot open: %s", path, strerror(errno));
-  }
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap);
-  while (buf) {
-    size_t got = fread(buf + n, 1, cap - n - 1, f);
-    n += got;
-    if (n + 1 < cap) break;
-    char *b = realloc(buf, cap * 2);
-    if (!b) {
-      free(buf);
-      buf = NULL;
-      break;
-    }
-    buf = b;
-    cap *= 2;
-  }
-  bool err = ferror(f);
-  fclose(f);
-  if (!buf) return FAIL(CT_ENOMEM, "%s: out of memory", path);
-  if (err) {
-    free(buf);
-    return FAIL(CT_EIO, "%s: read error", path);
-  }
-  buf[n] = 0;
-  *out = buf;
-  *len = n;
-  return 0;
-}
 
 static int parse_json(const char *file, const char *text, size_t len, json_t **out) {
   json_error_t err;

@@ -1,0 +1,29 @@
+// hf: Hugging Face model directories in and out — config.json <-> ct_model_config, and
+// the tensors of a model layout to and from safetensors with Hugging Face names.
+#pragma once
+#include <stdbool.h>
+
+#include "model.h"
+#include "safetensors.h"
+
+// config.json -> ct_model_config, rejecting what the model cannot run (another
+// architecture, an activation other than silu, MLP or o_proj biases, rope scaling other
+// than llama3, a sliding window) with a message naming the file and key.
+int ct_hf_config_read(ct_model_config *c, const char *path);
+// ct_model_config -> config.json as transformers writes it for this model_type.
+int ct_hf_config_write(const ct_model_config *c, const char *path, const char *torch_dtype);
+
+// Reads config.json from dir and allocates the model with RoPE tables for positions
+// < max_pos; then loads every tensor (F32/BF16/F16, converted to float32), checking
+// names and shapes. An unexpected tensor is an error, except rotary_emb.inv_freq
+// buffers and a tied model's lm_head.weight.
+int ct_model_load(ct_model *m, const char *dir, int max_pos);
+
+// Writes buffers with m's layout to one file with Hugging Face names, as `dtype`
+// (CT_DT_F32 or CT_DT_BF16). Buffer i's names get suffixes[i] appended (NULL: none;
+// ".exp_avg" for an optimizer moment). A tied model has no lm_head.weight, as in
+// transformers.
+int ct_save_tensors(const ct_model *m, int nbuf, const float *const *bufs,
+                    const char *const *suffixes, const char *path, ct_dtype dtype);
+// Reads tensors named as ct_save_tensors wrote them (with `suffix`) into buf.
+int ct_load_tensors(const ct_model *m, float *buf, const char *path, const char *suffix);
