@@ -14,6 +14,7 @@
 #include <yaml.h>
 
 #include "error.h"
+#include "optim.h"
 
 // ---------------------------------------------------------------------------------
 // The key table
@@ -60,8 +61,6 @@ typedef struct {
 #define OPEN(a, b) .lo = (a), .lo_open = 1, .hi = (b), .hi_open = 1
 #define CLOPEN(a, b) .lo = (a), .hi = (b), .hi_open = 1
 
-const char *const ct_lr_scheduler_names[] = {"linear", "cosine", "constant",
-                                             "constant_with_warmup", NULL};
 const char *const ct_save_dtype_names[] = {"float32", "bfloat16", NULL};
 const char *const ct_model_type_names[] = {"llama", "qwen2", "qwen3", "mistral", NULL};
 const char *const ct_output_names[] = {"text", "json", NULL};
@@ -69,12 +68,19 @@ const char *const ct_quantization_names[] = {"none", "int8", NULL};
 const char *const ct_truncate_names[] = {"error", "left", NULL};
 const char *const ct_loss_type_names[] = {"sigmoid", "hinge", "ipo", "robust", "sft", "simpo",
                                           "grpo", "bnpo", "dr_grpo", "dapo", NULL};
-const char *const ct_grpo_loss_type_names[] = {"grpo", "bnpo", "dr_grpo", "dapo", NULL};
 const char *const ct_scale_rewards_names[] = {"group", "batch", "none", NULL};
 const char *const ct_reward_failure_names[] = {"error", "nan", NULL};
 const char *const ct_reward_func_names[] = {"accuracy", "format", "length", "remote", NULL};
-const char *const ct_dpo_loss_type_names[] = {"sigmoid", "hinge", "ipo", "robust",
-                                              "sft", "simpo", NULL};
+#define NAMES_MATCH(names, count) \
+  _Static_assert(sizeof(names) / sizeof(names[0]) == (count) + 1, #names " must name every value of its enum")
+NAMES_MATCH(ct_save_dtype_names, CT_DTYPE_COUNT);
+NAMES_MATCH(ct_model_type_names, CT_MODEL_COUNT);
+NAMES_MATCH(ct_output_names, CT_OUTPUT_COUNT);
+NAMES_MATCH(ct_quantization_names, CT_QUANT_COUNT);
+NAMES_MATCH(ct_truncate_names, CT_TRUNCATE_COUNT);
+NAMES_MATCH(ct_scale_rewards_names, CT_SCALE_COUNT);
+NAMES_MATCH(ct_reward_failure_names, CT_REWARD_FAIL_COUNT);
+NAMES_MATCH(ct_reward_func_names, CT_REWARD_COUNT);
 
 static const key_def KEYS[] = {
     {"base_config", K_INCLUDE, ALL, 0, "", .section = "Files",

@@ -30,29 +30,30 @@ const char *ct_trainer_name(ct_trainer_kind t);
 // Inverse of ct_trainer_name; returns 0, or CT_EINVAL for an unknown name.
 int ct_trainer_from_name(const char *name, ct_trainer_kind *out);
 
-// Enum keys hold an index into their NULL-terminated names table.
-enum { CT_LR_LINEAR, CT_LR_COSINE, CT_LR_CONSTANT, CT_LR_CONSTANT_WITH_WARMUP };
-extern const char *const ct_lr_scheduler_names[];
-enum { CT_DTYPE_FLOAT32, CT_DTYPE_BFLOAT16 };
+// Enum keys hold an index into their NULL-terminated names table. Each enum is declared
+// once, ends in a _COUNT, and its table's definition is checked against it by a
+// _Static_assert. lr_scheduler_type's enum is the optimizer's (optim.h: CT_LR_*).
+enum { CT_DTYPE_FLOAT32, CT_DTYPE_BFLOAT16, CT_DTYPE_COUNT };
 extern const char *const ct_save_dtype_names[];
-enum { CT_MODEL_LLAMA, CT_MODEL_QWEN2, CT_MODEL_QWEN3, CT_MODEL_MISTRAL };
+enum { CT_MODEL_LLAMA, CT_MODEL_QWEN2, CT_MODEL_QWEN3, CT_MODEL_MISTRAL, CT_MODEL_COUNT };
 extern const char *const ct_model_type_names[];
-enum { CT_OUTPUT_TEXT, CT_OUTPUT_JSON };
+enum { CT_OUTPUT_TEXT, CT_OUTPUT_JSON, CT_OUTPUT_COUNT };
 extern const char *const ct_output_names[];
-enum { CT_QUANT_NONE, CT_QUANT_INT8 };
+enum { CT_QUANT_NONE, CT_QUANT_INT8, CT_QUANT_COUNT };
 extern const char *const ct_quantization_names[];
-enum { CT_TRUNCATE_ERROR, CT_TRUNCATE_LEFT };
+enum { CT_TRUNCATE_ERROR, CT_TRUNCATE_LEFT, CT_TRUNCATE_COUNT };
 extern const char *const ct_truncate_names[];
-enum { CT_SCALE_GROUP, CT_SCALE_BATCH, CT_SCALE_NONE };
+enum { CT_SCALE_GROUP, CT_SCALE_BATCH, CT_SCALE_NONE, CT_SCALE_COUNT };
 extern const char *const ct_scale_rewards_names[];
-enum { CT_REWARD_FAIL_ERROR, CT_REWARD_FAIL_NAN };
+enum { CT_REWARD_FAIL_ERROR, CT_REWARD_FAIL_NAN, CT_REWARD_FAIL_COUNT };
 extern const char *const ct_reward_failure_names[];
+// The built-in reward functions (grpo/reward.c implements them).
+enum { CT_REWARD_ACCURACY, CT_REWARD_FORMAT, CT_REWARD_LENGTH, CT_REWARD_REMOTE, CT_REWARD_COUNT };
 extern const char *const ct_reward_func_names[];
-// loss_type accepts the union; each trainer checks its own list.
+// loss_type accepts the union of DPO's losses (dpo/loss.h) and GRPO's aggregations
+// (grpo/advantage.h); each trainer checks its own list, and a test keeps the union equal
+// to the two lists.
 extern const char *const ct_loss_type_names[];
-extern const char *const ct_grpo_loss_type_names[];
-// Choices for each item of the DPO `loss_type` list.
-extern const char *const ct_dpo_loss_type_names[];
 
 // List values: `n` items, owned by the config.
 typedef struct {

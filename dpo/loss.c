@@ -1,6 +1,11 @@
 #include "dpo/loss.h"
 
 #include <math.h>
+#include <stddef.h>
+
+const char *const ct_dpo_loss_type_names[] = {"sigmoid", "hinge", "ipo", "robust", "sft", "simpo", NULL};
+_Static_assert(sizeof ct_dpo_loss_type_names / sizeof *ct_dpo_loss_type_names == CT_DPO_COUNT + 1,
+               "ct_dpo_loss_type_names must name every CT_DPO_* value");
 
 // log σ(x), stable for large |x|
 static double log_sigmoid(double x) { return x >= 0 ? -log1p(exp(-x)) : x - log1p(exp(x)); }

@@ -11,11 +11,13 @@
 //            the step's chosen tokens by the trainer), so 0 here.
 #pragma once
 
-enum { CT_DPO_SIGMOID, CT_DPO_HINGE, CT_DPO_IPO, CT_DPO_ROBUST, CT_DPO_SFT, CT_DPO_SIMPO };
+enum { CT_DPO_SIGMOID, CT_DPO_HINGE, CT_DPO_IPO, CT_DPO_ROBUST, CT_DPO_SFT, CT_DPO_SIMPO, CT_DPO_COUNT };
+// "sigmoid", ..., NULL: the loss_type name of each CT_DPO_* value.
+extern const char *const ct_dpo_loss_type_names[];
 
 typedef struct {
   int n;
-  int type[8];       // CT_DPO_*, the order of config's ct_dpo_loss_type_names
+  int type[8];       // CT_DPO_*
   double weight[8];
   double beta, label_smoothing, simpo_gamma;
 } ct_dpo_loss;

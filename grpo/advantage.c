@@ -5,6 +5,10 @@
 
 #include "config.h"
 
+const char *const ct_grpo_loss_type_names[] = {"grpo", "bnpo", "dr_grpo", "dapo", NULL};
+_Static_assert(sizeof ct_grpo_loss_type_names / sizeof *ct_grpo_loss_type_names == CT_GRPO_AGG_COUNT + 1,
+               "ct_grpo_loss_type_names must name every CT_GRPO_AGG_* value");
+
 void ct_grpo_total_rewards(const double *R, int n, int K, const double *w, double *r) {
   for (int i = 0; i < n; i++) {
     double s = 0;

@@ -38,7 +38,9 @@ typedef struct {
 //   dapo     token sum / tokens of the whole step
 // Counts are of the whole optimizer step (all micro-batches, all ranks) and leave out
 // masked completions, whose tokens get no weight.
-enum { CT_GRPO_AGG_GRPO, CT_GRPO_AGG_BNPO, CT_GRPO_AGG_DR_GRPO, CT_GRPO_AGG_DAPO };
+enum { CT_GRPO_AGG_GRPO, CT_GRPO_AGG_BNPO, CT_GRPO_AGG_DR_GRPO, CT_GRPO_AGG_DAPO, CT_GRPO_AGG_COUNT };
+// "grpo", ..., NULL: the loss_type name of each CT_GRPO_AGG_* value.
+extern const char *const ct_grpo_loss_type_names[];
 typedef struct {
   double tokens, sequences, micro_batches;
 } ct_grpo_counts;

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "config.h"
 #include "error.h"
 #include "unicode.h"
 
@@ -40,11 +41,9 @@ struct ct_reward {
   char last_failure[512];
 };
 
-static const char *const KIND_NAMES[] = {"accuracy", "format", "length", "remote"};
-
 int ct_reward_kind(const char *name, int *kind) {
-  for (int k = 0; k < (int)(sizeof KIND_NAMES / sizeof *KIND_NAMES); k++)
-    if (name && !strcmp(name, KIND_NAMES[k])) {
+  for (int k = 0; k < CT_REWARD_COUNT; k++)
+    if (name && !strcmp(name, ct_reward_func_names[k])) {
       *kind = k;
       return 0;
     }
@@ -53,7 +52,7 @@ int ct_reward_kind(const char *name, int *kind) {
                       "length or remote", name ? name : "(null)");
 }
 
-const char *ct_reward_name(const ct_reward *r) { return KIND_NAMES[r->kind]; }
+const char *ct_reward_name(const ct_reward *r) { return ct_reward_func_names[r->kind]; }
 
 long ct_reward_failed_batches(const ct_reward *r) { return r->failed_batches; }
 

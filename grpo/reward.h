@@ -8,7 +8,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 
-enum { CT_REWARD_ACCURACY, CT_REWARD_FORMAT, CT_REWARD_LENGTH, CT_REWARD_REMOTE };
+#include "config.h"  // CT_REWARD_*
 
 typedef struct {
   // accuracy

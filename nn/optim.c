@@ -1,6 +1,7 @@
 #include "optim.h"
 
 #include <math.h>
+#include <stddef.h>
 
 #include "pool.h"
 
@@ -42,13 +43,18 @@ void ct_adamw_step(const ct_model *model, float *params, float *grads, float *mo
   }
 }
 
+const char *const ct_lr_scheduler_names[] = {"linear", "cosine", "constant",
+                                             "constant_with_warmup", NULL};
+_Static_assert(sizeof ct_lr_scheduler_names / sizeof *ct_lr_scheduler_names == CT_LR_COUNT + 1,
+               "ct_lr_scheduler_names must name every CT_LR_* value");
+
 double ct_lr_at(int kind, double peak, long step, long warmup, long total) {
-  if (kind == CT_SCHED_CONSTANT) return peak;
+  if (kind == CT_LR_CONSTANT) return peak;
   if (step < warmup) return peak * (double)step / (double)(warmup > 1 ? warmup : 1);
-  if (kind == CT_SCHED_CONSTANT_WITH_WARMUP) return peak;
+  if (kind == CT_LR_CONSTANT_WITH_WARMUP) return peak;
   double span = (double)(total - warmup > 1 ? total - warmup : 1);
   double progress = (double)(step - warmup) / span;
-  if (kind == CT_SCHED_LINEAR) return peak * fmax(0.0, 1.0 - progress);
+  if (kind == CT_LR_LINEAR) return peak * fmax(0.0, 1.0 - progress);
   return peak * fmax(0.0, 0.5 * (1.0 + cos(M_PI * progress)));  // cosine, half a cycle
 }
 

@@ -19,7 +19,9 @@ void ct_adamw_step(const ct_model *m, float *params, float *grads, float *mom1, 
 
 // Learning rate for optimizer step `step` (0-based: the step about to be taken) out of
 // `total`, as transformers' schedulers give it (warmup from 0 to peak, then the decay).
-enum { CT_SCHED_LINEAR, CT_SCHED_COSINE, CT_SCHED_CONSTANT, CT_SCHED_CONSTANT_WITH_WARMUP };
+// The schedules, as config's lr_scheduler_type names them (ct_lr_scheduler_names).
+enum { CT_LR_LINEAR, CT_LR_COSINE, CT_LR_CONSTANT, CT_LR_CONSTANT_WITH_WARMUP, CT_LR_COUNT };
+extern const char *const ct_lr_scheduler_names[];
 double ct_lr_at(int kind, double peak, long step, long warmup, long total);
 
 // Σ g² over n floats, in double (fixed order, thread-count independent).

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "optim.h"
 #include "error.h"
 #include "test.h"
 

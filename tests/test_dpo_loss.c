@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "dpo/loss.h"
+#include "grpo/advantage.h"
 #include "test.h"
 
 // −log σ(t) = log(1 + e^(−t)), written out for the moderate t the hand values use.
@@ -280,6 +282,16 @@ static void test_sft_weight_sums_sft_terms_and_is_zero_without_them(void) {
   CHECK(ct_dpo_sft_weight(&o) == 1.25);
 }
 
+// config validates loss_type against one union list; it must be DPO's names then GRPO's.
+static void test_config_loss_type_union_is_dpo_then_grpo_names(void) {
+  int k = 0;
+  for (int i = 0; ct_dpo_loss_type_names[i]; i++, k++)
+    CHECK(ct_loss_type_names[k] && !strcmp(ct_loss_type_names[k], ct_dpo_loss_type_names[i]));
+  for (int i = 0; ct_grpo_loss_type_names[i]; i++, k++)
+    CHECK(ct_loss_type_names[k] && !strcmp(ct_loss_type_names[k], ct_grpo_loss_type_names[i]));
+  CHECK(ct_loss_type_names[k] == NULL);
+}
+
 int main(void) {
   RUN(test_sigmoid_matches_minus_log_sigmoid_of_beta_delta);
   RUN(test_sigmoid_with_label_smoothing_is_cdpo);
@@ -295,5 +307,6 @@ int main(void) {
   RUN(test_gradients_match_finite_differences_for_weighted_lists);
   RUN(test_needs_reference_is_false_only_for_simpo_and_sft_lists);
   RUN(test_sft_weight_sums_sft_terms_and_is_zero_without_them);
+  RUN(test_config_loss_type_union_is_dpo_then_grpo_names);
   return test_summary();
 }
