@@ -44,6 +44,7 @@ typedef struct {
   const char *const *choices;   // enum values, or allowed string-list items
   const char *section;          // this row starts a section of base.yml
   const char *comment;          // one sentence or two for base.yml
+  unsigned required;            // CT_TRAINER_* mask of the trainers that cannot run without it
 } key_def;
 
 #define ALL CT_TRAINER_ALL
@@ -92,7 +93,7 @@ static const key_def KEYS[] = {
     {"tokenizer_path", K_STR, ALL | SAMPLER, OFF(tokenizer_path), "",
      .comment = "Directory with tokenizer.json. Empty = model_path's, or the built-in byte "
                 "tokenizer when training from scratch."},
-    {"dataset_path", K_STR, ALL, OFF(dataset_path), "",
+    {"dataset_path", K_STR, ALL, OFF(dataset_path), "", .required = ALL,
      .comment = "Training data: a JSONL file in TRL format."},
     {"eval_dataset_path", K_STR, ALL, OFF(eval_dataset_path), "",
      .comment = "Evaluation data in the same format. Empty = no evaluation."},
@@ -863,6 +864,17 @@ int ct_config_set(ct_config *c, const char *key, const char *value, const char *
                         where);
   if (!value) value = "";
   return set_scalar(c, i, value, is_null_word(value), where);
+}
+
+int ct_config_check_required(const ct_config *c) {
+  for (int i = 0; i < NKEYS; i++) {
+    const key_def *k = &KEYS[i];
+    if (!(k->required & c->trainer) || k->type != K_STR) continue;
+    if (!(*(char *const *)((const char *)c + k->offset))[0])
+      return ct_set_error(CT_ECONFIG, "%s: key '%s' is required (%s)", ct_config_origin(c, k->name),
+                          k->name, k->comment);
+  }
+  return 0;
 }
 
 const char *ct_config_origin(const ct_config *c, const char *key) {

@@ -251,6 +251,10 @@ int ct_config_write_yaml(const ct_config *c, const char *path);
 // base.yml as its base_config without changing its own defaults.
 int ct_config_write_base_yaml(FILE *f);
 
+// The keys c->trainer cannot run without (a column of the key table): an error naming
+// the first one left empty, with its description.
+int ct_config_check_required(const ct_config *c);
+
 // Where key's value came from: "configs/sft.yml:12", "command line", "default";
 // NULL for an unknown key.
 const char *ct_config_origin(const ct_config *c, const char *key);

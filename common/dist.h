@@ -14,6 +14,13 @@ int ct_dist_local_size(void);
 // In-place sums across ranks (no-ops at world size 1).
 int ct_dist_sum_f32(float *buf, long n);
 int ct_dist_sum_f64(double *buf, int n);
+// A struct made only of doubles (a trainer's step statistics): summed across ranks in
+// place, and added into another of its kind (a logging window).
+#define ct_dist_sum_stats(s) ct_dist_sum_f64((double *)(s), (int)(sizeof *(s) / sizeof(double)))
+#define ct_stats_add(dst, src) ct_f64_add((double *)(dst), (const double *)(src), (int)(sizeof *(src) / sizeof(double)))
+static inline void ct_f64_add(double *dst, const double *src, int n) {
+  for (int i = 0; i < n; i++) dst[i] += src[i];
+}
 // The largest value across ranks: error codes agree before anyone stops.
 int ct_dist_max_int(int v);
 // Stops every other rank after a fatal error on this one (returns at world size 1).

@@ -15,6 +15,7 @@
 #include "dist.h"
 #include "error.h"
 #include "hf.h"
+#include "matmul.h"
 #include "pool.h"
 
 void ct_failpoint(const char *point) {
@@ -136,47 +137,53 @@ static int load_model_or_spec(ct_train *tr, ct_model *m, const char *dir) {
   return rc;
 }
 
-int ct_train_reference(ct_train *tr, ct_model *ref) {
+int ct_train_reference(ct_train *tr, ct_frozen *ref, int dtype, int B, int T) {
   const ct_config *c = tr->cfg;
+  ct_model m;
   int rc;
+  memset(ref, 0, sizeof *ref);
   if (c->ref_model_path[0]) {
     if ((rc = check_dir(c, "ref_model_path", c->ref_model_path))) return rc;
-    rc = ct_model_load(ref, c->ref_model_path, (int)c->max_length);
-  } else if (!tr->resumed_from[0]) {  // the starting policy, as it is now
-    rc = ct_model_init(ref, &tr->model.cfg, (int)c->max_length);
-    if (!rc) memcpy(ref->params, tr->model.params, sizeof(float) * ref->n_floats);
+    rc = ct_frozen_open(ref, c->ref_model_path, dtype, B, T);
   } else {
-    rc = load_model_or_spec(tr, ref, c->model_path);
+    if (!tr->resumed_from[0]) {  // the starting policy, as it is now
+      rc = ct_model_init(&m, &tr->model.cfg, T);
+      if (!rc) memcpy(m.params, tr->model.params, sizeof(float) * m.n_floats);
+    } else {
+      rc = load_model_or_spec(tr, &m, c->model_path);
+    }
+    if (!rc) rc = ct_frozen_init(ref, &m, dtype, B, T);
   }
   if (rc) return ct_wrap_error(rc, "reference model");
   if (ref->cfg.vocab_size != tr->model.cfg.vocab_size) {
-    ct_model_free(ref);
+    ct_frozen_free(ref);
     return ct_set_error(CT_EINVAL, "the reference model has %d tokens of vocabulary, the policy %d",
                         ref->cfg.vocab_size, tr->model.cfg.vocab_size);
   }
   char p[CT_PATH_MAX];
   if (tr->resumed_from[0] && c->sync_ref_model &&
       !(rc = ct_path_join(p, sizeof p, tr->resumed_from, "ref_model.safetensors"))) {
-    rc = ct_load_tensors(ref, ref->params, p, NULL);
-    if (rc) ct_model_free(ref);
+    rc = ct_load_tensors(&ref->model, ct_frozen_params(ref), p, NULL);
+    if (rc) ct_frozen_free(ref);
   }
   return rc;
 }
 
-int ct_train_sync_reference(ct_train *tr, ct_model *ref, double alpha) {
-  if (ref->n_floats != tr->model.n_floats)
-    return ct_set_error(CT_EINVAL, "sync_ref_model needs a reference with the policy's architecture");
-  float a = (float)alpha, *r = ref->params;
+int ct_train_sync_reference(ct_train *tr, ct_frozen *ref, double alpha) {
+  float *r = ct_frozen_params(ref);
+  if (!r || ref->model.n_floats != tr->model.n_floats)
+    return ct_set_error(CT_EINVAL, "sync_ref_model needs a float32 reference with the policy's architecture");
+  float a = (float)alpha;
   const float *p = tr->model.params;
-  for (long i = 0; i < ref->n_floats; i++) r[i] = (1 - a) * r[i] + a * p[i];
+  for (long i = 0; i < ref->model.n_floats; i++) r[i] = (1 - a) * r[i] + a * p[i];
   return 0;
 }
 
-int ct_train_save_reference(const ct_model *ref, const char *dir) {
+int ct_train_save_reference(const ct_frozen *ref, const char *dir) {
   char p[CT_PATH_MAX];
-  const float *bufs[] = {ref->params};
+  const float *bufs[] = {ref->model.params};
   int rc = ct_path_join(p, sizeof p, dir, "ref_model.safetensors");
-  return rc ? rc : ct_save_tensors(ref, 1, bufs, NULL, p, CT_DT_F32);
+  return rc ? rc : ct_save_tensors(&ref->model, 1, bufs, NULL, p, CT_DT_F32);
 }
 
 static int read_trainer_state(ct_train *tr, const char *dir) {
@@ -427,4 +434,42 @@ int ct_train_save_final(ct_train *tr) {
     if (!rc) rc = ct_remove_tree(tmp);
   }
   return agree(rc);
+}
+
+void ct_train_die(const ct_train *tr, int rc, const char *what) {
+  ct_dist_die(tr->name ? tr->name : "ctune", rc == CT_ECONFIG ? 2 : 1, what);
+}
+
+void ct_train_start(ct_train *tr, ct_config *cfg, ct_trainer_kind kind, int argc, char **argv,
+                    int (*check)(const ct_config *cfg)) {
+  memset(tr, 0, sizeof *tr);
+  tr->name = ct_trainer_name(kind);
+  ct_blas_init(argc, argv);
+  if (ct_dist_init(&argc, &argv)) ct_train_die(tr, CT_EMPI, NULL);
+  int rc = ct_config_from_args(cfg, kind, argc, argv);  // every failure here is the config's
+  if (!rc && ((rc = ct_config_check_required(cfg)) || (check && (rc = check(cfg))))) ct_config_free(cfg);
+  if (rc) ct_train_die(tr, CT_ECONFIG, NULL);
+  if ((rc = ct_train_setup(tr, cfg))) ct_train_die(tr, rc, NULL);
+  tr->name = ct_trainer_name(kind);  // (setup cleared the struct)
+  const ct_model_config *mc = &tr->model.cfg;
+  ct_log_info(&tr->log, "model: %s, %d layers, hidden %d, %.1fM parameters%s%s", mc->model_type,
+              mc->num_layers, mc->hidden_size, tr->model.n_floats / 1e6,
+              tr->resumed_from[0] ? ", resumed from " : "", tr->resumed_from);
+}
+
+int ct_train_finish(ct_train *tr, bool stop) {
+  if (!stop) {
+    if (ct_train_save_final(tr)) ct_train_die(tr, CT_EIO, "saving the model");
+    ct_train_log_done(tr);
+  }
+  ct_train_release(tr);
+  return stop ? 130 : 0;
+}
+
+void ct_train_release(ct_train *tr) {
+  ct_config *cfg = tr->cfg;
+  ct_train_free(tr);
+  ct_config_free(cfg);
+  ct_pool_free();
+  ct_dist_finalize();
 }

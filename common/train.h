@@ -10,6 +10,7 @@
 #include <stdbool.h>
 
 #include "config.h"
+#include "frozen.h"
 #include "log.h"
 #include "model.h"
 #include "optim.h"
@@ -18,6 +19,7 @@
 
 typedef struct {
   ct_config *cfg;
+  const char *name;   // the trainer ("sft", ...): what its fatal errors start with
   int rank, world;
   ct_tokenizer *tok;
   ct_model model;     // the policy; model.params are the fp32 master weights
@@ -41,6 +43,25 @@ typedef struct {
   int (*save_extra)(void *ctx, const char *dir);
   void *save_extra_ctx;
 } ct_train;
+
+// A trainer's start, all of it: OpenBLAS and MPI set-up, the config from the command line
+// (bin/<trainer> [file.yml] key=value ...) with its required keys, the trainer's own
+// checks of the config (`check`, may be NULL: it runs before anything is loaded, so a bad
+// value costs no time), then ct_train_setup, and a line naming the model. Any failure
+// prints one line "<trainer>: <message>" and exits: 2 for a configuration error, else 1.
+void ct_train_start(ct_train *tr, ct_config *cfg, ct_trainer_kind kind, int argc, char **argv,
+                    int (*check)(const ct_config *cfg));
+// A trainer's end. After a stop (ct_train_after_step said so; its checkpoint is saved)
+// it only releases what it holds and returns 130. Otherwise it saves the final model
+// (exiting 1 if that fails), prints the last line, releases the train state, the config,
+// the thread pool and MPI, and returns 0. The trainer frees its own buffers first.
+int ct_train_finish(ct_train *tr, bool stop);
+// What ct_train_finish releases, without saving: for a command that writes something
+// else than a model (bin/distill precompute).
+void ct_train_release(ct_train *tr);
+// A trainer's fatal error: "<trainer>: [what: ]<ct_last_error()>", every rank stopped,
+// exit code 2 when rc is CT_ECONFIG, else 1.
+__attribute__((noreturn)) void ct_train_die(const ct_train *tr, int rc, const char *what);
 
 // Sets up from a resolved config: output_dir, threads, tokenizer, model (loaded from
 // model_path, built from the `model:` block, or restored from a checkpoint when
@@ -78,16 +99,18 @@ int ct_train_after_step(ct_train *tr, bool *stop);
 // The last line of a run: steps, where the model is, and peak resident memory.
 void ct_train_log_done(ct_train *tr);
 
-// The frozen reference model (DPO, GRPO with beta > 0): forward-only, its own parameters.
-// It is ref_model_path when set, else the policy's starting weights: model_path, or the
-// seeded initialization of a model built from scratch. A resumed run restores it the
-// same way, or from the checkpoint's ref_model.safetensors when the reference is synced
-// during training (sync_ref_model) and so cannot be rebuilt.
-int ct_train_reference(ct_train *tr, ct_model *ref);
-// TR-DPO: ref <- (1 - alpha) ref + alpha policy (same architecture required).
-int ct_train_sync_reference(ct_train *tr, ct_model *ref, double alpha);
+// The frozen reference model (DPO, GRPO with beta > 0), stored as `dtype` (CT_FROZEN_*)
+// and sized for forwards of B rows x T tokens. It is ref_model_path when set, else the
+// policy's starting weights: model_path, or the seeded initialization of a model built
+// from scratch. A resumed run restores it the same way, or from the checkpoint's
+// ref_model.safetensors when the reference is synced during training (sync_ref_model)
+// and so cannot be rebuilt.
+int ct_train_reference(ct_train *tr, ct_frozen *ref, int dtype, int B, int T);
+// TR-DPO: ref <- (1 - alpha) ref + alpha policy (a float32 reference with the policy's
+// architecture).
+int ct_train_sync_reference(ct_train *tr, ct_frozen *ref, double alpha);
 // Saves ref into the checkpoint being written at `dir` (used when it is synced).
-int ct_train_save_reference(const ct_model *ref, const char *dir);
+int ct_train_save_reference(const ct_frozen *ref, const char *dir);
 
 // Test hooks, inert unless their environment variable is set:
 // CT_FAILPOINT=point[:n] sleeps at the n-th (default first) pass through `point`, so a

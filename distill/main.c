@@ -38,102 +38,36 @@
 static int fail(int code, const char *what) { ct_dist_die("distill", code, what); }
 
 // ---------------------------------------------------------------------------
-// The teacher: fp32 through the training forward (no activations kept), or int8 through
-// the inference engine. Either way it leaves the final hidden states of the rows the
-// loss needs, and computes logit chunks from them on request.
+// The teacher: a frozen model (fp32, or int8 with quantization=int8) and the final hidden
+// states of the current batch's target rows, from which the soft loss asks for logit
+// chunks.
 
 typedef struct {
-  bool int8;
-  ct_model model;          // fp32
-  ct_acts acts;            //   keep = false
-  ct_infer_weights iw;     // int8
-  ct_engine *engine;
-  int C, V;
-  float *hidden;           // (cap, C) final hidden states of the gathered rows
-  int *slot, *pos, *outs;  // engine pass (int8)
+  ct_frozen f;
+  float *hidden;  // (B·T, C) the gathered rows of the current batch
 } teacher_t;
 
-// A checksum of the teacher's weights: training must leave them exactly as loaded.
-static uint64_t teacher_checksum(const teacher_t *t) {
-  const void *p = t->int8 ? (const void *)t->iw.qmem : (const void *)t->model.params;
-  long n = t->int8 ? t->iw.layout.n_floats : t->model.n_floats * (long)sizeof(float);
-  return ct_fnv1a(p, (size_t)n, CT_FNV1A_INIT);
-}
-
 static int teacher_load(teacher_t *t, const ct_config *c, int B, int T) {
-  memset(t, 0, sizeof *t);
-  t->int8 = c->quantization == CT_QUANT_INT8;
-  int rc;
-  if (t->int8) {
-    ct_engine_opts eo = {B, T, B * T};
-    rc = ct_infer_load(&t->iw, c->teacher_path, true);
-    if (!rc) rc = ct_engine_init(&t->engine, &t->iw, &eo);
-    t->C = t->iw.cfg.hidden_size;
-    t->V = t->iw.cfg.vocab_size;
-  } else {
-    rc = ct_model_load(&t->model, c->teacher_path, T);
-    if (!rc) rc = ct_acts_init(&t->acts, &t->model, B, T, false);
-    t->C = t->model.cfg.hidden_size;
-    t->V = t->model.cfg.vocab_size;
-  }
+  int dtype = c->quantization == CT_QUANT_INT8 ? CT_FROZEN_INT8 : CT_FROZEN_F32;
+  t->hidden = NULL;
+  int rc = ct_frozen_open(&t->f, c->teacher_path, dtype, B, T);
   if (rc) return ct_wrap_error(rc, "teacher");
-  t->hidden = malloc(sizeof(float) * (size_t)B * T * t->C);
-  t->slot = malloc(sizeof(int) * B * T);
-  t->pos = malloc(sizeof(int) * B * T);
-  t->outs = malloc(sizeof(int) * B * T);
-  if (!t->hidden || !t->slot || !t->pos || !t->outs) return ct_set_error(CT_ENOMEM, "teacher: out of memory");
-  return 0;
+  t->hidden = malloc(sizeof(float) * (size_t)B * T * t->f.cfg.hidden_size);
+  return t->hidden ? 0 : ct_set_error(CT_ENOMEM, "teacher: out of memory");
 }
 
 static void teacher_free(teacher_t *t) {
-  if (t->int8) {
-    ct_engine_free(t->engine);
-    ct_infer_free(&t->iw);
-  } else {
-    ct_acts_free(&t->acts);
-    ct_model_free(&t->model);
-  }
+  ct_frozen_free(&t->f);
   free(t->hidden);
-  free(t->slot);
-  free(t->pos);
-  free(t->outs);
 }
 
-// Runs the teacher over batch b and keeps the hidden states of the target positions, in
-// the order ct_head_gather takes them (token order).
 static void teacher_forward(teacher_t *t, const ct_batch *b) {
-  int N = b->B * b->T, n = 0;
-  if (!t->int8) {
-    if (ct_forward_batch(&t->model, &t->acts, b)) fail(1, "teacher");
-    for (int i = 0; i < N; i++)
-      if (b->target[i] >= 0)
-        memcpy(t->hidden + (long)n++ * t->C, t->acts.lnf + (long)i * t->C, sizeof(float) * t->C);
-    return;
-  }
-  // one slot per row; packed rows are not supported here (see main)
-  for (int i = 0; i < N; i++) {
-    t->slot[i] = i / b->T;
-    t->pos[i] = i % b->T;
-    if (b->target[i] >= 0) t->outs[n++] = i;
-  }
-  if (ct_engine_forward_hidden(t->engine, N, b->ids, t->slot, t->pos, t->outs, n, t->hidden)) fail(1, "teacher");
-}
-
-// Teacher logits (n, nv) of vocabulary columns [v0, v0 + nv) for hidden rows (n, C).
-static void teacher_logits(const teacher_t *t, const float *hidden, int n, int v0, int nv, float *out) {
-  if (!t->int8) {
-    ct_sgemm('N', 'T', n, nv, t->C, 1, hidden, t->C, t->model.w.lm_head + (long)v0 * t->C, t->C,
-             0, out, nv);
-    return;
-  }
-  const ct_linear *h = &t->iw.lm_head;
-  ct_linear part = {nv, h->cols, NULL, h->q + (long)v0 * h->cols, h->scale + v0, h->rowsum + v0};
-  ct_linear_forward(&part, hidden, t->C, n, out, nv, 0);
+  if (ct_frozen_hidden(&t->f, b, t->hidden) < 0) fail(1, "teacher");
 }
 
 static void teacher_chunk(void *ctx, int n, int v0, int nv, float *out) {
-  const teacher_t *t = ctx;
-  teacher_logits(t, t->hidden, n, v0, nv, out);
+  teacher_t *t = ctx;
+  ct_frozen_logits(&t->f, t->hidden, n, v0, nv, out);
 }
 
 // ---------------------------------------------------------------------------
@@ -187,7 +121,7 @@ static void cmd_precompute(const ct_config *cfg, ct_train *tr, const ct_dataset 
   int B = (int)cfg->per_device_eval_batch_size, T = (int)cfg->max_length;
   teacher_t t;
   if (teacher_load(&t, cfg, B, T)) fail(1, NULL);
-  int V = t.V, k = (int)cfg->distill_top_k < V ? (int)cfg->distill_top_k : V;
+  int V = t.f.cfg.vocab_size, C = t.f.cfg.hidden_size, k = (int)cfg->distill_top_k < V ? (int)cfg->distill_top_k : V;
   long *off = label_offsets(ds);
   long total = off[ds->n_rows];
   enum { ROWS = 32 };  // teacher logits of ROWS labeled tokens at a time
@@ -206,7 +140,7 @@ static void cmd_precompute(const ct_config *cfg, ct_train *tr, const ct_dataset 
     gathered_label_index(ds, &b, off, where);
     for (long q0 = 0; q0 < b.n_target; q0 += ROWS) {
       int nr = b.n_target - q0 < ROWS ? (int)(b.n_target - q0) : ROWS;
-      teacher_logits(&t, t.hidden + q0 * t.C, nr, 0, V, rows);
+      ct_frozen_logits(&t.f, t.hidden + q0 * C, nr, 0, V, rows);
       for (int i = 0; i < nr; i++) {
         const float *row = rows + (long)i * V;
         long w = where[q0 + i] * k;
@@ -320,42 +254,42 @@ static void generate_batch(ct_engine *gen, const ct_tokenizer *tok, const ct_dat
 typedef struct {
   double loss, soft, hard, hard_n, teacher_nll, tokens, input_tokens, correct;
 } kd_stats;
-#define KD_STATS_N 8
+
+static bool precompute_mode;  // `bin/distill precompute ...`: write the teacher's top-k logits
+
+// Distillation's own checks of the config, before anything is loaded.
+static int check_config(const ct_config *c) {
+  bool offline = !precompute_mode && c->teacher_logits_path[0];
+  if (!offline && !c->teacher_path[0])
+    return ct_set_error(CT_ECONFIG, "%s: key 'teacher_path' is required (or teacher_logits_path "
+                        "for precomputed logits)", ct_config_origin(c, "teacher_path"));
+  if (offline && c->lmbda > 0)
+    return ct_set_error(CT_ECONFIG, "%s: key 'lmbda': on-policy distillation needs the teacher "
+                        "itself, not precomputed logits", ct_config_origin(c, "lmbda"));
+  if ((c->lmbda > 0 || c->quantization == CT_QUANT_INT8) && c->packing)
+    return ct_set_error(CT_ECONFIG, "%s: key 'packing' cannot be combined with lmbda or an int8 "
+                        "teacher", ct_config_origin(c, "packing"));
+  return 0;
+}
 
 int main(int argc, char **argv) {
-  ct_blas_init(argc, argv);
-  if (ct_dist_init(&argc, &argv)) fail(1, NULL);
-  bool precompute = argc > 1 && !strcmp(argv[1], "precompute");
-  if (precompute) argv++, argc--;
+  precompute_mode = argc > 1 && !strcmp(argv[1], "precompute");
+  if (precompute_mode) argv++, argc--;
   ct_config cfg;
-  if (ct_config_from_args(&cfg, CT_TRAINER_DISTILL, argc, argv)) fail(2, NULL);
-  if (!cfg.dataset_path[0])
-    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'dataset_path' is required", ct_config_origin(&cfg, "dataset_path")), NULL));
-  bool offline = !precompute && cfg.teacher_logits_path[0];
-  if (!offline && !cfg.teacher_path[0])
-    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'teacher_path' is required (or teacher_logits_path "
-                          "for precomputed logits)", ct_config_origin(&cfg, "teacher_path")), NULL));
-  if (offline && cfg.lmbda > 0)
-    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'lmbda': on-policy distillation needs the teacher "
-                          "itself, not precomputed logits", ct_config_origin(&cfg, "lmbda")), NULL));
-  if ((cfg.lmbda > 0 || cfg.quantization == CT_QUANT_INT8) && cfg.packing)
-    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'packing' cannot be combined with lmbda or an int8 "
-                          "teacher", ct_config_origin(&cfg, "packing")), NULL));
   ct_train tr;
-  int rc = ct_train_setup(&tr, &cfg);
-  if (rc) fail(rc == CT_ECONFIG ? 2 : 1, NULL);
+  ct_train_start(&tr, &cfg, CT_TRAINER_DISTILL, argc, argv, check_config);
+  bool offline = !precompute_mode && cfg.teacher_logits_path[0];
+  int rc;
   if (!offline) check_vocabularies(&cfg, tr.tok);
   ct_data_opts o = {(int)cfg.max_length, cfg.completion_only_loss, cfg.assistant_only_loss,
                     cfg.skip_bad_rows, cfg.packing, cfg.dataset_text_field};
   ct_dataset train;
   if (ct_dataset_load(&train, cfg.dataset_path, tr.tok, &o)) fail(1, NULL);
   ct_log_info(&tr.log, "train: %s: %d rows, %ld trained tokens", train.path, train.n_rows, train.n_label_tokens);
-  if (precompute) {
+  if (precompute_mode) {
     cmd_precompute(&cfg, &tr, &train);
     ct_dataset_free(&train);
-    ct_train_free(&tr);
-    ct_config_free(&cfg);
-    ct_dist_finalize();
+    ct_train_release(&tr);  // nothing to save: the teacher's logits are the output
     return 0;
   }
   int B = (int)cfg.per_device_train_batch_size, accum = (int)cfg.gradient_accumulation_steps;
@@ -365,12 +299,12 @@ int main(int argc, char **argv) {
   topk_t tk = {0};
   if (offline) load_topk(&cfg, &train, &tk);
   else if (teacher_load(&teacher, &cfg, B, T)) fail(1, NULL);
-  uint64_t teacher_sum = offline ? 0 : teacher_checksum(&teacher);
-  int V = mc->vocab_size;
-  if (!offline && teacher.V != V)
+  uint64_t teacher_sum = offline ? 0 : ct_frozen_checksum(&teacher.f);
+  int V = mc->vocab_size, Vt = offline ? V : teacher.f.cfg.vocab_size;
+  if (Vt != V)
     ct_log_info(&tr.log, "teacher vocab_size %d, student %d: the soft loss uses the first %d logits",
-                teacher.V, V, teacher.V < V ? teacher.V : V);
-  if (!offline && teacher.V < V) V = teacher.V;
+                Vt, V, Vt < V ? Vt : V);
+  if (Vt < V) V = Vt;
   if (ct_train_plan(&tr, train.n_seq, global)) fail(1, NULL);
   ct_acts acts;
   ct_head head;
@@ -396,9 +330,8 @@ int main(int argc, char **argv) {
     if (ct_batch_init(&gen_batches[k], B, T)) fail(1, NULL);
   if (cfg.lmbda > 0) {
     ct_engine_opts eo = {B, T, T > B ? T : B};
-    const ct_model *src = cfg.seq_kd ? &teacher.model : &tr.model;
-    if (cfg.seq_kd && teacher.int8) rc = ct_engine_init(&gen, &teacher.iw, &eo);
-    else rc = ct_infer_from_model(&gen_w, src) || ct_engine_init(&gen, &gen_w, &eo);
+    if (cfg.seq_kd) rc = ct_engine_init(&gen, &teacher.f.iw, &eo);  // the teacher's engine view
+    else rc = ct_infer_from_model(&gen_w, &tr.model) || ct_engine_init(&gen, &gen_w, &eo);
     if (rc) fail(1, NULL);
   }
   ct_kd_opts ko = {(float)(cfg.temperature > 0 ? cfg.temperature : 1.0), (float)cfg.beta, 0};
@@ -474,11 +407,11 @@ int main(int argc, char **argv) {
       }
       ct_backward(&tr.model, &tr.g, &acts, acts.dln, b->B, b->T);
     }
-    ct_dist_sum_f64((double *)&st, KD_STATS_N);
+    ct_dist_sum_stats(&st);
     double norm, lr;
     if (ct_train_update(&tr, &norm, &lr)) fail(1, NULL);
     tr.num_tokens += st.input_tokens;
-    for (int i = 0; i < KD_STATS_N; i++) ((double *)&win)[i] += ((double *)&st)[i];
+    ct_stats_add(&win, &st);
     double tok = win.tokens > 0 ? win.tokens : 1;
     double step_loss = (alpha * tau * tau * st.soft + (1 - alpha) * st.hard) / (st.tokens > 0 ? st.tokens : 1);
     ct_log_progress(&tr.log, tr.step, step_loss, win.input_tokens / (ct_now() - t_win));
@@ -496,17 +429,11 @@ int main(int argc, char **argv) {
     }
     if (ct_train_after_step(&tr, &stop)) fail(1, NULL);
   }
-  if (stop) {
-    ct_dist_finalize();
-    return 130;
-  }
-  if (ct_train_save_final(&tr)) fail(1, "saving the model");
-  if (!offline) {
-    if (teacher_checksum(&teacher) != teacher_sum)
+  if (!stop && !offline) {
+    if (ct_frozen_checksum(&teacher.f) != teacher_sum)
       fail(1, (ct_set_error(CT_EINVAL, "the teacher's weights changed during training"), NULL));
     ct_log_info(&tr.log, "teacher weights unchanged (checksum %016llx)", (unsigned long long)teacher_sum);
   }
-  ct_train_log_done(&tr);
   if (gen) ct_engine_free(gen);
   for (int k = 0; cfg.lmbda > 0 && k < accum; k++) ct_batch_free(&gen_batches[k]);
   free(gen_batches);
@@ -524,9 +451,5 @@ int main(int argc, char **argv) {
   ct_kd_free(&kd);
   ct_batch_free(&batch);
   ct_dataset_free(&train);
-  ct_train_free(&tr);
-  ct_config_free(&cfg);
-  ct_pool_free();
-  ct_dist_finalize();
-  return 0;
+  return ct_train_finish(&tr, stop);
 }

@@ -29,65 +29,73 @@
 static int fail(int code, const char *what) { ct_dist_die("dpo", code, what); }
 
 // The losses from config: loss_type list, loss_weights, beta (2.0 by default for simpo).
-static ct_dpo_loss losses_from(const ct_config *c) {
-  ct_dpo_loss o = {.n = c->loss_type.n, .beta = c->beta, .label_smoothing = c->label_smoothing,
-                   .simpo_gamma = c->simpo_gamma};
-  if (o.n > 8) fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'loss_type': at most 8 losses",
-                                     ct_config_origin(c, "loss_type")), NULL));
+static int losses_from(const ct_config *c, ct_dpo_loss *o) {
+  *o = (ct_dpo_loss){.n = c->loss_type.n, .beta = c->beta, .label_smoothing = c->label_smoothing,
+                     .simpo_gamma = c->simpo_gamma};
+  if (o->n > 8)
+    return ct_set_error(CT_ECONFIG, "%s: key 'loss_type': at most 8 losses", ct_config_origin(c, "loss_type"));
   if (c->loss_weights.n && c->loss_weights.n != c->loss_type.n)
-    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'loss_weights': %d weights for %d loss_type entries",
-                          ct_config_origin(c, "loss_weights"), c->loss_weights.n, c->loss_type.n), NULL));
+    return ct_set_error(CT_ECONFIG, "%s: key 'loss_weights': %d weights for %d loss_type entries",
+                        ct_config_origin(c, "loss_weights"), c->loss_weights.n, c->loss_type.n);
   bool simpo = false;
-  for (int k = 0; k < o.n; k++) {
-    o.type[k] = -1;
+  for (int k = 0; k < o->n; k++) {
+    o->type[k] = -1;
     for (int t = 0; ct_dpo_loss_type_names[t]; t++)
-      if (!strcmp(c->loss_type.v[k], ct_dpo_loss_type_names[t])) o.type[k] = t;
-    if (o.type[k] < 0)
-      fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'loss_type': '%s' is a GRPO loss; DPO takes sigmoid, "
-                            "hinge, ipo, robust, sft or simpo", ct_config_origin(c, "loss_type"),
-                            c->loss_type.v[k]), NULL));
-    o.weight[k] = c->loss_weights.n ? c->loss_weights.v[k] : 1.0;
-    simpo |= o.type[k] == CT_DPO_SIMPO;
+      if (!strcmp(c->loss_type.v[k], ct_dpo_loss_type_names[t])) o->type[k] = t;
+    if (o->type[k] < 0)
+      return ct_set_error(CT_ECONFIG, "%s: key 'loss_type': '%s' is a GRPO loss; DPO takes sigmoid, "
+                          "hinge, ipo, robust, sft or simpo", ct_config_origin(c, "loss_type"), c->loss_type.v[k]);
+    o->weight[k] = c->loss_weights.n ? c->loss_weights.v[k] : 1.0;
+    simpo |= o->type[k] == CT_DPO_SIMPO;
   }
-  if (simpo && !strcmp(ct_config_origin(c, "beta"), "default")) o.beta = 2.0;
-  if (o.beta <= 0 && o.n && (ct_dpo_needs_reference(&o) || simpo))
-    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'beta' must be positive for DPO losses",
-                          ct_config_origin(c, "beta")), NULL));
-  return o;
+  if (simpo && !strcmp(ct_config_origin(c, "beta"), "default")) o->beta = 2.0;
+  if (o->beta <= 0 && o->n && (ct_dpo_needs_reference(o) || simpo))
+    return ct_set_error(CT_ECONFIG, "%s: key 'beta' must be positive for DPO losses", ct_config_origin(c, "beta"));
+  return 0;
+}
+
+// DPO's own checks of the config, before anything is loaded.
+static int check_config(const ct_config *c) {
+  ct_dpo_loss o;
+  int rc = losses_from(c, &o);
+  if (!rc && c->sync_ref_model && c->precompute_ref_log_probs)
+    rc = ct_set_error(CT_ECONFIG, "%s: sync_ref_model changes the reference during training, "
+                      "so its log-probs cannot be precomputed", ct_config_origin(c, "sync_ref_model"));
+  return rc;
 }
 
 // ---------------------------------------------------------------------------
-// Summed completion log-probs of every row of a batch, through one model.
+// Summed completion log-probs of every row of a batch, from the head's gathered rows.
 
 typedef struct {
-  ct_acts acts;      // policy: kept for backward; reference: one layer, reused
-  ct_head *head;
   float *row_lp;     // (2m) Σ log-probs of each row's completion
   int *row_len;      // (2m) its tokens
   double *row_sum;   // (2m) scratch: the sums, in double
-} scorer;
+} row_sums;
 
-// Forward of batch b; fills row sums from the head. The head keeps the logits of this
-// call for a backward that follows.
-static void score_rows(const ct_model *m, scorer *s, const ct_batch *b) {
-  int n = ct_lm_forward(m, &s->acts, s->head, b);
+// Sums the n gathered rows of head h (after a forward of batch b) per batch row.
+static void sum_rows(row_sums *s, const ct_head *h, int n, const ct_batch *b) {
   if (n < 0) fail(1, NULL);
   for (int r = 0; r < b->B; r++) s->row_len[r] = 0, s->row_sum[r] = 0;
   for (int r = 0; r < n; r++) {
-    int row = s->head->rows[r] / b->T;
-    s->row_sum[row] += s->head->logp[r];
+    int row = h->rows[r] / b->T;
+    s->row_sum[row] += h->logp[r];
     s->row_len[row]++;
   }
   for (int r = 0; r < b->B; r++) s->row_lp[r] = (float)s->row_sum[r];
 }
 
-static int scorer_init(scorer *s, const ct_model *m, ct_head *h, int rows, int T, bool keep) {
-  s->head = h;
+static int row_sums_init(row_sums *s, int rows) {
   s->row_lp = malloc(sizeof(float) * rows);
   s->row_len = malloc(sizeof(int) * rows);
   s->row_sum = malloc(sizeof(double) * rows);
-  if (!s->row_lp || !s->row_len || !s->row_sum) return ct_set_error(CT_ENOMEM, "out of memory");
-  return ct_acts_init(&s->acts, m, rows, T, keep);
+  return s->row_lp && s->row_len && s->row_sum ? 0 : ct_set_error(CT_ENOMEM, "out of memory");
+}
+
+static void row_sums_free(row_sums *s) {
+  free(s->row_lp);
+  free(s->row_len);
+  free(s->row_sum);
 }
 
 // ---------------------------------------------------------------------------
@@ -135,22 +143,34 @@ static int save_ref_cache(const char *path, const ct_pref_dataset *ds, const ref
 typedef struct {
   double loss, lp_c, lp_r, rw_c, rw_r, acc, margin, pairs, tokens;
 } dpo_stats;
-#define DPO_STATS_N 9
 
 typedef struct {
   const ct_config *cfg;
   ct_train *tr;
   ct_dpo_loss loss;
   bool need_ref;
-  ct_model ref;        // resident reference (when not precomputed)
+  ct_frozen ref;         // the reference, when resident (not precomputed)
   bool ref_loaded;
-  scorer pol, refs;
+  ct_acts acts;          // the policy's, kept for backward
+  row_sums pol, refs;    // completion log-prob sums of the policy and the reference
   ct_head head;
   ct_batch batch;
   int *pairs;
-  float *ref_c, *ref_r;  // (2m) the micro-batch's reference sums
+  float *ref_c, *ref_r;  // (m) the micro-batch's reference sums
   float *coef_row;       // (2m) −dL/dlogp of each row's tokens
 } dpo_t;
+
+// The policy's completion sums for batch b; its head keeps the logits for backward.
+static void policy_rows(dpo_t *d, const ct_batch *b) {
+  sum_rows(&d->pol, &d->head, ct_lm_forward(&d->tr->model, &d->acts, &d->head, b), b);
+}
+
+// Loads the reference (sized like the batch) the first time it is needed.
+static void load_reference(dpo_t *d) {
+  if (d->ref_loaded) return;
+  if (ct_train_reference(d->tr, &d->ref, CT_FROZEN_F32, d->batch.cap_B, d->batch.cap_T)) fail(1, NULL);
+  d->ref_loaded = true;
+}
 
 // Reference sums for the batch: from the cache, or by running the reference.
 static void reference_rows(dpo_t *d, const ct_batch *b, const ref_cache *cache, int m) {
@@ -159,7 +179,7 @@ static void reference_rows(dpo_t *d, const ct_batch *b, const ref_cache *cache, 
     for (int i = 0; i < m; i++) d->ref_c[i] = cache->c[b->row_seq[i]], d->ref_r[i] = cache->r[b->row_seq[i]];
     return;
   }
-  score_rows(&d->ref, &d->refs, b);
+  sum_rows(&d->refs, &d->head, ct_frozen_logps(&d->ref, b, &d->head), b);
   for (int i = 0; i < m; i++) d->ref_c[i] = d->refs.row_lp[i], d->ref_r[i] = d->refs.row_lp[m + i];
 }
 
@@ -198,8 +218,8 @@ static void pair_step(dpo_t *d, int m, bool train, double inv_pairs, double inv_
   }
   st->tokens += b->n_tokens;
   if (!train) return;
-  ct_head_backward(h, d->tr->model.w.lm_head, d->tr->g.lm_head, d->pol.acts.dln, b->B * b->T);
-  ct_backward(&d->tr->model, &d->tr->g, &d->pol.acts, d->pol.acts.dln, b->B, b->T);
+  ct_head_backward(h, d->tr->model.w.lm_head, d->tr->g.lm_head, d->acts.dln, b->B * b->T);
+  ct_backward(&d->tr->model, &d->tr->g, &d->acts, d->acts.dln, b->B, b->T);
 }
 
 static long chosen_tokens(const ct_pref_dataset *ds, const int *pairs, int n) {
@@ -211,14 +231,16 @@ static long chosen_tokens(const ct_pref_dataset *ds, const int *pairs, int n) {
 static json_t *stats_json(const dpo_stats *st, const char *prefix) {
   double n = st->pairs > 0 ? st->pairs : 1;
   json_t *j = json_object();
-  const char *keys[] = {"loss", "rewards/chosen", "rewards/rejected", "rewards/accuracies",
-                        "rewards/margins", "logps/chosen", "logps/rejected"};
-  double vals[] = {st->loss / n, st->rw_c / n, st->rw_r / n, st->acc / n, st->margin / n,
-                   st->lp_c / n, st->lp_r / n};
+  const struct {
+    const char *key;
+    double value;
+  } m[] = {{"loss", st->loss}, {"rewards/chosen", st->rw_c}, {"rewards/rejected", st->rw_r},
+           {"rewards/accuracies", st->acc}, {"rewards/margins", st->margin},
+           {"logps/chosen", st->lp_c}, {"logps/rejected", st->lp_r}};
   char k[64];
-  for (int i = 0; i < 7; i++) {
-    snprintf(k, sizeof k, "%s%s", prefix, keys[i]);
-    json_object_set_new(j, k, json_real(vals[i]));
+  for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+    snprintf(k, sizeof k, "%s%s", prefix, m[i].key);
+    json_object_set_new(j, k, json_real(m[i].value / n));
   }
   return j;
 }
@@ -234,10 +256,10 @@ static void evaluate(dpo_t *d, const ct_pref_dataset *ev, const ref_cache *cache
     for (int k = first; k < ev->n && m < B; k++) d->pairs[m++] = k;
     ct_pref_batch(&d->batch, ev, d->pairs, m, ct_tokenizer_pad(tr->tok));
     reference_rows(d, &d->batch, cache, m);
-    score_rows(&tr->model, &d->pol, &d->batch);
+    policy_rows(d, &d->batch);
     pair_step(d, m, false, 1.0 / ev->n, nc ? 1.0 / nc : 0, &st);
   }
-  ct_dist_sum_f64((double *)&st, DPO_STATS_N);
+  ct_dist_sum_stats(&st);
   json_t *j = stats_json(&st, "eval_");
   json_object_set_new(j, "step", json_integer(tr->step));
   ct_log_info(&tr->log, "eval at step %ld: loss %.4f, reward accuracy %.3f, margin %.4f", tr->step,
@@ -258,12 +280,7 @@ static void precompute(dpo_t *d, const ct_pref_dataset *ds, const char *name, re
     ct_log_info(&tr->log, "reference log-probs: reusing %s", path);
     return;
   }
-  if (!d->ref_loaded) {  // only now is the reference model needed
-    int T = d->batch.cap_T, rows = d->batch.cap_B;
-    if (ct_train_reference(tr, &d->ref) || scorer_init(&d->refs, &d->ref, &d->head, rows, T, false))
-      fail(1, NULL);
-    d->ref_loaded = true;
-  }
+  load_reference(d);  // only now is the reference model needed
   ct_log_info(&tr->log, "reference log-probs: one pass over %d pairs of %s", ds->n, ds->path);
   memset(cache->c, 0, sizeof(float) * ds->n);
   memset(cache->r, 0, sizeof(float) * ds->n);
@@ -272,8 +289,8 @@ static void precompute(dpo_t *d, const ct_pref_dataset *ds, const char *name, re
     int m = 0;
     for (int k = first; k < ds->n && m < B; k++) d->pairs[m++] = k;
     ct_pref_batch(&d->batch, ds, d->pairs, m, ct_tokenizer_pad(tr->tok));
-    score_rows(&d->ref, &d->refs, &d->batch);
-    for (int i = 0; i < m; i++) cache->c[d->pairs[i]] = d->refs.row_lp[i], cache->r[d->pairs[i]] = d->refs.row_lp[m + i];
+    reference_rows(d, &d->batch, NULL, m);
+    for (int i = 0; i < m; i++) cache->c[d->pairs[i]] = d->ref_c[i], cache->r[d->pairs[i]] = d->ref_r[i];
   }
   // every rank filled its share: sum the shares (the others are 0)
   if (ct_dist_sum_f32(cache->c, ds->n) || ct_dist_sum_f32(cache->r, ds->n)) fail(1, NULL);
@@ -285,24 +302,26 @@ static int save_ref(void *ctx, const char *dir) {
   return ct_train_save_reference(&d->ref, dir);
 }
 
+static void dpo_free(dpo_t *d) {
+  if (d->ref_loaded) ct_frozen_free(&d->ref);
+  ct_acts_free(&d->acts);
+  row_sums_free(&d->pol);
+  row_sums_free(&d->refs);
+  ct_head_free(&d->head);
+  ct_batch_free(&d->batch);
+  free(d->pairs);
+  free(d->ref_c);
+  free(d->ref_r);
+  free(d->coef_row);
+}
 
 int main(int argc, char **argv) {
-  ct_blas_init(argc, argv);
-  if (ct_dist_init(&argc, &argv)) fail(1, NULL);
   ct_config cfg;
-  if (ct_config_from_args(&cfg, CT_TRAINER_DPO, argc, argv)) fail(2, NULL);
-  if (!cfg.dataset_path[0])
-    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'dataset_path' is required: name a JSONL file of "
-                          "prompt/chosen/rejected rows", ct_config_origin(&cfg, "dataset_path")), NULL));
-  dpo_t d = {.cfg = &cfg, .loss = losses_from(&cfg)};
-  d.need_ref = ct_dpo_needs_reference(&d.loss);
-  if (cfg.sync_ref_model && cfg.precompute_ref_log_probs)
-    fail(2, (ct_set_error(CT_ECONFIG, "%s: sync_ref_model changes the reference during training, "
-                          "so its log-probs cannot be precomputed", ct_config_origin(&cfg, "sync_ref_model")), NULL));
   ct_train tr;
-  int rc = ct_train_setup(&tr, &cfg);
-  if (rc) fail(rc == CT_ECONFIG ? 2 : 1, NULL);
-  d.tr = &tr;
+  ct_train_start(&tr, &cfg, CT_TRAINER_DPO, argc, argv, check_config);
+  dpo_t d = {.cfg = &cfg, .tr = &tr};
+  losses_from(&cfg, &d.loss);  // (checked by check_config)
+  d.need_ref = ct_dpo_needs_reference(&d.loss);
   ct_pref_opts po = {(int)cfg.max_length, (int)cfg.max_prompt_length, (int)cfg.max_completion_length,
                      cfg.skip_bad_rows};
   ct_pref_dataset train, eval = {0};
@@ -326,21 +345,19 @@ int main(int argc, char **argv) {
   d.coef_row = malloc(sizeof(float) * 2 * Bmax);
   if (!d.pairs || !d.ref_c || !d.ref_r || !d.coef_row || ct_batch_init(&d.batch, 2 * Bmax, T) ||
       ct_head_init(&d.head, 2 * Bmax * T, mc->vocab_size, mc->hidden_size, (int)cfg.num_vocab_tiling) ||
-      scorer_init(&d.pol, &tr.model, &d.head, 2 * Bmax, T, true))
+      row_sums_init(&d.pol, 2 * Bmax) || row_sums_init(&d.refs, 2 * Bmax) ||
+      ct_acts_init(&d.acts, &tr.model, 2 * Bmax, T, true))
     fail(1, NULL);
   ref_cache cache_train = {0}, cache_eval = {0};
   if (d.need_ref && cfg.precompute_ref_log_probs) {
     precompute(&d, &train, "ref_logps_train.safetensors", &cache_train);
     if (have_eval) precompute(&d, &eval, "ref_logps_eval.safetensors", &cache_eval);
     if (d.ref_loaded) {  // the reference is not needed any more
-      ct_model_free(&d.ref);
-      ct_acts_free(&d.refs.acts);
+      ct_frozen_free(&d.ref);
       d.ref_loaded = false;
     }
   } else if (d.need_ref) {
-    if (ct_train_reference(&tr, &d.ref) || scorer_init(&d.refs, &d.ref, &d.head, 2 * Bmax, T, false))
-      fail(1, NULL);
-    d.ref_loaded = true;
+    load_reference(&d);
     if (cfg.sync_ref_model) {
       tr.save_extra = save_ref;
       tr.save_extra_ctx = &d;
@@ -368,17 +385,17 @@ int main(int argc, char **argv) {
       int m = n - first < B ? n - first : B;
       ct_pref_batch(&d.batch, &train, step_pairs + first, m, ct_tokenizer_pad(tr.tok));
       reference_rows(&d, &d.batch, ct_, m);  // before the policy: the head keeps its logits
-      score_rows(&tr.model, &d.pol, &d.batch);
+      policy_rows(&d, &d.batch);
       pair_step(&d, m, true, inv_pairs, inv_chosen, &st);
     }
-    ct_dist_sum_f64((double *)&st, DPO_STATS_N);
+    ct_dist_sum_stats(&st);
     double norm, lr;
     if (ct_train_update(&tr, &norm, &lr)) fail(1, NULL);
     if (cfg.sync_ref_model && d.ref_loaded && tr.step % cfg.ref_model_sync_steps == 0 &&
         ct_train_sync_reference(&tr, &d.ref, cfg.ref_model_mixup_alpha))
       fail(1, NULL);
     tr.num_tokens += st.tokens;
-    for (int i = 0; i < DPO_STATS_N; i++) ((double *)&win)[i] += ((double *)&st)[i];
+    ct_stats_add(&win, &st);
     win_norm += norm;
     win_steps++;
     double tok_s = win.tokens / (ct_now() - t_win);
@@ -401,39 +418,13 @@ int main(int argc, char **argv) {
     if (have_eval && cfg.eval_steps > 0 && tr.step % cfg.eval_steps == 0 && !last) evaluate(&d, &eval, ce_);
     if (ct_train_after_step(&tr, &stop)) fail(1, NULL);
   }
-  if (stop) {
-    ct_dist_finalize();
-    return 130;
-  }
-  if (have_eval) evaluate(&d, &eval, ce_);
-  if (ct_train_save_final(&tr)) fail(1, "saving the model");
-  ct_train_log_done(&tr);
-  if (d.ref_loaded) {
-    ct_model_free(&d.ref);
-    ct_acts_free(&d.refs.acts);
-  }
-  free(d.refs.row_lp);
-  free(d.refs.row_len);
-  free(d.refs.row_sum);
-  ct_acts_free(&d.pol.acts);
-  free(d.pol.row_lp);
-  free(d.pol.row_len);
-  free(d.pol.row_sum);
-  free(d.coef_row);
-  ct_head_free(&d.head);
-  ct_batch_free(&d.batch);
-  free(d.pairs);
-  free(d.ref_c);
-  free(d.ref_r);
+  if (!stop && have_eval) evaluate(&d, &eval, ce_);
+  dpo_free(&d);
   free(cache_train.c);
   free(cache_train.r);
   free(cache_eval.c);
   free(cache_eval.r);
   ct_pref_free(&train);
-  if (have_eval) ct_pref_free(&eval);
-  ct_train_free(&tr);
-  ct_config_free(&cfg);
-  ct_pool_free();
-  ct_dist_finalize();
-  return 0;
+  ct_pref_free(&eval);
+  return ct_train_finish(&tr, stop);
 }

@@ -34,10 +34,43 @@
 
 static int fail(int code, const char *what) { ct_dist_die("grpo", code, what); }
 
-static void config_error(const ct_config *c, const char *key, const char *fmt, const char *arg) {
-  char msg[512];
-  snprintf(msg, sizeof msg, fmt, arg);
-  fail(2, (ct_set_error(CT_ECONFIG, "%s: key '%s': %s", ct_config_origin(c, key), key, msg), NULL));
+// GRPO's own checks of the config, before anything is loaded.
+static int agg_kind(const ct_config *c, int *kind) {
+  const char *o = ct_config_origin(c, "loss_type");
+  if (c->loss_type.n != 1)
+    return ct_set_error(CT_ECONFIG, "%s: key 'loss_type': GRPO takes one loss_type (grpo, bnpo, "
+                        "dr_grpo or dapo)", o);
+  for (int i = 0; ct_grpo_loss_type_names[i]; i++)
+    if (!strcmp(c->loss_type.v[0], ct_grpo_loss_type_names[i])) return *kind = i, 0;
+  return ct_set_error(CT_ECONFIG, "%s: key 'loss_type': '%s' is a DPO loss; GRPO takes grpo, bnpo, "
+                      "dr_grpo or dapo", o, c->loss_type.v[0]);
+}
+
+static int reward_init(const ct_config *c, int k, ct_reward **out);
+
+static int check_config(const ct_config *c) {
+  int kind, B = (int)c->per_device_train_batch_size, accum = (int)c->gradient_accumulation_steps;
+  int rc = agg_kind(c, &kind);
+  if (rc) return rc;
+  if (c->reward_funcs.n < 1)
+    return ct_set_error(CT_ECONFIG, "%s: key 'reward_funcs': give at least one reward function",
+                        ct_config_origin(c, "reward_funcs"));
+  if (c->reward_weights.n && c->reward_weights.n != c->reward_funcs.n)
+    return ct_set_error(CT_ECONFIG, "%s: key 'reward_weights': needs one weight per reward function (or none)",
+                        ct_config_origin(c, "reward_weights"));
+  if ((B * accum) % c->num_generations)
+    return ct_set_error(CT_ECONFIG, "%s: key 'num_generations': %d does not divide the %d completions "
+                        "a rank trains on per step (per_device_train_batch_size x gradient_accumulation_steps)",
+                        ct_config_origin(c, "num_generations"), (int)c->num_generations, B * accum);
+  if (c->max_completion_length < 1)
+    return ct_set_error(CT_ECONFIG, "%s: key 'max_completion_length' must be at least 1 for GRPO",
+                        ct_config_origin(c, "max_completion_length"));
+  for (int k = 0; k < c->reward_funcs.n; k++) {  // each reward function builds
+    ct_reward *r;
+    if ((rc = reward_init(c, k, &r))) return rc;
+    ct_reward_free(r);
+  }
+  return 0;
 }
 
 // One sampled completion and everything training needs of it.
@@ -52,53 +85,63 @@ typedef struct {
   char *text;
 } rollout_t;
 
+// The metrics of one set of rollouts, summed over ranks (all doubles: ct_dist_sum_stats).
+typedef struct {
+  double reward, reward_sq;  // Σ r, Σ r² over completions
+  double completions, truncated, length;
+  double group_std, zero_std_groups, groups;
+} rollout_stats;
+
+// Per reward function: Σ of its non-NaN rewards and their count.
+typedef struct {
+  double sum, n;
+} reward_mean;
+
 typedef struct {
   const ct_config *cfg;
   ct_train *tr;
   ct_prompt_set prompts;
   int G, agg, K;
-  ct_reward *rewards[8];
-  double weights[8];
+  ct_reward **rewards;  // (K)
+  double *weights;      // (K)
   ct_infer_weights iw;
   ct_engine *engine;
-  ct_model ref;
+  ct_frozen ref;
   bool use_ref;
   ct_acts acts;      // the policy, kept for backward
-  ct_acts ref_acts;  // the reference, forward only
   ct_head head;
   ct_batch batch;
   rollout_t *ro;        // (local completions)
   int n_ro;             // this rank's completions
   int *step_prompts;
-  double gen_s;         // seconds spent generating for the current rollouts
-  // metrics of the current rollouts (summed over ranks)
-  double m_reward, m_reward_std, m_zero_std, m_len, m_clipped, m_func[8], m_func_n[8];
+  double gen_s;         // seconds spent generating and scoring the current rollouts
+  rollout_stats rs;     // metrics of the current rollouts
+  reward_mean *func;    // (K) the same per reward function
 } grpo_t;
 
-static int agg_kind(const ct_config *c) {
-  if (c->loss_type.n != 1) config_error(c, "loss_type", "GRPO takes one loss_type (%s)", "grpo, bnpo, dr_grpo or dapo");
-  for (int i = 0; ct_grpo_loss_type_names[i]; i++)
-    if (!strcmp(c->loss_type.v[0], ct_grpo_loss_type_names[i])) return i;
-  config_error(c, "loss_type", "'%s' is a DPO loss; GRPO takes grpo, bnpo, dr_grpo or dapo", c->loss_type.v[0]);
-  return 0;
-}
-
-static void init_rewards(grpo_t *g) {
-  const ct_config *c = g->cfg;
-  g->K = c->reward_funcs.n;
-  if (g->K < 1 || g->K > 8) config_error(c, "reward_funcs", "give 1 to 8 reward functions%s", "");
-  if (c->reward_weights.n && c->reward_weights.n != g->K)
-    config_error(c, "reward_weights", "needs one weight per reward function (%s)", "or none");
+// The reward function k of the config (bad names, regexes, URLs are config errors).
+static int reward_init(const ct_config *c, int k, ct_reward **out) {
   ct_reward_opts o = {.answer_field = c->answer_field, .answer_regex = c->answer_regex,
                       .numeric = c->answer_numeric, .format_regex = c->format_regex,
                       .target_length = (int)c->length_target, .url = c->reward_url,
                       .connect_timeout_s = c->reward_connect_timeout, .timeout_s = c->reward_timeout,
                       .retries = (int)c->reward_retries, .backoff_s = c->reward_backoff,
                       .failure_nan = c->reward_failure == CT_REWARD_FAIL_NAN, .batch = (int)c->reward_batch};
+  int kind;
+  if (ct_reward_kind(c->reward_funcs.v[k], &kind) || ct_reward_init(out, kind, &o))
+    return ct_wrap_error(CT_ECONFIG, "%s", ct_config_origin(c, "reward_funcs"));
+  return 0;
+}
+
+static void init_rewards(grpo_t *g) {
+  const ct_config *c = g->cfg;
+  g->K = c->reward_funcs.n;
+  g->rewards = calloc(g->K, sizeof *g->rewards);
+  g->weights = malloc(sizeof(double) * g->K);
+  g->func = calloc(g->K, sizeof *g->func);
+  if (!g->rewards || !g->weights || !g->func) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   for (int k = 0; k < g->K; k++) {
-    int kind;
-    if (ct_reward_kind(c->reward_funcs.v[k], &kind) || ct_reward_init(&g->rewards[k], kind, &o))
-      fail(2, (ct_wrap_error(CT_ECONFIG, "%s", ct_config_origin(c, "reward_funcs")), NULL));
+    if (reward_init(c, k, &g->rewards[k])) fail(2, NULL);
     g->weights[k] = c->reward_weights.n ? c->reward_weights.v[k] : 1.0;
   }
 }
@@ -168,7 +211,7 @@ static void ref_logps(grpo_t *g) {
   int B = (int)g->cfg->per_device_train_batch_size;
   for (int first = 0; first < g->n_ro; first += B) {
     rollout_batch(g, first, g->n_ro - first < B ? g->n_ro - first : B);
-    int k = ct_lm_forward(&g->ref, &g->ref_acts, &g->head, &g->batch), j;
+    int k = ct_frozen_logps(&g->ref, &g->batch, &g->head), j;
     if (k < 0) fail(1, NULL);
     for (int q = 0; q < k; q++) {
       rollout_t *r = gathered(g, first, q, &j);
@@ -177,15 +220,15 @@ static void ref_logps(grpo_t *g) {
   }
 }
 
-// Samples G completions of each of this rank's prompts, scores them, and computes the
-// advantages (and, when needed, old and reference log-probs).
-static void rollouts(grpo_t *g, const int *prompts, int n_prompts) {
+// Samples G completions of each of this rank's prompts into g->ro (one shared prefill
+// per prompt); seeds come from (seed, step, prompt), so a resumed run samples the same.
+static void generate(grpo_t *g, const int *prompts, int n_prompts) {
   const ct_config *c = g->cfg;
   ct_train *tr = g->tr;
-  double t0 = ct_now();
   free_rollouts(g);
   g->n_ro = n_prompts * g->G;
-  ct_gen_request *req = calloc(n_prompts, sizeof *req);
+  ct_gen_request *req = calloc(n_prompts > 0 ? n_prompts : 1, sizeof *req);
+  if (!req) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   const int *stop_ids;
   int n_stop = ct_tokenizer_stop_ids(tr->tok, &stop_ids);
   ct_sample_params sp = {(float)c->temperature, (int)c->top_k, (float)c->top_p, (float)c->min_p,
@@ -201,54 +244,64 @@ static void rollouts(grpo_t *g, const int *prompts, int n_prompts) {
   ct_gen_callbacks cb = {on_done, NULL, g};
   if (ct_generate(g->engine, tr->tok, req, n_prompts, &cb)) fail(1, "generating rollouts");
   free(req);
-  // rewards: one column per function, NaN where a function could not score
-  int n = g->n_ro, K = g->K;
-  double *R = malloc(sizeof(double) * n * K), *r = malloc(sizeof(double) * n), *adv = malloc(sizeof(double) * n);
-  ct_reward_item *items = malloc(sizeof *items * n);
-  double *col = malloc(sizeof(double) * n);
+}
+
+// Scores every rollout with each reward function, sums them with the weights, and turns
+// the sums into group advantages; fills g->rs and g->func (summed over ranks).
+static void score(grpo_t *g) {
+  const ct_config *c = g->cfg;
+  int n = g->n_ro, K = g->K, groups = n / g->G;
+  size_t m = n > 0 ? (size_t)n : 1;
+  // R (n, K): one column per function, NaN where a function could not score
+  double *R = malloc(sizeof(double) * m * K), *r = malloc(sizeof(double) * m);
+  double *adv = malloc(sizeof(double) * m), *col = malloc(sizeof(double) * m);
+  ct_reward_item *items = malloc(sizeof *items * m);
+  if (!R || !r || !adv || !col || !items) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   for (int i = 0; i < n; i++)
     items[i] = (ct_reward_item){g->prompts.text[g->ro[i].prompt], g->ro[i].text, g->prompts.rows[g->ro[i].prompt]};
-  double stats[4 + 16] = {0};  // reward sum, reward² sum, count, clipped; per func: sum, count
+  memset(g->func, 0, sizeof *g->func * K);
   for (int k = 0; k < K; k++) {
     if (ct_reward_score(g->rewards[k], items, n, col)) fail(1, "scoring rollouts");
     for (int i = 0; i < n; i++) {
       R[(long)i * K + k] = col[i];
-      if (col[i] == col[i]) stats[4 + 2 * k] += col[i], stats[5 + 2 * k] += 1;
+      if (col[i] == col[i]) g->func[k].sum += col[i], g->func[k].n += 1;
     }
   }
   ct_grpo_total_rewards(R, n, K, g->weights, r);
-  double len = 0;
+  rollout_stats *s = &g->rs;
+  memset(s, 0, sizeof *s);
   for (int i = 0; i < n; i++) {
-    stats[0] += r[i];
-    stats[1] += r[i] * r[i];
-    stats[2] += 1;
-    stats[3] += g->ro[i].truncated;
-    len += g->ro[i].n;
+    s->reward += r[i];
+    s->reward_sq += r[i] * r[i];
+    s->completions += 1;
+    s->truncated += g->ro[i].truncated;
+    s->length += g->ro[i].n;
   }
-  ct_dist_sum_f64(stats, 4 + 2 * K);
-  double mean = stats[0] / stats[2], var = (stats[1] - stats[2] * mean * mean) / (stats[2] > 1 ? stats[2] - 1 : 1);
-  int zero = ct_grpo_advantages(r, n_prompts, g->G, c->scale_rewards, sqrt(var > 0 ? var : 0), adv);
-  double gstd = 0;  // mean of the groups' reward std
-  for (int p = 0; p < n_prompts; p++) {
-    double m;
-    gstd += ct_grpo_group_std(r + (long)p * g->G, g->G, &m);
+  for (int p = 0; p < groups; p++) {
+    double mean;
+    s->group_std += ct_grpo_group_std(r + (long)p * g->G, g->G, &mean);
   }
-  double more[4] = {gstd, zero, len, n_prompts};
-  ct_dist_sum_f64(more, 4);
+  s->groups = groups;
+  // the batch std needs every rank's rewards; the zero-std count needs the advantages
+  rollout_stats part = *s;
+  ct_dist_sum_stats(&part);
+  double mean = part.reward / part.completions;
+  double var = (part.reward_sq - part.completions * mean * mean) / (part.completions > 1 ? part.completions - 1 : 1);
+  double zero = ct_grpo_advantages(r, groups, g->G, c->scale_rewards, sqrt(var > 0 ? var : 0), adv);
+  ct_dist_sum_f64(&zero, 1);
+  *s = part;
+  s->zero_std_groups = zero;
+  if (ct_dist_sum_f64((double *)g->func, 2 * K)) fail(1, NULL);
   for (int i = 0; i < n; i++) {
     g->ro[i].reward = r[i];
     g->ro[i].adv = adv[i];
     g->ro[i].masked = c->mask_truncated_completions && g->ro[i].truncated;
   }
-  g->m_reward = mean;
-  g->m_reward_std = more[0] / more[3];
-  g->m_zero_std = more[1] / more[3];
-  g->m_len = more[2] / stats[2];
-  g->m_clipped = stats[3] / stats[2];
-  for (int k = 0; k < K; k++) g->m_func[k] = stats[4 + 2 * k], g->m_func_n[k] = stats[5 + 2 * k];
-  free(R); free(r); free(adv); free(items); free(col);
-  if (g->use_ref) ref_logps(g);
-  g->gen_s = ct_now() - t0;
+  free(R);
+  free(r);
+  free(adv);
+  free(col);
+  free(items);
 }
 
 // ---------------------------------------------------------------------------
@@ -257,8 +310,6 @@ static void rollouts(grpo_t *g, const int *prompts, int n_prompts) {
 typedef struct {
   double loss, kl, clip_lo, clip_hi, entropy, tokens, input_tokens;
 } step_stats;
-#define STEP_STATS_N 7
-
 static void train_pass(grpo_t *g, bool first_pass, step_stats *st) {
   const ct_config *c = g->cfg;
   ct_train *tr = g->tr;
@@ -270,7 +321,7 @@ static void train_pass(grpo_t *g, bool first_pass, step_stats *st) {
   for (int i = 0; i < g->n_ro; i++)
     if (!g->ro[i].masked && g->ro[i].n > 0) counts.tokens += g->ro[i].n, counts.sequences += 1;
   counts.micro_batches = (g->n_ro + B - 1) / B;
-  ct_dist_sum_f64((double *)&counts, 3);
+  ct_dist_sum_stats(&counts);
   for (int first = 0; first < g->n_ro; first += B) {
     int n = g->n_ro - first < B ? g->n_ro - first : B;
     double micro_tokens = 0;
@@ -308,28 +359,53 @@ static void train_pass(grpo_t *g, bool first_pass, step_stats *st) {
   }
 }
 
+static void grpo_free(grpo_t *g) {
+  free_rollouts(g);
+  free(g->ro);
+  free(g->step_prompts);
+  if (g->engine) ct_engine_free(g->engine);
+  ct_infer_free(&g->iw);
+  if (g->use_ref) ct_frozen_free(&g->ref);
+  for (int k = 0; k < g->K; k++) ct_reward_free(g->rewards[k]);
+  free(g->rewards);
+  free(g->weights);
+  free(g->func);
+  ct_acts_free(&g->acts);
+  ct_head_free(&g->head);
+  ct_batch_free(&g->batch);
+  ct_prompt_set_free(&g->prompts);
+}
+
+static void log_step(grpo_t *g, const step_stats *st, double lr, double norm, bool new_rollouts,
+                     double train_s) {
+  const rollout_stats *s = &g->rs;
+  ct_train *tr = g->tr;
+  double tok = st->tokens > 0 ? st->tokens : 1, n = s->completions > 0 ? s->completions : 1;
+  double groups = s->groups > 0 ? s->groups : 1;
+  json_t *j = json_pack("{s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}",
+                        "step", (json_int_t)tr->step, "loss", st->loss, "reward", s->reward / n,
+                        "reward_std", s->group_std / groups, "frac_reward_zero_std", s->zero_std_groups / groups,
+                        "kl", st->kl / tok, "clip_ratio/low_mean", st->clip_lo / tok,
+                        "clip_ratio/high_mean", st->clip_hi / tok, "completions/mean_length", s->length / n,
+                        "completions/clipped_ratio", s->truncated / n, "entropy", st->entropy / tok,
+                        "learning_rate", lr, "grad_norm", norm, "num_tokens", tr->num_tokens,
+                        "time/generation_s", new_rollouts ? g->gen_s : 0.0, "time/training_s", train_s);
+  char key[96];
+  for (int k = 0; k < g->K; k++) {
+    snprintf(key, sizeof key, "rewards/%s/mean", ct_reward_name(g->rewards[k]));
+    json_object_set_new(j, key, json_real(g->func[k].n > 0 ? g->func[k].sum / g->func[k].n : NAN));
+  }
+  if (ct_log_metrics(&tr->log, j)) fail(1, NULL);
+}
+
 int main(int argc, char **argv) {
-  ct_blas_init(argc, argv);
-  if (ct_dist_init(&argc, &argv)) fail(1, NULL);
   ct_config cfg;
-  if (ct_config_from_args(&cfg, CT_TRAINER_GRPO, argc, argv)) fail(2, NULL);
-  if (!cfg.dataset_path[0])
-    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'dataset_path' is required: name a JSONL file of prompts",
-                          ct_config_origin(&cfg, "dataset_path")), NULL));
-  grpo_t g = {.cfg = &cfg, .G = (int)cfg.num_generations, .agg = agg_kind(&cfg)};
-  init_rewards(&g);  // bad names, regexes, URLs: before any work
-  int B = (int)cfg.per_device_train_batch_size, accum = (int)cfg.gradient_accumulation_steps;
-  if ((B * accum) % g.G)
-    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'num_generations': %d does not divide the %d completions "
-                          "a rank trains on per step (per_device_train_batch_size x gradient_accumulation_steps)",
-                          ct_config_origin(&cfg, "num_generations"), g.G, B * accum), NULL));
-  if (cfg.max_completion_length < 1)
-    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'max_completion_length' must be at least 1 for GRPO",
-                          ct_config_origin(&cfg, "max_completion_length")), NULL));
   ct_train tr;
-  int rc = ct_train_setup(&tr, &cfg);
-  if (rc) fail(rc == CT_ECONFIG ? 2 : 1, NULL);
-  g.tr = &tr;
+  ct_train_start(&tr, &cfg, CT_TRAINER_GRPO, argc, argv, check_config);
+  grpo_t g = {.cfg = &cfg, .tr = &tr, .G = (int)cfg.num_generations};
+  agg_kind(&cfg, &g.agg);  // (checked by check_config)
+  init_rewards(&g);
+  int B = (int)cfg.per_device_train_batch_size, accum = (int)cfg.gradient_accumulation_steps;
   ct_prompt_opts po = {true, (int)cfg.max_prompt_length, cfg.truncate_prompt == CT_TRUNCATE_LEFT,
                        "max_prompt_length"};
   if (ct_prompt_set_load(&g.prompts, cfg.dataset_path, tr.tok, &po)) fail(1, NULL);
@@ -350,9 +426,7 @@ int main(int argc, char **argv) {
       ct_head_init(&g.head, B * T, mc->vocab_size, mc->hidden_size, (int)cfg.num_vocab_tiling))
     fail(1, NULL);
   g.head.inv_temp = cfg.temperature > 0 ? (float)(1.0 / cfg.temperature) : 1.0f;
-  if (g.use_ref && (ct_train_reference(&tr, &g.ref) || ct_model_rope_reserve(&g.ref, T) ||
-                    ct_acts_init(&g.ref_acts, &g.ref, B, T, false)))
-    fail(1, NULL);
+  if (g.use_ref && ct_train_reference(&tr, &g.ref, CT_FROZEN_F32, B, T)) fail(1, NULL);
   ct_engine_opts eo = {(int)cfg.decode_slots, T, max_prompt > (int)cfg.decode_slots ? max_prompt : (int)cfg.decode_slots};
   if (ct_infer_from_model(&g.iw, &tr.model) || ct_engine_init(&g.engine, &g.iw, &eo)) fail(1, NULL);
   ct_log_info(&tr.log, "training %ld steps; %s loss; beta %g (%s)", tr.total_steps - tr.step,
@@ -363,63 +437,32 @@ int main(int argc, char **argv) {
   double t_win = ct_now();
   while (tr.step < tr.total_steps && !stop) {
     if (iter == 0) {  // new rollouts
+      double t0 = ct_now();
       int n = ct_train_next_seqs(&tr, g.step_prompts, step_prompts);
       int lo = n * tr.rank / tr.world, hi = n * (tr.rank + 1) / tr.world;
-      rollouts(&g, g.step_prompts + lo, hi - lo);
+      generate(&g, g.step_prompts + lo, hi - lo);
+      score(&g);
+      if (g.use_ref) ref_logps(&g);
+      g.gen_s = ct_now() - t0;
     }
     double t1 = ct_now();
     step_stats st = {0};
     train_pass(&g, iter == 0, &st);
-    ct_dist_sum_f64((double *)&st, STEP_STATS_N);
+    ct_dist_sum_stats(&st);
     double norm, lr;
     if (ct_train_update(&tr, &norm, &lr)) fail(1, NULL);
     if (cfg.sync_ref_model && g.use_ref && tr.step % cfg.ref_model_sync_steps == 0 &&
         ct_train_sync_reference(&tr, &g.ref, cfg.ref_model_mixup_alpha))
       fail(1, NULL);
-    double train_s = ct_now() - t1, tok = st.tokens > 0 ? st.tokens : 1;
+    double train_s = ct_now() - t1;
     tr.num_tokens += st.input_tokens;
-    ct_log_progress(&tr.log, tr.step, g.m_reward, st.input_tokens / (ct_now() - t_win));
+    ct_log_progress(&tr.log, tr.step, g.rs.reward / (g.rs.completions > 0 ? g.rs.completions : 1),
+                    st.input_tokens / (ct_now() - t_win));
     t_win = ct_now();
-    if (tr.step % cfg.logging_steps == 0 || tr.step == tr.total_steps) {
-      json_t *j = json_pack("{s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}",
-                            "step", (json_int_t)tr.step, "loss", st.loss, "reward", g.m_reward,
-                            "reward_std", g.m_reward_std, "frac_reward_zero_std", g.m_zero_std,
-                            "kl", st.kl / tok, "clip_ratio/low_mean", st.clip_lo / tok,
-                            "clip_ratio/high_mean", st.clip_hi / tok, "completions/mean_length", g.m_len,
-                            "completions/clipped_ratio", g.m_clipped, "entropy", st.entropy / tok,
-                            "learning_rate", lr, "grad_norm", norm, "num_tokens", tr.num_tokens,
-                            "time/generation_s", iter == 0 ? g.gen_s : 0.0, "time/training_s", train_s);
-      char key[96];
-      for (int k = 0; k < g.K; k++) {
-        snprintf(key, sizeof key, "rewards/%s/mean", ct_reward_name(g.rewards[k]));
-        json_object_set_new(j, key, json_real(g.m_func_n[k] > 0 ? g.m_func[k] / g.m_func_n[k] : NAN));
-      }
-      if (ct_log_metrics(&tr.log, j)) fail(1, NULL);
-    }
+    if (tr.step % cfg.logging_steps == 0 || tr.step == tr.total_steps) log_step(&g, &st, lr, norm, iter == 0, train_s);
     iter = (iter + 1) % (int)cfg.num_iterations;
     if (ct_train_after_step(&tr, &stop)) fail(1, NULL);
   }
-  if (stop) {
-    ct_dist_finalize();
-    return 130;
-  }
-  if (ct_train_save_final(&tr)) fail(1, "saving the model");
-  ct_train_log_done(&tr);
-  free_rollouts(&g);
-  free(g.ro);
-  free(g.step_prompts);
-  ct_engine_free(g.engine);
-  ct_infer_free(&g.iw);
-  if (g.use_ref) ct_model_free(&g.ref);
-  for (int k = 0; k < g.K; k++) ct_reward_free(g.rewards[k]);
-  ct_acts_free(&g.acts);
-  ct_acts_free(&g.ref_acts);
-  ct_head_free(&g.head);
-  ct_batch_free(&g.batch);
-  ct_prompt_set_free(&g.prompts);
-  ct_train_free(&tr);
-  ct_config_free(&cfg);
-  ct_pool_free();
-  ct_dist_finalize();
-  return 0;
+  grpo_free(&g);
+  return ct_train_finish(&tr, stop);
 }

@@ -48,22 +48,28 @@ void ct_head_free(ct_head *h) {
   memset(h, 0, sizeof *h);
 }
 
-int ct_head_gather(ct_head *h, const float *hidden, const int *target, int N) {
+// rows and target of the tokens with a target; the count, or CT_EINVAL past the capacity.
+static int select_rows(ct_head *h, const int *target, int N) {
   if (N > h->cap)
     return ct_set_error(CT_EINVAL, "LM head: %d tokens exceed the %d rows it was sized for", N, h->cap);
   int n = 0;
   for (int t = 0; t < N; t++)
     if (target[t] >= 0) {
       h->rows[n] = t;
-      h->target[n] = target[t];
-      // logits / T = (hidden / T) · Wᵀ: scaling the row scales the logits
-      const float *src = hidden + (long)t * h->C;
-      float *dst = h->hc + (long)n * h->C;
-      if (h->inv_temp == 1.0f) memcpy(dst, src, sizeof(float) * h->C);
-      else for (int c = 0; c < h->C; c++) dst[c] = src[c] * h->inv_temp;
-      n++;
+      h->target[n++] = target[t];
     }
-  h->n = n;
+  return h->n = n;
+}
+
+int ct_head_gather(ct_head *h, const float *hidden, const int *target, int N) {
+  int n = select_rows(h, target, N);
+  for (int r = 0; r < n; r++) {
+    // logits / T = (hidden / T) · Wᵀ: scaling the row scales the logits
+    const float *src = hidden + (long)h->rows[r] * h->C;
+    float *dst = h->hc + (long)r * h->C;
+    if (h->inv_temp == 1.0f) memcpy(dst, src, sizeof(float) * h->C);
+    else for (int c = 0; c < h->C; c++) dst[c] = src[c] * h->inv_temp;
+  }
   return n;
 }
 
@@ -114,7 +120,14 @@ static void fold_chunk_task(void *ctx, int part, int thread) {
   }
 }
 
-void ct_head_forward(ct_head *h, const float *W) {
+int ct_head_adopt(ct_head *h, const int *target, int N) {
+  int n = select_rows(h, target, N);
+  if (h->inv_temp != 1.0f)
+    for (long k = 0; k < (long)n * h->C; k++) h->hc[k] *= h->inv_temp;
+  return n;
+}
+
+static void head_forward(ct_head *h, const float *W, ct_logits_fn fn, void *ctx) {
   int n = h->n;
   for (int r = 0; r < n; r++) {
     h->lse[r] = -INFINITY;  // running max until the end
@@ -124,7 +137,8 @@ void ct_head_forward(ct_head *h, const float *W) {
   for (int v0 = 0; v0 < h->V; v0 += h->tile) {
     int nv = v0 + h->tile <= h->V ? h->tile : h->V - v0;
     // logits (n, nv) = hc · W[v0 : v0+nv]ᵀ
-    ct_sgemm('N', 'T', n, nv, h->C, 1, h->hc, h->C, W + (long)v0 * h->C, h->C, 0, h->logits, nv);
+    if (fn) fn(ctx, h->hc, n, v0, nv, h->logits);
+    else ct_sgemm('N', 'T', n, nv, h->C, 1, h->hc, h->C, W + (long)v0 * h->C, h->C, 0, h->logits, nv);
     chunk_job j = {h, v0, nv, ct_pool_parts(n)};
     ct_parallel_for(j.parts, fold_chunk_task, &j);
   }
@@ -135,6 +149,10 @@ void ct_head_forward(ct_head *h, const float *W) {
     h->lse[r] = lse;
   }
 }
+
+void ct_head_forward(ct_head *h, const float *W) { head_forward(h, W, NULL, NULL); }
+
+void ct_head_forward_fn(ct_head *h, ct_logits_fn fn, void *ctx) { head_forward(h, NULL, fn, ctx); }
 
 // Turns a chunk of logits into dlogits in place.
 static void dlogits_task(void *ctx, int part, int thread) {

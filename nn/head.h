@@ -37,8 +37,18 @@ void ct_head_free(ct_head *h);
 // Returns the row count, or CT_EINVAL when N exceeds the capacity.
 int ct_head_gather(ct_head *h, const float *hidden, const int *target, int N);
 
+// ct_head_gather for a caller that wrote the n = (number of target[t] >= 0) gathered
+// hidden rows into h->hc itself, in token order: fills rows and target, and scales the
+// rows by inv_temp as ct_head_gather does. Returns n, or CT_EINVAL past the capacity.
+int ct_head_adopt(ct_head *h, const int *target, int N);
+
 // Logits of the gathered rows against W (V, C); fills lse, logp, entropy, argmax.
 void ct_head_forward(ct_head *h, const float *W);
+
+// The same with the logits computed by fn: out (n, nv) = logits of vocabulary columns
+// [v0, v0 + nv) for hidden rows (n, C) — an LM head that is not an fp32 matrix (int8).
+typedef void (*ct_logits_fn)(void *ctx, const float *hidden, int n, int v0, int nv, float *out);
+void ct_head_forward_fn(ct_head *h, ct_logits_fn fn, void *ctx);
 
 // dW (V, C) += dlogitsᵀ · hc;  d_hidden (N, C) = dlogits · W on gathered rows, 0 elsewhere.
 // With ntiles == 1 the logits kept by ct_head_forward are reused and overwritten: call

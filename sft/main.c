@@ -49,6 +49,13 @@ typedef struct {
   int *seqs;
 } workspace;
 
+static void workspace_free(workspace *w) {
+  ct_acts_free(&w->acts);
+  ct_head_free(&w->head);
+  ct_batch_free(&w->batch);
+  free(w->seqs);
+}
+
 // Evaluation over the whole eval set (sequences split across ranks) -> metrics.
 static json_t *evaluate(ct_train *tr, workspace *w, const ct_dataset *ev) {
   const ct_config *c = tr->cfg;
@@ -76,20 +83,10 @@ static void log_eval(ct_train *tr, json_t *m) {
 }
 
 int main(int argc, char **argv) {
-  ct_blas_init(argc, argv);
-  if (ct_dist_init(&argc, &argv)) fail(1, NULL);
   ct_config cfg;
-  if (ct_config_from_args(&cfg, CT_TRAINER_SFT, argc, argv)) fail(2, NULL);
-  if (!cfg.dataset_path[0])
-    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'dataset_path' is required: name a JSONL file",
-                          ct_config_origin(&cfg, "dataset_path")), NULL));
   ct_train tr;
-  int rc = ct_train_setup(&tr, &cfg);
-  if (rc) fail(rc == CT_ECONFIG ? 2 : 1, NULL);
+  ct_train_start(&tr, &cfg, CT_TRAINER_SFT, argc, argv, NULL);
   const ct_model_config *mc = &tr.model.cfg;
-  ct_log_info(&tr.log, "model: %s, %d layers, hidden %d, %.1fM parameters%s%s",
-              mc->model_type, mc->num_layers, mc->hidden_size, tr.model.n_floats / 1e6,
-              tr.resumed_from[0] ? ", resumed from " : "", tr.resumed_from);
 
   ct_dataset train, eval = {0};
   ct_data_opts o = data_opts(&cfg, cfg.packing);
@@ -167,22 +164,9 @@ int main(int argc, char **argv) {
       log_eval(&tr, evaluate(&tr, &w, &eval));
     if (ct_train_after_step(&tr, &stop)) fail(1, NULL);
   }
-  if (stop) {
-    ct_dist_finalize();
-    return 130;
-  }
-  if (have_eval) log_eval(&tr, evaluate(&tr, &w, &eval));
-  if (ct_train_save_final(&tr)) fail(1, "saving the model");
-  ct_train_log_done(&tr);
-  ct_acts_free(&w.acts);
-  ct_head_free(&w.head);
-  ct_batch_free(&w.batch);
-  free(w.seqs);
+  if (!stop && have_eval) log_eval(&tr, evaluate(&tr, &w, &eval));
+  workspace_free(&w);
   ct_dataset_free(&train);
-  if (have_eval) ct_dataset_free(&eval);
-  ct_train_free(&tr);
-  ct_config_free(&cfg);
-  ct_pool_free();
-  ct_dist_finalize();
-  return 0;
+  ct_dataset_free(&eval);
+  return ct_train_finish(&tr, stop);
 }

@@ -12,31 +12,8 @@
 #include "pool.h"
 #include "rng.h"
 #include "test.h"
+#include "tiny_model.h"
 #include "weights.h"
-
-static ct_model_config tiny(const char *type) {
-  ct_model_config c = {.vocab_size = 37, .hidden_size = 24, .intermediate_size = 40,
-                       .num_layers = 2, .num_heads = 4, .num_kv_heads = 2, .head_dim = 8,
-                       .max_position_embeddings = 64, .rope_theta = 10000,
-                       .rms_norm_eps = 1e-6f, .tie_word_embeddings = true,
-                       .bos_token_id = -1, .eos_token_id = -1, .pad_token_id = -1};
-  snprintf(c.model_type, sizeof c.model_type, "%s", type);
-  if (!strcmp(type, "qwen2")) c.qkv_bias = true, c.tie_word_embeddings = false;
-  if (!strcmp(type, "qwen3")) c.qk_norm = true, c.head_dim = 10;
-  return c;
-}
-
-static void make_model(ct_model *m, const char *type) {
-  ct_model_config c = tiny(type);
-  if (ct_model_init(m, &c, 64)) exit(1);
-  ct_model_init_random(m, 5, 0.3f);
-  ct_rng r;
-  ct_rng_seed(&r, 6);
-  for (int i = 0; i < m->n_tensors; i++)  // non-trivial norms and biases
-    if (m->tensors[i].ndim == 1)
-      for (long k = 0; k < m->tensors[i].numel; k++)
-        m->params[m->tensors[i].offset + k] = (float)(1 + 0.2 * ct_rng_normal(&r));
-}
 
 // Logits (T, V) of one causal row through the training forward.
 static float *train_logits(const ct_model *m, const int *ids, int T) {
@@ -53,7 +30,7 @@ static float *train_logits(const ct_model *m, const int *ids, int T) {
 
 static void check_decode_matches_training_forward(const char *type) {
   ct_model m;
-  make_model(&m, type);
+  tiny_model(&m, type);
   int T = 14, P = 5, V = m.cfg.vocab_size;
   int ids[14];
   for (int t = 0; t < T; t++) ids[t] = (t * 7 + 3) % V;
@@ -93,7 +70,7 @@ static void test_kv_cache_decode_matches_training_forward_qwen3_qk_norm(void) { 
 // to others; a copied slot decodes exactly like its source.
 static void test_packing_batching_and_slot_copies_change_no_bit(void) {
   ct_model m;
-  make_model(&m, "qwen2");
+  tiny_model(&m, "qwen2");
   int V = m.cfg.vocab_size;
   ct_infer_weights w;
   CHECK_OK(ct_infer_from_model(&w, &m));
@@ -142,7 +119,7 @@ static void test_packing_batching_and_slot_copies_change_no_bit(void) {
 // every int8 byte and scale, and the reloaded model computes identical logits.
 static void test_int8_tracks_fp32_and_round_trips_byte_exact(void) {
   ct_model m;
-  make_model(&m, "llama");
+  tiny_model(&m, "llama");
   int V = m.cfg.vocab_size;
   ct_infer_weights wf, wq, wl;
   CHECK_OK(ct_infer_from_model(&wf, &m));

@@ -1,0 +1,144 @@
+// frozen: the forward-only model behind DPO's and GRPO's reference and distillation's
+// teacher — float32 through the training forward (no activations kept), int8 through
+// the inference engine. It has no backward and never writes its weights.
+#include "frozen.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "hash.h"
+#include "hf.h"
+#include "lm.h"
+#include "matmul.h"
+
+const char *const ct_frozen_dtype_names[] = {"float32", "int8", NULL};
+_Static_assert(sizeof ct_frozen_dtype_names / sizeof *ct_frozen_dtype_names == CT_FROZEN_COUNT + 1,
+               "ct_frozen_dtype_names must name every CT_FROZEN_* value");
+
+// The engine pass of the int8 path: one slot per row, N tokens.
+static int engine_init(ct_frozen *f) {
+  long N = (long)f->B * f->T;
+  ct_engine_opts eo = {f->B, f->T, (int)N};
+  f->slot = malloc(sizeof(int) * N);
+  f->pos = malloc(sizeof(int) * N);
+  f->outs = malloc(sizeof(int) * N);
+  if (!f->slot || !f->pos || !f->outs) return ct_set_error(CT_ENOMEM, "frozen model: out of memory");
+  return ct_engine_init(&f->engine, &f->iw, &eo);
+}
+
+int ct_frozen_init(ct_frozen *f, ct_model *m, int dtype, int B, int T) {
+  memset(f, 0, sizeof *f);
+  f->dtype = dtype;
+  f->cfg = m->cfg;
+  f->B = B;
+  f->T = T;
+  f->model = *m;  // ownership moves here
+  memset(m, 0, sizeof *m);
+  int rc;
+  if (dtype == CT_FROZEN_INT8) {
+    rc = ct_infer_quantize(&f->iw, &f->model);
+    ct_model_free(&f->model);  // the int8 copy is all that is needed
+    if (!rc) rc = engine_init(f);
+  } else {
+    rc = ct_model_rope_reserve(&f->model, T);
+    if (!rc) rc = ct_acts_init(&f->acts, &f->model, B, T, false);
+    if (!rc) rc = ct_infer_from_model(&f->iw, &f->model);
+  }
+  if (rc) ct_frozen_free(f);
+  return rc;
+}
+
+int ct_frozen_open(ct_frozen *f, const char *dir, int dtype, int B, int T) {
+  memset(f, 0, sizeof *f);
+  if (dtype != CT_FROZEN_INT8) {
+    ct_model m;
+    int rc = ct_model_load(&m, dir, T);
+    return rc ? rc : ct_frozen_init(f, &m, dtype, B, T);
+  }
+  // int8: the engine's loader reads a ctune int8 directory as it is, or quantizes a
+  // full-precision one without keeping its float32 matrices.
+  f->dtype = dtype;
+  f->B = B;
+  f->T = T;
+  int rc = ct_infer_load(&f->iw, dir, true);
+  if (!rc) {
+    f->cfg = f->iw.cfg;
+    rc = engine_init(f);
+  }
+  if (rc) ct_frozen_free(f);
+  return rc;
+}
+
+void ct_frozen_free(ct_frozen *f) {
+  if (f->engine) ct_engine_free(f->engine);
+  ct_infer_free(&f->iw);
+  ct_acts_free(&f->acts);
+  ct_model_free(&f->model);
+  free(f->slot);
+  free(f->pos);
+  free(f->outs);
+  memset(f, 0, sizeof *f);
+}
+
+float *ct_frozen_params(ct_frozen *f) { return f->dtype == CT_FROZEN_F32 ? f->model.params : NULL; }
+
+uint64_t ct_frozen_checksum(const ct_frozen *f) {
+  if (f->dtype == CT_FROZEN_INT8)
+    return ct_fnv1a(f->iw.qmem, (size_t)f->iw.layout.n_floats, CT_FNV1A_INIT);
+  return ct_fnv1a(f->model.params, sizeof(float) * (size_t)f->model.n_floats, CT_FNV1A_INIT);
+}
+
+// int8: one engine pass over b (row i in slot i), the final hidden states of the target
+// tokens into out.
+static int engine_hidden(ct_frozen *f, const ct_batch *b, float *out) {
+  int N = b->B * b->T, n = 0;
+  if (b->B > f->B || b->T > f->T)
+    return ct_set_error(CT_EINVAL, "batch of %d x %d tokens exceeds the frozen model's %d x %d",
+                        b->B, b->T, f->B, f->T);
+  for (int i = 0; i < N; i++) {
+    f->slot[i] = i / b->T;
+    f->pos[i] = i % b->T;
+    if (b->target[i] >= 0) f->outs[n++] = i;
+  }
+  int rc = ct_engine_forward_hidden(f->engine, N, b->ids, f->slot, f->pos, f->outs, n, out);
+  return rc ? rc : n;
+}
+
+int ct_frozen_hidden(ct_frozen *f, const ct_batch *b, float *out) {
+  if (f->dtype == CT_FROZEN_INT8) return engine_hidden(f, b, out);
+  int rc = ct_forward_batch(&f->model, &f->acts, b);
+  if (rc) return rc;
+  int N = b->B * b->T, n = 0, C = f->cfg.hidden_size;
+  for (int i = 0; i < N; i++)
+    if (b->target[i] >= 0) memcpy(out + (long)n++ * C, f->acts.lnf + (long)i * C, sizeof(float) * C);
+  return n;
+}
+
+void ct_frozen_logits(const ct_frozen *f, const float *hidden, int n, int v0, int nv, float *out) {
+  int C = f->cfg.hidden_size;
+  if (f->dtype == CT_FROZEN_F32) {
+    ct_sgemm('N', 'T', n, nv, C, 1, hidden, C, f->model.w.lm_head + (long)v0 * C, C, 0, out, nv);
+    return;
+  }
+  const ct_linear *h = &f->iw.lm_head;  // rows [v0, v0 + nv) of the int8 head
+  ct_linear part = {nv, h->cols, NULL, h->q + (long)v0 * h->cols, h->scale + v0, h->rowsum + v0};
+  ct_linear_forward(&part, hidden, C, n, out, nv, 0);
+}
+
+static void logits_fn(void *ctx, const float *hidden, int n, int v0, int nv, float *out) {
+  ct_frozen_logits(ctx, hidden, n, v0, nv, out);
+}
+
+int ct_frozen_logps(ct_frozen *f, const ct_batch *b, ct_head *h) {
+  // float32: exactly the policy's path (ct_lm_forward), so equal weights give equal log-probs
+  if (f->dtype == CT_FROZEN_F32) return ct_lm_forward(&f->model, &f->acts, h, b);
+  if (b->B * b->T > h->cap)
+    return ct_set_error(CT_EINVAL, "LM head: %d tokens exceed the %d rows it was sized for",
+                        b->B * b->T, h->cap);
+  int n = engine_hidden(f, b, h->hc);
+  if (n < 0) return n;
+  ct_head_adopt(h, b->target, b->B * b->T);
+  ct_head_forward_fn(h, logits_fn, f);
+  return n;
+}

@@ -1,0 +1,59 @@
+// frozen: a model that only ever runs forward — DPO's and GRPO's reference, distillation's
+// teacher (and, later, a LoRA base and a reward model). One module so that each storage
+// choice is written once and every trainer gets it:
+//   float32  the training forward over a ct_model, keeping no activations for backward
+//            (ct_acts with keep = false): the same kernels, so its log-probs equal the
+//            policy's bit for bit when the weights are equal;
+//   int8     the inference engine's int8 weights (sampler/weights.h), one scale per row.
+// It never has gradients or optimizer state. Its weights do not change while it is open,
+// except through ct_frozen_params (TR-DPO's reference sync, float32 only).
+//
+// Shapes: B rows of at most T tokens per forward; N = B*T; C hidden; V vocabulary.
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "data.h"
+#include "engine.h"
+#include "forward.h"
+#include "head.h"
+#include "model.h"
+#include "weights.h"
+
+enum { CT_FROZEN_F32, CT_FROZEN_INT8, CT_FROZEN_COUNT };
+extern const char *const ct_frozen_dtype_names[];  // "float32", "int8"
+
+typedef struct {
+  int dtype;              // CT_FROZEN_*
+  ct_model_config cfg;
+  int B, T;               // capacity of one forward
+  ct_model model;         // float32: the parameters
+  ct_acts acts;           // float32: one layer's activations, reused (keep = false)
+  ct_infer_weights iw;    // the engine's view: float32 views of model, or the int8 weights
+  ct_engine *engine;      // int8: runs the forward (slot = row, one pass per batch)
+  int *slot, *pos, *outs; // int8: (N) the engine pass's token placement
+} ct_frozen;
+
+// Takes ownership of m (loaded or copied by the caller: nothing to free on failure either)
+// and readies it for forwards of B rows x T tokens; with CT_FROZEN_INT8 the weights are
+// quantized and the float32 parameters freed.
+int ct_frozen_init(ct_frozen *f, ct_model *m, int dtype, int B, int T);
+// Loads a Hugging Face model directory (a ctune int8 directory loads as int8).
+int ct_frozen_open(ct_frozen *f, const char *dir, int dtype, int B, int T);
+void ct_frozen_free(ct_frozen *f);
+
+// The float32 parameters (NULL for int8): TR-DPO's reference sync writes them.
+float *ct_frozen_params(ct_frozen *f);
+// A checksum of the stored weights: a test that training left them exactly as loaded.
+uint64_t ct_frozen_checksum(const ct_frozen *f);
+
+// Runs b through the model and writes the final hidden states (the LM head's input) of
+// b's target tokens, in token order (the order ct_head_gather takes), into out (n, C).
+// Returns n, or a negative error (b larger than the capacity, a position past T).
+int ct_frozen_hidden(ct_frozen *f, const ct_batch *b, float *out);
+// Logits (n, nv) of vocabulary columns [v0, v0 + nv) for hidden rows (n, C).
+void ct_frozen_logits(const ct_frozen *f, const float *hidden, int n, int v0, int nv, float *out);
+// The log-probs of b's targets at h->inv_temp: runs b, then the LM head over the target
+// rows (h->logp, lse, entropy, argmax as ct_lm_forward leaves them). Returns the number
+// of gathered rows, or a negative error.
+int ct_frozen_logps(ct_frozen *f, const ct_batch *b, ct_head *h);

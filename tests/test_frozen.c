@@ -1,0 +1,153 @@
+// frozen: the forward-only model behind references and teachers. A float32 frozen copy
+// gives the policy's own log-probs bit for bit (the DPO/GRPO "policy == reference"
+// starting point relies on it); its hidden states are the training forward's; the int8
+// storage stays close to float32; and nothing a forward does changes the weights.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "frozen.h"
+#include "lm.h"
+#include "pool.h"
+#include "test.h"
+#include "tiny_model.h"
+
+enum { B = 3, T = 9 };
+
+// Three rows of different lengths (right-padded), targets on every real next token.
+static void make_batch(ct_batch *b, int V) {
+  if (ct_batch_init(b, B, T)) exit(1);
+  b->B = B;
+  b->T = T;
+  b->n_target = b->n_tokens = 0;
+  int lens[B] = {9, 6, 4};
+  for (int r = 0; r < B; r++) {
+    int ids[T];
+    for (int t = 0; t < lens[r]; t++) ids[t] = (r * 11 + t * 7 + 3) % V;
+    ct_batch_row(b, r, ids, 1, ids + 1, lens[r] - 1, 0);
+  }
+}
+
+// A float32 copy of a model's weights for the frozen module (which takes ownership).
+static void copy_model(ct_model *dst, const ct_model *src) {
+  if (ct_model_init(dst, &src->cfg, T)) exit(1);
+  memcpy(dst->params, src->params, sizeof(float) * src->n_floats);
+}
+
+static void check_f32_logps_equal_the_policy_bit_for_bit(const char *type) {
+  ct_model m, c;
+  tiny_model(&m, type);
+  copy_model(&c, &m);
+  ct_frozen f;
+  CHECK_OK(ct_frozen_init(&f, &c, CT_FROZEN_F32, B, T));
+  ct_batch b;
+  make_batch(&b, m.cfg.vocab_size);
+  ct_acts a;
+  ct_head h1, h2;
+  CHECK_OK(ct_acts_init(&a, &m, B, T, true));
+  CHECK_OK(ct_head_init(&h1, B * T, m.cfg.vocab_size, m.cfg.hidden_size, 1));
+  CHECK_OK(ct_head_init(&h2, B * T, m.cfg.vocab_size, m.cfg.hidden_size, 1));
+  h1.inv_temp = h2.inv_temp = 1 / 0.7f;  // a sampling temperature, as GRPO's reference uses
+  int n1 = ct_lm_forward(&m, &a, &h1, &b), n2 = ct_frozen_logps(&f, &b, &h2);
+  CHECK(n1 == (int)b.n_target && n2 == n1);
+  CHECK(n1 > 0 && !memcmp(h1.logp, h2.logp, sizeof(float) * n1));
+  CHECK(!memcmp(h1.rows, h2.rows, sizeof(int) * n1));
+  // the hidden states of the target rows are the training forward's
+  float *hid = malloc(sizeof(float) * n1 * m.cfg.hidden_size);
+  CHECK(ct_frozen_hidden(&f, &b, hid) == n1);
+  for (int q = 0; q < n1; q++)
+    for (int k = 0; k < m.cfg.hidden_size; k++)
+      CHECK(hid[(long)q * m.cfg.hidden_size + k] == a.lnf[(long)h1.rows[q] * m.cfg.hidden_size + k]);
+  free(hid);
+  ct_head_free(&h1);
+  ct_head_free(&h2);
+  ct_acts_free(&a);
+  ct_batch_free(&b);
+  ct_frozen_free(&f);
+  ct_model_free(&m);
+}
+
+static void test_f32_logps_equal_the_policy_bit_for_bit(void) {
+  check_f32_logps_equal_the_policy_bit_for_bit("llama");
+  check_f32_logps_equal_the_policy_bit_for_bit("qwen2");
+  check_f32_logps_equal_the_policy_bit_for_bit("qwen3");
+}
+
+// int8: the log-probs are exactly those of the engine's own int8 logits (same rows, same
+// targets: 1e-5 allows the head's chunked float log-sum-exp against a double one), and
+// close to float32's. int8 rounds every weight (per-row absmax / 127) and every matmul
+// input row, which moves this model's logits by up to ~0.06 (test_engine); at
+// temperature 0.7 a log-prob moves by up to about twice that / 0.7, so 0.3 nat bounds
+// it, while a misplaced or unscaled row is off by whole nats.
+static void test_int8_logps_are_close_to_f32_and_use_the_same_rows(void) {
+  ct_model m, c8;
+  tiny_model(&m, "qwen2");
+  copy_model(&c8, &m);
+  ct_frozen f8;
+  CHECK_OK(ct_frozen_init(&f8, &c8, CT_FROZEN_INT8, B, T));
+  CHECK(ct_frozen_params(&f8) == NULL && f8.model.params == NULL);  // the fp32 copy is gone
+  ct_batch b;
+  make_batch(&b, m.cfg.vocab_size);
+  ct_acts a;
+  ct_head h1, h2;
+  CHECK_OK(ct_acts_init(&a, &m, B, T, false));
+  CHECK_OK(ct_head_init(&h1, B * T, m.cfg.vocab_size, m.cfg.hidden_size, 1));
+  CHECK_OK(ct_head_init(&h2, B * T, m.cfg.vocab_size, m.cfg.hidden_size, 3));  // in 3 vocab chunks
+  h1.inv_temp = h2.inv_temp = 1 / 0.7f;
+  uint64_t sum = ct_frozen_checksum(&f8);
+  int n1 = ct_lm_forward(&m, &a, &h1, &b), n2 = ct_frozen_logps(&f8, &b, &h2);
+  CHECK(n2 == n1 && !memcmp(h1.rows, h2.rows, sizeof(int) * n1) && !memcmp(h1.target, h2.target, sizeof(int) * n1));
+  int V = m.cfg.vocab_size, N = B * T, outs[B * T], nout = 0;
+  for (int i = 0; i < N; i++)
+    if (b.target[i] >= 0) outs[nout++] = i;
+  float *lg = malloc(sizeof(float) * nout * V);
+  CHECK_OK(ct_engine_forward(f8.engine, N, b.ids, f8.slot, f8.pos, outs, nout, lg));  // (slot/pos as filled)
+  double worst = 0, exact = 0;
+  for (int q = 0; q < n1; q++) {
+    const float *l = lg + (long)q * V;
+    double mx = -INFINITY, z = 0;
+    for (int v = 0; v < V; v++) mx = fmax(mx, l[v] / 0.7);
+    for (int v = 0; v < V; v++) z += exp(l[v] / 0.7 - mx);
+    exact = fmax(exact, fabs(l[h2.target[q]] / 0.7 - mx - log(z) - h2.logp[q]));
+    worst = fmax(worst, fabs((double)h1.logp[q] - h2.logp[q]));
+  }
+  fprintf(stderr, "    int8 vs fp32: max |Δ log-prob| %.4f over %d tokens; vs the engine's logits %.2g\n",
+          worst, n1, exact);
+  CHECK(exact < 1e-5);
+  CHECK(worst < 0.3 && worst > 0);
+  free(lg);
+  CHECK(ct_frozen_checksum(&f8) == sum);
+  ct_head_free(&h1);
+  ct_head_free(&h2);
+  ct_acts_free(&a);
+  ct_batch_free(&b);
+  ct_frozen_free(&f8);
+  ct_model_free(&m);
+}
+
+// A batch past the capacity, or a position past T, is an error, not a write out of bounds.
+static void test_oversized_batches_are_errors(void) {
+  ct_model m, c;
+  tiny_model(&m, "llama");
+  copy_model(&c, &m);
+  ct_frozen f;
+  CHECK_OK(ct_frozen_init(&f, &c, CT_FROZEN_F32, 1, T));
+  ct_batch b;
+  make_batch(&b, m.cfg.vocab_size);
+  float *hid = malloc(sizeof(float) * B * T * m.cfg.hidden_size);
+  CHECK(ct_frozen_hidden(&f, &b, hid) == CT_EINVAL);
+  free(hid);
+  ct_batch_free(&b);
+  ct_frozen_free(&f);
+  ct_model_free(&m);
+}
+
+int main(void) {
+  ct_pool_init(2);
+  RUN(test_f32_logps_equal_the_policy_bit_for_bit);
+  RUN(test_int8_logps_are_close_to_f32_and_use_the_same_rows);
+  RUN(test_oversized_batches_are_errors);
+  ct_pool_free();
+  return test_summary();
+}

@@ -1,0 +1,36 @@
+// tiny_model: the small random models the numeric tests run (a few hundred parameters
+// per matrix), in each supported family, with non-trivial norm weights and biases.
+#pragma once
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "rng.h"
+
+// llama: tied, GQA 4/2; qwen2: + q/k/v biases, untied; qwen3: + q/k norms, head_dim 10.
+static inline ct_model_config tiny_config(const char *type) {
+  ct_model_config c = {.vocab_size = 37, .hidden_size = 24, .intermediate_size = 40,
+                       .num_layers = 2, .num_heads = 4, .num_kv_heads = 2, .head_dim = 8,
+                       .max_position_embeddings = 64, .rope_theta = 10000,
+                       .rms_norm_eps = 1e-6f, .tie_word_embeddings = true,
+                       .bos_token_id = -1, .eos_token_id = -1, .pad_token_id = -1};
+  snprintf(c.model_type, sizeof c.model_type, "%s", type);
+  if (!strcmp(type, "qwen2")) c.qkv_bias = true, c.tie_word_embeddings = false;
+  if (!strcmp(type, "qwen3")) c.qk_norm = true, c.head_dim = 10;
+  return c;
+}
+
+// A tiny_config model with RoPE tables for 64 positions: matrices normal(0, 0.3),
+// vectors (norms, biases) 1 + normal(0, 0.2), from fixed seeds.
+static inline void tiny_model(ct_model *m, const char *type) {
+  ct_model_config c = tiny_config(type);
+  if (ct_model_init(m, &c, 64)) exit(1);
+  ct_model_init_random(m, 5, 0.3f);
+  ct_rng r;
+  ct_rng_seed(&r, 6);
+  for (int i = 0; i < m->n_tensors; i++)
+    if (m->tensors[i].ndim == 1)
+      for (long k = 0; k < m->tensors[i].numel; k++)
+        m->params[m->tensors[i].offset + k] = (float)(1 + 0.2 * ct_rng_normal(&r));
+}
