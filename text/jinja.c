@@ -2253,8 +2253,6 @@ static val *call_value(interp *I, const node *x, val *fnv, args_t *a, env *e) {
   rfail(I, x, "unknown function '%s'", g);
 }
 
-static val *apply_filter(interp *I, const node *fx, val *v, const node *f, env *e);
-
 static bool run_test(interp *I, const node *x, const char *name, const val *v, const val *arg) {
   if (!strcmp(name, "boolean")) return v->t == V_BOOL;
   if (!strcmp(name, "callable")) return v->t == V_FUNC;
@@ -2320,13 +2318,68 @@ static val *attr_path(interp *I, val *item, const val *path) {
   return v;
 }
 
-static val *tojson_filter(interp *I, const node *x, val *v, args_t *a) {
+// Filters. One table row per filter, {name, function, flags}: the flags say which forms
+// (`x | f`, `x | f(...)`) and which kinds of value a filter takes, and apply_filter
+// rejects the rest with one message, so a function only handles what it supports.
+// A filter used with parentheses gets its arguments evaluated even when it then fails.
+
+enum {
+  FILTER_BARE = 1 << 0,     // may be written without parentheses: `x | upper`
+  FILTER_CALL = 1 << 1,     // may be written with them, even empty ones: `x | join(", ")`
+  FILTER_ON_LIST = 1 << 2,  // the kinds of value it applies to
+  FILTER_ON_STR = 1 << 3,
+  FILTER_ON_NUM = 1 << 4,   // int or float
+  FILTER_ON_BOOL = 1 << 5,
+  FILTER_ON_MAP = 1 << 6,   // object or kwargs (not a namespace)
+  FILTER_ON_ANY = 1 << 7,   // any value, none and undefined included: the function checks
+};
+
+typedef struct {
+  const node *at;      // the filter expression: errors point here
+  const char *name;    // as written: several filters share a function
+  bool call;           // written with parentheses
+  const nlist *argx;   // the argument expressions (selectattr needs them to be literals)
+  args_t a;            // the evaluated arguments; empty when !call
+} filter_call;
+
+typedef val *filter_fn(interp *I, filter_call *c, val *v);
+
+// The error for a filter that exists but does not take this value or this form.
+static _Noreturn void filter_unsupported(interp *I, const filter_call *c, const val *v) {
+  const char *kind = v->t == V_ARRAY ? "a list"
+                     : v->t == V_STR ? "a string"
+                     : v->t == V_INT || v->t == V_FLOAT ? "a number"
+                     : v->t == V_OBJECT || v->t == V_KWARGS ? "a mapping"
+                                                             : NULL;
+  if (kind) rfail(I, c->at, "unsupported filter '%s' on %s", c->name, kind);
+  rfail(I, c->at, "cannot apply filter '%s' to %s", c->name, type_name(v));
+}
+
+// The FILTER_ON_* bits that admit v.
+static int filter_kind(const val *v) {
+  switch (v->t) {
+    case V_ARRAY: return FILTER_ON_LIST | FILTER_ON_ANY;
+    case V_STR: return FILTER_ON_STR | FILTER_ON_ANY;
+    case V_INT: case V_FLOAT: return FILTER_ON_NUM | FILTER_ON_ANY;
+    case V_BOOL: return FILTER_ON_BOOL | FILTER_ON_ANY;
+    case V_OBJECT: case V_KWARGS: return FILTER_ON_MAP | FILTER_ON_ANY;
+    default: return FILTER_ON_ANY;
+  }
+}
+
+// safe (output is never escaped), list of a list, bool of a boolean.
+static val *filter_identity(interp *I, filter_call *c, val *v) {
+  (void)I, (void)c;
+  return v;
+}
+
+static val *filter_tojson(interp *I, filter_call *c, val *v) {
   json_opts o = default_json;
-  val *ind = kwarg(a, "indent"), *asc = kwarg(a, "ensure_ascii"), *sk = kwarg(a, "sort_keys"),
-      *sep = kwarg(a, "separators");
-  if (ind && ind->t != V_INT && ind->t != V_NULL) rfail(I, x, "tojson indent must be an integer");
-  if (asc && asc->t != V_BOOL) rfail(I, x, "tojson ensure_ascii must be a boolean");
-  if (sk && sk->t != V_BOOL) rfail(I, x, "tojson sort_keys must be a boolean");
+  val *ind = kwarg(&c->a, "indent"), *asc = kwarg(&c->a, "ensure_ascii"), *sk = kwarg(&c->a, "sort_keys"),
+      *sep = kwarg(&c->a, "separators");
+  if (ind && ind->t != V_INT && ind->t != V_NULL) rfail(I, c->at, "tojson indent must be an integer");
+  if (asc && asc->t != V_BOOL) rfail(I, c->at, "tojson ensure_ascii must be a boolean");
+  if (sk && sk->t != V_BOOL) rfail(I, c->at, "tojson sort_keys must be a boolean");
   if (ind && ind->t == V_INT && ind->num > 0) {
     o.indent = (int)ind->num;
     o.item_sep = ",";
@@ -2336,7 +2389,7 @@ static val *tojson_filter(interp *I, const node *x, val *v, args_t *a) {
   o.sort = sk && sk->b;
   if (sep && sep->t != V_NULL) {
     if (sep->t != V_ARRAY || sep->a->n != 2 || sep->a->v[0]->t != V_STR || sep->a->v[1]->t != V_STR)
-      rfail(I, x, "tojson separators must be two strings");
+      rfail(I, c->at, "tojson separators must be two strings");
     o.item_sep = sep->a->v[0]->str.s;
     o.item_n = sep->a->v[0]->str.n;
     o.key_sep = sep->a->v[1]->str.s;
@@ -2344,8 +2397,16 @@ static val *tojson_filter(interp *I, const node *x, val *v, args_t *a) {
   }
   sbuf b = {0};
   sb_put(I->a, &b, "", 0);
-  to_json(I, &b, v, &o, 0, true, x);
+  to_json(I, &b, v, &o, 0, true, c->at);
   return vstr_sb(I, &b);
+}
+
+// default(value="", boolean=false): value when v is undefined, or with boolean when falsy.
+static val *filter_default(interp *I, filter_call *c, val *v) {
+  val *d = c->a.npos ? c->a.pos[0] : vstr(I, "", 0);
+  val *bv = arg_or(&c->a, 1, "boolean", vbool(false));
+  if (bv->t != V_BOOL) rfail(I, c->at, "default() flag must be a boolean");
+  return v->t == V_UNDEF || (bv->b && !truthy(v)) ? d : v;
 }
 
 static val *join_values(interp *I, val *list, const val *sep) {
@@ -2359,206 +2420,271 @@ static val *join_values(interp *I, val *list, const val *sep) {
   return vstr_sb(I, &b);
 }
 
-static const char *const known_filters[] = {
-    "safe", "tojson", "default", "join", "int", "float", "list", "first", "last", "length", "reverse", "sort",
-    "string", "unique", "selectattr", "rejectattr", "map", "upper", "lower", "title", "capitalize", "trim",
-    "indent", "replace", "abs", "items", "bool", "get", "keys", "values", "dictsort", NULL};
+// join(separator=""): of a list, or of a string's characters. Checks the value itself
+// because the called form names it in a different message.
+static val *filter_join(interp *I, filter_call *c, val *v) {
+  if (!c->call) {
+    if (v->t == V_ARRAY) return join_values(I, v, vstr(I, "", 0));
+    if (v->t == V_STR) return v;
+    filter_unsupported(I, c, v);
+  }
+  val *list;
+  if (v->t == V_STR) list = chars_of(I, v);
+  else if (v->t == V_ARRAY) list = v;
+  else rfail(I, c->at, "cannot apply filter 'join' to %s", type_name(v));
+  val *sep = arg_or(&c->a, 0, "separator", vstr(I, "", 0));
+  if (sep->t != V_STR) rfail(I, c->at, "join() separator must be a string");
+  return join_values(I, list, sep);
+}
 
+// The number strtol (isint) or strtod reads after JavaScript whitespace in the first 63
+// bytes of string s; false when there is none.
+static bool leading_number(const val *s, bool isint, double *x) {
+  char buf[64];
+  size_t n = s->str.n < 63 ? s->str.n : 63;
+  memcpy(buf, s->str.s, n);
+  buf[n] = 0;
+  char *p = buf, *end;
+  while (js_space((unsigned char)*p)) p++;
+  *x = isint ? (double)strtol(p, &end, 10) : strtod(p, &end);
+  return end != p;
+}
+
+// int / float. Called, int(default=0) returns a number unchanged and the default for a
+// string without one; bare, int floors a number and a string without one gives 0.
+// Checks the value itself because the called form names it in a different message.
+static val *filter_number(interp *I, filter_call *c, val *v) {
+  bool isint = c->name[0] == 'i';
+  int t = isint ? V_INT : V_FLOAT;
+  double x;
+  if (c->call) {
+    val *d = arg_or(&c->a, 0, "default", vnum(I, t, 0));
+    if (v->t == V_STR) return leading_number(v, isint, &x) ? vnum(I, t, x) : d;
+    if (v->t == V_INT || v->t == V_FLOAT) return v;
+    if (v->t == V_BOOL) return vnum(I, t, v->b);
+    rfail(I, c->at, "cannot apply filter '%s' to %s", c->name, type_name(v));
+  }
+  if (v->t == V_STR) return vnum(I, t, leading_number(v, isint, &x) ? x : 0);
+  if (v->t == V_INT || v->t == V_FLOAT) return isint ? vnum(I, V_INT, floor(v->num)) : vnum(I, V_FLOAT, v->num);
+  if (v->t == V_BOOL) return vnum(I, t, v->b);
+  filter_unsupported(I, c, v);
+}
+
+static val *filter_first(interp *I, filter_call *c, val *v) {
+  (void)I, (void)c;
+  return v->a->n ? v->a->v[0] : UNDEF;
+}
+
+static val *filter_last(interp *I, filter_call *c, val *v) {
+  (void)I, (void)c;
+  return v->a->n ? v->a->v[v->a->n - 1] : UNDEF;
+}
+
+// Of a string, in UTF-16 code units as JavaScript counts.
+static val *filter_length(interp *I, filter_call *c, val *v) {
+  (void)c;
+  if (v->t == V_ARRAY) return vnum(I, V_INT, v->a->n);
+  if (v->t == V_STR) return vnum(I, V_INT, (double)utf16_len(v));
+  return vnum(I, V_INT, v->o->n);  // a mapping: the table admits nothing else
+}
+
+static val *filter_reverse(interp *I, filter_call *c, val *v) {
+  (void)c;
+  const arr *ar = v->a;
+  val *out = varr(I, ar->n);
+  for (int i = ar->n - 1; i >= 0; i--) arr_push(I, out->a, ar->v[i]);
+  return out;
+}
+
+// sort(reverse=false, case_sensitive=false, attribute=none); bare, all take their defaults.
+static val *filter_sort(interp *I, filter_call *c, val *v) {
+  const arr *ar = v->a;
+  val *rev = arg_or(&c->a, 0, "reverse", vbool(false)), *cs = arg_or(&c->a, 1, "case_sensitive", vbool(false)),
+      *at = arg_or(&c->a, 2, "attribute", NUL);
+  if (rev->t != V_BOOL || cs->t != V_BOOL) rfail(I, c->at, "sort() flags must be booleans");
+  if (at->t != V_STR && at->t != V_INT && at->t != V_NULL)
+    rfail(I, c->at, "sort() attribute must be a string or integer");
+  val *out = varr(I, ar->n);
+  val **keys = arena_alloc(I->a, sizeof(val *) * (size_t)(ar->n + 1));
+  val *path = at->t == V_INT ? str_of(I, at, c->at) : at;
+  for (int i = 0; i < ar->n; i++) {
+    arr_push(I, out->a, ar->v[i]);
+    keys[i] = at->t == V_NULL ? ar->v[i] : attr_path(I, ar->v[i], path);
+  }
+  sort_vals(I, c->at, out->a->v, ar->n, keys, cs->b, rev->b);
+  return out;
+}
+
+// A list renders as JSON, a boolean as true/false.
+static val *filter_string(interp *I, filter_call *c, val *v) {
+  if (v->t == V_ARRAY) {
+    sbuf b = {0};
+    sb_put(I->a, &b, "", 0);
+    to_json(I, &b, v, &default_json, 0, false, c->at);
+    return vstr_sb(I, &b);
+  }
+  if (v->t == V_STR) return v;
+  if (v->t == V_BOOL) return vstr(I, v->b ? "true" : "false", v->b ? 4 : 5);
+  return str_of(I, v, c->at);  // a number: the table admits nothing else
+}
+
+// Keeps the first of strictly equal items, in order.
+static val *filter_unique(interp *I, filter_call *c, val *v) {
+  (void)c;
+  const arr *ar = v->a;
+  val *out = varr(I, 0);
+  for (int i = 0; i < ar->n; i++) {
+    bool seen = false;
+    for (int k = 0; k < out->a->n && !seen; k++) seen = strict_eq(out->a->v[k], ar->v[i]);
+    if (!seen) arr_push(I, out->a, ar->v[i]);
+  }
+  return out;
+}
+
+// selectattr / rejectattr(attribute, test=truthy, argument) over a list of mappings.
+static val *filter_select(interp *I, filter_call *c, val *v) {
+  const arr *ar = v->a;
+  const char *name = c->name;
+  bool sel = name[0] == 's';
+  for (int i = 0; i < ar->n; i++)
+    if (ar->v[i]->t != V_OBJECT && ar->v[i]->t != V_NS)
+      rfail(I, c->at, "'%s' can only be applied to a list of mappings", name);
+  for (int i = 0; i < c->argx->n; i++)
+    if (c->argx->v[i]->kind != N_STR) rfail(I, c->at, "arguments of '%s' must be string literals", name);
+  val *attr = c->a.npos > 0 ? c->a.pos[0] : NULL, *test = c->a.npos > 1 ? c->a.pos[1] : NULL,
+      *cmp = c->a.npos > 2 ? c->a.pos[2] : NULL;
+  if (!attr) rfail(I, c->at, "'%s' needs an attribute name", name);
+  if (test && !is_test_name(test->str.s)) rfail(I, c->at, "unknown test '%s'", test->str.s);
+  val *out = varr(I, 0);
+  for (int i = 0; i < ar->n; i++) {
+    val *x = obj_get(ar->v[i]->o, attr->str.s, attr->str.n);
+    bool r = x ? (test ? run_test(I, c->at, test->str.s, x, cmp) : truthy(x)) : false;
+    if (r == sel) arr_push(I, out->a, ar->v[i]);
+  }
+  return out;
+}
+
+// map(attribute=path, default=undefined); mapping a filter over the list is not supported.
+static val *filter_map(interp *I, filter_call *c, val *v) {
+  const arr *ar = v->a;
+  val *attr = kwarg(&c->a, "attribute");
+  if (!attr) rfail(I, c->at, "map() without attribute= is not supported");
+  if (attr->t != V_STR) rfail(I, c->at, "map() attribute must be a string");
+  val *dflt = kwarg(&c->a, "default");
+  val *out = varr(I, ar->n);
+  for (int i = 0; i < ar->n; i++) {
+    if (ar->v[i]->t != V_OBJECT && ar->v[i]->t != V_NS) rfail(I, c->at, "items in map() must be mappings");
+    val *x = attr_path(I, ar->v[i], attr);
+    arr_push(I, out->a, x->t == V_UNDEF ? (dflt ? dflt : UNDEF) : x);
+  }
+  return out;
+}
+
+// upper, lower, title, capitalize, replace: the string method of the same name.
+static val *filter_str_method(interp *I, filter_call *c, val *v) { return str_method(I, c->at, c->name, v, &c->a); }
+
+// JavaScript whitespace, both ends.
+static val *filter_trim(interp *I, filter_call *c, val *v) {
+  (void)c;
+  return js_trim(I, v, true, true);
+}
+
+// indent(width=4, first=false, blank=false): indents every line but the first and blank ones.
+static val *filter_indent(interp *I, filter_call *c, val *v) {
+  val *w = arg_or(&c->a, 0, "width", vnum(I, V_INT, 4)), *first = arg_or(&c->a, 1, "first", vbool(false)),
+      *blank = arg_or(&c->a, 2, "blank", vbool(false));
+  if (w->t != V_INT) rfail(I, c->at, "indent() width must be an integer");
+  sbuf b = {0};
+  sb_put(I->a, &b, "", 0);
+  const char *s = v->str.s;
+  size_t n = v->str.n, st = 0;
+  int line = 0;
+  for (size_t i = 0; i <= n; i++) {
+    if (i < n && s[i] != '\n') continue;
+    bool empty = i == st;
+    if (!((!truthy(first) && line == 0) || (!truthy(blank) && empty)))
+      for (int k = 0; k < (int)w->num; k++) sb_putc(I->a, &b, ' ');
+    sb_put(I->a, &b, s + st, i - st);
+    if (i < n) sb_putc(I->a, &b, '\n');
+    st = i + 1;
+    line++;
+  }
+  return vstr_sb(I, &b);
+}
+
+static val *filter_abs(interp *I, filter_call *c, val *v) {
+  (void)c;
+  return vnum(I, v->t, fabs(v->num));
+}
+
+// items, get, keys, values, dictsort: the mapping method of the same name.
+static val *filter_obj_method(interp *I, filter_call *c, val *v) { return obj_method(I, c->at, c->name, v, &c->a); }
+
+// The filters: X(name, function, flags). The rows expand into the table and into an enum
+// whose enumerators would collide if a name were listed twice, so none can shadow another.
+#define FILTER_BOTH (FILTER_BARE | FILTER_CALL)
+#define JINJA_FILTERS(X)                                                                                  \
+  X(safe, filter_identity, FILTER_BOTH | FILTER_ON_ANY)                                                   \
+  X(tojson, filter_tojson, FILTER_BOTH | FILTER_ON_ANY)                                                   \
+  X(default, filter_default, FILTER_CALL | FILTER_ON_ANY)                                                 \
+  X(join, filter_join, FILTER_BOTH | FILTER_ON_ANY)                                                       \
+  X(int, filter_number, FILTER_BOTH | FILTER_ON_ANY)                                                      \
+  X(float, filter_number, FILTER_BOTH | FILTER_ON_ANY)                                                    \
+  X(list, filter_identity, FILTER_BARE | FILTER_ON_LIST)                                                  \
+  X(first, filter_first, FILTER_BARE | FILTER_ON_LIST)                                                    \
+  X(last, filter_last, FILTER_BARE | FILTER_ON_LIST)                                                      \
+  X(length, filter_length, FILTER_BARE | FILTER_ON_LIST | FILTER_ON_STR | FILTER_ON_MAP)                  \
+  X(reverse, filter_reverse, FILTER_BARE | FILTER_ON_LIST)                                                \
+  X(sort, filter_sort, FILTER_BOTH | FILTER_ON_LIST)                                                      \
+  X(string, filter_string, FILTER_BARE | FILTER_ON_LIST | FILTER_ON_STR | FILTER_ON_NUM | FILTER_ON_BOOL) \
+  X(unique, filter_unique, FILTER_BARE | FILTER_ON_LIST)                                                  \
+  X(selectattr, filter_select, FILTER_CALL | FILTER_ON_LIST)                                              \
+  X(rejectattr, filter_select, FILTER_CALL | FILTER_ON_LIST)                                              \
+  X(map, filter_map, FILTER_CALL | FILTER_ON_LIST)                                                        \
+  X(upper, filter_str_method, FILTER_BARE | FILTER_ON_STR)                                                \
+  X(lower, filter_str_method, FILTER_BARE | FILTER_ON_STR)                                                \
+  X(title, filter_str_method, FILTER_BARE | FILTER_ON_STR)                                                \
+  X(capitalize, filter_str_method, FILTER_BARE | FILTER_ON_STR)                                           \
+  X(trim, filter_trim, FILTER_BARE | FILTER_ON_STR)                                                       \
+  X(indent, filter_indent, FILTER_BOTH | FILTER_ON_STR)                                                   \
+  X(replace, filter_str_method, FILTER_BOTH | FILTER_ON_STR)                                              \
+  X(abs, filter_abs, FILTER_BARE | FILTER_ON_NUM)                                                         \
+  X(bool, filter_identity, FILTER_BARE | FILTER_ON_BOOL)                                                  \
+  X(items, filter_obj_method, FILTER_BOTH | FILTER_ON_MAP)                                                \
+  X(get, filter_obj_method, FILTER_BOTH | FILTER_ON_MAP)                                                  \
+  X(keys, filter_obj_method, FILTER_BOTH | FILTER_ON_MAP)                                                 \
+  X(values, filter_obj_method, FILTER_BOTH | FILTER_ON_MAP)                                               \
+  X(dictsort, filter_obj_method, FILTER_BOTH | FILTER_ON_MAP)
+
+typedef struct {
+  const char *name;
+  filter_fn *fn;
+  int flags;  // FILTER_*
+} filter_def;
+
+#define FILTER_ID(name, fn, flags) FILTER_ID_##name,
+#define FILTER_ROW(name, fn, flags) {#name, fn, flags},
+enum { JINJA_FILTERS(FILTER_ID) N_FILTERS };
+static const filter_def filters[N_FILTERS] = {JINJA_FILTERS(FILTER_ROW)};
+#undef FILTER_ID
+#undef FILTER_ROW
+
+static const filter_def *filter_find(const char *name) {
+  for (int i = 0; i < N_FILTERS; i++)
+    if (!strcmp(filters[i].name, name)) return &filters[i];
+  return NULL;
+}
+
+// v | f, where f is a filter name or a call of one.
 static val *apply_filter(interp *I, const node *fx, val *v, const node *f, env *e) {
   bool call = f->kind == N_CALL;
   if (call && f->a->kind != N_IDENT) rfail(I, fx, "unsupported filter expression");
-  const char *name = call ? f->a->s : f->s;
-  if (!in_list(known_filters, name, strlen(name))) rfail(I, fx, "unsupported filter '%s'", name);
-  args_t a = {0};
-  if (call) a = eval_args(I, &f->args, e);
-  if (!strcmp(name, "safe")) return v;
-  if (!strcmp(name, "tojson")) return tojson_filter(I, fx, v, &a);
-  if (!strcmp(name, "default") && call) {
-    val *d = a.npos ? a.pos[0] : vstr(I, "", 0);
-    val *bv = arg_or(&a, 1, "boolean", vbool(false));
-    if (bv->t != V_BOOL) rfail(I, fx, "default() flag must be a boolean");
-    return v->t == V_UNDEF || (bv->b && !truthy(v)) ? d : v;
-  }
-  if (call && !strcmp(name, "join")) {
-    val *list;
-    if (v->t == V_STR) list = chars_of(I, v);
-    else if (v->t == V_ARRAY) list = v;
-    else rfail(I, fx, "cannot apply filter 'join' to %s", type_name(v));
-    val *sep = arg_or(&a, 0, "separator", vstr(I, "", 0));
-    if (sep->t != V_STR) rfail(I, fx, "join() separator must be a string");
-    return join_values(I, list, sep);
-  }
-  if (call && (!strcmp(name, "int") || !strcmp(name, "float"))) {
-    bool isint = name[0] == 'i';
-    val *d = arg_or(&a, 0, "default", vnum(I, isint ? V_INT : V_FLOAT, 0));
-    if (v->t == V_STR) {
-      char buf[64];
-      size_t n = v->str.n < 63 ? v->str.n : 63;
-      memcpy(buf, v->str.s, n);
-      buf[n] = 0;
-      char *p = buf;
-      while (js_space((unsigned char)*p)) p++;
-      char *end;
-      double x = isint ? (double)strtol(p, &end, 10) : strtod(p, &end);
-      if (end == p) return d;
-      return vnum(I, isint ? V_INT : V_FLOAT, x);
-    }
-    if (v->t == V_INT || v->t == V_FLOAT) return v;
-    if (v->t == V_BOOL) return vnum(I, isint ? V_INT : V_FLOAT, v->b);
-    rfail(I, fx, "cannot apply filter '%s' to %s", name, type_name(v));
-  }
-  if (v->t == V_ARRAY) {
-    const arr *ar = v->a;
-    if (!call) {
-      if (!strcmp(name, "list")) return v;
-      if (!strcmp(name, "first")) return ar->n ? ar->v[0] : UNDEF;
-      if (!strcmp(name, "last")) return ar->n ? ar->v[ar->n - 1] : UNDEF;
-      if (!strcmp(name, "length")) return vnum(I, V_INT, ar->n);
-      if (!strcmp(name, "reverse")) {
-        val *out = varr(I, ar->n);
-        for (int i = ar->n - 1; i >= 0; i--) arr_push(I, out->a, ar->v[i]);
-        return out;
-      }
-      if (!strcmp(name, "sort")) {
-        val *out = varr(I, ar->n);
-        for (int i = 0; i < ar->n; i++) arr_push(I, out->a, ar->v[i]);
-        val **keys = arena_alloc(I->a, sizeof(val *) * (size_t)(ar->n + 1));
-        memcpy(keys, out->a->v, sizeof(val *) * (size_t)ar->n);
-        sort_vals(I, fx, out->a->v, ar->n, keys, false, false);
-        return out;
-      }
-      if (!strcmp(name, "join")) return join_values(I, v, vstr(I, "", 0));
-      if (!strcmp(name, "string")) {
-        sbuf b = {0};
-        sb_put(I->a, &b, "", 0);
-        to_json(I, &b, v, &default_json, 0, false, fx);
-        return vstr_sb(I, &b);
-      }
-      if (!strcmp(name, "unique")) {
-        val *out = varr(I, 0);
-        for (int i = 0; i < ar->n; i++) {
-          bool seen = false;
-          for (int k = 0; k < out->a->n && !seen; k++) seen = strict_eq(out->a->v[k], ar->v[i]);
-          if (!seen) arr_push(I, out->a, ar->v[i]);
-        }
-        return out;
-      }
-    } else {
-      if (!strcmp(name, "sort")) {
-        val *rev = arg_or(&a, 0, "reverse", vbool(false)), *cs = arg_or(&a, 1, "case_sensitive", vbool(false)),
-            *at = arg_or(&a, 2, "attribute", NUL);
-        if (rev->t != V_BOOL || cs->t != V_BOOL) rfail(I, fx, "sort() flags must be booleans");
-        if (at->t != V_STR && at->t != V_INT && at->t != V_NULL) rfail(I, fx, "sort() attribute must be a string or integer");
-        val *out = varr(I, ar->n);
-        val **keys = arena_alloc(I->a, sizeof(val *) * (size_t)(ar->n + 1));
-        val *path = at->t == V_INT ? str_of(I, at, fx) : at;
-        for (int i = 0; i < ar->n; i++) {
-          arr_push(I, out->a, ar->v[i]);
-          keys[i] = at->t == V_NULL ? ar->v[i] : attr_path(I, ar->v[i], path);
-        }
-        sort_vals(I, fx, out->a->v, ar->n, keys, cs->b, rev->b);
-        return out;
-      }
-      if (!strcmp(name, "selectattr") || !strcmp(name, "rejectattr")) {
-        bool sel = name[0] == 's';
-        for (int i = 0; i < ar->n; i++)
-          if (ar->v[i]->t != V_OBJECT && ar->v[i]->t != V_NS) rfail(I, fx, "'%s' can only be applied to a list of mappings", name);
-        for (int i = 0; i < f->args.n; i++)
-          if (f->args.v[i]->kind != N_STR) rfail(I, fx, "arguments of '%s' must be string literals", name);
-        val *attr = a.npos > 0 ? a.pos[0] : NULL, *test = a.npos > 1 ? a.pos[1] : NULL, *cmp = a.npos > 2 ? a.pos[2] : NULL;
-        if (!attr) rfail(I, fx, "'%s' needs an attribute name", name);
-        if (test && !is_test_name(test->str.s)) rfail(I, fx, "unknown test '%s'", test->str.s);
-        val *out = varr(I, 0);
-        for (int i = 0; i < ar->n; i++) {
-          val *x = obj_get(ar->v[i]->o, attr->str.s, attr->str.n);
-          bool r = x ? (test ? run_test(I, fx, test->str.s, x, cmp) : truthy(x)) : false;
-          if (r == sel) arr_push(I, out->a, ar->v[i]);
-        }
-        return out;
-      }
-      if (!strcmp(name, "map")) {
-        val *attr = kwarg(&a, "attribute");
-        if (!attr) rfail(I, fx, "map() without attribute= is not supported");
-        if (attr->t != V_STR) rfail(I, fx, "map() attribute must be a string");
-        val *dflt = kwarg(&a, "default");
-        val *out = varr(I, ar->n);
-        for (int i = 0; i < ar->n; i++) {
-          if (ar->v[i]->t != V_OBJECT && ar->v[i]->t != V_NS) rfail(I, fx, "items in map() must be mappings");
-          val *x = attr_path(I, ar->v[i], attr);
-          arr_push(I, out->a, x->t == V_UNDEF ? (dflt ? dflt : UNDEF) : x);
-        }
-        return out;
-      }
-    }
-    rfail(I, fx, "unsupported filter '%s' on a list", name);
-  }
-  if (v->t == V_STR) {
-    if (!call) {
-      if (!strcmp(name, "length")) return vnum(I, V_INT, (double)utf16_len(v));
-      if (!strcmp(name, "upper")) return map_case(I, v, 0);
-      if (!strcmp(name, "lower")) return map_case(I, v, 1);
-      if (!strcmp(name, "title") || !strcmp(name, "capitalize")) return str_method(I, fx, name, v, &a);
-      if (!strcmp(name, "trim")) return js_trim(I, v, true, true);
-      if (!strcmp(name, "join") || !strcmp(name, "string")) return v;
-      if (!strcmp(name, "int") || !strcmp(name, "float")) {
-        char buf[64];
-        size_t n = v->str.n < 63 ? v->str.n : 63;
-        memcpy(buf, v->str.s, n);
-        buf[n] = 0;
-        char *p = buf, *end;
-        while (js_space((unsigned char)*p)) p++;
-        double x = name[0] == 'i' ? (double)strtol(p, &end, 10) : strtod(p, &end);
-        return vnum(I, name[0] == 'i' ? V_INT : V_FLOAT, end == p ? 0 : x);
-      }
-    }
-    if (!strcmp(name, "indent")) {
-      val *w = arg_or(&a, 0, "width", vnum(I, V_INT, 4)), *first = arg_or(&a, 1, "first", vbool(false)),
-          *blank = arg_or(&a, 2, "blank", vbool(false));
-      if (w->t != V_INT) rfail(I, fx, "indent() width must be an integer");
-      sbuf b = {0};
-      sb_put(I->a, &b, "", 0);
-      const char *s = v->str.s;
-      size_t n = v->str.n, st = 0;
-      int line = 0;
-      for (size_t i = 0; i <= n; i++) {
-        if (i < n && s[i] != '\n') continue;
-        bool empty = i == st;
-        if (!((!truthy(first) && line == 0) || (!truthy(blank) && empty)))
-          for (int k = 0; k < (int)w->num; k++) sb_putc(I->a, &b, ' ');
-        sb_put(I->a, &b, s + st, i - st);
-        if (i < n) sb_putc(I->a, &b, '\n');
-        st = i + 1;
-        line++;
-      }
-      return vstr_sb(I, &b);
-    }
-    if (!strcmp(name, "replace")) return str_method(I, fx, "replace", v, &a);
-    rfail(I, fx, "unsupported filter '%s' on a string", name);
-  }
-  if (v->t == V_INT || v->t == V_FLOAT) {
-    if (!call) {
-      if (!strcmp(name, "abs")) return vnum(I, v->t, fabs(v->num));
-      if (!strcmp(name, "int")) return vnum(I, V_INT, floor(v->num));
-      if (!strcmp(name, "float")) return vnum(I, V_FLOAT, v->num);
-      if (!strcmp(name, "string")) return str_of(I, v, fx);
-    }
-    rfail(I, fx, "unsupported filter '%s' on a number", name);
-  }
-  if (v->t == V_OBJECT || v->t == V_KWARGS) {
-    if (!call) {
-      if (!strcmp(name, "items")) return obj_items(I, v->o);
-      if (!strcmp(name, "length")) return vnum(I, V_INT, v->o->n);
-    }
-    if (in_list(obj_methods, name, strlen(name))) return obj_method(I, fx, name, v, &a);
-    rfail(I, fx, "unsupported filter '%s' on a mapping", name);
-  }
-  if (v->t == V_BOOL && !call) {
-    if (!strcmp(name, "bool")) return v;
-    if (!strcmp(name, "int")) return vnum(I, V_INT, v->b);
-    if (!strcmp(name, "float")) return vnum(I, V_FLOAT, v->b);
-    if (!strcmp(name, "string")) return vstr(I, v->b ? "true" : "false", v->b ? 4 : 5);
-  }
-  rfail(I, fx, "cannot apply filter '%s' to %s", name, type_name(v));
+  filter_call c = {.at = fx, .name = call ? f->a->s : f->s, .call = call, .argx = &f->args};
+  const filter_def *d = filter_find(c.name);
+  if (!d) rfail(I, fx, "unsupported filter '%s'", c.name);
+  if (call) c.a = eval_args(I, &f->args, e);
+  if (!(d->flags & (call ? FILTER_CALL : FILTER_BARE)) || !(d->flags & filter_kind(v))) filter_unsupported(I, &c, v);
+  return d->fn(I, &c, v);
 }
 
 static val *binary_op(interp *I, const node *x, env *e) {
