@@ -1,3 +1,5 @@
+// error: the per-thread last-error message behind ct_set_error / ct_last_error. It only
+// records; printing and exiting belong to the mains.
 #include "error.h"
 
 #include <stdarg.h>

@@ -1,3 +1,6 @@
+// pool: the worker threads behind ct_parallel_for (a fixed set, started once, woken per
+// loop). It does not balance work: callers cut loops into parts themselves, in a fixed
+// way, so results do not depend on the thread count.
 #include "pool.h"
 
 #include <pthread.h>

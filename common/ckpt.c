@@ -1,3 +1,5 @@
+// ckpt: checkpoint directories written aside (.tmp-checkpoint-N), fsync'd and renamed into
+// place, found again (latest complete one) and rotated. What goes into them is train.c's.
 #include "ckpt.h"
 
 #include <dirent.h>

@@ -1,3 +1,6 @@
+// data: SFT-style JSONL rows tokenized into one flat array with label flags, packing
+// (best-fit decreasing), and padded micro-batches. DPO pairs and prompts have their own
+// readers (prefs.c, prompts.c) over the same JSONL reader.
 #include "data.h"
 
 #include <jansson.h>

@@ -1,3 +1,5 @@
+// dist: the MPI calls — init as a singleton or under mpirun, sums and max across ranks,
+// abort. No sharding yet: every rank holds the whole model and optimizer state.
 #include "dist.h"
 
 #include <limits.h>

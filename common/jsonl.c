@@ -1,3 +1,5 @@
+// jsonl: reads a JSONL file line by line (numbered as in the file) and hands each parsed
+// row to a callback; bad rows stop the load or are skipped and counted.
 #include "jsonl.h"
 
 #include <errno.h>

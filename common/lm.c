@@ -1,3 +1,6 @@
+// lm: a batch through a model — positions checked, inputs copied into the activations,
+// the forward, the LM head over target rows — and the causal-LM cross-entropy step SFT
+// and every evaluation use.
 #include "lm.h"
 
 #include <string.h>

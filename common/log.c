@@ -1,3 +1,5 @@
+// log: metrics.jsonl (append, flush per line; on resume, lines after the checkpoint are
+// dropped), the progress line on a terminal, and info lines. Only rank 0 writes.
 #include "log.h"
 
 #include <stdarg.h>

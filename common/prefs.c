@@ -1,3 +1,5 @@
+// prefs: DPO preference pairs from JSONL into flat token arrays (prompt, chosen,
+// rejected per pair) with TRL's truncation, and the packed micro-batch of 2m rows.
 #include "prefs.h"
 
 #include <jansson.h>

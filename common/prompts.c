@@ -1,3 +1,5 @@
+// prompts: rows that start a generation (text, messages, or token ids), tokenized with
+// the chat template's generation prompt, truncated or refused as configured.
 #include "prompts.h"
 
 #include <stdio.h>

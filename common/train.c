@@ -1,3 +1,6 @@
+// train: the train state every trainer shares — start-up and end of a run, the model and
+// its optimizer buffers, data order, the AdamW step with clipping, checkpoints with
+// resume, and the frozen reference. A trainer's own loss is not here.
 #include "train.h"
 
 #include <errno.h>

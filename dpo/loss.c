@@ -1,3 +1,5 @@
+// dpo/loss: each preference loss of one pair and its derivatives with respect to the
+// policy's summed log-probs, in double. Batching and the sft term are the trainer's.
 #include "dpo/loss.h"
 
 #include <math.h>

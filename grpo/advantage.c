@@ -1,3 +1,5 @@
+// grpo/advantage: reward sums, group advantages, the per-token clipped surrogate with
+// the k3 KL, and each loss_type's token weight. Rollouts and batching are the trainer's.
 #include "grpo/advantage.h"
 
 #include <math.h>

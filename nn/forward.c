@@ -1,3 +1,7 @@
+// forward: one decoder layer recipe run over a batch with sgemm, keeping what backward
+// needs (or one layer's storage with keep = false), and its backward. The sampler's
+// engine.c runs the same recipe token by token over a KV cache, batch-invariant (fixed
+// order dot products); a change to the layer goes into both.
 #include "forward.h"
 
 #include <stdlib.h>

@@ -1,3 +1,6 @@
+// head: the LM head over the gathered target rows — logits in vocabulary chunks, folded
+// online into log-sum-exp, target log-prob, entropy and argmax, and the backward from
+// per-row coefficients. Losses built on it (CE, DPO, GRPO, KD) live with their callers.
 #include "head.h"
 
 #include <math.h>

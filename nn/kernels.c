@@ -1,3 +1,6 @@
+// kernels: element-wise and row-wise layers (RMSNorm, per-head norm, RoPE, SwiGLU, bias,
+// embedding) forward and backward, vectorized, parallel over rows. Reductions use fixed
+// chunks so results do not depend on the thread count. Matrix products are matmul.c's.
 #include "kernels.h"
 
 #include <math.h>

@@ -1,3 +1,6 @@
+// matmul: OpenBLAS kernel selection at start-up (re-exec with OPENBLAS_CORETYPE when
+// Debian's build picked a generic kernel) and sgemm split over the pool's threads.
+// OpenBLAS itself stays single-threaded.
 #include "matmul.h"
 
 #include <cblas.h>

@@ -1,3 +1,6 @@
+// model: the parameter layout (one flat buffer, Hugging Face names, fused q|k|v and
+// gate|up groups), views into it, RoPE tables and the seeded initialization. Loading and
+// saving files is hf.c's; running the model is forward.c's.
 #include "model.h"
 
 #include <math.h>

@@ -1,3 +1,6 @@
+// optim: the AdamW step over the flat parameter buffer (one pass: decay, moments,
+// update, zeroing the gradient), Hugging Face's learning-rate schedules and the fixed-order
+// sum of squares for clipping. No other optimizer yet.
 #include "optim.h"
 
 #include <math.h>

@@ -1,3 +1,6 @@
+// safetensors: an mmap reader that validates the whole header before any tensor is used
+// (offsets, shapes, dtypes, coverage), a writer, and model directories with an index of
+// shards. Conversion to float32 happens on read.
 #include "safetensors.h"
 
 #include <errno.h>

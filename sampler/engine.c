@@ -1,3 +1,7 @@
+// engine: the inference forward over (slot, position) tokens with a KV cache per slot.
+// The same layer recipe as nn/forward.c, but with fixed-order dot products (linear.c)
+// instead of sgemm, so that a token's result never depends on what shares the pass;
+// a change to the layer goes into both.
 #include "engine.h"
 
 #include <math.h>

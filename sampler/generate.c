@@ -1,3 +1,6 @@
+// generate: continuous batching over the engine's slots — admit requests, prefill
+// (packed), copy a prompt's cache for its samples, decode one token per active slot,
+// stop on stop ids or length, report each finished sample. Sampling itself is sample.c's.
 #include "generate.h"
 
 #include <stdbool.h>

@@ -1,3 +1,6 @@
+// linear: y = x·Wᵀ for a few rows, one dot product per output in a fixed order (fp32),
+// or exact int32 sums of int8 weights and per-row quantized activations (VNNI when
+// present, the same integers in plain C otherwise).
 #include "linear.h"
 
 #include <math.h>

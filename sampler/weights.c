@@ -1,3 +1,5 @@
+// weights: the engine's view of a model — fp32 views of training parameters, int8
+// quantization of them, and ctune's int8 model directory format (save and load).
 #include "weights.h"
 
 #include <jansson.h>

@@ -1,3 +1,6 @@
+// tokenizer_regex: a backtracking matcher for the Split pre-tokenizer's patterns,
+// compiled to a small node graph. It implements only the syntax tokenizer.json files use
+// and rejects the rest at compile time; it is not a general regex engine.
 #include "tokenizer_regex.h"
 
 #include <stdbool.h>

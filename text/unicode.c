@@ -1,3 +1,6 @@
+// unicode: UTF-8 decoding, category and White_Space lookups, NFC (decompose, reorder,
+// compose) and simple case mapping over the generated tables in unicode_tables.c. No
+// locale, no full case folding, no normalization form other than NFC.
 #include "unicode.h"
 
 #include <stdlib.h>
