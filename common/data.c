@@ -10,6 +10,7 @@
 
 #include "error.h"
 #include "jsonl.h"
+#include "mem.h"
 
 // ---------------------------------------------------------------------------
 // Growable storage
@@ -287,16 +288,8 @@ int ct_dataset_load(ct_dataset *ds, const char *path, const ct_tokenizer *tok,
 }
 
 void ct_dataset_free(ct_dataset *ds) {
-  free(ds->path);
-  free(ds->ids);
-  free(ds->label);
-  free(ds->row_start);
-  free(ds->row_len);
-  free(ds->row_line);
-  free(ds->seq_first);
-  free(ds->seq_count);
-  free(ds->seq_rows);
-  free(ds->seq_len);
+  ct_free_all(ds->path, ds->ids, ds->label, ds->row_start, ds->row_len, ds->row_line, ds->seq_first,
+              ds->seq_count, ds->seq_rows, ds->seq_len);
   memset(ds, 0, sizeof *ds);
 }
 

@@ -11,6 +11,7 @@
 #include "hf.h"
 #include "lm.h"
 #include "matmul.h"
+#include "mem.h"
 
 const char *const ct_frozen_dtype_names[] = {"float32", "int8", NULL};
 _Static_assert(sizeof ct_frozen_dtype_names / sizeof *ct_frozen_dtype_names == CT_FROZEN_COUNT + 1,
@@ -75,9 +76,7 @@ void ct_frozen_free(ct_frozen *f) {
   ct_infer_free(&f->iw);
   ct_acts_free(&f->acts);
   ct_model_free(&f->model);
-  free(f->slot);
-  free(f->pos);
-  free(f->outs);
+  ct_free_all(f->slot, f->pos, f->outs);
   memset(f, 0, sizeof *f);
 }
 

@@ -9,6 +9,7 @@
 
 #include "error.h"
 #include "jsonl.h"
+#include "mem.h"
 
 typedef struct {
   ct_pref_dataset *ds;
@@ -184,13 +185,7 @@ int ct_pref_load(ct_pref_dataset *ds, const char *path, const ct_tokenizer *tok,
 }
 
 void ct_pref_free(ct_pref_dataset *ds) {
-  free(ds->path);
-  free(ds->ids);
-  free(ds->start);
-  free(ds->p_len);
-  free(ds->c_len);
-  free(ds->r_len);
-  free(ds->line);
+  ct_free_all(ds->path, ds->ids, ds->start, ds->p_len, ds->c_len, ds->r_len, ds->line);
   memset(ds, 0, sizeof *ds);
 }
 

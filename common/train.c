@@ -19,6 +19,7 @@
 #include "error.h"
 #include "hf.h"
 #include "matmul.h"
+#include "mem.h"
 #include "pool.h"
 
 void ct_failpoint(const char *point) {
@@ -283,10 +284,7 @@ void ct_train_free(ct_train *tr) {
   ct_log_close(&tr->log);
   ct_weights_free(&tr->g);
   ct_model_free(&tr->model);
-  free(tr->grads);
-  free(tr->mom1);
-  free(tr->mom2);
-  free(tr->order);
+  ct_free_all(tr->grads, tr->mom1, tr->mom2, tr->order);
   if (tr->tok) ct_tokenizer_free(tr->tok);
   memset(tr, 0, sizeof *tr);
 }

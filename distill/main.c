@@ -29,6 +29,7 @@
 #include "hf.h"
 #include "lm.h"
 #include "matmul.h"
+#include "mem.h"
 #include "pool.h"
 #include "safetensors.h"
 #include "sample.h"
@@ -156,7 +157,7 @@ static void cmd_precompute(const ct_config *cfg, ct_train *tr, const ct_dataset 
   const char *mk[] = {"dataset_hash", "teacher"}, *mv[] = {hash, cfg->teacher_path};
   if (ct_st_write(cfg->teacher_logits_path, e, 2, mk, mv, 2)) fail(1, NULL);
   ct_log_info(&tr->log, "wrote %s", cfg->teacher_logits_path);
-  free(idx); free(ord); free(lg); free(rows); free(where); free(seqs); free(off);
+  ct_free_all(idx, ord, lg, rows, where, seqs, off);
   ct_batch_free(&b);
   teacher_free(&t);
 }
@@ -439,13 +440,7 @@ int main(int argc, char **argv) {
   free(gen_batches);
   ct_infer_free(&gen_w);
   if (!offline) teacher_free(&teacher);
-  free(tk.idx);
-  free(tk.logit);
-  free(tk.row_off);
-  free(tk.b_idx);
-  free(tk.b_logit);
-  free(seqs);
-  free(where);
+  ct_free_all(tk.idx, tk.logit, tk.row_off, tk.b_idx, tk.b_logit, seqs, where);
   ct_acts_free(&acts);
   ct_head_free(&head);
   ct_kd_free(&kd);

@@ -21,6 +21,7 @@
 #include "hash.h"
 #include "lm.h"
 #include "matmul.h"
+#include "mem.h"
 #include "pool.h"
 #include "prefs.h"
 #include "safetensors.h"
@@ -92,11 +93,7 @@ static int row_sums_init(row_sums *s, int rows) {
   return s->row_lp && s->row_len && s->row_sum ? 0 : ct_set_error(CT_ENOMEM, "out of memory");
 }
 
-static void row_sums_free(row_sums *s) {
-  free(s->row_lp);
-  free(s->row_len);
-  free(s->row_sum);
-}
+static void row_sums_free(row_sums *s) { ct_free_all(s->row_lp, s->row_len, s->row_sum); }
 
 // ---------------------------------------------------------------------------
 // Reference log-probs computed once (precompute_ref_log_probs), cached in output_dir.
@@ -309,10 +306,7 @@ static void dpo_free(dpo_t *d) {
   row_sums_free(&d->refs);
   ct_head_free(&d->head);
   ct_batch_free(&d->batch);
-  free(d->pairs);
-  free(d->ref_c);
-  free(d->ref_r);
-  free(d->coef_row);
+  ct_free_all(d->pairs, d->ref_c, d->ref_r, d->coef_row);
 }
 
 int main(int argc, char **argv) {
@@ -420,10 +414,7 @@ int main(int argc, char **argv) {
   }
   if (!stop && have_eval) evaluate(&d, &eval, ce_);
   dpo_free(&d);
-  free(cache_train.c);
-  free(cache_train.r);
-  free(cache_eval.c);
-  free(cache_eval.r);
+  ct_free_all(cache_train.c, cache_train.r, cache_eval.c, cache_eval.r);
   ct_pref_free(&train);
   ct_pref_free(&eval);
   return ct_train_finish(&tr, stop);

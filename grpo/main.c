@@ -26,6 +26,7 @@
 #include "lm.h"
 #include "head.h"
 #include "matmul.h"
+#include "mem.h"
 #include "pool.h"
 #include "prompts.h"
 #include "rng.h"
@@ -169,10 +170,7 @@ static int on_done(void *ctx, const ct_gen_result *r) {
 
 static void free_rollouts(grpo_t *g) {
   for (int i = 0; i < g->n_ro; i++) {
-    free(g->ro[i].ids);
-    free(g->ro[i].old);
-    free(g->ro[i].ref);
-    free(g->ro[i].text);
+    ct_free_all(g->ro[i].ids, g->ro[i].old, g->ro[i].ref, g->ro[i].text);
     memset(&g->ro[i], 0, sizeof g->ro[i]);
   }
 }
@@ -297,11 +295,7 @@ static void score(grpo_t *g) {
     g->ro[i].adv = adv[i];
     g->ro[i].masked = c->mask_truncated_completions && g->ro[i].truncated;
   }
-  free(R);
-  free(r);
-  free(adv);
-  free(col);
-  free(items);
+  ct_free_all(R, r, adv, col, items);
 }
 
 // ---------------------------------------------------------------------------
@@ -367,9 +361,7 @@ static void grpo_free(grpo_t *g) {
   ct_infer_free(&g->iw);
   if (g->use_ref) ct_frozen_free(&g->ref);
   for (int k = 0; k < g->K; k++) ct_reward_free(g->rewards[k]);
-  free(g->rewards);
-  free(g->weights);
-  free(g->func);
+  ct_free_all(g->rewards, g->weights, g->func);
   ct_acts_free(&g->acts);
   ct_head_free(&g->head);
   ct_batch_free(&g->batch);

@@ -10,6 +10,7 @@
 #include "error.h"
 #include "fastmath.h"
 #include "matmul.h"
+#include "mem.h"
 #include "pool.h"
 
 int ct_head_init(ct_head *h, int cap_rows, int V, int C, int ntiles) {
@@ -45,10 +46,15 @@ int ct_head_init(ct_head *h, int cap_rows, int V, int C, int ntiles) {
 }
 
 void ct_head_free(ct_head *h) {
-  void *p[] = {h->rows, h->target, h->argmax, h->hc, h->dhc, h->logits, h->lse, h->logp,
-               h->entropy, h->run_sum, h->run_xsum, h->coef, h->zcoef};
-  for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
+  ct_free_all(h->rows, h->target, h->argmax, h->hc, h->dhc, h->logits, h->lse, h->logp, h->entropy,
+              h->run_sum, h->run_xsum, h->coef, h->zcoef);
   memset(h, 0, sizeof *h);
+}
+
+// dst (C) = src · s
+static void copy_scaled(float *dst, const float *src, int C, float s) {
+  if (s == 1.0f) memcpy(dst, src, sizeof(float) * C);
+  else for (int c = 0; c < C; c++) dst[c] = src[c] * s;
 }
 
 // rows and target of the tokens with a target; the count, or CT_EINVAL past the capacity.
@@ -68,10 +74,7 @@ int ct_head_gather(ct_head *h, const float *hidden, const int *target, int N) {
   int n = select_rows(h, target, N);
   for (int r = 0; r < n; r++) {
     // logits / T = (hidden / T) · Wᵀ: scaling the row scales the logits
-    const float *src = hidden + (long)h->rows[r] * h->C;
-    float *dst = h->hc + (long)r * h->C;
-    if (h->inv_temp == 1.0f) memcpy(dst, src, sizeof(float) * h->C);
-    else for (int c = 0; c < h->C; c++) dst[c] = src[c] * h->inv_temp;
+    copy_scaled(h->hc + (long)r * h->C, hidden + (long)h->rows[r] * h->C, h->C, h->inv_temp);
   }
   return n;
 }
@@ -189,9 +192,6 @@ void ct_head_backward(ct_head *h, const float *W, float *dW, float *d_hidden, in
   }
   memset(d_hidden, 0, sizeof(float) * N * h->C);
   for (int r = 0; r < n; r++) {
-    float *dst = d_hidden + (long)h->rows[r] * h->C;
-    const float *src = h->dhc + (long)r * h->C;
-    if (h->inv_temp == 1.0f) memcpy(dst, src, sizeof(float) * h->C);
-    else for (int c = 0; c < h->C; c++) dst[c] = src[c] * h->inv_temp;
+    copy_scaled(d_hidden + (long)h->rows[r] * h->C, h->dhc + (long)r * h->C, h->C, h->inv_temp);
   }
 }

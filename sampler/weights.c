@@ -9,6 +9,7 @@
 #include "fs.h"
 #include "error.h"
 #include "hf.h"
+#include "mem.h"
 #include "safetensors.h"
 
 #define QUANT_METHOD "ctune-int8"
@@ -216,11 +217,7 @@ int ct_infer_save_int8(const ct_infer_weights *w, const char *dir) {
 }
 
 void ct_infer_free(ct_infer_weights *w) {
-  free(w->layers);
-  free(w->qmem);
-  free(w->smem);
-  free(w->rmem);
-  free(w->soff);
+  ct_free_all(w->layers, w->qmem, w->smem, w->rmem, w->soff);
   ct_model_free(&w->layout);
   if (w->model) {
     ct_model_free(w->model);

@@ -3,11 +3,8 @@
 # teacher's weights are untouched, offline top-k logits with k = V reproduce online
 # distillation, on-policy / teacher-generated batches and an int8 teacher have their
 # measured effects, and a wrong or missing teacher fails before any work.
-set -eu
-BIN=${CT_BIN:-bin}
-T=$(mktemp -d /tmp/ct_distill.XXXXXX)
-trap 'rm -rf "$T"' EXIT
 . tests/lib/common.sh
+start_test distill
 
 "$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 3000 50 41 6
 small_sft "$T/train.jsonl" "$T/teacher" 150 128 384

@@ -2,11 +2,8 @@
 # bin/dpo end to end: loss log 2 at step 0, reward accuracy rising, precomputed
 # reference log-probs == a resident reference, bit-identical resume (also with a synced
 # reference), SimPO without a reference, and clear errors for bad input.
-set -eu
-BIN=${CT_BIN:-bin}
-T=$(mktemp -d /tmp/ct_dpo.XXXXXX)
-trap 'rm -rf "$T"' EXIT
 . tests/lib/common.sh
+start_test dpo
 
 "$BIN/ctune-demo-data" reverse "$T/sft.jsonl" "$T/sft_eval.jsonl" 3000 20 21 6
 small_sft "$T/sft.jsonl" "$T/sft" 120 96 256

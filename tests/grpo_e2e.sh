@@ -3,12 +3,8 @@
 # reference starts at 0 and then grows, rollouts are reused with num_iterations, resume is
 # bit-identical, the remote reward works against the bundled server (and its failures
 # stop the run or give NaN as configured), and bad settings fail before any rollout.
-set -eu
-BIN=${CT_BIN:-bin}
-T=$(mktemp -d /tmp/ct_grpo.XXXXXX)
-server=""
-trap '[ -n "$server" ] && kill $server 2>/dev/null; rm -rf "$T"' EXIT
 . tests/lib/common.sh
+start_test grpo
 
 "$BIN/ctune-demo-data" reverse "$T/sft.jsonl" "$T/prompts.jsonl" 3000 200 31 6
 small_sft "$T/sft.jsonl" "$T/sft" 120 96 256

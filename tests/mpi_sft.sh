@@ -2,12 +2,9 @@
 # Two MPI ranks with one micro-batch each take the same optimizer steps as one process
 # accumulating two micro-batches: the same global batch, gradients summed the same way
 # up to float rounding.
-set -eu
-BIN=${CT_BIN:-bin}
-command -v mpirun >/dev/null || { echo "mpirun missing (scripts/install-deps.sh installs openmpi-bin)"; exit 1; }
-T=$(mktemp -d /tmp/ct_mpi.XXXXXX)
-trap 'rm -rf "$T"' EXIT
 . tests/lib/common.sh
+command -v mpirun >/dev/null || { echo "mpirun missing (scripts/install-deps.sh installs openmpi-bin)"; exit 1; }
+start_test mpi
 "$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 400 50 3 6
 args="configs/sft.yml dataset_path=$T/train.jsonl model.hidden_size=64 model.intermediate_size=128
       model.num_hidden_layers=2 model.num_attention_heads=2 max_length=24 max_steps=6 logging_steps=1

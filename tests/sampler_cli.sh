@@ -1,11 +1,8 @@
 #!/bin/sh
 # bin/sampler end to end on a small trained model: streaming, JSON output in input order,
 # score agreeing with generate's log-probs, int8 save/load, and clear errors.
-set -eu
-BIN=${CT_BIN:-bin}
-T=$(mktemp -d /tmp/ct_sampler.XXXXXX)
-trap 'rm -rf "$T"' EXIT
 . tests/lib/common.sh
+start_test sampler
 
 "$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 3000 50 11 5
 small_sft "$T/train.jsonl" "$T/m" 150 128 384

@@ -1,11 +1,8 @@
 #!/bin/sh
 # bin/sft end to end: learning, outputs, bit-identical resume, a kill -9 in the middle of
 # a checkpoint, and clear errors for bad input. Run by tests/run.sh (CT_BIN = binaries).
-set -eu
-BIN=${CT_BIN:-bin}
-T=$(mktemp -d /tmp/ct_sft_e2e.XXXXXX)
-trap 'rm -rf "$T"' EXIT
 . tests/lib/common.sh
+start_test sft_e2e
 
 "$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 3000 100 7 6
 cat > "$T/tiny.yml" <<YML

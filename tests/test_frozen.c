@@ -35,37 +35,53 @@ static void copy_model(ct_model *dst, const ct_model *src) {
   memcpy(dst->params, src->params, sizeof(float) * src->n_floats);
 }
 
-static void check_f32_logps_equal_the_policy_bit_for_bit(const char *type) {
-  ct_model m, c;
-  tiny_model(&m, type);
-  copy_model(&c, &m);
+// A policy m with its own activations and head, a frozen copy of it as `dtype` with a head
+// of `ntiles` vocabulary chunks, and a batch: both heads at temperature 0.7 (as GRPO's
+// reference uses).
+typedef struct {
+  ct_model m;
   ct_frozen f;
-  CHECK_OK(ct_frozen_init(&f, &c, CT_FROZEN_F32, B, T));
   ct_batch b;
-  make_batch(&b, m.cfg.vocab_size);
   ct_acts a;
   ct_head h1, h2;
-  CHECK_OK(ct_acts_init(&a, &m, B, T, true));
-  CHECK_OK(ct_head_init(&h1, B * T, m.cfg.vocab_size, m.cfg.hidden_size, 1));
-  CHECK_OK(ct_head_init(&h2, B * T, m.cfg.vocab_size, m.cfg.hidden_size, 1));
-  h1.inv_temp = h2.inv_temp = 1 / 0.7f;  // a sampling temperature, as GRPO's reference uses
-  int n1 = ct_lm_forward(&m, &a, &h1, &b), n2 = ct_frozen_logps(&f, &b, &h2);
-  CHECK(n1 == (int)b.n_target && n2 == n1);
-  CHECK(n1 > 0 && !memcmp(h1.logp, h2.logp, sizeof(float) * n1));
-  CHECK(!memcmp(h1.rows, h2.rows, sizeof(int) * n1));
+} pair_t;
+
+static void pair_init(pair_t *p, const char *type, int dtype, int ntiles) {
+  ct_model c;
+  tiny_model(&p->m, type);
+  copy_model(&c, &p->m);
+  CHECK_OK(ct_frozen_init(&p->f, &c, dtype, B, T));
+  make_batch(&p->b, p->m.cfg.vocab_size);
+  CHECK_OK(ct_acts_init(&p->a, &p->m, B, T, true));
+  CHECK_OK(ct_head_init(&p->h1, B * T, p->m.cfg.vocab_size, p->m.cfg.hidden_size, 1));
+  CHECK_OK(ct_head_init(&p->h2, B * T, p->m.cfg.vocab_size, p->m.cfg.hidden_size, ntiles));
+  p->h1.inv_temp = p->h2.inv_temp = 1 / 0.7f;
+}
+
+static void pair_free(pair_t *p) {
+  ct_head_free(&p->h1);
+  ct_head_free(&p->h2);
+  ct_acts_free(&p->a);
+  ct_batch_free(&p->b);
+  ct_frozen_free(&p->f);
+  ct_model_free(&p->m);
+}
+
+static void check_f32_logps_equal_the_policy_bit_for_bit(const char *type) {
+  pair_t p;
+  pair_init(&p, type, CT_FROZEN_F32, 1);
+  int C = p.m.cfg.hidden_size;
+  int n1 = ct_lm_forward(&p.m, &p.a, &p.h1, &p.b), n2 = ct_frozen_logps(&p.f, &p.b, &p.h2);
+  CHECK(n1 == (int)p.b.n_target && n2 == n1);
+  CHECK(n1 > 0 && !memcmp(p.h1.logp, p.h2.logp, sizeof(float) * n1));
+  CHECK(!memcmp(p.h1.rows, p.h2.rows, sizeof(int) * n1));
   // the hidden states of the target rows are the training forward's
-  float *hid = malloc(sizeof(float) * n1 * m.cfg.hidden_size);
-  CHECK(ct_frozen_hidden(&f, &b, hid) == n1);
+  float *hid = malloc(sizeof(float) * n1 * C);
+  CHECK(ct_frozen_hidden(&p.f, &p.b, hid) == n1);
   for (int q = 0; q < n1; q++)
-    for (int k = 0; k < m.cfg.hidden_size; k++)
-      CHECK(hid[(long)q * m.cfg.hidden_size + k] == a.lnf[(long)h1.rows[q] * m.cfg.hidden_size + k]);
+    for (int k = 0; k < C; k++) CHECK(hid[(long)q * C + k] == p.a.lnf[(long)p.h1.rows[q] * C + k]);
   free(hid);
-  ct_head_free(&h1);
-  ct_head_free(&h2);
-  ct_acts_free(&a);
-  ct_batch_free(&b);
-  ct_frozen_free(&f);
-  ct_model_free(&m);
+  pair_free(&p);
 }
 
 static void test_f32_logps_equal_the_policy_bit_for_bit(void) {
@@ -81,49 +97,35 @@ static void test_f32_logps_equal_the_policy_bit_for_bit(void) {
 // temperature 0.7 a log-prob moves by up to about twice that / 0.7, so 0.3 nat bounds
 // it, while a misplaced or unscaled row is off by whole nats.
 static void test_int8_logps_are_close_to_f32_and_use_the_same_rows(void) {
-  ct_model m, c8;
-  tiny_model(&m, "qwen2");
-  copy_model(&c8, &m);
-  ct_frozen f8;
-  CHECK_OK(ct_frozen_init(&f8, &c8, CT_FROZEN_INT8, B, T));
-  CHECK(ct_frozen_params(&f8) == NULL && f8.model.params == NULL);  // the fp32 copy is gone
-  ct_batch b;
-  make_batch(&b, m.cfg.vocab_size);
-  ct_acts a;
-  ct_head h1, h2;
-  CHECK_OK(ct_acts_init(&a, &m, B, T, false));
-  CHECK_OK(ct_head_init(&h1, B * T, m.cfg.vocab_size, m.cfg.hidden_size, 1));
-  CHECK_OK(ct_head_init(&h2, B * T, m.cfg.vocab_size, m.cfg.hidden_size, 3));  // in 3 vocab chunks
-  h1.inv_temp = h2.inv_temp = 1 / 0.7f;
-  uint64_t sum = ct_frozen_checksum(&f8);
-  int n1 = ct_lm_forward(&m, &a, &h1, &b), n2 = ct_frozen_logps(&f8, &b, &h2);
-  CHECK(n2 == n1 && !memcmp(h1.rows, h2.rows, sizeof(int) * n1) && !memcmp(h1.target, h2.target, sizeof(int) * n1));
-  int V = m.cfg.vocab_size, N = B * T, outs[B * T], nout = 0;
+  pair_t p;
+  pair_init(&p, "qwen2", CT_FROZEN_INT8, 3);  // the int8 head in 3 vocabulary chunks
+  CHECK(ct_frozen_params(&p.f) == NULL && p.f.model.params == NULL);  // the fp32 copy is gone
+  uint64_t sum = ct_frozen_checksum(&p.f);
+  int n1 = ct_lm_forward(&p.m, &p.a, &p.h1, &p.b), n2 = ct_frozen_logps(&p.f, &p.b, &p.h2);
+  CHECK(n2 == n1 && !memcmp(p.h1.rows, p.h2.rows, sizeof(int) * n1) &&
+        !memcmp(p.h1.target, p.h2.target, sizeof(int) * n1));
+  int V = p.m.cfg.vocab_size, N = B * T, outs[B * T], nout = 0;
   for (int i = 0; i < N; i++)
-    if (b.target[i] >= 0) outs[nout++] = i;
+    if (p.b.target[i] >= 0) outs[nout++] = i;
   float *lg = malloc(sizeof(float) * nout * V);
-  CHECK_OK(ct_engine_forward(f8.engine, N, b.ids, f8.slot, f8.pos, outs, nout, lg));  // (slot/pos as filled)
+  // the same pass the module ran (its slot/pos arrays still hold the placement)
+  CHECK_OK(ct_engine_forward(p.f.engine, N, p.b.ids, p.f.slot, p.f.pos, outs, nout, lg));
   double worst = 0, exact = 0;
   for (int q = 0; q < n1; q++) {
     const float *l = lg + (long)q * V;
     double mx = -INFINITY, z = 0;
     for (int v = 0; v < V; v++) mx = fmax(mx, l[v] / 0.7);
     for (int v = 0; v < V; v++) z += exp(l[v] / 0.7 - mx);
-    exact = fmax(exact, fabs(l[h2.target[q]] / 0.7 - mx - log(z) - h2.logp[q]));
-    worst = fmax(worst, fabs((double)h1.logp[q] - h2.logp[q]));
+    exact = fmax(exact, fabs(l[p.h2.target[q]] / 0.7 - mx - log(z) - p.h2.logp[q]));
+    worst = fmax(worst, fabs((double)p.h1.logp[q] - p.h2.logp[q]));
   }
   fprintf(stderr, "    int8 vs fp32: max |Δ log-prob| %.4f over %d tokens; vs the engine's logits %.2g\n",
           worst, n1, exact);
   CHECK(exact < 1e-5);
   CHECK(worst < 0.3 && worst > 0);
+  CHECK(ct_frozen_checksum(&p.f) == sum);
   free(lg);
-  CHECK(ct_frozen_checksum(&f8) == sum);
-  ct_head_free(&h1);
-  ct_head_free(&h2);
-  ct_acts_free(&a);
-  ct_batch_free(&b);
-  ct_frozen_free(&f8);
-  ct_model_free(&m);
+  pair_free(&p);
 }
 
 // A batch past the capacity, or a position past T, is an error, not a write out of bounds.

@@ -1,4 +1,14 @@
 # Shared by the end-to-end test scripts (sourced, not run).
+set -eu
+BIN=${CT_BIN:-bin}
+server=""  # a background server's pid, stopped at exit
+
+# start_test NAME: a fresh temporary directory $T, removed (and $server stopped) at exit.
+start_test() {
+  T=$(mktemp -d "/tmp/ct_$1.XXXXXX")
+  trap '[ -n "$server" ] && kill $server 2>/dev/null; rm -rf "$T"' EXIT
+}
+
 # fail MESSAGE: print and exit 1.
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
