@@ -794,6 +794,57 @@ static void test_concurrent_encodes_agree_with_a_single_thread() {
   ct_tokenizer_free(t);
 }
 
+// Thousands of added tokens (one first byte for most, as in vocabularies extended with
+// <extra_N> tokens): leftmost-longest matching, special ones only with `special`, the
+// first of two with the same content, and lookups by name.
+static void test_many_added_tokens_match_by_content() {
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/many_added", tmpdir);
+  mkdir(dir, 0700);
+  CHECK_OK(make_tiny(dir, merges_json, false, NULL));
+  char path[600];
+  snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+  json_error_t err;
+  json_t *j = json_load_file(path, 0, &err);
+  CHECK(j != NULL);
+  if (!j) return;
+  json_t *added = json_object_get(j, "added_tokens");
+  enum { N = 3000 };
+  char content[64];
+  for (int i = 0; i < N; i++) {  // <extra_i> = 1000 + i; every third one not special
+    snprintf(content, sizeof content, "<extra_%d>", i);
+    json_array_append_new(added, json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", 1000 + i, "content", content,
+                                           "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0, "special",
+                                           i % 3 != 0));
+  }
+  json_array_append_new(added, json_pack("{s:i,s:s,s:b}", "id", 4000, "content", "<extra_1", "special", 0));
+  json_array_append_new(added, json_pack("{s:i,s:s,s:b}", "id", 4001, "content", "<extra_5>", "special", 1));
+  for (int i = 0; i < 100; i++) {  // #tagI = 4100 + i
+    snprintf(content, sizeof content, "#tag%d", i);
+    json_array_append_new(added, json_pack("{s:i,s:s,s:b}", "id", 4100 + i, "content", content, "special", 0));
+  }
+  CHECK(json_dump_file(j, path, JSON_INDENT(1)) == 0);
+  json_decref(j);
+  ct_tokenizer *t = NULL;
+  CHECK_OK(ct_tokenizer_load(&t, dir));
+  if (!t) return;
+  CHECK(ct_tokenizer_vocab_size(t) == 4200);
+  CHECK(ct_tokenizer_token_id(t, "<extra_2999>") == 3999 && ct_tokenizer_token_id(t, "<extra_0>") == 1000);
+  CHECK(ct_tokenizer_token_id(t, "<extra_5>") == 1005);  // the first with that content
+  CHECK(ct_tokenizer_token_id(t, "<extra_1") == 4000 && ct_tokenizer_token_id(t, "<extra_3000>") < 0);
+  CHECK(ct_tokenizer_token_id(t, "<think>") == 400 && ct_tokenizer_token_id(t, "<|im_end|>") == 258);
+  CHECK(!strcmp(encode_str(t, "a<extra_0>b<extra_2999> <extra_1234><extra_12><think>", true),
+                "97 1000 98 3999 32 2234 1012 400"));
+  CHECK(!strcmp(encode_str(t, "<extra_5><extra_1x<extra_1>", true), "1005 4000 120 1001"));  // longest first
+  CHECK(!strcmp(encode_str(t, "#tag7 #tag77<|im_end|>", true), "4107 32 4177 258"));
+  // without special: <extra_3> (not special) still matches, <extra_4> is text
+  CHECK(!strcmp(encode_str(t, "<extra_4>", false), "60 101 120 116 114 97 95 52 62"));
+  CHECK(!strcmp(encode_str(t, "<extra_3><extra_4>", false), "1003 60 101 120 116 114 97 95 52 62"));
+  CHECK(!strcmp(encode_str(t, "<extra_1234>", false), "4000 50 51 52 62"));  // "<extra_1", then text
+  CHECK(roundtrips(t, "x <extra_7>y<extra_700><<extra_2>> #tag3#tag99 <extra_"));
+  ct_tokenizer_free(t);
+}
+
 // Generated text can stop inside a multi-byte character: JSON writers get U+FFFD for
 // every byte that is not part of a well-formed sequence, and valid text unchanged.
 static void test_utf8_lossy_replaces_only_invalid_bytes(void) {
@@ -816,6 +867,7 @@ int main(void) {
   RUN(test_bpe_merges_by_rank_with_string_and_pair_merges_alike);
   RUN(test_ignore_merges_takes_whole_words_from_the_vocabulary);
   RUN(test_added_tokens_follow_special_lstrip_rstrip_and_single_word);
+  RUN(test_many_added_tokens_match_by_content);
   RUN(test_nfc_normalizer_composes_and_offsets_point_into_the_original_text);
   RUN(test_nfc_offsets_stay_exact_across_many_changed_stretches);
   RUN(test_utf8_prev_steps_back_one_code_point_or_one_stray_byte);

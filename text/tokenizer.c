@@ -85,11 +85,16 @@ struct ct_tokenizer {
   int byte_id[256];
   bool ignore_merges;
 
-  // added tokens, bucketed by first byte, longest first within a bucket
+  // added tokens, bucketed by first byte, longest first within a bucket (in list order
+  // among equal lengths)
   added_token *added;
   int nadded;
   int *bucket_list, bucket_start[257];
+  int *bucket_lens, lens_start[257];  // a bucket's distinct lengths, longest first
   int only_first_byte;  // >= 0 when every added token starts with this byte
+  int32_t *aslot;       // content -> index of the first added token with it; -1 empty
+  uint32_t amask;
+  int *anext;           // (nadded) the next added token with the same content, or -1
 
   bool nfc;
   pretok_step *steps;
@@ -299,6 +304,9 @@ void ct_tokenizer_free(ct_tokenizer *t) {
   free(t->mslot);
   free(t->added);
   free(t->bucket_list);
+  free(t->bucket_lens);
+  free(t->aslot);
+  free(t->anext);
   for (int i = 0; i < t->nsteps; i++) ct_regex_free(t->steps[i].re);
   free(t->steps);
   free(t->template_src);
@@ -494,6 +502,90 @@ static int load_model(ct_tokenizer *t, const loadctx *L, const json_t *model) {
   return 0;
 }
 
+// Bucket order of added tokens: first byte, then longest first, then list order.
+typedef struct {
+  uint32_t len;
+  int idx;
+  unsigned char b;
+} added_key;
+
+static int added_order(const void *x, const void *y) {
+  const added_key *p = x, *q = y;
+  if (p->b != q->b) return p->b < q->b ? -1 : 1;
+  if (p->len != q->len) return p->len > q->len ? -1 : 1;
+  return (p->idx > q->idx) - (p->idx < q->idx);
+}
+
+// Index of the first added token whose content is s[0, n), or -1. The others with that
+// content follow through anext, in list order.
+static int added_find(const ct_tokenizer *t, const char *s, size_t n) {
+  if (!t->aslot) return -1;
+  for (uint32_t i = (uint32_t)hash_bytes(s, n) & t->amask;; i = (i + 1) & t->amask) {
+    int k = t->aslot[i];
+    if (k < 0) return -1;
+    if (t->added[k].len == n && memcmp(t->bytes + t->added[k].off, s, n) == 0) return k;
+  }
+}
+
+// Buckets by first byte, longest first, so the first hit at a position is the longest;
+// each bucket's distinct lengths; and a hash of contents, for large buckets and lookups
+// by name. O(n log n) in the number of added tokens.
+static int index_added(ct_tokenizer *t) {
+  int n = t->nadded;
+  t->only_first_byte = -1;
+  t->bucket_list = malloc(sizeof(int) * (size_t)(n + 1));
+  t->bucket_lens = malloc(sizeof(int) * (size_t)(n + 1));
+  t->anext = malloc(sizeof(int) * (size_t)(n + 1));
+  size_t slots = 16;
+  while (slots < 2 * (size_t)n) slots *= 2;
+  t->aslot = malloc(sizeof *t->aslot * slots);
+  added_key *keys = malloc(sizeof *keys * (size_t)(n + 1));
+  int *tail = malloc(sizeof(int) * (size_t)(n + 1));
+  if (!t->bucket_list || !t->bucket_lens || !t->anext || !t->aslot || !keys || !tail) {
+    free(keys);
+    free(tail);
+    return FAIL(CT_ENOMEM, "tokenizer: out of memory");
+  }
+  for (int i = 0; i < n; i++)
+    keys[i] = (added_key){t->added[i].len, i, (unsigned char)t->bytes[t->added[i].off]};
+  qsort(keys, (size_t)n, sizeof *keys, added_order);
+  int k = 0, nl = 0;
+  for (int b = 0; b < 256; b++) {
+    t->bucket_start[b] = k;
+    t->lens_start[b] = nl;
+    for (; k < n && keys[k].b == b; k++) {
+      t->bucket_list[k] = keys[k].idx;
+      if (k == t->bucket_start[b] || keys[k].len != keys[k - 1].len) t->bucket_lens[nl++] = (int)keys[k].len;
+    }
+  }
+  t->bucket_start[256] = k;
+  t->lens_start[256] = nl;
+  if (n > 0 && keys[0].b == keys[n - 1].b) t->only_first_byte = keys[0].b;
+  free(keys);
+
+  memset(t->aslot, 0xff, sizeof *t->aslot * slots);
+  t->amask = (uint32_t)(slots - 1);
+  for (int i = 0; i < n; i++) {
+    const added_token *a = &t->added[i];
+    t->anext[i] = -1;
+    for (uint32_t h = (uint32_t)hash_bytes(t->bytes + a->off, a->len) & t->amask;; h = (h + 1) & t->amask) {
+      int first = t->aslot[h];
+      if (first < 0) {
+        t->aslot[h] = i;
+        tail[i] = i;
+        break;
+      }
+      if (t->added[first].len == a->len && memcmp(t->bytes + t->added[first].off, t->bytes + a->off, a->len) == 0) {
+        t->anext[tail[first]] = i;  // list order within the same content
+        tail[first] = i;
+        break;
+      }
+    }
+  }
+  free(tail);
+  return 0;
+}
+
 static int load_added(ct_tokenizer *t, const loadctx *L, const json_t *added) {
   if (!added || json_is_null(added)) return 0;
   if (!json_is_array(added)) return FAIL(CT_EFORMAT, "%s: added_tokens: expected a list", L->file);
@@ -527,27 +619,7 @@ static int load_added(ct_tokenizer *t, const loadctx *L, const json_t *added) {
     t->tok_kind[tid] = TOK_ADDED;
     t->tok_special[tid] = at->special;
   }
-  // Buckets by first byte, longest first, so the first hit at a position is the longest.
-  t->bucket_list = malloc(sizeof(int) * (size_t)(t->nadded + 1));
-  if (!t->bucket_list) return FAIL(CT_ENOMEM, "tokenizer: out of memory");
-  int k = 0;
-  t->only_first_byte = -1;
-  for (int b = 0; b < 256; b++) {
-    t->bucket_start[b] = k;
-    int first = k;
-    for (int i = 0; i < t->nadded; i++)
-      if ((unsigned char)t->bytes[t->added[i].off] == b) t->bucket_list[k++] = i;
-    for (int x = first + 1; x < k; x++)  // insertion sort by length, descending
-      for (int y = x; y > first && t->added[t->bucket_list[y]].len > t->added[t->bucket_list[y - 1]].len; y--) {
-        int tmp = t->bucket_list[y];
-        t->bucket_list[y] = t->bucket_list[y - 1];
-        t->bucket_list[y - 1] = tmp;
-      }
-    if (k > first) t->only_first_byte = t->only_first_byte == -1 && first == 0 ? b : -2;
-  }
-  t->bucket_start[256] = k;
-  if (t->only_first_byte < 0) t->only_first_byte = -1;
-  return 0;
+  return index_added(t);
 }
 
 static int load_normalizer(ct_tokenizer *t, const loadctx *L, const json_t *n, const char *where) {
@@ -1006,8 +1078,8 @@ bool ct_tokenizer_is_special(const ct_tokenizer *t, int id) {
 int ct_tokenizer_token_id(const ct_tokenizer *t, const char *token) {
   if (!token) return -1;
   size_t n = strlen(token);
-  for (int i = 0; i < t->nadded; i++)
-    if (t->added[i].len == n && memcmp(t->bytes + t->added[i].off, token, n) == 0) return t->added[i].id;
+  int k = added_find(t, token, n);
+  if (k >= 0) return t->added[k].id;
   // a vocabulary entry, spelled as in tokenizer.json (byte-level characters)
   char buf[256];
   long w = n < sizeof buf ? gpt2_decode(token, n, buf) : -1;
@@ -1310,6 +1382,24 @@ static int section(enc *e, const char *s, size_t n, size_t orig) {
 
 static bool is_word_char(uint32_t cp) { return ct_uc_is_letter(cp) || ct_uc_is_number(cp) || cp == '_'; }
 
+// Whether added token a, whose content is at text[i], counts there (special, single_word).
+static bool added_applies(const added_token *a, const char *text, size_t len, size_t i, bool special) {
+  if (a->special && !special) return false;
+  if (a->single_word) {
+    size_t k = i + a->len;
+    if (i > 0) {
+      size_t j = ct_utf8_prev(text, 0, i);
+      if (is_word_char(ct_utf8_next(text, len, &j))) return false;
+    }
+    if (k < len && is_word_char(ct_utf8_next(text, len, &k))) return false;
+  }
+  return true;
+}
+
+// Buckets up to this size are scanned; larger ones are probed in the content hash once
+// per distinct length (same order, same result).
+enum { ADDED_SCAN_MAX = 32 };
+
 // The first added token at or after `from`: its index and position, or -1.
 static int find_added(const ct_tokenizer *t, const char *text, size_t len, size_t from, bool special,
                       size_t *at) {
@@ -1320,20 +1410,24 @@ static int find_added(const ct_tokenizer *t, const char *text, size_t len, size_
       i = (size_t)(p - text);
     }
     unsigned char b = (unsigned char)text[i];
-    for (int q = t->bucket_start[b]; q < t->bucket_start[b + 1]; q++) {
-      const added_token *a = &t->added[t->bucket_list[q]];
-      if (a->special && !special) continue;
-      if (a->len > len - i || memcmp(text + i, t->bytes + a->off, a->len)) continue;
-      if (a->single_word) {
-        size_t k = i + a->len;
-        if (i > 0) {
-          size_t j = ct_utf8_prev(text, 0, i);
-          if (is_word_char(ct_utf8_next(text, len, &j))) continue;
-        }
-        if (k < len && is_word_char(ct_utf8_next(text, len, &k))) continue;
+    if (t->bucket_start[b + 1] - t->bucket_start[b] <= ADDED_SCAN_MAX) {
+      for (int q = t->bucket_start[b]; q < t->bucket_start[b + 1]; q++) {
+        const added_token *a = &t->added[t->bucket_list[q]];
+        if (a->len > len - i || memcmp(text + i, t->bytes + a->off, a->len)) continue;
+        if (!added_applies(a, text, len, i, special)) continue;
+        *at = i;
+        return t->bucket_list[q];
       }
-      *at = i;
-      return t->bucket_list[q];
+      continue;
+    }
+    for (int l = t->lens_start[b]; l < t->lens_start[b + 1]; l++) {  // longest first
+      size_t n = (size_t)t->bucket_lens[l];
+      if (n > len - i) continue;
+      for (int k = added_find(t, text + i, n); k >= 0; k = t->anext[k])  // list order
+        if (added_applies(&t->added[k], text, len, i, special)) {
+          *at = i;
+          return k;
+        }
     }
   }
   return -1;
