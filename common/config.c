@@ -14,6 +14,7 @@
 #include <yaml.h>
 
 #include "error.h"
+#include "model.h"
 #include "optim.h"
 
 // ---------------------------------------------------------------------------------
@@ -183,6 +184,13 @@ static const key_def KEYS[] = {
     {"num_threads", K_INT, ALL | SAMPLER, OFF(num_threads), "0", IN(0, 4096),
      .comment = "Compute threads per process. 0 = all cores, divided among the MPI ranks "
                 "on each machine."},
+    {"gradient_checkpointing", K_BOOL, ALL, OFF(gradient_checkpointing), "false",
+     .comment = "Keep only each layer's input and recompute the layer in backward: activation "
+                "memory of one layer instead of all, for about a third more compute. Same "
+                "gradients bit for bit."},
+    {"dry_run", K_BOOL, ALL, OFF(dry_run), "false",
+     .comment = "Print the memory plan (every big buffer, the total, what the machine has) "
+                "and stop before allocating."},
 
     {"beta", K_FLOAT, DPO | GRPO | DISTILL, OFF(beta), "0.1", FROM(0), .section = "Preference and RL",
      .per_trainer = {NULL, "0.1", "0.0", "0.5"},
@@ -199,6 +207,9 @@ static const key_def KEYS[] = {
     {"ref_model_path", K_STR, DPO | GRPO, OFF(ref_model_path), "",
      .comment = "The frozen reference model's directory; empty = a copy of the starting "
                 "policy."},
+    {"ref_dtype", K_ENUM, DPO | GRPO, OFF(ref_dtype), "float32", .choices = ct_store_names,
+     .comment = "How the reference's weights are held: float32; bfloat16 (half the memory, "
+                "widened one layer at a time); int8 (a quarter, through the sampler's engine)."},
     {"loss_type", K_STR_LIST, DPO | GRPO, OFF(loss_type), "sigmoid", .section = "DPO",
      .per_trainer = {NULL, "sigmoid", "dapo"}, .choices = ct_loss_type_names,
      .comment = "DPO: preference losses (sigmoid, hinge, ipo, robust, sft, simpo), summed with "
@@ -223,6 +234,8 @@ static const key_def KEYS[] = {
     {"teacher_path", K_STR, DISTILL, OFF(teacher_path), "", .section = "Distillation",
      .comment = "The teacher's Hugging Face directory (same tokenizer as the student). Not "
                 "needed when teacher_logits_path holds precomputed logits."},
+    {"teacher_dtype", K_ENUM, DISTILL, OFF(teacher_dtype), "float32", .choices = ct_store_names,
+     .comment = "How the teacher's weights are held: float32, bfloat16 or int8 (as ref_dtype)."},
     {"teacher_logits_path", K_STR, DISTILL, OFF(teacher_logits_path), "",
      .comment = "Offline mode: the teacher's top-k logits per token, written by `bin/distill "
                 "precompute` and read by training, which then loads no teacher."},
@@ -312,9 +325,9 @@ static const key_def KEYS[] = {
                 "(row, sample, completion, completion_ids, logprobs, finish_reason)."},
     {"add_generation_prompt", K_BOOL, SAMPLER, OFF(add_generation_prompt), "true",
      .comment = "messages rows: end the chat template with the assistant's turn opening."},
-    {"quantization", K_ENUM, DISTILL | SAMPLER, OFF(quantization), "none", .choices = ct_quantization_names,
+    {"quantization", K_ENUM, SAMPLER, OFF(quantization), "none", .choices = ct_quantization_names,
      .comment = "int8: convert matrices to int8 with one scale per output row on load (a "
-                "model saved that way loads as int8 directly). Distillation: for the teacher."},
+                "model saved that way loads as int8 directly)."},
     {"save_quantized", K_STR, SAMPLER, OFF(save_quantized), "",
      .comment = "With quantization=int8: also write the int8 model to this directory."},
     {"decode_slots", K_INT, GRPO | DISTILL | SAMPLER, OFF(decode_slots), "16", IN(1, 4096),

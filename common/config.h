@@ -148,9 +148,12 @@ typedef struct {
   int64_t num_vocab_tiling;
   double z_loss_multiplier;
   int64_t num_threads;  // 0 = all cores, divided among local MPI ranks
+  int gradient_checkpointing;
+  int dry_run;
 
   // distillation
   char *teacher_path;
+  int teacher_dtype;  // CT_STORE_* (model.h)
   char *teacher_logits_path;
   int64_t distill_top_k;
   double distill_alpha;
@@ -207,6 +210,7 @@ typedef struct {
   int64_t max_prompt_length;
   int64_t max_completion_length;
   char *ref_model_path;
+  int ref_dtype;  // CT_STORE_* (model.h)
   int sync_ref_model;
   double ref_model_mixup_alpha;
   int64_t ref_model_sync_steps;

@@ -1,6 +1,6 @@
 // frozen: the forward-only model behind DPO's and GRPO's reference and distillation's
-// teacher — float32 through the training forward (no activations kept), int8 through
-// the inference engine. It has no backward and never writes its weights.
+// teacher — float32 or bfloat16 through the training forward (no activations kept), int8
+// through the inference engine. It has no backward and never writes its weights.
 #include "frozen.h"
 
 #include <stdlib.h>
@@ -13,14 +13,25 @@
 #include "matmul.h"
 #include "mem.h"
 
-const char *const ct_frozen_dtype_names[] = {"float32", "int8", NULL};
-_Static_assert(sizeof ct_frozen_dtype_names / sizeof *ct_frozen_dtype_names == CT_FROZEN_COUNT + 1,
-               "ct_frozen_dtype_names must name every CT_FROZEN_* value");
+static ct_engine_opts engine_opts(int B, int T) { return (ct_engine_opts){B, T, B * T}; }
+
+double ct_frozen_bytes(const ct_model_config *c, int dtype, int B, int T) {
+  if (dtype == CT_STORE_INT8) {
+    ct_engine_opts eo = engine_opts(B, T);
+    return ct_infer_int8_bytes(c) + ct_engine_bytes(c, &eo) + 3.0 * sizeof(int) * B * T;
+  }
+  ct_model lay;
+  if (ct_model_layout(&lay, c)) return 0;
+  double b = ct_model_param_bytes(&lay, dtype == CT_STORE_BF16) + ct_acts_bytes(c, B, T, CT_ACTS_FORWARD);
+  if (dtype == CT_STORE_BF16) b += ct_model_wide_bytes(&lay);
+  ct_model_free(&lay);
+  return b;
+}
 
 // The engine pass of the int8 path: one slot per row, N tokens.
 static int engine_init(ct_frozen *f) {
   long N = (long)f->B * f->T;
-  ct_engine_opts eo = {f->B, f->T, (int)N};
+  ct_engine_opts eo = engine_opts(f->B, f->T);
   f->slot = malloc(sizeof(int) * N);
   f->pos = malloc(sizeof(int) * N);
   f->outs = malloc(sizeof(int) * N);
@@ -37,14 +48,15 @@ int ct_frozen_init(ct_frozen *f, ct_model *m, int dtype, int B, int T) {
   f->model = *m;  // ownership moves here
   memset(m, 0, sizeof *m);
   int rc;
-  if (dtype == CT_FROZEN_INT8) {
+  if (dtype == CT_STORE_INT8) {
     rc = ct_infer_quantize(&f->iw, &f->model);
     ct_model_free(&f->model);  // the int8 copy is all that is needed
     if (!rc) rc = engine_init(f);
   } else {
     rc = ct_model_rope_reserve(&f->model, T);
-    if (!rc) rc = ct_acts_init(&f->acts, &f->model, B, T, false);
-    if (!rc) rc = ct_infer_from_model(&f->iw, &f->model);
+    if (!rc) rc = ct_acts_init(&f->acts, &f->model, B, T, CT_ACTS_FORWARD);
+    if (!rc && dtype == CT_STORE_BF16) rc = ct_model_to_bf16(&f->model);
+    else if (!rc) rc = ct_infer_from_model(&f->iw, &f->model);
   }
   if (rc) ct_frozen_free(f);
   return rc;
@@ -52,7 +64,7 @@ int ct_frozen_init(ct_frozen *f, ct_model *m, int dtype, int B, int T) {
 
 int ct_frozen_open(ct_frozen *f, const char *dir, int dtype, int B, int T) {
   memset(f, 0, sizeof *f);
-  if (dtype != CT_FROZEN_INT8) {
+  if (dtype != CT_STORE_INT8) {
     ct_model m;
     int rc = ct_model_load(&m, dir, T);
     return rc ? rc : ct_frozen_init(f, &m, dtype, B, T);
@@ -80,11 +92,12 @@ void ct_frozen_free(ct_frozen *f) {
   memset(f, 0, sizeof *f);
 }
 
-float *ct_frozen_params(ct_frozen *f) { return f->dtype == CT_FROZEN_F32 ? f->model.params : NULL; }
+float *ct_frozen_params(ct_frozen *f) { return f->dtype == CT_STORE_F32 ? f->model.params : NULL; }
 
 uint64_t ct_frozen_checksum(const ct_frozen *f) {
-  if (f->dtype == CT_FROZEN_INT8)
-    return ct_fnv1a(f->iw.qmem, (size_t)f->iw.layout.n_floats, CT_FNV1A_INIT);
+  if (f->dtype == CT_STORE_INT8) return ct_fnv1a(f->iw.qmem, (size_t)f->iw.layout.n_floats, CT_FNV1A_INIT);
+  if (f->dtype == CT_STORE_BF16)
+    return ct_fnv1a(f->model.params16, sizeof(uint16_t) * (size_t)f->model.n_floats, CT_FNV1A_INIT);
   return ct_fnv1a(f->model.params, sizeof(float) * (size_t)f->model.n_floats, CT_FNV1A_INIT);
 }
 
@@ -105,7 +118,7 @@ static int engine_hidden(ct_frozen *f, const ct_batch *b, float *out) {
 }
 
 int ct_frozen_hidden(ct_frozen *f, const ct_batch *b, float *out) {
-  if (f->dtype == CT_FROZEN_INT8) return engine_hidden(f, b, out);
+  if (f->dtype == CT_STORE_INT8) return engine_hidden(f, b, out);
   int rc = ct_forward_batch(&f->model, &f->acts, b);
   if (rc) return rc;
   int N = b->B * b->T, n = 0, C = f->cfg.hidden_size;
@@ -116,8 +129,8 @@ int ct_frozen_hidden(ct_frozen *f, const ct_batch *b, float *out) {
 
 void ct_frozen_logits(const ct_frozen *f, const float *hidden, int n, int v0, int nv, float *out) {
   int C = f->cfg.hidden_size;
-  if (f->dtype == CT_FROZEN_F32) {
-    ct_sgemm('N', 'T', n, nv, C, 1, hidden, C, f->model.w.lm_head + (long)v0 * C, C, 0, out, nv);
+  if (f->dtype != CT_STORE_INT8) {
+    ct_model_logits(&f->model, hidden, n, v0, nv, out);
     return;
   }
   const ct_linear *h = &f->iw.lm_head;  // rows [v0, v0 + nv) of the int8 head
@@ -131,7 +144,7 @@ static void logits_fn(void *ctx, const float *hidden, int n, int v0, int nv, flo
 
 int ct_frozen_logps(ct_frozen *f, const ct_batch *b, ct_head *h) {
   // float32: exactly the policy's path (ct_lm_forward), so equal weights give equal log-probs
-  if (f->dtype == CT_FROZEN_F32) return ct_lm_forward(&f->model, &f->acts, h, b);
+  if (f->dtype != CT_STORE_INT8) return ct_lm_forward(&f->model, &f->acts, h, b);
   if (b->B * b->T > h->cap)
     return ct_set_error(CT_EINVAL, "LM head: %d tokens exceed the %d rows it was sized for",
                         b->B * b->T, h->cap);

@@ -1,10 +1,12 @@
 // frozen: a model that only ever runs forward — DPO's and GRPO's reference, distillation's
 // teacher (and, later, a LoRA base and a reward model). One module so that each storage
-// choice is written once and every trainer gets it:
-//   float32  the training forward over a ct_model, keeping no activations for backward
-//            (ct_acts with keep = false): the same kernels, so its log-probs equal the
-//            policy's bit for bit when the weights are equal;
-//   int8     the inference engine's int8 weights (sampler/weights.h), one scale per row.
+// choice (CT_STORE_*, model.h) is written once and every trainer gets it:
+//   float32   the training forward over a ct_model, keeping no activations for backward
+//             (CT_ACTS_FORWARD): the same kernels, so its log-probs equal the policy's bit
+//             for bit when the weights are equal;
+//   bfloat16  the same forward over bf16 weights widened one layer at a time (half the
+//             memory; log-probs move by what rounding the weights to bf16 explains);
+//   int8      the inference engine's int8 weights (sampler/weights.h), one scale per row.
 // It never has gradients or optimizer state. Its weights do not change while it is open,
 // except through ct_frozen_params (TR-DPO's reference sync, float32 only).
 //
@@ -20,29 +22,31 @@
 #include "model.h"
 #include "weights.h"
 
-enum { CT_FROZEN_F32, CT_FROZEN_INT8, CT_FROZEN_COUNT };
-extern const char *const ct_frozen_dtype_names[];  // "float32", "int8"
-
 typedef struct {
-  int dtype;              // CT_FROZEN_*
+  int dtype;              // CT_STORE_*
   ct_model_config cfg;
   int B, T;               // capacity of one forward
-  ct_model model;         // float32: the parameters
-  ct_acts acts;           // float32: one layer's activations, reused (keep = false)
+  ct_model model;         // float32 / bfloat16: the parameters
+  ct_acts acts;           // float32 / bfloat16: one layer's activations, reused
   ct_infer_weights iw;    // the engine's view: float32 views of model, or the int8 weights
+                          // (none for bfloat16)
   ct_engine *engine;      // int8: runs the forward (slot = row, one pass per batch)
   int *slot, *pos, *outs; // int8: (N) the engine pass's token placement
 } ct_frozen;
 
+// Bytes a frozen model of config c stored as dtype takes with forwards of B x T tokens
+// (weights, activations, engine buffers): its row of the memory plan.
+double ct_frozen_bytes(const ct_model_config *c, int dtype, int B, int T);
+
 // Takes ownership of m (loaded or copied by the caller: nothing to free on failure either)
-// and readies it for forwards of B rows x T tokens; with CT_FROZEN_INT8 the weights are
-// quantized and the float32 parameters freed.
+// and readies it for forwards of B rows x T tokens; with CT_STORE_BF16 or CT_STORE_INT8
+// the weights are converted and the float32 parameters freed.
 int ct_frozen_init(ct_frozen *f, ct_model *m, int dtype, int B, int T);
 // Loads a Hugging Face model directory (a ctune int8 directory loads as int8).
 int ct_frozen_open(ct_frozen *f, const char *dir, int dtype, int B, int T);
 void ct_frozen_free(ct_frozen *f);
 
-// The float32 parameters (NULL for int8): TR-DPO's reference sync writes them.
+// The float32 parameters (NULL for bf16 and int8): TR-DPO's reference sync writes them.
 float *ct_frozen_params(ct_frozen *f);
 // A checksum of the stored weights: a test that training left them exactly as loaded.
 uint64_t ct_frozen_checksum(const ct_frozen *f);

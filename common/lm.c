@@ -23,11 +23,17 @@ int ct_forward_batch(const ct_model *m, ct_acts *a, const ct_batch *b) {
   return 0;
 }
 
+// The head's logits callback for a model stored in bf16 (no fp32 matrix to hand it).
+static void model_logits(void *ctx, const float *hidden, int n, int v0, int nv, float *out) {
+  ct_model_logits(ctx, hidden, n, v0, nv, out);
+}
+
 int ct_lm_forward(const ct_model *m, ct_acts *a, ct_head *h, const ct_batch *b) {
   int rc = ct_forward_batch(m, a, b);
   if (rc) return rc;
   int n = ct_head_gather(h, a->lnf, b->target, b->B * b->T);
-  if (n >= 0) ct_head_forward(h, m->w.lm_head);
+  if (n >= 0 && m->params16) ct_head_forward_fn(h, model_logits, (void *)m);
+  else if (n >= 0) ct_head_forward(h, m->w.lm_head);
   return n;
 }
 

@@ -173,6 +173,13 @@ int ct_train_reference(ct_train *tr, ct_frozen *ref, int dtype, int B, int T) {
   return rc;
 }
 
+int ct_train_check_reference(const ct_config *c) {
+  if (c->sync_ref_model && c->ref_dtype != CT_STORE_F32)
+    return ct_set_error(CT_ECONFIG, "%s: key 'ref_dtype': sync_ref_model mixes the policy into the "
+                        "reference's weights, which needs ref_dtype float32", ct_config_origin(c, "ref_dtype"));
+  return 0;
+}
+
 int ct_train_sync_reference(ct_train *tr, ct_frozen *ref, double alpha) {
   float *r = ct_frozen_params(ref);
   if (!r || ref->model.n_floats != tr->model.n_floats)

@@ -99,13 +99,16 @@ int ct_train_after_step(ct_train *tr, bool *stop);
 // The last line of a run: steps, where the model is, and peak resident memory.
 void ct_train_log_done(ct_train *tr);
 
-// The frozen reference model (DPO, GRPO with beta > 0), stored as `dtype` (CT_FROZEN_*)
+// The frozen reference model (DPO, GRPO with beta > 0), stored as `dtype` (CT_STORE_*)
 // and sized for forwards of B rows x T tokens. It is ref_model_path when set, else the
 // policy's starting weights: model_path, or the seeded initialization of a model built
 // from scratch. A resumed run restores it the same way, or from the checkpoint's
 // ref_model.safetensors when the reference is synced during training (sync_ref_model)
 // and so cannot be rebuilt.
 int ct_train_reference(ct_train *tr, ct_frozen *ref, int dtype, int B, int T);
+// The reference's settings that cannot go together (a config check, before any loading):
+// sync_ref_model writes the reference's weights, so it needs ref_dtype float32.
+int ct_train_check_reference(const ct_config *c);
 // TR-DPO: ref <- (1 - alpha) ref + alpha policy (a float32 reference with the policy's
 // architecture).
 int ct_train_sync_reference(ct_train *tr, ct_frozen *ref, double alpha);

@@ -39,7 +39,7 @@
 static int fail(int code, const char *what) { ct_dist_die("distill", code, what); }
 
 // ---------------------------------------------------------------------------
-// The teacher: a frozen model (fp32, or int8 with quantization=int8) and the final hidden
+// The teacher: a frozen model (teacher_dtype: float32, bfloat16 or int8) and the final hidden
 // states of the current batch's target rows, from which the soft loss asks for logit
 // chunks.
 
@@ -49,7 +49,7 @@ typedef struct {
 } teacher_t;
 
 static int teacher_load(teacher_t *t, const ct_config *c, int B, int T) {
-  int dtype = c->quantization == CT_QUANT_INT8 ? CT_FROZEN_INT8 : CT_FROZEN_F32;
+  int dtype = c->teacher_dtype;
   t->hidden = NULL;
   int rc = ct_frozen_open(&t->f, c->teacher_path, dtype, B, T);
   if (rc) return ct_wrap_error(rc, "teacher");
@@ -267,9 +267,13 @@ static int check_config(const ct_config *c) {
   if (offline && c->lmbda > 0)
     return ct_set_error(CT_ECONFIG, "%s: key 'lmbda': on-policy distillation needs the teacher "
                         "itself, not precomputed logits", ct_config_origin(c, "lmbda"));
-  if ((c->lmbda > 0 || c->quantization == CT_QUANT_INT8) && c->packing)
+  if ((c->lmbda > 0 || c->teacher_dtype == CT_STORE_INT8) && c->packing)
     return ct_set_error(CT_ECONFIG, "%s: key 'packing' cannot be combined with lmbda or an int8 "
                         "teacher", ct_config_origin(c, "packing"));
+  if (c->lmbda > 0 && c->seq_kd && c->teacher_dtype == CT_STORE_BF16)
+    return ct_set_error(CT_ECONFIG, "%s: key 'teacher_dtype': seq_kd generates with the teacher through "
+                        "the sampler's engine, which runs float32 or int8 weights, not bfloat16",
+                        ct_config_origin(c, "teacher_dtype"));
   return 0;
 }
 
@@ -318,8 +322,8 @@ int main(int argc, char **argv) {
     tk.b_logit = malloc(sizeof(float) * (size_t)B * T * tk.k);
     if (!tk.b_idx || !tk.b_logit) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   }
-  if (!seqs || !where || ct_acts_init(&acts, &tr.model, B, T, true) || ct_batch_init(&batch, B, T) ||
-      ct_head_init(&head, B * T, mc->vocab_size, mc->hidden_size, (int)cfg.num_vocab_tiling) ||
+  if (!seqs || !where || ct_acts_init(&acts, &tr.model, B, T, CT_ACTS_KEEP) || ct_batch_init(&batch, B, T) ||
+      ct_head_init(&head, B * T, B * T, mc->vocab_size, mc->hidden_size, (int)cfg.num_vocab_tiling) ||
       ct_kd_init(&kd, B * T, V, mc->hidden_size, (int)cfg.num_vocab_tiling))
     fail(1, NULL);
   // on-policy generation: the student's weights as they are, or the teacher's

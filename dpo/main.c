@@ -59,6 +59,7 @@ static int losses_from(const ct_config *c, ct_dpo_loss *o) {
 static int check_config(const ct_config *c) {
   ct_dpo_loss o;
   int rc = losses_from(c, &o);
+  if (!rc) rc = ct_train_check_reference(c);
   if (!rc && c->sync_ref_model && c->precompute_ref_log_probs)
     rc = ct_set_error(CT_ECONFIG, "%s: sync_ref_model changes the reference during training, "
                       "so its log-probs cannot be precomputed", ct_config_origin(c, "sync_ref_model"));
@@ -165,7 +166,7 @@ static void policy_rows(dpo_t *d, const ct_batch *b) {
 // Loads the reference (sized like the batch) the first time it is needed.
 static void load_reference(dpo_t *d) {
   if (d->ref_loaded) return;
-  if (ct_train_reference(d->tr, &d->ref, CT_FROZEN_F32, d->batch.cap_B, d->batch.cap_T)) fail(1, NULL);
+  if (ct_train_reference(d->tr, &d->ref, (int)d->cfg->ref_dtype, d->batch.cap_B, d->batch.cap_T)) fail(1, NULL);
   d->ref_loaded = true;
 }
 
@@ -338,9 +339,9 @@ int main(int argc, char **argv) {
   d.ref_r = malloc(sizeof(float) * Bmax);
   d.coef_row = malloc(sizeof(float) * 2 * Bmax);
   if (!d.pairs || !d.ref_c || !d.ref_r || !d.coef_row || ct_batch_init(&d.batch, 2 * Bmax, T) ||
-      ct_head_init(&d.head, 2 * Bmax * T, mc->vocab_size, mc->hidden_size, (int)cfg.num_vocab_tiling) ||
+      ct_head_init(&d.head, 2 * Bmax * T, 2 * B * T, mc->vocab_size, mc->hidden_size, (int)cfg.num_vocab_tiling) ||
       row_sums_init(&d.pol, 2 * Bmax) || row_sums_init(&d.refs, 2 * Bmax) ||
-      ct_acts_init(&d.acts, &tr.model, 2 * Bmax, T, true))
+      ct_acts_init(&d.acts, &tr.model, 2 * Bmax, T, CT_ACTS_KEEP))
     fail(1, NULL);
   ref_cache cache_train = {0}, cache_eval = {0};
   if (d.need_ref && cfg.precompute_ref_log_probs) {

@@ -52,6 +52,7 @@ static int reward_init(const ct_config *c, int k, ct_reward **out);
 static int check_config(const ct_config *c) {
   int kind, B = (int)c->per_device_train_batch_size, accum = (int)c->gradient_accumulation_steps;
   int rc = agg_kind(c, &kind);
+  if (!rc) rc = ct_train_check_reference(c);
   if (rc) return rc;
   if (c->reward_funcs.n < 1)
     return ct_set_error(CT_ECONFIG, "%s: key 'reward_funcs': give at least one reward function",
@@ -413,12 +414,12 @@ int main(int argc, char **argv) {
   g.use_ref = cfg.beta > 0;
   g.step_prompts = malloc(sizeof(int) * step_prompts);
   g.ro = calloc((size_t)per_rank_prompts * g.G, sizeof *g.ro);
-  if (!g.step_prompts || !g.ro || ct_model_rope_reserve(&tr.model, T) || ct_acts_init(&g.acts, &tr.model, B, T, true) ||
+  if (!g.step_prompts || !g.ro || ct_model_rope_reserve(&tr.model, T) || ct_acts_init(&g.acts, &tr.model, B, T, CT_ACTS_KEEP) ||
       ct_batch_init(&g.batch, B, T) ||
-      ct_head_init(&g.head, B * T, mc->vocab_size, mc->hidden_size, (int)cfg.num_vocab_tiling))
+      ct_head_init(&g.head, B * T, B * T, mc->vocab_size, mc->hidden_size, (int)cfg.num_vocab_tiling))
     fail(1, NULL);
   g.head.inv_temp = cfg.temperature > 0 ? (float)(1.0 / cfg.temperature) : 1.0f;
-  if (g.use_ref && ct_train_reference(&tr, &g.ref, CT_FROZEN_F32, B, T)) fail(1, NULL);
+  if (g.use_ref && ct_train_reference(&tr, &g.ref, cfg.ref_dtype, B, T)) fail(1, NULL);
   ct_engine_opts eo = {(int)cfg.decode_slots, T, max_prompt > (int)cfg.decode_slots ? max_prompt : (int)cfg.decode_slots};
   if (ct_infer_from_model(&g.iw, &tr.model) || ct_engine_init(&g.engine, &g.iw, &eo)) fail(1, NULL);
   ct_log_info(&tr.log, "training %ld steps; %s loss; beta %g (%s)", tr.total_steps - tr.step,

@@ -9,6 +9,7 @@
 
 #include "attention.h"
 #include "error.h"
+#include "mem.h"
 #include "kernels.h"
 #include "matmul.h"
 #include "pool.h"
@@ -26,112 +27,148 @@ static dims dims_of(const ct_model_config *c) {
 
 static long max3(long a, long b, long c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
-int ct_acts_init(ct_acts *a, const ct_model *m, int B, int T, bool keep) {
-  memset(a, 0, sizeof *a);
-  dims d = dims_of(&m->cfg);
-  long N = (long)B * T, Ls = keep ? d.L : 1;
-  bool qkn = m->cfg.qk_norm;
-  a->B = B;
-  a->T = T;
-  a->keep = keep;
+enum { N_SLOTS = 23 };  // buffers carved from ct_acts.mem, in this order (ids/pos/seg last)
+
+// Sizes in floats of every buffer of ct_acts for B x T tokens in `mode`.
+static void acts_sizes(const ct_model_config *c, int B, int T, int mode, long sizes[N_SLOTS]) {
+  dims d = dims_of(c);
+  long N = (long)B * T;
+  bool keep = mode == CT_ACTS_KEEP, back = mode != CT_ACTS_FORWARD, qkn = c->qk_norm;
+  long Ls = keep ? d.L : 1, Lx = back ? d.L + 1 : 1;  // per-layer slots; residual slots
   // reductions: rmsnorm (C), head norm (hd <= QKV), qkv bias (QKV); attention blocks
   long scratch = max3(CT_RED_CHUNKS * (d.C > d.QKV ? d.C : d.QKV),
                       (long)ct_pool_threads() * ct_attention_scratch_floats(T), 1);
-  // Sizes in floats, in the order they are carved below; each rounded to 16 floats.
-  long sizes[] = {
-      (Ls + 1) * N * d.C, Ls * N * d.C, Ls * N, Ls * N * d.QKV,
+  long v[N_SLOTS] = {
+      Lx * N * d.C, Ls * N * d.C, Ls * N, Ls * N * d.QKV,
       qkn ? Ls * N * d.QKV : 0, qkn ? Ls * N * (d.H + d.KV) : 0, Ls * N * d.H * d.hd,
-      Ls * N * d.H, keep ? Ls * N * d.C : 0, Ls * N * d.C, Ls * N, Ls * N * 2 * d.F, Ls * N * d.F,
+      Ls * N * d.H, back ? Ls * N * d.C : 0, Ls * N * d.C, Ls * N, Ls * N * 2 * d.F, Ls * N * d.F,
       N * d.C, N,
-      keep ? N * d.C : 0, keep ? N * d.C : 0, keep ? N * d.QKV : 0, keep ? N * d.H * d.hd : 0,
-      keep ? N * 2 * d.F : 0, keep ? N * d.F : 0, scratch,
+      back ? N * d.C : 0, back ? N * d.C : 0, back ? N * d.QKV : 0, back ? N * d.H * d.hd : 0,
+      back ? N * 2 * d.F : 0, back ? N * d.F : 0, scratch,
       3 * ((N + 15) / 16 * 16)};  // ids, pos, seg (ints are float-sized)
-  float **slots[] = {&a->x, &a->ln1, &a->rstd1, &a->qkv, &a->qkv_pre, &a->qk_rstd, &a->att,
-                     &a->lse, &a->x2, &a->ln2, &a->rstd2, &a->gu, &a->h, &a->lnf, &a->rstdf,
-                     &a->dres, &a->dln, &a->dqkv, &a->datt, &a->dgu, &a->dh, &a->scratch, NULL};
-  int n = sizeof sizes / sizeof sizes[0];
-  long total = 0;
-  for (int i = 0; i < n; i++) total += (sizes[i] + 15) / 16 * 16;
-  a->mem = aligned_alloc(64, sizeof(float) * total);
+  for (int i = 0; i < N_SLOTS; i++) sizes[i] = (v[i] + 15) / 16 * 16;
+}
+
+double ct_acts_bytes(const ct_model_config *c, int B, int T, int mode) {
+  long sizes[N_SLOTS], total = 0;
+  acts_sizes(c, B, T, mode, sizes);
+  for (int i = 0; i < N_SLOTS; i++) total += sizes[i];
+  return sizeof(float) * (double)total;
+}
+
+int ct_acts_init(ct_acts *a, const ct_model *m, int B, int T, int mode) {
+  memset(a, 0, sizeof *a);
+  a->B = B;
+  a->T = T;
+  a->mode = mode;
+  a->keep = mode == CT_ACTS_KEEP;
+  long sizes[N_SLOTS], total = 0;
+  acts_sizes(&m->cfg, B, T, mode, sizes);
+  for (int i = 0; i < N_SLOTS; i++) total += sizes[i];
+  a->bytes = sizeof(float) * total;
+  a->mem = ct_big_alloc(sizeof(float) * total);  // zeroed
   if (!a->mem)
     return ct_set_error(CT_ENOMEM, "cannot allocate %.1f MB of activations for %d x %d tokens",
                         total * 4.0 / 1e6, B, T);
-  memset(a->mem, 0, sizeof(float) * total);
+  float **slots[N_SLOTS - 1] = {&a->x, &a->ln1, &a->rstd1, &a->qkv, &a->qkv_pre, &a->qk_rstd, &a->att,
+                                &a->lse, &a->x2, &a->ln2, &a->rstd2, &a->gu, &a->h, &a->lnf, &a->rstdf,
+                                &a->dres, &a->dln, &a->dqkv, &a->datt, &a->dgu, &a->dh, &a->scratch};
   float *p = a->mem;
-  for (int i = 0; i < n - 1; i++) {
-    *slots[i] = sizes[i] ? p : NULL;
-    p += (sizes[i] + 15) / 16 * 16;
+  for (int i = 0; i < N_SLOTS - 1; i++) {
+    *slots[i] = sizes[i] > 0 ? p : NULL;
+    p += sizes[i];
   }
-  long Np = (N + 15) / 16 * 16;
+  long Np = (long)B * T, Npad = (Np + 15) / 16 * 16;
   a->ids = (int *)p;
-  a->pos = (int *)p + Np;
-  a->seg = (int *)p + 2 * Np;
+  a->pos = (int *)p + Npad;
+  a->seg = (int *)p + 2 * Npad;
   return 0;
 }
 
 void ct_acts_free(ct_acts *a) {
-  free(a->mem);
+  ct_big_free(a->mem);
   memset(a, 0, sizeof *a);
 }
 
-// The slot of layer l in a per-layer buffer of `per` floats per layer (slot 0 when the
-// activations are not kept).
-#define AT(a, buf, l, per) ((buf) + ((a)->keep ? (long)(l) * (per) : 0))
+// One layer's activations: where layer l reads its input and writes each intermediate.
+// Per-layer buffers have a slot per layer (CT_ACTS_KEEP) or one slot reused; the
+// residual stream has L+1 slots except in CT_ACTS_FORWARD, where it is updated in place.
+// Strides are set by capacity, not by the batch, so the layout does not depend on B, T.
+typedef struct {
+  float *x;       // (N, C) layer input
+  float *xn;      // (N, C) layer output (x itself in CT_ACTS_FORWARD)
+  float *ln1, *rstd1, *qkv, *qkv_pre, *qk_rstd, *att, *lse;
+  float *x2;      // (N, C) residual after attention (x itself in CT_ACTS_FORWARD)
+  float *ln2, *rstd2, *gu, *h;
+} layer_acts;
+
+static layer_acts layer_slots(const ct_acts *a, const dims *d, int l) {
+  long Nc = (long)a->B * a->T, s = a->keep ? l : 0;
+  bool fwd = a->mode == CT_ACTS_FORWARD;
+  layer_acts la;
+  la.x = a->x + (fwd ? 0 : l) * Nc * d->C;
+  la.xn = fwd ? la.x : la.x + Nc * d->C;
+  la.ln1 = a->ln1 + s * Nc * d->C;
+  la.rstd1 = a->rstd1 + s * Nc;
+  la.qkv = a->qkv + s * Nc * d->QKV;
+  la.qkv_pre = a->qkv_pre ? a->qkv_pre + s * Nc * d->QKV : NULL;
+  la.qk_rstd = a->qk_rstd ? a->qk_rstd + s * Nc * (d->H + d->KV) : NULL;
+  la.att = a->att + s * Nc * d->H * d->hd;
+  la.lse = a->lse + s * Nc * d->H;
+  la.x2 = fwd ? la.x : a->x2 + s * Nc * d->C;
+  la.ln2 = a->ln2 + s * Nc * d->C;
+  la.rstd2 = a->rstd2 + s * Nc;
+  la.gu = a->gu + s * Nc * 2 * d->F;
+  la.h = a->h + s * Nc * d->F;
+  return la;
+}
+
+// Layer forward from la->x. With `full` false it stops once what backward reads is
+// computed (recomputation: the layer's output la->xn is already there).
+static void layer_forward(const ct_model *m, const ct_layer_weights *w, const layer_acts *la,
+                          const ct_acts *a, int B, int T, bool full) {
+  const ct_model_config *c = &m->cfg;
+  dims d = dims_of(c);
+  long N = (long)B * T;
+  ct_attn_dims ad = {B, T, (int)d.H, (int)d.KV, (int)d.hd};
+  ct_rmsnorm_forward(la->ln1, la->rstd1, la->x, w->ln1, (int)N, (int)d.C, c->rms_norm_eps);
+  ct_sgemm('N', 'T', (int)N, (int)d.QKV, (int)d.C, 1, la->ln1, (int)d.C, w->wqkv, (int)d.C, 0, la->qkv,
+           (int)d.QKV);
+  if (w->bqkv) ct_bias_forward(la->qkv, w->bqkv, (int)N, (int)d.QKV, (int)d.QKV);
+  if (c->qk_norm) {
+    // q heads and k heads have separate weights: two calls over the same rows
+    ct_headnorm_forward(la->qkv, la->qkv_pre, la->qk_rstd, w->qnorm, (int)N, (int)d.H, (int)d.hd,
+                        (int)d.QKV, c->rms_norm_eps);
+    ct_headnorm_forward(la->qkv + d.H * d.hd, la->qkv_pre + d.H * d.hd, la->qk_rstd + N * d.H, w->knorm,
+                        (int)N, (int)d.KV, (int)d.hd, (int)d.QKV, c->rms_norm_eps);
+  }
+  // q and k heads are adjacent: rotate all H + KV of them in one pass
+  ct_rope(la->qkv, a->pos, m->rope_cos, m->rope_sin, (int)N, (int)(d.H + d.KV), (int)d.hd, (int)d.QKV, 0);
+  ct_attention_forward(la->att, la->lse, la->qkv, a->seg, ad, a->scratch);
+  if (la->x2 != la->x) memcpy(la->x2, la->x, sizeof(float) * N * d.C);
+  ct_sgemm('N', 'T', (int)N, (int)d.C, (int)(d.H * d.hd), 1, la->att, (int)(d.H * d.hd), w->wo,
+           (int)(d.H * d.hd), 1, la->x2, (int)d.C);
+  ct_rmsnorm_forward(la->ln2, la->rstd2, la->x2, w->ln2, (int)N, (int)d.C, c->rms_norm_eps);
+  ct_sgemm('N', 'T', (int)N, (int)(2 * d.F), (int)d.C, 1, la->ln2, (int)d.C, w->wgu, (int)d.C, 0,
+           la->gu, (int)(2 * d.F));
+  ct_swiglu_forward(la->h, la->gu, (int)N, (int)d.F);
+  if (!full) return;
+  if (la->xn != la->x2) memcpy(la->xn, la->x2, sizeof(float) * N * d.C);
+  ct_sgemm('N', 'T', (int)N, (int)d.C, (int)d.F, 1, la->h, (int)d.F, w->wdown, (int)d.F, 1, la->xn,
+           (int)d.C);
+}
 
 void ct_forward(const ct_model *m, ct_acts *a, int B, int T) {
   const ct_model_config *c = &m->cfg;
   dims d = dims_of(c);
   long N = (long)B * T;
-  ct_attn_dims ad = {B, T, (int)d.H, (int)d.KV, (int)d.hd};
-  // Stride of per-layer buffers is set by capacity, not by this batch, so that the
-  // layout does not depend on B and T.
-  long Ncap = (long)a->B * a->T;
-  ct_embed_forward(a->x, m->w.embed, a->ids, (int)N, (int)d.C);
+  ct_model_embed(m, a->ids, (int)N, a->x);
   for (int l = 0; l < d.L; l++) {
-    const ct_layer_weights *w = &m->w.layers[l];
-    float *x = AT(a, a->x, l, Ncap * d.C);                  // (N, C) layer input
-    float *xn = a->keep ? x + Ncap * d.C : x;               // (N, C) layer output
-    float *ln1 = AT(a, a->ln1, l, Ncap * d.C);              // (N, C)
-    float *rstd1 = AT(a, a->rstd1, l, Ncap);                // (N)
-    float *qkv = AT(a, a->qkv, l, Ncap * d.QKV);            // (N, QKV)
-    float *att = AT(a, a->att, l, Ncap * d.H * d.hd);       // (N, H*hd)
-    float *lse = AT(a, a->lse, l, Ncap * d.H);              // (N, H)
-    float *x2 = a->keep ? AT(a, a->x2, l, Ncap * d.C) : x;  // (N, C) (in place when not kept)
-    float *ln2 = AT(a, a->ln2, l, Ncap * d.C);              // (N, C)
-    float *rstd2 = AT(a, a->rstd2, l, Ncap);                // (N)
-    float *gu = AT(a, a->gu, l, Ncap * 2 * d.F);            // (N, 2F)
-    float *h = AT(a, a->h, l, Ncap * d.F);                  // (N, F)
-
-    ct_rmsnorm_forward(ln1, rstd1, x, w->ln1, (int)N, (int)d.C, c->rms_norm_eps);
-    ct_sgemm('N', 'T', (int)N, (int)d.QKV, (int)d.C, 1, ln1, (int)d.C, w->wqkv, (int)d.C, 0, qkv,
-             (int)d.QKV);
-    if (w->bqkv) ct_bias_forward(qkv, w->bqkv, (int)N, (int)d.QKV, (int)d.QKV);
-    if (c->qk_norm) {
-      float *pre = AT(a, a->qkv_pre, l, Ncap * d.QKV);
-      float *r = AT(a, a->qk_rstd, l, Ncap * (d.H + d.KV));
-      // q heads and k heads have separate weights: two calls over the same rows
-      ct_headnorm_forward(qkv, pre, r, w->qnorm, (int)N, (int)d.H, (int)d.hd, (int)d.QKV,
-                          c->rms_norm_eps);
-      ct_headnorm_forward(qkv + d.H * d.hd, pre + d.H * d.hd, r + N * d.H, w->knorm, (int)N,
-                          (int)d.KV, (int)d.hd, (int)d.QKV, c->rms_norm_eps);
-    }
-    // q and k heads are adjacent: rotate all H + KV of them in one pass
-    ct_rope(qkv, a->pos, m->rope_cos, m->rope_sin, (int)N, (int)(d.H + d.KV), (int)d.hd,
-            (int)d.QKV, 0);
-    ct_attention_forward(att, lse, qkv, a->seg, ad, a->scratch);
-    if (x2 != x) memcpy(x2, x, sizeof(float) * N * d.C);
-    ct_sgemm('N', 'T', (int)N, (int)d.C, (int)(d.H * d.hd), 1, att, (int)(d.H * d.hd), w->wo,
-             (int)(d.H * d.hd), 1, x2, (int)d.C);
-    ct_rmsnorm_forward(ln2, rstd2, x2, w->ln2, (int)N, (int)d.C, c->rms_norm_eps);
-    ct_sgemm('N', 'T', (int)N, (int)(2 * d.F), (int)d.C, 1, ln2, (int)d.C, w->wgu, (int)d.C, 0,
-             gu, (int)(2 * d.F));
-    ct_swiglu_forward(h, gu, (int)N, (int)d.F);
-    if (xn != x2) memcpy(xn, x2, sizeof(float) * N * d.C);
-    ct_sgemm('N', 'T', (int)N, (int)d.C, (int)d.F, 1, h, (int)d.F, w->wdown, (int)d.F, 1, xn,
-             (int)d.C);
+    layer_acts la = layer_slots(a, &d, l);
+    layer_forward(m, ct_model_layer(m, l), &la, a, B, T, true);
   }
-  float *xl = a->keep ? a->x + d.L * Ncap * d.C : a->x;
-  ct_rmsnorm_forward(a->lnf, a->rstdf, xl, m->w.norm, (int)N, (int)d.C, c->rms_norm_eps);
+  float *xl = a->mode == CT_ACTS_FORWARD ? a->x : a->x + d.L * (long)a->B * a->T * d.C;
+  ct_rmsnorm_forward(a->lnf, a->rstdf, xl, ct_model_norm(m), (int)N, (int)d.C, c->rms_norm_eps);
 }
 
 void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float *dlnf, int B,
@@ -142,18 +179,15 @@ void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float
   int Hd = (int)(d.H * d.hd);
   ct_attn_dims ad = {B, T, (int)d.H, (int)d.KV, (int)d.hd};
   float *dres = a->dres;  // (N, C) gradient of the residual stream, carried down the layers
-  ct_rmsnorm_backward(dres, g->norm, dlnf, a->x + d.L * Ncap * d.C, m->w.norm, a->rstdf, (int)N,
+  ct_rmsnorm_backward(dres, g->norm, dlnf, a->x + d.L * Ncap * d.C, ct_model_norm(m), a->rstdf, (int)N,
                       (int)d.C, 0, a->scratch);
   for (int l = (int)d.L - 1; l >= 0; l--) {
-    const ct_layer_weights *w = &m->w.layers[l];
+    const ct_layer_weights *w = ct_model_layer(m, l);
     const ct_layer_weights *gw = &g->layers[l];
-    float *x = a->x + l * Ncap * d.C;
-    float *ln1 = a->ln1 + l * Ncap * d.C, *rstd1 = a->rstd1 + l * Ncap;
-    float *qkv = a->qkv + l * Ncap * d.QKV;
-    float *att = a->att + l * Ncap * Hd, *lse = a->lse + l * Ncap * d.H;
-    float *x2 = a->x2 + l * Ncap * d.C;
-    float *ln2 = a->ln2 + l * Ncap * d.C, *rstd2 = a->rstd2 + l * Ncap;
-    float *gu = a->gu + l * Ncap * 2 * d.F, *h = a->h + l * Ncap * d.F;
+    layer_acts la = layer_slots(a, &d, l);
+    if (a->mode == CT_ACTS_RECOMPUTE) layer_forward(m, w, &la, a, B, T, false);
+    float *x = la.x, *ln1 = la.ln1, *rstd1 = la.rstd1, *qkv = la.qkv, *att = la.att, *lse = la.lse;
+    float *x2 = la.x2, *ln2 = la.ln2, *rstd2 = la.rstd2, *gu = la.gu, *h = la.h;
 
     // MLP: xn = x2 + h · Wdownᵀ
     ct_sgemm('N', 'N', (int)N, (int)d.F, (int)d.C, 1, dres, (int)d.C, w->wdown, (int)d.F, 0,
@@ -175,8 +209,7 @@ void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float
     ct_rope(a->dqkv, a->pos, m->rope_cos, m->rope_sin, (int)N, (int)(d.H + d.KV), (int)d.hd,
             (int)d.QKV, 1);
     if (c->qk_norm) {
-      float *pre = a->qkv_pre + l * Ncap * d.QKV;
-      float *r = a->qk_rstd + l * Ncap * (d.H + d.KV);
+      float *pre = la.qkv_pre, *r = la.qk_rstd;
       ct_headnorm_backward(a->dqkv, gw->qnorm, pre, w->qnorm, r, (int)N, (int)d.H, (int)d.hd,
                            (int)d.QKV, a->scratch);
       ct_headnorm_backward(a->dqkv + d.H * d.hd, gw->knorm, pre + d.H * d.hd, w->knorm,

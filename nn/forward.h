@@ -6,16 +6,28 @@
 
 #include "model.h"
 
-// Activations of one forward pass, allocated once for at most B x T tokens. With
-// keep == false (inference, reference models) every layer reuses one layer's storage.
+// What a forward keeps, which sets what ct_acts holds:
+//   CT_ACTS_FORWARD    nothing for backward: every layer reuses one layer's storage and
+//                      the residual is updated in place (references, teachers, eval);
+//   CT_ACTS_KEEP       every layer's activations, for backward;
+//   CT_ACTS_RECOMPUTE  only each layer's input (the residual stream x); backward runs
+//                      the layer's forward again into one layer's storage first
+//                      (gradient_checkpointing). Same kernels in the same order, so the
+//                      gradients equal CT_ACTS_KEEP's bit for bit.
+enum { CT_ACTS_FORWARD, CT_ACTS_KEEP, CT_ACTS_RECOMPUTE };
+
+// Activations of one forward pass, allocated once for at most B x T tokens.
 typedef struct {
   int B, T;   // capacity
-  bool keep;  // per-layer activations kept for backward
+  int mode;   // CT_ACTS_*
+  bool keep;  // per-layer activations kept for backward (mode == CT_ACTS_KEEP)
   float *mem;  // one allocation holding everything below
+  long bytes;  // its size
   // inputs (N)
   int *ids, *pos, *seg;
   // per layer, each (L or 1, ...) — see forward.c for the use of each
   float *x;      // (L+1, N, C) residual stream into each layer; x[L] leaves the last one
+                 // (one slot, updated in place, for CT_ACTS_FORWARD)
   float *ln1;    // (L, N, C)
   float *rstd1;  // (L, N)
   float *qkv;    // (L, N, QKV) after bias, q/k-norm and RoPE
@@ -23,14 +35,14 @@ typedef struct {
   float *qk_rstd;  // (L, N, H + KV) (Qwen3 only)
   float *att;    // (L, N, H*hd)
   float *lse;    // (L, N, H)
-  float *x2;     // (L, N, C) residual after attention
+  float *x2;     // (L, N, C) residual after attention (in place in x for CT_ACTS_FORWARD)
   float *ln2;    // (L, N, C)
   float *rstd2;  // (L, N)
   float *gu;     // (L, N, 2F)
   float *h;      // (L, N, F)
   float *lnf;    // (N, C) final RMSNorm output: the LM head's input
   float *rstdf;  // (N)
-  // backward work space, reused layer after layer
+  // backward work space, reused layer after layer (not for CT_ACTS_FORWARD)
   float *dres;   // (N, C)
   float *dln;    // (N, C)
   float *dqkv;   // (N, QKV)
@@ -40,7 +52,10 @@ typedef struct {
   float *scratch;  // reductions and attention blocks
 } ct_acts;
 
-int ct_acts_init(ct_acts *a, const ct_model *m, int B, int T, bool keep);
+// Bytes ct_acts_init allocates for B x T tokens in `mode` (the memory plan uses it).
+double ct_acts_bytes(const ct_model_config *c, int B, int T, int mode);
+// Allocates (ct_big_alloc: zeroed, huge pages) for B rows of T tokens.
+int ct_acts_init(ct_acts *a, const ct_model *m, int B, int T, int mode);
 void ct_acts_free(ct_acts *a);
 
 // Runs the decoder over a->ids/pos/seg (B*T each, filled by the caller) for B rows of
@@ -48,6 +63,7 @@ void ct_acts_free(ct_acts *a);
 void ct_forward(const ct_model *m, ct_acts *a, int B, int T);
 
 // Accumulates parameter gradients (+=) into g, given dlnf (N, C): the gradient of the
-// loss with respect to a->lnf. Needs a->keep. dlnf may be a->dln.
+// loss with respect to a->lnf. Needs CT_ACTS_KEEP or CT_ACTS_RECOMPUTE (which runs each
+// layer's forward again from its kept input). dlnf may be a->dln.
 void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float *dlnf, int B,
                  int T);

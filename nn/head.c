@@ -13,30 +13,39 @@
 #include "mem.h"
 #include "pool.h"
 
-int ct_head_init(ct_head *h, int cap_rows, int V, int C, int ntiles) {
+static int tiles_of(int V, int ntiles) { return ntiles < 1 ? 1 : ntiles > V ? V : ntiles; }
+
+double ct_head_bytes(int cap_rows, int logit_rows, int V, int C, int ntiles) {
+  long tile = (V + tiles_of(V, ntiles) - 1) / tiles_of(V, ntiles);
+  return sizeof(float) * ((double)logit_rows * tile + 2.0 * cap_rows * C + 10.0 * cap_rows);
+}
+
+int ct_head_init(ct_head *h, int cap_rows, int logit_rows, int V, int C, int ntiles) {
   memset(h, 0, sizeof *h);
-  if (ntiles < 1) ntiles = 1;
-  if (ntiles > V) ntiles = V;
+  ntiles = tiles_of(V, ntiles);
+  if (logit_rows > cap_rows) logit_rows = cap_rows;
+  if (logit_rows < 1) logit_rows = 1;
   h->cap = cap_rows;
   h->V = V;
   h->C = C;
   h->ntiles = ntiles;
-  h->tile = (V + ntiles - 1) / ntiles;
+  h->tile = h->ftile = (V + ntiles - 1) / ntiles;
+  h->logit_cap = (long)logit_rows * h->tile;
   h->inv_temp = 1.0f;
   long cap = cap_rows;
   h->rows = malloc(sizeof(int) * cap);
   h->target = malloc(sizeof(int) * cap);
   h->argmax = malloc(sizeof(int) * cap);
-  h->hc = aligned_alloc(64, sizeof(float) * ((cap * C + 15) / 16 * 16));
-  h->dhc = aligned_alloc(64, sizeof(float) * ((cap * C + 15) / 16 * 16));
-  h->logits = aligned_alloc(64, sizeof(float) * ((cap * h->tile + 15) / 16 * 16));
+  h->hc = ct_big_alloc(sizeof(float) * cap * C);
+  h->dhc = ct_big_alloc(sizeof(float) * cap * C);
+  h->logits = ct_big_alloc(sizeof(float) * h->logit_cap);
   float **per_row[] = {&h->lse, &h->logp, &h->entropy, &h->run_sum, &h->run_xsum, &h->coef, &h->zcoef};
   int bad = !h->rows || !h->target || !h->argmax || !h->hc || !h->dhc || !h->logits;
   for (size_t i = 0; i < sizeof per_row / sizeof per_row[0]; i++) {
     *per_row[i] = calloc(cap, sizeof(float));
     bad |= !*per_row[i];
   }
-  h->bytes = sizeof(float) * (cap * h->tile + 2 * cap * C) + 10 * sizeof(float) * cap;
+  h->bytes = (long)ct_head_bytes(cap_rows, logit_rows, V, C, ntiles);
   if (bad) {
     ct_head_free(h);
     return ct_set_error(CT_ENOMEM, "LM head: cannot allocate %.1f MB for %d rows x %d vocabulary "
@@ -46,8 +55,11 @@ int ct_head_init(ct_head *h, int cap_rows, int V, int C, int ntiles) {
 }
 
 void ct_head_free(ct_head *h) {
-  ct_free_all(h->rows, h->target, h->argmax, h->hc, h->dhc, h->logits, h->lse, h->logp, h->entropy,
-              h->run_sum, h->run_xsum, h->coef, h->zcoef);
+  ct_big_free(h->hc);
+  ct_big_free(h->dhc);
+  ct_big_free(h->logits);
+  ct_free_all(h->rows, h->target, h->argmax, h->lse, h->logp, h->entropy, h->run_sum, h->run_xsum,
+              h->coef, h->zcoef);
   memset(h, 0, sizeof *h);
 }
 
@@ -140,8 +152,10 @@ static void head_forward(ct_head *h, const float *W, ct_logits_fn fn, void *ctx)
     h->run_sum[r] = h->run_xsum[r] = 0;
     h->argmax[r] = 0;
   }
-  for (int v0 = 0; v0 < h->V; v0 += h->tile) {
-    int nv = v0 + h->tile <= h->V ? h->tile : h->V - v0;
+  long fit = n > 0 ? h->logit_cap / n : h->tile;  // columns that fit for n rows
+  h->ftile = (int)(fit < h->tile ? (fit > 0 ? fit : 1) : h->tile);
+  for (int v0 = 0; v0 < h->V; v0 += h->ftile) {
+    int nv = v0 + h->ftile <= h->V ? h->ftile : h->V - v0;
     // logits (n, nv) = hc · W[v0 : v0+nv]ᵀ
     if (fn) fn(ctx, h->hc, n, v0, nv, h->logits);
     else ct_sgemm('N', 'T', n, nv, h->C, 1, h->hc, h->C, W + (long)v0 * h->C, h->C, 0, h->logits, nv);
@@ -179,9 +193,9 @@ static void dlogits_task(void *ctx, int part, int thread) {
 
 void ct_head_backward(ct_head *h, const float *W, float *dW, float *d_hidden, int N) {
   int n = h->n;
-  for (int v0 = 0; v0 < h->V; v0 += h->tile) {
-    int nv = v0 + h->tile <= h->V ? h->tile : h->V - v0;
-    if (h->ntiles > 1)  // recompute this chunk's logits; with one chunk they are still there
+  for (int v0 = 0; v0 < h->V; v0 += h->ftile) {  // the forward's chunks
+    int nv = v0 + h->ftile <= h->V ? h->ftile : h->V - v0;
+    if (h->ftile < h->V)  // recompute this chunk's logits; with one chunk they are still there
       ct_sgemm('N', 'T', n, nv, h->C, 1, h->hc, h->C, W + (long)v0 * h->C, h->C, 0, h->logits, nv);
     chunk_job j = {h, v0, nv, ct_pool_parts(n)};
     ct_parallel_for(j.parts, dlogits_task, &j);

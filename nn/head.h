@@ -11,13 +11,16 @@
 
 typedef struct {
   int cap, V, C, ntiles, tile;  // tile = V columns per chunk (last may be shorter)
+  long logit_cap;                // floats of the logits buffer: logit_rows x tile
+  int ftile;                     // the chunk width the last forward used (<= tile: narrower
+                                 // when more rows than logit_rows were gathered)
   float inv_temp;                // logits are divided by the sampling temperature (GRPO): 1/T
   int n;                         // rows gathered for the current batch
   int *rows;                     // (cap) token index in the batch of each gathered row
   int *target;                   // (cap) target token id
   float *hc;                     // (cap, C) gathered hidden rows
   float *dhc;                    // (cap, C) their gradient
-  float *logits;                 // (cap, tile) one chunk of logits (all V when ntiles == 1)
+  float *logits;                 // (logit_cap) one chunk of logits (all V when ntiles == 1)
   // per gathered row, filled by ct_head_forward
   float *lse;      // log Σ exp(logits)
   float *logp;     // log-prob of the target
@@ -30,7 +33,13 @@ typedef struct {
   long bytes;  // bytes allocated (the logits chunk dominates)
 } ct_head;
 
-int ct_head_init(ct_head *h, int cap_rows, int V, int C, int ntiles);
+// A head for forwards of up to cap_rows gathered rows, in chunks of V / ntiles columns
+// for up to logit_rows rows (the rows a training backward covers); a forward over more
+// rows (evaluation) uses proportionally narrower chunks, so the logits buffer never
+// grows past logit_rows x V / ntiles floats. Results do not depend on the chunking.
+int ct_head_init(ct_head *h, int cap_rows, int logit_rows, int V, int C, int ntiles);
+// The bytes ct_head_init allocates.
+double ct_head_bytes(int cap_rows, int logit_rows, int V, int C, int ntiles);
 void ct_head_free(ct_head *h);
 
 // Gathers the rows of hidden (N, C) whose target[t] >= 0 (targets must be < V).

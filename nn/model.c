@@ -9,6 +9,12 @@
 #include <string.h>
 
 #include "error.h"
+#include "bf16.h"
+#include "fastmath.h"
+#include "kernels.h"
+#include "matmul.h"
+#include "mem.h"
+#include "pool.h"
 #include "rng.h"
 
 int ct_model_config_check(const ct_model_config *c) {
@@ -216,16 +222,23 @@ int ct_model_rope_reserve(ct_model *m, int max_pos) {
   return 0;
 }
 
+const char *const ct_store_names[] = {"float32", "bfloat16", "int8", NULL};
+_Static_assert(sizeof ct_store_names / sizeof *ct_store_names == CT_STORE_COUNT + 1,
+               "ct_store_names must name every CT_STORE_* value");
+
 int ct_model_init(ct_model *m, const ct_model_config *cfg, int max_pos) {
   int rc = ct_model_layout(m, cfg);
-  if (rc) return rc;
-  m->params = aligned_alloc(64, sizeof(float) * m->n_floats);
+  return rc ? rc : ct_model_alloc(m, max_pos);
+}
+
+int ct_model_alloc(ct_model *m, int max_pos) {
+  int rc;
+  m->params = ct_big_alloc(sizeof(float) * m->n_floats);  // zeroed by the kernel
   if (!m->params) {
     ct_model_free(m);
     return ct_set_error(CT_ENOMEM, "model: cannot allocate %.1f MB of parameters",
                         m->n_floats * 4.0 / 1e6);
   }
-  memset(m->params, 0, sizeof(float) * m->n_floats);
   if ((rc = ct_model_rope_reserve(m, max_pos > 0 ? max_pos : 1)) ||
       (rc = ct_weights_bind(&m->w, m, m->params))) {
     ct_model_free(m);
@@ -237,25 +250,154 @@ int ct_model_init(ct_model *m, const ct_model_config *cfg, int max_pos) {
 void ct_model_free(ct_model *m) {
   ct_weights_free(&m->w);
   free(m->tensors);
-  free(m->params);
+  ct_big_free(m->params);
+  ct_big_free(m->params16);
+  ct_big_free(m->wide);
+  free(m->off16);
   free(m->rope_cos);
   free(m->rope_sin);
   memset(m, 0, sizeof *m);
 }
 
-void ct_model_init_random(ct_model *m, uint64_t seed, float std) {
-  ct_rng r;
-  ct_rng_seed(&r, seed);
-  for (int i = 0; i < m->n_tensors; i++) {
-    const ct_tensor_info *t = &m->tensors[i];
-    float *p = m->params + t->offset;
-    bool is_norm = strstr(t->name, "norm") != NULL;
-    bool is_bias = strstr(t->name, ".bias") != NULL;
-    for (long k = 0; k < t->numel; k++)
-      p[k] = is_norm ? 1.0f : is_bias ? 0.0f : (float)(std * ct_rng_normal(&r));
+double ct_model_param_bytes(const ct_model *m, bool bf16) { return (double)m->n_floats * (bf16 ? 2 : 4); }
+
+// ---------------------------------------------------------------------------
+// Initialization. Value k of tensor i is a function of (seed, i, k) alone: Box-Muller
+// over a counter hashed with splitmix64's finalizer, both outputs used, in float with
+// vectorizable math (ct_logf, a polynomial sin/cos of 2πt accurate to 1e-7).
+
+// out[2j], out[2j+1] = two standard normals from counter c0 + j, for j < n.
+static void normals(uint64_t key, uint64_t c0, int n, float *out) {
+#pragma omp simd
+  for (int j = 0; j < n; j++) {
+    uint64_t z = key + (c0 + (uint64_t)j) * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    int32_t hi = (int32_t)(z >> 40), lo = (int32_t)(z & 0xffffff);
+    float u1 = ((float)hi + 0.5f) * 0x1p-24f;  // (0, 1)
+    float t = (float)lo * 0x1p-24f;            // [0, 1): the angle in turns
+    float r = sqrtf(-2.0f * ct_logf(u1));
+    const float magic = 12582912.0f;           // 1.5·2^23: rounds to an integer (fastmath.h)
+    float qm = t * 4.0f + magic, q = qm - magic;  // the nearest quarter turn, 0..4
+    int32_t qb;
+    memcpy(&qb, &qm, 4);
+    int32_t k = qb & 3;
+    float x = (t * 4.0f - q) * 1.5707963267948966f, x2 = x * x;  // x in [-π/4, π/4]
+    float sx = x * (1 + x2 * (-1.0f / 6 + x2 * (1.0f / 120 + x2 * (-1.0f / 5040 + x2 * (1.0f / 362880)))));
+    float cx = 1 + x2 * (-0.5f + x2 * (1.0f / 24 + x2 * (-1.0f / 720 + x2 * (1.0f / 40320))));
+    // rotate by k quarter turns: (sin, cos) = (sx, cx), (cx, −sx), (−sx, −cx), (−cx, sx)
+    float sgs = 1.0f - 2.0f * (float)((k >> 1) & 1), sgc = 1.0f - 2.0f * (float)(((k + 1) >> 1) & 1);
+    bool odd = k & 1;
+    out[2 * j] = r * sgc * (odd ? sx : cx);
+    out[2 * j + 1] = r * sgs * (odd ? cx : sx);
   }
 }
 
+typedef struct {
+  ct_model *m;
+  uint64_t seed;
+  float std;
+  int parts;
+} init_job;
+
+enum { INIT_BLOCK = 4096 };  // values per block: a block is the unit of work and of the counter
+
+static void init_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const init_job *j = ctx;
+  float buf[INIT_BLOCK];
+  for (int i = 0; i < j->m->n_tensors; i++) {
+    const ct_tensor_info *t = &j->m->tensors[i];
+    float *p = j->m->params + t->offset;
+    if (t->ndim == 1) {  // norms 1, biases 0: the first part writes them
+      bool is_norm = strstr(t->name, "norm") != NULL;
+      for (long k = 0; part == 0 && k < t->numel; k++) p[k] = is_norm ? 1.0f : 0.0f;
+      continue;
+    }
+    long blocks = (t->numel + INIT_BLOCK - 1) / INIT_BLOCK, lo, hi;
+    ct_chunk_range(blocks, 1, j->parts, part, &lo, &hi);
+    uint64_t key = j->seed * 0xd1b54a32d192ed03ULL + (uint64_t)(i + 1) * 0x8cb92ba72f3d8dd7ULL;
+    for (long b = lo; b < hi; b++) {
+      long k0 = b * INIT_BLOCK, n = t->numel - k0 < INIT_BLOCK ? t->numel - k0 : INIT_BLOCK;
+      normals(key, (uint64_t)k0 / 2, INIT_BLOCK / 2, buf);
+      for (long k = 0; k < n; k++) p[k0 + k] = j->std * buf[k];
+    }
+  }
+}
+
+void ct_model_init_random(ct_model *m, uint64_t seed, float std) {
+  init_job j = {m, seed, std, ct_pool_threads() * 4};
+  ct_parallel_for(j.parts, init_task, &j);
+}
+
+// ---------------------------------------------------------------------------
+// bfloat16 storage: the whole layout narrowed; a layer is widened on demand into
+// m->wide at the same offsets relative to its first tensor (every layer has the same
+// relative layout: groups start on 16-float boundaries).
+
+enum { HEAD_ROWS = 1024 };  // LM-head rows widened at a time
+
+static long layer_start(const ct_model *m, int l) { return m->w.layers[l].ln1 - m->params; }
+// Floats from a layer's first tensor (input_layernorm) to the end of its last (down_proj),
+// from the tensor table (so a layout without parameters has it too).
+static long layer_span(const ct_model *m) {
+  const ct_tensor_info *first = ct_model_find_tensor(m, "model.layers.0.input_layernorm.weight");
+  const ct_tensor_info *last = ct_model_find_tensor(m, "model.layers.0.mlp.down_proj.weight");
+  return first && last ? last->offset + last->numel - first->offset : 0;
+}
+
+typedef struct {
+  const float *src;
+  uint16_t *dst;
+  long n;
+  int parts;
+} narrow_job;
+
+static void narrow_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const narrow_job *j = ctx;
+  long lo, hi;
+  ct_chunk_range(j->n, 64, j->parts, part, &lo, &hi);
+  ct_bf16_narrow(j->dst + lo, j->src + lo, hi - lo);
+}
+
+// Floats of m->wide: a layer's span or HEAD_ROWS rows of the head, then the final norm.
+static long wide_floats(const ct_model *m) {
+  long C = m->cfg.hidden_size, span = layer_span(m);
+  return (span > HEAD_ROWS * C ? span : HEAD_ROWS * C) + C;
+}
+
+double ct_model_wide_bytes(const ct_model *m) { return sizeof(float) * (double)wide_floats(m); }
+
+int ct_model_to_bf16(ct_model *m) {
+  if (m->params16) return 0;
+  long C = m->cfg.hidden_size, wide = wide_floats(m);
+  m->params16 = ct_big_alloc(sizeof(uint16_t) * m->n_floats);
+  m->wide = ct_big_alloc(sizeof(float) * wide);
+  if (!m->params16 || !m->wide) return ct_set_error(CT_ENOMEM, "model: out of memory for bf16 weights");
+  m->wide_floats = wide;
+  narrow_job j = {m->params, m->params16, m->n_floats, ct_pool_threads() * 4};
+  ct_parallel_for(j.parts, narrow_task, &j);
+  ct_bf16_widen(m->wide + wide - C, m->params16 + (m->w.norm - m->params), C);  // as stored
+  // offsets of what gets widened later; the fp32 views go away with the fp32 parameters
+  const ct_layer_weights *L = &m->w.layers[0];
+  float *w = m->wide;
+#define REL(f) m->wide_layer.f = L->f ? w + (L->f - L->ln1) : NULL
+  REL(ln1); REL(wqkv); REL(bqkv); REL(qnorm); REL(knorm); REL(wo); REL(ln2); REL(wgu); REL(wdown);
+#undef REL
+  m->off16 = malloc(sizeof(long) * (m->cfg.num_layers + 2));
+  if (!m->off16) return ct_set_error(CT_ENOMEM, "model: out of memory");
+  for (int l = 0; l < m->cfg.num_layers; l++) m->off16[l] = layer_start(m, l);
+  m->off16[m->cfg.num_layers] = m->w.embed - m->params;
+  m->off16[m->cfg.num_layers + 1] = m->w.lm_head - m->params;
+  ct_weights_free(&m->w);
+  memset(&m->w, 0, sizeof m->w);
+  m->w.norm = m->wide + wide - C;
+  ct_big_free(m->params);
+  m->params = NULL;
+  return 0;
+}
 ct_model_config ct_model_config_smollm135m(int layers) {
   return (ct_model_config){.model_type = "llama", .vocab_size = 49152, .hidden_size = 576,
                            .intermediate_size = 1536, .num_layers = layers, .num_heads = 9,
@@ -273,4 +415,36 @@ double ct_model_train_flops_per_token(const ct_model_config *c, int T) {
   // causal attention: QKᵀ and PV each 2·hd FLOPs per (query, key) pair, T/2 keys on average
   double attn = L * H * 2 * (2 * hd) * (T / 2.0);
   return 6 * matmul_params + 3 * attn;
+}
+
+const ct_layer_weights *ct_model_layer(const ct_model *m, int l) {
+  if (!m->params16) return &m->w.layers[l];
+  ct_bf16_widen(m->wide, m->params16 + m->off16[l], layer_span(m));
+  return &m->wide_layer;
+}
+
+void ct_model_embed(const ct_model *m, const int *ids, int n, float *out) {
+  int C = m->cfg.hidden_size;
+  if (!m->params16) {
+    ct_embed_forward(out, m->w.embed, ids, n, C);
+    return;
+  }
+  const uint16_t *E = m->params16 + m->off16[m->cfg.num_layers];
+  for (int i = 0; i < n; i++) ct_bf16_widen(out + (long)i * C, E + (long)ids[i] * C, C);
+}
+
+const float *ct_model_norm(const ct_model *m) { return m->w.norm; }
+
+void ct_model_logits(const ct_model *m, const float *hidden, int n, int v0, int nv, float *out) {
+  int C = m->cfg.hidden_size;
+  if (!m->params16) {
+    ct_sgemm('N', 'T', n, nv, C, 1, hidden, C, m->w.lm_head + (long)v0 * C, C, 0, out, nv);
+    return;
+  }
+  const uint16_t *W = m->params16 + m->off16[m->cfg.num_layers + 1];
+  for (int r = 0; r < nv; r += HEAD_ROWS) {  // widen HEAD_ROWS rows, then their columns of out
+    int k = nv - r < HEAD_ROWS ? nv - r : HEAD_ROWS;
+    ct_bf16_widen(m->wide, W + (long)(v0 + r) * C, (long)k * C);
+    ct_sgemm('N', 'T', n, k, C, 1, hidden, C, m->wide, C, 0, out + r, nv);
+  }
 }

@@ -64,10 +64,17 @@ typedef struct {
   int n_tensors;
   ct_tensor_info *tensors;
   long n_floats;          // size of the flat buffer
-  float *params;          // (n_floats) one allocation
+  float *params;          // (n_floats) one allocation (ct_big_alloc); NULL when stored in bf16
   ct_weights w;           // views into params
   float *rope_cos, *rope_sin;  // (max_pos, hd/2)
   int rope_max_pos;
+  // bfloat16 storage (ct_model_to_bf16: frozen models only, never trained)
+  uint16_t *params16;     // (n_floats) the parameters in bf16, params == NULL
+  float *wide;            // one layer's span widened to fp32 (ct_model_layer), then the
+                          // final norm; also the LM head's widening chunks
+  long wide_floats;
+  ct_layer_weights wide_layer;  // views into wide for the layer widened last
+  long *off16;            // (L + 2) offsets in params16 of each layer, the embedding, the head
 } ct_model;
 
 // Checks a config for consistency (heads divide, sizes positive, ...).
@@ -81,7 +88,33 @@ int ct_model_layout(ct_model *m, const ct_model_config *cfg);
 
 // Allocates parameters (zeroed) for `cfg`; rope tables cover positions < max_pos.
 int ct_model_init(ct_model *m, const ct_model_config *cfg, int max_pos);
+// The same for a model whose layout is already set (ct_model_layout).
+int ct_model_alloc(ct_model *m, int max_pos);
+
+// How a model's weights are stored: the trained policy is always float32; a model that
+// only runs forward (reference, teacher, LoRA base) may be bfloat16 (ct_model_to_bf16)
+// or int8 (the inference engine's weights, see common/frozen.h).
+enum { CT_STORE_F32, CT_STORE_BF16, CT_STORE_INT8, CT_STORE_COUNT };
+extern const char *const ct_store_names[];  // "float32", "bfloat16", "int8"
 void ct_model_free(ct_model *m);
+// Bytes the parameters take: 4 per float, or 2 in bf16.
+double ct_model_param_bytes(const ct_model *m, bool bf16);
+
+// Converts the parameters to bfloat16 storage (round to nearest even) and frees the
+// fp32 ones: half the memory, for models that only run forward. The accessors below
+// widen what a forward needs, one layer (or one LM-head chunk) at a time.
+int ct_model_to_bf16(ct_model *m);
+// Bytes of the fp32 widening buffer a bf16 model keeps (m may be a layout only).
+double ct_model_wide_bytes(const ct_model *m);
+// Layer l's weights as fp32: the parameters themselves, or (bf16) layer l widened into
+// m->wide — valid until the next call. Not thread-safe for bf16 models.
+const ct_layer_weights *ct_model_layer(const ct_model *m, int l);
+// The embedding rows of ids (n) into out (n, C), fp32.
+void ct_model_embed(const ct_model *m, const int *ids, int n, float *out);
+// The final norm's weight (C), fp32.
+const float *ct_model_norm(const ct_model *m);
+// LM-head logits out (n, nv) of vocabulary columns [v0, v0 + nv) for hidden rows (n, C).
+void ct_model_logits(const ct_model *m, const float *hidden, int n, int v0, int nv, float *out);
 
 // Grows the rope tables to cover positions < max_pos (no-op when they already do): for
 // trainers whose sequences may run past max_length (GRPO: prompt + completion).
@@ -92,7 +125,9 @@ int ct_weights_bind(ct_weights *w, const ct_model *m, float *base);
 void ct_weights_free(ct_weights *w);
 
 // Seeded initialization as Hugging Face's _init_weights: normal(0, initializer_range)
-// for matrices and embeddings, 1 for norm weights, 0 for biases.
+// for matrices and embeddings, 1 for norm weights, 0 for biases. Each value is a
+// function of (seed, tensor, index) alone (counter-based), so the result does not
+// depend on the thread count, and the work runs on the pool.
 void ct_model_init_random(ct_model *m, uint64_t seed, float std);
 
 const ct_tensor_info *ct_model_find_tensor(const ct_model *m, const char *name);

@@ -83,15 +83,6 @@ static float bits_f32(uint32_t u) {
   return f;
 }
 
-float ct_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
-
-uint16_t ct_f32_to_bf16(float f) {
-  uint32_t x = f32_bits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x0040u);  // quiet NaN
-  x += 0x7fffu + ((x >> 16) & 1u);  // round to nearest, ties to even; may carry into inf
-  return (uint16_t)(x >> 16);
-}
-
 float ct_f16_to_f32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bf16.h"
+
 typedef enum {
   CT_DT_F32,
   CT_DT_F16,
@@ -30,10 +32,9 @@ const char *ct_dtype_name(ct_dtype dt);
 // Parses a safetensors dtype string; CT_EFORMAT (message names `s`) if unknown.
 int ct_dtype_parse(const char *s, ct_dtype *out);
 
-// Scalar converters. Narrowing rounds to nearest, ties to even; overflow gives inf;
-// NaN stays NaN (sign and top payload bits kept, quiet bit set). f16 covers subnormals.
-float ct_bf16_to_f32(uint16_t h);
-uint16_t ct_f32_to_bf16(float f);
+// Scalar converters (bfloat16's are in bf16.h). Narrowing rounds to nearest, ties to
+// even; overflow gives inf; NaN stays NaN (sign and top payload bits kept, quiet bit
+// set). f16 covers subnormals.
 float ct_f16_to_f32(uint16_t h);
 uint16_t ct_f32_to_f16(float f);
 

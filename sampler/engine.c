@@ -11,6 +11,7 @@
 #include "error.h"
 #include "fastmath.h"
 #include "kernels.h"
+#include "mem.h"
 #include "pool.h"
 
 struct ct_engine {
@@ -26,9 +27,25 @@ struct ct_engine {
   long bytes;
 };
 
-static void *alloc_floats(ct_engine *e, long n) {
-  e->bytes += sizeof(float) * n;
-  return aligned_alloc(64, sizeof(float) * ((n + 15) / 16 * 16 + 16));
+enum { N_BUFS = 15 };  // float buffers, in engine_sizes' order
+
+// Floats of each buffer for a model config and options: the KV caches, the RoPE tables,
+// then the work buffers for max_tokens tokens.
+static void engine_sizes(const ct_model_config *c, const ct_engine_opts *o, long n[N_BUFS]) {
+  long N = o->max_tokens, T = o->max_len, C = c->hidden_size, F = c->intermediate_size;
+  long H = c->num_heads, KV = c->num_kv_heads, hd = c->head_dim, QKV = (H + 2 * KV) * hd;
+  long cache = (long)c->num_layers * o->slots * T * KV * hd;
+  long v[N_BUFS] = {cache, cache, T * (hd / 2), T * (hd / 2), N * C, N * C, N * C, N * QKV, N * QKV,
+                    N * (H + KV), N, N * H * hd, N * 2 * F, N * F, (long)ct_pool_threads() * (H / KV) * T};
+  for (int i = 0; i < N_BUFS; i++) n[i] = (v[i] + 15) / 16 * 16 + 16;
+}
+
+double ct_engine_bytes(const ct_model_config *c, const ct_engine_opts *o) {
+  long n[N_BUFS];
+  double b = 3.0 * sizeof(int) * o->max_tokens;
+  engine_sizes(c, o, n);
+  for (int i = 0; i < N_BUFS; i++) b += sizeof(float) * (double)n[i];
+  return b;
 }
 
 int ct_engine_init(ct_engine **out, const ct_infer_weights *w, const ct_engine_opts *o) {
@@ -42,30 +59,20 @@ int ct_engine_init(ct_engine **out, const ct_infer_weights *w, const ct_engine_o
                    .H = c->num_heads, .KV = c->num_kv_heads, .hd = c->head_dim,
                    .L = c->num_layers, .V = c->vocab_size};
   e->QKV = (e->H + 2 * e->KV) * e->hd;
-  long N = o->max_tokens, T = o->max_len, KVd = (long)e->KV * e->hd;
-  long cache = (long)e->L * o->slots * T * KVd;
-  e->kcache = alloc_floats(e, cache);
-  e->vcache = alloc_floats(e, cache);
-  e->rope_cos = alloc_floats(e, T * (e->hd / 2));
-  e->rope_sin = alloc_floats(e, T * (e->hd / 2));
-  e->x = alloc_floats(e, N * e->C);
-  e->ln = alloc_floats(e, N * e->C);
-  e->xo = alloc_floats(e, N * e->C);
-  e->qkv = alloc_floats(e, N * e->QKV);
-  e->qkv_save = alloc_floats(e, N * e->QKV);
-  e->qk_rstd = alloc_floats(e, N * (e->H + e->KV));
-  e->rstd = alloc_floats(e, N);
-  e->att = alloc_floats(e, N * e->H * e->hd);
-  e->gu = alloc_floats(e, N * 2 * e->F);
-  e->h = alloc_floats(e, N * e->F);
-  e->scores = alloc_floats(e, (long)ct_pool_threads() * (e->H / e->KV) * T);
+  long n[N_BUFS], N = o->max_tokens;
+  engine_sizes(c, o, n);
+  float **bufs[N_BUFS] = {&e->kcache, &e->vcache, &e->rope_cos, &e->rope_sin, &e->x, &e->ln, &e->xo,
+                          &e->qkv, &e->qkv_save, &e->qk_rstd, &e->rstd, &e->att, &e->gu, &e->h, &e->scores};
+  bool ok = true;
+  for (int i = 0; i < N_BUFS; i++) {
+    *bufs[i] = ct_big_alloc(sizeof(float) * n[i]);  // zeroed, huge pages for the caches
+    ok &= *bufs[i] != NULL;
+  }
+  e->bytes = (long)ct_engine_bytes(c, o);
   e->ids = malloc(sizeof(int) * N);
   e->pos = malloc(sizeof(int) * N);
   e->slot = malloc(sizeof(int) * N);
-  float *need[] = {e->kcache, e->vcache, e->rope_cos, e->rope_sin, e->x, e->ln, e->xo, e->qkv,
-                   e->qkv_save, e->qk_rstd, e->rstd, e->att, e->gu, e->h, e->scores};
-  bool ok = e->ids && e->pos && e->slot;
-  for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) ok &= need[i] != NULL;
+  ok &= e->ids && e->pos && e->slot;
   if (!ok) {
     long mb = e->bytes / 1000000;
     ct_engine_free(e);
@@ -79,11 +86,10 @@ int ct_engine_init(ct_engine **out, const ct_infer_weights *w, const ct_engine_o
 
 void ct_engine_free(ct_engine *e) {
   if (!e) return;
-  void *p[] = {e->kcache, e->vcache, e->rope_cos, e->rope_sin, e->x, e->ln, e->xo, e->qkv,
-               e->qkv_save, e->qk_rstd, e->rstd, e->att, e->gu, e->h, e->scores, e->ids,
-               e->pos, e->slot};
-  for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
-  free(e);
+  float *bufs[N_BUFS] = {e->kcache, e->vcache, e->rope_cos, e->rope_sin, e->x, e->ln, e->xo,
+                         e->qkv, e->qkv_save, e->qk_rstd, e->rstd, e->att, e->gu, e->h, e->scores};
+  for (int i = 0; i < N_BUFS; i++) ct_big_free(bufs[i]);
+  ct_free_all(e->ids, e->pos, e->slot, e);
 }
 
 const ct_infer_weights *ct_engine_weights(const ct_engine *e) { return e->w; }

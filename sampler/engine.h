@@ -20,6 +20,8 @@ typedef struct {
 } ct_engine_opts;
 
 int ct_engine_init(ct_engine **e, const ct_infer_weights *w, const ct_engine_opts *o);
+// The bytes ct_engine_init allocates (KV caches and work buffers; not the weights).
+double ct_engine_bytes(const ct_model_config *c, const ct_engine_opts *o);
 void ct_engine_free(ct_engine *e);
 
 // One pass over n tokens: token i is ids[i] at position pos[i] of slot slot[i]. Writes

@@ -71,6 +71,16 @@ int ct_infer_from_model(ct_infer_weights *w, const ct_model *m) {
   return bind(w, m, m->params, NULL, NULL, NULL, NULL);
 }
 
+double ct_infer_int8_bytes(const ct_model_config *c) {
+  ct_model lay;
+  if (ct_model_layout(&lay, c)) return 0;
+  double b = (double)lay.n_floats;  // one byte per weight
+  for (int i = 0; i < lay.n_tensors; i++)  // scales and row sums (matrices) or values (vectors)
+    b += 8.0 * (lay.tensors[i].ndim == 2 ? lay.tensors[i].shape[0] : lay.tensors[i].numel);
+  ct_model_free(&lay);
+  return b;
+}
+
 // Offsets in smem: a matrix's row scales, a vector's values, in table order.
 static int alloc_int8(ct_infer_weights *w) {
   const ct_model *lay = &w->layout;

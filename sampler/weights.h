@@ -39,6 +39,8 @@ typedef struct {
 
 // fp32 views of a training model's parameters (the model must outlive w).
 int ct_infer_from_model(ct_infer_weights *w, const ct_model *m);
+// Bytes of the int8 weights of a model with config c (matrices, scales, row sums, vectors).
+double ct_infer_int8_bytes(const ct_model_config *c);
 // int8 copies of m's matrices, fp32 copies of its vectors: independent of m afterwards.
 int ct_infer_quantize(ct_infer_weights *w, const ct_model *m);
 // Loads a directory: a full-precision Hugging Face model (kept fp32, or converted to

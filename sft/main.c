@@ -105,8 +105,8 @@ int main(int argc, char **argv) {
   if (ct_train_plan(&tr, train.n_seq, global)) fail(1, NULL);
   workspace w = {0};
   w.seqs = malloc(sizeof(int) * (global > Bmax ? global : Bmax));
-  if (!w.seqs || ct_acts_init(&w.acts, &tr.model, Bmax, T, true) ||
-      ct_head_init(&w.head, Bmax * T, mc->vocab_size, mc->hidden_size, (int)cfg.num_vocab_tiling) ||
+  if (!w.seqs || ct_acts_init(&w.acts, &tr.model, Bmax, T, CT_ACTS_KEEP) ||
+      ct_head_init(&w.head, Bmax * T, B * T, mc->vocab_size, mc->hidden_size, (int)cfg.num_vocab_tiling) ||
       ct_batch_init(&w.batch, Bmax, T))
     fail(1, NULL);
   ct_log_info(&tr.log, "training %ld steps of %d sequences (%d per device x %d "

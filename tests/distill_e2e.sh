@@ -50,7 +50,8 @@ echo "== on-policy, teacher-generated and int8-teacher runs"
 "$D" $common output_dir="$T/op" max_steps=3 lmbda=1 >"$T/op.log" 2>&1 || { cat "$T/op.log"; fail "lmbda=1"; }
 grep -q "on-policy batches" "$T/op.log" || fail "no on-policy batches"
 "$D" $common output_dir="$T/sk" max_steps=3 lmbda=1 seq_kd=true >"$T/sk.log" 2>&1 || { cat "$T/sk.log"; fail "seq_kd"; }
-"$D" $common output_dir="$T/q8" max_steps=3 quantization=int8 >"$T/q8.log" 2>&1 || { cat "$T/q8.log"; fail "int8 teacher"; }
+"$D" $common output_dir="$T/q8" max_steps=3 teacher_dtype=int8 >"$T/q8.log" 2>&1 || { cat "$T/q8.log"; fail "int8 teacher"; }
+"$D" $common output_dir="$T/b16" max_steps=3 teacher_dtype=bfloat16 >"$T/b16.log" 2>&1 || { cat "$T/b16.log"; fail "bf16 teacher"; }
 # Measured effects, against the lmbda=0 fp32-teacher run "on" (same seed and config). The
 # step-1 metrics come before any update: a function of the batch and the teacher only.
 at() { sed -n "$1p" "$T/$2/metrics.jsonl" | field "$3"; }  # at STEP RUN KEY
@@ -67,22 +68,26 @@ awk -v a="$ppl_op" -v b="$ppl_on" 'BEGIN { exit !(a > 10 * b) }' \
 [ "$(at 1 sk loss)" != "$(at 1 on loss)" ] || fail "seq_kd gives the lmbda=0 loss: no generated batch"
 awk -v a="$ppl_sk" -v b="$ppl_op" 'BEGIN { exit !(a * 10 < b) }' \
   || fail "teacher-generated perplexity $ppl_sk is not << the student-generated $ppl_op"
-# int8 teacher: the same batches scored by the quantized teacher, close but not bit-equal
-same=0
-for s in 1 2 3; do
-  a=$(at $s q8 "$tp") b=$(at $s on "$tp")
-  echo "step $s teacher perplexity: int8 $a, fp32 $b"
-  awk -v a="$a" -v b="$b" 'BEGIN { d = (a - b) / b; exit !(d < 0.02 && d > -0.02) }' \
-    || fail "int8 teacher perplexity $a is not within 2% of fp32's $b"
-  [ "$a" != "$b" ] || same=$((same + 1))
+# int8 and bf16 teachers: the same batches scored by the narrowed teacher, close but not
+# bit-equal
+for q in q8 b16; do
+  same=0
+  for s in 1 2 3; do
+    a=$(at $s $q "$tp") b=$(at $s on "$tp")
+    echo "step $s teacher perplexity: $q $a, fp32 $b"
+    awk -v a="$a" -v b="$b" 'BEGIN { d = (a - b) / b; exit !(d < 0.02 && d > -0.02) }' \
+      || fail "$q teacher perplexity $a is not within 2% of fp32's $b"
+    [ "$a" != "$b" ] || same=$((same + 1))
+  done
+  [ "$same" -lt 3 ] || fail "the $q teacher gives bit-equal perplexities: not narrowed"
 done
-[ "$same" -lt 3 ] || fail "the int8 teacher gives bit-equal perplexities: not quantized"
 
 echo "== bad input fails before any work"
 cp -r "$T/teacher" "$T/other"
 # the same size of vocabulary, but 'a' and 'b' trade ids
 sed 's/"a": 97,/"a": 98,/; t; s/"b": 98,/"b": 97,/' "$T/teacher/tokenizer.json" >"$T/other/tokenizer.json"
 expect 1 "tokenizers differ at token id 97" "$D" $common output_dir="$T/x" teacher_path="$T/other"
+expect 2 "seq_kd generates with the teacher" "$D" $common output_dir="$T/x" lmbda=1 seq_kd=true teacher_dtype=bfloat16
 expect 2 "key 'teacher_path' is required" "$D" $common output_dir="$T/x" teacher_path=
 expect 1 "teacher_path" "$D" $common output_dir="$T/x" teacher_path="$T/nowhere"
 echo "distill end-to-end: all checks passed"

@@ -6,7 +6,7 @@
 start_test dpo
 
 "$BIN/ctune-demo-data" reverse "$T/sft.jsonl" "$T/sft_eval.jsonl" 3000 20 21 6
-small_sft "$T/sft.jsonl" "$T/sft" 120 96 256
+small_sft "$T/sft.jsonl" "$T/sft" 200 128 384
 "$BIN/ctune-demo-data" reverse-prefs "$T/prefs.jsonl" "$T/prefs_eval.jsonl" 800 100 22 6
 D="$BIN/dpo"
 common="configs/dpo.yml model_path=$T/sft dataset_path=$T/prefs.jsonl max_length=24 logging_steps=1
@@ -54,6 +54,15 @@ for extra in "" "sync_ref_model=true ref_model_sync_steps=2"; do
   cmp "$T/s1/model.safetensors" "$T/s2/model.safetensors" || fail "weights differ after resuming ($extra)"
 done
 
+echo "== a bf16 or int8 reference: step 0 is log 2 up to the reference's rounding"
+for q in bfloat16 int8; do
+  "$D" $common output_dir="$T/r$q" max_steps=2 ref_dtype=$q >"$T/r$q.log" 2>&1 || { cat "$T/r$q.log"; fail "ref_dtype=$q"; }
+  l=$(steps "$T/r$q/metrics.jsonl" | head -1 | field loss)
+  echo "ref_dtype $q: step-1 loss $l (float32 reference: $first)"
+  awk -v l="$l" -v q=$q 'BEGIN { d = l - log(2); if (d < 0) d = -d; tol = q == "int8" ? 0.05 : 0.01; exit !(d > 0 && d < tol) }' \
+    || fail "ref_dtype=$q: the first loss $l is not log 2 up to rounding (or exactly log 2: not narrowed)"
+done
+
 echo "== SimPO needs no reference model"
 # a ref_model_path that does not exist stops any run that loads a reference ...
 expect 1 "ref_model_path" "$D" $common output_dir="$T/x" max_steps=1 ref_model_path="$T/nowhere"
@@ -79,5 +88,6 @@ expect 1 "empty.jsonl:1: key 'chosen': the completion is empty" "$D" $common out
 expect 1 "leaves no room" "$D" $common output_dir="$T/x" max_length=5
 expect 2 "key 'loss_weights'" "$D" $common output_dir="$T/x" loss_type=sigmoid,sft loss_weights=1
 expect 2 "precomputed" "$D" $common output_dir="$T/x" sync_ref_model=true precompute_ref_log_probs=true
+expect 2 "key 'ref_dtype': sync_ref_model" "$D" $common output_dir="$T/x" sync_ref_model=true ref_dtype=bfloat16
 expect 2 "does not apply to dpo" "$D" $common output_dir="$T/x" packing=true
 echo "dpo end-to-end: all checks passed"

@@ -7,7 +7,7 @@
 start_test grpo
 
 "$BIN/ctune-demo-data" reverse "$T/sft.jsonl" "$T/prompts.jsonl" 3000 200 31 6
-small_sft "$T/sft.jsonl" "$T/sft" 120 96 256
+small_sft "$T/sft.jsonl" "$T/sft" 200 128 384
 G="$BIN/grpo"
 common="configs/grpo.yml model_path=$T/sft dataset_path=$T/prompts.jsonl answer_field=completion
         per_device_train_batch_size=32 num_generations=8 max_completion_length=10 logging_steps=1

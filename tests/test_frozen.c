@@ -7,8 +7,10 @@
 #include <string.h>
 
 #include "data.h"
+#include "bf16.h"
 #include "frozen.h"
 #include "lm.h"
+#include "mem.h"
 #include "pool.h"
 #include "test.h"
 #include "tiny_model.h"
@@ -52,9 +54,9 @@ static void pair_init(pair_t *p, const char *type, int dtype, int ntiles) {
   copy_model(&c, &p->m);
   CHECK_OK(ct_frozen_init(&p->f, &c, dtype, B, T));
   make_batch(&p->b, p->m.cfg.vocab_size);
-  CHECK_OK(ct_acts_init(&p->a, &p->m, B, T, true));
-  CHECK_OK(ct_head_init(&p->h1, B * T, p->m.cfg.vocab_size, p->m.cfg.hidden_size, 1));
-  CHECK_OK(ct_head_init(&p->h2, B * T, p->m.cfg.vocab_size, p->m.cfg.hidden_size, ntiles));
+  CHECK_OK(ct_acts_init(&p->a, &p->m, B, T, CT_ACTS_KEEP));
+  CHECK_OK(ct_head_init(&p->h1, B * T, B * T, p->m.cfg.vocab_size, p->m.cfg.hidden_size, 1));
+  CHECK_OK(ct_head_init(&p->h2, B * T, B * T, p->m.cfg.vocab_size, p->m.cfg.hidden_size, ntiles));
   p->h1.inv_temp = p->h2.inv_temp = 1 / 0.7f;
 }
 
@@ -69,7 +71,7 @@ static void pair_free(pair_t *p) {
 
 static void check_f32_logps_equal_the_policy_bit_for_bit(const char *type) {
   pair_t p;
-  pair_init(&p, type, CT_FROZEN_F32, 1);
+  pair_init(&p, type, CT_STORE_F32, 1);
   int C = p.m.cfg.hidden_size;
   int n1 = ct_lm_forward(&p.m, &p.a, &p.h1, &p.b), n2 = ct_frozen_logps(&p.f, &p.b, &p.h2);
   CHECK(n1 == (int)p.b.n_target && n2 == n1);
@@ -98,7 +100,7 @@ static void test_f32_logps_equal_the_policy_bit_for_bit(void) {
 // it, while a misplaced or unscaled row is off by whole nats.
 static void test_int8_logps_are_close_to_f32_and_use_the_same_rows(void) {
   pair_t p;
-  pair_init(&p, "qwen2", CT_FROZEN_INT8, 3);  // the int8 head in 3 vocabulary chunks
+  pair_init(&p, "qwen2", CT_STORE_INT8, 3);  // the int8 head in 3 vocabulary chunks
   CHECK(ct_frozen_params(&p.f) == NULL && p.f.model.params == NULL);  // the fp32 copy is gone
   uint64_t sum = ct_frozen_checksum(&p.f);
   int n1 = ct_lm_forward(&p.m, &p.a, &p.h1, &p.b), n2 = ct_frozen_logps(&p.f, &p.b, &p.h2);
@@ -128,13 +130,47 @@ static void test_int8_logps_are_close_to_f32_and_use_the_same_rows(void) {
   pair_free(&p);
 }
 
+// bfloat16 storage widens each layer exactly: its log-probs equal, bit for bit, those of a
+// float32 model whose weights were rounded to bf16 beforehand (same kernels, same order),
+// and stay close to the unrounded model's (weights move by at most 2^-9 relative).
+static void test_bf16_equals_a_float32_model_of_rounded_weights(void) {
+  pair_t p;
+  pair_init(&p, "qwen3", CT_STORE_BF16, 2);
+  CHECK(p.f.model.params == NULL && p.f.model.params16 != NULL);
+  ct_model r;  // the policy's weights rounded to bf16, kept in fp32
+  copy_model(&r, &p.m);
+  for (long i = 0; i < r.n_floats; i++) r.params[i] = ct_bf16_to_f32(ct_f32_to_bf16(r.params[i]));
+  ct_head h3;
+  CHECK_OK(ct_head_init(&h3, B * T, B * T, r.cfg.vocab_size, r.cfg.hidden_size, 2));
+  h3.inv_temp = p.h2.inv_temp;
+  int n1 = ct_lm_forward(&p.m, &p.a, &p.h1, &p.b), n2 = ct_frozen_logps(&p.f, &p.b, &p.h2);
+  int n3 = ct_lm_forward(&r, &p.a, &h3, &p.b);
+  CHECK(n2 == n1 && n3 == n1 && n1 > 0);
+  CHECK(!memcmp(h3.logp, p.h2.logp, sizeof(float) * n1));
+  double worst = 0;
+  for (int q = 0; q < n1; q++) worst = fmax(worst, fabs((double)p.h1.logp[q] - p.h2.logp[q]));
+  fprintf(stderr, "    bf16 vs fp32: max |Δ log-prob| %.4f over %d tokens\n", worst, n1);
+  CHECK(worst > 0 && worst < 0.05);
+  // hidden states and logits chunks agree with the rounded model's too
+  int C = r.cfg.hidden_size, V = r.cfg.vocab_size;
+  float *hid = malloc(sizeof(float) * n1 * C), *l1 = malloc(sizeof(float) * n1 * V), *l2 = malloc(sizeof(float) * n1 * V);
+  CHECK(ct_frozen_hidden(&p.f, &p.b, hid) == n1);
+  ct_frozen_logits(&p.f, hid, n1, 3, V - 5, l1);
+  ct_model_logits(&r, hid, n1, 3, V - 5, l2);
+  CHECK(!memcmp(l1, l2, sizeof(float) * n1 * (V - 5)));
+  ct_free_all(hid, l1, l2);
+  ct_head_free(&h3);
+  ct_model_free(&r);
+  pair_free(&p);
+}
+
 // A batch past the capacity, or a position past T, is an error, not a write out of bounds.
 static void test_oversized_batches_are_errors(void) {
   ct_model m, c;
   tiny_model(&m, "llama");
   copy_model(&c, &m);
   ct_frozen f;
-  CHECK_OK(ct_frozen_init(&f, &c, CT_FROZEN_F32, 1, T));
+  CHECK_OK(ct_frozen_init(&f, &c, CT_STORE_F32, 1, T));
   ct_batch b;
   make_batch(&b, m.cfg.vocab_size);
   float *hid = malloc(sizeof(float) * B * T * m.cfg.hidden_size);
@@ -149,6 +185,7 @@ int main(void) {
   ct_pool_init(2);
   RUN(test_f32_logps_equal_the_policy_bit_for_bit);
   RUN(test_int8_logps_are_close_to_f32_and_use_the_same_rows);
+  RUN(test_bf16_equals_a_float32_model_of_rounded_weights);
   RUN(test_oversized_batches_are_errors);
   ct_pool_free();
   return test_summary();

@@ -793,7 +793,7 @@ static void test_head_gather_keeps_only_rows_with_a_target(void) {
   head_case hc;
   head_case_init(&hc, 23, 12, 50);
   ct_head h;
-  CHECK_OK(ct_head_init(&h, hc.N, hc.V, hc.C, 1));
+  CHECK_OK(ct_head_init(&h, hc.N, hc.N, hc.V, hc.C, 1));
   int n = ct_head_gather(&h, hc.hidden, hc.target, hc.N);
   CHECK(n == hc.n);
   CHECK(h.n == hc.n);
@@ -815,10 +815,12 @@ static void test_head_forward_matches_double_reference(void) {
   seed(17);
   head_case hc;
   head_case_init(&hc, 23, 12, 50);
-  for (int ntiles = 1; ntiles <= 3; ntiles += 2) {
+  for (int k = 0; k < 3; k++) {  // one tile, three tiles, one tile over a 3-row logits buffer
+    int ntiles = k == 1 ? 3 : 1;
     ct_head h;
-    CHECK_OK(ct_head_init(&h, hc.N, hc.V, hc.C, ntiles));
+    CHECK_OK(ct_head_init(&h, hc.N, k == 2 ? 3 : hc.N, hc.V, hc.C, ntiles));
     ct_head_gather(&h, hc.hidden, hc.target, hc.N);
+    CHECK(k < 2 || h.logit_cap < (long)hc.n * hc.V);  // really narrower
     ct_head_forward(&h, hc.W);
     double *lse = dalloc(hc.n), *logp = dalloc(hc.n), *ent = dalloc(hc.n), *gap = dalloc(hc.n);
     int *am = xcalloc(hc.n, sizeof(int));
@@ -865,10 +867,11 @@ static double head_objective(void *p) {
 
 // Runs gather, forward and backward with the given coefficients; dW starts at dW0 (it
 // accumulates) and d_hidden at NaN (it is written in full).
+// logit_rows < the gathered rows makes the head take narrower chunks than V / ntiles.
 static void head_backward_run(float *dW, float *dh, const float *dW0, head_case *hc, int ntiles,
-                              const float *coef, const float *zcoef) {
+                              int logit_rows, const float *coef, const float *zcoef) {
   ct_head h;
-  CHECK_OK(ct_head_init(&h, hc->N, hc->V, hc->C, ntiles));
+  CHECK_OK(ct_head_init(&h, hc->N, logit_rows, hc->V, hc->C, ntiles));
   ct_head_gather(&h, hc->hidden, hc->target, hc->N);
   ct_head_forward(&h, hc->W);
   memcpy(h.coef, coef, sizeof(float) * h.n);
@@ -883,7 +886,8 @@ static void head_backward_run(float *dW, float *dh, const float *dW0, head_case 
 }
 
 // Three objectives: coef only (cross-entropy), zcoef only (z-loss style), both; each with
-// one vocabulary tile and with three (whose backward recomputes the logits).
+// one vocabulary tile, with three (whose backward recomputes the logits), and with one
+// tile but a logits buffer for 4 rows only (the forward narrows its chunks to fit).
 static void test_head_backward_matches_central_differences(void) {
   seed(18);
   head_case hc;
@@ -893,20 +897,22 @@ static void test_head_backward_matches_central_differences(void) {
   float *zero = falloc(hc.n);
   double *an = dalloc(nW), *fd = dalloc(nW);
   fill(dW0, nW, -1, 1);
-  for (int ntiles = 1; ntiles <= 3; ntiles += 2)
+  const int setups[3][2] = {{1, 17}, {3, 17}, {1, 4}};  // ntiles, logit rows
+  for (int s = 0; s < 3; s++)
     for (int mode = 0; mode < 3; mode++) {
+      int ntiles = setups[s][0], lr = setups[s][1];
       const float *coef = mode == 1 ? zero : hc.coef, *zcoef = mode == 0 ? zero : hc.zcoef;
-      head_backward_run(dW, dh, dW0, &hc, ntiles, coef, zcoef);
+      head_backward_run(dW, dh, dW0, &hc, ntiles, lr, coef, zcoef);
       ct_head h;
-      CHECK_OK(ct_head_init(&h, hc.N, hc.V, hc.C, ntiles));
+      CHECK_OK(ct_head_init(&h, hc.N, lr, hc.V, hc.C, ntiles));
       head_ctx c = {&h, &hc, coef, zcoef};
       const char *name = mode == 0 ? "coef" : mode == 1 ? "zcoef" : "coef+zcoef";
       char what[64];
-      snprintf(what, sizeof what, "dW (ntiles %d, %s)", ntiles, name);
+      snprintf(what, sizeof what, "dW (ntiles %d, logit rows %d, %s)", ntiles, lr, name);
       added(an, dW, dW0, nW);
       central_diff(fd, hc.W, nW, HEAD_FD_EPS, head_objective, &c);
       check_grad(what, an, fd, nW);
-      snprintf(what, sizeof what, "d_hidden (ntiles %d, %s)", ntiles, name);
+      snprintf(what, sizeof what, "d_hidden (ntiles %d, logit rows %d, %s)", ntiles, lr, name);
       added(an, dh, NULL, nh);
       central_diff(fd, hc.hidden, nh, HEAD_FD_EPS, head_objective, &c);
       check_grad(what, an, fd, nh);
@@ -922,7 +928,7 @@ static void test_head_backward_writes_zero_d_hidden_for_rows_without_target(void
   head_case_init(&hc, 31, 12, 50);
   float *dW = falloc((long)hc.V * hc.C), *dh = falloc((long)hc.N * hc.C);
   for (int ntiles = 1; ntiles <= 4; ntiles *= 4) {
-    head_backward_run(dW, dh, NULL, &hc, ntiles, hc.coef, hc.zcoef);
+    head_backward_run(dW, dh, NULL, &hc, ntiles, hc.N, hc.coef, hc.zcoef);
     bool zero = true, finite = true;
     for (int t = 0; t < hc.N; t++)
       for (int i = 0; i < hc.C; i++) {
@@ -947,7 +953,7 @@ typedef struct {
 
 static void head_out_run(head_out *o, head_case *hc, int ntiles) {
   ct_head h;
-  CHECK_OK(ct_head_init(&h, hc->N, hc->V, hc->C, ntiles));
+  CHECK_OK(ct_head_init(&h, hc->N, hc->N, hc->V, hc->C, ntiles));
   o->n = ct_head_gather(&h, hc->hidden, hc->target, hc->N);
   ct_head_forward(&h, hc->W);
   o->lse = falloc(o->n), o->logp = falloc(o->n), o->ent = falloc(o->n);

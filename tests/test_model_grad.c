@@ -42,12 +42,12 @@ static batch_t make_batch(int V) {
 }
 
 static double ours(const ct_model *m, const ct_weights *g, const batch_t *b, double z, int ntiles,
-                   float *grads) {
+                   int mode, float *grads) {
   const ct_model_config *c = &m->cfg;
   int N = b->B * b->T;
   ct_acts a;
   ct_head h;
-  if (ct_acts_init(&a, m, b->B, b->T, true) || ct_head_init(&h, N, c->vocab_size, c->hidden_size, ntiles)) {
+  if (ct_acts_init(&a, m, b->B, b->T, mode) || ct_head_init(&h, N, N, c->vocab_size, c->hidden_size, ntiles)) {
     fprintf(stderr, "%s\n", ct_last_error());
     exit(1);
   }
@@ -85,7 +85,16 @@ static void check_model(ct_model_config cfg, double z) {
   ct_weights g;
   CHECK_OK(ct_weights_bind(&g, &m, grads));
   batch_t b = make_batch(cfg.vocab_size);
-  double loss = ours(&m, &g, &b, z, 1, grads);
+  double loss = ours(&m, &g, &b, z, 1, CT_ACTS_KEEP, grads);
+  // gradient checkpointing recomputes each layer from its input: the same gradients, bit for bit
+  float *grads_rc = aligned_alloc(64, sizeof(float) * m.n_floats);
+  ct_weights g_rc;
+  CHECK_OK(ct_weights_bind(&g_rc, &m, grads_rc));
+  double loss_rc = ours(&m, &g_rc, &b, z, 1, CT_ACTS_RECOMPUTE, grads_rc);
+  CHECK(loss_rc == loss);
+  CHECK(!memcmp(grads_rc, grads, sizeof(float) * m.n_floats));
+  ct_weights_free(&g_rc);
+  free(grads_rc);
 
   double *P = calloc(m.n_floats, sizeof(double));
   for (long i = 0; i < m.n_floats; i++) P[i] = m.params[i];
@@ -139,7 +148,7 @@ static void check_model(ct_model_config cfg, double z) {
   float *g3 = aligned_alloc(64, sizeof(float) * m.n_floats);
   ct_weights gw3;
   CHECK_OK(ct_weights_bind(&gw3, &m, g3));
-  double loss3 = ours(&m, &gw3, &b, z, 3, g3);
+  double loss3 = ours(&m, &gw3, &b, z, 3, CT_ACTS_KEEP, g3);
   CHECK_NEAR(loss3, loss, 1e-6 * fabs(loss));
   CHECK(test_max_rel_diff(g3, grads, m.n_floats) < 1e-5);
   ct_weights_free(&gw3);

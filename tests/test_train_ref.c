@@ -81,8 +81,8 @@ static void test_five_steps_match_float64_reference_training(void) {
   ct_acts a;
   ct_head h;
   ct_batch b;
-  CHECK_OK(ct_acts_init(&a, m, 2, T_, true));
-  CHECK_OK(ct_head_init(&h, 2 * T_, mc.vocab_size, mc.hidden_size, 2));
+  CHECK_OK(ct_acts_init(&a, m, 2, T_, CT_ACTS_KEEP));
+  CHECK_OK(ct_head_init(&h, 2 * T_, 2 * T_, mc.vocab_size, mc.hidden_size, 2));
   CHECK_OK(ct_batch_init(&b, 2, T_));
   mb_t mb[2] = {make_mb(0, mc.vocab_size), make_mb(1, mc.vocab_size)};
 

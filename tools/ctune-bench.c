@@ -88,7 +88,7 @@ static int bench_kd(int argc, char **argv, double peak) {
   int *target = malloc(sizeof(int) * n);
   ct_head h;
   ct_kd k;
-  if (!hs || !ht || !W || !Wt || !dW || !dh || !target || ct_head_init(&h, n, V, C, tiling) ||
+  if (!hs || !ht || !W || !Wt || !dW || !dh || !target || ct_head_init(&h, n, n, V, C, tiling) ||
       ct_kd_init(&k, n, V, C, tiling)) {
     fprintf(stderr, "ctune-bench: %s\n", ct_last_error());
     return 1;
@@ -141,8 +141,8 @@ int main(int argc, char **argv) {
   ct_acts a;
   ct_head h;
   ct_batch b;
-  if (ct_model_init(&m, &c, T) || ct_acts_init(&a, &m, B, T, true) ||
-      ct_head_init(&h, B * T, c.vocab_size, c.hidden_size, tiling) || ct_batch_init(&b, B, T)) {
+  if (ct_model_init(&m, &c, T) || ct_acts_init(&a, &m, B, T, CT_ACTS_KEEP) ||
+      ct_head_init(&h, B * T, B * T, c.vocab_size, c.hidden_size, tiling) || ct_batch_init(&b, B, T)) {
     fprintf(stderr, "ctune-bench: %s\n", ct_last_error());
     return 1;
   }

@@ -30,6 +30,6 @@ small_sft() {
   "$BIN/sft" configs/sft.yml dataset_path="$1" output_dir="$2" max_steps="$3" \
     model.hidden_size="$4" model.intermediate_size="$5" model.num_hidden_layers=2 \
     model.num_attention_heads=4 model.num_key_value_heads=2 max_length=24 \
-    per_device_train_batch_size=32 learning_rate=3e-3 lr_scheduler_type=cosine warmup_steps=5 \
+    per_device_train_batch_size=32 learning_rate=2e-3 lr_scheduler_type=cosine warmup_steps=5 \
     save_steps=0 >"$2.log" 2>&1 || { cat "$2.log"; fail "training the model in $2"; }
 }

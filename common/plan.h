@@ -1,0 +1,29 @@
+// plan: the memory plan a trainer makes before it allocates anything big — one row per
+// buffer (parameters, gradients, optimizer moments, frozen models, activations, logits,
+// caches), each sized by the function the allocation itself uses, plus what the process
+// already holds (tokenizer, data, libraries). Printed at start-up, compared with the
+// machine's available memory (shared by the ranks on this machine), refused with the
+// knobs that shrink it when it does not fit.
+#pragma once
+#include <stdbool.h>
+
+#include "log.h"
+
+#define CT_PLAN_ROWS 32
+
+typedef struct {
+  struct {
+    char what[64];
+    double bytes;
+  } row[CT_PLAN_ROWS];
+  int n;
+} ct_plan;
+
+// Adds a row (rows of 0 bytes are left out; past CT_PLAN_ROWS, rows merge into the last).
+void ct_plan_add(ct_plan *p, const char *what, double bytes);
+double ct_plan_total(const ct_plan *p);
+
+// Prints the plan (MiB per row, the total, the memory available to this rank) on the
+// log, then: 0 when it fits; CT_ENOMEM naming the total, what is available and `knobs`
+// (the settings that shrink this trainer's plan) when it does not.
+int ct_plan_check(const ct_plan *p, ct_log *log, int ranks_here, const char *knobs);
