@@ -2,6 +2,7 @@
 // allocate anything itself; the sizes come from the modules' *_bytes functions.
 #include "plan.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -17,6 +18,15 @@ void ct_plan_add(ct_plan *p, const char *what, double bytes) {
   }
   snprintf(p->row[p->n].what, sizeof p->row[0].what, "%s", what);
   p->row[p->n++].bytes = bytes;
+}
+
+void ct_plan_addf(ct_plan *p, double bytes, const char *fmt, ...) {
+  char what[64];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  ct_plan_add(p, what, bytes);
 }
 
 double ct_plan_total(const ct_plan *p) {

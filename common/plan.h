@@ -21,6 +21,8 @@ typedef struct {
 
 // Adds a row (rows of 0 bytes are left out; past CT_PLAN_ROWS, rows merge into the last).
 void ct_plan_add(ct_plan *p, const char *what, double bytes);
+// The same with the row's name formatted ("activations, %d x %d tokens", ...).
+void ct_plan_addf(ct_plan *p, double bytes, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 double ct_plan_total(const ct_plan *p);
 
 // Prints the plan (MiB per row, the total, the memory available to this rank) on the

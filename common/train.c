@@ -20,6 +20,7 @@
 #include "hf.h"
 #include "matmul.h"
 #include "mem.h"
+#include "fs.h"
 #include "pool.h"
 
 void ct_failpoint(const char *point) {
@@ -249,36 +250,18 @@ int ct_train_setup(ct_train *tr, ct_config *cfg) {
   if (!rc) rc = resolve_resume(tr);
   if (!rc) rc = load_tokenizer(tr);
   if (rc) return rc;
-  if (tr->resumed_from[0])
-    rc = ct_model_load(&tr->model, tr->resumed_from, (int)cfg->max_length);
-  else
-    rc = load_model_or_spec(tr, &tr->model, cfg->model_path);
+  // the model's shape only: its buffers wait for the memory plan (ct_train_memory)
+  ct_model_config mc;
+  const char *dir = tr->resumed_from[0] ? tr->resumed_from : cfg->model_path;
+  rc = dir[0] ? ct_model_read_config(&mc, dir) : config_from_spec(&mc, cfg, tr->tok);
+  if (!rc) rc = ct_model_layout(&tr->model, &mc);
   if (rc) return rc;
-  ct_model *m = &tr->model;
-  if (ct_tokenizer_vocab_size(tr->tok) > m->cfg.vocab_size)
+  if (ct_tokenizer_vocab_size(tr->tok) > mc.vocab_size)
     return ct_set_error(CT_EINVAL, "the tokenizer has %d tokens but the model's vocab_size is %d",
-                        ct_tokenizer_vocab_size(tr->tok), m->cfg.vocab_size);
-  size_t bytes = sizeof(float) * m->n_floats;
-  tr->grads = aligned_alloc(64, bytes);
-  tr->mom1 = aligned_alloc(64, bytes);
-  tr->mom2 = aligned_alloc(64, bytes);
-  if (!tr->grads || !tr->mom1 || !tr->mom2)
-    return ct_set_error(CT_ENOMEM, "cannot allocate %.1f MB for gradients and optimizer moments",
-                        3.0 * bytes / 1e6);
-  memset(tr->grads, 0, bytes);
-  memset(tr->mom1, 0, bytes);
-  memset(tr->mom2, 0, bytes);
-  if ((rc = ct_weights_bind(&tr->g, m, tr->grads))) return rc;
+                        ct_tokenizer_vocab_size(tr->tok), mc.vocab_size);
   tr->adam = (ct_adamw){cfg->adam_beta1, cfg->adam_beta2, cfg->adam_epsilon, cfg->weight_decay};
   ct_rng_seed(&tr->rng, (uint64_t)cfg->seed * 0x9e3779b97f4a7c15ULL + 1);
-  if (tr->resumed_from[0]) {
-    char p[CT_PATH_MAX];
-    if ((rc = ct_path_join(p, sizeof p, tr->resumed_from, "optimizer.safetensors")) ||
-        (rc = ct_load_tensors(m, tr->mom1, p, ".exp_avg")) ||
-        (rc = ct_load_tensors(m, tr->mom2, p, ".exp_avg_sq")) ||
-        (rc = read_trainer_state(tr, tr->resumed_from)))
-      return rc;
-  }
+  if (tr->resumed_from[0] && (rc = read_trainer_state(tr, tr->resumed_from))) return rc;
   if (tr->rank == 0) {
     char p[CT_PATH_MAX];
     rc = ct_path_join(p, sizeof p, cfg->output_dir, "config.yml");
@@ -287,11 +270,54 @@ int ct_train_setup(ct_train *tr, ct_config *cfg) {
   return rc;
 }
 
+int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
+  const ct_config *cfg = tr->cfg;
+  ct_model *m = &tr->model;
+  double param_bytes = ct_model_param_bytes(m, false);
+  ct_plan_add(p, "policy parameters (float32)", param_bytes);
+  ct_plan_add(p, "gradients (float32)", param_bytes);
+  ct_plan_add(p, "AdamW moments (2 x float32)", 2 * param_bytes);
+  ct_plan_add(p, "resident already (libraries, tokenizer, data)", (double)ct_rss_now());
+  *dry = cfg->dry_run;
+  int rc = ct_plan_check(p, &tr->log, ct_dist_local_size(), knobs);
+  if (rc || *dry) {
+    if (!rc) ct_log_info(&tr->log, "dry run: nothing allocated");
+    return rc;
+  }
+  double t0 = ct_now();
+  if ((rc = ct_model_alloc(m, (int)cfg->max_length))) return rc;
+  const char *dir = tr->resumed_from[0] ? tr->resumed_from : cfg->model_path;
+  if (dir[0]) rc = ct_model_load_weights(m, m->params, dir);
+  else ct_model_init_random(m, (uint64_t)cfg->seed, (float)cfg->model.initializer_range);
+  if (rc) return rc;
+  if (dir[0])
+    ct_log_info(&tr->log, "weights read from %s in %.2f s", dir, ct_now() - t0);
+  size_t bytes = sizeof(float) * m->n_floats;
+  tr->grads = ct_big_alloc(bytes);  // zeroed
+  tr->mom1 = ct_big_alloc(bytes);
+  tr->mom2 = ct_big_alloc(bytes);
+  if (!tr->grads || !tr->mom1 || !tr->mom2)
+    return ct_set_error(CT_ENOMEM, "cannot allocate %.1f MB for gradients and optimizer moments",
+                        3.0 * bytes / 1e6);
+  if ((rc = ct_weights_bind(&tr->g, m, tr->grads))) return rc;
+  if (tr->resumed_from[0]) {
+    char p[CT_PATH_MAX];
+    if ((rc = ct_path_join(p, sizeof p, tr->resumed_from, "optimizer.safetensors")) ||
+        (rc = ct_load_tensors(m, tr->mom1, p, ".exp_avg")) ||
+        (rc = ct_load_tensors(m, tr->mom2, p, ".exp_avg_sq")))
+      return rc;
+  }
+  return 0;
+}
+
 void ct_train_free(ct_train *tr) {
   ct_log_close(&tr->log);
   ct_weights_free(&tr->g);
   ct_model_free(&tr->model);
-  ct_free_all(tr->grads, tr->mom1, tr->mom2, tr->order);
+  ct_big_free(tr->grads);
+  ct_big_free(tr->mom1);
+  ct_big_free(tr->mom2);
+  free(tr->order);
   if (tr->tok) ct_tokenizer_free(tr->tok);
   memset(tr, 0, sizeof *tr);
 }

@@ -14,6 +14,7 @@
 #include "log.h"
 #include "model.h"
 #include "optim.h"
+#include "plan.h"
 #include "rng.h"
 #include "tokenizer.h"
 
@@ -63,10 +64,19 @@ void ct_train_release(ct_train *tr);
 // exit code 2 when rc is CT_ECONFIG, else 1.
 __attribute__((noreturn)) void ct_train_die(const ct_train *tr, int rc, const char *what);
 
-// Sets up from a resolved config: output_dir, threads, tokenizer, model (loaded from
-// model_path, built from the `model:` block, or restored from a checkpoint when
-// resume_from_checkpoint is set), optimizer buffers. Writes output_dir/config.yml.
+// Sets up from a resolved config: output_dir, threads, tokenizer, the model's shape (from
+// model_path's config.json, the `model:` block, or the checkpoint when
+// resume_from_checkpoint is set; tr->model has its layout but no parameters yet), the
+// trainer state of a resumed run. Writes output_dir/config.yml.
 int ct_train_setup(ct_train *tr, ct_config *cfg);
+
+// The memory plan, then the train state's buffers. Adds the policy's rows (parameters,
+// gradients, AdamW moments) and what the process holds already to the trainer's rows in
+// p, prints the plan and refuses it (CT_ENOMEM naming `knobs`) when it does not fit.
+// With dry_run it stops there (*dry = true, nothing allocated). Otherwise it allocates
+// the parameters and fills them (model_path, the checkpoint, or the seeded
+// initialization), the gradients and the moments (restored when resuming).
+int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry);
 void ct_train_free(ct_train *tr);
 
 // Fixes the schedule once the dataset is known: n_seq sequences per epoch, `global`

@@ -11,6 +11,12 @@
 #include "matmul.h"
 #include "pool.h"
 
+double ct_kd_bytes(int cap_rows, int V, int C, int ntiles) {
+  ntiles = ntiles < 1 ? 1 : ntiles > V ? V : ntiles;
+  double cap = cap_rows, tile = (V + ntiles - 1) / ntiles;
+  return sizeof(float) * (2 * cap * tile + cap * C) + 9 * sizeof(double) * cap;
+}
+
 int ct_kd_init(ct_kd *k, int cap_rows, int V, int C, int ntiles) {
   memset(k, 0, sizeof *k);
   if (ntiles < 1) ntiles = 1;
@@ -28,7 +34,7 @@ int ct_kd_init(ct_kd *k, int cap_rows, int V, int C, int ntiles) {
                   &k->tgt_t1, &k->sum_t1};
   int bad = !k->ls || !k->lt || !k->dhs;
   for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) bad |= !(*d[i] = calloc(cap, sizeof(double)));
-  k->bytes = sizeof(float) * (2 * cap * k->tile + cap * C) + 9 * sizeof(double) * cap;
+  k->bytes = (long)ct_kd_bytes(cap_rows, V, C, ntiles);
   if (bad) {
     ct_kd_free(k);
     return ct_set_error(CT_ENOMEM, "distillation: cannot allocate %.1f MB (raise num_vocab_tiling)",

@@ -34,6 +34,8 @@ typedef struct {
 } ct_kd;
 
 int ct_kd_init(ct_kd *k, int cap_rows, int V, int C, int ntiles);
+// The bytes ct_kd_init allocates.
+double ct_kd_bytes(int cap_rows, int V, int C, int ntiles);
 void ct_kd_free(ct_kd *k);
 
 typedef struct {

@@ -302,15 +302,42 @@ int main(int argc, char **argv) {
   const ct_model_config *mc = &tr.model.cfg;
   teacher_t teacher = {0};
   topk_t tk = {0};
+  ct_model_config tc = *mc;  // the teacher's shape
   if (offline) load_topk(&cfg, &train, &tk);
-  else if (teacher_load(&teacher, &cfg, B, T)) fail(1, NULL);
-  uint64_t teacher_sum = offline ? 0 : ct_frozen_checksum(&teacher.f);
-  int V = mc->vocab_size, Vt = offline ? V : teacher.f.cfg.vocab_size;
+  else if (ct_model_read_config(&tc, cfg.teacher_path)) fail(1, "teacher");
+  int V = mc->vocab_size, Vt = tc.vocab_size, C = mc->hidden_size, tiles = (int)cfg.num_vocab_tiling;
   if (Vt != V)
     ct_log_info(&tr.log, "teacher vocab_size %d, student %d: the soft loss uses the first %d logits",
                 Vt, V, Vt < V ? Vt : V);
   if (Vt < V) V = Vt;
   if (ct_train_plan(&tr, train.n_seq, global)) fail(1, NULL);
+  int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
+  ct_engine_opts geo = {B, T, T > B ? T : B};  // on-policy generation
+  ct_plan plan = {0};
+  ct_plan_addf(&plan, ct_acts_bytes(mc, B, T, mode), "activations, %d x %d tokens (%s)", B, T,
+               cfg.gradient_checkpointing ? "layer inputs + one layer" : "every layer");
+  ct_plan_addf(&plan, ct_head_bytes(B * T, B * T, mc->vocab_size, C, tiles) + ct_kd_bytes(B * T, V, C, tiles),
+               "LM head and soft loss: %d x %d tokens / %d chunks", B, T, tiles);
+  if (!offline)
+    ct_plan_addf(&plan, ct_frozen_bytes(&tc, (int)cfg.teacher_dtype, B, T) + 4.0 * B * T * tc.hidden_size,
+                 "teacher (%s)", ct_store_names[cfg.teacher_dtype]);
+  else
+    ct_plan_addf(&plan, 8.0 * B * T * tk.k, "teacher top-%d logits of a batch", tk.k);
+  if (cfg.lmbda > 0)
+    ct_plan_addf(&plan, ct_engine_bytes(cfg.seq_kd ? &tc : mc, &geo), "sampler: KV cache of %d slots x %d positions",
+                 B, T);
+  bool dry;
+  if (ct_train_memory(&tr, &plan, "gradient_checkpointing=true, teacher_dtype=bfloat16 or int8, "
+                      "num_vocab_tiling, a smaller per_device_train_batch_size or max_length", &dry))
+    fail(1, NULL);
+  if (dry) {
+    ct_free_all(tk.idx, tk.logit, tk.row_off);
+    ct_dataset_free(&train);
+    ct_train_release(&tr);
+    return 0;
+  }
+  if (!offline && teacher_load(&teacher, &cfg, B, T)) fail(1, NULL);
+  uint64_t teacher_sum = offline ? 0 : ct_frozen_checksum(&teacher.f);
   ct_acts acts;
   ct_head head;
   ct_kd kd;
@@ -322,9 +349,8 @@ int main(int argc, char **argv) {
     tk.b_logit = malloc(sizeof(float) * (size_t)B * T * tk.k);
     if (!tk.b_idx || !tk.b_logit) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   }
-  if (!seqs || !where || ct_acts_init(&acts, &tr.model, B, T, CT_ACTS_KEEP) || ct_batch_init(&batch, B, T) ||
-      ct_head_init(&head, B * T, B * T, mc->vocab_size, mc->hidden_size, (int)cfg.num_vocab_tiling) ||
-      ct_kd_init(&kd, B * T, V, mc->hidden_size, (int)cfg.num_vocab_tiling))
+  if (!seqs || !where || ct_acts_init(&acts, &tr.model, B, T, mode) || ct_batch_init(&batch, B, T) ||
+      ct_head_init(&head, B * T, B * T, mc->vocab_size, C, tiles) || ct_kd_init(&kd, B * T, V, C, tiles))
     fail(1, NULL);
   // on-policy generation: the student's weights as they are, or the teacher's
   ct_infer_weights gen_w = {0};
@@ -334,9 +360,8 @@ int main(int argc, char **argv) {
   for (int k = 0; cfg.lmbda > 0 && k < accum; k++)
     if (ct_batch_init(&gen_batches[k], B, T)) fail(1, NULL);
   if (cfg.lmbda > 0) {
-    ct_engine_opts eo = {B, T, T > B ? T : B};
-    if (cfg.seq_kd) rc = ct_engine_init(&gen, &teacher.f.iw, &eo);  // the teacher's engine view
-    else rc = ct_infer_from_model(&gen_w, &tr.model) || ct_engine_init(&gen, &gen_w, &eo);
+    if (cfg.seq_kd) rc = ct_engine_init(&gen, &teacher.f.iw, &geo);  // the teacher's engine view
+    else rc = ct_infer_from_model(&gen_w, &tr.model) || ct_engine_init(&gen, &gen_w, &geo);
     if (rc) fail(1, NULL);
   }
   ct_kd_opts ko = {(float)(cfg.temperature > 0 ? cfg.temperature : 1.0), (float)cfg.beta, 0};

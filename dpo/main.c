@@ -149,7 +149,8 @@ typedef struct {
   bool need_ref;
   ct_frozen ref;         // the reference, when resident (not precomputed)
   bool ref_loaded;
-  ct_acts acts;          // the policy's, kept for backward
+  ct_acts acts;          // the policy's, kept (or recomputed) for backward
+  ct_acts eval_acts;     // the policy's on evaluation batches: forward only
   row_sums pol, refs;    // completion log-prob sums of the policy and the reference
   ct_head head;
   ct_batch batch;
@@ -158,9 +159,10 @@ typedef struct {
   float *coef_row;       // (2m) −dL/dlogp of each row's tokens
 } dpo_t;
 
-// The policy's completion sums for batch b; its head keeps the logits for backward.
-static void policy_rows(dpo_t *d, const ct_batch *b) {
-  sum_rows(&d->pol, &d->head, ct_lm_forward(&d->tr->model, &d->acts, &d->head, b), b);
+// The policy's completion sums for batch b (through acts); its head keeps the logits
+// for backward.
+static void policy_rows(dpo_t *d, ct_acts *acts, const ct_batch *b) {
+  sum_rows(&d->pol, &d->head, ct_lm_forward(&d->tr->model, acts, &d->head, b), b);
 }
 
 // Loads the reference (sized like the batch) the first time it is needed.
@@ -254,7 +256,7 @@ static void evaluate(dpo_t *d, const ct_pref_dataset *ev, const ref_cache *cache
     for (int k = first; k < ev->n && m < B; k++) d->pairs[m++] = k;
     ct_pref_batch(&d->batch, ev, d->pairs, m, ct_tokenizer_pad(tr->tok));
     reference_rows(d, &d->batch, cache, m);
-    policy_rows(d, &d->batch);
+    policy_rows(d, &d->eval_acts, &d->batch);
     pair_step(d, m, false, 1.0 / ev->n, nc ? 1.0 / nc : 0, &st);
   }
   ct_dist_sum_stats(&st);
@@ -303,6 +305,7 @@ static int save_ref(void *ctx, const char *dir) {
 static void dpo_free(dpo_t *d) {
   if (d->ref_loaded) ct_frozen_free(&d->ref);
   ct_acts_free(&d->acts);
+  ct_acts_free(&d->eval_acts);
   row_sums_free(&d->pol);
   row_sums_free(&d->refs);
   ct_head_free(&d->head);
@@ -329,19 +332,45 @@ int main(int argc, char **argv) {
   if (have_eval && ct_pref_load(&eval, cfg.eval_dataset_path, tr.tok, &po)) fail(1, NULL);
 
   int B = (int)cfg.per_device_train_batch_size, accum = (int)cfg.gradient_accumulation_steps;
-  int Be = (int)cfg.per_device_eval_batch_size, Bmax = B > Be ? B : Be, global = B * accum * tr.world;
+  int Be = have_eval ? (int)cfg.per_device_eval_batch_size : 0, Bmax = B > Be ? B : Be;
+  int global = B * accum * tr.world;
   int T = ct_pref_max_len(&train);
   if (have_eval && ct_pref_max_len(&eval) > T) T = ct_pref_max_len(&eval);
   if (ct_train_plan(&tr, train.n, global)) fail(1, NULL);
   const ct_model_config *mc = &tr.model.cfg;
+  int V = mc->vocab_size, C = mc->hidden_size, tiles = (int)cfg.num_vocab_tiling;
+  int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
+  ct_plan plan = {0};
+  ct_plan_addf(&plan, ct_acts_bytes(mc, 2 * B, T, mode), "activations, %d x %d tokens (%s)", 2 * B, T,
+               cfg.gradient_checkpointing ? "layer inputs + one layer" : "every layer");
+  if (have_eval)
+    ct_plan_addf(&plan, ct_acts_bytes(mc, 2 * Be, T, CT_ACTS_FORWARD), "evaluation activations, %d x %d tokens",
+                 2 * Be, T);
+  ct_plan_addf(&plan, ct_head_bytes(2 * Bmax * T, 2 * B * T, V, C, tiles), "LM head: logits of %d x %d tokens / %d chunks",
+               2 * B, T, tiles);
+  if (d.need_ref)
+    ct_plan_addf(&plan, ct_frozen_bytes(mc, (int)cfg.ref_dtype, 2 * Bmax, T), "reference model (%s)%s",
+                 ct_store_names[cfg.ref_dtype], cfg.precompute_ref_log_probs ? ", freed after its pass" : "");
+  bool dry;
+  if (ct_train_memory(&tr, &plan, "gradient_checkpointing=true, ref_dtype=bfloat16 or int8, "
+                      "precompute_ref_log_probs=true, num_vocab_tiling (more chunks), a smaller "
+                      "per_device_train_batch_size or max_length", &dry))
+    fail(1, NULL);
+  if (dry) {
+    ct_pref_free(&train);
+    ct_pref_free(&eval);
+    ct_train_release(&tr);
+    return 0;
+  }
   d.pairs = malloc(sizeof(int) * (global > Bmax ? global : Bmax));
   d.ref_c = malloc(sizeof(float) * Bmax);
   d.ref_r = malloc(sizeof(float) * Bmax);
   d.coef_row = malloc(sizeof(float) * 2 * Bmax);
   if (!d.pairs || !d.ref_c || !d.ref_r || !d.coef_row || ct_batch_init(&d.batch, 2 * Bmax, T) ||
-      ct_head_init(&d.head, 2 * Bmax * T, 2 * B * T, mc->vocab_size, mc->hidden_size, (int)cfg.num_vocab_tiling) ||
+      ct_head_init(&d.head, 2 * Bmax * T, 2 * B * T, V, C, tiles) ||
       row_sums_init(&d.pol, 2 * Bmax) || row_sums_init(&d.refs, 2 * Bmax) ||
-      ct_acts_init(&d.acts, &tr.model, 2 * Bmax, T, CT_ACTS_KEEP))
+      ct_acts_init(&d.acts, &tr.model, 2 * B, T, mode) ||
+      (have_eval && ct_acts_init(&d.eval_acts, &tr.model, 2 * Be, T, CT_ACTS_FORWARD)))
     fail(1, NULL);
   ref_cache cache_train = {0}, cache_eval = {0};
   if (d.need_ref && cfg.precompute_ref_log_probs) {
@@ -380,7 +409,7 @@ int main(int argc, char **argv) {
       int m = n - first < B ? n - first : B;
       ct_pref_batch(&d.batch, &train, step_pairs + first, m, ct_tokenizer_pad(tr.tok));
       reference_rows(&d, &d.batch, ct_, m);  // before the policy: the head keeps its logits
-      policy_rows(&d, &d.batch);
+      policy_rows(&d, &d.acts, &d.batch);
       pair_step(&d, m, true, inv_pairs, inv_chosen, &st);
     }
     ct_dist_sum_stats(&st);

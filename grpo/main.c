@@ -411,16 +411,37 @@ int main(int argc, char **argv) {
   for (int i = 0; i < g.prompts.n; i++) max_prompt = g.prompts.ids[i].n > max_prompt ? g.prompts.ids[i].n : max_prompt;
   int T = max_prompt + (int)cfg.max_completion_length;
   const ct_model_config *mc = &tr.model.cfg;
+  int V = mc->vocab_size, C = mc->hidden_size, tiles = (int)cfg.num_vocab_tiling;
+  int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
   g.use_ref = cfg.beta > 0;
+  ct_engine_opts eo = {(int)cfg.decode_slots, T, max_prompt > (int)cfg.decode_slots ? max_prompt : (int)cfg.decode_slots};
+  ct_plan plan = {0};
+  ct_plan_addf(&plan, ct_acts_bytes(mc, B, T, mode), "activations, %d x %d tokens (%s)", B, T,
+               cfg.gradient_checkpointing ? "layer inputs + one layer" : "every layer");
+  ct_plan_addf(&plan, ct_head_bytes(B * T, B * T, V, C, tiles), "LM head: logits of %d x %d tokens / %d chunks",
+               B, T, tiles);
+  ct_plan_addf(&plan, ct_engine_bytes(mc, &eo), "sampler: KV cache of %d slots x %d positions", eo.slots, T);
+  if (g.use_ref)
+    ct_plan_addf(&plan, ct_frozen_bytes(mc, (int)cfg.ref_dtype, B, T), "reference model (%s)",
+                 ct_store_names[cfg.ref_dtype]);
+  bool dry;
+  if (ct_model_rope_reserve(&tr.model, T) ||
+      ct_train_memory(&tr, &plan, "gradient_checkpointing=true, ref_dtype=bfloat16 or int8 (or beta=0: "
+                      "no reference), num_vocab_tiling, a smaller per_device_train_batch_size, "
+                      "decode_slots or max_completion_length", &dry))
+    fail(1, NULL);
+  if (dry) {
+    grpo_free(&g);
+    ct_train_release(&tr);
+    return 0;
+  }
   g.step_prompts = malloc(sizeof(int) * step_prompts);
   g.ro = calloc((size_t)per_rank_prompts * g.G, sizeof *g.ro);
-  if (!g.step_prompts || !g.ro || ct_model_rope_reserve(&tr.model, T) || ct_acts_init(&g.acts, &tr.model, B, T, CT_ACTS_KEEP) ||
-      ct_batch_init(&g.batch, B, T) ||
-      ct_head_init(&g.head, B * T, B * T, mc->vocab_size, mc->hidden_size, (int)cfg.num_vocab_tiling))
+  if (!g.step_prompts || !g.ro || ct_acts_init(&g.acts, &tr.model, B, T, mode) ||
+      ct_batch_init(&g.batch, B, T) || ct_head_init(&g.head, B * T, B * T, V, C, tiles))
     fail(1, NULL);
   g.head.inv_temp = cfg.temperature > 0 ? (float)(1.0 / cfg.temperature) : 1.0f;
   if (g.use_ref && ct_train_reference(&tr, &g.ref, cfg.ref_dtype, B, T)) fail(1, NULL);
-  ct_engine_opts eo = {(int)cfg.decode_slots, T, max_prompt > (int)cfg.decode_slots ? max_prompt : (int)cfg.decode_slots};
   if (ct_infer_from_model(&g.iw, &tr.model) || ct_engine_init(&g.engine, &g.iw, &eo)) fail(1, NULL);
   ct_log_info(&tr.log, "training %ld steps; %s loss; beta %g (%s)", tr.total_steps - tr.step,
               cfg.loss_type.v[0], g.use_ref ? cfg.beta : 0.0, g.use_ref ? "reference loaded" : "no reference model");

@@ -246,8 +246,7 @@ static int load_from_dir(const ct_model *m, float *buf, const ct_st_dir *d) {
   return 0;
 }
 
-// Loads the tensors of dir into `buf` (a buffer with m's layout).
-static int load_weights(const ct_model *m, float *buf, const char *dir) {
+int ct_model_load_weights(const ct_model *m, float *buf, const char *dir) {
   ct_st_dir d = {0};
   int rc = ct_st_dir_open(&d, dir);
   if (!rc) rc = load_from_dir(m, buf, &d);
@@ -255,14 +254,18 @@ static int load_weights(const ct_model *m, float *buf, const char *dir) {
   return rc;
 }
 
-int ct_model_load(ct_model *m, const char *dir, int max_pos) {
+int ct_model_read_config(ct_model_config *c, const char *dir) {
   char path[CT_PATH_MAX];
-  ct_model_config c;
   int rc = ct_path_join(path, sizeof path, dir, "config.json");
-  if (!rc) rc = ct_hf_config_read(&c, path);
+  return rc ? rc : ct_hf_config_read(c, path);
+}
+
+int ct_model_load(ct_model *m, const char *dir, int max_pos) {
+  ct_model_config c;
+  int rc = ct_model_read_config(&c, dir);
   if (rc) return rc;
   if ((rc = ct_model_init(m, &c, max_pos))) return rc;
-  if ((rc = load_weights(m, m->params, dir))) ct_model_free(m);
+  if ((rc = ct_model_load_weights(m, m->params, dir))) ct_model_free(m);
   return rc;
 }
 

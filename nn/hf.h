@@ -18,6 +18,10 @@ int ct_hf_config_write(const ct_model_config *c, const char *path, const char *t
 // names and shapes. An unexpected tensor is an error, except rotary_emb.inv_freq
 // buffers and a tied model's lm_head.weight.
 int ct_model_load(ct_model *m, const char *dir, int max_pos);
+// Its two halves: dir/config.json alone, and every tensor of dir into buf (a buffer
+// with m's layout), with the same checks.
+int ct_model_read_config(ct_model_config *c, const char *dir);
+int ct_model_load_weights(const ct_model *m, float *buf, const char *dir);
 
 // Writes buffers with m's layout to one file with Hugging Face names, as `dtype`
 // (CT_DT_F32 or CT_DT_BF16). Buffer i's names get suffixes[i] appended (NULL: none;

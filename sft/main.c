@@ -43,7 +43,8 @@ static void describe(ct_train *tr, const char *what, const ct_dataset *ds) {
 }
 
 typedef struct {
-  ct_acts acts;
+  ct_acts acts;       // training micro-batches: kept (or recomputed) for backward
+  ct_acts eval_acts;  // evaluation batches: forward only
   ct_head head;
   ct_batch batch;
   int *seqs;
@@ -51,6 +52,7 @@ typedef struct {
 
 static void workspace_free(workspace *w) {
   ct_acts_free(&w->acts);
+  ct_acts_free(&w->eval_acts);
   ct_head_free(&w->head);
   ct_batch_free(&w->batch);
   free(w->seqs);
@@ -65,7 +67,7 @@ static json_t *evaluate(ct_train *tr, workspace *w, const ct_dataset *ev) {
     int n = 0;
     for (int s = first; s < ev->n_seq && n < B; s++) w->seqs[n++] = s;
     ct_batch_fill(&w->batch, ev, w->seqs, n, ct_tokenizer_pad(tr->tok));
-    if (ct_lm_step(&tr->model, &w->acts, &w->head, &w->batch, NULL, 0, 0, &st)) fail(1, "eval");
+    if (ct_lm_step(&tr->model, &w->eval_acts, &w->head, &w->batch, NULL, 0, 0, &st)) fail(1, "eval");
   }
   ct_dist_sum_f64((double *)&st, CT_LM_STATS_N);
   double t = st.targets > 0 ? st.targets : 1;
@@ -100,14 +102,32 @@ int main(int argc, char **argv) {
   }
 
   int B = (int)cfg.per_device_train_batch_size, accum = (int)cfg.gradient_accumulation_steps;
-  int global = B * accum * tr.world, Bmax = B > cfg.per_device_eval_batch_size ? B : (int)cfg.per_device_eval_batch_size;
-  int T = (int)cfg.max_length;
+  int Be = have_eval ? (int)cfg.per_device_eval_batch_size : 0, Bmax = B > Be ? B : Be;
+  int global = B * accum * tr.world, T = (int)cfg.max_length, V = mc->vocab_size, C = mc->hidden_size;
+  int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP, tiles = (int)cfg.num_vocab_tiling;
   if (ct_train_plan(&tr, train.n_seq, global)) fail(1, NULL);
+  ct_plan plan = {0};
+  ct_plan_addf(&plan, ct_acts_bytes(mc, B, T, mode), "activations, %d x %d tokens (%s)", B, T,
+               cfg.gradient_checkpointing ? "layer inputs + one layer" : "every layer");
+  if (have_eval)
+    ct_plan_addf(&plan, ct_acts_bytes(mc, Be, T, CT_ACTS_FORWARD), "evaluation activations, %d x %d tokens", Be, T);
+  ct_plan_addf(&plan, ct_head_bytes(Bmax * T, B * T, V, C, tiles), "LM head: logits of %d x %d tokens / %d chunks",
+               B, T, tiles);
+  bool dry;
+  if (ct_train_memory(&tr, &plan, "gradient_checkpointing=true, num_vocab_tiling (more chunks), a smaller "
+                      "per_device_train_batch_size or max_length", &dry))
+    fail(1, NULL);
+  if (dry) {
+    ct_dataset_free(&train);
+    ct_dataset_free(&eval);
+    ct_train_release(&tr);
+    return 0;
+  }
   workspace w = {0};
   w.seqs = malloc(sizeof(int) * (global > Bmax ? global : Bmax));
-  if (!w.seqs || ct_acts_init(&w.acts, &tr.model, Bmax, T, CT_ACTS_KEEP) ||
-      ct_head_init(&w.head, Bmax * T, B * T, mc->vocab_size, mc->hidden_size, (int)cfg.num_vocab_tiling) ||
-      ct_batch_init(&w.batch, Bmax, T))
+  if (!w.seqs || ct_acts_init(&w.acts, &tr.model, B, T, mode) ||
+      (have_eval && ct_acts_init(&w.eval_acts, &tr.model, Be, T, CT_ACTS_FORWARD)) ||
+      ct_head_init(&w.head, Bmax * T, B * T, V, C, tiles) || ct_batch_init(&w.batch, Bmax, T))
     fail(1, NULL);
   ct_log_info(&tr.log, "training %ld steps of %d sequences (%d per device x %d "
               "accumulation x %d ranks), %d threads per rank", tr.total_steps - tr.step, global, B,

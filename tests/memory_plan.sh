@@ -1,0 +1,45 @@
+#!/bin/sh
+# The memory plan: printed before anything big is allocated, within 10% of the peak
+# resident memory a run then reaches (with and without gradient_checkpointing), a dry
+# run that stops after it, and a model too big for the machine refused before any
+# allocation, naming the knobs that shrink it.
+. tests/lib/common.sh
+start_test plan
+
+"$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 400 50 3 6
+# a 41.6M-parameter model (667 MB of train state): big enough that the plan's rows, not
+# the process's fixed overhead, make the peak; packed full rows, every token trained, so
+# the activations and logits the plan counts are all touched
+shape="configs/sft.yml dataset_path=$T/train.jsonl model.vocab_size=32000 model.hidden_size=512
+       model.intermediate_size=1536 model.num_hidden_layers=8 model.num_attention_heads=8
+       model.num_key_value_heads=4 max_length=128 per_device_train_batch_size=4 save_steps=0
+       packing=true completion_only_loss=false"
+for gc in false true; do
+  "$BIN/sft" $shape output_dir="$T/o$gc" max_steps=2 gradient_checkpointing=$gc >"$T/$gc.log" 2>&1 \
+    || { cat "$T/$gc.log"; fail "sft run"; }
+  plan=$(sed -n 's/.* \([0-9][0-9]*\)  total, of .*/\1/p' "$T/$gc.log")
+  peak=$(sed -n 's/.*peak memory \([0-9]*\) MiB.*/\1/p' "$T/$gc.log")
+  echo "gradient_checkpointing=$gc: plan $plan MiB, peak resident $peak MiB"
+  awk -v p="$plan" -v r="$peak" 'BEGIN { d = (r - p) / r; exit !(d < 0.1 && d > -0.1) }' \
+    || fail "the plan ($plan MiB) is not within 10% of the peak ($peak MiB)"
+  eval "plan_$gc=$plan"
+done
+awk -v a="$plan_true" -v b="$plan_false" 'BEGIN { exit !(a < b - 50) }' \
+  || fail "gradient_checkpointing does not shrink the plan ($plan_false -> $plan_true MiB)"
+
+echo "== dry_run prints the plan and allocates nothing"
+"$BIN/sft" $shape output_dir="$T/dry" max_steps=2 dry_run=true >"$T/dry.log" 2>&1 || { cat "$T/dry.log"; fail "dry run"; }
+grep -q "AdamW moments" "$T/dry.log" && grep -q "dry run: nothing allocated" "$T/dry.log" || fail "no plan in the dry run"
+[ ! -e "$T/dry/model.safetensors" ] || fail "the dry run trained"
+peak=$(sed -n 's/.*peak memory \([0-9]*\) MiB.*/\1/p' "$T/dry.log")
+[ -z "$peak" ] || fail "the dry run printed a training summary"
+
+echo "== a plan that does not fit stops before allocating, naming the knobs"
+# 3 x 8192-wide, 64-layer model: ~55B floats of train state, far past any machine here
+/usr/bin/time -f "%M" -o "$T/rss" "$BIN/sft" $shape output_dir="$T/big" model.hidden_size=8192 model.intermediate_size=28672 \
+  model.num_hidden_layers=64 model.num_attention_heads=64 model.num_key_value_heads=8 >"$T/big.log" 2>&1 && fail "a huge model ran"
+grep -q "the memory plan needs .* MiB but .* MiB are available; shrink it with gradient_checkpointing" "$T/big.log" \
+  || { cat "$T/big.log"; fail "no clear refusal"; }
+rss=$(cat "$T/rss" | tail -1)
+[ "$rss" -lt 200000 ] || fail "the refused run still reached $rss KiB"
+echo "memory plan: all checks passed"
