@@ -37,11 +37,17 @@ const char *ct_blas_corename(void) { return openblas_get_corename(); }
 void ct_blas_init(int argc, char **argv) {
   (void)argc;
   openblas_set_num_threads(1);
-  if (getenv("OPENBLAS_CORETYPE")) return;  // the user's choice stands
   __builtin_cpu_init();
   const char *want = ct_blas_wanted_core(openblas_get_corename(),
                                          __builtin_cpu_supports("avx512f"),
                                          __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+  if (getenv("OPENBLAS_CORETYPE")) {  // the user's choice stands, but say when it is slower
+    if (want && !getenv("CT_BLAS_REEXEC"))
+      fprintf(stderr, "ctune: OPENBLAS_CORETYPE=%s runs OpenBLAS's '%s' kernel on a CPU that runs '%s' "
+              "(faster); unset OPENBLAS_CORETYPE to use it\n", getenv("OPENBLAS_CORETYPE"),
+              openblas_get_corename(), want);
+    return;
+  }
   if (!want || getenv("CT_BLAS_REEXEC")) return;
   fprintf(stderr, "ctune: OpenBLAS chose its '%s' kernel on a CPU that runs '%s'; "
           "restarting with OPENBLAS_CORETYPE=%s (set OPENBLAS_CORETYPE to override)\n",

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "pool.h"
 
 // The data section is little-endian; we copy it to memory as is.
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -407,6 +408,49 @@ static float f64_to_f32(double d) {
   return (float)d;
 }
 
+// Conversion of one tensor to float32, in parts (the pool's threads for big tensors).
+typedef struct {
+  const uint8_t *src;
+  float *dst;
+  int64_t n;
+  ct_dtype dtype;
+  int parts;
+} convert_job;
+
+static void convert_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const convert_job *j = ctx;
+  long lo, hi;
+  ct_chunk_range(j->n, 64, j->parts, part, &lo, &hi);
+  const uint8_t *src = j->src;
+  float *dst = j->dst;
+  switch (j->dtype) {
+    case CT_DT_F32:
+      memcpy(dst + lo, src + 4 * lo, (size_t)(hi - lo) * 4);
+      break;
+    case CT_DT_BF16:
+      for (long i = lo; i < hi; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);
+        dst[i] = ct_bf16_to_f32(h);
+      }
+      break;
+    case CT_DT_F16:
+      for (long i = lo; i < hi; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);
+        dst[i] = ct_f16_to_f32(h);
+      }
+      break;
+    default:  // F64
+      for (long i = lo; i < hi; i++) {
+        double d;
+        memcpy(&d, src + 8 * i, 8);
+        dst[i] = f64_to_f32(d);
+      }
+  }
+}
+
 int ct_st_read_f32(const ct_safetensors *st, const ct_st_tensor *t, float *dst, int64_t n) {
   if (!st || !t || (!dst && n > 0))
     return ct_set_error(CT_EINVAL, "ct_st_read_f32: NULL file, tensor or destination");
@@ -420,35 +464,19 @@ int ct_st_read_f32(const ct_safetensors *st, const ct_st_tensor *t, float *dst, 
                         st->path, shown(t->name).s, (long long)n, shape_s, (long long)t->numel);
   }
   const uint8_t *src = st->data + t->begin;  // maybe unaligned: load through memcpy
-  switch (t->dtype) {
-    case CT_DT_F32:
-      if (n) memcpy(dst, src, (size_t)n * 4);
-      return 0;
-    case CT_DT_BF16:
-      for (int64_t i = 0; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, src + 2 * i, 2);
-        dst[i] = ct_bf16_to_f32(h);
-      }
-      return 0;
-    case CT_DT_F16:
-      for (int64_t i = 0; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, src + 2 * i, 2);
-        dst[i] = ct_f16_to_f32(h);
-      }
-      return 0;
-    case CT_DT_F64:
-      for (int64_t i = 0; i < n; i++) {
-        double d;
-        memcpy(&d, src + 8 * i, 8);
-        dst[i] = f64_to_f32(d);
-      }
-      return 0;
-    default:
-      return ct_set_error(CT_EFORMAT, "%s: tensor '%s' is %s, not a floating-point dtype (F32, F16, BF16, F64)",
-                          st->path, shown(t->name).s, ct_dtype_name(t->dtype));
-  }
+  size_t es = ct_dtype_size(t->dtype);
+  if (t->dtype != CT_DT_F32 && t->dtype != CT_DT_BF16 && t->dtype != CT_DT_F16 && t->dtype != CT_DT_F64)
+    return ct_set_error(CT_EFORMAT, "%s: tensor '%s' is %s, not a floating-point dtype (F32, F16, BF16, F64)",
+                        st->path, shown(t->name).s, ct_dtype_name(t->dtype));
+  convert_job j = {src, dst, n, t->dtype, n < (1 << 18) ? 1 : ct_pool_threads() * 2};
+  if (j.parts == 1) convert_task(&j, 0, 0);
+  else ct_parallel_for(j.parts, convert_task, &j);
+  // The file's pages are read: drop them from this mapping so that a model being loaded
+  // does not count twice in the resident memory (the page cache keeps them).
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = ((uintptr_t)src + page - 1) & ~(page - 1);
+  uintptr_t hi = ((uintptr_t)src + (uintptr_t)n * es) & ~(page - 1);
+  if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+  return 0;
 }
 
 // ------------------------------------------------------------------------- writing

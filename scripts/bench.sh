@@ -12,7 +12,7 @@ echo
 echo "== sampler: prefill and decode, fp32 and int8, vs the memory-bandwidth bound"
 "$BIN/sampler" bench
 echo
-echo "== memory: DPO's reference model"
+echo "== memory and start-up at real model sizes (Qwen2.5-0.5B, Llama-3.2-1B shapes)"
 sh scripts/bench-memory.sh "$BIN"
 echo
 echo "== tokenizer encoding, vs the reference implementation under node"
