@@ -83,7 +83,7 @@ row "Llama-3.2-1B shape, DPO, bfloat16 reference, gradient_checkpointing" l_dpo_
 for m in q l; do  # read speed of each bf16 model file, from the DPO runs that load it
   bytes=$(wc -c <"$T/$m/model.safetensors")
   secs=$(sed -n 's/.*weights read from .* in \([0-9.]*\) s.*/\1/p' "$T/${m}_dpo_bf16.log" | head -1)
-  awk -v m=$m -v b="$bytes" -v s="$secs" 'BEGIN { printf "%s model.safetensors (bfloat16, %d bytes) read and widened to float32 in %s s = %.2f GB/s\n", m, b, s, b / s / 1e9 }'
+  awk -v m=$m -v b="$bytes" -v s="$secs" 'BEGIN { printf "%s model.safetensors (bfloat16, %.0f bytes) read and widened to float32 in %s s = %.2f GB/s\n", m, b, s, b / s / 1e9 }'
 done
 a=$(field '"tokens_per_s":\([0-9.]*\).*' q_sft) b=$(field '"tokens_per_s":\([0-9.]*\).*' q_sft_gc)
 awk -v a="$a" -v b="$b" 'BEGIN { printf "gradient_checkpointing keeps %.0f%% of the tokens/s (0.5B shape, last step)\n", 100 * b / a }'

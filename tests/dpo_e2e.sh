@@ -27,6 +27,12 @@ for k in rewards/chosen rewards/rejected rewards/margins logps/chosen logps/reje
   grep -q "\"$k\"" "$T/a/metrics.jsonl" || fail "metrics lack $k"
 done
 
+echo "== gradient_checkpointing gives the same steps, bit for bit"
+"$D" $common output_dir="$T/gc" max_steps=5 gradient_checkpointing=true >"$T/gc.log" 2>&1 || { cat "$T/gc.log"; fail "gc run"; }
+[ "$(steps "$T/a/metrics.jsonl" | head -5 | sed 's/"tokens_per_s":[0-9.e+]*//; s/"epoch":[0-9.e+]*//')" = \
+  "$(steps "$T/gc/metrics.jsonl" | sed 's/"tokens_per_s":[0-9.e+]*//; s/"epoch":[0-9.e+]*//')" ] \
+  || fail "gradient_checkpointing changed the steps"
+
 echo "== precomputed reference log-probs give the same losses"
 losses() { steps "$1" | sed 's/.*"loss":\([-0-9.e+]*\).*"step":\([0-9]*\).*/\2 \1/'; }
 "$D" $common output_dir="$T/p" max_steps=40 precompute_ref_log_probs=true >"$T/p.log" 2>&1 \

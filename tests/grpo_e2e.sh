@@ -41,6 +41,19 @@ for s in 2 3; do
   awk -v k="$kl" 'BEGIN { exit !(k + 0 > 0) }' || fail "step-$s KL is '$kl', not > 0"
 done
 
+echo "== gradient_checkpointing and a bf16 reference"
+# recomputing each layer in backward gives the same gradients, so the same run to the bit
+"$G" $common output_dir="$T/klgc" max_steps=3 beta=0.05 reward_funcs=length length_target=2 max_length=8 \
+  gradient_checkpointing=true >"$T/klgc.log" 2>&1 || { cat "$T/klgc.log"; fail "gradient_checkpointing run"; }
+strip() { sed 's/"time\/[a-z_]*":[-0-9.e+]*//g' "$1"; }
+[ "$(strip "$T/kl/metrics.jsonl")" = "$(strip "$T/klgc/metrics.jsonl")" ] || fail "gradient_checkpointing changed the run"
+# a bf16 reference: the first KL is the reference's rounding, small but not 0
+"$G" $common output_dir="$T/klbf" max_steps=1 beta=0.05 reward_funcs=length length_target=2 max_length=8 \
+  ref_dtype=bfloat16 >"$T/klbf.log" 2>&1 || { cat "$T/klbf.log"; fail "bf16 reference run"; }
+kl=$(head -1 "$T/klbf/metrics.jsonl" | field kl)
+echo "step-1 KL to a bf16 reference: $kl"
+awk -v k="$kl" 'BEGIN { exit !(k > 0 && k < 1e-3) }' || fail "step-1 KL to a bf16 reference is $kl"
+
 echo "== num_iterations=2 generates every other step"
 "$G" $common output_dir="$T/mu" max_steps=4 num_iterations=2 >"$T/mu.log" 2>&1 || { cat "$T/mu.log"; fail "mu run"; }
 gens=$(grep -c '"time/generation_s":0.0,' "$T/mu/metrics.jsonl" || true)
