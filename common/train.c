@@ -168,7 +168,7 @@ int ct_train_reference(ct_train *tr, ct_frozen *ref, int dtype, int B, int T) {
   char p[CT_PATH_MAX];
   if (tr->resumed_from[0] && c->sync_ref_model &&
       !(rc = ct_path_join(p, sizeof p, tr->resumed_from, "ref_model.safetensors"))) {
-    rc = ct_load_tensors(&ref->model, ct_frozen_params(ref), p, NULL);
+    rc = ct_load_tensors(&ct_model_tensors(&ref->model), ct_frozen_params(ref), p, NULL);
     if (rc) ct_frozen_free(ref);
   }
   return rc;
@@ -195,7 +195,7 @@ int ct_train_save_reference(const ct_frozen *ref, const char *dir) {
   char p[CT_PATH_MAX];
   const float *bufs[] = {ref->model.params};
   int rc = ct_path_join(p, sizeof p, dir, "ref_model.safetensors");
-  return rc ? rc : ct_save_tensors(&ref->model, 1, bufs, NULL, p, CT_DT_F32);
+  return rc ? rc : ct_save_tensors(&ct_model_tensors(&ref->model), 1, bufs, NULL, p, CT_DT_F32);
 }
 
 static int read_trainer_state(ct_train *tr, const char *dir) {
@@ -303,8 +303,8 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   if (tr->resumed_from[0]) {
     char p[CT_PATH_MAX];
     if ((rc = ct_path_join(p, sizeof p, tr->resumed_from, "optimizer.safetensors")) ||
-        (rc = ct_load_tensors(m, tr->mom1, p, ".exp_avg")) ||
-        (rc = ct_load_tensors(m, tr->mom2, p, ".exp_avg_sq")))
+        (rc = ct_load_tensors(&ct_model_tensors(m), tr->mom1, p, ".exp_avg")) ||
+        (rc = ct_load_tensors(&ct_model_tensors(m), tr->mom2, p, ".exp_avg_sq")))
       return rc;
   }
   return 0;
@@ -383,7 +383,7 @@ int ct_train_update(ct_train *tr, double *grad_norm, double *lr) {
   *lr = ct_lr_at(tr->cfg->lr_scheduler_type, tr->cfg->learning_rate, tr->step, tr->warmup_steps,
                  tr->total_steps);
   tr->step++;
-  ct_adamw_step(m, m->params, tr->grads, tr->mom1, tr->mom2, tr->step, *lr, clip, &tr->adam);
+  ct_adamw_step(&ct_model_tensors(m), m->params, tr->grads, tr->mom1, tr->mom2, tr->step, *lr, clip, &tr->adam);
   return 0;
 }
 
@@ -418,7 +418,7 @@ static int write_model_files(const ct_train *tr, const char *dir, ct_dtype dtype
   if (!rc) rc = ct_hf_config_write(&m->cfg, p, dtype == CT_DT_BF16 ? "bfloat16" : "float32");
   if (!rc) rc = ct_path_join(p, sizeof p, dir, "model.safetensors");
   const float *bufs[] = {m->params};
-  if (!rc) rc = ct_save_tensors(m, 1, bufs, NULL, p, dtype);
+  if (!rc) rc = ct_save_tensors(&ct_model_tensors(m), 1, bufs, NULL, p, dtype);
   if (!rc) rc = ct_tokenizer_save(tr->tok, dir);
   return rc;
 }
@@ -440,7 +440,7 @@ int ct_train_save_checkpoint(ct_train *tr) {
     if (!rc) rc = write_model_files(tr, tmp, CT_DT_F32);  // fp32: resuming must be exact
     ct_failpoint("checkpoint");
     if (!rc) rc = ct_path_join(p, sizeof p, tmp, "optimizer.safetensors");
-    if (!rc) rc = ct_save_tensors(&tr->model, 2, moments, suffixes, p, CT_DT_F32);
+    if (!rc) rc = ct_save_tensors(&ct_model_tensors(&tr->model), 2, moments, suffixes, p, CT_DT_F32);
     if (!rc) rc = write_trainer_state(tr, tmp);
     if (!rc && tr->save_extra) rc = tr->save_extra(tr->save_extra_ctx, tmp);
     if (!rc) rc = ct_ckpt_commit(out, tr->step, tmp);

@@ -4,6 +4,7 @@
 #pragma once
 #include <stdbool.h>
 
+#include "lora.h"
 #include "model.h"
 
 // What a forward keeps, which sets what ct_acts holds:
@@ -50,6 +51,12 @@ typedef struct {
   float *dgu;    // (N, 2F)
   float *dh;     // (N, F)
   float *scratch;  // reductions and attention blocks
+  // LoRA (ct_acts_attach_lora): the adapters this forward applies; NULL = the base alone
+  const ct_lora *lora;
+  float *lora_mem;  // one allocation holding:
+  float *lora_x;    // (N + 1, max in) the dropped-out input, and backward's temporaries
+  float *lora_u;    // (N, r)
+  float *lora_v;    // (N, r)
 } ct_acts;
 
 // Bytes ct_acts_init allocates for B x T tokens in `mode` (the memory plan uses it).
@@ -57,6 +64,13 @@ double ct_acts_bytes(const ct_model_config *c, int B, int T, int mode);
 // Allocates (ct_big_alloc: zeroed, huge pages) for B rows of T tokens.
 int ct_acts_init(ct_acts *a, const ct_model *m, int B, int T, int mode);
 void ct_acts_free(ct_acts *a);
+// Makes the forwards (and backwards) through a apply adapters lo (NULL: none; the
+// reference of a LoRA policy is its base run through activations without adapters), and
+// allocates their work space. Training forwards (CT_ACTS_KEEP / RECOMPUTE) apply
+// lo's dropout with lo->dropout_key.
+int ct_acts_attach_lora(ct_acts *a, const ct_lora *lo);
+// Bytes of that work space for B x T tokens.
+double ct_lora_acts_bytes(const ct_lora_config *lc, const ct_model_config *c, int B, int T);
 
 // Runs the decoder over a->ids/pos/seg (B*T each, filled by the caller) for B rows of
 // T tokens (B, T within capacity). Leaves the LM head's input in a->lnf (N, C).

@@ -202,7 +202,8 @@ void ct_head_backward(ct_head *h, const float *W, float *dW, float *d_hidden, in
     // dhc (n, C) (+)= dlogits · W[v0 : v0+nv];  dW[v0 : v0+nv] += dlogitsᵀ · hc
     ct_sgemm('N', 'N', n, h->C, nv, 1, h->logits, nv, W + (long)v0 * h->C, h->C, v0 ? 1 : 0,
              h->dhc, h->C);
-    ct_sgemm('T', 'N', nv, h->C, n, 1, h->logits, nv, h->hc, h->C, 1, dW + (long)v0 * h->C, h->C);
+    if (dW)  // NULL: a frozen head
+      ct_sgemm('T', 'N', nv, h->C, n, 1, h->logits, nv, h->hc, h->C, 1, dW + (long)v0 * h->C, h->C);
   }
   memset(d_hidden, 0, sizeof(float) * N * h->C);
   for (int r = 0; r < n; r++) {

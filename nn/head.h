@@ -59,7 +59,8 @@ void ct_head_forward(ct_head *h, const float *W);
 typedef void (*ct_logits_fn)(void *ctx, const float *hidden, int n, int v0, int nv, float *out);
 void ct_head_forward_fn(ct_head *h, ct_logits_fn fn, void *ctx);
 
-// dW (V, C) += dlogitsᵀ · hc;  d_hidden (N, C) = dlogits · W on gathered rows, 0 elsewhere.
+// dW (V, C) += dlogitsᵀ · hc (dW NULL: a frozen head, no weight gradient);
+// d_hidden (N, C) = dlogits · W on gathered rows, 0 elsewhere.
 // With ntiles == 1 the logits kept by ct_head_forward are reused and overwritten: call
 // it once per ct_head_forward.
 void ct_head_backward(ct_head *h, const float *W, float *dW, float *d_hidden, int N);

@@ -269,7 +269,7 @@ int ct_model_load(ct_model *m, const char *dir, int max_pos) {
   return rc;
 }
 
-int ct_save_tensors(const ct_model *m, int nbuf, const float *const *bufs,
+int ct_save_tensors(const ct_layout *m, int nbuf, const float *const *bufs,
                     const char *const *suffixes, const char *path, ct_dtype dtype) {
   int cap = m->n_tensors * nbuf;
   ct_st_entry *e = calloc(cap, sizeof *e);
@@ -283,7 +283,6 @@ int ct_save_tensors(const ct_model *m, int nbuf, const float *const *bufs,
   for (int b = 0; b < nbuf; b++)
     for (int i = 0; i < m->n_tensors; i++) {
       const ct_tensor_info *ti = &m->tensors[i];
-      if (m->cfg.tie_word_embeddings && strcmp(ti->name, "lm_head.weight") == 0) continue;
       tensor_name(names[n], sizeof names[n], ti, suffixes ? suffixes[b] : NULL);
       e[n] = (ct_st_entry){.name = names[n], .dtype = dtype, .ndim = ti->ndim,
                            .data_f32 = bufs[b] + ti->offset};
@@ -298,7 +297,7 @@ int ct_save_tensors(const ct_model *m, int nbuf, const float *const *bufs,
   return rc;
 }
 
-int ct_load_tensors(const ct_model *m, float *buf, const char *path, const char *suffix) {
+int ct_load_tensors(const ct_layout *m, float *buf, const char *path, const char *suffix) {
   ct_safetensors st = {0};
   int rc = ct_st_open(&st, path);
   char name[128];

@@ -27,7 +27,7 @@ int ct_model_load_weights(const ct_model *m, float *buf, const char *dir);
 // (CT_DT_F32 or CT_DT_BF16). Buffer i's names get suffixes[i] appended (NULL: none;
 // ".exp_avg" for an optimizer moment). A tied model has no lm_head.weight, as in
 // transformers.
-int ct_save_tensors(const ct_model *m, int nbuf, const float *const *bufs,
+int ct_save_tensors(const ct_layout *m, int nbuf, const float *const *bufs,
                     const char *const *suffixes, const char *path, ct_dtype dtype);
 // Reads tensors named as ct_save_tensors wrote them (with `suffix`) into buf.
-int ct_load_tensors(const ct_model *m, float *buf, const char *path, const char *suffix);
+int ct_load_tensors(const ct_layout *m, float *buf, const char *path, const char *suffix);

@@ -100,7 +100,7 @@ void ct_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, 
   rms_job j = {.dx = dx, .dw = dw, .dy = dy, .x = x, .w = w, .rstd = (float *)rstd, .N = N, .C = C,
                .accumulate = accumulate, .scratch = scratch};
   ct_parallel_for(CT_RED_CHUNKS, rms_bwd_task, &j);
-  sum_partials(dw, scratch, C, CT_RED_CHUNKS);
+  if (dw) sum_partials(dw, scratch, C, CT_RED_CHUNKS);  // NULL: a frozen norm
 }
 
 // ---------------------------------------------------------------------------
@@ -164,7 +164,7 @@ void ct_headnorm_backward(float *dxio, float *dw, const float *xsave, const floa
   headnorm_job j = {.xio = dxio, .cxsave = xsave, .rstd = (float *)rstd, .w = w, .dw = dw,
                     .scratch = scratch, .N = N, .heads = heads, .hd = hd, .ld = ld};
   ct_parallel_for(CT_RED_CHUNKS, headnorm_bwd_task, &j);
-  sum_partials(dw, scratch, hd, CT_RED_CHUNKS);
+  if (dw) sum_partials(dw, scratch, hd, CT_RED_CHUNKS);  // NULL: a frozen norm
 }
 
 // ---------------------------------------------------------------------------

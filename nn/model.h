@@ -59,6 +59,14 @@ typedef struct {
   bool decay;  // receives weight decay (matrices; not norms or biases, as in HF Trainer)
 } ct_tensor_info;
 
+// A set of named tensors in one flat buffer: a model's parameters, or LoRA adapters. The
+// optimizer and the tensor files work on this, whatever the set is.
+typedef struct {
+  int n_tensors;
+  const ct_tensor_info *tensors;
+  long n_floats;
+} ct_layout;
+
 typedef struct {
   ct_model_config cfg;
   int n_tensors;
@@ -82,6 +90,9 @@ int ct_model_config_check(const ct_model_config *c);
 
 // RoPE tables (max_pos, hd/2) as Hugging Face computes them in float32 (incl. llama3 scaling).
 void ct_rope_fill(const ct_model_config *c, int max_pos, float *cos_t, float *sin_t);
+
+// The model's tensor table as a ct_layout.
+#define ct_model_tensors(m) ((ct_layout){(m)->n_tensors, (m)->tensors, (m)->n_floats})
 
 // Only the tensor table and n_floats (no parameters): the layout other stores share.
 int ct_model_layout(ct_model *m, const ct_model_config *cfg);

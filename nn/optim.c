@@ -32,7 +32,7 @@ static void adam_task(void *ctx, int part, int thread) {
   }
 }
 
-void ct_adamw_step(const ct_model *model, float *params, float *grads, float *mom1, float *mom2,
+void ct_adamw_step(const ct_layout *model, float *params, float *grads, float *mom1, float *mom2,
                    long step, double lr, float grad_scale, const ct_adamw *h) {
   double bc1 = 1 - pow(h->beta1, (double)step), bc2 = 1 - pow(h->beta2, (double)step);
   for (int t = 0; t < model->n_tensors; t++) {

@@ -14,7 +14,7 @@ typedef struct {
 //   p -= lr·wd·p (tensors with decay only);  m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²
 //   p -= lr / (1−β1^t) · m / (sqrt(v) / sqrt(1−β2^t) + eps)
 // and zeroes grads for the next step, all in one pass over memory.
-void ct_adamw_step(const ct_model *m, float *params, float *grads, float *mom1, float *mom2,
+void ct_adamw_step(const ct_layout *m, float *params, float *grads, float *mom1, float *mom2,
                    long step, double lr, float grad_scale, const ct_adamw *h);
 
 // Learning rate for optimizer step `step` (0-based: the step about to be taken) out of

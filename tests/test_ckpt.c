@@ -338,7 +338,7 @@ static int save_model_dir(const ct_model *m, const char *dir, ct_dtype dt) {
   char p[1100];
   snprintf(p, sizeof p, "%s/model.safetensors", dir);
   const float *bufs[1] = {m->params};
-  return ct_save_tensors(m, 1, bufs, NULL, p, dt);
+  return ct_save_tensors(&ct_model_tensors(m), 1, bufs, NULL, p, dt);
 }
 
 // Same tensor table in both, and every tensor of a (in buffer pa) bit-identical to b's.
@@ -601,7 +601,7 @@ static void test_save_two_buffers_with_suffixes_restores_each_exactly(void) {
   const float *bufs[2] = {avg, sq};
   const char *suffixes[2] = {".exp_avg", ".exp_avg_sq"};
   const char *path = tpath("optimizer.safetensors");
-  CHECK_OK(ct_save_tensors(&m, 2, bufs, suffixes, path, CT_DT_F32));
+  CHECK_OK(ct_save_tensors(&ct_model_tensors(&m), 2, bufs, suffixes, path, CT_DT_F32));
   ct_safetensors st = {0};
   CHECK_OK(ct_st_open(&st, path));
   CHECK(st.n == 2 * m.n_tensors);
@@ -611,10 +611,10 @@ static void test_save_two_buffers_with_suffixes_restores_each_exactly(void) {
   ct_st_close(&st);
   for (int b = 0; b < 2; b++) {
     memset(got, 0xff, bytes);
-    CHECK_OK(ct_load_tensors(&m, got, path, suffixes[b]));
+    CHECK_OK(ct_load_tensors(&ct_model_tensors(&m), got, path, suffixes[b]));
     CHECK(same_tensors(&m, got, &m, bufs[b]));
   }
-  CHECK_FAILS(ct_load_tensors(&m, got, path, NULL), CT_EFORMAT, "model.embed_tokens.weight");
+  CHECK_FAILS(ct_load_tensors(&ct_model_tensors(&m), got, path, NULL), CT_EFORMAT, "model.embed_tokens.weight");
   free(got);
   free(sq);
   free(avg);

@@ -173,7 +173,7 @@ int main(int argc, char **argv) {
     ct_lm_stats st = {0};
     double t = ct_now();
     if (ct_lm_step(&m, &a, &h, &b, &gw, 1.0f / (B * T), 0, &st)) return 1;
-    ct_adamw_step(&m, m.params, g, m1, m2, s + 1, 1e-4, 1.0f, &adam);
+    ct_adamw_step(&ct_model_tensors(&m), m.params, g, m1, m2, s + 1, 1e-4, 1.0f, &adam);
     t = ct_now() - t;
     if (s > 0 && t < best) best = t;
     if (s > 0)

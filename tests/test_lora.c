@@ -1,0 +1,312 @@
+// lora: adapters against an independent float64 reference — the loss of base + adapters
+// equals the reference's loss of the merged weights W + s·B·A, and the gradients of every
+// A and B equal central differences of that reference; step 0 (B = 0) is the base bit for
+// bit; a merged model's logits equal base + adapters; PEFT files round-trip; dropout's
+// gradient matches finite differences of the same masked forward; bad adapters are
+// refused with a clear message.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "forward.h"
+#include "fs.h"
+#include "head.h"
+#include "hf.h"
+#include "lora.h"
+#include "matmul.h"
+#include "pool.h"
+#include "ref_model.h"
+#include "rng.h"
+#include "test.h"
+#include "tiny_model.h"
+
+enum { B = 2, T = 6, N = B * T };
+
+typedef struct {
+  int ids[N], pos[N], seg[N], target[N];
+} batch_t;
+
+static batch_t make_batch(int V) {
+  batch_t b;
+  for (int n = 0; n < N; n++) {
+    b.ids[n] = (n * 7 + 3) % V;
+    b.pos[n] = n % T;
+    b.seg[n] = 0;
+    b.target[n] = n % T < T - 1 ? (n * 5 + 1) % V : -1;
+  }
+  return b;
+}
+
+static ct_lora_config all_linear(int r, double dropout) {
+  return (ct_lora_config){.r = r, .alpha = 3, .dropout = dropout, .targets = (1u << CT_LORA_TARGETS) - 1};
+}
+
+// Mean cross-entropy of the batch through m with adapters lo (grads accumulated into
+// lo->grads when set, and into g when not NULL); logits of every token into `logits`.
+static double ours(const ct_model *m, ct_lora *lo, const ct_weights *g, const batch_t *b, float *logits) {
+  const ct_model_config *c = &m->cfg;
+  ct_acts a;
+  ct_head h;
+  if (ct_acts_init(&a, m, B, T, CT_ACTS_KEEP) || ct_acts_attach_lora(&a, lo) ||
+      ct_head_init(&h, N, N, c->vocab_size, c->hidden_size, 1))
+    exit(1);
+  memcpy(a.ids, b->ids, sizeof b->ids);
+  memcpy(a.pos, b->pos, sizeof b->pos);
+  memcpy(a.seg, b->seg, sizeof b->seg);
+  ct_forward(m, &a, B, T);
+  if (logits) ct_sgemm('N', 'T', N, c->vocab_size, c->hidden_size, 1, a.lnf, c->hidden_size, m->w.lm_head,
+                       c->hidden_size, 0, logits, c->vocab_size);
+  int n = ct_head_gather(&h, a.lnf, b->target, N);
+  ct_head_forward(&h, m->w.lm_head);
+  double loss = 0;
+  for (int r = 0; r < n; r++) {
+    loss -= h.logp[r];
+    h.coef[r] = 1.0f / n;
+    h.zcoef[r] = 0;
+  }
+  if (g) {
+    ct_head_backward(&h, m->w.lm_head, g->lm_head, a.dln, N);
+    ct_backward(m, g, &a, a.dln, B, T);
+  }
+  ct_head_free(&h);
+  ct_acts_free(&a);
+  return loss / n;
+}
+
+// A model whose weights are all frozen: gradient views with every member NULL.
+static void frozen_grads(ct_weights *g, const ct_model *m) {
+  memset(g, 0, sizeof *g);
+  g->layers = calloc(m->cfg.num_layers, sizeof *g->layers);
+}
+
+// The base's float64 parameters with every adapter merged: W += s·B·A.
+static void merged(double *P, const ct_model *m, const ct_lora *lo) {
+  for (long i = 0; i < m->n_floats; i++) P[i] = m->params[i];
+  static const char *const mod[CT_LORA_TARGETS] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                                   "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
+                                                   "mlp.down_proj"};
+  char nm[96];
+  for (int l = 0; l < m->cfg.num_layers; l++)
+    for (int t = 0; t < CT_LORA_TARGETS; t++) {
+      const ct_lora_ab *ab = &lo->w[l][t];
+      if (!ab->A) continue;
+      int in, out, row0, r = lo->cfg.r;
+      ct_lora_dims(&m->cfg, t, &in, &out, &row0);
+      snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, mod[t]);
+      double *W = P + ct_model_find_tensor(m, nm)->offset;
+      for (int o = 0; o < out; o++)
+        for (int i = 0; i < in; i++) {
+          double s = 0;
+          for (int j = 0; j < r; j++) s += (double)ab->B[(long)o * r + j] * ab->A[(long)j * in + i];
+          W[(long)o * in + i] += lo->scale * s;
+        }
+    }
+}
+
+static void random_adapters(ct_lora *lo, const ct_model *m, uint64_t seed) {
+  ct_lora_init_weights(lo, m, seed);
+  ct_rng r;
+  ct_rng_seed(&r, seed + 1);
+  for (int i = 0; i < lo->n_tensors; i++)  // B non-zero, so that dA is not 0
+    if (strstr(lo->tensors[i].name, "lora_B"))
+      for (long k = 0; k < lo->tensors[i].numel; k++)
+        lo->params[lo->tensors[i].offset + k] = (float)(0.3 * ct_rng_normal(&r));
+}
+
+static void check_gradients_against_reference(const char *type) {
+  ct_model m;
+  tiny_model(&m, type);
+  ct_lora lo;
+  ct_lora_config lc = all_linear(2, 0);
+  CHECK_OK(ct_lora_init(&lo, &lc, &m.cfg));
+  random_adapters(&lo, &m, 11);
+  float *grads = calloc(lo.n_floats, sizeof(float));
+  ct_lora_bind_grads(&lo, grads);
+  ct_weights g;
+  frozen_grads(&g, &m);
+  batch_t b = make_batch(m.cfg.vocab_size);
+  double loss = ours(&m, &lo, &g, &b, NULL);
+  double *P = malloc(sizeof(double) * m.n_floats);
+  merged(P, &m, &lo);
+  ref_t ref = {&m, P};
+  double want = ref_mean_loss(&ref, B, T, b.ids, b.pos, b.seg, b.target, 0);
+  CHECK_NEAR(loss, want, 2e-5 * fabs(want));
+  // every adapter element: central differences of the reference over the merged weights
+  double worst = 0;
+  int bad = 0, checked = 0;
+  for (long i = 0; i < lo.n_floats; i++) {
+    bool used = false;
+    for (int k = 0; k < lo.n_tensors && !used; k++)
+      used = i >= lo.tensors[k].offset && i < lo.tensors[k].offset + lo.tensors[k].numel;
+    if (!used) continue;
+    float keep = lo.params[i], e = 1e-3f;
+    lo.params[i] = keep + e;
+    merged(P, &m, &lo);
+    double lp = ref_mean_loss(&ref, B, T, b.ids, b.pos, b.seg, b.target, 0);
+    lo.params[i] = keep - e;
+    merged(P, &m, &lo);
+    double lm = ref_mean_loss(&ref, B, T, b.ids, b.pos, b.seg, b.target, 0);
+    lo.params[i] = keep;
+    double fd = (lp - lm) / (2.0 * e), err = fabs(grads[i] - fd);
+    worst = fmax(worst, err);
+    bad += err > 1e-4 + 2e-3 * fabs(fd);
+    checked++;
+  }
+  fprintf(stderr, "    %s: %d adapter gradients checked, worst |diff| %.2e\n", type, checked, worst);
+  CHECK(bad == 0 && checked > 100);
+  free(P);
+  free(grads);
+  ct_weights_free(&g);
+  ct_lora_free(&lo);
+  ct_model_free(&m);
+}
+
+static void test_adapter_gradients_match_float64_reference_of_merged_weights(void) {
+  check_gradients_against_reference("llama");
+  check_gradients_against_reference("qwen2");
+  check_gradients_against_reference("qwen3");
+}
+
+// PEFT's initialization (B = 0) leaves the base's logits unchanged, bit for bit; with B
+// non-zero, the merged model's logits equal base + adapters.
+static void test_step0_is_the_base_and_merging_matches(void) {
+  ct_model m, mm;
+  tiny_model(&m, "qwen2");
+  tiny_model(&mm, "qwen2");
+  ct_lora lo;
+  ct_lora_config lc = all_linear(4, 0);
+  CHECK_OK(ct_lora_init(&lo, &lc, &m.cfg));
+  ct_lora_init_weights(&lo, &m, 3);
+  batch_t b = make_batch(m.cfg.vocab_size);
+  int V = m.cfg.vocab_size;
+  float *l0 = malloc(sizeof(float) * N * V), *l1 = malloc(sizeof(float) * N * V);
+  ours(&m, NULL, NULL, &b, l0);
+  ours(&m, &lo, NULL, &b, l1);
+  CHECK(!memcmp(l0, l1, sizeof(float) * N * V));
+  random_adapters(&lo, &m, 5);
+  ours(&m, &lo, NULL, &b, l0);
+  CHECK_OK(ct_lora_merge(&lo, &mm));
+  ours(&mm, NULL, NULL, &b, l1);
+  double worst = 0, scale = 0;
+  for (long i = 0; i < (long)N * V; i++) worst = fmax(worst, fabs(l0[i] - l1[i])), scale = fmax(scale, fabs(l0[i]));
+  fprintf(stderr, "    merged vs base + adapters: max |logit diff| %.2e (max |logit| %.2f)\n", worst, scale);
+  CHECK(worst <= 1e-5);
+  free(l0);
+  free(l1);
+  ct_lora_free(&lo);
+  ct_model_free(&m);
+  ct_model_free(&mm);
+}
+
+// With dropout, backward draws the masks the forward drew: the gradient of the (masked,
+// fixed-key) loss matches its float32 central differences.
+static void test_dropout_gradients_match_finite_differences_of_the_masked_loss(void) {
+  ct_model m;
+  tiny_model(&m, "llama");
+  ct_lora lo;
+  ct_lora_config lc = all_linear(2, 0.3);
+  CHECK_OK(ct_lora_init(&lo, &lc, &m.cfg));
+  random_adapters(&lo, &m, 7);
+  lo.dropout_key = 99;
+  float *grads = calloc(lo.n_floats, sizeof(float));
+  ct_lora_bind_grads(&lo, grads);
+  ct_weights g;
+  frozen_grads(&g, &m);
+  batch_t b = make_batch(m.cfg.vocab_size);
+  double loss = ours(&m, &lo, &g, &b, NULL), loss_nd;
+  lo.grads = NULL;
+  lo.dropout_key = 100;
+  loss_nd = ours(&m, &lo, NULL, &b, NULL);
+  CHECK(loss != loss_nd);  // another key, other masks: the masks are really applied
+  lo.dropout_key = 99;
+  int bad = 0, checked = 0;
+  for (int k = 0; k < lo.n_tensors; k += 3) {  // a sample of tensors, every element
+    const ct_tensor_info *t = &lo.tensors[k];
+    for (long j = 0; j < t->numel; j++) {
+      long i = t->offset + j;
+      float keep = lo.params[i], e = 1e-2f;
+      lo.params[i] = keep + e;
+      double lp = ours(&m, &lo, NULL, &b, NULL);
+      lo.params[i] = keep - e;
+      double lm = ours(&m, &lo, NULL, &b, NULL);
+      lo.params[i] = keep;
+      double fd = (lp - lm) / (2.0 * e);
+      bad += fabs(grads[i] - fd) > 2e-3 + 2e-2 * fabs(fd);
+      checked++;
+    }
+  }
+  fprintf(stderr, "    dropout 0.3: %d gradients checked\n", checked);
+  CHECK(bad == 0 && checked > 20);
+  free(grads);
+  ct_weights_free(&g);
+  ct_lora_free(&lo);
+  ct_model_free(&m);
+}
+
+// Saved in PEFT's layout and read back: the same tensors, the same config.
+static void test_peft_files_round_trip_and_bad_adapters_are_refused(void) {
+  ct_model m;
+  tiny_model(&m, "qwen2");  // untied: modules_to_save lm_head is allowed
+  ct_lora lo, back;
+  ct_lora_config lc = {.r = 3, .alpha = 6, .dropout = 0.05, .rslora = true,
+                       .targets = 1u << CT_LORA_Q | 1u << CT_LORA_V | 1u << CT_LORA_DOWN, .save_head = true};
+  CHECK_OK(ct_lora_init(&lo, &lc, &m.cfg));
+  random_adapters(&lo, &m, 21);
+  CHECK(lo.scale == (float)(6 / sqrt(3.0)));
+  char dir[] = "/tmp/ct_test_lora_XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  CHECK_OK(ct_lora_save(&lo, dir, "base-model"));
+  CHECK_OK(ct_lora_load(&back, dir, &m.cfg));
+  CHECK(back.cfg.r == 3 && back.cfg.alpha == 6 && back.cfg.rslora && back.cfg.targets == lc.targets &&
+        back.cfg.save_head && !back.cfg.save_embed && back.n_floats == lo.n_floats);
+  CHECK(!memcmp(back.params, lo.params, sizeof(float) * lo.n_floats));
+  char *text;
+  size_t len;
+  char p[CT_PATH_MAX];
+  CHECK_OK(ct_path_join(p, sizeof p, dir, "adapter_config.json"));
+  CHECK_OK(ct_read_file(p, &text, &len, NULL));
+  CHECK(strstr(text, "\"peft_type\": \"LORA\"") && strstr(text, "\"task_type\": \"CAUSAL_LM\"") &&
+        strstr(text, "\"down_proj\"") && strstr(text, "\"lm_head\""));
+  free(text);
+  // another base shape: the adapter does not fit
+  ct_model_config other = m.cfg;
+  other.hidden_size = 28;
+  ct_lora x;
+  int rc = ct_lora_load(&x, dir, &other);
+  CHECK(rc == CT_EFORMAT && strstr(ct_last_error(), "this base model needs"));
+  // another peft_type
+  FILE *f = fopen(p, "w");
+  fputs("{\"peft_type\": \"IA3\", \"r\": 3, \"lora_alpha\": 6, \"target_modules\": [\"q_proj\"]}", f);
+  fclose(f);
+  rc = ct_lora_load(&x, dir, &m.cfg);
+  CHECK(rc == CT_EFORMAT && strstr(ct_last_error(), "'peft_type' is IA3, not LORA"));
+  f = fopen(p, "w");
+  fputs("{\"peft_type\": \"LORA\", \"r\": 3, \"lora_alpha\": 6, \"target_modules\": [\"qq_proj\"]}", f);
+  fclose(f);
+  rc = ct_lora_load(&x, dir, &m.cfg);
+  CHECK(rc == CT_EFORMAT && strstr(ct_last_error(), "target module 'qq_proj'"));
+  ct_lora_config zero = all_linear(0, 0);
+  CHECK(ct_lora_init(&x, &zero, &m.cfg) == CT_ECONFIG && strstr(ct_last_error(), "r must be at least 1"));
+  ct_model tied;
+  tiny_model(&tied, "llama");
+  ct_lora_config head = all_linear(2, 0);
+  head.save_head = true;
+  CHECK(ct_lora_init(&x, &head, &tied.cfg) == CT_ECONFIG && strstr(ct_last_error(), "tied embeddings"));
+  ct_remove_tree(dir);
+  ct_lora_free(&lo);
+  ct_lora_free(&back);
+  ct_model_free(&m);
+  ct_model_free(&tied);
+}
+
+int main(int argc, char **argv) {
+  ct_blas_init(argc, argv);
+  ct_pool_init(2);
+  RUN(test_adapter_gradients_match_float64_reference_of_merged_weights);
+  RUN(test_step0_is_the_base_and_merging_matches);
+  RUN(test_dropout_gradients_match_finite_differences_of_the_masked_loss);
+  RUN(test_peft_files_round_trip_and_bad_adapters_are_refused);
+  ct_pool_free();
+  return test_summary();
+}
