@@ -73,6 +73,9 @@ const char *const ct_loss_type_names[] = {"sigmoid", "hinge", "ipo", "robust", "
 const char *const ct_scale_rewards_names[] = {"group", "batch", "none", NULL};
 const char *const ct_reward_failure_names[] = {"error", "nan", NULL};
 const char *const ct_reward_func_names[] = {"accuracy", "format", "length", "remote", NULL};
+const char *const ct_lora_module_names[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                            "down_proj", "all-linear", NULL};
+const char *const ct_lora_save_names[] = {"embed_tokens", "lm_head", NULL};
 #define NAMES_MATCH(names, count) \
   _Static_assert(sizeof(names) / sizeof(names[0]) == (count) + 1, #names " must name every value of its enum")
 NAMES_MATCH(ct_save_dtype_names, CT_DTYPE_COUNT);
@@ -191,6 +194,29 @@ static const key_def KEYS[] = {
     {"dry_run", K_BOOL, ALL, OFF(dry_run), "false",
      .comment = "Print the memory plan (every big buffer, the total, what the machine has) "
                 "and stop before allocating."},
+
+    {"use_peft", K_BOOL, ALL, OFF(use_peft), "false", .section = "LoRA (PEFT)",
+     .comment = "Train LoRA adapters on a frozen base instead of every weight. The output is a "
+                "PEFT adapter directory; with DPO and GRPO the reference is the base (adapters off)."},
+    {"lora_r", K_INT, ALL, OFF(lora_r), "16", IN(1, 65536), .comment = "The adapters' rank."},
+    {"lora_alpha", K_FLOAT, ALL, OFF(lora_alpha), "32", ABOVE(0),
+     .comment = "The adapters' scale is lora_alpha / lora_r (lora_alpha / sqrt(lora_r) with use_rslora)."},
+    {"lora_dropout", K_FLOAT, ALL, OFF(lora_dropout), "0.05", CLOPEN(0, 1),
+     .comment = "Dropout on the adapters' input during training forwards."},
+    {"lora_target_modules", K_STR_LIST, ALL | SAMPLER, OFF(lora_target_modules), "all-linear",
+     .choices = ct_lora_module_names,
+     .comment = "Projections that get adapters: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+                "down_proj, or all-linear (all seven)."},
+    {"use_rslora", K_BOOL, ALL, OFF(use_rslora), "false", .comment = "Rank-stabilized scale alpha / sqrt(r)."},
+    {"lora_modules_to_save", K_STR_LIST, ALL, OFF(lora_modules_to_save), "", .choices = ct_lora_save_names,
+     .comment = "Modules trained in full and saved with the adapter: embed_tokens, lm_head (models "
+                "with untied embeddings)."},
+    {"adapter_path", K_STR, ALL | SAMPLER, OFF(adapter_path), "",
+     .comment = "A PEFT LoRA adapter directory: training continues it (its adapter_config.json "
+                "decides r, alpha and targets); bin/sampler serves base + adapter."},
+    {"base_dtype", K_ENUM, ALL, OFF(base_dtype), "float32", .choices = ct_store_names,
+     .comment = "With use_peft: how the frozen base is held. bfloat16 halves it (layers widened one "
+                "at a time; embeddings stay float32). int8 is not supported for training yet."},
 
     {"beta", K_FLOAT, DPO | GRPO | DISTILL, OFF(beta), "0.1", FROM(0), .section = "Preference and RL",
      .per_trainer = {NULL, "0.1", "0.0", "0.5"},

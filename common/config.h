@@ -50,6 +50,9 @@ extern const char *const ct_reward_failure_names[];
 // The built-in reward functions (grpo/reward.c implements them).
 enum { CT_REWARD_ACCURACY, CT_REWARD_FORMAT, CT_REWARD_LENGTH, CT_REWARD_REMOTE, CT_REWARD_COUNT };
 extern const char *const ct_reward_func_names[];
+// lora_target_modules items (lora.h's names, and all-linear), lora_modules_to_save items.
+extern const char *const ct_lora_module_names[];
+extern const char *const ct_lora_save_names[];
 // loss_type accepts the union of DPO's losses (dpo/loss.h) and GRPO's aggregations
 // (grpo/advantage.h); each trainer checks its own list, and a test keeps the union equal
 // to the two lists.
@@ -150,6 +153,17 @@ typedef struct {
   int64_t num_threads;  // 0 = all cores, divided among local MPI ranks
   int gradient_checkpointing;
   int dry_run;
+
+  // LoRA
+  int use_peft;
+  int64_t lora_r;
+  double lora_alpha;
+  double lora_dropout;
+  ct_str_list lora_target_modules;
+  int use_rslora;
+  ct_str_list lora_modules_to_save;
+  char *adapter_path;
+  int base_dtype;  // CT_STORE_* (model.h)
 
   // distillation
   char *teacher_path;

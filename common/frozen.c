@@ -22,8 +22,8 @@ double ct_frozen_bytes(const ct_model_config *c, int dtype, int B, int T) {
   }
   ct_model lay;
   if (ct_model_layout(&lay, c)) return 0;
-  double b = ct_model_param_bytes(&lay, dtype == CT_STORE_BF16) + ct_acts_bytes(c, B, T, CT_ACTS_FORWARD);
-  if (dtype == CT_STORE_BF16) b += ct_model_wide_bytes(&lay);
+  double b = (dtype == CT_STORE_BF16 ? ct_model_bf16_bytes(&lay, false) : ct_model_param_bytes(&lay, false)) +
+             ct_acts_bytes(c, B, T, CT_ACTS_FORWARD);
   ct_model_free(&lay);
   return b;
 }
@@ -55,7 +55,7 @@ int ct_frozen_init(ct_frozen *f, ct_model *m, int dtype, int B, int T) {
   } else {
     rc = ct_model_rope_reserve(&f->model, T);
     if (!rc) rc = ct_acts_init(&f->acts, &f->model, B, T, CT_ACTS_FORWARD);
-    if (!rc && dtype == CT_STORE_BF16) rc = ct_model_to_bf16(&f->model);
+    if (!rc && dtype == CT_STORE_BF16) rc = ct_model_to_bf16(&f->model, false);
     else if (!rc) rc = ct_infer_from_model(&f->iw, &f->model);
   }
   if (rc) ct_frozen_free(f);

@@ -28,18 +28,31 @@ static void model_logits(void *ctx, const float *hidden, int n, int v0, int nv, 
   ct_model_logits(ctx, hidden, n, v0, nv, out);
 }
 
+const float *ct_lm_head_weight(const ct_model *m, const ct_acts *a) {
+  return a->lora && a->lora->head ? a->lora->head : m->w.lm_head;
+}
+
+float *ct_lm_head_grad(const ct_weights *g, const ct_acts *a) {
+  return a->lora && a->lora->head ? a->lora->g_head : g->lm_head;
+}
+
 int ct_lm_forward(const ct_model *m, ct_acts *a, ct_head *h, const ct_batch *b) {
   int rc = ct_forward_batch(m, a, b);
   if (rc) return rc;
   int n = ct_head_gather(h, a->lnf, b->target, b->B * b->T);
-  if (n >= 0 && m->params16) ct_head_forward_fn(h, model_logits, (void *)m);
-  else if (n >= 0) ct_head_forward(h, m->w.lm_head);
+  const float *W = ct_lm_head_weight(m, a);
+  if (n >= 0 && !W) ct_head_forward_fn(h, model_logits, (void *)m);  // a bf16 head
+  else if (n >= 0) ct_head_forward(h, W);
   return n;
+}
+
+void ct_lm_backward(const ct_model *m, const ct_weights *g, ct_acts *a, ct_head *h, const ct_batch *b) {
+  ct_head_backward(h, ct_lm_head_weight(m, a), ct_lm_head_grad(g, a), a->dln, b->B * b->T);
+  ct_backward(m, g, a, a->dln, b->B, b->T);
 }
 
 int ct_lm_step(const ct_model *m, ct_acts *a, ct_head *h, const ct_batch *b,
                 const ct_weights *grads, float scale, float z_loss, ct_lm_stats *st) {
-  int N = b->B * b->T;
   int n = ct_lm_forward(m, a, h, b);
   if (n < 0) return n;
   int row = -1, row_ok = 0;
@@ -63,8 +76,6 @@ int ct_lm_step(const ct_model *m, ct_acts *a, ct_head *h, const ct_batch *b,
   st->seqs += b->B;
   st->targets += n;
   st->tokens += b->n_tokens;
-  if (!grads) return 0;
-  ct_head_backward(h, m->w.lm_head, grads->lm_head, a->dln, N);
-  ct_backward(m, grads, a, a->dln, b->B, b->T);
+  if (grads) ct_lm_backward(m, grads, a, h, b);
   return 0;
 }

@@ -32,6 +32,16 @@ int ct_forward_batch(const ct_model *m, ct_acts *a, const ct_batch *b);
 // ct_head_forward). Returns the number of gathered rows, or a negative error.
 int ct_lm_forward(const ct_model *m, ct_acts *a, ct_head *h, const ct_batch *b);
 
+// The LM head a forward through a uses — the adapters' trained copy (lora_modules_to_save)
+// or the model's own (NULL when it is stored in bf16) — and where its gradient goes (NULL:
+// frozen).
+const float *ct_lm_head_weight(const ct_model *m, const ct_acts *a);
+float *ct_lm_head_grad(const ct_weights *g, const ct_acts *a);
+
+// After ct_lm_forward and the caller's h->coef / h->zcoef: the gradient back through the
+// head (its weight's, unless frozen) and the model (ct_backward) into g and a's adapters.
+void ct_lm_backward(const ct_model *m, const ct_weights *g, ct_acts *a, ct_head *h, const ct_batch *b);
+
 // Runs batch b through the model. With grads != NULL, accumulates the gradient of
 // scale·Σ(CE + z_loss·lse²) into grads. Fails only if b is larger than a and h allow.
 int ct_lm_step(const ct_model *m, ct_acts *a, ct_head *h, const ct_batch *b,

@@ -237,7 +237,7 @@ double ct_kd_soft(ct_kd *k, const float *hs, int n, const float *W, float *dW, c
     k->gsum[r] = k->loss[r] = 0;
     k->tgt_t1[r] = 0;
   }
-  int last = dW ? 3 : 2;
+  int last = dW || o->frozen_head ? 3 : 2;
   for (int pass = 1; pass <= last; pass++) {
     for (int v0 = 0; v0 < k->V; v0 += k->tile) {
       int nv = v0 + k->tile <= k->V ? k->tile : k->V - v0;
@@ -249,7 +249,7 @@ double ct_kd_soft(ct_kd *k, const float *hs, int n, const float *W, float *dW, c
       ct_parallel_for(j.parts, chunk_task, &j);
       if (pass == 3) {  // dhs (=, first chunk) + dz · W;  dW += dzᵀ · hs
         ct_sgemm('N', 'N', n, k->C, nv, 1, k->ls, nv, W + (long)v0 * k->C, k->C, v0 ? 1 : 0, k->dhs, k->C);
-        ct_sgemm('T', 'N', nv, k->C, n, 1, k->ls, nv, hs, k->C, 1, dW + (long)v0 * k->C, k->C);
+        if (dW) ct_sgemm('T', 'N', nv, k->C, n, 1, k->ls, nv, hs, k->C, 1, dW + (long)v0 * k->C, k->C);
       }
     }
     if (pass == 1)
@@ -286,17 +286,16 @@ double ct_kd_soft_topk(ct_kd *k, const float *hs, int n, const float *W, float *
     double L = ct_kd_reference(zs, zt, kk, 1.0 / it, o->beta, dz);
     k->loss[r] = L;
     total += L;
-    if (!dW) continue;
+    if (!dW && !o->frozen_head) continue;
     float *dh = k->dhs + (long)r * k->C;
     memset(dh, 0, sizeof(float) * k->C);
     for (int q = 0; q < kk; q++) {
       float g = (float)(o->scale * dz[q]);
       const float *w = W + (long)idx[(long)r * kk + q] * k->C;
+      for (int c = 0; c < k->C; c++) dh[c] += g * w[c];
+      if (!dW) continue;
       float *dw = dW + (long)idx[(long)r * kk + q] * k->C;
-      for (int c = 0; c < k->C; c++) {
-        dh[c] += g * w[c];
-        dw[c] += g * h[c];
-      }
+      for (int c = 0; c < k->C; c++) dw[c] += g * h[c];
     }
   }
   free(zs);

@@ -15,6 +15,7 @@
 // callback on its final hidden states, which the teacher computed before the student's
 // pass, outside it.
 #pragma once
+#include <stdbool.h>
 
 // Teacher logits (n, nv) of vocabulary columns [v0, v0 + nv) for the n gathered rows,
 // unscaled (no temperature).
@@ -41,6 +42,7 @@ void ct_kd_free(ct_kd *k);
 typedef struct {
   float tau, beta;
   float scale;  // the gradient is of scale · Σ_rows loss (e.g. α·τ²/N)
+  bool frozen_head;  // compute k->dhs although dW is NULL (a frozen LM head: LoRA)
 } ct_kd_opts;
 
 // Soft loss of n student rows hs (n, C) against W (V, C); with dW != NULL also the

@@ -364,7 +364,7 @@ int main(int argc, char **argv) {
     else rc = ct_infer_from_model(&gen_w, &tr.model) || ct_engine_init(&gen, &gen_w, &geo);
     if (rc) fail(1, NULL);
   }
-  ct_kd_opts ko = {(float)(cfg.temperature > 0 ? cfg.temperature : 1.0), (float)cfg.beta, 0};
+  ct_kd_opts ko = {(float)(cfg.temperature > 0 ? cfg.temperature : 1.0), (float)cfg.beta, 0, false};
   double tau = ko.tau, alpha = cfg.distill_alpha;
   ct_log_info(&tr.log, "training %ld steps; teacher %s; alpha %g, beta %g, temperature %g%s",
               tr.total_steps - tr.step, offline ? "offline top-k logits" : cfg.teacher_path, alpha,
@@ -412,6 +412,9 @@ int main(int argc, char **argv) {
         head.zcoef[r] = 0;
       }
       ko.scale = (float)(alpha * tau * tau * inv);
+      const float *W = ct_lm_head_weight(&tr.model, &acts);  // the student's head and its gradient
+      float *dW = ct_lm_head_grad(&tr.g, &acts);
+      ko.frozen_head = dW == NULL;
       double soft;
       if (offline) {
         gathered_label_index(&train, b, tk.row_off, where);
@@ -420,16 +423,16 @@ int main(int argc, char **argv) {
           memcpy(tk.b_idx + (long)r * kk, tk.idx + where[r] * kk, sizeof(int) * kk);
           memcpy(tk.b_logit + (long)r * kk, tk.logit + where[r] * kk, sizeof(float) * kk);
         }
-        soft = ct_kd_soft_topk(&kd, head.hc, q, tr.model.w.lm_head, tr.g.lm_head, tk.b_idx, tk.b_logit, kk, &ko);
+        soft = ct_kd_soft_topk(&kd, head.hc, q, W, dW, tk.b_idx, tk.b_logit, kk, &ko);
       } else {
-        soft = ct_kd_soft(&kd, head.hc, q, tr.model.w.lm_head, tr.g.lm_head, head.target, teacher_chunk,
+        soft = ct_kd_soft(&kd, head.hc, q, W, dW, head.target, teacher_chunk,
                           &teacher, &ko);
         for (int r = 0; r < q; r++) st.teacher_nll -= kd.tgt_t1[r] - kd.lse_t1[r];
       }
       st.soft += soft;
       st.tokens += q;
       st.input_tokens += b->n_tokens;
-      ct_head_backward(&head, tr.model.w.lm_head, tr.g.lm_head, acts.dln, N);
+      ct_head_backward(&head, W, dW, acts.dln, N);
       for (int r = 0; r < q; r++) {  // + the soft loss's gradient on the same rows
         float *d = acts.dln + (long)head.rows[r] * mc->hidden_size;
         const float *e = kd.dhs + (long)r * mc->hidden_size;

@@ -277,7 +277,8 @@ void ct_forward(const ct_model *m, ct_acts *a, int B, int T) {
   const ct_model_config *c = &m->cfg;
   dims d = dims_of(c);
   long N = (long)B * T;
-  ct_model_embed(m, a->ids, (int)N, a->x);
+  if (a->lora && a->lora->embed) ct_embed_forward(a->x, a->lora->embed, a->ids, (int)N, (int)d.C);
+  else ct_model_embed(m, a->ids, (int)N, a->x);
   for (int l = 0; l < d.L; l++) {
     layer_acts la = layer_slots(a, &d, l);
     layer_forward(m, l, ct_model_layer(m, l), &la, a, B, T, true);
@@ -347,5 +348,6 @@ void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float
     ct_rmsnorm_backward(dres, gw->ln1, a->dln, x, w->ln1, rstd1, (int)N, (int)d.C, 1,
                         a->scratch);                                  // dres is now dx
   }
-  if (g->embed) ct_embed_backward(g->embed, dres, a->ids, (int)N, (int)d.C);
+  float *gE = a->lora && a->lora->embed ? a->lora->g_embed : g->embed;
+  if (gE) ct_embed_backward(gE, dres, a->ids, (int)N, (int)d.C);
 }

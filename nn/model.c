@@ -253,6 +253,7 @@ void ct_model_free(ct_model *m) {
   ct_big_free(m->params);
   ct_big_free(m->params16);
   ct_big_free(m->wide);
+  ct_big_free(m->emb32);
   free(m->off16);
   free(m->rope_cos);
   free(m->rope_sin);
@@ -368,9 +369,13 @@ static long wide_floats(const ct_model *m) {
   return (span > HEAD_ROWS * C ? span : HEAD_ROWS * C) + C;
 }
 
-double ct_model_wide_bytes(const ct_model *m) { return sizeof(float) * (double)wide_floats(m); }
+double ct_model_bf16_bytes(const ct_model *m, bool keep_embeddings) {
+  long VC = (long)m->cfg.vocab_size * m->cfg.hidden_size;
+  double emb = keep_embeddings ? sizeof(float) * (double)VC * (m->cfg.tie_word_embeddings ? 1 : 2) : 0;
+  return sizeof(uint16_t) * (double)m->n_floats + sizeof(float) * (double)wide_floats(m) + emb;
+}
 
-int ct_model_to_bf16(ct_model *m) {
+int ct_model_to_bf16(ct_model *m, bool keep_embeddings) {
   if (m->params16) return 0;
   long C = m->cfg.hidden_size, wide = wide_floats(m);
   m->params16 = ct_big_alloc(sizeof(uint16_t) * m->n_floats);
@@ -391,9 +396,22 @@ int ct_model_to_bf16(ct_model *m) {
   for (int l = 0; l < m->cfg.num_layers; l++) m->off16[l] = layer_start(m, l);
   m->off16[m->cfg.num_layers] = m->w.embed - m->params;
   m->off16[m->cfg.num_layers + 1] = m->w.lm_head - m->params;
+  float *embed = NULL, *head = NULL;  // float32 copies kept when asked
+  long VC = (long)m->cfg.vocab_size * C;
+  if (keep_embeddings) {
+    bool tied = m->w.lm_head == m->w.embed;
+    m->emb32 = ct_big_alloc(sizeof(float) * VC * (tied ? 1 : 2));
+    if (!m->emb32) return ct_set_error(CT_ENOMEM, "model: out of memory");
+    memcpy(m->emb32, m->w.embed, sizeof(float) * VC);
+    if (!tied) memcpy(m->emb32 + VC, m->w.lm_head, sizeof(float) * VC);
+    embed = m->emb32;
+    head = tied ? m->emb32 : m->emb32 + VC;
+  }
   ct_weights_free(&m->w);
   memset(&m->w, 0, sizeof m->w);
   m->w.norm = m->wide + wide - C;
+  m->w.embed = embed;  // NULL: widened from params16 row by row / chunk by chunk
+  m->w.lm_head = head;
   ct_big_free(m->params);
   m->params = NULL;
   return 0;
@@ -425,7 +443,7 @@ const ct_layer_weights *ct_model_layer(const ct_model *m, int l) {
 
 void ct_model_embed(const ct_model *m, const int *ids, int n, float *out) {
   int C = m->cfg.hidden_size;
-  if (!m->params16) {
+  if (m->w.embed) {
     ct_embed_forward(out, m->w.embed, ids, n, C);
     return;
   }
@@ -437,7 +455,7 @@ const float *ct_model_norm(const ct_model *m) { return m->w.norm; }
 
 void ct_model_logits(const ct_model *m, const float *hidden, int n, int v0, int nv, float *out) {
   int C = m->cfg.hidden_size;
-  if (!m->params16) {
+  if (m->w.lm_head) {
     ct_sgemm('N', 'T', n, nv, C, 1, hidden, C, m->w.lm_head + (long)v0 * C, C, 0, out, nv);
     return;
   }

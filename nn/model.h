@@ -83,6 +83,7 @@ typedef struct {
   long wide_floats;
   ct_layer_weights wide_layer;  // views into wide for the layer widened last
   long *off16;            // (L + 2) offsets in params16 of each layer, the embedding, the head
+  float *emb32;           // float32 embedding (+ untied head) kept by ct_model_to_bf16(m, true)
 } ct_model;
 
 // Checks a config for consistency (heads divide, sizes positive, ...).
@@ -114,9 +115,11 @@ double ct_model_param_bytes(const ct_model *m, bool bf16);
 // Converts the parameters to bfloat16 storage (round to nearest even) and frees the
 // fp32 ones: half the memory, for models that only run forward. The accessors below
 // widen what a forward needs, one layer (or one LM-head chunk) at a time.
-int ct_model_to_bf16(ct_model *m);
-// Bytes of the fp32 widening buffer a bf16 model keeps (m may be a layout only).
-double ct_model_wide_bytes(const ct_model *m);
+// With keep_embeddings the embedding (and an untied head) stay float32 as well — what a
+// LoRA base needs, whose backward goes through the head.
+int ct_model_to_bf16(ct_model *m, bool keep_embeddings);
+// Bytes a model of this layout takes in bf16 storage (m may be a layout only).
+double ct_model_bf16_bytes(const ct_model *m, bool keep_embeddings);
 // Layer l's weights as fp32: the parameters themselves, or (bf16) layer l widened into
 // m->wide — valid until the next call. Not thread-safe for bf16 models.
 const ct_layer_weights *ct_model_layer(const ct_model *m, int l);

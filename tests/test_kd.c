@@ -314,7 +314,7 @@ static void test_soft_matches_reference_per_row_loss_dhs_and_dW(void) {
     CHECK_OK(ct_kd_init(&k, n, V, C, tiles[ti]));
     for (int a = 0; a < NTAU; a++)
       for (int b = 0; b < NBETA; b++) {
-        ct_kd_opts o = {(float)TAUS[a], (float)BETAS[b], SCALE};
+        ct_kd_opts o = {(float)TAUS[a], (float)BETAS[b], SCALE, false};
         expected(&p, o.tau, o.beta, o.scale, loss, dhs, dW_want);
         memset(dW, 0, sizeof(float) * V * C);
         teacher_ctx t = teacher_for(&p, k.tile);
@@ -347,7 +347,7 @@ static void test_soft_accumulates_into_dW_and_overwrites_dhs(void) {
   for (int ti = 0; ti < 3; ti++) {
     ct_kd k;
     CHECK_OK(ct_kd_init(&k, n, V, C, tiles[ti]));
-    ct_kd_opts o = {2.0f, 0.5f, SCALE};
+    ct_kd_opts o = {2.0f, 0.5f, SCALE, false};
     expected(&p, o.tau, o.beta, o.scale, loss, dhs, dW_want);
     for (long i = 0; i < V * C; i++) dW_want[i] += dW0[i];
     memcpy(dW, dW0, sizeof(float) * V * C);
@@ -362,6 +362,40 @@ static void test_soft_accumulates_into_dW_and_overwrites_dhs(void) {
   problem_free(&p);
 }
 
+// A frozen student head (LoRA): dW is NULL, the hidden gradient is still computed and
+// equal to the trained head's — chunked, unchunked and top-k.
+static void test_frozen_head_gives_the_same_dhs_without_dW(void) {
+  problem p;
+  problem_init(&p, 24);
+  int n = p.n, C = p.C, V = p.V;
+  float *dW = falloc(V * C), *want = falloc(n * C);
+  int *idx = xcalloc((long)n * V, sizeof(int));
+  for (int r = 0; r < n; r++)
+    for (int v = 0; v < V; v++) idx[(long)r * V + v] = v;
+  for (int tiles = 1; tiles <= 3; tiles += 2) {
+    ct_kd k;
+    CHECK_OK(ct_kd_init(&k, n, V, C, tiles));
+    ct_kd_opts o = {2.0f, 0.5f, SCALE, false};
+    teacher_ctx t = teacher_for(&p, k.tile);
+    double l1 = ct_kd_soft(&k, p.hs, n, p.W, dW, p.target, teacher_fn, &t, &o);
+    memcpy(want, k.dhs, sizeof(float) * n * C);
+    for (long i = 0; i < n * C; i++) k.dhs[i] = 1e3f;
+    o.frozen_head = true;
+    t = teacher_for(&p, k.tile);
+    double l2 = ct_kd_soft(&k, p.hs, n, p.W, NULL, p.target, teacher_fn, &t, &o);
+    CHECK(l1 == l2 && !memcmp(want, k.dhs, sizeof(float) * n * C));
+    o.frozen_head = false;
+    ct_kd_soft_topk(&k, p.hs, n, p.W, dW, idx, p.tl, V, &o);
+    memcpy(want, k.dhs, sizeof(float) * n * C);
+    o.frozen_head = true;
+    ct_kd_soft_topk(&k, p.hs, n, p.W, NULL, idx, p.tl, V, &o);
+    CHECK(!memcmp(want, k.dhs, sizeof(float) * n * C));
+    ct_kd_free(&k);
+  }
+  free(dW), free(want), free(idx);
+  problem_free(&p);
+}
+
 static void test_soft_is_zero_when_teacher_equals_student_for_every_beta(void) {
   problem p;
   problem_init(&p, 23);
@@ -373,7 +407,7 @@ static void test_soft_is_zero_when_teacher_equals_student_for_every_beta(void) {
     CHECK_OK(ct_kd_init(&k, n, V, C, tiles[ti]));
     for (int a = 0; a < NTAU; a++)
       for (int b = 0; b < NBETA; b++) {
-        ct_kd_opts o = {(float)TAUS[a], (float)BETAS[b], 1.0f};
+        ct_kd_opts o = {(float)TAUS[a], (float)BETAS[b], 1.0f, false};
         teacher_ctx t = teacher_for(&p, k.tile);
         t.hs = p.hs, t.W = p.W, t.C = C;
         memset(dW, 0, sizeof(float) * V * C);
@@ -404,7 +438,7 @@ static void test_soft_chunked_matches_unchunked_for_ntiles_1_2_3_5_8(void) {
   long bytes[5];
   for (int a = 0; a < NTAU; a++)
     for (int b = 0; b < NBETA; b++) {
-      ct_kd_opts o = {(float)TAUS[a], (float)BETAS[b], SCALE};
+      ct_kd_opts o = {(float)TAUS[a], (float)BETAS[b], SCALE, false};
       expected(&p, o.tau, o.beta, o.scale, loss, dhs, dW_want);
       for (int ti = 0; ti < NT; ti++) {
         ct_kd k;
@@ -432,7 +466,7 @@ static void test_soft_chunked_matches_unchunked_for_ntiles_1_2_3_5_8(void) {
   {
     ct_kd k;
     CHECK_OK(ct_kd_init(&k, n, V, C, V + 5));
-    ct_kd_opts o = {1.0f, 0.5f, SCALE};
+    ct_kd_opts o = {1.0f, 0.5f, SCALE, false};
     expected(&p, o.tau, o.beta, o.scale, loss, dhs, dW_want);
     memset(dW, 0, sizeof(float) * V * C);
     teacher_ctx t = teacher_for(&p, k.tile);
@@ -465,7 +499,7 @@ static void test_soft_teacher_target_logprob_is_log_softmax_at_tau_1(void) {
       for (int with_grad = 0; with_grad < 2; with_grad++) {
         ct_kd k;
         CHECK_OK(ct_kd_init(&k, n, V, C, tiles[ti]));
-        ct_kd_opts o = {(float)TAUS[a], 0.5f, SCALE};
+        ct_kd_opts o = {(float)TAUS[a], 0.5f, SCALE, false};
         teacher_ctx t = teacher_for(&p, k.tile);
         ct_kd_soft(&k, p.hs, n, p.W, with_grad ? dW : NULL, p.target, teacher_fn, &t, &o);
         for (int r = 0; r < n; r++) CHECK_NEAR(k.tgt_t1[r] - k.lse_t1[r], want[r], 1e-6);
@@ -500,7 +534,7 @@ static void test_topk_with_all_ids_equals_soft(void) {
   double *loss_soft = dalloc(n);
   for (int a = 0; a < NTAU; a++)
     for (int b = 0; b < NBETA; b++) {
-      ct_kd_opts o = {(float)TAUS[a], (float)BETAS[b], SCALE};
+      ct_kd_opts o = {(float)TAUS[a], (float)BETAS[b], SCALE, false};
       ct_kd k;
       CHECK_OK(ct_kd_init(&k, n, V, C, 3));
       memset(dW_soft, 0, sizeof(float) * V * C);
@@ -547,7 +581,7 @@ static void test_topk_subset_equals_reference_on_renormalized_subset(void) {
     float *dW = falloc(V * C);
     for (int a = 0; a < NTAU; a++)
       for (int b = 0; b < NBETA; b++) {
-        ct_kd_opts o = {(float)TAUS[a], (float)BETAS[b], SCALE};
+        ct_kd_opts o = {(float)TAUS[a], (float)BETAS[b], SCALE, false};
         double tau = o.tau, beta = o.beta;
         memset(dhs, 0, sizeof(double) * n * C);
         memset(dW_want, 0, sizeof(double) * V * C);
@@ -607,7 +641,7 @@ static void test_loss_only_mode_equals_training_mode_loss(void) {
   double train[N_ROWS], evalr[N_ROWS];
   for (int a = 0; a < NTAU; a++)
     for (int b = 0; b < NBETA; b++) {
-      ct_kd_opts o = {(float)TAUS[a], (float)BETAS[b], SCALE};
+      ct_kd_opts o = {(float)TAUS[a], (float)BETAS[b], SCALE, false};
       for (int ti = 0; ti < 5; ti++) {
         ct_kd k;
         CHECK_OK(ct_kd_init(&k, n, V, C, tiles[ti]));
@@ -650,6 +684,7 @@ int main(int argc, char **argv) {
   RUN(test_soft_matches_reference_per_row_loss_dhs_and_dW);
   RUN(test_soft_accumulates_into_dW_and_overwrites_dhs);
   RUN(test_soft_is_zero_when_teacher_equals_student_for_every_beta);
+  RUN(test_frozen_head_gives_the_same_dhs_without_dW);
   RUN(test_soft_chunked_matches_unchunked_for_ntiles_1_2_3_5_8);
   RUN(test_soft_teacher_target_logprob_is_log_softmax_at_tau_1);
   RUN(test_topk_with_all_ids_equals_soft);

@@ -95,7 +95,7 @@ static int bench_kd(int argc, char **argv, double peak) {
   }
   for (int i = 0; i < n; i++) target[i] = (int)((i * 2654435761u) % (unsigned)V);
   kd_teacher t = {ht, Wt, C};
-  ct_kd_opts o = {2.0f, 0.5f, 1.0f / n};
+  ct_kd_opts o = {2.0f, 0.5f, 1.0f / n, false};
   double best_ce = 1e30, best_kd = 1e30, mm = 2.0 * n * V * C;
   for (int s = 0; s <= steps; s++) {  // step 0 warms up
     double t0 = ct_now();
