@@ -83,7 +83,28 @@ int ct_frozen_open(ct_frozen *f, const char *dir, int dtype, int B, int T) {
   return rc;
 }
 
+int ct_frozen_view(ct_frozen *f, const ct_model *m, int B, int T) {
+  memset(f, 0, sizeof *f);
+  f->view = true;
+  f->dtype = m->params ? CT_STORE_F32 : CT_STORE_BF16;
+  f->cfg = m->cfg;
+  f->B = B;
+  f->T = T;
+  f->model = *m;  // shares every buffer; the rope table must already cover T
+  if (m->rope_max_pos < T)
+    return ct_set_error(CT_EINVAL, "frozen view: the model's RoPE table covers %d positions, not %d",
+                        m->rope_max_pos, T);
+  int rc = ct_acts_init(&f->acts, &f->model, B, T, CT_ACTS_FORWARD);
+  if (rc) memset(f, 0, sizeof *f);
+  return rc;
+}
+
 void ct_frozen_free(ct_frozen *f) {
+  if (f->view) {  // the buffers are the model's
+    ct_acts_free(&f->acts);
+    memset(f, 0, sizeof *f);
+    return;
+  }
   if (f->engine) ct_engine_free(f->engine);
   ct_infer_free(&f->iw);
   ct_acts_free(&f->acts);

@@ -24,6 +24,7 @@
 
 typedef struct {
   int dtype;              // CT_STORE_*
+  bool view;              // the model is another's (ct_frozen_view): nothing of it is freed
   ct_model_config cfg;
   int B, T;               // capacity of one forward
   ct_model model;         // float32 / bfloat16: the parameters
@@ -42,6 +43,9 @@ double ct_frozen_bytes(const ct_model_config *c, int dtype, int B, int T);
 // and readies it for forwards of B rows x T tokens; with CT_STORE_BF16 or CT_STORE_INT8
 // the weights are converted and the float32 parameters freed.
 int ct_frozen_init(ct_frozen *f, ct_model *m, int dtype, int B, int T);
+// A view of model m, which stays the owner: the reference of a LoRA policy is its own
+// base run without adapters (no copy). m's RoPE table must cover T.
+int ct_frozen_view(ct_frozen *f, const ct_model *m, int B, int T);
 // Loads a Hugging Face model directory (a ctune int8 directory loads as int8).
 int ct_frozen_open(ct_frozen *f, const char *dir, int dtype, int B, int T);
 void ct_frozen_free(ct_frozen *f);

@@ -147,6 +147,7 @@ int ct_train_reference(ct_train *tr, ct_frozen *ref, int dtype, int B, int T) {
   ct_model m;
   int rc;
   memset(ref, 0, sizeof *ref);
+  if (c->use_peft) return ct_frozen_view(ref, &tr->model, B, T);  // the base, adapters off
   if (c->ref_model_path[0]) {
     if ((rc = check_dir(c, "ref_model_path", c->ref_model_path))) return rc;
     rc = ct_frozen_open(ref, c->ref_model_path, dtype, B, T);
@@ -174,7 +175,22 @@ int ct_train_reference(ct_train *tr, ct_frozen *ref, int dtype, int B, int T) {
   return rc;
 }
 
+void ct_train_plan_reference(const ct_train *tr, ct_plan *p, int B, int T) {
+  const ct_config *c = tr->cfg;
+  if (c->use_peft)
+    ct_plan_add(p, "reference: the base, adapters off (activations)",
+                ct_acts_bytes(&tr->model.cfg, B, T, CT_ACTS_FORWARD));
+  else
+    ct_plan_addf(p, ct_frozen_bytes(&tr->model.cfg, (int)c->ref_dtype, B, T), "reference model (%s)%s",
+                 ct_store_names[c->ref_dtype], c->precompute_ref_log_probs ? ", freed after its pass" : "");
+}
+
 int ct_train_check_reference(const ct_config *c) {
+  if (c->use_peft && (c->ref_model_path[0] || c->ref_dtype != CT_STORE_F32 || c->sync_ref_model)) {
+    const char *key = c->ref_model_path[0] ? "ref_model_path" : c->sync_ref_model ? "sync_ref_model" : "ref_dtype";
+    return ct_set_error(CT_ECONFIG, "%s: key '%s': with use_peft the reference is the base model itself "
+                        "(adapters off), held as base_dtype", ct_config_origin(c, key), key);
+  }
   if (c->sync_ref_model && c->ref_dtype != CT_STORE_F32)
     return ct_set_error(CT_ECONFIG, "%s: key 'ref_dtype': sync_ref_model mixes the policy into the "
                         "reference's weights, which needs ref_dtype float32", ct_config_origin(c, "ref_dtype"));
@@ -252,7 +268,8 @@ int ct_train_setup(ct_train *tr, ct_config *cfg) {
   if (rc) return rc;
   // the model's shape only: its buffers wait for the memory plan (ct_train_memory)
   ct_model_config mc;
-  const char *dir = tr->resumed_from[0] ? tr->resumed_from : cfg->model_path;
+  // (a LoRA checkpoint holds adapters only: its base is model_path's)
+  const char *dir = tr->resumed_from[0] && !cfg->use_peft ? tr->resumed_from : cfg->model_path;
   rc = dir[0] ? ct_model_read_config(&mc, dir) : config_from_spec(&mc, cfg, tr->tok);
   if (!rc) rc = ct_model_layout(&tr->model, &mc);
   if (rc) return rc;
@@ -270,13 +287,54 @@ int ct_train_setup(ct_train *tr, ct_config *cfg) {
   return rc;
 }
 
+// The adapters' config from the keys (use_peft without adapter_path).
+static ct_lora_config lora_config_of(const ct_config *c) {
+  ct_lora_config lc = {.r = (int)c->lora_r, .alpha = c->lora_alpha, .rslora = c->use_rslora,
+                       .dropout = c->lora_dropout};
+  for (int i = 0; i < c->lora_target_modules.n; i++) {
+    const char *nm = c->lora_target_modules.v[i];
+    for (int t = 0; t < CT_LORA_TARGETS; t++)
+      if (!strcmp(nm, ct_lora_target_names[t]) || !strcmp(nm, "all-linear")) lc.targets |= 1u << t;
+  }
+  for (int i = 0; i < c->lora_modules_to_save.n; i++) {
+    lc.save_embed |= !strcmp(c->lora_modules_to_save.v[i], "embed_tokens");
+    lc.save_head |= !strcmp(c->lora_modules_to_save.v[i], "lm_head");
+  }
+  return lc;
+}
+
+// The adapters: the checkpoint's (resuming), adapter_path's, or new ones from the keys.
+static int lora_setup(ct_train *tr) {
+  const ct_config *c = tr->cfg;
+  const char *from = tr->resumed_from[0] ? tr->resumed_from : c->adapter_path;
+  if (from[0]) return ct_lora_load(&tr->lora, from, &tr->model.cfg);
+  ct_lora_config lc = lora_config_of(c);
+  int rc = ct_lora_init(&tr->lora, &lc, &tr->model.cfg);
+  if (rc) return ct_wrap_error(CT_ECONFIG, "%s: key 'use_peft'", ct_config_origin(c, "use_peft"));
+  ct_lora_init_weights(&tr->lora, &tr->model, (uint64_t)c->seed);
+  return 0;
+}
+
 int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   const ct_config *cfg = tr->cfg;
   ct_model *m = &tr->model;
-  double param_bytes = ct_model_param_bytes(m, false);
-  ct_plan_add(p, "policy parameters (float32)", param_bytes);
-  ct_plan_add(p, "gradients (float32)", param_bytes);
-  ct_plan_add(p, "AdamW moments (2 x float32)", 2 * param_bytes);
+  bool peft = cfg->use_peft, bf16 = peft && cfg->base_dtype == CT_STORE_BF16;
+  double trained_bytes;
+  if (peft) {
+    ct_lora_config lc = lora_config_of(cfg);
+    if (cfg->adapter_path[0] && ct_lora_read_config(&lc, cfg->adapter_path)) return CT_EFORMAT;
+    trained_bytes = ct_lora_bytes(&lc, &m->cfg);
+    ct_plan_addf(p, bf16 ? ct_model_bf16_bytes(m, true) : ct_model_param_bytes(m, false),
+                 "base model (%s, frozen)", bf16 ? "bfloat16, embeddings float32" : "float32");
+    if (bf16) ct_plan_add(p, "base model while loading (float32, freed)", ct_model_param_bytes(m, false) -
+                                                                              ct_model_bf16_bytes(m, true));
+    ct_plan_addf(p, trained_bytes, "LoRA adapters, rank %d", lc.r);
+  } else {
+    trained_bytes = ct_model_param_bytes(m, false);
+    ct_plan_add(p, "policy parameters (float32)", trained_bytes);
+  }
+  ct_plan_add(p, "gradients (float32)", trained_bytes);
+  ct_plan_add(p, "AdamW moments (2 x float32)", 2 * trained_bytes);
   ct_plan_add(p, "resident already (libraries, tokenizer, data)", (double)ct_rss_now());
   *dry = cfg->dry_run;
   int rc = ct_plan_check(p, &tr->log, ct_dist_local_size(), knobs);
@@ -286,32 +344,69 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   }
   double t0 = ct_now();
   if ((rc = ct_model_alloc(m, (int)cfg->max_length))) return rc;
-  const char *dir = tr->resumed_from[0] ? tr->resumed_from : cfg->model_path;
+  // with LoRA a checkpoint holds the adapters only: the base always comes from model_path
+  const char *dir = tr->resumed_from[0] && !peft ? tr->resumed_from : cfg->model_path;
   if (dir[0]) rc = ct_model_load_weights(m, m->params, dir);
   else ct_model_init_random(m, (uint64_t)cfg->seed, (float)cfg->model.initializer_range);
   if (rc) return rc;
   if (dir[0])
     ct_log_info(&tr->log, "weights read from %s in %.2f s", dir, ct_now() - t0);
-  size_t bytes = sizeof(float) * m->n_floats;
+  if (peft) {
+    if ((rc = lora_setup(tr))) return rc;
+    if (bf16 && (rc = ct_model_to_bf16(m, true))) return rc;
+    tr->trained = ct_lora_tensors(&tr->lora);
+    tr->params = tr->lora.params;
+  } else {
+    tr->trained = ct_model_tensors(m);
+    tr->params = m->params;
+  }
+  size_t bytes = sizeof(float) * tr->trained.n_floats;
   tr->grads = ct_big_alloc(bytes);  // zeroed
   tr->mom1 = ct_big_alloc(bytes);
   tr->mom2 = ct_big_alloc(bytes);
   if (!tr->grads || !tr->mom1 || !tr->mom2)
     return ct_set_error(CT_ENOMEM, "cannot allocate %.1f MB for gradients and optimizer moments",
                         3.0 * bytes / 1e6);
-  if ((rc = ct_weights_bind(&tr->g, m, tr->grads))) return rc;
+  if (peft) {  // every base weight frozen: gradient views all NULL
+    tr->g.layers = calloc(m->cfg.num_layers, sizeof *tr->g.layers);
+    if (!tr->g.layers) return ct_set_error(CT_ENOMEM, "out of memory");
+    ct_lora_bind_grads(&tr->lora, tr->grads);
+  } else if ((rc = ct_weights_bind(&tr->g, m, tr->grads))) {
+    return rc;
+  }
   if (tr->resumed_from[0]) {
     char p[CT_PATH_MAX];
     if ((rc = ct_path_join(p, sizeof p, tr->resumed_from, "optimizer.safetensors")) ||
-        (rc = ct_load_tensors(&ct_model_tensors(m), tr->mom1, p, ".exp_avg")) ||
-        (rc = ct_load_tensors(&ct_model_tensors(m), tr->mom2, p, ".exp_avg_sq")))
+        (rc = ct_load_tensors(&tr->trained, tr->mom1, p, ".exp_avg")) ||
+        (rc = ct_load_tensors(&tr->trained, tr->mom2, p, ".exp_avg_sq")))
       return rc;
   }
   return 0;
 }
 
+int ct_train_attach(const ct_train *tr, ct_acts *a) {
+  return ct_acts_attach_lora(a, tr->cfg->use_peft ? &tr->lora : NULL);
+}
+
+double ct_train_acts_bytes(const ct_train *tr, int B, int T, int mode) {
+  const ct_config *c = tr->cfg;
+  double b = ct_acts_bytes(&tr->model.cfg, B, T, mode);
+  if (c->use_peft) {
+    ct_lora_config lc = lora_config_of(c);
+    if (c->adapter_path[0]) ct_lora_read_config(&lc, c->adapter_path);
+    b += ct_lora_acts_bytes(&lc, &tr->model.cfg, B, T);
+  }
+  return b;
+}
+
+void ct_train_dropout_key(ct_train *tr, int micro) {
+  tr->lora.dropout_key = ((uint64_t)tr->cfg->seed * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)tr->step << 20) ^
+                         ((uint64_t)micro << 4) ^ (uint64_t)tr->rank;
+}
+
 void ct_train_free(ct_train *tr) {
   ct_log_close(&tr->log);
+  ct_lora_free(&tr->lora);
   ct_weights_free(&tr->g);
   ct_model_free(&tr->model);
   ct_big_free(tr->grads);
@@ -370,10 +465,10 @@ int ct_train_next_seqs(ct_train *tr, int *seqs, int global) {
 }
 
 int ct_train_update(ct_train *tr, double *grad_norm, double *lr) {
-  ct_model *m = &tr->model;
-  int rc = ct_dist_sum_f32(tr->grads, m->n_floats);
+  long n = tr->trained.n_floats;
+  int rc = ct_dist_sum_f32(tr->grads, n);
   if (rc) return rc;
-  double norm = sqrt(ct_sum_squares(tr->grads, m->n_floats));
+  double norm = sqrt(ct_sum_squares(tr->grads, n));
   *grad_norm = norm;
   if (!isfinite(norm))
     return ct_set_error(CT_EINVAL, "step %ld: the gradient norm is %g; stopping before the weights "
@@ -383,7 +478,7 @@ int ct_train_update(ct_train *tr, double *grad_norm, double *lr) {
   *lr = ct_lr_at(tr->cfg->lr_scheduler_type, tr->cfg->learning_rate, tr->step, tr->warmup_steps,
                  tr->total_steps);
   tr->step++;
-  ct_adamw_step(&ct_model_tensors(m), m->params, tr->grads, tr->mom1, tr->mom2, tr->step, *lr, clip, &tr->adam);
+  ct_adamw_step(&tr->trained, tr->params, tr->grads, tr->mom1, tr->mom2, tr->step, *lr, clip, &tr->adam);
   return 0;
 }
 
@@ -411,9 +506,15 @@ static int write_trainer_state(const ct_train *tr, const char *dir) {
   return rc ? ct_set_error(CT_EIO, "%s: cannot write: %s", p, strerror(errno)) : 0;
 }
 
+// The model files of dir: the whole model, or (use_peft) the adapters in PEFT's layout.
 static int write_model_files(const ct_train *tr, const char *dir, ct_dtype dtype) {
   char p[CT_PATH_MAX];
   const ct_model *m = &tr->model;
+  if (tr->cfg->use_peft) {
+    const char *base = tr->cfg->model_path[0] ? tr->cfg->model_path : NULL;
+    int rc = ct_lora_save(&tr->lora, dir, base);
+    return rc ? rc : ct_tokenizer_save(tr->tok, dir);
+  }
   int rc = ct_path_join(p, sizeof p, dir, "config.json");
   if (!rc) rc = ct_hf_config_write(&m->cfg, p, dtype == CT_DT_BF16 ? "bfloat16" : "float32");
   if (!rc) rc = ct_path_join(p, sizeof p, dir, "model.safetensors");
@@ -440,7 +541,7 @@ int ct_train_save_checkpoint(ct_train *tr) {
     if (!rc) rc = write_model_files(tr, tmp, CT_DT_F32);  // fp32: resuming must be exact
     ct_failpoint("checkpoint");
     if (!rc) rc = ct_path_join(p, sizeof p, tmp, "optimizer.safetensors");
-    if (!rc) rc = ct_save_tensors(&ct_model_tensors(&tr->model), 2, moments, suffixes, p, CT_DT_F32);
+    if (!rc) rc = ct_save_tensors(&tr->trained, 2, moments, suffixes, p, CT_DT_F32);
     if (!rc) rc = write_trainer_state(tr, tmp);
     if (!rc && tr->save_extra) rc = tr->save_extra(tr->save_extra_ctx, tmp);
     if (!rc) rc = ct_ckpt_commit(out, tr->step, tmp);
@@ -459,9 +560,9 @@ int ct_train_save_final(ct_train *tr) {
     if (!rc) rc = ct_mkdirs(tmp);
     ct_dtype dt = tr->cfg->save_dtype == CT_DTYPE_BFLOAT16 ? CT_DT_BF16 : CT_DT_F32;
     if (!rc) rc = write_model_files(tr, tmp, dt);
-    const char *files[] = {"config.json", "model.safetensors", "tokenizer.json",
-                           "tokenizer_config.json"};
-    for (int i = 0; i < 4 && !rc; i++) {
+    const char *files[] = {"config.json", "model.safetensors", "adapter_config.json",
+                           "adapter_model.safetensors", "tokenizer.json", "tokenizer_config.json"};
+    for (int i = 0; i < 6 && !rc; i++) {
       rc = ct_path_join(p, sizeof p, tmp, files[i]);
       if (!rc && access(p, R_OK) == 0) rc = ct_publish_file(p, out, files[i]);
     }
@@ -474,6 +575,23 @@ void ct_train_die(const ct_train *tr, int rc, const char *what) {
   ct_dist_die(tr->name ? tr->name : "ctune", rc == CT_ECONFIG ? 2 : 1, what);
 }
 
+// The LoRA keys that go together (before anything is loaded).
+static int check_lora_keys(const ct_config *c) {
+  const char *key = !c->use_peft && c->adapter_path[0]                ? "adapter_path"
+                    : !c->use_peft && c->base_dtype != CT_STORE_F32    ? "base_dtype"
+                    : !c->use_peft && c->lora_modules_to_save.n        ? "lora_modules_to_save"
+                                                                       : NULL;
+  if (key)
+    return ct_set_error(CT_ECONFIG, "%s: key '%s' needs use_peft: true", ct_config_origin(c, key), key);
+  if (c->use_peft && c->base_dtype == CT_STORE_INT8)
+    return ct_set_error(CT_ECONFIG, "%s: key 'base_dtype': an int8 base is not supported for training "
+                        "yet; use bfloat16 (half the memory of float32)", ct_config_origin(c, "base_dtype"));
+  if (c->use_peft && c->adapter_path[0] && c->resume_from_checkpoint[0])
+    return ct_set_error(CT_ECONFIG, "%s: key 'adapter_path': resume_from_checkpoint already restores the "
+                        "adapters; give one of the two", ct_config_origin(c, "adapter_path"));
+  return 0;
+}
+
 void ct_train_start(ct_train *tr, ct_config *cfg, ct_trainer_kind kind, int argc, char **argv,
                     int (*check)(const ct_config *cfg)) {
   memset(tr, 0, sizeof *tr);
@@ -481,7 +599,8 @@ void ct_train_start(ct_train *tr, ct_config *cfg, ct_trainer_kind kind, int argc
   ct_blas_init(argc, argv);
   if (ct_dist_init(&argc, &argv)) ct_train_die(tr, CT_EMPI, NULL);
   int rc = ct_config_from_args(cfg, kind, argc, argv);  // every failure here is the config's
-  if (!rc && ((rc = ct_config_check_required(cfg)) || (check && (rc = check(cfg))))) ct_config_free(cfg);
+  if (!rc && ((rc = ct_config_check_required(cfg)) || (rc = check_lora_keys(cfg)) || (check && (rc = check(cfg)))))
+    ct_config_free(cfg);
   if (rc) ct_train_die(tr, CT_ECONFIG, NULL);
   if ((rc = ct_train_setup(tr, cfg))) ct_train_die(tr, rc, NULL);
   tr->name = ct_trainer_name(kind);  // (setup cleared the struct)

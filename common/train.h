@@ -12,6 +12,7 @@
 #include "config.h"
 #include "frozen.h"
 #include "log.h"
+#include "lora.h"
 #include "model.h"
 #include "optim.h"
 #include "plan.h"
@@ -23,10 +24,13 @@ typedef struct {
   const char *name;   // the trainer ("sft", ...): what its fatal errors start with
   int rank, world;
   ct_tokenizer *tok;
-  ct_model model;     // the policy; model.params are the fp32 master weights
-  float *grads;       // (n_floats) same layout as params
+  ct_model model;     // the policy (use_peft: its frozen base); model.params are fp32 master weights
+  ct_lora lora;       // use_peft: the adapters, which are what trains
+  ct_layout trained;  // what the optimizer updates: the model's tensors, or the adapters'
+  float *params;      // (trained.n_floats) their values: model.params or lora.params
+  float *grads;       // (trained.n_floats) same layout as params
   float *mom1, *mom2; // (n_floats) AdamW moments
-  ct_weights g;       // views of grads
+  ct_weights g;       // views of grads into the model's layout (NULL members: frozen weights)
   ct_adamw adam;
   // position
   long step;          // optimizer steps taken
@@ -77,6 +81,14 @@ int ct_train_setup(ct_train *tr, ct_config *cfg);
 // the parameters and fills them (model_path, the checkpoint, or the seeded
 // initialization), the gradients and the moments (restored when resuming).
 int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry);
+
+// The policy's forwards through a apply its adapters (use_peft) or none.
+int ct_train_attach(const ct_train *tr, ct_acts *a);
+// Bytes of a policy's activations in `mode` for B x T tokens (+ the adapters' work space).
+double ct_train_acts_bytes(const ct_train *tr, int B, int T, int mode);
+// Before a training micro-batch's forward: which LoRA dropout masks it draws (a function
+// of seed, step, micro-batch and rank, so a resumed run draws the same).
+void ct_train_dropout_key(ct_train *tr, int micro);
 void ct_train_free(ct_train *tr);
 
 // Fixes the schedule once the dataset is known: n_seq sequences per epoch, `global`
@@ -116,6 +128,9 @@ void ct_train_log_done(ct_train *tr);
 // ref_model.safetensors when the reference is synced during training (sync_ref_model)
 // and so cannot be rebuilt.
 int ct_train_reference(ct_train *tr, ct_frozen *ref, int dtype, int B, int T);
+// The reference's row of the memory plan (a copy as ref_dtype, or with use_peft only the
+// activations of a view of the base), for forwards of B x T tokens.
+void ct_train_plan_reference(const ct_train *tr, ct_plan *p, int B, int T);
 // The reference's settings that cannot go together (a config check, before any loading):
 // sync_ref_model writes the reference's weights, so it needs ref_dtype float32.
 int ct_train_check_reference(const ct_config *c);

@@ -270,6 +270,9 @@ static int check_config(const ct_config *c) {
   if ((c->lmbda > 0 || c->teacher_dtype == CT_STORE_INT8) && c->packing)
     return ct_set_error(CT_ECONFIG, "%s: key 'packing' cannot be combined with lmbda or an int8 "
                         "teacher", ct_config_origin(c, "packing"));
+  if (c->lmbda > 0 && !c->seq_kd && c->use_peft && c->base_dtype == CT_STORE_BF16)
+    return ct_set_error(CT_ECONFIG, "%s: key 'base_dtype': on-policy batches are sampled by the sampler's "
+                        "engine, which runs a float32 (or int8) student, not bfloat16", ct_config_origin(c, "base_dtype"));
   if (c->lmbda > 0 && c->seq_kd && c->teacher_dtype == CT_STORE_BF16)
     return ct_set_error(CT_ECONFIG, "%s: key 'teacher_dtype': seq_kd generates with the teacher through "
                         "the sampler's engine, which runs float32 or int8 weights, not bfloat16",
@@ -314,7 +317,7 @@ int main(int argc, char **argv) {
   int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
   ct_engine_opts geo = {B, T, T > B ? T : B};  // on-policy generation
   ct_plan plan = {0};
-  ct_plan_addf(&plan, ct_acts_bytes(mc, B, T, mode), "activations, %d x %d tokens (%s)", B, T,
+  ct_plan_addf(&plan, ct_train_acts_bytes(&tr, B, T, mode), "activations, %d x %d tokens (%s)", B, T,
                cfg.gradient_checkpointing ? "layer inputs + one layer" : "every layer");
   ct_plan_addf(&plan, ct_head_bytes(B * T, B * T, mc->vocab_size, C, tiles) + ct_kd_bytes(B * T, V, C, tiles),
                "LM head and soft loss: %d x %d tokens / %d chunks", B, T, tiles);
@@ -349,7 +352,7 @@ int main(int argc, char **argv) {
     tk.b_logit = malloc(sizeof(float) * (size_t)B * T * tk.k);
     if (!tk.b_idx || !tk.b_logit) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   }
-  if (!seqs || !where || ct_acts_init(&acts, &tr.model, B, T, mode) || ct_batch_init(&batch, B, T) ||
+  if (!seqs || !where || ct_acts_init(&acts, &tr.model, B, T, mode) || ct_train_attach(&tr, &acts) || ct_batch_init(&batch, B, T) ||
       ct_head_init(&head, B * T, B * T, mc->vocab_size, C, tiles) || ct_kd_init(&kd, B * T, V, C, tiles))
     fail(1, NULL);
   // on-policy generation: the student's weights as they are, or the teacher's
@@ -361,7 +364,8 @@ int main(int argc, char **argv) {
     if (ct_batch_init(&gen_batches[k], B, T)) fail(1, NULL);
   if (cfg.lmbda > 0) {
     if (cfg.seq_kd) rc = ct_engine_init(&gen, &teacher.f.iw, &geo);  // the teacher's engine view
-    else rc = ct_infer_from_model(&gen_w, &tr.model) || ct_engine_init(&gen, &gen_w, &geo);
+    else rc = ct_infer_from_model(&gen_w, &tr.model) || ct_infer_attach_lora(&gen_w, cfg.use_peft ? &tr.lora : NULL) ||
+              ct_engine_init(&gen, &gen_w, &geo);
     if (rc) fail(1, NULL);
   }
   ct_kd_opts ko = {(float)(cfg.temperature > 0 ? cfg.temperature : 1.0), (float)cfg.beta, 0, false};
@@ -403,6 +407,7 @@ int main(int argc, char **argv) {
       if (!generated) ct_batch_fill(&batch, &train, seqs + first, m, ct_tokenizer_pad(tr.tok));
       const ct_batch *b = bp;
       if (!offline) teacher_forward(&teacher, b);  // before the student's pass
+      ct_train_dropout_key(&tr, k);
       int N = b->B * b->T, q = ct_lm_forward(&tr.model, &acts, &head, b);
       if (q < 0) fail(1, NULL);
       for (int r = 0; r < q; r++) {  // hard loss: (1 − α) · CE / labels

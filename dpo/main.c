@@ -218,8 +218,7 @@ static void pair_step(dpo_t *d, int m, bool train, double inv_pairs, double inv_
   }
   st->tokens += b->n_tokens;
   if (!train) return;
-  ct_head_backward(h, d->tr->model.w.lm_head, d->tr->g.lm_head, d->acts.dln, b->B * b->T);
-  ct_backward(&d->tr->model, &d->tr->g, &d->acts, d->acts.dln, b->B, b->T);
+  ct_lm_backward(&d->tr->model, &d->tr->g, &d->acts, h, b);
 }
 
 static long chosen_tokens(const ct_pref_dataset *ds, const int *pairs, int n) {
@@ -341,16 +340,14 @@ int main(int argc, char **argv) {
   int V = mc->vocab_size, C = mc->hidden_size, tiles = (int)cfg.num_vocab_tiling;
   int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
   ct_plan plan = {0};
-  ct_plan_addf(&plan, ct_acts_bytes(mc, 2 * B, T, mode), "activations, %d x %d tokens (%s)", 2 * B, T,
+  ct_plan_addf(&plan, ct_train_acts_bytes(&tr, 2 * B, T, mode), "activations, %d x %d tokens (%s)", 2 * B, T,
                cfg.gradient_checkpointing ? "layer inputs + one layer" : "every layer");
   if (have_eval)
-    ct_plan_addf(&plan, ct_acts_bytes(mc, 2 * Be, T, CT_ACTS_FORWARD), "evaluation activations, %d x %d tokens",
+    ct_plan_addf(&plan, ct_train_acts_bytes(&tr, 2 * Be, T, CT_ACTS_FORWARD), "evaluation activations, %d x %d tokens",
                  2 * Be, T);
   ct_plan_addf(&plan, ct_head_bytes(2 * Bmax * T, 2 * B * T, V, C, tiles), "LM head: logits of %d x %d tokens / %d chunks",
                2 * B, T, tiles);
-  if (d.need_ref)
-    ct_plan_addf(&plan, ct_frozen_bytes(mc, (int)cfg.ref_dtype, 2 * Bmax, T), "reference model (%s)%s",
-                 ct_store_names[cfg.ref_dtype], cfg.precompute_ref_log_probs ? ", freed after its pass" : "");
+  if (d.need_ref) ct_train_plan_reference(&tr, &plan, 2 * Bmax, T);
   bool dry;
   if (ct_train_memory(&tr, &plan, "gradient_checkpointing=true, ref_dtype=bfloat16 or int8, "
                       "precompute_ref_log_probs=true, num_vocab_tiling (more chunks), a smaller "
@@ -369,8 +366,9 @@ int main(int argc, char **argv) {
   if (!d.pairs || !d.ref_c || !d.ref_r || !d.coef_row || ct_batch_init(&d.batch, 2 * Bmax, T) ||
       ct_head_init(&d.head, 2 * Bmax * T, 2 * B * T, V, C, tiles) ||
       row_sums_init(&d.pol, 2 * Bmax) || row_sums_init(&d.refs, 2 * Bmax) ||
-      ct_acts_init(&d.acts, &tr.model, 2 * B, T, mode) ||
-      (have_eval && ct_acts_init(&d.eval_acts, &tr.model, 2 * Be, T, CT_ACTS_FORWARD)))
+      ct_acts_init(&d.acts, &tr.model, 2 * B, T, mode) || ct_train_attach(&tr, &d.acts) ||
+      (have_eval && (ct_acts_init(&d.eval_acts, &tr.model, 2 * Be, T, CT_ACTS_FORWARD) ||
+                     ct_train_attach(&tr, &d.eval_acts))))
     fail(1, NULL);
   ref_cache cache_train = {0}, cache_eval = {0};
   if (d.need_ref && cfg.precompute_ref_log_probs) {
@@ -409,6 +407,7 @@ int main(int argc, char **argv) {
       int m = n - first < B ? n - first : B;
       ct_pref_batch(&d.batch, &train, step_pairs + first, m, ct_tokenizer_pad(tr.tok));
       reference_rows(&d, &d.batch, ct_, m);  // before the policy: the head keeps its logits
+      ct_train_dropout_key(&tr, k);
       policy_rows(&d, &d.acts, &d.batch);
       pair_step(&d, m, true, inv_pairs, inv_chosen, &st);
     }

@@ -64,6 +64,9 @@ static int check_config(const ct_config *c) {
     return ct_set_error(CT_ECONFIG, "%s: key 'num_generations': %d does not divide the %d completions "
                         "a rank trains on per step (per_device_train_batch_size x gradient_accumulation_steps)",
                         ct_config_origin(c, "num_generations"), (int)c->num_generations, B * accum);
+  if (c->use_peft && c->base_dtype == CT_STORE_BF16)
+    return ct_set_error(CT_ECONFIG, "%s: key 'base_dtype': GRPO samples its rollouts with the sampler's "
+                        "engine, which runs a float32 (or int8) base, not bfloat16", ct_config_origin(c, "base_dtype"));
   if (c->max_completion_length < 1)
     return ct_set_error(CT_ECONFIG, "%s: key 'max_completion_length' must be at least 1 for GRPO",
                         ct_config_origin(c, "max_completion_length"));
@@ -323,6 +326,7 @@ static void train_pass(grpo_t *g, bool first_pass, step_stats *st) {
     for (int i = 0; i < n; i++)
       if (!g->ro[first + i].masked) micro_tokens += g->ro[first + i].n;
     rollout_batch(g, first, n);
+    ct_train_dropout_key(tr, first / B);
     const ct_batch *b = &g->batch;
     ct_acts *a = &g->acts;
     ct_head *h = &g->head;
@@ -349,8 +353,7 @@ static void train_pass(grpo_t *g, bool first_pass, step_stats *st) {
       st->tokens += 1;
     }
     st->input_tokens += b->n_tokens;
-    ct_head_backward(h, tr->model.w.lm_head, tr->g.lm_head, a->dln, b->B * b->T);
-    ct_backward(&tr->model, &tr->g, a, a->dln, b->B, b->T);
+    ct_lm_backward(&tr->model, &tr->g, a, h, b);
   }
 }
 
@@ -416,14 +419,12 @@ int main(int argc, char **argv) {
   g.use_ref = cfg.beta > 0;
   ct_engine_opts eo = {(int)cfg.decode_slots, T, max_prompt > (int)cfg.decode_slots ? max_prompt : (int)cfg.decode_slots};
   ct_plan plan = {0};
-  ct_plan_addf(&plan, ct_acts_bytes(mc, B, T, mode), "activations, %d x %d tokens (%s)", B, T,
+  ct_plan_addf(&plan, ct_train_acts_bytes(&tr, B, T, mode), "activations, %d x %d tokens (%s)", B, T,
                cfg.gradient_checkpointing ? "layer inputs + one layer" : "every layer");
   ct_plan_addf(&plan, ct_head_bytes(B * T, B * T, V, C, tiles), "LM head: logits of %d x %d tokens / %d chunks",
                B, T, tiles);
   ct_plan_addf(&plan, ct_engine_bytes(mc, &eo), "sampler: KV cache of %d slots x %d positions", eo.slots, T);
-  if (g.use_ref)
-    ct_plan_addf(&plan, ct_frozen_bytes(mc, (int)cfg.ref_dtype, B, T), "reference model (%s)",
-                 ct_store_names[cfg.ref_dtype]);
+  if (g.use_ref) ct_train_plan_reference(&tr, &plan, B, T);
   bool dry;
   if (ct_model_rope_reserve(&tr.model, T) ||
       ct_train_memory(&tr, &plan, "gradient_checkpointing=true, ref_dtype=bfloat16 or int8 (or beta=0: "
@@ -437,12 +438,14 @@ int main(int argc, char **argv) {
   }
   g.step_prompts = malloc(sizeof(int) * step_prompts);
   g.ro = calloc((size_t)per_rank_prompts * g.G, sizeof *g.ro);
-  if (!g.step_prompts || !g.ro || ct_acts_init(&g.acts, &tr.model, B, T, mode) ||
+  if (!g.step_prompts || !g.ro || ct_acts_init(&g.acts, &tr.model, B, T, mode) || ct_train_attach(&tr, &g.acts) ||
       ct_batch_init(&g.batch, B, T) || ct_head_init(&g.head, B * T, B * T, V, C, tiles))
     fail(1, NULL);
   g.head.inv_temp = cfg.temperature > 0 ? (float)(1.0 / cfg.temperature) : 1.0f;
   if (g.use_ref && ct_train_reference(&tr, &g.ref, cfg.ref_dtype, B, T)) fail(1, NULL);
-  if (ct_infer_from_model(&g.iw, &tr.model) || ct_engine_init(&g.engine, &g.iw, &eo)) fail(1, NULL);
+  if (ct_infer_from_model(&g.iw, &tr.model) || ct_infer_attach_lora(&g.iw, cfg.use_peft ? &tr.lora : NULL) ||
+      ct_engine_init(&g.engine, &g.iw, &eo))
+    fail(1, NULL);
   ct_log_info(&tr.log, "training %ld steps; %s loss; beta %g (%s)", tr.total_steps - tr.step,
               cfg.loss_type.v[0], g.use_ref ? cfg.beta : 0.0, g.use_ref ? "reference loaded" : "no reference model");
   ct_train_watch_signals();

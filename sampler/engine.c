@@ -23,6 +23,7 @@ struct ct_engine {
   // work buffers for up to max_tokens tokens
   float *x, *ln, *qkv, *qkv_save, *qk_rstd, *rstd, *att, *gu, *h, *xo;
   float *scores;               // (threads, H/KV, T)
+  float *lora_u;               // (max_tokens, r) the adapters' inner products
   int *ids, *pos, *slot;
   long bytes;
 };
@@ -72,6 +73,7 @@ int ct_engine_init(ct_engine **out, const ct_infer_weights *w, const ct_engine_o
   e->ids = malloc(sizeof(int) * N);
   e->pos = malloc(sizeof(int) * N);
   e->slot = malloc(sizeof(int) * N);
+  if (w->lora) ok &= (e->lora_u = malloc(sizeof(float) * N * w->lora->cfg.r)) != NULL;
   ok &= e->ids && e->pos && e->slot;
   if (!ok) {
     long mb = e->bytes / 1000000;
@@ -89,7 +91,7 @@ void ct_engine_free(ct_engine *e) {
   float *bufs[N_BUFS] = {e->kcache, e->vcache, e->rope_cos, e->rope_sin, e->x, e->ln, e->xo,
                          e->qkv, e->qkv_save, e->qk_rstd, e->rstd, e->att, e->gu, e->h, e->scores};
   for (int i = 0; i < N_BUFS; i++) ct_big_free(bufs[i]);
-  ct_free_all(e->ids, e->pos, e->slot, e);
+  ct_free_all(e->ids, e->pos, e->slot, e->lora_u, e);
 }
 
 const ct_infer_weights *ct_engine_weights(const ct_engine *e) { return e->w; }
@@ -163,6 +165,20 @@ static void embed_rows(ct_engine *e, int n) {
   for (int i = 0; i < n; i++) ct_linear_row(E, e->ids[i], e->x + (long)i * e->C);
 }
 
+// Adapter t of layer l on the n rows of x (n, ldx): y (n, ldy) += s · (x·Aᵀ)·Bᵀ in the
+// target's columns. Each output is fixed-order dot products (linear.h), so batching
+// changes no bit of it here either.
+static void lora_add(ct_engine *e, int l, int t, const float *x, int ldx, int n, float *y, int ldy) {
+  const ct_lora *lo = e->w->lora;
+  if (!lo || !lo->w[l][t].A) return;
+  int in, out, row0, r = lo->cfg.r;
+  ct_lora_dims(&lo->mc, t, &in, &out, &row0);
+  ct_linear A = {r, in, lo->w[l][t].A, NULL, NULL, NULL}, Bm = {out, r, lo->w[l][t].B, NULL, NULL, NULL};
+  ct_linear_forward(&A, x, ldx, n, e->lora_u, r, 0);
+  for (long i = 0; i < (long)n * r; i++) e->lora_u[i] *= lo->scale;
+  ct_linear_forward(&Bm, e->lora_u, r, n, y + row0, ldy, 1);
+}
+
 static int pass(ct_engine *e, int n, const int *ids, const int *slot, const int *pos,
                 const int *out, int nout, float *logits, float *hidden) {
   if (n < 1 || n > e->o.max_tokens)
@@ -187,6 +203,7 @@ static int pass(ct_engine *e, int n, const int *ids, const int *slot, const int 
     pass_job j = {e, l, n};
     ct_rmsnorm_forward(e->ln, e->rstd, e->x, w->ln1, n, C, c->rms_norm_eps);
     ct_linear_forward(&w->qkv, e->ln, C, n, e->qkv, QKV, 0);  // (n, QKV)
+    for (int t = CT_LORA_Q; t <= CT_LORA_V; t++) lora_add(e, l, t, e->ln, C, n, e->qkv, QKV);
     if (w->bqkv) ct_bias_forward(e->qkv, w->bqkv, n, QKV, QKV);
     if (w->qnorm) {
       ct_headnorm_forward(e->qkv, e->qkv_save, e->qk_rstd, w->qnorm, n, e->H, e->hd, QKV, c->rms_norm_eps);
@@ -197,10 +214,14 @@ static int pass(ct_engine *e, int n, const int *ids, const int *slot, const int 
     ct_parallel_for(n, store_kv_task, &j);         // every k/v of the pass is cached first,
     ct_parallel_for(n * e->KV, attend_task, &j);   // then each token reads its slot
     ct_linear_forward(&w->o, e->att, Hd, n, e->x, C, 1);        // x += att · Woᵀ
+    lora_add(e, l, CT_LORA_O, e->att, Hd, n, e->x, C);
     ct_rmsnorm_forward(e->ln, e->rstd, e->x, w->ln2, n, C, c->rms_norm_eps);
     ct_linear_forward(&w->gu, e->ln, C, n, e->gu, 2 * F, 0);    // (n, 2F)
+    lora_add(e, l, CT_LORA_GATE, e->ln, C, n, e->gu, 2 * F);
+    lora_add(e, l, CT_LORA_UP, e->ln, C, n, e->gu, 2 * F);
     ct_swiglu_forward(e->h, e->gu, n, F);
     ct_linear_forward(&w->down, e->h, F, n, e->x, C, 1);        // x += h · Wdownᵀ
+    lora_add(e, l, CT_LORA_DOWN, e->h, F, n, e->x, C);
   }
   if (nout == 0) return 0;
   if (hidden) {  // straight into the caller's buffer

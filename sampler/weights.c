@@ -66,8 +66,20 @@ static int bind(ct_infer_weights *w, const ct_model *lay, const float *f32, cons
   return 0;
 }
 
+int ct_infer_attach_lora(ct_infer_weights *w, const ct_lora *lo) {
+  if (lo && (lo->embed || lo->head) && w->int8)
+    return ct_set_error(CT_EINVAL, "sampler: adapters with modules_to_save need float32 weights");
+  w->lora = lo;
+  if (lo && lo->embed) w->embed.f32 = lo->embed;
+  if (lo && lo->head) w->lm_head.f32 = lo->head;
+  return 0;
+}
+
 int ct_infer_from_model(ct_infer_weights *w, const ct_model *m) {
   memset(w, 0, sizeof *w);
+  if (!m->params)
+    return ct_set_error(CT_EINVAL, "sampler: the model is stored in bfloat16; the engine runs float32 "
+                        "or int8 weights");
   return bind(w, m, m->params, NULL, NULL, NULL, NULL);
 }
 

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "linear.h"
+#include "lora.h"
 #include "model.h"
 
 typedef struct {
@@ -28,6 +29,7 @@ typedef struct {
   ct_linear lm_head;        // (V, C): the same matrix as embed when tied
   const float *norm;        // (C)
   ct_infer_layer *layers;   // (L)
+  const ct_lora *lora;      // adapters the engine applies after each projection (NULL: none)
   // owned storage (NULL for views of a training model)
   ct_model layout;          // int8: the tensor table (offsets) only
   ct_model *model;          // a model this struct loaded and owns (fp32 mode)
@@ -37,6 +39,10 @@ typedef struct {
   long *soff;               // (n_tensors) offset of each tensor's scales / values in smem
 } ct_infer_weights;
 
+// Makes the engine apply adapters lo (which must outlive w): after each adapted projection
+// y += s·(x·Aᵀ)·Bᵀ, computed per token in a fixed order like every engine product; the
+// modules_to_save copies replace the embedding / head (float32 weights only).
+int ct_infer_attach_lora(ct_infer_weights *w, const ct_lora *lo);
 // fp32 views of a training model's parameters (the model must outlive w).
 int ct_infer_from_model(ct_infer_weights *w, const ct_model *m);
 // Bytes of the int8 weights of a model with config c (matrices, scales, row sums, vectors).

@@ -107,10 +107,10 @@ int main(int argc, char **argv) {
   int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP, tiles = (int)cfg.num_vocab_tiling;
   if (ct_train_plan(&tr, train.n_seq, global)) fail(1, NULL);
   ct_plan plan = {0};
-  ct_plan_addf(&plan, ct_acts_bytes(mc, B, T, mode), "activations, %d x %d tokens (%s)", B, T,
+  ct_plan_addf(&plan, ct_train_acts_bytes(&tr, B, T, mode), "activations, %d x %d tokens (%s)", B, T,
                cfg.gradient_checkpointing ? "layer inputs + one layer" : "every layer");
   if (have_eval)
-    ct_plan_addf(&plan, ct_acts_bytes(mc, Be, T, CT_ACTS_FORWARD), "evaluation activations, %d x %d tokens", Be, T);
+    ct_plan_addf(&plan, ct_train_acts_bytes(&tr, Be, T, CT_ACTS_FORWARD), "evaluation activations, %d x %d tokens", Be, T);
   ct_plan_addf(&plan, ct_head_bytes(Bmax * T, B * T, V, C, tiles), "LM head: logits of %d x %d tokens / %d chunks",
                B, T, tiles);
   bool dry;
@@ -125,8 +125,9 @@ int main(int argc, char **argv) {
   }
   workspace w = {0};
   w.seqs = malloc(sizeof(int) * (global > Bmax ? global : Bmax));
-  if (!w.seqs || ct_acts_init(&w.acts, &tr.model, B, T, mode) ||
-      (have_eval && ct_acts_init(&w.eval_acts, &tr.model, Be, T, CT_ACTS_FORWARD)) ||
+  if (!w.seqs || ct_acts_init(&w.acts, &tr.model, B, T, mode) || ct_train_attach(&tr, &w.acts) ||
+      (have_eval && (ct_acts_init(&w.eval_acts, &tr.model, Be, T, CT_ACTS_FORWARD) ||
+                     ct_train_attach(&tr, &w.eval_acts))) ||
       ct_head_init(&w.head, Bmax * T, B * T, V, C, tiles) || ct_batch_init(&w.batch, Bmax, T))
     fail(1, NULL);
   ct_log_info(&tr.log, "training %ld steps of %d sequences (%d per device x %d "
@@ -150,6 +151,7 @@ int main(int argc, char **argv) {
       if (first >= n) break;
       int count = n - first < B ? n - first : B;
       ct_batch_fill(&w.batch, &train, w.seqs + first, count, ct_tokenizer_pad(tr.tok));
+      ct_train_dropout_key(&tr, k);
       if (ct_lm_step(&tr.model, &w.acts, &w.head, &w.batch, &tr.g, scale, (float)cfg.z_loss_multiplier, &st))
         fail(1, NULL);
     }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine.h"
 #include "forward.h"
 #include "fs.h"
 #include "head.h"
@@ -20,6 +21,7 @@
 #include "rng.h"
 #include "test.h"
 #include "tiny_model.h"
+#include "weights.h"
 
 enum { B = 2, T = 6, N = B * T };
 
@@ -168,6 +170,49 @@ static void test_adapter_gradients_match_float64_reference_of_merged_weights(voi
   check_gradients_against_reference("qwen3");
 }
 
+// The sampler's engine applies the adapters too: its logits (KV cache, fixed-order
+// products) equal the training forward's with the same adapters, as the base's do.
+static void test_engine_with_adapters_matches_the_training_forward(void) {
+  ct_model m;
+  tiny_model(&m, "qwen3");
+  ct_lora lo;
+  ct_lora_config lc = all_linear(3, 0.5);  // dropout: training forwards only, not the engine's
+  CHECK_OK(ct_lora_init(&lo, &lc, &m.cfg));
+  random_adapters(&lo, &m, 9);
+  batch_t b = make_batch(m.cfg.vocab_size);
+  int V = m.cfg.vocab_size;
+  float *want = malloc(sizeof(float) * N * V), *got = malloc(sizeof(float) * N * V);
+  // the training forward without dropout: an evaluation (CT_ACTS_FORWARD) pass
+  ct_acts a;
+  CHECK_OK(ct_acts_init(&a, &m, B, T, CT_ACTS_FORWARD));
+  CHECK_OK(ct_acts_attach_lora(&a, &lo));
+  memcpy(a.ids, b.ids, sizeof b.ids);
+  memcpy(a.pos, b.pos, sizeof b.pos);
+  memcpy(a.seg, b.seg, sizeof b.seg);
+  ct_forward(&m, &a, B, T);
+  ct_sgemm('N', 'T', N, V, m.cfg.hidden_size, 1, a.lnf, m.cfg.hidden_size, m.w.lm_head, m.cfg.hidden_size, 0, want, V);
+  ct_infer_weights w;
+  ct_engine *e;
+  ct_engine_opts o = {B, T, N};
+  CHECK_OK(ct_infer_from_model(&w, &m));
+  CHECK_OK(ct_infer_attach_lora(&w, &lo));
+  CHECK_OK(ct_engine_init(&e, &w, &o));
+  int slot[N], out[N];
+  for (int i = 0; i < N; i++) slot[i] = i / T, out[i] = i;
+  CHECK_OK(ct_engine_forward(e, N, b.ids, slot, b.pos, out, N, got));
+  double worst = 0;
+  for (long i = 0; i < (long)N * V; i++) worst = fmax(worst, fabs(want[i] - got[i]));
+  fprintf(stderr, "    engine with adapters vs training forward: max |logit diff| %.2e\n", worst);
+  CHECK(worst < 2e-5);
+  ct_engine_free(e);
+  ct_infer_free(&w);
+  ct_acts_free(&a);
+  free(want);
+  free(got);
+  ct_lora_free(&lo);
+  ct_model_free(&m);
+}
+
 // PEFT's initialization (B = 0) leaves the base's logits unchanged, bit for bit; with B
 // non-zero, the merged model's logits equal base + adapters.
 static void test_step0_is_the_base_and_merging_matches(void) {
@@ -305,6 +350,7 @@ int main(int argc, char **argv) {
   ct_pool_init(2);
   RUN(test_adapter_gradients_match_float64_reference_of_merged_weights);
   RUN(test_step0_is_the_base_and_merging_matches);
+  RUN(test_engine_with_adapters_matches_the_training_forward);
   RUN(test_dropout_gradients_match_finite_differences_of_the_masked_loss);
   RUN(test_peft_files_round_trip_and_bad_adapters_are_refused);
   ct_pool_free();

@@ -77,6 +77,8 @@ static void test_five_steps_match_float64_reference_training(void) {
   tr.mom1 = calloc(1, bytes);
   tr.mom2 = calloc(1, bytes);
   CHECK_OK(ct_weights_bind(&tr.g, m, tr.grads));
+  tr.trained = ct_model_tensors(m);  // full fine-tuning: the model is what trains
+  tr.params = m->params;
   tr.adam = (ct_adamw){cfg.adam_beta1, cfg.adam_beta2, cfg.adam_epsilon, cfg.weight_decay};
   ct_acts a;
   ct_head h;
