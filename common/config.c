@@ -203,7 +203,7 @@ static const key_def KEYS[] = {
      .comment = "The adapters' scale is lora_alpha / lora_r (lora_alpha / sqrt(lora_r) with use_rslora)."},
     {"lora_dropout", K_FLOAT, ALL, OFF(lora_dropout), "0.05", CLOPEN(0, 1),
      .comment = "Dropout on the adapters' input during training forwards."},
-    {"lora_target_modules", K_STR_LIST, ALL | SAMPLER, OFF(lora_target_modules), "all-linear",
+    {"lora_target_modules", K_STR_LIST, ALL, OFF(lora_target_modules), "all-linear",
      .choices = ct_lora_module_names,
      .comment = "Projections that get adapters: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
                 "down_proj, or all-linear (all seven)."},

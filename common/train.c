@@ -253,6 +253,22 @@ static int resolve_resume(ct_train *tr) {
   return 0;
 }
 
+// The adapters' config from the keys (use_peft without adapter_path).
+static ct_lora_config lora_config_of(const ct_config *c) {
+  ct_lora_config lc = {.r = (int)c->lora_r, .alpha = c->lora_alpha, .rslora = c->use_rslora,
+                       .dropout = c->lora_dropout};
+  for (int i = 0; i < c->lora_target_modules.n; i++) {
+    const char *nm = c->lora_target_modules.v[i];
+    for (int t = 0; t < CT_LORA_TARGETS; t++)
+      if (!strcmp(nm, ct_lora_target_names[t]) || !strcmp(nm, "all-linear")) lc.targets |= 1u << t;
+  }
+  for (int i = 0; i < c->lora_modules_to_save.n; i++) {
+    lc.save_embed |= !strcmp(c->lora_modules_to_save.v[i], "embed_tokens");
+    lc.save_head |= !strcmp(c->lora_modules_to_save.v[i], "lm_head");
+  }
+  return lc;
+}
+
 int ct_train_setup(ct_train *tr, ct_config *cfg) {
   memset(tr, 0, sizeof *tr);
   tr->cfg = cfg;
@@ -276,6 +292,16 @@ int ct_train_setup(ct_train *tr, ct_config *cfg) {
   if (ct_tokenizer_vocab_size(tr->tok) > mc.vocab_size)
     return ct_set_error(CT_EINVAL, "the tokenizer has %d tokens but the model's vocab_size is %d",
                         ct_tokenizer_vocab_size(tr->tok), mc.vocab_size);
+  if (cfg->use_peft && !cfg->adapter_path[0] && !tr->resumed_from[0]) {  // the adapters' keys vs this base
+    ct_lora_config lc = lora_config_of(cfg);
+    if (ct_lora_config_check(&lc, &mc))
+      return ct_wrap_error(CT_ECONFIG, "%s", ct_config_origin(cfg, cfg->lora_modules_to_save.n ? "lora_modules_to_save" : "use_peft"));
+  } else if (cfg->use_peft) {  // an adapter to continue: does it fit this base? (before any big read)
+    const char *from = tr->resumed_from[0] ? tr->resumed_from : cfg->adapter_path;
+    ct_lora probe;
+    if ((rc = ct_lora_load(&probe, from, &mc))) return rc;
+    ct_lora_free(&probe);
+  }
   tr->adam = (ct_adamw){cfg->adam_beta1, cfg->adam_beta2, cfg->adam_epsilon, cfg->weight_decay};
   ct_rng_seed(&tr->rng, (uint64_t)cfg->seed * 0x9e3779b97f4a7c15ULL + 1);
   if (tr->resumed_from[0] && (rc = read_trainer_state(tr, tr->resumed_from))) return rc;
@@ -285,22 +311,6 @@ int ct_train_setup(ct_train *tr, ct_config *cfg) {
     if (!rc) rc = ct_config_write_yaml(cfg, p);
   }
   return rc;
-}
-
-// The adapters' config from the keys (use_peft without adapter_path).
-static ct_lora_config lora_config_of(const ct_config *c) {
-  ct_lora_config lc = {.r = (int)c->lora_r, .alpha = c->lora_alpha, .rslora = c->use_rslora,
-                       .dropout = c->lora_dropout};
-  for (int i = 0; i < c->lora_target_modules.n; i++) {
-    const char *nm = c->lora_target_modules.v[i];
-    for (int t = 0; t < CT_LORA_TARGETS; t++)
-      if (!strcmp(nm, ct_lora_target_names[t]) || !strcmp(nm, "all-linear")) lc.targets |= 1u << t;
-  }
-  for (int i = 0; i < c->lora_modules_to_save.n; i++) {
-    lc.save_embed |= !strcmp(c->lora_modules_to_save.v[i], "embed_tokens");
-    lc.save_head |= !strcmp(c->lora_modules_to_save.v[i], "lm_head");
-  }
-  return lc;
 }
 
 // The adapters: the checkpoint's (resuming), adapter_path's, or new ones from the keys.

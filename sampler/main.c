@@ -46,6 +46,7 @@ typedef struct {
   const ct_config *cfg;
   ct_tokenizer *tok;
   ct_infer_weights w;
+  ct_lora lora;  // adapter_path: applied by the engine on top of the model
 } setup_t;
 
 static void setup(setup_t *s, const ct_config *cfg) {
@@ -57,6 +58,9 @@ static void setup(setup_t *s, const ct_config *cfg) {
   const char *tdir = cfg->tokenizer_path[0] ? cfg->tokenizer_path : cfg->model_path;
   if (ct_tokenizer_load(&s->tok, tdir)) fail(1, NULL);
   if (ct_infer_load(&s->w, cfg->model_path, cfg->quantization == CT_QUANT_INT8)) fail(1, NULL);
+  if (cfg->adapter_path[0] &&
+      (ct_lora_load(&s->lora, cfg->adapter_path, &s->w.cfg) || ct_infer_attach_lora(&s->w, &s->lora)))
+    fail(1, NULL);
   if (ct_tokenizer_vocab_size(s->tok) > s->w.cfg.vocab_size)
     fail(1, (ct_set_error(CT_EINVAL, "the tokenizer has %d tokens, the model only %d",
                           ct_tokenizer_vocab_size(s->tok), s->w.cfg.vocab_size), NULL));
@@ -225,6 +229,7 @@ static int cmd_generate(const ct_config *cfg) {
   free(reqs);
   free(o.done);
   ct_infer_free(&s.w);
+  ct_lora_free(&s.lora);
   ct_tokenizer_free(s.tok);
   return 0;
 }
@@ -295,6 +300,7 @@ static int cmd_accuracy(const ct_config *cfg) {
   free(want);
   free(reqs);
   ct_infer_free(&s.w);
+  ct_lora_free(&s.lora);
   ct_tokenizer_free(s.tok);
   return 0;
 }
@@ -362,6 +368,7 @@ static int cmd_score(const ct_config *cfg) {
   ct_engine_free(e);
   ct_dataset_free(&ds);
   ct_infer_free(&s.w);
+  ct_lora_free(&s.lora);
   ct_tokenizer_free(s.tok);
   return 0;
 }
