@@ -215,8 +215,9 @@ static const key_def KEYS[] = {
      .comment = "A PEFT LoRA adapter directory: training continues it (its adapter_config.json "
                 "decides r, alpha and targets); bin/sampler serves base + adapter."},
     {"base_dtype", K_ENUM, ALL, OFF(base_dtype), "float32", .choices = ct_store_names,
-     .comment = "With use_peft: how the frozen base is held. bfloat16 halves it (layers widened one "
-                "at a time; embeddings stay float32). int8 is not supported for training yet."},
+     .comment = "With use_peft: how the frozen base is held. bfloat16 halves its layers, int8 "
+                "quarters them (one scale per row; widened one layer at a time); the embeddings "
+                "stay float32."},
 
     {"beta", K_FLOAT, DPO | GRPO | DISTILL, OFF(beta), "0.1", FROM(0), .section = "Preference and RL",
      .per_trainer = {NULL, "0.1", "0.0", "0.5"},

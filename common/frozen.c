@@ -86,7 +86,7 @@ int ct_frozen_open(ct_frozen *f, const char *dir, int dtype, int B, int T) {
 int ct_frozen_view(ct_frozen *f, const ct_model *m, int B, int T) {
   memset(f, 0, sizeof *f);
   f->view = true;
-  f->dtype = m->params ? CT_STORE_F32 : CT_STORE_BF16;
+  f->dtype = m->params16 ? CT_STORE_BF16 : CT_STORE_F32;  // (an int8 LoRA base runs this path too)
   f->cfg = m->cfg;
   f->B = B;
   f->T = T;
@@ -116,10 +116,12 @@ void ct_frozen_free(ct_frozen *f) {
 float *ct_frozen_params(ct_frozen *f) { return f->dtype == CT_STORE_F32 ? f->model.params : NULL; }
 
 uint64_t ct_frozen_checksum(const ct_frozen *f) {
+  const ct_model *m = &f->model;
+  size_t n = (size_t)m->n_floats;
   if (f->dtype == CT_STORE_INT8) return ct_fnv1a(f->iw.qmem, (size_t)f->iw.layout.n_floats, CT_FNV1A_INIT);
-  if (f->dtype == CT_STORE_BF16)
-    return ct_fnv1a(f->model.params16, sizeof(uint16_t) * (size_t)f->model.n_floats, CT_FNV1A_INIT);
-  return ct_fnv1a(f->model.params, sizeof(float) * (size_t)f->model.n_floats, CT_FNV1A_INIT);
+  if (m->params16) return ct_fnv1a(m->params16, sizeof(uint16_t) * n, CT_FNV1A_INIT);
+  if (m->params8) return ct_fnv1a(m->params8, n, CT_FNV1A_INIT);
+  return ct_fnv1a(m->params, sizeof(float) * n, CT_FNV1A_INIT);
 }
 
 // int8: one engine pass over b (row i in slot i), the final hidden states of the target

@@ -328,16 +328,14 @@ static int lora_setup(ct_train *tr) {
 int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   const ct_config *cfg = tr->cfg;
   ct_model *m = &tr->model;
-  bool peft = cfg->use_peft, bf16 = peft && cfg->base_dtype == CT_STORE_BF16;
+  bool peft = cfg->use_peft, bf16 = peft && cfg->base_dtype == CT_STORE_BF16, i8 = peft && cfg->base_dtype == CT_STORE_INT8;
   double trained_bytes;
   if (peft) {
     ct_lora_config lc = lora_config_of(cfg);
     if (cfg->adapter_path[0] && ct_lora_read_config(&lc, cfg->adapter_path)) return CT_EFORMAT;
     trained_bytes = ct_lora_bytes(&lc, &m->cfg);
-    ct_plan_addf(p, bf16 ? ct_model_bf16_bytes(m, true) : ct_model_param_bytes(m, false),
-                 "base model (%s, frozen)", bf16 ? "bfloat16, embeddings float32" : "float32");
-    if (bf16) ct_plan_add(p, "base model while loading (float32, freed)", ct_model_param_bytes(m, false) -
-                                                                              ct_model_bf16_bytes(m, true));
+    ct_plan_addf(p, bf16 ? ct_model_bf16_bytes(m, true) : i8 ? ct_model_int8_bytes(m) : ct_model_param_bytes(m, false),
+                 "base model (%s, frozen)", bf16 ? "bfloat16, embeddings float32" : i8 ? "int8, embeddings float32" : "float32");
     ct_plan_addf(p, trained_bytes, "LoRA adapters, rank %d", lc.r);
   } else {
     trained_bytes = ct_model_param_bytes(m, false);
@@ -364,6 +362,7 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   if (peft) {
     if ((rc = lora_setup(tr))) return rc;
     if (bf16 && (rc = ct_model_to_bf16(m, true))) return rc;
+    if (i8 && (rc = ct_model_to_int8(m))) return rc;
     tr->trained = ct_lora_tensors(&tr->lora);
     tr->params = tr->lora.params;
   } else {
@@ -593,9 +592,6 @@ static int check_lora_keys(const ct_config *c) {
                                                                        : NULL;
   if (key)
     return ct_set_error(CT_ECONFIG, "%s: key '%s' needs use_peft: true", ct_config_origin(c, key), key);
-  if (c->use_peft && c->base_dtype == CT_STORE_INT8)
-    return ct_set_error(CT_ECONFIG, "%s: key 'base_dtype': an int8 base is not supported for training "
-                        "yet; use bfloat16 (half the memory of float32)", ct_config_origin(c, "base_dtype"));
   if (c->use_peft && c->adapter_path[0] && c->resume_from_checkpoint[0])
     return ct_set_error(CT_ECONFIG, "%s: key 'adapter_path': resume_from_checkpoint already restores the "
                         "adapters; give one of the two", ct_config_origin(c, "adapter_path"));

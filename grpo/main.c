@@ -64,9 +64,9 @@ static int check_config(const ct_config *c) {
     return ct_set_error(CT_ECONFIG, "%s: key 'num_generations': %d does not divide the %d completions "
                         "a rank trains on per step (per_device_train_batch_size x gradient_accumulation_steps)",
                         ct_config_origin(c, "num_generations"), (int)c->num_generations, B * accum);
-  if (c->use_peft && c->base_dtype == CT_STORE_BF16)
+  if (c->use_peft && c->base_dtype != CT_STORE_F32)
     return ct_set_error(CT_ECONFIG, "%s: key 'base_dtype': GRPO samples its rollouts with the sampler's "
-                        "engine, which runs a float32 (or int8) base, not bfloat16", ct_config_origin(c, "base_dtype"));
+                        "engine, which runs a float32 base (not yet a narrowed one)", ct_config_origin(c, "base_dtype"));
   if (c->max_completion_length < 1)
     return ct_set_error(CT_ECONFIG, "%s: key 'max_completion_length' must be at least 1 for GRPO",
                         ct_config_origin(c, "max_completion_length"));

@@ -42,7 +42,7 @@ static void acts_sizes(const ct_model_config *c, int B, int T, int mode, long si
   long v[N_SLOTS] = {
       Lx * N * d.C, Ls * N * d.C, Ls * N, Ls * N * d.QKV,
       qkn ? Ls * N * d.QKV : 0, qkn ? Ls * N * (d.H + d.KV) : 0, Ls * N * d.H * d.hd,
-      Ls * N * d.H, back ? Ls * N * d.C : 0, Ls * N * d.C, Ls * N, Ls * N * 2 * d.F, Ls * N * d.F,
+      Ls * N * d.H, back ? Ls * N * d.C : 0, Ls * N * d.C, Ls * N, Ls * N * 2 * d.F, N * d.F,
       N * d.C, N,
       back ? N * d.C : 0, back ? N * d.C : 0, back ? N * d.QKV : 0, back ? N * d.H * d.hd : 0,
       back ? N * 2 * d.F : 0, back ? N * d.F : 0, scratch,
@@ -150,7 +150,7 @@ static layer_acts layer_slots(const ct_acts *a, const dims *d, int l) {
   la.ln2 = a->ln2 + s * Nc * d->C;
   la.rstd2 = a->rstd2 + s * Nc;
   la.gu = a->gu + s * Nc * 2 * d->F;
-  la.h = a->h + s * Nc * d->F;
+  la.h = a->h;  // one slot: backward recomputes h = swiglu(gu), cheaper than keeping L of them
   return la;
 }
 
@@ -165,17 +165,25 @@ static bool lora_dropout_on(const ct_acts *a) {
 }
 
 // Element (n, k) of target t's input, times the dropout scale: 0 or 1/(1 − p).
+// The hash is murmur3's 32-bit finalizer over (element index ^ a per-(key, layer, target)
+// seed): cheap in 32-bit vector lanes, which matters because backward draws every mask
+// again.
 static void lora_mask_rows(const ct_acts *a, int l, int t, long n0, long n1, int in, float *mask) {
-  uint64_t key = a->lora->dropout_key ^ ((uint64_t)(l * CT_LORA_TARGETS + t + 1) * 0xd6e8feb86659fd93ULL);
+  uint64_t k64 = a->lora->dropout_key ^ ((uint64_t)(l * CT_LORA_TARGETS + t + 1) * 0xd6e8feb86659fd93ULL);
+  k64 = (k64 ^ (k64 >> 31)) * 0xbf58476d1ce4e5b9ULL;
+  uint32_t key = (uint32_t)(k64 ^ (k64 >> 32));
   float p = (float)a->lora->cfg.dropout, keep = 1.0f / (1.0f - p);
   uint32_t cut = (uint32_t)(p * 16777216.0f);  // of 2^24
-  long m = (n1 - n0) * in, base = n0 * in;
+  uint32_t m = (uint32_t)((n1 - n0) * in), base = (uint32_t)(n0 * in);
 #pragma omp simd
-  for (long i = 0; i < m; i++) {
-    uint64_t z = key + (uint64_t)(base + i) * 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    mask[i] = (uint32_t)(z >> 40) >= cut ? keep : 0.0f;
+  for (uint32_t i = 0; i < m; i++) {
+    uint32_t h = (base + i) * 0x9e3779b1u ^ key;
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    mask[i] = (h >> 8) >= cut ? keep : 0.0f;
   }
 }
 
@@ -304,6 +312,7 @@ void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float
     if (a->mode == CT_ACTS_RECOMPUTE) layer_forward(m, l, w, &la, a, B, T, false);
     float *x = la.x, *ln1 = la.ln1, *rstd1 = la.rstd1, *qkv = la.qkv, *att = la.att, *lse = la.lse;
     float *x2 = la.x2, *ln2 = la.ln2, *rstd2 = la.rstd2, *gu = la.gu, *h = la.h;
+    if (a->mode == CT_ACTS_KEEP) ct_swiglu_forward(h, gu, (int)N, (int)d.F);  // (RECOMPUTE just did)
 
     // MLP: xn = x2 + h · Wdownᵀ
     ct_sgemm('N', 'N', (int)N, (int)d.F, (int)d.C, 1, dres, (int)d.C, w->wdown, (int)d.F, 0,

@@ -40,7 +40,7 @@ typedef struct {
   float *ln2;    // (L, N, C)
   float *rstd2;  // (L, N)
   float *gu;     // (L, N, 2F)
-  float *h;      // (L, N, F)
+  float *h;      // (N, F) one slot: backward recomputes each layer's from gu
   float *lnf;    // (N, C) final RMSNorm output: the LM head's input
   float *rstdf;  // (N)
   // backward work space, reused layer after layer (not for CT_ACTS_FORWARD)

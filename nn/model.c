@@ -15,6 +15,7 @@
 #include "matmul.h"
 #include "mem.h"
 #include "pool.h"
+#include "quant.h"
 #include "rng.h"
 
 int ct_model_config_check(const ct_model_config *c) {
@@ -254,6 +255,9 @@ void ct_model_free(ct_model *m) {
   ct_big_free(m->params16);
   ct_big_free(m->wide);
   ct_big_free(m->emb32);
+  ct_big_free(m->params8);
+  ct_big_free(m->s8);
+  free(m->s8off);
   free(m->off16);
   free(m->rope_cos);
   free(m->rope_sin);
@@ -435,9 +439,82 @@ double ct_model_train_flops_per_token(const ct_model_config *c, int T) {
   return 6 * matmul_params + 3 * attn;
 }
 
+double ct_model_int8_bytes(const ct_model *m) {
+  long VC = (long)m->cfg.vocab_size * m->cfg.hidden_size, s = 0;
+  for (int i = 0; i < m->n_tensors; i++) s += m->tensors[i].ndim == 2 ? m->tensors[i].shape[0] : m->tensors[i].numel;
+  return (double)m->n_floats + sizeof(float) * ((double)s + (double)wide_floats(m) +
+                                                (double)VC * (m->cfg.tie_word_embeddings ? 1 : 2));
+}
+
+int ct_model_to_int8(ct_model *m) {
+  if (m->params8 || m->params16 || !m->params) return ct_set_error(CT_EINVAL, "model: already narrowed");
+  long C = m->cfg.hidden_size, wide = wide_floats(m), VC = (long)m->cfg.vocab_size * C, total = 0;
+  bool tied = m->w.lm_head == m->w.embed;
+  m->s8off = malloc(sizeof(long) * m->n_tensors);
+  for (int i = 0; m->s8off && i < m->n_tensors; i++) {
+    m->s8off[i] = total;
+    total += m->tensors[i].ndim == 2 ? m->tensors[i].shape[0] : m->tensors[i].numel;
+  }
+  m->params8 = ct_big_alloc((size_t)m->n_floats);
+  m->s8 = ct_big_alloc(sizeof(float) * (total ? total : 1));
+  m->wide = ct_big_alloc(sizeof(float) * wide);
+  m->emb32 = ct_big_alloc(sizeof(float) * VC * (tied ? 1 : 2));
+  m->off16 = malloc(sizeof(long) * (m->cfg.num_layers + 2));
+  if (!m->s8off || !m->params8 || !m->s8 || !m->wide || !m->emb32 || !m->off16)
+    return ct_set_error(CT_ENOMEM, "model: out of memory for int8 weights");
+  m->wide_floats = wide;
+  for (int i = 0; i < m->n_tensors; i++) {
+    const ct_tensor_info *t = &m->tensors[i];
+    if (t->ndim == 2)
+      ct_quantize_rows_int8(m->params + t->offset, (int)t->shape[0], (int)t->shape[1], m->params8 + t->offset,
+                            m->s8 + m->s8off[i]);
+    else
+      memcpy(m->s8 + m->s8off[i], m->params + t->offset, sizeof(float) * t->numel);
+  }
+  memcpy(m->wide + wide - C, m->w.norm, sizeof(float) * C);  // a vector: kept as it is
+  memcpy(m->emb32, m->w.embed, sizeof(float) * VC);
+  if (!tied) memcpy(m->emb32 + VC, m->w.lm_head, sizeof(float) * VC);
+  const ct_layer_weights *L = &m->w.layers[0];
+  float *w = m->wide;
+#define REL(f) m->wide_layer.f = L->f ? w + (L->f - L->ln1) : NULL
+  REL(ln1); REL(wqkv); REL(bqkv); REL(qnorm); REL(knorm); REL(wo); REL(ln2); REL(wgu); REL(wdown);
+#undef REL
+  for (int l = 0; l < m->cfg.num_layers; l++) m->off16[l] = layer_start(m, l);
+  m->off16[m->cfg.num_layers] = m->off16[m->cfg.num_layers + 1] = 0;  // (the embeddings stay float32)
+  ct_weights_free(&m->w);
+  memset(&m->w, 0, sizeof m->w);
+  m->w.norm = m->wide + wide - C;
+  m->w.embed = m->emb32;
+  m->w.lm_head = tied ? m->emb32 : m->emb32 + VC;
+  ct_big_free(m->params);
+  m->params = NULL;
+  return 0;
+}
+
+// int8: every tensor of layer l, dequantized (matrices) or copied (vectors) into m->wide.
+static void widen_int8_layer(const ct_model *m, int l) {
+  long start = m->off16[l], span = layer_span(m);
+  for (int i = 0; i < m->n_tensors; i++) {
+    const ct_tensor_info *t = &m->tensors[i];
+    if (t->offset < start || t->offset >= start + span) continue;
+    float *dst = m->wide + (t->offset - start);
+    const float *s = m->s8 + m->s8off[i];
+    if (t->ndim == 1) {
+      memcpy(dst, s, sizeof(float) * t->numel);
+      continue;
+    }
+    const int8_t *q = m->params8 + t->offset;
+    long cols = t->shape[1];
+    for (long r = 0; r < t->shape[0]; r++)
+#pragma omp simd
+      for (long c = 0; c < cols; c++) dst[r * cols + c] = (float)q[r * cols + c] * s[r];
+  }
+}
+
 const ct_layer_weights *ct_model_layer(const ct_model *m, int l) {
-  if (!m->params16) return &m->w.layers[l];
-  ct_bf16_widen(m->wide, m->params16 + m->off16[l], layer_span(m));
+  if (m->params8) widen_int8_layer(m, l);
+  else if (m->params16) ct_bf16_widen(m->wide, m->params16 + m->off16[l], layer_span(m));
+  else return &m->w.layers[l];
   return &m->wide_layer;
 }
 

@@ -84,6 +84,10 @@ typedef struct {
   ct_layer_weights wide_layer;  // views into wide for the layer widened last
   long *off16;            // (L + 2) offsets in params16 of each layer, the embedding, the head
   float *emb32;           // float32 embedding (+ untied head) kept by ct_model_to_bf16(m, true)
+  // int8 storage (ct_model_to_int8: a LoRA base): matrices as int8 with one scale per row
+  int8_t *params8;        // (n_floats) the matrices' values at their offsets
+  float *s8;              // per tensor: a matrix's row scales, or a vector's float32 values
+  long *s8off;            // (n_tensors) where each tensor's entry in s8 starts
 } ct_model;
 
 // Checks a config for consistency (heads divide, sizes positive, ...).
@@ -120,6 +124,12 @@ double ct_model_param_bytes(const ct_model *m, bool bf16);
 int ct_model_to_bf16(ct_model *m, bool keep_embeddings);
 // Bytes a model of this layout takes in bf16 storage (m may be a layout only).
 double ct_model_bf16_bytes(const ct_model *m, bool keep_embeddings);
+// int8 storage of the layers' matrices (row absmax, quant.h; norms and biases stay float32,
+// and so do the embedding and head): a quarter of float32 for the layers, for a frozen
+// LoRA base. Widened a layer at a time as bf16 is; a forward equals, bit for bit, a float32
+// model of the dequantized weights.
+int ct_model_to_int8(ct_model *m);
+double ct_model_int8_bytes(const ct_model *m);
 // Layer l's weights as fp32: the parameters themselves, or (bf16) layer l widened into
 // m->wide — valid until the next call. Not thread-safe for bf16 models.
 const ct_layer_weights *ct_model_layer(const ct_model *m, int l);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "pool.h"
+#include "quant.h"
 
 // Rows of W are handled four at a time (each x element loaded once for four dot
 // products); blocks are aligned to 4 in every thread split, so a given output row is
@@ -194,16 +195,6 @@ void ct_rowsums(const int8_t *q, int rows, int cols, int32_t *rowsum) {
 }
 
 void ct_quantize_rows(const float *W, int rows, int cols, int8_t *q, float *scale, int32_t *rowsum) {
-  for (int n = 0; n < rows; n++) {
-    const float *w = W + (long)n * cols;
-    float mx = 0;
-    for (int k = 0; k < cols; k++) mx = fmaxf(mx, fabsf(w[k]));
-    float s = mx > 0 ? mx / 127.0f : 1.0f;
-    scale[n] = s;
-    for (int k = 0; k < cols; k++) {
-      float v = rintf(w[k] / s);
-      q[(long)n * cols + k] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
-    }
-  }
+  ct_quantize_rows_int8(W, rows, cols, q, scale);
   ct_rowsums(q, rows, cols, rowsum);
 }

@@ -14,48 +14,7 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 echo "OpenBLAS kernel: ${OPENBLAS_CORETYPE:-chosen by ctune for this CPU}"
 
-# SFT rows packed into full 512-token rows; preference pairs of ~450 tokens each
-"$BIN/ctune-demo-data" reverse "$T/sft.jsonl" "$T/eval.jsonl" 2000 50 3 12 >/dev/null
-awk 'BEGIN { srand(3); for (r = 0; r < 8; r++) { p = ""; c = ""; j = "";
-  for (i = 0; i < 90; i++) p = p sprintf(" w%d", int(rand() * 5000));
-  for (i = 0; i < 70; i++) { c = c sprintf(" a%d", int(rand() * 5000)); j = j sprintf(" b%d", int(rand() * 5000)) }
-  printf("{\"prompt\":\"%s\",\"chosen\":\"%s\",\"rejected\":\"%s\"}\n", p, c, j) } }' >"$T/prefs.jsonl"
-
-qwen="tokenizer_path=$NPM/tokenizer-qwen3/models model.model_type=qwen2 model.vocab_size=151936
-      model.hidden_size=896 model.intermediate_size=4864 model.num_hidden_layers=24
-      model.num_attention_heads=14 model.num_key_value_heads=2"
-llama="tokenizer_path=$NPM/tokenizer-llama3/models model.model_type=llama model.vocab_size=128256
-       model.hidden_size=2048 model.intermediate_size=8192 model.num_hidden_layers=16
-       model.num_attention_heads=32 model.num_key_value_heads=8"
-sft_args="configs/sft.yml dataset_path=$T/sft.jsonl model.tie_word_embeddings=true max_length=512
-          per_device_train_batch_size=1 packing=true completion_only_loss=false save_steps=0 logging_steps=1"
-dpo_args="configs/dpo.yml dataset_path=$T/prefs.jsonl max_length=512 per_device_train_batch_size=1
-          save_steps=0 logging_steps=1"
-
-now() { date +%s.%N; }
-# run NAME PROGRAM ARGS...: the log with each line's seconds since launch, in $T/NAME.log
-run() {
-  name=$1
-  shift
-  t0=$(now)
-  "$@" 2>&1 | while IFS= read -r l; do echo "$(awk -v a="$(now)" -v b="$t0" 'BEGIN { printf "%.2f", a - b }') $l"; done >"$T/$name.log"
-}
-field() { sed -n "s/.*$1.*/\1/p" "$T/$2.log" | tail -1; }
-# row LABEL NAME: plan, peak, start-up, tokens/s of the last step
-row() {
-  plan=$(field ' \([0-9][0-9]*\)  total, of .*' "$2")
-  peak=$(field 'peak memory \([0-9]*\) MiB' "$2")
-  start=$(sed -n 's/^\([0-9.]*\) ctune: training .*/\1/p' "$T/$2.log")
-  tok=$(field '"tokens_per_s":\([0-9.]*\).*' "$2")
-  refused=$(sed -n 's/.*\(the memory plan needs [0-9]* MiB but [0-9]* MiB are available\).*/\1/p' "$T/$2.log")
-  if [ -n "$refused" ]; then
-    printf "| %s | %s MiB | refused before allocating: %s |  |  |\n" "$1" "$plan" "$refused"
-  elif [ -z "$peak" ]; then
-    echo "bench-memory: $2 failed:"; tail -5 "$T/$2.log"; exit 1
-  else
-    printf "| %s | %s MiB | %s MiB (%s GiB) | %s s | %s |\n" "$1" "$plan" "$peak" "$(awk -v p="$peak" 'BEGIN { printf "%.1f", p / 1024 }')" "$start" "$tok"
-  fi
-}
+. scripts/bench-lib.sh
 
 # the 0.5B model: its initialization, saved in bfloat16 by a step at learning rate 0
 run q_init "$BIN/sft" $sft_args $qwen output_dir="$T/q" max_steps=1 learning_rate=0 save_dtype=bfloat16

@@ -17,3 +17,9 @@ sh scripts/bench-memory.sh "$BIN"
 echo
 echo "== tokenizer encoding, vs the reference implementation under node"
 sh scripts/bench-tokenizer.sh "$BIN"
+echo
+echo "== LoRA against full fine-tuning (SmolLM-135M and Qwen2.5-0.5B shapes)"
+sh scripts/bench-lora.sh "$BIN"
+echo
+echo "== the job we measure ourselves by: one GRPO step, 0.5B shape, LoRA"
+sh scripts/bench-grpo.sh "$BIN"

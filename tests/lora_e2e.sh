@@ -3,8 +3,8 @@
 # save as a PEFT directory; resume is bit-identical; merge-lora gives a model that
 # samples exactly as base + adapter_path; DPO starts at log 2 with the base as reference
 # and its reward accuracy rises; GRPO's first KL to the base is 0 and its reward rises;
-# distillation trains a student's adapters; modules_to_save trains the head; a bf16 base
-# gives nearly the float32 losses; bad adapters and keys fail before any work.
+# distillation trains a student's adapters; modules_to_save trains the head; a bf16 or
+# int8 base gives nearly the float32 losses; bad adapters and keys fail before any work.
 . tests/lib/common.sh
 start_test lora
 
@@ -94,12 +94,14 @@ l_head=$(tail -1 "$T/h/metrics.jsonl" | field loss) l_q=$(tail -1 "$T/h0/metrics
 echo "loss after 20 steps: q_proj adapters + trained head $l_head, q_proj adapters only $l_q"
 awk -v a="$l_head" -v b="$l_q" 'BEGIN { exit !(a < b) }' || fail "training the head changed nothing"
 
-echo "== a bfloat16 base gives the float32 base's losses up to its rounding"
-"$BIN/sft" $sft output_dir="$T/b16" max_steps=3 base_dtype=bfloat16 >"$T/b16.log" 2>&1 || { cat "$T/b16.log"; fail "bf16 base"; }
-b=$(head -1 "$T/b16/metrics.jsonl" | field loss) f=$(head -1 "$T/r1/metrics.jsonl" | field loss)
-echo "step-1 loss: bf16 base $b, float32 base $f"
-awk -v a="$b" -v b="$f" 'BEGIN { d = (a - b) / b; exit !(a != b && d < 0.02 && d > -0.02) }' \
-  || fail "bf16 base loss $b is not within 2% of $f (or equal: not narrowed)"
+echo "== a bfloat16 or int8 base gives the float32 base's losses up to its rounding"
+for q in bfloat16 int8; do
+  "$BIN/sft" $sft output_dir="$T/$q" max_steps=3 base_dtype=$q >"$T/$q.log" 2>&1 || { cat "$T/$q.log"; fail "$q base"; }
+  b=$(head -1 "$T/$q/metrics.jsonl" | field loss) f=$(head -1 "$T/r1/metrics.jsonl" | field loss)
+  echo "step-1 loss: $q base $b, float32 base $f"
+  awk -v a="$b" -v b="$f" 'BEGIN { d = (a - b) / b; exit !(a != b && d < 0.02 && d > -0.02) }' \
+    || fail "$q base loss $b is not within 2% of $f (or equal: not narrowed)"
+done
 
 echo "== bad adapters and keys fail before any work"
 expect 2 "key 'lora_r'" "$BIN/sft" $sft output_dir="$T/x" lora_r=0

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bf16.h"
 #include "engine.h"
 #include "forward.h"
 #include "fs.h"
@@ -17,6 +18,7 @@
 #include "lora.h"
 #include "matmul.h"
 #include "pool.h"
+#include "quant.h"
 #include "ref_model.h"
 #include "rng.h"
 #include "test.h"
@@ -213,6 +215,59 @@ static void test_engine_with_adapters_matches_the_training_forward(void) {
   ct_model_free(&m);
 }
 
+// A narrowed base (int8 rows, bf16) runs, bit for bit, as a float32 base holding the
+// narrowed values: the adapters' gradients on it equal those on that float32 model.
+static void check_narrowed_base(bool int8) {
+  ct_model m, r;
+  tiny_model(&m, "qwen2");
+  tiny_model(&r, "qwen2");
+  for (int i = 0; i < r.n_tensors; i++) {  // r: the values the narrowed storage holds
+    const ct_tensor_info *t = &r.tensors[i];
+    float *p = r.params + t->offset;
+    if (!int8) {
+      for (long k = 0; k < t->numel; k++) p[k] = ct_bf16_to_f32(ct_f32_to_bf16(p[k]));
+    } else if (t->ndim == 2 && !strstr(t->name, "embed") && !strstr(t->name, "lm_head")) {
+      int8_t *q = malloc((size_t)t->numel);
+      float *sc = malloc(sizeof(float) * t->shape[0]);
+      ct_quantize_rows_int8(p, (int)t->shape[0], (int)t->shape[1], q, sc);
+      for (long k = 0; k < t->numel; k++) p[k] = (float)q[k] * sc[k / t->shape[1]];
+      free(q);
+      free(sc);
+    }
+  }
+  if (!int8)  // bf16 keeps the embedding and head float32 for a LoRA base
+    for (int i = 0; i < r.n_tensors; i++)
+      if (strstr(r.tensors[i].name, "embed") || strstr(r.tensors[i].name, "lm_head"))
+        memcpy(r.params + r.tensors[i].offset, m.params + r.tensors[i].offset, sizeof(float) * r.tensors[i].numel);
+  CHECK_OK(int8 ? ct_model_to_int8(&m) : ct_model_to_bf16(&m, true));
+  CHECK(m.params == NULL);
+  ct_lora lo;
+  ct_lora_config lc = all_linear(2, 0);
+  CHECK_OK(ct_lora_init(&lo, &lc, &r.cfg));
+  random_adapters(&lo, &r, 13);
+  float *g1 = calloc(lo.n_floats, sizeof(float)), *g2 = calloc(lo.n_floats, sizeof(float));
+  ct_weights g;
+  frozen_grads(&g, &r);
+  batch_t b = make_batch(r.cfg.vocab_size);
+  ct_lora_bind_grads(&lo, g1);
+  double l1 = ours(&r, &lo, &g, &b, NULL);
+  ct_lora_bind_grads(&lo, g2);
+  double l2 = ours(&m, &lo, &g, &b, NULL);
+  CHECK(l1 == l2 && !memcmp(g1, g2, sizeof(float) * lo.n_floats));
+  fprintf(stderr, "    %s base: loss %.6f, the same bits as float32 of its values\n", int8 ? "int8" : "bf16", l2);
+  free(g1);
+  free(g2);
+  ct_weights_free(&g);
+  ct_lora_free(&lo);
+  ct_model_free(&m);
+  ct_model_free(&r);
+}
+
+static void test_narrowed_bases_equal_float32_bases_of_their_values(void) {
+  check_narrowed_base(false);
+  check_narrowed_base(true);
+}
+
 // PEFT's initialization (B = 0) leaves the base's logits unchanged, bit for bit; with B
 // non-zero, the merged model's logits equal base + adapters.
 static void test_step0_is_the_base_and_merging_matches(void) {
@@ -351,6 +406,7 @@ int main(int argc, char **argv) {
   RUN(test_adapter_gradients_match_float64_reference_of_merged_weights);
   RUN(test_step0_is_the_base_and_merging_matches);
   RUN(test_engine_with_adapters_matches_the_training_forward);
+  RUN(test_narrowed_bases_equal_float32_bases_of_their_values);
   RUN(test_dropout_gradients_match_finite_differences_of_the_masked_loss);
   RUN(test_peft_files_round_trip_and_bad_adapters_are_refused);
   ct_pool_free();
