@@ -28,12 +28,18 @@ run() {
   "$@" 2>&1 | while IFS= read -r l; do echo "$(awk -v a="$(now)" -v b="$t0" 'BEGIN { printf "%.2f", a - b }') $l"; done >"$T/$name.log"
 }
 field() { sed -n "s/.*$1.*/\1/p" "$T/$2.log" | tail -1; }
-# row LABEL NAME: plan, peak, start-up, tokens/s of the last step
+# tokens/s of a run: the mean over its steps after the first (which pays for fresh pages);
+# the first step's when it is the only one
+toks() {
+  sed -n 's/.*"tokens_per_s":\([0-9.]*\).*/\1/p' "$T/$1.log" |
+    awk 'NR == 1 { f = $1 } NR > 1 { s += $1; n++ } END { printf "%.1f", n ? s / n : f }'
+}
+# row LABEL NAME: plan, peak, start-up, tokens/s
 row() {
   plan=$(field ' \([0-9][0-9]*\)  total, of .*' "$2")
   peak=$(field 'peak memory \([0-9]*\) MiB' "$2")
   start=$(sed -n 's/^\([0-9.]*\) ctune: training .*/\1/p' "$T/$2.log")
-  tok=$(field '"tokens_per_s":\([0-9.]*\).*' "$2")
+  tok=$(toks "$2")
   refused=$(sed -n 's/.*\(the memory plan needs [0-9]* MiB but [0-9]* MiB are available\).*/\1/p' "$T/$2.log")
   if [ -n "$refused" ]; then
     printf "| %s | %s MiB | refused before allocating: %s |  |  |\n" "$1" "$plan" "$refused"

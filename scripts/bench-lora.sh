@@ -1,6 +1,6 @@
 #!/bin/sh
 # LoRA (r 16, all linear layers) against full fine-tuning, from one run: peak resident
-# memory next to each run's plan, and training tokens/s (last step), for the SmolLM-135M
+# memory next to each run's plan, and training tokens/s (mean after step 1), for the SmolLM-135M
 # and Qwen2.5-0.5B shapes at batch 1 x 1024 tokens; DPO with LoRA (2 x 457 tokens: no
 # reference model) next to SFT with LoRA at 1 x 512.
 # usage: scripts/bench-lora.sh BIN_DIR   (~5 minutes on 2 cores)
@@ -28,7 +28,7 @@ run q_lora_512 "$BIN/sft" $sft_args $qwen model_path="$T/q" output_dir="$T/x" ma
 run q_dpo_lora "$BIN/dpo" $dpo_args model_path="$T/q" output_dir="$T/x" max_steps=3 $lora
 run q_row "$BIN/sft" $sft_args $qwen model_path="$T/q" output_dir="$T/x" max_length=457 dry_run=true $lora
 
-echo "| run | its plan | peak resident | launch to first step | tokens/s (last step) |"
+echo "| run | its plan | peak resident | launch to first step | tokens/s (mean after step 1) |"
 echo "| --- | --- | --- | --- | --- |"
 row "SmolLM-135M shape (Qwen3 vocabulary), SFT full, 1 x 1024" s_full
 row "SmolLM-135M shape (Qwen3 vocabulary), SFT LoRA, 1 x 1024" s_lora
@@ -40,7 +40,7 @@ row "Qwen2.5-0.5B shape, SFT LoRA, 1 x 512" q_lora_512
 row "Qwen2.5-0.5B shape, DPO LoRA, 2 x 457" q_dpo_lora
 for m in s q; do
   fp=$(field 'peak memory \([0-9]*\) MiB' ${m}_full) lp=$(field 'peak memory \([0-9]*\) MiB' ${m}_lora)
-  ft=$(field '"tokens_per_s":\([0-9.]*\).*' ${m}_full) lt=$(field '"tokens_per_s":\([0-9.]*\).*' ${m}_lora)
+  ft=$(toks ${m}_full) lt=$(toks ${m}_lora)
   awk -v m=$m -v fp="$fp" -v lp="$lp" -v ft="$ft" -v lt="$lt" 'BEGIN {
     printf "%s: LoRA peak = %.1f%% of full fine-tuning'"'"'s; LoRA step time = %.1f%% of full'"'"'s\n",
            m == "s" ? "SmolLM-135M shape" : "Qwen2.5-0.5B shape", 100 * lp / fp, 100 * ft / lt }'

@@ -29,7 +29,7 @@ run l_sft_gc "$BIN/sft" $sft_args $llama output_dir="$T/l2" max_steps=2 gradient
 run l_dpo "$BIN/dpo" $dpo_args model_path="$T/l" output_dir="$T/l3" max_steps=1 gradient_checkpointing=true
 run l_dpo_bf16 "$BIN/dpo" $dpo_args model_path="$T/l" output_dir="$T/l4" max_steps=1 ref_dtype=bfloat16 gradient_checkpointing=true
 
-echo "| run (batch 1 x 512 tokens) | its plan | peak resident | launch to first step | tokens/s (last step) |"
+echo "| run (batch 1 x 512 tokens) | its plan | peak resident | launch to first step | tokens/s (mean after step 1) |"
 echo "| --- | --- | --- | --- | --- |"
 row "Qwen2.5-0.5B shape, SFT" q_sft
 row "Qwen2.5-0.5B shape, SFT, gradient_checkpointing" q_sft_gc
@@ -44,5 +44,5 @@ for m in q l; do  # read speed of each bf16 model file, from the DPO runs that l
   secs=$(sed -n 's/.*weights read from .* in \([0-9.]*\) s.*/\1/p' "$T/${m}_dpo_bf16.log" | head -1)
   awk -v m=$m -v b="$bytes" -v s="$secs" 'BEGIN { printf "%s model.safetensors (bfloat16, %.0f bytes) read and widened to float32 in %s s = %.2f GB/s\n", m, b, s, b / s / 1e9 }'
 done
-a=$(field '"tokens_per_s":\([0-9.]*\).*' q_sft) b=$(field '"tokens_per_s":\([0-9.]*\).*' q_sft_gc)
-awk -v a="$a" -v b="$b" 'BEGIN { printf "gradient_checkpointing keeps %.0f%% of the tokens/s (0.5B shape, last step)\n", 100 * b / a }'
+a=$(toks q_sft) b=$(toks q_sft_gc)
+awk -v a="$a" -v b="$b" 'BEGIN { printf "gradient_checkpointing keeps %.0f%% of the tokens/s (0.5B shape)\n", 100 * b / a }'
