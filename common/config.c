@@ -62,6 +62,7 @@ typedef struct {
 #define ABOVE(a) .lo = (a), .lo_open = 1, .hi = INFINITY, .hi_open = 1
 #define OPEN(a, b) .lo = (a), .lo_open = 1, .hi = (b), .hi_open = 1
 #define CLOPEN(a, b) .lo = (a), .hi = (b), .hi_open = 1
+#define ANY .lo = -INFINITY, .lo_open = 1, .hi = INFINITY, .hi_open = 1  // every finite number
 
 const char *const ct_save_dtype_names[] = {"float32", "bfloat16", NULL};
 const char *const ct_model_type_names[] = {"llama", "qwen2", "qwen3", "mistral", NULL};
@@ -292,8 +293,8 @@ static const key_def KEYS[] = {
      .comment = "Completions that never reached an end-of-turn token get no loss."},
     {"reward_funcs", K_STR_LIST, GRPO, OFF(reward_funcs), "accuracy", .choices = ct_reward_func_names,
      .comment = "Reward functions, summed with reward_weights."},
-    {"reward_weights", K_FLOAT_LIST, GRPO, OFF(reward_weights), "[]",
-     .comment = "Weight of each reward function. Empty = 1 each."},
+    {"reward_weights", K_FLOAT_LIST, GRPO, OFF(reward_weights), "[]", ANY,
+     .comment = "Weight of each reward function (negative: a penalty). Empty = 1 each."},
     {"answer_field", K_STR, GRPO, OFF(answer_field), "answer",
      .comment = "accuracy and remote: the dataset field with the reference answer."},
     {"answer_regex", K_STR, GRPO, OFF(answer_regex), "",

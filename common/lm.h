@@ -22,7 +22,6 @@ typedef struct {
   double seqs;     // rows
 } ct_lm_stats;
 
-#define CT_LM_STATS_N 8  // doubles in ct_lm_stats, for all-reduce
 
 // Runs the decoder over batch b (a->lnf holds the result). Fails if b is larger than a
 // allows or a position lies past the model's RoPE table.

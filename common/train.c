@@ -18,6 +18,7 @@
 #include "dist.h"
 #include "error.h"
 #include "hf.h"
+#include "lm.h"
 #include "matmul.h"
 #include "mem.h"
 #include "fs.h"
@@ -183,6 +184,24 @@ void ct_train_plan_reference(const ct_train *tr, ct_plan *p, int B, int T) {
   else
     ct_plan_addf(p, ct_frozen_bytes(&tr->model.cfg, (int)c->ref_dtype, B, T), "reference model (%s)%s",
                  ct_store_names[c->ref_dtype], c->precompute_ref_log_probs ? ", freed after its pass" : "");
+}
+
+int ct_train_eval_lm(ct_train *tr, ct_acts *a, ct_head *h, ct_batch *b, int *seqs, const ct_dataset *ev) {
+  int B = (int)tr->cfg->per_device_eval_batch_size, rc = 0;
+  ct_lm_stats st = {0};
+  for (int first = tr->rank * B; first < ev->n_seq && !rc; first += B * tr->world) {
+    int n = 0;
+    for (int s = first; s < ev->n_seq && n < B; s++) seqs[n++] = s;
+    ct_batch_fill(b, ev, seqs, n, ct_tokenizer_pad(tr->tok));
+    rc = ct_lm_step(&tr->model, a, h, b, NULL, 0, 0, &st);
+  }
+  if (rc || (rc = ct_dist_sum_stats(&st))) return rc;
+  double t = st.targets > 0 ? st.targets : 1, seq = st.seq_ok / (st.seqs > 0 ? st.seqs : 1);
+  ct_log_info(&tr->log, "eval at step %ld: loss %.4f, token accuracy %.4f, sequence accuracy %.4f", tr->step,
+              st.loss / t, st.correct / t, seq);
+  return ct_log_metrics(&tr->log, json_pack("{s:I,s:f,s:f,s:f,s:f}", "step", (json_int_t)tr->step, "eval_loss",
+                                            st.loss / t, "eval_mean_token_accuracy", st.correct / t,
+                                            "eval_entropy", st.entropy / t, "eval_sequence_accuracy", seq));
 }
 
 int ct_train_check_reference(const ct_config *c) {

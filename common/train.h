@@ -10,6 +10,8 @@
 #include <stdbool.h>
 
 #include "config.h"
+#include "data.h"
+#include "head.h"
 #include "frozen.h"
 #include "log.h"
 #include "lora.h"
@@ -120,6 +122,12 @@ int ct_train_after_step(ct_train *tr, bool *stop);
 
 // The last line of a run: steps, where the model is, and peak resident memory.
 void ct_train_log_done(ct_train *tr);
+
+// Causal-LM evaluation of the policy over a whole dataset (its sequences split across ranks,
+// per_device_eval_batch_size at a time, through forward-only activations a): logs
+// eval_loss, eval_mean_token_accuracy, eval_entropy, eval_sequence_accuracy (the rows
+// greedy decoding reproduces) and a line. seqs holds at least per_device_eval_batch_size.
+int ct_train_eval_lm(ct_train *tr, ct_acts *a, ct_head *h, ct_batch *b, int *seqs, const ct_dataset *ev);
 
 // The frozen reference model (DPO, GRPO with beta > 0), stored as `dtype` (CT_STORE_*)
 // and sized for forwards of B rows x T tokens. It is ref_model_path when set, else the

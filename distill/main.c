@@ -256,6 +256,11 @@ typedef struct {
   double loss, soft, hard, hard_n, teacher_nll, tokens, input_tokens, correct;
 } kd_stats;
 
+// The student's cross-entropy and greedy sequence accuracy on the eval set.
+static void evaluate(ct_train *tr, ct_acts *a, ct_head *h, ct_batch *b, int *seqs, const ct_dataset *ev) {
+  if (ct_train_eval_lm(tr, a, h, b, seqs, ev)) fail(1, "eval");
+}
+
 static bool precompute_mode;  // `bin/distill precompute ...`: write the teacher's top-k logits
 
 // Distillation's own checks of the config, before anything is loaded.
@@ -291,8 +296,12 @@ int main(int argc, char **argv) {
   if (!offline) check_vocabularies(&cfg, tr.tok);
   ct_data_opts o = {(int)cfg.max_length, cfg.completion_only_loss, cfg.assistant_only_loss,
                     cfg.skip_bad_rows, cfg.packing, cfg.dataset_text_field};
-  ct_dataset train;
+  ct_dataset train, eval = {0};
   if (ct_dataset_load(&train, cfg.dataset_path, tr.tok, &o)) fail(1, NULL);
+  bool have_eval = cfg.eval_dataset_path[0] && !precompute_mode;
+  ct_data_opts eo = o;
+  eo.packing = false;
+  if (have_eval && ct_dataset_load(&eval, cfg.eval_dataset_path, tr.tok, &eo)) fail(1, NULL);
   ct_log_info(&tr.log, "train: %s: %d rows, %ld trained tokens", train.path, train.n_rows, train.n_label_tokens);
   if (precompute_mode) {
     cmd_precompute(&cfg, &tr, &train);
@@ -319,7 +328,10 @@ int main(int argc, char **argv) {
   ct_plan plan = {0};
   ct_plan_addf(&plan, ct_train_acts_bytes(&tr, B, T, mode), "activations, %d x %d tokens (%s)", B, T,
                cfg.gradient_checkpointing ? "layer inputs + one layer" : "every layer");
-  ct_plan_addf(&plan, ct_head_bytes(B * T, B * T, mc->vocab_size, C, tiles) + ct_kd_bytes(B * T, V, C, tiles),
+  int Be = have_eval ? (int)cfg.per_device_eval_batch_size : 0, Bmax = B > Be ? B : Be;
+  if (have_eval)
+    ct_plan_addf(&plan, ct_train_acts_bytes(&tr, Be, T, CT_ACTS_FORWARD), "evaluation activations, %d x %d tokens", Be, T);
+  ct_plan_addf(&plan, ct_head_bytes(Bmax * T, B * T, mc->vocab_size, C, tiles) + ct_kd_bytes(B * T, V, C, tiles),
                "LM head and soft loss: %d x %d tokens / %d chunks", B, T, tiles);
   if (!offline)
     ct_plan_addf(&plan, ct_frozen_bytes(&tc, (int)cfg.teacher_dtype, B, T) + 4.0 * B * T * tc.hidden_size,
@@ -345,15 +357,18 @@ int main(int argc, char **argv) {
   ct_head head;
   ct_kd kd;
   ct_batch batch;
-  int *seqs = malloc(sizeof(int) * global);
+  int *seqs = malloc(sizeof(int) * (global > Bmax ? global : Bmax));
+  ct_acts eval_acts = {0};
+  if (have_eval && (ct_acts_init(&eval_acts, &tr.model, Be, T, CT_ACTS_FORWARD) || ct_train_attach(&tr, &eval_acts)))
+    fail(1, NULL);
   long *where = malloc(sizeof(long) * B * T);
   if (offline) {
     tk.b_idx = malloc(sizeof(int) * (size_t)B * T * tk.k);
     tk.b_logit = malloc(sizeof(float) * (size_t)B * T * tk.k);
     if (!tk.b_idx || !tk.b_logit) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   }
-  if (!seqs || !where || ct_acts_init(&acts, &tr.model, B, T, mode) || ct_train_attach(&tr, &acts) || ct_batch_init(&batch, B, T) ||
-      ct_head_init(&head, B * T, B * T, mc->vocab_size, C, tiles) || ct_kd_init(&kd, B * T, V, C, tiles))
+  if (!seqs || !where || ct_acts_init(&acts, &tr.model, B, T, mode) || ct_train_attach(&tr, &acts) || ct_batch_init(&batch, Bmax, T) ||
+      ct_head_init(&head, Bmax * T, B * T, mc->vocab_size, C, tiles) || ct_kd_init(&kd, B * T, V, C, tiles))
     fail(1, NULL);
   // on-policy generation: the student's weights as they are, or the teacher's
   ct_infer_weights gen_w = {0};
@@ -374,6 +389,7 @@ int main(int argc, char **argv) {
               tr.total_steps - tr.step, offline ? "offline top-k logits" : cfg.teacher_path, alpha,
               cfg.beta, tau, cfg.lmbda > 0 ? (cfg.seq_kd ? ", teacher-generated batches" : ", on-policy batches") : "");
   ct_train_watch_signals();
+  if (have_eval && cfg.eval_on_start && tr.step == 0) evaluate(&tr, &eval_acts, &head, &batch, seqs, &eval);
   bool stop = false;
   kd_stats win = {0};
   double t_win = ct_now();
@@ -465,8 +481,11 @@ int main(int argc, char **argv) {
       memset(&win, 0, sizeof win);
       t_win = ct_now();
     }
+    if (have_eval && cfg.eval_steps > 0 && tr.step % cfg.eval_steps == 0 && tr.step != tr.total_steps)
+      evaluate(&tr, &eval_acts, &head, &batch, seqs, &eval);
     if (ct_train_after_step(&tr, &stop)) fail(1, NULL);
   }
+  if (!stop && have_eval) evaluate(&tr, &eval_acts, &head, &batch, seqs, &eval);
   if (!stop && !offline) {
     if (ct_frozen_checksum(&teacher.f) != teacher_sum)
       fail(1, (ct_set_error(CT_EINVAL, "the teacher's weights changed during training"), NULL));
@@ -482,6 +501,8 @@ int main(int argc, char **argv) {
   ct_head_free(&head);
   ct_kd_free(&kd);
   ct_batch_free(&batch);
+  ct_acts_free(&eval_acts);
   ct_dataset_free(&train);
+  ct_dataset_free(&eval);
   return ct_train_finish(&tr, stop);
 }

@@ -106,6 +106,7 @@ typedef struct {
   const ct_config *cfg;
   ct_train *tr;
   ct_prompt_set prompts;
+  ct_prompt_set eval;   // eval_dataset_path's prompts (n = 0 without)
   int G, agg, K;
   ct_reward **rewards;  // (K)
   double *weights;      // (K)
@@ -154,16 +155,27 @@ static void init_rewards(grpo_t *g) {
 // ---------------------------------------------------------------------------
 // Rollouts
 
+// Where ct_generate's finished samples go: ro[request · per + sample]; training rollouts
+// also get room for old and reference log-probs.
+typedef struct {
+  grpo_t *g;
+  rollout_t *ro;
+  int per;
+  bool train;
+} gen_ctx;
+
 static int on_done(void *ctx, const ct_gen_result *r) {
-  grpo_t *g = ctx;
-  rollout_t *ro = &g->ro[r->request * g->G + r->sample];
+  const gen_ctx *c = ctx;
+  grpo_t *g = c->g;
+  rollout_t *ro = &c->ro[r->request * c->per + r->sample];
+  bool old = c->train && g->cfg->num_iterations > 1, ref = c->train && g->use_ref;
   ro->n = r->n;
   size_t n = r->n ? r->n : 1;
   ro->ids = malloc(sizeof(int) * n);
   ro->text = malloc(r->text_len + 1);
-  ro->old = g->cfg->num_iterations > 1 ? malloc(sizeof(float) * n) : NULL;
-  ro->ref = g->use_ref ? malloc(sizeof(float) * n) : NULL;
-  if (!ro->ids || !ro->text || (g->cfg->num_iterations > 1 && !ro->old) || (g->use_ref && !ro->ref))
+  ro->old = old ? malloc(sizeof(float) * n) : NULL;
+  ro->ref = ref ? malloc(sizeof(float) * n) : NULL;
+  if (!ro->ids || !ro->text || (old && !ro->old) || (ref && !ro->ref))
     return ct_set_error(CT_ENOMEM, "grpo: out of memory");
   memcpy(ro->ids, r->ids, sizeof(int) * r->n);
   memcpy(ro->text, r->text, r->text_len);
@@ -172,10 +184,10 @@ static int on_done(void *ctx, const ct_gen_result *r) {
   return 0;
 }
 
-static void free_rollouts(grpo_t *g) {
-  for (int i = 0; i < g->n_ro; i++) {
-    ct_free_all(g->ro[i].ids, g->ro[i].old, g->ro[i].ref, g->ro[i].text);
-    memset(&g->ro[i], 0, sizeof g->ro[i]);
+static void free_rollouts(rollout_t *ro, int n) {
+  for (int i = 0; i < n; i++) {
+    ct_free_all(ro[i].ids, ro[i].old, ro[i].ref, ro[i].text);
+    memset(&ro[i], 0, sizeof ro[i]);
   }
 }
 
@@ -222,30 +234,50 @@ static void ref_logps(grpo_t *g) {
   }
 }
 
-// Samples G completions of each of this rank's prompts into g->ro (one shared prefill
-// per prompt); seeds come from (seed, step, prompt), so a resumed run samples the same.
-static void generate(grpo_t *g, const int *prompts, int n_prompts) {
+// Samples `per` completions of each of the prompts (indices into set) into ro (one shared
+// prefill per prompt) with sampling parameters sp; seeds come from (seed, step, prompt), so
+// a resumed run samples the same.
+static void generate(grpo_t *g, const ct_prompt_set *set, const int *prompts, int n_prompts, int per,
+                     ct_sample_params sp, rollout_t *ro, bool train) {
   const ct_config *c = g->cfg;
   ct_train *tr = g->tr;
-  free_rollouts(g);
-  g->n_ro = n_prompts * g->G;
   ct_gen_request *req = calloc(n_prompts > 0 ? n_prompts : 1, sizeof *req);
   if (!req) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   const int *stop_ids;
   int n_stop = ct_tokenizer_stop_ids(tr->tok, &stop_ids);
-  ct_sample_params sp = {(float)c->temperature, (int)c->top_k, (float)c->top_p, (float)c->min_p,
-                         (float)c->repetition_penalty};
   for (int i = 0; i < n_prompts; i++) {
-    const ct_ids *p = &g->prompts.ids[prompts[i]];
+    const ct_ids *p = &set->ids[prompts[i]];
     uint64_t seed = (uint64_t)c->seed * 1000003u + (uint64_t)tr->step * 7919u + (uint64_t)prompts[i];
-    req[i] = (ct_gen_request){.prompt = p->v, .prompt_len = p->n, .n = g->G, .seed = seed, .sp = sp,
+    req[i] = (ct_gen_request){.prompt = p->v, .prompt_len = p->n, .n = per, .seed = seed, .sp = sp,
                               .max_new_tokens = (int)c->max_completion_length,
                               .stop_ids = stop_ids, .n_stop_ids = n_stop};
-    for (int k = 0; k < g->G; k++) g->ro[i * g->G + k].prompt = prompts[i];
+    for (int k = 0; k < per; k++) ro[i * per + k].prompt = prompts[i];
   }
-  ct_gen_callbacks cb = {on_done, NULL, g};
-  if (ct_generate(g->engine, tr->tok, req, n_prompts, &cb)) fail(1, "generating rollouts");
+  gen_ctx ctx = {g, ro, per, train};
+  ct_gen_callbacks cb = {on_done, NULL, &ctx};
+  if (ct_generate(g->engine, tr->tok, req, n_prompts, &cb)) fail(1, "generating completions");
   free(req);
+}
+
+// R (n, K): each reward function's score of each completion (NaN where one could not
+// score), and func: per function the sum and count of its non-NaN scores.
+static void reward_matrix(grpo_t *g, const ct_prompt_set *set, const rollout_t *ro, int n, double *R,
+                          reward_mean *func) {
+  int K = g->K;
+  size_t m = n > 0 ? (size_t)n : 1;
+  double *col = malloc(sizeof(double) * m);
+  ct_reward_item *items = malloc(sizeof *items * m);
+  if (!col || !items) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  for (int i = 0; i < n; i++) items[i] = (ct_reward_item){set->text[ro[i].prompt], ro[i].text, set->rows[ro[i].prompt]};
+  memset(func, 0, sizeof *func * K);
+  for (int k = 0; k < K; k++) {
+    if (ct_reward_score(g->rewards[k], items, n, col)) fail(1, "scoring completions");
+    for (int i = 0; i < n; i++) {
+      R[(long)i * K + k] = col[i];
+      if (col[i] == col[i]) func[k].sum += col[i], func[k].n += 1;
+    }
+  }
+  ct_free_all(col, items);
 }
 
 // Scores every rollout with each reward function, sums them with the weights, and turns
@@ -254,21 +286,9 @@ static void score(grpo_t *g) {
   const ct_config *c = g->cfg;
   int n = g->n_ro, K = g->K, groups = n / g->G;
   size_t m = n > 0 ? (size_t)n : 1;
-  // R (n, K): one column per function, NaN where a function could not score
-  double *R = malloc(sizeof(double) * m * K), *r = malloc(sizeof(double) * m);
-  double *adv = malloc(sizeof(double) * m), *col = malloc(sizeof(double) * m);
-  ct_reward_item *items = malloc(sizeof *items * m);
-  if (!R || !r || !adv || !col || !items) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
-  for (int i = 0; i < n; i++)
-    items[i] = (ct_reward_item){g->prompts.text[g->ro[i].prompt], g->ro[i].text, g->prompts.rows[g->ro[i].prompt]};
-  memset(g->func, 0, sizeof *g->func * K);
-  for (int k = 0; k < K; k++) {
-    if (ct_reward_score(g->rewards[k], items, n, col)) fail(1, "scoring rollouts");
-    for (int i = 0; i < n; i++) {
-      R[(long)i * K + k] = col[i];
-      if (col[i] == col[i]) g->func[k].sum += col[i], g->func[k].n += 1;
-    }
-  }
+  double *R = malloc(sizeof(double) * m * K), *r = malloc(sizeof(double) * m), *adv = malloc(sizeof(double) * m);
+  if (!R || !r || !adv) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  reward_matrix(g, &g->prompts, g->ro, n, R, g->func);
   ct_grpo_total_rewards(R, n, K, g->weights, r);
   rollout_stats *s = &g->rs;
   memset(s, 0, sizeof *s);
@@ -299,7 +319,7 @@ static void score(grpo_t *g) {
     g->ro[i].adv = adv[i];
     g->ro[i].masked = c->mask_truncated_completions && g->ro[i].truncated;
   }
-  ct_free_all(R, r, adv, col, items);
+  ct_free_all(R, r, adv);
 }
 
 // ---------------------------------------------------------------------------
@@ -357,9 +377,48 @@ static void train_pass(grpo_t *g, bool first_pass, step_stats *st) {
   }
 }
 
+// Evaluation: one greedy completion of each eval prompt (split across ranks), scored by
+// the reward functions: eval_reward (the weighted sum), eval_rewards/<name>/mean,
+// eval_completions/mean_length, eval_completions/clipped_ratio.
+static void evaluate(grpo_t *g) {
+  ct_train *tr = g->tr;
+  int n = g->eval.n, lo = (int)((long)n * tr->rank / tr->world), hi = (int)((long)n * (tr->rank + 1) / tr->world);
+  int m = hi - lo, K = g->K;
+  size_t mm = m > 0 ? (size_t)m : 1;
+  int *idx = malloc(sizeof(int) * mm);
+  rollout_t *ro = calloc(mm, sizeof *ro);
+  double *R = malloc(sizeof(double) * mm * K), *r = malloc(sizeof(double) * mm);
+  reward_mean *func = calloc(K, sizeof *func);
+  if (!idx || !ro || !R || !r || !func) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  for (int i = 0; i < m; i++) idx[i] = lo + i;
+  ct_sample_params greedy = {0, 0, 1, 0, 1};
+  if (m > 0) generate(g, &g->eval, idx, m, 1, greedy, ro, false);
+  reward_matrix(g, &g->eval, ro, m, R, func);
+  ct_grpo_total_rewards(R, m, K, g->weights, r);
+  struct {
+    double reward, length, clipped, count;
+  } s = {0};
+  for (int i = 0; i < m; i++) s.reward += r[i], s.length += ro[i].n, s.clipped += ro[i].truncated, s.count += 1;
+  if (ct_dist_sum_stats(&s) || ct_dist_sum_f64((double *)func, 2 * K)) fail(1, NULL);
+  double c = s.count > 0 ? s.count : 1;
+  json_t *j = json_pack("{s:I,s:f,s:f,s:f}", "step", (json_int_t)tr->step, "eval_reward", s.reward / c,
+                        "eval_completions/mean_length", s.length / c, "eval_completions/clipped_ratio", s.clipped / c);
+  char key[96];
+  for (int k = 0; k < K; k++) {
+    snprintf(key, sizeof key, "eval_rewards/%s/mean", ct_reward_name(g->rewards[k]));
+    json_object_set_new(j, key, json_real(func[k].n > 0 ? func[k].sum / func[k].n : NAN));
+  }
+  ct_log_info(&tr->log, "eval at step %ld: mean reward %.4f of greedy completions of %d prompts", tr->step,
+              s.reward / c, n);
+  if (ct_log_metrics(&tr->log, j)) fail(1, NULL);
+  free_rollouts(ro, m);
+  ct_free_all(idx, ro, R, r, func);
+}
+
 static void grpo_free(grpo_t *g) {
-  free_rollouts(g);
+  free_rollouts(g->ro, g->n_ro);
   free(g->ro);
+  ct_prompt_set_free(&g->eval);
   free(g->step_prompts);
   if (g->engine) ct_engine_free(g->engine);
   ct_infer_free(&g->iw);
@@ -405,6 +464,8 @@ int main(int argc, char **argv) {
   ct_prompt_opts po = {true, (int)cfg.max_prompt_length, cfg.truncate_prompt == CT_TRUNCATE_LEFT,
                        "max_prompt_length"};
   if (ct_prompt_set_load(&g.prompts, cfg.dataset_path, tr.tok, &po)) fail(1, NULL);
+  bool have_eval = cfg.eval_dataset_path[0] != 0;
+  if (have_eval && ct_prompt_set_load(&g.eval, cfg.eval_dataset_path, tr.tok, &po)) fail(1, NULL);
   int per_rank_prompts = B * accum / g.G, step_prompts = per_rank_prompts * tr.world;
   ct_log_info(&tr.log, "prompts: %s: %d rows; %d prompts x %d completions per generation", cfg.dataset_path,
               g.prompts.n, step_prompts, g.G);
@@ -412,6 +473,7 @@ int main(int argc, char **argv) {
   if (cfg.max_steps <= 0) tr.total_steps *= cfg.num_iterations;  // epochs count generations
   int max_prompt = 1;
   for (int i = 0; i < g.prompts.n; i++) max_prompt = g.prompts.ids[i].n > max_prompt ? g.prompts.ids[i].n : max_prompt;
+  for (int i = 0; i < g.eval.n; i++) max_prompt = g.eval.ids[i].n > max_prompt ? g.eval.ids[i].n : max_prompt;
   int T = max_prompt + (int)cfg.max_completion_length;
   const ct_model_config *mc = &tr.model.cfg;
   int V = mc->vocab_size, C = mc->hidden_size, tiles = (int)cfg.num_vocab_tiling;
@@ -449,6 +511,7 @@ int main(int argc, char **argv) {
   ct_log_info(&tr.log, "training %ld steps; %s loss; beta %g (%s)", tr.total_steps - tr.step,
               cfg.loss_type.v[0], g.use_ref ? cfg.beta : 0.0, g.use_ref ? "reference loaded" : "no reference model");
   ct_train_watch_signals();
+  if (have_eval && cfg.eval_on_start && tr.step == 0) evaluate(&g);
   bool stop = false;
   int iter = 0;
   double t_win = ct_now();
@@ -457,7 +520,11 @@ int main(int argc, char **argv) {
       double t0 = ct_now();
       int n = ct_train_next_seqs(&tr, g.step_prompts, step_prompts);
       int lo = n * tr.rank / tr.world, hi = n * (tr.rank + 1) / tr.world;
-      generate(&g, g.step_prompts + lo, hi - lo);
+      free_rollouts(g.ro, g.n_ro);
+      g.n_ro = (hi - lo) * g.G;
+      ct_sample_params sp = {(float)cfg.temperature, (int)cfg.top_k, (float)cfg.top_p, (float)cfg.min_p,
+                             (float)cfg.repetition_penalty};
+      generate(&g, &g.prompts, g.step_prompts + lo, hi - lo, g.G, sp, g.ro, true);
       score(&g);
       if (g.use_ref) ref_logps(&g);
       g.gen_s = ct_now() - t0;
@@ -478,8 +545,10 @@ int main(int argc, char **argv) {
     t_win = ct_now();
     if (tr.step % cfg.logging_steps == 0 || tr.step == tr.total_steps) log_step(&g, &st, lr, norm, iter == 0, train_s);
     iter = (iter + 1) % (int)cfg.num_iterations;
+    if (have_eval && cfg.eval_steps > 0 && tr.step % cfg.eval_steps == 0 && tr.step != tr.total_steps) evaluate(&g);
     if (ct_train_after_step(&tr, &stop)) fail(1, NULL);
   }
+  if (!stop && have_eval) evaluate(&g);
   grpo_free(&g);
   return ct_train_finish(&tr, stop);
 }

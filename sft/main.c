@@ -58,30 +58,8 @@ static void workspace_free(workspace *w) {
   free(w->seqs);
 }
 
-// Evaluation over the whole eval set (sequences split across ranks) -> metrics.
-static json_t *evaluate(ct_train *tr, workspace *w, const ct_dataset *ev) {
-  const ct_config *c = tr->cfg;
-  int B = (int)c->per_device_eval_batch_size;
-  ct_lm_stats st = {0};
-  for (int first = tr->rank * B; first < ev->n_seq; first += B * tr->world) {
-    int n = 0;
-    for (int s = first; s < ev->n_seq && n < B; s++) w->seqs[n++] = s;
-    ct_batch_fill(&w->batch, ev, w->seqs, n, ct_tokenizer_pad(tr->tok));
-    if (ct_lm_step(&tr->model, &w->eval_acts, &w->head, &w->batch, NULL, 0, 0, &st)) fail(1, "eval");
-  }
-  ct_dist_sum_f64((double *)&st, CT_LM_STATS_N);
-  double t = st.targets > 0 ? st.targets : 1;
-  return json_pack("{s:I,s:f,s:f,s:f,s:f}", "step", (json_int_t)tr->step, "eval_loss",
-                   st.loss / t, "eval_mean_token_accuracy", st.correct / t, "eval_entropy",
-                   st.entropy / t, "eval_sequence_accuracy", st.seq_ok / (st.seqs > 0 ? st.seqs : 1));
-}
-
-static void log_eval(ct_train *tr, json_t *m) {
-  ct_log_info(&tr->log, "eval at step %ld: loss %.4f, token accuracy %.4f, sequence accuracy %.4f",
-                tr->step, json_real_value(json_object_get(m, "eval_loss")),
-                json_real_value(json_object_get(m, "eval_mean_token_accuracy")),
-                json_real_value(json_object_get(m, "eval_sequence_accuracy")));
-  if (ct_log_metrics(&tr->log, m)) fail(1, NULL);
+static void evaluate(ct_train *tr, workspace *w, const ct_dataset *ev) {
+  if (ct_train_eval_lm(tr, &w->eval_acts, &w->head, &w->batch, w->seqs, ev)) fail(1, "eval");
 }
 
 int main(int argc, char **argv) {
@@ -135,7 +113,7 @@ int main(int argc, char **argv) {
               accum, tr.world, ct_pool_threads());
   ct_train_watch_signals();
 
-  if (have_eval && cfg.eval_on_start && tr.step == 0) log_eval(&tr, evaluate(&tr, &w, &eval));
+  if (have_eval && cfg.eval_on_start && tr.step == 0) evaluate(&tr, &w, &eval);
   ct_lm_stats win = {0};  // the logging window
   double win_loss = 0, win_norm = 0, t_win = ct_now();
   int win_steps = 0;
@@ -155,7 +133,7 @@ int main(int argc, char **argv) {
       if (ct_lm_step(&tr.model, &w.acts, &w.head, &w.batch, &tr.g, scale, (float)cfg.z_loss_multiplier, &st))
         fail(1, NULL);
     }
-    ct_dist_sum_f64((double *)&st, CT_LM_STATS_N);
+    ct_dist_sum_stats(&st);
     double norm, lr;
     if (ct_train_update(&tr, &norm, &lr)) fail(1, NULL);
     tr.num_tokens += st.tokens;
@@ -163,7 +141,7 @@ int main(int argc, char **argv) {
     win_loss += step_loss;
     win_norm += norm;
     win_steps++;
-    for (int i = 0; i < CT_LM_STATS_N; i++) ((double *)&win)[i] += ((double *)&st)[i];
+    ct_stats_add(&win, &st);
     double tok_s = win.tokens / (ct_now() - t_win);
     ct_log_progress(&tr.log, tr.step, step_loss, tok_s);
 
@@ -183,10 +161,10 @@ int main(int argc, char **argv) {
       t_win = ct_now();
     }
     if (have_eval && cfg.eval_steps > 0 && tr.step % cfg.eval_steps == 0 && !last)
-      log_eval(&tr, evaluate(&tr, &w, &eval));
+      evaluate(&tr, &w, &eval);
     if (ct_train_after_step(&tr, &stop)) fail(1, NULL);
   }
-  if (!stop && have_eval) log_eval(&tr, evaluate(&tr, &w, &eval));
+  if (!stop && have_eval) evaluate(&tr, &w, &eval);
   workspace_free(&w);
   ct_dataset_free(&train);
   ct_dataset_free(&eval);

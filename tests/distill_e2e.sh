@@ -28,6 +28,17 @@ done
 grep -q "teacher weights unchanged" "$T/s.log" || fail "no teacher checksum"
 diff -r "$T/teacher" "$T/teacher.orig" >/dev/null || fail "the teacher's directory changed"
 
+echo "== evaluation on a held-out set: eval loss is logged and falls"
+"$D" $common output_dir="$T/ev" max_steps=20 eval_dataset_path="$T/eval.jsonl" eval_steps=10 eval_on_start=true \
+  >"$T/ev.log" 2>&1 || { cat "$T/ev.log"; fail "distill run with eval"; }
+e0=$(grep '"eval_loss"' "$T/ev/metrics.jsonl" | head -1 | field eval_loss)
+e1=$(grep '"eval_loss"' "$T/ev/metrics.jsonl" | tail -1 | field eval_loss)
+n=$(grep -c '"eval_loss"' "$T/ev/metrics.jsonl")
+echo "eval loss $e0 -> $e1 ($n evaluations)"
+[ "$n" = 3 ] || fail "expected 3 evaluations (start, 10, 20), got $n"
+awk -v a="$e0" -v b="$e1" 'BEGIN { exit !(b < a) }' || fail "the eval loss did not fall"
+expect 1 "nowhere.jsonl" "$D" $common output_dir="$T/x" eval_dataset_path="$T/nowhere.jsonl" eval_steps=1
+
 echo "== offline top-k logits with k = V reproduce online distillation"
 "$D" precompute $common output_dir="$T/pre" teacher_logits_path="$T/topk.safetensors" distill_top_k=100000 \
   >"$T/pre.log" 2>&1 || { cat "$T/pre.log"; fail "precompute"; }

@@ -26,6 +26,23 @@ for k in reward_std frac_reward_zero_std kl clip_ratio/low_mean clip_ratio/high_
   grep -q "\"$k\"" "$T/len/metrics.jsonl" || fail "metrics lack $k"
 done
 
+echo "== reward_weights weigh the reward functions; eval scores greedy completions"
+head -8 "$T/prompts.jsonl" >"$T/evalp.jsonl"
+"$G" $common output_dir="$T/w" max_steps=2 reward_funcs=length,accuracy reward_weights=0.5,-1 length_target=2 \
+  eval_dataset_path="$T/evalp.jsonl" eval_steps=2 >"$T/w.log" 2>&1 || { cat "$T/w.log"; fail "weighted run"; }
+# the logged reward is the weighted sum of the per-function means, on every step
+grep '"reward"' "$T/w/metrics.jsonl" | while read -r line; do
+  r=$(echo "$line" | field reward) a=$(echo "$line" | field 'rewards\/length\/mean') b=$(echo "$line" | field 'rewards\/accuracy\/mean')
+  [ -n "$b" ] || fail "no rewards/accuracy/mean in: $line"
+  awk -v r="$r" -v a="$a" -v b="$b" 'BEGIN { d = r - (0.5 * a - b); exit !(d < 1e-4 && d > -1e-4) }' \
+    || fail "reward $r is not 0.5 * $a - $b"
+done || exit 1
+for k in eval_reward eval_rewards/length/mean eval_rewards/accuracy/mean eval_completions/mean_length; do
+  grep -q "\"$k\"" "$T/w/metrics.jsonl" || fail "metrics lack $k"
+done
+expect 2 "needs one weight per reward function" "$G" $common output_dir="$T/x" reward_funcs=length,accuracy reward_weights=1
+expect 1 "nowhere.jsonl" "$G" $common output_dir="$T/x" eval_dataset_path="$T/nowhere.jsonl" eval_steps=1
+
 echo "== with beta > 0 the reference is loaded and the KL starts at 0"
 # the length reward varies within groups, so the policy moves (accuracy would be all 0 here);
 # max_length=8 is shorter than prompt + completion: the RoPE tables must grow to cover them

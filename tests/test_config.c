@@ -594,6 +594,13 @@ static void test_list_keys_from_yaml_sequence_and_comma_cli(void) {
   CHECK(c.loss_weights.n == 0);
   ct_config_free(&c);
 
+  // reward weights take any finite number (negative: a penalty); nothing else
+  CHECK_OK(ct_config_init(&c, CT_TRAINER_GRPO));
+  CHECK_OK(ct_config_set(&c, "reward_weights", "1.5,-0.5,0", "command line"));
+  CHECK(c.reward_weights.n == 3 && c.reward_weights.v[0] == 1.5 && c.reward_weights.v[1] == -0.5);
+  CHECK(ct_config_set(&c, "reward_weights", "1,nan", "command line") == CT_ECONFIG);
+  ct_config_free(&c);
+
   put("t.yml", "loss_type: sigmoid,sft\nloss_weights: []\n");  // a scalar uses the CLI form
   CHECK_OK(load(&c, CT_TRAINER_DPO, "t.yml"));
   CHECK(c.loss_type.n == 2 && c.loss_weights.n == 0);
