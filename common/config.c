@@ -308,6 +308,9 @@ static const key_def KEYS[] = {
      .comment = "length: reward -|characters - target| / target."},
     {"reward_url", K_STR, GRPO, OFF(reward_url), "",
      .comment = "remote: the reward server (POST {query, prompts, labels} -> {rewards})."},
+    {"reward_api_key_env", K_STR, GRPO, OFF(reward_api_key_env), "",
+     .comment = "remote: the environment variable holding an API key, sent as "
+                "\"Authorization: Bearer KEY\" (the key itself never goes in a config or log)."},
     {"reward_timeout", K_FLOAT, GRPO, OFF(reward_timeout), "30.0", ABOVE(0),
      .comment = "remote: seconds a request may take."},
     {"reward_connect_timeout", K_FLOAT, GRPO, OFF(reward_connect_timeout), "5.0", ABOVE(0),

@@ -189,6 +189,7 @@ typedef struct {
   char *format_regex;
   int64_t length_target;
   char *reward_url;
+  char *reward_api_key_env;
   double reward_timeout;
   double reward_connect_timeout;
   int64_t reward_retries;

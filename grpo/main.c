@@ -130,6 +130,7 @@ static int reward_init(const ct_config *c, int k, ct_reward **out) {
   ct_reward_opts o = {.answer_field = c->answer_field, .answer_regex = c->answer_regex,
                       .numeric = c->answer_numeric, .format_regex = c->format_regex,
                       .target_length = (int)c->length_target, .url = c->reward_url,
+                      .api_key_env = c->reward_api_key_env,
                       .connect_timeout_s = c->reward_connect_timeout, .timeout_s = c->reward_timeout,
                       .retries = (int)c->reward_retries, .backoff_s = c->reward_backoff,
                       .failure_nan = c->reward_failure == CT_REWARD_FAIL_NAN, .batch = (int)c->reward_batch};

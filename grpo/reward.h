@@ -23,7 +23,9 @@ typedef struct {
   // length
   int target_length;          // reward = -|length - target| / target, length in bytes
   // remote
-  const char *url;            // http://host:port/path
+  const char *url;            // http://host:port/path or https://...
+  const char *api_key_env;    // NULL or "": no key; else the environment variable holding
+                              // the key, sent as "Authorization: Bearer KEY"
   double connect_timeout_s, timeout_s;  // per attempt; both > 0
   int retries;                // attempts after the first, with exponential backoff
   double backoff_s;           // first wait between attempts
