@@ -98,6 +98,9 @@ static const key_def KEYS[] = {
     {"tokenizer_path", K_STR, ALL | SAMPLER, OFF(tokenizer_path), "",
      .comment = "Directory with tokenizer.json. Empty = model_path's, or the built-in byte "
                 "tokenizer when training from scratch."},
+    {"chat_template_path", K_STR, ALL | SAMPLER, OFF(chat_template_path), "",
+     .comment = "Replaces the tokenizer's chat template (and is saved with the model): a Jinja "
+                "file such as templates/qwen3_training.jinja, or a tokenizer directory."},
     {"dataset_path", K_STR, ALL, OFF(dataset_path), "", .required = ALL,
      .comment = "Training data: a JSONL file in TRL format."},
     {"eval_dataset_path", K_STR, ALL, OFF(eval_dataset_path), "",

@@ -188,6 +188,7 @@ typedef struct {
   int answer_numeric;
   char *format_regex;
   int64_t length_target;
+  char *chat_template_path;
   char *reward_url;
   char *reward_api_key_env;
   double reward_timeout;

@@ -31,6 +31,7 @@ typedef struct {
   const ct_tokenizer *tok;
   const ct_data_opts *o;
   long cap_tokens, cap_rows;
+  const json_t *row;  // the row being read (its tools and chat_template_kwargs)
   ct_ids ids;       // the row being built
   uint8_t *label;   // its labels
   long cap_label;
@@ -55,9 +56,7 @@ static int ensure_eos(loader *L) {
 
 // After a chat template: drop a BOS the tokenizer would add if the template wrote one.
 static int chat_text(loader *L, const json_t *msgs, bool gen, const char *key, char **out) {
-  int rc = ct_tokenizer_chat(L->tok, msgs, gen, out);
-  if (rc) return ROW_ERROR(L, "key '%s': %s", key, ct_last_error());
-  return 0;
+  return ct_row_chat(L->tok, L->row, msgs, key, gen, out) ? ROW_ERROR(L, "%s", ct_last_error()) : 0;
 }
 
 // A document's tokens: BOS when the tokenizer adds one (once, if the text has its own).
@@ -108,7 +107,8 @@ static int row_messages(loader *L, const json_t *msgs) {
   size_t len;
   ct_span *gen = NULL;
   int ngen = 0;
-  ct_chat_opts co = {.add_generation_prompt = false};
+  ct_chat_opts co;
+  if (ct_row_chat_opts(L->row, false, &co)) return ROW_ERROR(L, "%s", ct_last_error());
   int rc = ct_tokenizer_chat_render(L->tok, msgs, &co, &text, &len, &gen, &ngen);
   if (rc) return ROW_ERROR(L, "key 'messages': %s", ct_last_error());
   ct_ids mask = {0};
@@ -167,6 +167,7 @@ static int push_id_list(loader *L, const json_t *list, const char *key, uint8_t 
 
 static int row_tokens(loader *L, const json_t *row) {
   if (!json_is_object(row)) return ROW_ERROR(L, "expected a JSON object");
+  L->row = row;
   const json_t *pids = json_object_get(row, "prompt_input_ids");
   if (pids) {  // pre-tokenized prompt + completion (as TRL's DPO/GRPO columns)
     const json_t *cids = json_object_get(row, "completion_input_ids");

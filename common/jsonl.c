@@ -19,6 +19,27 @@ int ct_row_error(const char *path, int line, const char *fmt, ...) {
   return ct_set_error(CT_EFORMAT, "%s:%d: %s", path, line, msg);
 }
 
+int ct_row_chat_opts(const json_t *row, bool add_generation_prompt, ct_chat_opts *o) {
+  const json_t *tools = json_object_get(row, "tools"), *kw = json_object_get(row, "chat_template_kwargs");
+  if (json_is_null(tools)) tools = NULL;
+  if (json_is_null(kw)) kw = NULL;
+  *o = (ct_chat_opts){.add_generation_prompt = add_generation_prompt, .tools = tools, .extra = kw};
+  if (tools && !json_is_array(tools))
+    return ct_set_error(CT_EFORMAT, "key 'tools': expected a list of tool schemas");
+  if (kw && !json_is_object(kw))
+    return ct_set_error(CT_EFORMAT, "key 'chat_template_kwargs': expected an object of template variables");
+  return 0;
+}
+
+int ct_row_chat(const ct_tokenizer *t, const json_t *row, const json_t *msgs, const char *key,
+                bool add_generation_prompt, char **out) {
+  ct_chat_opts co;
+  int rc = ct_row_chat_opts(row, add_generation_prompt, &co);
+  if (!rc && (rc = ct_tokenizer_chat_render(t, msgs, &co, out, NULL, NULL, NULL)))
+    ct_wrap_error(rc, "key '%s'", key);
+  return rc;
+}
+
 int ct_jsonl_ids(const json_t *list, int V, const char *path, int line, const char *key, ct_ids *out) {
   if (!json_is_array(list)) return ct_row_error(path, line, "key '%s': expected a list of token ids", key);
   size_t i;

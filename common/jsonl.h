@@ -7,6 +7,7 @@
 #include <stdbool.h>
 
 #include "ids.h"
+#include "tokenizer.h"
 
 typedef struct {
   int n_lines;          // lines read
@@ -24,6 +25,17 @@ int ct_jsonl_read(const char *path, bool skip_bad, ct_jsonl_row_fn fn, void *ctx
 // Appends the token ids of a row's JSON list under `key` to out; anything but a list of
 // integers in [0, V) is a row error naming path:line and the key (and index).
 int ct_jsonl_ids(const json_t *list, int V, const char *path, int line, const char *key, ct_ids *out);
+
+// The chat template options of a row, as TRL passes them to apply_chat_template: its
+// "tools" (a list of tool schemas) and "chat_template_kwargs" (an object of further
+// template variables, e.g. enable_thinking). Borrowed from row; a key of the wrong type is
+// CT_EFORMAT naming the key (callers add path:line).
+int ct_row_chat_opts(const json_t *row, bool add_generation_prompt, ct_chat_opts *o);
+
+// Renders msgs (the row's message list under `key`) with the tokenizer's chat template
+// and the row's options into a malloc'd string; errors name the key (callers add path:line).
+int ct_row_chat(const ct_tokenizer *t, const json_t *row, const json_t *msgs, const char *key,
+                bool add_generation_prompt, char **out);
 
 // A row error: records "path:line: message" and returns CT_EFORMAT.
 int ct_row_error(const char *path, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -16,6 +16,7 @@ typedef struct {
   const ct_tokenizer *tok;
   const ct_pref_opts *o;
   int line;
+  const json_t *row;  // the row being read (its tools and chat_template_kwargs)
   long cap_tokens, cap_rows;
   ct_ids p, c, r;  // the row being built
 } loader;
@@ -43,9 +44,9 @@ static int chat_completion(loader *L, const json_t *prompt, const char *ptext, c
   json_t *all = json_copy((json_t *)prompt);
   json_array_extend(all, (json_t *)comp);
   char *full;
-  int rc = ct_tokenizer_chat(L->tok, all, false, &full);
+  int rc = ct_row_chat(L->tok, L->row, all, key, false, &full);
   json_decref(all);
-  if (rc) return ROW_ERROR(L, "key '%s': %s", key, ct_last_error());
+  if (rc) return ROW_ERROR(L, "%s", ct_last_error());
   size_t np = strlen(ptext);
   if (strncmp(full, ptext, np) != 0)
     rc = ROW_ERROR(L, "key '%s': the chat template renders the prompt differently once the "
@@ -58,6 +59,7 @@ static int chat_completion(loader *L, const json_t *prompt, const char *ptext, c
 
 static int row(loader *L, const json_t *j) {
   if (!json_is_object(j)) return ROW_ERROR(L, "expected a JSON object");
+  L->row = j;
   const json_t *pi = json_object_get(j, "prompt_input_ids");
   if (pi) {
     int rc = ids_list(L, pi, "prompt_input_ids", &L->p);
@@ -83,8 +85,8 @@ static int row(loader *L, const json_t *j) {
     if (!json_array_size(c) || !json_array_size(r))
       return ROW_ERROR(L, "key '%s': the completion is empty", json_array_size(c) ? "rejected" : "chosen");
     char *ptext;
-    int rc = ct_tokenizer_chat(L->tok, p, true, &ptext);
-    if (rc) return ROW_ERROR(L, "key 'prompt': %s", ct_last_error());
+    int rc = ct_row_chat(L->tok, j, p, "prompt", true, &ptext);
+    if (rc) return ROW_ERROR(L, "%s", ct_last_error());
     rc = encode_prompt(L, ptext);
     if (!rc) rc = chat_completion(L, p, ptext, c, "chosen", &L->c);
     if (!rc) rc = chat_completion(L, p, ptext, r, "rejected", &L->r);

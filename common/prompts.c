@@ -9,11 +9,11 @@
 #include "error.h"
 #include "jsonl.h"
 
-static int chat_tokens(const ct_tokenizer *tok, const json_t *msgs, const char *where,
+static int chat_tokens(const ct_tokenizer *tok, const json_t *row, const json_t *msgs, const char *where,
                        const char *key, const ct_prompt_opts *o, ct_ids *out) {
   char *t;
-  int rc = ct_tokenizer_chat(tok, msgs, o->add_generation_prompt, &t);
-  if (rc) return ct_wrap_error(CT_EFORMAT, "%s: key '%s'", where, key);
+  int rc = ct_row_chat(tok, row, msgs, key, o->add_generation_prompt, &t);
+  if (rc) return ct_wrap_error(CT_EFORMAT, "%s", where);
   rc = ct_tokenizer_encode_doc(tok, t, strlen(t), out);
   free(t);
   return rc;
@@ -28,9 +28,9 @@ int ct_prompt_tokens(const ct_tokenizer *tok, const json_t *row, const char *whe
   if (json_is_string(p)) {
     rc = ct_tokenizer_encode_doc(tok, json_string_value(p), json_string_length(p), out);
   } else if (json_is_array(p)) {
-    rc = chat_tokens(tok, p, where, "prompt", o, out);
+    rc = chat_tokens(tok, row, p, where, "prompt", o, out);
   } else if (json_is_array(msgs)) {
-    rc = chat_tokens(tok, msgs, where, "messages", o, out);
+    rc = chat_tokens(tok, row, msgs, where, "messages", o, out);
   } else if (json_is_array(ids)) {
     size_t i;
     json_t *v;

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "chat_template.h"
 #include "ckpt.h"
 #include "dist.h"
 #include "error.h"
@@ -117,7 +118,7 @@ static int check_dir(const ct_config *c, const char *key, const char *dir) {
   return 0;
 }
 
-static int load_tokenizer(ct_train *tr) {
+static int load_tokenizer_files(ct_train *tr) {
   const ct_config *c = tr->cfg;
   int rc = check_dir(c, "model_path", c->model_path);
   if (!rc) rc = check_dir(c, "tokenizer_path", c->tokenizer_path);
@@ -131,6 +132,15 @@ static int load_tokenizer(ct_train *tr) {
     return ct_tokenizer_load(&tr->tok, c->model_path);
   }
   return ct_tokenizer_bytes(&tr->tok);
+}
+
+// The tokenizer, with chat_template_path's template in place of its own.
+static int load_tokenizer(ct_train *tr) {
+  const ct_config *c = tr->cfg;
+  int rc = load_tokenizer_files(tr);
+  if (!rc && c->chat_template_path[0] && (rc = ct_chat_template_apply(tr->tok, c->chat_template_path)))
+    ct_wrap_error(rc, "%s: key 'chat_template_path'", ct_config_origin(c, "chat_template_path"));
+  return rc;
 }
 
 static int load_model_or_spec(ct_train *tr, ct_model *m, const char *dir) {

@@ -13,6 +13,17 @@ out=$("$S" generate model_path="$T/m" prompt="reverse abcde:" temperature=0 max_
 echo "got: '$out'"
 [ -n "$out" ] || fail "empty completion"
 
+echo "== chat_template_path replaces the model's template"
+# a template that renders the user's words alone: the messages prompt is the text prompt
+printf '%s' '{{ messages[0].content }}' >"$T/bare.jinja"
+echo '{"messages": [{"role": "user", "content": "reverse abcde:"}]}' >"$T/bare.jsonl"
+"$S" generate model_path="$T/m" prompts_path="$T/bare.jsonl" chat_template_path="$T/bare.jinja" temperature=0 \
+  max_new_tokens=12 output=json >"$T/bare.out" || fail "generate with chat_template_path"
+"$S" generate model_path="$T/m" prompt="reverse abcde:" temperature=0 max_new_tokens=12 output=json >"$T/plain.out"
+[ "$(sed 's/.*"completion"/"completion"/' "$T/bare.out")" = "$(sed 's/.*"completion"/"completion"/' "$T/plain.out")" ] \
+  || { cat "$T/bare.out" "$T/plain.out"; fail "the template was not used"; }
+expect 1 "chat_template_path" "$S" generate model_path="$T/m" prompt=x chat_template_path="$T/none.jinja"
+
 echo "== generate: JSONL prompts (text, messages, ids), n=2, output=json, in input order"
 ids=$(printf 'reverse xyz:' | od -An -tu1 | tr -s ' \n' ',' | sed 's/^,//; s/,$//')
 {

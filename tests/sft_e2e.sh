@@ -101,4 +101,17 @@ expect 1 "model.safetensors" "$BIN/sft" "$T/tiny.yml" model_path="$T/broken" out
 "$BIN/sft" "$T/tiny.yml" dataset_path="$T/bad.jsonl" skip_bad_rows=true output_dir="$T/skip" \
   max_steps=1 eval_dataset_path= >"$T/s.log" 2>&1 || { cat "$T/s.log"; fail "skip_bad_rows run"; }
 grep -q "1 malformed rows skipped" "$T/s.log" || { cat "$T/s.log"; fail "skip count not reported"; }
+echo "== chat_template_path: a training template brings {% generation %} markers"
+printf '%s\n' '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}' \
+  '{"messages": [{"role": "user", "content": "ab"}, {"role": "assistant", "content": "ba"}]}' >"$T/chat.jsonl"
+chat="dataset_path=$T/chat.jsonl eval_dataset_path= max_steps=1 max_length=64 assistant_only_loss=true"
+# a stock ChatML template has no markers: assistant_only_loss cannot work with it
+expect 1 "generation" "$BIN/sft" "$T/tiny.yml" $chat output_dir="$T/x" \
+  chat_template_path=tests/fixtures/tokenizer/templates/chatml.jinja
+"$BIN/sft" "$T/tiny.yml" $chat output_dir="$T/tpl" chat_template_path=templates/chatml_training.jinja \
+  >"$T/tpl.log" 2>&1 || { cat "$T/tpl.log"; fail "training with chat_template_path"; }
+# the template is saved with the model, as TRL saves it
+grep -q 'endgeneration' "$T/tpl/tokenizer_config.json" || fail "the output tokenizer lacks the training template"
+expect 1 "key 'chat_template_path'" "$BIN/sft" "$T/tiny.yml" $chat output_dir="$T/x" chat_template_path="$T/none.jinja"
+
 echo "sft end-to-end: all checks passed"

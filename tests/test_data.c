@@ -94,6 +94,37 @@ static void test_messages_render_chatml_and_train_on_every_token(void) {
   ct_dataset_free(&ds);
 }
 
+// A template that shows what reaches it: the first tool's name and a kwarg.
+static const char TOOLS_TEMPLATE[] =
+    "{% if tools %}[{{ tools[0].name }}]{% endif %}{% if flag %}<flag>{% endif %}"
+    "{% for m in messages %}{{ m.content }};{% endfor %}";
+
+// A row's tools and chat_template_kwargs reach the template (TRL passes both to
+// apply_chat_template); without them the template sees neither.
+static void test_rows_pass_tools_and_template_kwargs_to_the_template(void) {
+  ct_tokenizer *t;
+  CHECK_OK(ct_tokenizer_bytes(&t));
+  CHECK_OK(ct_tokenizer_set_chat_template(t, TOOLS_TEMPLATE, strlen(TOOLS_TEMPLATE), "test"));
+  ct_dataset ds;
+  ct_data_opts o = opts();
+  CHECK_OK(ct_dataset_load(&ds, write_file("tools.jsonl",
+           "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"tools\": [{\"name\": \"calc\"}], "
+           "\"chat_template_kwargs\": {\"flag\": true}}\n"
+           "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"tools\": null}\n"), t, &o));
+  const char *want[] = {"[calc]<flag>hi;", "hi;"};
+  CHECK(ds.n_rows == 2);
+  for (int r = 0; r < ds.n_rows && r < 2; r++) {
+    char *text;
+    size_t len;
+    CHECK_OK(ct_tokenizer_decode(t, ds.ids + ds.row_start[r], ds.row_len[r], &text, &len));
+    if (!strstr(text, want[r])) fprintf(stderr, "  row %d: '%s' lacks '%s'\n", r, text, want[r]);
+    CHECK(strstr(text, want[r]) != NULL);
+    free(text);
+  }
+  ct_dataset_free(&ds);
+  ct_tokenizer_free(t);
+}
+
 // assistant_only_loss: labels exactly on the assistant reply and its <|im_end|>.
 static void test_assistant_only_loss_labels_only_assistant_turns(void) {
   ct_dataset ds;
@@ -154,6 +185,9 @@ static void test_malformed_rows_name_file_line_and_key(void) {
       {"{\"messages\": [{\"role\": \"user\"}]}", "content"},
       {"{\"other\": \"x\"}", "no known fields"},
       {"{\"text\": \"a\", \"text\": \"b\"}", "invalid JSON"},
+      {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": \"calc\"}", "key 'tools'"},
+      {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"chat_template_kwargs\": [1]}",
+       "key 'chat_template_kwargs'"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char text[512];
@@ -273,6 +307,7 @@ int main(void) {
   RUN(test_pretokenized_rows_use_completion_mask_and_add_no_eos);
   RUN(test_prompt_and_completion_input_ids_label_the_completion);
   RUN(test_messages_render_chatml_and_train_on_every_token);
+  RUN(test_rows_pass_tools_and_template_kwargs_to_the_template);
   RUN(test_assistant_only_loss_labels_only_assistant_turns);
   RUN(test_truncation_keeps_first_tokens_and_drops_rows_without_labels);
   RUN(test_blank_lines_are_ignored_and_line_numbers_kept);

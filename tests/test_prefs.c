@@ -453,6 +453,54 @@ static void test_bos_tokenizer_prepends_one_bos_to_the_prompt_only(void) {
   ct_tokenizer_free(bt);
 }
 
+// A template that shows what reaches it: the first tool's name and a kwarg.
+static const char TOOLS_TEMPLATE[] =
+    "{% if tools %}[{{ tools[0].name }}]{% endif %}{% if flag %}<flag>{% endif %}"
+    "{% for m in messages %}{{ m.content }};{% endfor %}";
+
+// Preference pairs and prompts (GRPO, the sampler) pass a row's tools and
+// chat_template_kwargs to the template too.
+static void test_pairs_and_prompts_pass_tools_and_template_kwargs(void) {
+  ct_tokenizer *t;
+  CHECK_OK(ct_tokenizer_bytes(&t));
+  CHECK_OK(ct_tokenizer_set_chat_template(t, TOOLS_TEMPLATE, strlen(TOOLS_TEMPLATE), "test"));
+  const char *row = "{\"prompt\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+                    "\"chosen\": [{\"role\": \"assistant\", \"content\": \"a\"}], "
+                    "\"rejected\": [{\"role\": \"assistant\", \"content\": \"b\"}], "
+                    "\"tools\": [{\"name\": \"calc\"}], \"chat_template_kwargs\": {\"flag\": 1}}";
+  char line[1024];
+  snprintf(line, sizeof line, "%s\n", row);
+  ct_pref_dataset ds;
+  ct_pref_opts o = opts();
+  CHECK_OK(ct_pref_load(&ds, write_file("tools.jsonl", line), t, &o));
+  char *text;
+  size_t len;
+  CHECK(ds.n == 1);
+  CHECK_OK(ct_tokenizer_decode(t, P(&ds, 0), ds.p_len[0], &text, &len));
+  CHECK(strstr(text, "[calc]<flag>hi;") != NULL);
+  free(text);
+  CHECK_OK(ct_tokenizer_decode(t, C(&ds, 0), ds.c_len[0], &text, &len));
+  CHECK(!strcmp(text, "a;"));
+  free(text);
+  ct_pref_free(&ds);
+  json_t *j = json_loads(row, 0, NULL);
+  ct_prompt_opts po = {true, 0, false, "max_prompt_length"};
+  ct_ids ids = {0};
+  CHECK_OK(ct_prompt_tokens(t, j, "test:1", &po, &ids));
+  CHECK_OK(ct_tokenizer_decode(t, ids.v, ids.n, &text, &len));
+  CHECK(strstr(text, "[calc]<flag>hi;") != NULL);
+  free(text);
+  ct_ids_free(&ids);
+  // a wrong type is refused naming the key
+  json_object_set_new(j, "tools", json_string("calc"));
+  ct_ids_free(&ids);
+  CHECK(ct_prompt_tokens(t, j, "test:1", &po, &ids) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "test:1") && strstr(ct_last_error(), "key 'tools'"));
+  ct_ids_free(&ids);
+  json_decref(j);
+  ct_tokenizer_free(t);
+}
+
 // A pair whose prompt has no tokens (an empty prompt string or prompt_input_ids [], and no
 // BOS) leaves nothing to predict its first completion token: that token is silently not
 // scored, and a one-token completion gets no target at all (the trainer then divides by a
@@ -506,6 +554,7 @@ int main(void) {
   RUN(test_skip_bad_rows_counts_every_bad_row_and_keeps_the_first_message);
   RUN(test_all_bad_empty_and_missing_files_fail_clearly);
   RUN(test_bos_tokenizer_prepends_one_bos_to_the_prompt_only);
+  RUN(test_pairs_and_prompts_pass_tools_and_template_kwargs);
   RUN(test_every_completion_token_is_predicted_even_with_an_empty_prompt);
   ct_tokenizer_free(tok);
   char cmd[300];

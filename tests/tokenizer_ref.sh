@@ -70,5 +70,14 @@ for t in "$fix"/templates/*.jinja; do
   check_chat "$(basename "$t" .jinja)" "$t"
 done
 
+# The training templates ctune ships render exactly what the stock templates render, and
+# mark every assistant reply with {% generation %}.
+for pair in qwen3_training:qwen3 qwen2.5_training:qwen2.5 chatml_training:chatml; do
+  name=${pair%%:*} stock=${pair#*:}
+  "$tok" chat template="$root/templates/$name.jinja" on_error=row < "$cases" > "$tmp/$name.ours.jsonl"
+  node "$fix/ref.mjs" check-chat "$tmp/$name.ours.jsonl" "$tmp/$stock.ref.jsonl" "$name vs $stock" || fail=1
+  node "$fix/ref.mjs" check-spans "$tmp/$name.ours.jsonl" "$cases" "$name" || fail=1
+done
+
 [ $fail = 0 ] && echo "tokenizer_ref: all equal to the reference"
 exit $fail

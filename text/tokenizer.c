@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "chat_template.h"
 #include "error.h"
 #include "fs.h"
 #include "jinja.h"
@@ -811,22 +813,10 @@ static int load_config(ct_tokenizer *t, const char *file, const json_t *cfg, int
   t->add_eos = json_is_boolean(ae) ? json_is_true(ae) : (trail >= 0 && trail == t->eos);
   if (t->eos < 0) t->add_eos = false;
 
-  const json_t *tpl = json_object_get(cfg, "chat_template");
-  if (json_is_array(tpl)) {  // [{"name", "template"}]: use "default", else the first
-    const json_t *pick = NULL;
-    for (size_t i = 0; i < json_array_size(tpl); i++) {
-      const json_t *e = json_array_get(tpl, i);
-      if (!json_is_string(json_object_get(e, "name")) || !json_is_string(json_object_get(e, "template")))
-        return FAIL(CT_EFORMAT, "%s: chat_template[%zu]: expected {\"name\", \"template\"}", file, i);
-      if (!pick || !strcmp(json_string_value(json_object_get(e, "name")), "default")) pick = e;
-    }
-    tpl = pick ? json_object_get(pick, "template") : NULL;
-  }
-  if (tpl && !json_is_null(tpl)) {
-    if (!json_is_string(tpl)) return FAIL(CT_EFORMAT, "%s: chat_template: expected a string", file);
-    if (dup_str(&t->template_src, json_string_value(tpl))) return CT_ENOMEM;
-  }
-  return 0;
+  const char *tpl;
+  int rc = ct_chat_template_pick(json_object_get(cfg, "chat_template"), file, &tpl);
+  if (rc) return rc;
+  return tpl && dup_str(&t->template_src, tpl) ? CT_ENOMEM : 0;
 }
 
 // Compiles the chat template; a template that does not parse leaves the tokenizer
@@ -962,6 +952,13 @@ int ct_tokenizer_load(ct_tokenizer **out, const char *dir) {
   }
   rc = build(out, dir, json_text, json_len, cfg_text, cfg_len, gen);
   json_decref(gen);
+  // transformers (4.47+) saves the template as chat_template.jinja, which then wins over
+  // tokenizer_config.json's
+  snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+  if (!rc && access(path, F_OK) == 0 && (rc = ct_chat_template_apply(*out, path))) {
+    ct_tokenizer_free(*out);
+    *out = NULL;
+  }
   return rc;
 }
 
