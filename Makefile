@@ -81,6 +81,31 @@ valgrind: deps
 	@CT_SKIP_SH=1 CT_WRAP="valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite" \
 	  $(MAKE) --no-print-directory $(VALGRIND) test-run
 
+# Fuzzing: libFuzzer targets (fuzz/fuzz_*.c) built by clang with ASan + UBSan in a tree of
+# their own, from only the library sources they reach. `make fuzz` runs each FUZZ_RUNS
+# times; tests/fuzz_smoke.sh (in `make test`) builds them with fuzz-build and runs each briefly.
+FUZZ_B    := build-fuzz
+FUZZ_RUNS ?= 1000000
+FUZZ_TARGETS := $(patsubst fuzz/%.c,%,$(wildcard fuzz/fuzz_*.c))
+FUZZ_SRC  := $(wildcard base/*.c text/*.c) nn/safetensors.c nn/model.c nn/kernels.c nn/quant.c \
+             nn/matmul.c nn/optim.c common/config.c common/data.c common/jsonl.c common/prefs.c \
+             common/prompts.c
+FUZZ_SAN  := -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ = B=$(FUZZ_B) CC=clang OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $(FUZZ_SAN)"
+.PHONY: fuzz fuzz-build
+fuzz: deps
+	@$(MAKE) --no-print-directory fuzz-build
+	@sh fuzz/run.sh $(FUZZ_B) -runs=$(FUZZ_RUNS)
+
+fuzz-build:
+	@$(MAKE) --no-print-directory -j$(NPROC) $(FUZZ) $(FUZZ_TARGETS:%=$(FUZZ_B)/fuzz/%)
+
+$(B)/libctune-fuzz.a: $(FUZZ_SRC:%.c=$(B)/%.o)
+	rm -f $@ && ar rcs $@ $^
+
+$(B)/fuzz/fuzz_%: $(B)/fuzz/fuzz_%.o $(B)/libctune-fuzz.a
+	$(CC) $(OPT) -fsanitize=fuzzer $< $(B)/libctune-fuzz.a -o $@ $(LDLIBS_ALL)
+
 PREFIX ?= /usr/local
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin

@@ -46,6 +46,8 @@ typedef struct {
   const char *section;          // this row starts a section of base.yml
   const char *comment;          // one sentence or two for base.yml
   unsigned required;            // CT_TRAINER_* mask of the trainers that cannot run without it
+  const char *bool_as[2];       // string and enum keys TRL also takes as booleans: the
+                                // values true and false stand for ({true, false})
 } key_def;
 
 #define ALL CT_TRAINER_ALL
@@ -108,9 +110,9 @@ static const key_def KEYS[] = {
     {"output_dir", K_STR, ALL, OFF(output_dir), "out",
      .comment = "Where checkpoint-<step>/ directories, metrics.jsonl and the resolved "
                 "config.yml are written."},
-    {"resume_from_checkpoint", K_STR, ALL, OFF(resume_from_checkpoint), "",
+    {"resume_from_checkpoint", K_STR, ALL, OFF(resume_from_checkpoint), "", .bool_as = {"latest", ""},
      .comment = "Empty = start fresh; latest = the newest checkpoint-* in output_dir; "
-                "anything else = a checkpoint directory."},
+                "anything else = a checkpoint directory. TRL's true and false mean latest and empty."},
 
     {"seed", K_INT, ALL | SAMPLER, OFF(seed), "42", IN(0, 2147483647), .section = "Steps and batches",
      .comment = "Seed for initialization, shuffling and sampling."},
@@ -290,8 +292,9 @@ static const key_def KEYS[] = {
     {"epsilon_high", K_FLOAT, GRPO, OFF(epsilon_high), "0.0", CLOPEN(0, 10),
      .comment = "Upper clipping range; 0 = epsilon (DAPO uses a larger one)."},
     {"scale_rewards", K_ENUM, GRPO, OFF(scale_rewards), "group", .choices = ct_scale_rewards_names,
+     .bool_as = {"group", "none"},
      .comment = "Advantages divided by the group's reward std (group), the batch's (batch), "
-                "or not at all (none)."},
+                "or not at all (none); TRL's true and false mean group and none."},
     {"mask_truncated_completions", K_BOOL, GRPO, OFF(mask_truncated_completions), "false",
      .comment = "Completions that never reached an end-of-turn token get no loss."},
     {"reward_funcs", K_STR_LIST, GRPO, OFF(reward_funcs), "accuracy", .choices = ct_reward_func_names,
@@ -796,6 +799,8 @@ static int set_scalar(ct_config *c, int ki, const char *text, int is_null, const
   const key_def *k = &KEYS[ki];
   char b[64];
   void *f = field_of(c, k);
+  int truth;
+  if (k->bool_as[0] && !is_null && !parse_bool(text, &truth)) text = k->bool_as[truth ? 0 : 1];
   if (k->type == K_STR) {
     char *s = dup_str(is_null ? "" : text);
     if (!s) return ct_set_error(CT_ENOMEM, "out of memory");

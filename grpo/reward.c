@@ -1,5 +1,7 @@
 // grpo/reward: the built-in reward functions (accuracy, format, length) and the remote
-// reward client (OpenRLHF's JSON protocol over HTTP, via one reused libcurl handle).
+// reward client (OpenRLHF's JSON protocol over HTTP or HTTPS, via one reused libcurl
+// handle, with an optional bearer key). It does not follow redirects, and it never turns
+// TLS certificate checks off; the key never appears in a message.
 #include "reward.h"
 
 #include <curl/curl.h>
@@ -27,6 +29,8 @@ struct ct_reward {
   int target_length;
   // remote
   char *url;
+  char *key_env;       // the variable holding the API key (for messages), or NULL
+  char *key;           // the API key itself, or NULL; wiped before it is freed
   long connect_ms, timeout_ms;
   int retries, batch;
   double backoff_s;
@@ -103,6 +107,43 @@ static long to_ms(double s) {
   return ms < 1 ? 1 : ms > 1e9 ? 1000000000L : (long)ms;
 }
 
+// Overwrites s with zeros (volatile: the compiler may not drop stores to memory about
+// to be freed).
+static void wipe(char *s) {
+  for (volatile char *p = s; p && *p; p++) *p = 0;
+}
+
+// The API key from the environment variable `name` into r->key. Messages name the
+// variable, never its value.
+static int read_key(ct_reward *r, const char *name) {
+  if (!(r->key_env = strdup(name))) return ct_set_error(CT_ENOMEM, "out of memory");
+  const char *key = getenv(name);
+  if (!key || !*key)
+    return ct_set_error(CT_ECONFIG, "reward_api_key_env: environment variable %s is %s; "
+                        "export the reward server's API key in it", name,
+                        key ? "empty" : "unset");
+  for (const char *p = key; *p; p++)
+    if ((unsigned char)*p < 32 || *p == 127)  // a line break would inject a header
+      return ct_set_error(CT_ECONFIG, "reward_api_key_env: the value of %s contains a control "
+                          "character (a trailing newline?)", name);
+  if (!(r->key = strdup(key))) return ct_set_error(CT_ENOMEM, "out of memory");
+  return 0;
+}
+
+// Appends "Authorization: Bearer KEY" to r->headers (which copies it).
+static int add_key_header(ct_reward *r) {
+  size_t cap = strlen(r->key) + sizeof "Authorization: Bearer ";
+  char *line = malloc(cap);
+  if (!line) return ct_set_error(CT_ENOMEM, "out of memory");
+  snprintf(line, cap, "Authorization: Bearer %s", r->key);
+  struct curl_slist *h = curl_slist_append(r->headers, line);
+  wipe(line);
+  free(line);
+  if (!h) return ct_set_error(CT_ENOMEM, "out of memory");
+  r->headers = h;
+  return 0;
+}
+
 static int init_remote(ct_reward *r, const ct_reward_opts *o) {
   if (!o->url || (strncmp(o->url, "http://", 7) && strncmp(o->url, "https://", 8)))
     return ct_set_error(CT_ECONFIG, "reward_url: \"%s\" is not an http:// or https:// URL",
@@ -124,6 +165,10 @@ static int init_remote(ct_reward *r, const ct_reward_opts *o) {
   if (uc != CURLUE_OK)
     return ct_set_error(CT_ECONFIG, "reward_url: \"%s\" is not a valid URL (%s)", o->url,
                         uc == CURLUE_OUT_OF_MEMORY ? "out of memory" : "libcurl cannot parse it");
+  if (o->api_key_env && *o->api_key_env) {
+    int rc = read_key(r, o->api_key_env);
+    if (rc) return rc;
+  }
   if (!(r->url = strdup(o->url))) return ct_set_error(CT_ENOMEM, "out of memory");
   r->connect_ms = to_ms(o->connect_timeout_s);
   r->timeout_ms = to_ms(o->timeout_s);
@@ -143,6 +188,8 @@ static int init_remote(ct_reward *r, const ct_reward_opts *o) {
   if (h) r->headers = h;
   if (!h || !(h = curl_slist_append(r->headers, "Expect:")))
     return ct_set_error(CT_ENOMEM, "out of memory");
+  int rc = r->key ? add_key_header(r) : 0;
+  if (rc) return rc;
   CURL *c = r->curl;
   int bad = 0;
   bad |= curl_easy_setopt(c, CURLOPT_URL, r->url) != CURLE_OK;
@@ -153,6 +200,9 @@ static int init_remote(ct_reward *r, const ct_reward_opts *o) {
   bad |= curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_reply) != CURLE_OK;
   bad |= curl_easy_setopt(c, CURLOPT_WRITEDATA, r) != CURLE_OK;
   bad |= curl_easy_setopt(c, CURLOPT_ERRORBUFFER, r->curl_err) != CURLE_OK;
+  // libcurl's defaults, said out loud: an https server must prove it is the host named
+  bad |= curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L) != CURLE_OK;
+  bad |= curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L) != CURLE_OK;
 #if LIBCURL_VERSION_NUM >= 0x075500
   bad |= curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK;
 #else
@@ -200,7 +250,11 @@ void ct_reward_free(ct_reward *r) {
   if (!r) return;
   if (r->has_re) regfree(&r->re);
   if (r->curl) curl_easy_cleanup(r->curl);
+  for (struct curl_slist *h = r->headers; h; h = h->next) wipe(h->data);
   curl_slist_free_all(r->headers);
+  wipe(r->key);
+  free(r->key);
+  free(r->key_env);
   free(r->reply);
   free(r->url);
   free(r->answer_field);
@@ -395,6 +449,43 @@ static void snippet(const char *s, size_t n, char *out, size_t cap) {
   out[k] = 0;
 }
 
+// Whether [s, s + n) holds the API key (a server that echoes the request back): then no
+// part of it may go into a message.
+static bool holds_key(const ct_reward *r, const char *s, size_t n) {
+  return r->key && memmem(s, n, r->key, strlen(r->key));
+}
+
+// The reply on one printable line for a message, or a note that it is withheld.
+static void reply_snippet(const ct_reward *r, char *out, size_t cap) {
+  const char *reply = r->reply_len ? r->reply : "";
+  if (holds_key(r, reply, r->reply_len))
+    snprintf(out, cap, "(reply withheld: it contains the API key)");
+  else
+    snippet(reply, r->reply_len, out, cap);
+}
+
+// Why reward `i` of n (not a number) is unusable: its JSON text and type, e.g.
+// "reward 1 of 4 is "NaN" (a string); rewards must be numbers or null".
+static void bad_reward(const ct_reward *r, const json_t *v, int i, int n, char *out,
+                       size_t cap) {
+  static const char *const types[] = {[JSON_OBJECT] = "an object", [JSON_ARRAY] = "a list",
+                                      [JSON_STRING] = "a string", [JSON_INTEGER] = "not finite",
+                                      [JSON_REAL] = "not finite", [JSON_TRUE] = "a boolean",
+                                      [JSON_FALSE] = "a boolean"};
+  char text[48] = "";
+  char *dump = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+  if (dump && !holds_key(r, r->reply, r->reply_len))
+    snippet(dump, strlen(dump), text, sizeof text);
+  free(dump);
+  json_type t = json_typeof(v);
+  const char *type = t <= JSON_FALSE ? types[t] : "not a number";
+  if (text[0])
+    snprintf(out, cap, "reward %d of %d is %s (%s); rewards must be numbers or null", i, n,
+             text, type);
+  else
+    snprintf(out, cap, "reward %d of %d is %s; rewards must be numbers or null", i, n, type);
+}
+
 enum { ATTEMPT_OK, ATTEMPT_RETRY, ATTEMPT_FATAL };
 
 // What went wrong with an attempt: a short kind ("HTTP 500", "timeout") and the detail.
@@ -415,19 +506,24 @@ static int attempt(ct_reward *r, const char *body, int n, double *out, failure *
   if (cc != CURLE_OK) {
     const char *detail = r->curl_err[0] ? r->curl_err : curl_easy_strerror(cc);
     snprintf(f->detail, sizeof f->detail, "%s", detail);
-    const char *what = cc == CURLE_OPERATION_TIMEDOUT ? "timeout"
-                       : cc == CURLE_COULDNT_CONNECT  ? "cannot connect"
-                       : cc == CURLE_GOT_NOTHING      ? "connection closed without a reply"
-                                                      : curl_easy_strerror(cc);
+    const char *what =
+        cc == CURLE_OPERATION_TIMEDOUT          ? "timeout"
+        : cc == CURLE_COULDNT_CONNECT           ? "cannot connect"
+        : cc == CURLE_GOT_NOTHING               ? "connection closed without a reply"
+        : cc == CURLE_SSL_CONNECT_ERROR         ? "TLS handshake failed"
+        : cc == CURLE_PEER_FAILED_VERIFICATION  ? "TLS certificate not trusted"
+        : cc == CURLE_SSL_CACERT_BADFILE        ? "TLS: cannot read the CA certificates"
+                                                : curl_easy_strerror(cc);
     if (r->reply_too_big) {
       what = "malformed reply";
       snprintf(f->detail, sizeof f->detail, "larger than %ld bytes", REPLY_MAX);
     }
     snprintf(f->what, sizeof f->what, "%s", what);
     if (!strcmp(f->detail, f->what)) f->detail[0] = 0;
-    // a URL curl cannot use will not work next time either
+    // a URL curl cannot use, or a certificate it does not trust, will not work next time
     return cc == CURLE_URL_MALFORMAT || cc == CURLE_UNSUPPORTED_PROTOCOL ||
-                   cc == CURLE_NOT_BUILT_IN || cc == CURLE_OUT_OF_MEMORY
+                   cc == CURLE_NOT_BUILT_IN || cc == CURLE_OUT_OF_MEMORY ||
+                   cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE
                ? ATTEMPT_FATAL : ATTEMPT_RETRY;
   }
   long status = 0;
@@ -435,17 +531,34 @@ static int attempt(ct_reward *r, const char *body, int n, double *out, failure *
   const char *reply = r->reply_len ? r->reply : "";
   if (status != 200) {
     snprintf(f->what, sizeof f->what, "HTTP %ld", status);
-    snippet(reply, r->reply_len, f->detail, 120);
+    char text[128];
+    reply_snippet(r, text, sizeof text);
+    if (status == 401 || status == 403) {
+      char hint[160];
+      if (r->key_env)
+        snprintf(hint, sizeof hint, "the server refused the API key in %s (reward_api_key_env)",
+                 r->key_env);
+      else
+        snprintf(hint, sizeof hint, "no API key was sent (set reward_api_key_env)");
+      snprintf(f->detail, sizeof f->detail, "%s%s%s", hint, text[0] ? "; the server says: " : "",
+               text);
+    } else {
+      snprintf(f->detail, sizeof f->detail, "%s", text);
+    }
     return status >= 500 ? ATTEMPT_RETRY : ATTEMPT_FATAL;
   }
   json_error_t je;
+  // a number past DBL_MAX (1e400) is valid JSON but fails to parse: non-finite
   json_t *js = json_loadb(reply, r->reply_len, 0, &je);
   json_t *rw = json_is_object(js) ? json_object_get(js, "rewards") : NULL;
   int rc = ATTEMPT_RETRY;
   snprintf(f->what, sizeof f->what, "malformed JSON reply");
   if (!js) {
+    if (json_error_code(&je) == json_error_numeric_overflow)
+      snprintf(f->what, sizeof f->what, "non-finite reward");
     char text[64];
-    snippet(reply, r->reply_len, text, sizeof text);
+    reply_snippet(r, text, sizeof text);
+    if (holds_key(r, reply, r->reply_len)) snprintf(je.text, sizeof je.text, "bad JSON");
     snprintf(f->detail, sizeof f->detail, "%s at line %d column %d: \"%s\"", je.text, je.line,
              je.column, text);
   } else if (!json_is_array(rw)) {
@@ -458,12 +571,13 @@ static int attempt(ct_reward *r, const char *body, int n, double *out, failure *
     rc = ATTEMPT_OK;
     for (int i = 0; i < n && rc == ATTEMPT_OK; i++) {
       json_t *v = json_array_get(rw, (size_t)i);
-      if (json_is_number(v)) {
+      if (json_is_number(v) && isfinite(json_number_value(v))) {
         out[i] = json_number_value(v);
       } else if (json_is_null(v)) {
-        out[i] = NAN;
+        out[i] = NAN;  // the server could not score this one
       } else {
-        snprintf(f->detail, sizeof f->detail, "reward %d is neither a number nor null", i);
+        snprintf(f->what, sizeof f->what, "bad reward in the reply");
+        bad_reward(r, v, i, n, f->detail, sizeof f->detail);
         rc = ATTEMPT_RETRY;
       }
     }

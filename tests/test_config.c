@@ -455,6 +455,35 @@ static void test_booleans_accept_yaml_1_1_words(void) {
   CHECK_OK(load_text(CT_TRAINER_SFT, "packing: on\nshuffle_dataset: off\n"));
 }
 
+// TRL's boolean spellings of resume_from_checkpoint (true = the latest checkpoint) and
+// scale_rewards (true = group, false = none), from yml and the command line.
+static void test_trl_boolean_spellings_of_string_and_enum_keys(void) {
+  ct_config c;
+  CHECK_OK(ct_config_init(&c, CT_TRAINER_GRPO));
+  CHECK_OK(ct_config_set(&c, "resume_from_checkpoint", "true", "x"));
+  CHECK(!strcmp(c.resume_from_checkpoint, "latest"));
+  CHECK_OK(ct_config_set(&c, "resume_from_checkpoint", "False", "x"));
+  CHECK(!strcmp(c.resume_from_checkpoint, ""));
+  CHECK_OK(ct_config_set(&c, "resume_from_checkpoint", "out/checkpoint-5", "x"));
+  CHECK(!strcmp(c.resume_from_checkpoint, "out/checkpoint-5"));
+  CHECK_OK(ct_config_set(&c, "scale_rewards", "false", "x"));
+  CHECK(c.scale_rewards == CT_SCALE_NONE);
+  CHECK_OK(ct_config_set(&c, "scale_rewards", "true", "x"));
+  CHECK(c.scale_rewards == CT_SCALE_GROUP);
+  CHECK_OK(ct_config_set(&c, "scale_rewards", "batch", "x"));
+  CHECK(c.scale_rewards == CT_SCALE_BATCH);
+  ct_config_free(&c);
+  put("t.yml", "scale_rewards: false\nresume_from_checkpoint: true\n");
+  CHECK_OK(load(&c, CT_TRAINER_GRPO, "t.yml"));
+  CHECK(c.scale_rewards == CT_SCALE_NONE && !strcmp(c.resume_from_checkpoint, "latest"));
+  ct_config_free(&c);
+  // other string keys stay strings: a file may be called "true"
+  CHECK_OK(ct_config_init(&c, CT_TRAINER_SFT));
+  CHECK_OK(ct_config_set(&c, "dataset_path", "true", "x"));
+  CHECK(!strcmp(c.dataset_path, "true"));
+  ct_config_free(&c);
+}
+
 static void test_bad_enum_value_lists_the_choices(void) {
   CHECK_ERR(load_text(CT_TRAINER_SFT, "seed: 2\nlr_scheduler_type: cosin\n"), at(2),
             "key 'lr_scheduler_type': 'cosin' is not one of linear, cosine, constant, "
@@ -838,6 +867,7 @@ int main(int argc, char **argv) {
   RUN(test_floats_accept_exponents_and_reject_inf_and_nan);
   RUN(test_out_of_range_names_the_key_range_and_line);
   RUN(test_booleans_accept_yaml_1_1_words);
+  RUN(test_trl_boolean_spellings_of_string_and_enum_keys);
   RUN(test_bad_enum_value_lists_the_choices);
   RUN(test_key_for_another_trainer_is_rejected);
   RUN(test_duplicate_key_in_one_file_is_rejected);

@@ -2,7 +2,9 @@
 // checks that name the option, and the remote reward client against
 // $CT_BIN/ctune-reward-server in each of its modes: right rewards, retries, bounded time
 // on a slow server, clear errors (HTTP 500, malformed JSON, closed connection, wrong
-// count, refused connection), and NaN rewards when failure_nan is set.
+// count, bad or non-finite rewards, refused connection, TLS to a plain-HTTP server),
+// NaN rewards when failure_nan is set, and the API key: sent as a bearer token, HTTP 401
+// without it, and never in a message.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -269,8 +271,9 @@ static void test_init_rejects_bad_options_naming_the_option(void) {
 static char server_path[1024], server_log[64], server_said[4096];
 static pid_t server_pid;
 
-// Starts the server in `mode`; its port, or 0 (with a failed check) when it cannot start.
-static int start_server(const char *mode, int delay_ms) {
+// Starts the server in `mode` (requiring the key in environment variable key_env unless
+// it is NULL); its port, or 0 (with a failed check) when it cannot start.
+static int start_server(const char *mode, int delay_ms, const char *key_env) {
   snprintf(server_log, sizeof server_log, "/tmp/ct-reward-XXXXXX");
   int log = mkstemp(server_log);
   int fds[2];
@@ -278,9 +281,10 @@ static int start_server(const char *mode, int delay_ms) {
     CHECK(!"cannot create the server's log file or pipe");
     return 0;
   }
-  char a_mode[64], a_delay[64];
+  char a_mode[64], a_delay[64], a_key[128];
   snprintf(a_mode, sizeof a_mode, "mode=%s", mode);
   snprintf(a_delay, sizeof a_delay, "delay_ms=%d", delay_ms);
+  snprintf(a_key, sizeof a_key, "api_key_env=%s", key_env ? key_env : "");
   fflush(NULL);
   server_pid = fork();
   if (server_pid == 0) {
@@ -292,7 +296,8 @@ static int start_server(const char *mode, int delay_ms) {
     close(fds[0]);
     close(fds[1]);
     close(log);
-    execl(server_path, server_path, "port=0", a_mode, a_delay, (char *)NULL);
+    execl(server_path, server_path, "port=0", a_mode, a_delay, key_env ? a_key : (char *)NULL,
+          (char *)NULL);
     _exit(127);
   }
   close(fds[1]);
@@ -356,7 +361,7 @@ static void make_items(void) {
 // the seconds taken in *secs and the number of requests the server saw in *requests.
 static int run_remote(const char *mode, int delay_ms, ct_reward_opts *tweak, double *out,
                       double *secs, int *requests) {
-  int port = start_server(mode, delay_ms);
+  int port = start_server(mode, delay_ms, NULL);
   if (!port) {
     stop_server();
     return -100;
@@ -399,7 +404,7 @@ static bool server_ok(void) {
 
 static void test_remote_ok_returns_the_servers_rewards_and_reuses_the_handle(void) {
   if (!server_ok()) return;
-  int port = start_server("ok", 0);
+  int port = start_server("ok", 0, NULL);
   if (!port) return;
   ct_reward_opts o = remote_opts(port);
   ct_reward *r = make(CT_REWARD_REMOTE, o);
@@ -417,7 +422,7 @@ static void test_remote_ok_returns_the_servers_rewards_and_reuses_the_handle(voi
 
 static void test_remote_sends_batches_of_the_configured_size(void) {
   if (!server_ok()) return;
-  int port = start_server("ok", 0);
+  int port = start_server("ok", 0, NULL);
   if (!port) return;
   ct_reward_opts o = remote_opts(port);
   o.batch = 3;
@@ -519,6 +524,180 @@ static void test_remote_unreachable_port_fails_fast(void) {
   ct_reward_free(r);
 }
 
+static void test_remote_string_or_list_reward_is_an_error_naming_its_index(void) {
+  if (!server_ok()) return;
+  double out[4], secs;
+  int requests;
+  int rc = run_remote("string", 0, NULL, out, &secs, &requests);
+  CHECK(rc == CT_EIO && has("bad reward in the reply after 3 attempts") &&
+        has("reward 1 of 4 is \"NaN\" (a string)") && has("http://127.0.0.1:"));
+  CHECK(requests == 3 && isnan(out[0]) && isnan(out[1]));
+  rc = run_remote("nested", 0, NULL, out, &secs, &requests);
+  CHECK(rc == CT_EIO && has("reward 1 of 4 is [1.0] (a list)"));
+  ct_reward_opts o = remote_opts(0);
+  o.failure_nan = true;
+  rc = run_remote("string", 0, &o, out, &secs, &requests);
+  CHECK(rc == 0 && isnan(out[0]) && isnan(out[1]) && isnan(out[2]) && isnan(out[3]));
+}
+
+static void test_remote_non_finite_reward_is_an_error_naming_the_value(void) {
+  if (!server_ok()) return;
+  double out[4], secs;
+  int requests;
+  // 1e400 is valid JSON but no double: it must not become inf (or a parse error that
+  // hides what was wrong)
+  int rc = run_remote("nonfinite", 0, NULL, out, &secs, &requests);
+  CHECK(rc == CT_EIO && has("non-finite reward after 3 attempts") && has("'1e400'") &&
+        has("/score"));
+  CHECK(isnan(out[1]));
+  ct_reward_opts o = remote_opts(0);
+  o.failure_nan = true;
+  rc = run_remote("nonfinite", 0, &o, out, &secs, &requests);
+  CHECK(rc == 0 && isnan(out[0]) && isnan(out[1]) && isnan(out[2]) && isnan(out[3]));
+}
+
+static void test_remote_null_reward_is_nan_for_that_completion_only(void) {
+  if (!server_ok()) return;
+  double out[4] = {-1, -1, -1, -1}, secs;
+  int requests;
+  int rc = run_remote("null", 0, NULL, out, &secs, &requests);
+  CHECK(rc == 0 && out[0] == 1 && isnan(out[1]) && out[2] == 1 && out[3] == 0);
+  CHECK(requests == 1);
+}
+
+static void test_remote_https_to_a_plain_http_server_is_a_tls_error(void) {
+  if (!server_ok()) return;
+  int port = start_server("ok", 0, NULL);
+  if (!port) return;
+  ct_reward_opts o = remote_opts(port);
+  char url[64];
+  snprintf(url, sizeof url, "https://127.0.0.1:%d/score", port);
+  o.url = url;
+  o.retries = 0;
+  o.timeout_s = 10;  // loading the CA certificates takes a while under sanitizers
+  ct_reward *r = make(CT_REWARD_REMOTE, o);
+  double out[4] = {-1, -1, -1, -1};
+  int rc = ct_reward_score(r, items, 4, out);
+  CHECK(rc == CT_EIO && has("TLS handshake failed after 1 attempt") && has(url));
+  CHECK(isnan(out[0]));
+  ct_reward_free(r);
+  CHECK(stop_server() == 0);  // the server never saw an HTTP request
+  CHECK(strstr(server_said, "not an HTTP request") != NULL);
+}
+
+// ---------------------------------------------------------------------------------------
+// remote: the API key
+
+#define KEY_ENV "CT_TEST_REWARD_KEY"
+#define KEY "ct-test-key-5f2c9a0e"  // no message may contain it
+#define WRONG_ENV "CT_TEST_REWARD_WRONG_KEY"
+#define WRONG "ct-wrong-key-77e1b3"
+
+static bool no_key_in(const char *msg) {
+  if (!strstr(msg, KEY) && !strstr(msg, WRONG)) return true;
+  fprintf(stderr, "  a message holds the key: %s\n", msg);
+  return false;
+}
+
+static void test_init_rejects_an_unset_empty_or_multiline_key_naming_the_variable(void) {
+  ct_reward_opts o = {.url = "http://127.0.0.1:9/score", .connect_timeout_s = 1,
+                      .timeout_s = 1, .api_key_env = KEY_ENV};
+  unsetenv(KEY_ENV);
+  CHECK(init_fails(CT_REWARD_REMOTE, o, CT_ECONFIG, "reward_api_key_env",
+                   "variable " KEY_ENV " is unset"));
+  CHECK(!strchr(ct_last_error(), '\n'));  // one line
+  setenv(KEY_ENV, "", 1);
+  CHECK(init_fails(CT_REWARD_REMOTE, o, CT_ECONFIG, "reward_api_key_env",
+                   "variable " KEY_ENV " is empty"));
+  setenv(KEY_ENV, KEY "\r\nX-Injected: 1", 1);  // would add a header of its own
+  CHECK(init_fails(CT_REWARD_REMOTE, o, CT_ECONFIG, "reward_api_key_env", "control character"));
+  CHECK(no_key_in(ct_last_error()));
+  // a key that is set is fine, and init contacts no server
+  setenv(KEY_ENV, KEY, 1);
+  ct_reward *r = make(CT_REWARD_REMOTE, o);
+  ct_reward_free(r);
+  // no variable named: no key needed
+  unsetenv(KEY_ENV);
+  o.api_key_env = "";
+  r = make(CT_REWARD_REMOTE, o);
+  ct_reward_free(r);
+  // the key matters only to the remote reward
+  r = make(CT_REWARD_LENGTH, (ct_reward_opts){.target_length = 2, .api_key_env = KEY_ENV});
+  ct_reward_free(r);
+}
+
+static void test_remote_sends_the_key_as_a_bearer_token(void) {
+  if (!server_ok()) return;
+  setenv(KEY_ENV, KEY, 1);  // the same variable names the key for server and client
+  int port = start_server("ok", 0, KEY_ENV);
+  if (!port) return;
+  ct_reward_opts o = remote_opts(port);
+  o.api_key_env = KEY_ENV;
+  ct_reward *r = make(CT_REWARD_REMOTE, o);
+  double out[4] = {-1, -1, -1, -1};
+  CHECK_OK(ct_reward_score(r, items, 4, out));
+  CHECK(out[0] == 1 && out[1] == 0 && out[2] == 1 && out[3] == 0);
+  CHECK_OK(ct_reward_score(r, items, 4, out));  // every request carries it
+  ct_reward_free(r);
+  CHECK(stop_server() == 2);
+  CHECK(!strstr(server_said, "401") && no_key_in(server_said));
+  unsetenv(KEY_ENV);
+}
+
+static void test_remote_missing_or_wrong_key_is_http_401_without_the_key_in_messages(void) {
+  if (!server_ok()) return;
+  setenv(KEY_ENV, KEY, 1);  // the server's
+  setenv(WRONG_ENV, WRONG, 1);
+  int port = start_server("ok", 0, KEY_ENV);
+  if (!port) return;
+  ct_reward_opts o = remote_opts(port);
+  double out[4] = {-1, -1, -1, -1};
+  ct_reward *r = make(CT_REWARD_REMOTE, o);  // no key
+  int rc = ct_reward_score(r, items, 4, out);
+  CHECK(rc == CT_EIO && has("HTTP 401 after 1 attempt") && has(o.url) &&
+        has("no API key was sent (set reward_api_key_env)"));
+  CHECK(isnan(out[0]));
+  ct_reward_free(r);
+  o.api_key_env = WRONG_ENV;
+  r = make(CT_REWARD_REMOTE, o);
+  rc = ct_reward_score(r, items, 4, out);
+  CHECK(rc == CT_EIO && has("HTTP 401 after 1 attempt") &&
+        has("refused the API key in " WRONG_ENV " (reward_api_key_env)"));
+  CHECK(no_key_in(ct_last_error()) && no_key_in(ct_reward_last_failure(r)));
+  ct_reward_free(r);
+  o.failure_nan = true;
+  r = make(CT_REWARD_REMOTE, o);
+  CHECK(ct_reward_score(r, items, 4, out) == 0 && isnan(out[0]) && isnan(out[3]));
+  CHECK(strstr(ct_reward_last_failure(r), "HTTP 401") && no_key_in(ct_reward_last_failure(r)));
+  ct_reward_free(r);
+  CHECK(stop_server() == 3);  // 4xx: one attempt each
+  CHECK(no_key_in(server_said));
+  unsetenv(KEY_ENV);
+  unsetenv(WRONG_ENV);
+}
+
+static void test_remote_reply_quoting_the_key_is_withheld_from_messages(void) {
+  if (!server_ok()) return;
+  setenv(KEY_ENV, KEY, 1);
+  int port = start_server("echo", 0, NULL);  // answers 400 quoting the Authorization header
+  if (!port) return;
+  ct_reward_opts o = remote_opts(port);
+  o.api_key_env = KEY_ENV;
+  ct_reward *r = make(CT_REWARD_REMOTE, o);
+  double out[4];
+  int rc = ct_reward_score(r, items, 4, out);
+  CHECK(rc == CT_EIO && has("HTTP 400 after 1 attempt") && has("reply withheld"));
+  CHECK(no_key_in(ct_last_error()) && no_key_in(ct_reward_last_failure(r)));
+  ct_reward_free(r);
+  o.api_key_env = NULL;  // without a key the reply is quoted as usual
+  r = make(CT_REWARD_REMOTE, o);
+  rc = ct_reward_score(r, items, 4, out);
+  CHECK(rc == CT_EIO && has("you sent Authorization: none"));
+  ct_reward_free(r);
+  stop_server();
+  unsetenv(KEY_ENV);
+}
+
 int main(void) {
   // a proxy from the environment must not carry loopback requests elsewhere
   const char *proxies[] = {"http_proxy",  "HTTP_PROXY", "https_proxy",
@@ -549,6 +728,14 @@ int main(void) {
   RUN(test_remote_closed_connection_is_retried_then_reported);
   RUN(test_remote_wrong_count_is_reported_with_both_counts);
   RUN(test_remote_unreachable_port_fails_fast);
+  RUN(test_remote_string_or_list_reward_is_an_error_naming_its_index);
+  RUN(test_remote_non_finite_reward_is_an_error_naming_the_value);
+  RUN(test_remote_null_reward_is_nan_for_that_completion_only);
+  RUN(test_remote_https_to_a_plain_http_server_is_a_tls_error);
+  RUN(test_init_rejects_an_unset_empty_or_multiline_key_naming_the_variable);
+  RUN(test_remote_sends_the_key_as_a_bearer_token);
+  RUN(test_remote_missing_or_wrong_key_is_http_401_without_the_key_in_messages);
+  RUN(test_remote_reply_quoting_the_key_is_withheld_from_messages);
 
   for (int i = 0; i < 4; i++) json_decref(rows[i]);
   return test_summary();

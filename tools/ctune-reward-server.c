@@ -4,17 +4,27 @@
 // label, ignoring surrounding whitespace and a final "<|im_end|>" or "<|endoftext|>";
 // otherwise (or with a null label) 0.0. It listens on 127.0.0.1 only.
 //
-//   ctune-reward-server [port=0] [mode=ok] [delay_ms=1000]
+//   ctune-reward-server [port=0] [mode=ok] [delay_ms=1000] [api_key_env=NAME]
 //
 // Prints the port on stdout (port=0 picks a free one), then serves one request per
-// connection until SIGTERM or SIGINT, logging each request on stderr. The other modes
-// misbehave on purpose, for tests of the client:
-//   slow     waits delay_ms before answering
-//   500      answers HTTP 500
-//   400      answers HTTP 400
-//   badjson  answers 200 with a body that is not JSON
-//   close    closes the connection without answering
-//   count    answers one reward too few
+// connection until SIGTERM or SIGINT, logging each request on stderr (never a key).
+// With api_key_env, the environment variable NAME holds an API key, and any request
+// without "Authorization: Bearer KEY" gets HTTP 401. The other modes misbehave on
+// purpose, for tests of the client:
+//   slow       waits delay_ms before answering
+//   500        answers HTTP 500
+//   400        answers HTTP 400
+//   badjson    answers 200 with a body that is not JSON
+//   close      closes the connection without answering
+//   count      answers one reward too few
+//   string     the second reward is the string "NaN"
+//   nested     the second reward is a list, [1.0]
+//   null       the second reward is null (a reward the server could not compute)
+//   nonfinite  the second reward is 1e400, beyond any double
+//   echo       answers HTTP 400 quoting the request's Authorization header, as a careless
+//              server might (a client must keep the key out of its messages)
+// (with one query, "the second reward" is the first.) A request that is not HTTP (a TLS
+// handshake sent to this plain-HTTP server) gets HTTP 400 at once.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <jansson.h>
@@ -32,9 +42,15 @@
 
 #define MAX_REQUEST (64 << 20)  // bytes
 
-static const char *MODES[] = {"ok", "slow", "500", "400", "badjson", "close", "count"};
+static const char *MODES[] = {"ok",    "slow",   "500",    "400",  "badjson",   "close",
+                              "count", "string", "nested", "null", "nonfinite", "echo"};
 static const char *mode = "ok";
 static long delay_ms = 1000;
+static const char *api_key;  // NULL: no key needed
+
+// In mode nonfinite, a string reward that becomes the bare number 1e400 in the reply
+// (jansson writes no number a double cannot hold).
+#define NONFINITE_MARK "ctune-nonfinite"
 
 static void on_signal(int sig) {
   (void)sig;
@@ -91,9 +107,23 @@ static char *rewards_json(const char *body, size_t len, char *err, size_t cap) {
       const char *l = json_string_value(json_array_get(labels, i));  // NULL: none
       json_array_append_new(rewards, json_real(q && l ? score(q, l) : 0.0));
     }
+    json_t *bad = !strcmp(mode, "string")      ? json_string("NaN")
+                  : !strcmp(mode, "nested")    ? json_pack("[f]", 1.0)
+                  : !strcmp(mode, "null")      ? json_null()
+                  : !strcmp(mode, "nonfinite") ? json_string(NONFINITE_MARK)
+                                               : NULL;
+    if (bad && n) json_array_set(rewards, n > 1 ? 1 : 0, bad);
+    json_decref(bad);
     json_t *reply = json_pack("{s:o}", "rewards", rewards);
     out = json_dumps(reply, JSON_COMPACT);
     json_decref(reply);
+    const char *quoted = "\"" NONFINITE_MARK "\"";
+    char *mark = out ? strstr(out, quoted) : NULL;
+    if (mark) {  // "1e400" is shorter than the quoted mark: rewrite in place
+      const char *rest = mark + strlen(quoted);
+      memcpy(mark, "1e400", 5);
+      memmove(mark + 5, rest, strlen(rest) + 1);
+    }
   }
   json_decref(req);
   return out;
@@ -112,12 +142,14 @@ static void send_all(int fd, const char *s, size_t n) {
 
 static void respond(int fd, int status, const char *type, const char *body) {
   const char *reason = status == 200 ? "OK" : status == 400 ? "Bad Request"
+                       : status == 401 ? "Unauthorized"
                        : status == 405 ? "Method Not Allowed"
                        : status == 500 ? "Internal Server Error" : "Error";
-  char head[256];
+  char head[300];
   int n = snprintf(head, sizeof head,
-                   "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-                   "Connection: close\r\n\r\n", status, reason, type, strlen(body));
+                   "HTTP/1.1 %d %s\r\n%sContent-Type: %s\r\nContent-Length: %zu\r\n"
+                   "Connection: close\r\n\r\n", status, reason,
+                   status == 401 ? "WWW-Authenticate: Bearer\r\n" : "", type, strlen(body));
   send_all(fd, head, (size_t)n);
   send_all(fd, body, strlen(body));
 }
@@ -133,9 +165,10 @@ static const char *header(const char *head, const char *name) {
   return NULL;
 }
 
-// Reads one request; returns its body (NUL-terminated, *len bytes) or NULL.
-static char *read_request(int fd, size_t *len, char *line, size_t line_cap, char *type,
-                          size_t type_cap) {
+// Reads one request; returns its body (NUL-terminated, *len bytes) or NULL, with its
+// header block (request line first, up to head_cap - 1 bytes) in head. *not_http is set
+// when the first byte cannot start an HTTP request (e.g. a TLS handshake).
+static char *read_request(int fd, size_t *len, char *head, size_t head_cap, bool *not_http) {
   size_t cap = 65536, n = 0;
   char *buf = malloc(cap + 1), *end = NULL;
   long want = -1;
@@ -146,10 +179,7 @@ static char *read_request(int fd, size_t *len, char *line, size_t line_cap, char
       const char *cl = header(buf, "content-length:");
       want = cl ? strtol(cl, NULL, 10) : 0;
       if (want < 0 || want > MAX_REQUEST) break;
-      snprintf(line, line_cap, "%.*s", (int)strcspn(buf, "\r\n"), buf);
-      const char *ct = header(buf, "content-type:");
-      if (!ct) ct = "no type";
-      snprintf(type, type_cap, "%.*s", (int)strcspn(ct, "\r\n"), ct);
+      snprintf(head, head_cap, "%s", buf);
       const char *ex = header(buf, "expect:");
       if (ex && !strncasecmp(ex, "100-continue", 12))
         send_all(fd, "HTTP/1.1 100 Continue\r\n\r\n", 25);
@@ -171,6 +201,10 @@ static char *read_request(int fd, size_t *len, char *line, size_t line_cap, char
     }
     ssize_t k = recv(fd, buf + n, cap - n, 0);
     if (k <= 0) break;  // closed, error, or no data for the receive timeout
+    if (!n && (buf[0] < 'A' || buf[0] > 'Z')) {  // methods are upper-case words
+      *not_http = true;
+      break;
+    }
     n += (size_t)k;
     buf[n] = 0;
   }
@@ -178,17 +212,47 @@ static char *read_request(int fd, size_t *len, char *line, size_t line_cap, char
   return NULL;
 }
 
+// Whether the request in the header block may be served: no key is needed, or it
+// carries "Authorization: Bearer KEY" with the server's key (compared in constant time).
+static bool authorized(const char *head) {
+  if (!api_key) return true;
+  const char *v = header(head, "authorization:");
+  if (!v || strncasecmp(v, "Bearer ", 7)) return false;
+  for (v += 7; *v == ' '; v++) {}
+  size_t n = rtrim(v, strcspn(v, "\r\n")), k = strlen(api_key);
+  unsigned char diff = n != k;
+  for (size_t i = 0; i < k; i++) diff |= (unsigned char)(v[i < n ? i : 0] ^ api_key[i]);
+  return !diff;
+}
+
+// The value of header `name` in the header block on one line (at most cap - 1 bytes).
+static void header_line(const char *head, const char *name, char *out, size_t cap) {
+  const char *v = header(head, name);
+  snprintf(out, cap, "%.*s", v ? (int)strcspn(v, "\r\n") : 4, v ? v : "none");
+}
+
 static void serve(int fd) {
-  char line[200] = "", type[100] = "";
+  char head[8192] = "", line[200], type[100];
   size_t len;
-  char *body = read_request(fd, &len, line, sizeof line, type, sizeof type);
+  bool not_http = false;
+  char *body = read_request(fd, &len, head, sizeof head, &not_http);
+  if (not_http) {
+    fprintf(stderr, "ctune-reward-server: not an HTTP request (TLS to a plain-HTTP server?)\n");
+    respond(fd, 400, "text/plain", "this server speaks plain HTTP\n");
+  }
   if (!body) return;
-  fprintf(stderr, "ctune-reward-server: %s (%zu bytes, %s), mode %s\n", line, len, type, mode);
-  if (!strcmp(mode, "slow")) {
+  snprintf(line, sizeof line, "%.*s", (int)strcspn(head, "\r\n"), head);
+  header_line(head, "content-type:", type, sizeof type);
+  bool ok = authorized(head);
+  fprintf(stderr, "ctune-reward-server: %s (%zu bytes, %s), mode %s%s\n", line, len, type, mode,
+          ok ? "" : ": no valid API key, 401");
+  if (ok && !strcmp(mode, "slow")) {
     struct timespec ts = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
   }
-  if (strncmp(line, "POST ", 5)) {
+  if (!ok) {
+    respond(fd, 401, "text/plain", "missing or wrong API key (send Authorization: Bearer KEY)\n");
+  } else if (strncmp(line, "POST ", 5)) {
     respond(fd, 405, "text/plain", "POST a JSON body: {\"query\": [...], \"labels\": [...]}\n");
   } else if (!strcmp(mode, "close")) {
     // no reply at all: the caller closes the connection
@@ -198,6 +262,11 @@ static void serve(int fd) {
     respond(fd, 400, "text/plain", "bad request (mode 400)\n");
   } else if (!strcmp(mode, "badjson")) {
     respond(fd, 200, "application/json", "this is not json {\n");
+  } else if (!strcmp(mode, "echo")) {
+    char auth[1024], msg[1100];
+    header_line(head, "authorization:", auth, sizeof auth);
+    snprintf(msg, sizeof msg, "bad request; you sent Authorization: %s\n", auth);
+    respond(fd, 400, "text/plain", msg);
   } else {
     char err[256] = "";
     char *reply = rewards_json(body, len, err, sizeof err - 1);  // room for "\n"
@@ -209,8 +278,8 @@ static void serve(int fd) {
 }
 
 static int usage(void) {
-  fputs("usage: ctune-reward-server [port=0] [mode=ok|slow|500|400|badjson|close|count] "
-        "[delay_ms=1000]\n", stderr);
+  fputs("usage: ctune-reward-server [port=0] [mode=ok|slow|500|400|badjson|close|count|string|"
+        "nested|null|nonfinite|echo] [delay_ms=1000] [api_key_env=NAME]\n", stderr);
   return 2;
 }
 
@@ -231,9 +300,18 @@ int main(int argc, char **argv) {
     bool ok = false;
     if (!strcmp(argv[i], "port")) ok = parse_long(v, 0, 65535, &port);
     else if (!strcmp(argv[i], "delay_ms")) ok = parse_long(v, 0, 3600000, &delay_ms);
-    else if (!strcmp(argv[i], "mode"))
+    else if (!strcmp(argv[i], "mode")) {
       for (size_t m = 0; m < sizeof MODES / sizeof *MODES; m++)
         if (!strcmp(v, MODES[m])) ok = true, mode = MODES[m];
+    } else if (!strcmp(argv[i], "api_key_env")) {
+      api_key = getenv(v);
+      ok = api_key && *api_key;
+      if (!ok) {  // name the variable, never a value
+        fprintf(stderr, "ctune-reward-server: api_key_env: environment variable %s is %s\n", v,
+                api_key ? "empty" : "unset");
+        return 2;
+      }
+    }
     if (!ok) {
       fprintf(stderr, "ctune-reward-server: bad argument %s=%s\n", argv[i], v);
       return usage();
@@ -257,8 +335,8 @@ int main(int argc, char **argv) {
   }
   printf("%d\n", ntohs(addr.sin_port));
   fflush(stdout);
-  fprintf(stderr, "ctune-reward-server: listening on http://127.0.0.1:%d/ (mode %s)\n",
-          ntohs(addr.sin_port), mode);
+  fprintf(stderr, "ctune-reward-server: listening on http://127.0.0.1:%d/ (mode %s%s)\n",
+          ntohs(addr.sin_port), mode, api_key ? ", API key required" : "");
 
   for (;;) {
     int c = accept(s, NULL, NULL);
