@@ -46,6 +46,7 @@ deps:
 	@sh scripts/install-deps.sh
 
 test: deps
+	@sh scripts/install-deps.sh fuzz
 	@$(MAKE) --no-print-directory -j$(NPROC) all
 	@$(MAKE) --no-print-directory test-run
 
@@ -94,6 +95,7 @@ FUZZ_SAN  := -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ = B=$(FUZZ_B) CC=clang OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $(FUZZ_SAN)"
 .PHONY: fuzz fuzz-build
 fuzz: deps
+	@sh scripts/install-deps.sh fuzz
 	@$(MAKE) --no-print-directory fuzz-build
 	@sh fuzz/run.sh $(FUZZ_B) -runs=$(FUZZ_RUNS)
 

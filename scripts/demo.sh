@@ -8,6 +8,7 @@
 #   3. GRPO from the SFT         reward per step, accuracy before / after; then a short
 #                                run scored by the bundled remote reward server
 #   4. distillation              teacher / distilled student / undistilled student
+#   then each run's curves as a page: bin/ctune-report DIR -> DIR/report.html
 # Accuracy = exact answers on 500 held-out words: greedy, and sampled at temperature 1.
 # Every figure in the results table is measured by this run; the last line is its
 # wall-clock time.
@@ -77,4 +78,6 @@ row "4. distilled student, $(steps "$out/distill") steps" "$(pct "$kd_g")   (tea
 echo "     (half the layers and half the width: $(params "$out/student-sft.log") parameters; the teacher $(params "$out/init.log"))"
 row "   the same student without a teacher" "$(pct "$und_g")"
 echo "models (Hugging Face format) and metrics.jsonl in $out/{sft,dpo,grpo,distill}"
+for r in sft dpo grpo distill; do "$BIN/ctune-report" "$out/$r" >/dev/null; done
+echo "training curves (one HTML page per run, no script): $out/{sft,dpo,grpo,distill}/report.html"
 echo "demo time: $(( $(date +%s) - start )) s wall clock"

@@ -1,8 +1,11 @@
 #!/bin/sh
 # Installs the Debian packages ctune builds against. Idempotent: prints nothing and
 # touches nothing when every package is already present.
+#   install-deps.sh         what the build needs
+#   install-deps.sh fuzz    and clang with its sanitizer + libFuzzer runtimes (make fuzz, make test)
 set -eu
 pkgs="build-essential pkg-config libopenblas-dev libopenmpi-dev openmpi-bin libyaml-dev libjansson-dev libcurl4-openssl-dev"
+[ "${1:-}" = fuzz ] && pkgs="$pkgs clang libclang-rt-dev"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -778,15 +778,23 @@ static node *parse_unary_sign(parser *P) {
   return parse_call_member(P);
 }
 
+// A filter: a name, or one call of a name (`f(args)`, nothing after it).
+static node *parse_filter_name(parser *P, token *ft) {
+  node *f = parse_primary(P);
+  if (f->kind != N_IDENT) parse_fail(P, ft, "expected a filter name");
+  if (!is(P, T_LPAREN)) return f;
+  f = parse_call(P, f);
+  if (f->kind != N_CALL || f->a->kind != N_IDENT) parse_fail(P, ft, "expected a filter name or call");
+  return f;
+}
+
 static node *parse_filter(parser *P) {
   node *x = parse_unary_sign(P);
   while (is(P, T_PIPE)) {
     token *t = cur(P);
     P->i++;
     token *ft = cur(P);
-    node *f = parse_primary(P);
-    if (f->kind != N_IDENT) parse_fail(P, ft, "expected a filter name after '|'");
-    if (is(P, T_LPAREN)) f = parse_call(P, f);
+    node *f = parse_filter_name(P, ft);
     node *fe = mk(P, N_FILTER, t);
     fe->a = x;
     fe->b = f;
@@ -1068,10 +1076,7 @@ static node *parse_stmt(parser *P) {
   } else if (!strcmp(name, "filter")) {
     nd = mk(P, N_FILTER_BLOCK, t);
     token *ft = cur(P);
-    node *f = parse_primary(P);
-    if (f->kind != N_IDENT) parse_fail(P, ft, "expected a filter name");
-    if (is(P, T_LPAREN)) f = parse_call(P, f);
-    nd->b = f;
+    nd->b = parse_filter_name(P, ft);
     expect(P, T_CLOSE_STMT, "'%}'");
     parse_until(P, &nd->body, (const char *const[]){"endfilter", NULL}, t, "filter");
     P->i++;

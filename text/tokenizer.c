@@ -1286,7 +1286,7 @@ static int bpe_word(enc *e, const char *w, size_t n, long pos) {
     if (e->offs) p += (long)t->tok_len[id];
     count++;
   }
-  if (cacheable && count <= 1024) cache_put(e->cache, w, n, h, e->out->v + e->out->n - count, count);
+  if (cacheable && count > 0 && count <= 1024) cache_put(e->cache, w, n, h, e->out->v + e->out->n - count, count);
   return 0;
 }
 

@@ -1,0 +1,66 @@
+// Fuzzes the YAML config loader (common/config.c): the input is a trainer's yml file, in
+// a directory that also holds base.yml (written from the key table), so that
+// `base_config: base.yml` chains resolve. Each trainer kind loads it; what loads must
+// dump to yml that reloads into an identical config (config.h's contract), checked for
+// one kind per input (the dump and reload cost more than the five loads).
+#include "config.h"
+#include "fuzz.h"
+
+static const ct_trainer_kind kinds[] = {CT_TRAINER_SFT, CT_TRAINER_DPO, CT_TRAINER_GRPO,
+                                        CT_TRAINER_DISTILL, CT_TRAINER_SAMPLER};
+
+static void write_base_yml(void) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/base.yml", fuzz_dir());
+  FILE *f = fopen(path, "w");
+  if (!f || ct_config_write_base_yaml(f) || fclose(f)) abort();
+}
+
+// Dumps c, reloads the dump into a fresh config of the same trainer, and aborts when
+// they differ.
+static void check_round_trip(const ct_config *c) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f || ct_config_dump(c, f)) abort();
+  fclose(f);
+  const char *path = fuzz_write("dump.yml", text, len);
+  ct_config r;
+  if (ct_config_init(&r, c->trainer)) abort();
+  if (ct_config_load_file(&r, path)) {
+    fprintf(stderr, "fuzz: the dump does not reload: %s\n--- dump:\n%s", ct_last_error(), text);
+    abort();
+  }
+  const char *key = ct_config_diff(c, &r);
+  if (key) {
+    fprintf(stderr, "fuzz: key '%s' differs after dump and reload\n--- dump:\n%s", key, text);
+    abort();
+  }
+  ct_config_free(&r);
+  free(text);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  static bool init;
+  if (!init) write_base_yml(), init = true;
+  // base_config may name any file: keep the fuzzer away from devices and /proc
+  if (memmem(data, size, "/dev", 4) || memmem(data, size, "/proc", 5) || memmem(data, size, "/sys", 4))
+    return -1;
+  char path[256];
+  snprintf(path, sizeof path, "%s", fuzz_write("fuzz.yml", data, size));  // check_round_trip writes too
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+    ct_config c;
+    if (ct_config_init(&c, kinds[i])) abort();
+    fuzz_clear_error();
+    int rc = ct_config_load_file(&c, path);
+    fuzz_check_error(rc, "ct_config_load_file");
+    if (!rc) {
+      fuzz_clear_error();
+      fuzz_check_error(ct_config_check_required(&c), "ct_config_check_required");
+      if (i == size % (sizeof kinds / sizeof kinds[0])) check_round_trip(&c);  // one kind: speed
+    }
+    ct_config_free(&c);
+    ct_config_free(&c);
+  }
+  return 0;
+}

@@ -1,0 +1,116 @@
+#!/bin/sh
+# bin/grpo's remote reward end to end, against the bundled server: the API key named by
+# reward_api_key_env is sent and accepted; a missing or wrong key is HTTP 401 and stops
+# the run with a one-line error; the key is never in a log or in output_dir/config.yml;
+# an unset variable is a config error before any rollout; a reply with the wrong count,
+# a string or a non-finite reward is a clear error (or NaN with reward_failure=nan); an
+# https URL to a server without a trusted certificate fails with a TLS error.
+. tests/lib/common.sh
+start_test reward_remote
+
+"$BIN/ctune-demo-data" reverse "$T/sft.jsonl" "$T/prompts.jsonl" 300 32 31 6 >/dev/null
+"$BIN/sft" configs/sft.yml dataset_path="$T/sft.jsonl" output_dir="$T/sft" max_steps=10 \
+  model.hidden_size=64 model.intermediate_size=128 model.num_hidden_layers=2 \
+  model.num_attention_heads=4 model.num_key_value_heads=2 max_length=24 \
+  per_device_train_batch_size=16 save_steps=0 >"$T/sft.log" 2>&1 || { cat "$T/sft.log"; fail "sft"; }
+G="$BIN/grpo"
+common="configs/grpo.yml model_path=$T/sft dataset_path=$T/prompts.jsonl answer_field=completion
+        per_device_train_batch_size=8 num_generations=4 max_completion_length=6 logging_steps=1
+        save_steps=0 max_steps=1 reward_funcs=remote reward_retries=1 reward_backoff=0.01"
+# keys no log or file may hold
+export CT_REWARD_KEY="ct-e2e-key-$$-9c41d7" CT_WRONG_KEY="ct-e2e-wrong-$$-3be802"
+secret_free() {  # secret_free FILE...: neither key occurs in any of the files
+  if grep -l -e "$CT_REWARD_KEY" -e "$CT_WRONG_KEY" "$@" 2>/dev/null; then fail "a key leaked into the files above"; fi
+}
+one_line() {  # one_line PATTERN: exactly one line of the last expect's log holds PATTERN
+  [ "$(grep -c -- "$1" "$T/expect.log")" = 1 ] || { cat "$T/expect.log"; fail "'$1' is not on one line"; }
+}
+start_server() {  # start_server MODE [ARGS...]: sets $server and $port
+  mode=$1; shift
+  "$BIN/ctune-reward-server" port=0 mode="$mode" "$@" >"$T/port" 2>>"$T/server.log" &
+  server=$!
+  i=0
+  while [ ! -s "$T/port" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+  port=$(head -1 "$T/port")
+  [ -n "$port" ] || fail "the reward server did not start"
+  url="http://127.0.0.1:$port/score"
+}
+stop_server() { kill $server; wait $server 2>/dev/null || true; server=""; rm -f "$T/port"; }
+posts() { grep -c "POST /score" "$T/server.log" || true; }
+
+echo "== the key is sent: the server (which requires it) scores every batch"
+start_server ok api_key_env=CT_REWARD_KEY
+"$G" $common output_dir="$T/ok" max_steps=2 reward_url="$url" reward_api_key_env=CT_REWARD_KEY \
+  >"$T/ok.log" 2>&1 || { cat "$T/ok.log"; fail "a run with the right key"; }
+grep -q '"rewards/remote/mean"' "$T/ok/metrics.jsonl" || fail "no remote reward metric"
+[ "$(posts)" = 2 ] || { cat "$T/server.log"; fail "expected 2 requests"; }
+grep -q "401" "$T/server.log" && fail "the server refused the key"
+grep -q "reward_api_key_env: CT_REWARD_KEY" "$T/ok/config.yml" || fail "config.yml lacks the variable's name"
+secret_free "$T/ok.log" "$T/ok/config.yml" "$T/ok/metrics.jsonl" "$T/server.log"
+
+echo "== no key, or the wrong one: HTTP 401 stops the run, with no key in its message"
+expect 1 "HTTP 401 after 1 attempt" "$G" $common output_dir="$T/nokey" reward_url="$url"
+one_line "HTTP 401"
+grep -q "set reward_api_key_env" "$T/expect.log" || fail "no hint to set reward_api_key_env"
+expect 1 "HTTP 401 after 1 attempt" "$G" $common output_dir="$T/wrong" reward_url="$url" \
+  reward_api_key_env=CT_WRONG_KEY
+one_line "HTTP 401"
+grep -q "refused the API key in CT_WRONG_KEY" "$T/expect.log" || fail "the message does not name the variable"
+cp "$T/expect.log" "$T/wrong.log"
+[ -f "$T/wrong/config.yml" ] || fail "no config.yml in output_dir"
+secret_free "$T/wrong.log" "$T/wrong/config.yml" "$T/server.log"
+grep -c "no valid API key, 401" "$T/server.log" | grep -qx 2 || { cat "$T/server.log"; fail "expected two 401s"; }
+
+echo "== an unset or empty variable is a config error before any rollout"
+before=$(posts)
+expect 2 "reward_api_key_env: environment variable CT_NO_SUCH_KEY is unset" \
+  env -u CT_NO_SUCH_KEY "$G" $common output_dir="$T/unset" reward_url="$url" reward_api_key_env=CT_NO_SUCH_KEY
+one_line "CT_NO_SUCH_KEY"
+expect 2 "environment variable CT_EMPTY_KEY is empty" \
+  env CT_EMPTY_KEY= "$G" $common output_dir="$T/unset" reward_url="$url" reward_api_key_env=CT_EMPTY_KEY
+[ "$(posts)" = "$before" ] || fail "a request was sent despite the config error"
+[ ! -e "$T/unset/metrics.jsonl" ] || fail "the run started despite the config error"
+stop_server
+
+echo "== bad replies: clear errors naming the URL, or NaN rewards with reward_failure=nan"
+check_bad() {  # check_bad MODE PATTERN
+  start_server "$1"
+  expect 1 "$2" "$G" $common output_dir="$T/bad" reward_url="$url"
+  one_line "$2"
+  grep -q "remote reward $url" "$T/expect.log" || fail "the $1 error does not name the URL"
+  "$G" $common output_dir="$T/nan.$1" reward_url="$url" reward_failure=nan >"$T/nan.$1.log" 2>&1 \
+    || { cat "$T/nan.$1.log"; fail "reward_failure=nan with mode $1"; }
+  # every reward NaN: the step has none to average
+  grep -q '"rewards/remote/mean"' "$T/nan.$1/metrics.jsonl" && fail "mode $1: a reward was not NaN"
+  stop_server
+}
+check_bad count "wrong reward count after 2 attempts: reply has 7 rewards, expected 8"
+check_bad string 'reward 1 of 8 is "NaN" (a string)'
+check_bad nonfinite "non-finite reward after 2 attempts: real number overflow near '1e400'"
+
+echo "== https: certificates are checked"
+start_server ok
+expect 1 "TLS handshake failed" "$G" $common output_dir="$T/tls" reward_url="https://127.0.0.1:$port/score"
+one_line "TLS handshake failed"
+stop_server
+if command -v openssl >/dev/null; then
+  # a TLS server whose certificate is self-signed: the connection must be refused
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
+    -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 -keyout "$T/key.pem" \
+    -out "$T/cert.pem" >"$T/openssl.log" 2>&1 || { cat "$T/openssl.log"; fail "openssl req"; }
+  openssl s_server -accept 127.0.0.1:0 -cert "$T/cert.pem" -key "$T/key.pem" -www \
+    >"$T/s_server.out" 2>&1 &
+  server=$!
+  i=0
+  while ! grep -q "^ACCEPT" "$T/s_server.out" && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+  port=$(sed -n 's/^ACCEPT .*:\([0-9]*\)$/\1/p' "$T/s_server.out")
+  [ -n "$port" ] || { cat "$T/s_server.out"; fail "openssl s_server did not start"; }
+  expect 1 "TLS certificate not trusted after 1 attempt" "$G" $common output_dir="$T/tls" \
+    reward_url="https://127.0.0.1:$port/score" reward_api_key_env=CT_REWARD_KEY
+  one_line "TLS certificate"
+  secret_free "$T/expect.log"
+  stop_server
+else
+  echo "(no openssl command: the self-signed certificate case is skipped)"
+fi
+echo "remote reward end-to-end: all checks passed"
