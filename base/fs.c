@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "hash.h"
 
 double ct_now(void) {
   struct timespec t;
@@ -128,4 +129,37 @@ int ct_publish_file(const char *tmp_path, const char *dir, const char *name) {
   if (rc) return rc;
   if (rename(tmp_path, final)) return ct_set_error(CT_EIO, "%s: cannot rename to %s: %s", tmp_path, final, strerror(errno));
   return ct_fsync_path(dir, true);
+}
+
+int ct_file_checksum(const char *path, uint64_t *hash, long *size) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ct_set_error(CT_EIO, "%s: cannot open: %s", path, strerror(errno));
+  enum { BLOCK = 4 << 20 };
+  unsigned char *b = malloc(BLOCK);
+  if (!b) {
+    close(fd);
+    return ct_set_error(CT_ENOMEM, "out of memory");
+  }
+  uint64_t h = 0;
+  long total = 0;
+  int rc = 0;
+  for (;;) {
+    size_t got = 0;  // a whole block (short reads refilled), so blocks do not depend on read()
+    while (got < BLOCK) {
+      ssize_t n = read(fd, b + got, BLOCK - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) rc = ct_set_error(CT_EIO, "%s: cannot read: %s", path, strerror(errno));
+      if (n <= 0) break;
+      got += (size_t)n;
+    }
+    if (rc || !got) break;
+    h = ct_xxh64(b, got, h);
+    total += (long)got;
+    if (got < BLOCK) break;
+  }
+  free(b);
+  close(fd);
+  *hash = h;
+  *size = total;
+  return rc;
 }

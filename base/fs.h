@@ -4,6 +4,7 @@
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define CT_PATH_MAX 4096
 
@@ -23,5 +24,9 @@ int ct_remove_tree(const char *path);
 int ct_fsync_path(const char *path, bool dir);
 // Atomically replaces dir/name with the file tmp_path (fsync, rename, fsync of dir).
 int ct_publish_file(const char *tmp_path, const char *dir, const char *name);
+
+// A file's checksum: XXH64 chained over 4 MiB blocks (each block's seed is the hash so
+// far), and its size in bytes.
+int ct_file_checksum(const char *path, uint64_t *hash, long *size);
 
 double ct_now(void);  // monotonic seconds

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -93,6 +94,68 @@ int ct_ckpt_latest(const char *output_dir, char *path, size_t path_size, long *s
   return 0;
 }
 
+// Removes output_dir/name by renaming it to .tmp-delete-<name> first (atomic), so that a
+// kill during the removal leaves a .tmp-* leftover (cleaned at the next start), never a
+// partial checkpoint-N that looks complete.
+static int remove_aside(const char *output_dir, const char *name) {
+  char p[CT_PATH_MAX], aside[CT_PATH_MAX], tmp_name[96];
+  snprintf(tmp_name, sizeof tmp_name, ".tmp-delete-%s", name);
+  int rc = ct_path_join(p, sizeof p, output_dir, name);
+  if (!rc) rc = ct_path_join(aside, sizeof aside, output_dir, tmp_name);
+  if (!rc) rc = ct_remove_tree(aside);
+  if (rc) return rc;
+  if (rename(p, aside)) return ct_set_error(CT_EIO, "%s: cannot rename to %s: %s", p, aside, strerror(errno));
+  if ((rc = ct_fsync_path(output_dir, true))) return rc;
+  return ct_remove_tree(aside);
+}
+
+int ct_ckpt_clean(const char *output_dir, int *removed) {
+  *removed = 0;
+  DIR *d = opendir(output_dir);
+  if (!d) return ct_set_error(CT_EIO, "%s: cannot list: %s", output_dir, strerror(errno));
+  struct dirent *e;
+  char p[CT_PATH_MAX];
+  int rc = 0;
+  while ((e = readdir(d)) && !rc) {
+    const char *n = e->d_name;
+    if (strncmp(n, ".tmp-checkpoint-", 16) && strcmp(n, ".tmp-final") && strncmp(n, ".tmp-delete-", 12)) continue;
+    rc = ct_path_join(p, sizeof p, output_dir, n);
+    if (!rc) rc = ct_remove_tree(p);
+    if (!rc) ++*removed;
+  }
+  closedir(d);
+  return rc;
+}
+
+int ct_ckpt_lock(const char *output_dir, int *fd_out) {
+  char p[CT_PATH_MAX];
+  int rc = ct_path_join(p, sizeof p, output_dir, ".lock");
+  if (rc) return rc;
+  int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return ct_set_error(CT_EIO, "%s: cannot open: %s", p, strerror(errno));
+  if (flock(fd, LOCK_EX | LOCK_NB)) {
+    int e = errno;
+    char pid[32] = "";
+    ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+    pid[n > 0 ? n : 0] = 0;
+    pid[strcspn(pid, "\n")] = 0;
+    close(fd);
+    if (e == EWOULDBLOCK)
+      return ct_set_error(CT_EIO, "output_dir %s is in use by another run (pid %s, holding %s); "
+                          "give each run its own output_dir", output_dir, pid[0] ? pid : "unknown", p);
+    return ct_set_error(CT_EIO, "%s: cannot lock: %s", p, strerror(e));
+  }
+  char pid[32];
+  int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+  if (ftruncate(fd, 0) || pwrite(fd, pid, (size_t)n, 0) != n) {
+    rc = ct_set_error(CT_EIO, "%s: cannot write: %s", p, strerror(errno));
+    close(fd);
+    return rc;
+  }
+  *fd_out = fd;
+  return 0;
+}
+
 static int cmp_long(const void *a, const void *b) {
   long x = *(const long *)a, y = *(const long *)b;
   return (x > y) - (x < y);
@@ -122,12 +185,10 @@ int ct_ckpt_rotate(const char *output_dir, int keep) {
   closedir(d);
   if (!rc) {
     qsort(steps, n, sizeof(long), cmp_long);
-    char p[4096];
     for (int i = 0; i + keep < n && !rc; i++) {
       char name[64];
       snprintf(name, sizeof name, "checkpoint-%ld", steps[i]);
-      rc = ct_path_join(p, sizeof p, output_dir, name);
-      if (!rc) rc = ct_remove_tree(p);
+      rc = remove_aside(output_dir, name);
     }
   }
   free(steps);

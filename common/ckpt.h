@@ -18,5 +18,12 @@ int ct_ckpt_commit(const char *output_dir, long step, const char *tmp);
 // Newest output_dir/checkpoint-<step> that is complete (has trainer_state.json).
 // Returns 0 and fills path/step, or CT_EIO when there is none.
 int ct_ckpt_latest(const char *output_dir, char *path, size_t path_size, long *step);
-// Deletes the oldest checkpoint-* directories so that at most `keep` remain.
+// Deletes the oldest checkpoint-* directories so that at most `keep` remain (each renamed
+// aside first: a kill mid-way never leaves a partial checkpoint-N).
 int ct_ckpt_rotate(const char *output_dir, int keep);
+// Removes what a killed save or rotation left: .tmp-checkpoint-*, .tmp-final, .tmp-delete-*.
+int ct_ckpt_clean(const char *output_dir, int *removed);
+// Takes an exclusive flock on output_dir/.lock (which then holds this pid) and keeps it in
+// *fd until the process exits: the kernel drops it when a process dies, so a kill -9 leaves
+// no stale lock. Fails naming the holder's pid when another process holds it.
+int ct_ckpt_lock(const char *output_dir, int *fd);

@@ -3,6 +3,7 @@
 // resume, and the frozen reference. A trainer's own loss is not here.
 #include "train.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -36,8 +37,7 @@ void ct_failpoint(const char *point) {
 
 static volatile sig_atomic_t stop_signal;
 static void on_stop_signal(int sig) {
-  (void)sig;
-  stop_signal = 1;
+  stop_signal = sig;  // the exit code says which: 128 + sig, as a shell reports it
 }
 
 void ct_train_watch_signals(void) {
@@ -109,6 +109,33 @@ static int config_from_spec(ct_model_config *mc, const ct_config *cfg, const ct_
   int rc = ct_model_config_check(mc);
   if (rc) ct_wrap_error(CT_ECONFIG, "the `model:` block");
   return rc ? CT_ECONFIG : 0;
+}
+
+// A model read from dir (model_path, or the checkpoint resumed) against the `model:` keys
+// the user set: a set key that differs would be silently ignored, so it is an error.
+static int check_spec_keys(const ct_config *cfg, const ct_model_config *mc, const char *dir) {
+  const ct_model_spec *s = &cfg->model;
+  struct { const char *key; bool set; double want, have; } k[] = {
+#define SPEC_ROW(field, value) {"model." #field, CT_MODEL_SPEC_IS_SET(s, field), (double)s->field, (double)(value)}
+      SPEC_ROW(vocab_size, mc->vocab_size), SPEC_ROW(hidden_size, mc->hidden_size),
+      SPEC_ROW(intermediate_size, mc->intermediate_size), SPEC_ROW(num_hidden_layers, mc->num_layers),
+      SPEC_ROW(num_attention_heads, mc->num_heads), SPEC_ROW(num_key_value_heads, mc->num_kv_heads),
+      SPEC_ROW(head_dim, mc->head_dim), SPEC_ROW(tie_word_embeddings, mc->tie_word_embeddings),
+      SPEC_ROW(attention_bias, mc->qkv_bias), SPEC_ROW(use_qk_norm, mc->qk_norm),
+      SPEC_ROW(rope_theta, mc->rope_theta), SPEC_ROW(rms_norm_eps, mc->rms_norm_eps),
+#undef SPEC_ROW
+  };
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+    if (k[i].set && (float)k[i].want != (float)k[i].have)
+      return ct_set_error(CT_ECONFIG, "%s: key '%s' is %g but the model in %s has %g; the model's own "
+                          "shape is used, so drop the key (or start from scratch without model_path "
+                          "and resume_from_checkpoint)", ct_config_origin(cfg, k[i].key), k[i].key,
+                          k[i].want, dir, k[i].have);
+  if (CT_MODEL_SPEC_IS_SET(s, model_type) && strcmp(ct_model_type_names[s->model_type], mc->model_type))
+    return ct_set_error(CT_ECONFIG, "%s: key 'model.model_type' is %s but the model in %s is %s; drop the key",
+                        ct_config_origin(cfg, "model.model_type"), ct_model_type_names[s->model_type], dir,
+                        mc->model_type);
+  return 0;
 }
 
 static int check_dir(const ct_config *c, const char *key, const char *dir) {
@@ -243,6 +270,40 @@ int ct_train_save_reference(const ct_frozen *ref, const char *dir) {
   return rc ? rc : ct_save_tensors(&ct_model_tensors(&ref->model), 1, bufs, NULL, p, CT_DT_F32);
 }
 
+// A checkpoint's files against the checksums its trainer_state.json recorded ("files":
+// {name: {"bytes", "xxh64"}}; older checkpoints have none and are not checked).
+static int verify_files(const char *dir, json_t *files) {
+  const char *name;
+  json_t *f;
+  json_object_foreach(files, name, f) {
+    char p[CT_PATH_MAX];
+    uint64_t h;
+    long size;
+    const char *want = json_string_value(json_object_get(f, "xxh64"));
+    json_int_t bytes = json_integer_value(json_object_get(f, "bytes"));
+    int rc = ct_path_join(p, sizeof p, dir, name);
+    if (rc) return rc;
+    if (access(p, R_OK))
+      return ct_set_error(CT_EFORMAT, "%s: missing (trainer_state.json lists it): the checkpoint is "
+                          "incomplete; resume from another one", p);
+    if ((rc = ct_file_checksum(p, &h, &size))) return rc;
+    char got[20];
+    snprintf(got, sizeof got, "%016llx", (unsigned long long)h);
+    if (!want || size != bytes || strcmp(got, want))
+      return ct_set_error(CT_EFORMAT, "%s: changed since it was saved (%ld bytes, xxh64 %s; saved: %lld "
+                          "bytes, xxh64 %s): the checkpoint is damaged; resume from another one", p,
+                          size, got, (long long)bytes, want ? want : "?");
+  }
+  return 0;
+}
+
+// A hex string of 1 to 16 digits -> *v.
+static bool parse_hex64(const char *s, uint64_t *v) {
+  if (!s || !*s || strlen(s) > 16 || strspn(s, "0123456789abcdefABCDEF") != strlen(s)) return false;
+  *v = strtoull(s, NULL, 16);
+  return true;
+}
+
 static int read_trainer_state(ct_train *tr, const char *dir) {
   char path[CT_PATH_MAX];
   int rc = ct_path_join(path, sizeof path, dir, "trainer_state.json");
@@ -251,19 +312,39 @@ static int read_trainer_state(ct_train *tr, const char *dir) {
   json_t *j = json_load_file(path, 0, &err);
   if (!j) return ct_set_error(CT_EFORMAT, "%s: %s", path, err.text);
   json_t *ct = json_object_get(j, "ctune");
-  json_t *rng = json_object_get(ct, "rng");
-  if (!json_is_integer(json_object_get(j, "global_step")) || !json_is_array(rng) ||
-      json_array_size(rng) != 4) {
+  json_t *rng = json_object_get(ct, "rng"), *files = json_object_get(ct, "files");
+  const char *bad = NULL;
+  if (!json_is_integer(json_object_get(j, "global_step")) || !json_is_array(rng) || json_array_size(rng) != 4) {
     rc = ct_set_error(CT_EFORMAT, "%s: not a ctune trainer state (global_step, ctune.rng missing)", path);
-  } else {
-    tr->step = (long)json_integer_value(json_object_get(j, "global_step"));
-    tr->epoch = (long)json_integer_value(json_object_get(ct, "epoch"));
-    tr->epoch_pos = (long)json_integer_value(json_object_get(ct, "epoch_pos"));
-    tr->n_seq = (int)json_integer_value(json_object_get(ct, "n_seq"));
-    tr->num_tokens = json_number_value(json_object_get(ct, "num_tokens"));
-    for (int i = 0; i < 4; i++)
-      tr->rng.s[i] = strtoull(json_string_value(json_array_get(rng, i)) ? json_string_value(json_array_get(rng, i)) : "0", NULL, 16);
+    goto done;
   }
+  tr->step = (long)json_integer_value(json_object_get(j, "global_step"));
+  tr->epoch = (long)json_integer_value(json_object_get(ct, "epoch"));
+  tr->epoch_pos = (long)json_integer_value(json_object_get(ct, "epoch_pos"));
+  tr->n_seq = (int)json_integer_value(json_object_get(ct, "n_seq"));
+  tr->num_tokens = json_number_value(json_object_get(ct, "num_tokens"));
+  tr->global_batch = (int)json_integer_value(json_object_get(ct, "global_batch"));  // 0: older state
+  bool zero = true;
+  for (int i = 0; i < 4 && !bad; i++) {
+    if (!parse_hex64(json_string_value(json_array_get(rng, i)), &tr->rng.s[i])) bad = "ctune.rng (16 hex digits each)";
+    zero = zero && tr->rng.s[i] == 0;
+  }
+  const char *hash = json_string_value(json_object_get(ct, "data_hash"));
+  if (!bad && hash && !parse_hex64(hash, &tr->data_hash)) bad = "ctune.data_hash";
+  bad = bad                                          ? bad
+        : zero                                       ? "ctune.rng (all zero)"
+        : tr->step < 0                               ? "global_step"
+        : tr->epoch < 0                              ? "ctune.epoch"
+        : tr->n_seq < 0                              ? "ctune.n_seq"
+        : tr->epoch_pos < 0 || tr->epoch_pos > tr->n_seq ? "ctune.epoch_pos (past the end of the data)"
+        : !(tr->num_tokens >= 0)                     ? "ctune.num_tokens"
+        : tr->global_batch < 0                       ? "ctune.global_batch"
+        : files && !json_is_object(files)            ? "ctune.files"
+                                                     : NULL;
+  if (bad) rc = ct_set_error(CT_EFORMAT, "%s: %s is out of range or unreadable: the trainer state is damaged; "
+                             "resume from another checkpoint", path, bad);
+  else if (files) rc = verify_files(dir, files);
+done:
   json_decref(j);
   return rc;
 }
@@ -279,6 +360,35 @@ static int resolve_resume(ct_train *tr) {
     return ct_set_error(CT_EIO, "%s: key 'resume_from_checkpoint': %s is not a checkpoint "
                         "(no trainer_state.json)", ct_config_origin(tr->cfg, "resume_from_checkpoint"), r);
   snprintf(tr->resumed_from, sizeof tr->resumed_from, "%s", r);
+  return 0;
+}
+
+// Whether two existing paths name the same directory.
+static bool same_dir(const char *a, const char *b) {
+  struct stat sa, sb;
+  return a[0] && b[0] && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
+}
+
+// output_dir for this run alone: created, locked (a second run on it stops naming this
+// one's pid), not one of the run's inputs (the final save would overwrite them), and
+// cleared of what a killed save left (.tmp-*).
+static int claim_output_dir(ct_train *tr) {
+  const ct_config *c = tr->cfg;
+  int rc = ct_mkdirs(c->output_dir), fd, removed;
+  if (rc || (rc = ct_ckpt_lock(c->output_dir, &fd))) return rc;
+  tr->lock_fd1 = fd + 1;
+  const char *inputs[] = {"model_path", "tokenizer_path", "adapter_path", "teacher_path", "ref_model_path"};
+  const char *dirs[] = {c->model_path, c->tokenizer_path, c->adapter_path, c->teacher_path, c->ref_model_path};
+  for (int i = 0; i < 5; i++)
+    if (same_dir(dirs[i], c->output_dir))
+      return ct_set_error(CT_ECONFIG, "%s: key '%s' is output_dir (%s): saving would overwrite the "
+                          "files this run reads; choose another output_dir",
+                          ct_config_origin(c, inputs[i]), inputs[i], c->output_dir);
+  if ((rc = ct_ckpt_clean(c->output_dir, &removed))) return rc;
+  if (removed)
+    ct_log_info(&tr->log, "removed %d unfinished save%s (.tmp-*) left in %s by an earlier run", removed,
+                removed == 1 ? "" : "s", c->output_dir);
   return 0;
 }
 
@@ -304,10 +414,14 @@ int ct_train_setup(ct_train *tr, ct_config *cfg) {
   tr->rank = ct_dist_rank();
   tr->world = ct_dist_world();
   tr->log.active = tr->rank == 0;  // until ct_train_plan opens the metrics file
-  int threads = cfg->num_threads > 0 ? (int)cfg->num_threads
-                                     : (int)(sysconf(_SC_NPROCESSORS_ONLN) / ct_dist_local_size());
+  int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  int threads = cfg->num_threads > 0 ? (int)cfg->num_threads : cores / ct_dist_local_size();
+  if (threads > cores && cores > 0) {  // more spin-waiting threads than cores: every step crawls
+    ct_log_info(&tr->log, "num_threads %d is more than this machine's %d cores: using %d", threads, cores, cores);
+    threads = cores;
+  }
   int rc = ct_pool_init(threads > 0 ? threads : 1);
-  if (!rc && tr->rank == 0) rc = ct_mkdirs(cfg->output_dir);
+  if (!rc && tr->rank == 0) rc = claim_output_dir(tr);
   if (!rc) rc = resolve_resume(tr);
   if (!rc) rc = load_tokenizer(tr);
   if (rc) return rc;
@@ -316,6 +430,7 @@ int ct_train_setup(ct_train *tr, ct_config *cfg) {
   // (a LoRA checkpoint holds adapters only: its base is model_path's)
   const char *dir = tr->resumed_from[0] && !cfg->use_peft ? tr->resumed_from : cfg->model_path;
   rc = dir[0] ? ct_model_read_config(&mc, dir) : config_from_spec(&mc, cfg, tr->tok);
+  if (!rc && dir[0]) rc = check_spec_keys(cfg, &mc, dir);
   if (!rc) rc = ct_model_layout(&tr->model, &mc);
   if (rc) return rc;
   if (ct_tokenizer_vocab_size(tr->tok) > mc.vocab_size)
@@ -452,6 +567,7 @@ void ct_train_free(ct_train *tr) {
   ct_big_free(tr->mom2);
   free(tr->order);
   if (tr->tok) ct_tokenizer_free(tr->tok);
+  if (tr->lock_fd1) close(tr->lock_fd1 - 1);  // (the lock goes with it)
   memset(tr, 0, sizeof *tr);
 }
 
@@ -471,20 +587,42 @@ static void epoch_order(ct_train *tr) {
   }
 }
 
-int ct_train_plan(ct_train *tr, int n_seq, int global) {
-  const ct_config *c = tr->cfg;
-  if (tr->resumed_from[0] && tr->n_seq != n_seq)
+// A resumed run against its checkpoint: the same data (count and content) and the same
+// global batch, or the promised data order would silently not hold.
+static int check_resume_plan(const ct_train *tr, int n_seq, int global, uint64_t data_hash) {
+  const char *from = tr->resumed_from;
+  if (tr->n_seq != n_seq)
     return ct_set_error(CT_EINVAL, "%s was saved with %d training sequences per epoch, the "
                         "dataset now gives %d: resuming would not continue the same data order",
-                        tr->resumed_from, tr->n_seq, n_seq);
-  tr->n_seq = n_seq;
+                        from, tr->n_seq, n_seq);
+  if (tr->data_hash && tr->data_hash != data_hash)
+    return ct_set_error(CT_EINVAL, "%s was saved training on other data (the same number of "
+                        "sequences, different tokens or order): resuming would not continue the "
+                        "same data order; give the dataset (and tokenizer, template, max_length) it "
+                        "was trained with", from);
+  if (tr->global_batch && tr->global_batch != global)
+    return ct_set_error(CT_EINVAL, "%s was saved with a global batch of %d, this run's is %d "
+                        "(per_device_train_batch_size x gradient_accumulation_steps x %d ranks): "
+                        "resuming would change the data order; keep the product at %d",
+                        from, tr->global_batch, global, tr->world, tr->global_batch);
+  if (tr->step > tr->total_steps)
+    return ct_set_error(CT_EINVAL, "%s is at step %ld, past the %ld steps this run would train; "
+                        "raise max_steps or num_train_epochs to continue", from, tr->step, tr->total_steps);
+  return 0;
+}
+
+int ct_train_plan(ct_train *tr, int n_seq, int global, uint64_t data_hash) {
+  const ct_config *c = tr->cfg;
   long per_epoch = (n_seq + global - 1) / global;
   tr->total_steps = c->max_steps > 0 ? c->max_steps : (long)ceil(c->num_train_epochs * per_epoch);
   tr->warmup_steps = c->warmup_steps > 0 ? c->warmup_steps : (long)ceil(c->warmup_ratio * tr->total_steps);
-  if (tr->resumed_from[0] && tr->step >= tr->total_steps)
-    return ct_set_error(CT_EINVAL, "%s is at step %ld, which already reaches the %ld steps this "
-                        "run would train; raise max_steps or num_train_epochs to continue",
-                        tr->resumed_from, tr->step, tr->total_steps);
+  int rc = tr->resumed_from[0] ? check_resume_plan(tr, n_seq, global, data_hash) : 0;
+  if (rc) return rc;
+  if (tr->resumed_from[0] && tr->step == tr->total_steps)  // killed before its final save
+    ct_log_info(&tr->log, "%s is at the last step (%ld): writing the final model", tr->resumed_from, tr->step);
+  tr->n_seq = n_seq;
+  tr->data_hash = data_hash;
+  tr->global_batch = global;
   tr->order = malloc(sizeof(int) * (n_seq > 0 ? n_seq : 1));
   if (!tr->order) return ct_set_error(CT_ENOMEM, "out of memory");
   epoch_order(tr);
@@ -520,19 +658,48 @@ int ct_train_update(ct_train *tr, double *grad_norm, double *lr) {
   return 0;
 }
 
+// Every file already in dir -> {name: {"bytes", "xxh64"}}, or NULL on failure.
+static json_t *file_checksums(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return ct_set_error(CT_EIO, "%s: cannot list: %s", dir, strerror(errno)), NULL;
+  json_t *files = json_object();
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    char p[CT_PATH_MAX], hex[20];
+    struct stat st;
+    uint64_t h;
+    long size;
+    if (ct_path_join(p, sizeof p, dir, e->d_name) || stat(p, &st) || !S_ISREG(st.st_mode)) continue;
+    if (ct_file_checksum(p, &h, &size)) {
+      json_decref(files);
+      files = NULL;
+      break;
+    }
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+    json_object_set_new(files, e->d_name, json_pack("{s:I,s:s}", "bytes", (json_int_t)size, "xxh64", hex));
+  }
+  closedir(d);
+  return files;
+}
+
+// trainer_state.json, written last: it lists the checksum of every other file of dir.
 static int write_trainer_state(const ct_train *tr, const char *dir) {
+  json_t *files = file_checksums(dir);
+  if (!files) return CT_EIO;
   json_t *rng = json_array();
-  char hex[32];
+  char hex[32], data_hash[20];
   for (int i = 0; i < 4; i++) {
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)tr->rng.s[i]);
     json_array_append_new(rng, json_string(hex));
   }
+  snprintf(data_hash, sizeof data_hash, "%016llx", (unsigned long long)tr->data_hash);
   double epoch = tr->epoch + (tr->n_seq ? (double)tr->epoch_pos / tr->n_seq : 0);
-  json_t *j = json_pack("{s:I,s:f,s:I,s:{s:I,s:I,s:i,s:f,s:o}}", "global_step",
+  json_t *j = json_pack("{s:I,s:f,s:I,s:{s:I,s:I,s:i,s:i,s:s,s:f,s:o,s:o}}", "global_step",
                         (json_int_t)tr->step, "epoch", epoch, "max_steps",
                         (json_int_t)tr->total_steps, "ctune", "epoch", (json_int_t)tr->epoch,
                         "epoch_pos", (json_int_t)tr->epoch_pos, "n_seq", tr->n_seq,
-                        "num_tokens", tr->num_tokens, "rng", rng);
+                        "global_batch", tr->global_batch, "data_hash", data_hash,
+                        "num_tokens", tr->num_tokens, "rng", rng, "files", files);
   char p[CT_PATH_MAX];
   int rc = ct_path_join(p, sizeof p, dir, "trainer_state.json");
   if (rc) {
@@ -580,8 +747,8 @@ int ct_train_save_checkpoint(ct_train *tr) {
     ct_failpoint("checkpoint");
     if (!rc) rc = ct_path_join(p, sizeof p, tmp, "optimizer.safetensors");
     if (!rc) rc = ct_save_tensors(&tr->trained, 2, moments, suffixes, p, CT_DT_F32);
-    if (!rc) rc = write_trainer_state(tr, tmp);
     if (!rc && tr->save_extra) rc = tr->save_extra(tr->save_extra_ctx, tmp);
+    if (!rc) rc = write_trainer_state(tr, tmp);
     if (!rc) rc = ct_ckpt_commit(out, tr->step, tmp);
     if (!rc) rc = ct_ckpt_rotate(out, (int)tr->cfg->save_total_limit);
   }
@@ -613,8 +780,11 @@ void ct_train_die(const ct_train *tr, int rc, const char *what) {
   ct_dist_die(tr->name ? tr->name : "ctune", rc == CT_ECONFIG ? 2 : 1, what);
 }
 
-// The LoRA keys that go together (before anything is loaded).
-static int check_lora_keys(const ct_config *c) {
+// The keys that go together (before anything is loaded).
+static int check_common_keys(const ct_config *c) {
+  if (c->max_steps == 0)
+    return ct_set_error(CT_ECONFIG, "%s: key 'max_steps': 0 would train nothing; give a number of "
+                        "steps, or -1 to train num_train_epochs", ct_config_origin(c, "max_steps"));
   const char *key = !c->use_peft && c->adapter_path[0]                ? "adapter_path"
                     : !c->use_peft && c->base_dtype != CT_STORE_F32    ? "base_dtype"
                     : !c->use_peft && c->lora_modules_to_save.n        ? "lora_modules_to_save"
@@ -634,11 +804,12 @@ void ct_train_start(ct_train *tr, ct_config *cfg, ct_trainer_kind kind, int argc
   ct_blas_init(argc, argv);
   if (ct_dist_init(&argc, &argv)) ct_train_die(tr, CT_EMPI, NULL);
   int rc = ct_config_from_args(cfg, kind, argc, argv);  // every failure here is the config's
-  if (!rc && ((rc = ct_config_check_required(cfg)) || (rc = check_lora_keys(cfg)) || (check && (rc = check(cfg)))))
+  if (!rc && ((rc = ct_config_check_required(cfg)) || (rc = check_common_keys(cfg)) || (check && (rc = check(cfg)))))
     ct_config_free(cfg);
   if (rc) ct_train_die(tr, CT_ECONFIG, NULL);
-  if ((rc = ct_train_setup(tr, cfg))) ct_train_die(tr, rc, NULL);
+  rc = ct_train_setup(tr, cfg);
   tr->name = ct_trainer_name(kind);  // (setup cleared the struct)
+  if (rc) ct_train_die(tr, rc, NULL);
   const ct_model_config *mc = &tr->model.cfg;
   ct_log_info(&tr->log, "model: %s, %d layers, hidden %d, %.1fM parameters%s%s", mc->model_type,
               mc->num_layers, mc->hidden_size, tr->model.n_floats / 1e6,
@@ -651,7 +822,7 @@ int ct_train_finish(ct_train *tr, bool stop) {
     ct_train_log_done(tr);
   }
   ct_train_release(tr);
-  return stop ? 130 : 0;
+  return stop ? 128 + (stop_signal ? (int)stop_signal : SIGINT) : 0;
 }
 
 void ct_train_release(ct_train *tr) {

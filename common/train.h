@@ -44,6 +44,9 @@ typedef struct {
   ct_rng rng;         // for trainers that draw random numbers (sampling); saved
   double num_tokens;  // input tokens seen so far (TRL's num_tokens)
   char resumed_from[4096];
+  int lock_fd1;       // output_dir/.lock's descriptor + 1 (0: none), held until released
+  uint64_t data_hash; // of the training data as tokenized (checked on resume)
+  int global_batch;   // sequences (or prompts) per optimizer step (checked on resume)
   ct_log log;
   int *order;         // (n_seq) this epoch's sequence order
   // Optional: writes a trainer's own files into a checkpoint directory being saved.
@@ -59,7 +62,7 @@ typedef struct {
 void ct_train_start(ct_train *tr, ct_config *cfg, ct_trainer_kind kind, int argc, char **argv,
                     int (*check)(const ct_config *cfg));
 // A trainer's end. After a stop (ct_train_after_step said so; its checkpoint is saved)
-// it only releases what it holds and returns 130. Otherwise it saves the final model
+// it only releases what it holds and returns 128 + the signal (130 SIGINT, 143 SIGTERM). Otherwise it saves the final model
 // (exiting 1 if that fails), prints the last line, releases the train state, the config,
 // the thread pool and MPI, and returns 0. The trainer frees its own buffers first.
 int ct_train_finish(ct_train *tr, bool stop);
@@ -94,9 +97,11 @@ void ct_train_dropout_key(ct_train *tr, int micro);
 void ct_train_free(ct_train *tr);
 
 // Fixes the schedule once the dataset is known: n_seq sequences per epoch, `global`
-// sequences per optimizer step. Computes total_steps (max_steps, or num_train_epochs
-// worth), checks a resumed run against it, and opens the metrics log.
-int ct_train_plan(ct_train *tr, int n_seq, int global);
+// sequences per optimizer step, data_hash its fingerprint (fingerprint.h). Computes
+// total_steps (max_steps, or num_train_epochs worth), checks a resumed run against its
+// checkpoint (same data, same global batch, not past total_steps; a checkpoint at exactly
+// total_steps trains nothing and the run writes its final model), and opens the metrics log.
+int ct_train_plan(ct_train *tr, int n_seq, int global, uint64_t data_hash);
 
 // The next optimizer step's sequences (at most `global` of them, never crossing an
 // epoch boundary) into seqs; returns how many. Advances the data position.

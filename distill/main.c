@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fingerprint.h"
 #include "ckpt.h"
 #include "config.h"
 #include "data.h"
@@ -322,7 +323,7 @@ int main(int argc, char **argv) {
     ct_log_info(&tr.log, "teacher vocab_size %d, student %d: the soft loss uses the first %d logits",
                 Vt, V, Vt < V ? Vt : V);
   if (Vt < V) V = Vt;
-  if (ct_train_plan(&tr, train.n_seq, global)) fail(1, NULL);
+  if (ct_train_plan(&tr, train.n_seq, global, ct_dataset_fingerprint(&train))) fail(1, NULL);
   int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
   ct_engine_opts geo = {B, T, T > B ? T : B};  // on-policy generation
   ct_plan plan = {0};

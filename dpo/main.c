@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fingerprint.h"
 #include "ckpt.h"
 #include "config.h"
 #include "dist.h"
@@ -335,7 +336,7 @@ int main(int argc, char **argv) {
   int global = B * accum * tr.world;
   int T = ct_pref_max_len(&train);
   if (have_eval && ct_pref_max_len(&eval) > T) T = ct_pref_max_len(&eval);
-  if (ct_train_plan(&tr, train.n, global)) fail(1, NULL);
+  if (ct_train_plan(&tr, train.n, global, ct_pref_fingerprint(&train))) fail(1, NULL);
   const ct_model_config *mc = &tr.model.cfg;
   int V = mc->vocab_size, C = mc->hidden_size, tiles = (int)cfg.num_vocab_tiling;
   int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;

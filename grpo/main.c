@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fingerprint.h"
 #include "config.h"
 #include "data.h"
 #include "dist.h"
@@ -470,7 +471,7 @@ int main(int argc, char **argv) {
   int per_rank_prompts = B * accum / g.G, step_prompts = per_rank_prompts * tr.world;
   ct_log_info(&tr.log, "prompts: %s: %d rows; %d prompts x %d completions per generation", cfg.dataset_path,
               g.prompts.n, step_prompts, g.G);
-  if (ct_train_plan(&tr, g.prompts.n, step_prompts)) fail(1, NULL);
+  if (ct_train_plan(&tr, g.prompts.n, step_prompts, ct_prompt_set_fingerprint(&g.prompts))) fail(1, NULL);
   if (cfg.max_steps <= 0) tr.total_steps *= cfg.num_iterations;  // epochs count generations
   int max_prompt = 1;
   for (int i = 0; i < g.prompts.n; i++) max_prompt = g.prompts.ids[i].n > max_prompt ? g.prompts.ids[i].n : max_prompt;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "chat_template.h"
 #include "config.h"
@@ -55,7 +56,13 @@ static void setup(setup_t *s, const ct_config *cfg) {
   s->cfg = cfg;
   if (!cfg->model_path[0])
     fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'model_path' is required", ct_config_origin(cfg, "model_path")), NULL));
-  if (ct_pool_init((int)cfg->num_threads)) fail(1, NULL);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN), threads = (long)cfg->num_threads;
+  if (threads > cores && cores > 0) {  // more spinning threads than cores: crawls
+    fprintf(stderr, "sampler: num_threads %ld is more than this machine's %ld cores: using %ld\n",
+            threads, cores, cores);
+    threads = cores;
+  }
+  if (ct_pool_init((int)threads)) fail(1, NULL);
   const char *tdir = cfg->tokenizer_path[0] ? cfg->tokenizer_path : cfg->model_path;
   if (ct_tokenizer_load(&s->tok, tdir)) fail(1, NULL);
   if (cfg->chat_template_path[0] && ct_chat_template_apply(s->tok, cfg->chat_template_path))

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fingerprint.h"
 #include "ckpt.h"
 #include "config.h"
 #include "dist.h"
@@ -83,7 +84,7 @@ int main(int argc, char **argv) {
   int Be = have_eval ? (int)cfg.per_device_eval_batch_size : 0, Bmax = B > Be ? B : Be;
   int global = B * accum * tr.world, T = (int)cfg.max_length, V = mc->vocab_size, C = mc->hidden_size;
   int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP, tiles = (int)cfg.num_vocab_tiling;
-  if (ct_train_plan(&tr, train.n_seq, global)) fail(1, NULL);
+  if (ct_train_plan(&tr, train.n_seq, global, ct_dataset_fingerprint(&train))) fail(1, NULL);
   ct_plan plan = {0};
   ct_plan_addf(&plan, ct_train_acts_bytes(&tr, B, T, mode), "activations, %d x %d tokens (%s)", B, T,
                cfg.gradient_checkpointing ? "layer inputs + one layer" : "every layer");

@@ -62,10 +62,16 @@ losses "$T/resumed/metrics.jsonl" >"$T/l2"
 [ "$(wc -l <"$T/l1")" = 12 ] || fail "straight run logged $(wc -l <"$T/l1") steps, expected 12"
 diff "$T/l1" "$T/l2" || fail "per-step losses differ after resuming"
 cmp "$T/straight/model.safetensors" "$T/resumed/model.safetensors" || fail "final weights differ after resuming"
-# Resuming a finished run does not silently train 0 steps.
+# Resuming at the last step (as a restart wrapper would after a kill before the final
+# save) trains nothing and writes the same final model; past max_steps is an error.
+"$BIN/sft" "$T/tiny.yml" output_dir="$T/resumed" $common resume_from_checkpoint=latest >"$T/d.log" 2>&1 \
+  || { cat "$T/d.log"; fail "resuming a finished run"; }
+grep -q "at the last step (12): writing the final model" "$T/d.log" || { cat "$T/d.log"; fail "resuming a finished run: no word"; }
+cmp "$T/straight/model.safetensors" "$T/resumed/model.safetensors" || fail "resuming a finished run changed the model"
 rc=0
-"$BIN/sft" "$T/tiny.yml" output_dir="$T/resumed" $common resume_from_checkpoint=latest >"$T/d.log" 2>&1 || rc=$?
-[ "$rc" = 1 ] && grep -q "raise max_steps" "$T/d.log" || { cat "$T/d.log"; fail "resuming a finished run"; }
+"$BIN/sft" "$T/tiny.yml" output_dir="$T/resumed" $common max_steps=10 resume_from_checkpoint=latest >"$T/d.log" 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -q "past the 10 steps this run would train; raise max_steps" "$T/d.log" \
+  || { cat "$T/d.log"; fail "resuming past max_steps"; }
 
 echo "== kill -9 while a checkpoint is being written leaves the previous one usable"
 CT_FAILPOINT=checkpoint:2 "$BIN/sft" "$T/tiny.yml" output_dir="$T/killed" $common >"$T/k.log" 2>&1 &

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "hash.h"
 #include "hf.h"
 #include "model.h"
 #include "rng.h"
@@ -809,11 +810,45 @@ static void test_mkdirs_fails_when_the_path_is_a_file(void) {
   CHECK(ct_mkdirs(tpath("mkf/plain")) != 0);
 }
 
+static void test_xxh64_matches_the_published_vectors(void) {
+  CHECK(ct_xxh64("", 0, 0) == 0xEF46DB3751D8E999ULL);
+  CHECK(ct_xxh64("a", 1, 0) == 0xD24EC4F1A98C6E5BULL);
+  CHECK(ct_xxh64("abc", 3, 0) == 0x44BC2CF5AD770999ULL);
+  const char *t = "Nobody inspects the spammish repetition";  // 39 bytes: stripes and a tail
+  CHECK(ct_xxh64(t, strlen(t), 0) == 0xFBCEA83C8A378BF1ULL);
+}
+
+// A file past one 4 MiB block: the checksum chains the blocks, and one flipped bit shows.
+static void test_file_checksum_chains_blocks_and_sees_one_flipped_bit(void) {
+  const char *p = tpath("checksum.bin");
+  long n = (4L << 20) + 1000;
+  unsigned char *b = malloc((size_t)n);
+  for (long i = 0; i < n; i++) b[i] = (unsigned char)(i * 7 + (i >> 13));
+  FILE *f = fopen(p, "wb");
+  CHECK(f && fwrite(b, 1, (size_t)n, f) == (size_t)n);
+  fclose(f);
+  uint64_t h, h2;
+  long size;
+  CHECK_OK(ct_file_checksum(p, &h, &size));
+  CHECK(size == n);
+  CHECK(h == ct_xxh64(b + (4L << 20), 1000, ct_xxh64(b, 4L << 20, 0)));
+  b[(4L << 20) + 3] ^= 1;
+  f = fopen(p, "wb");
+  CHECK(f && fwrite(b, 1, (size_t)n, f) == (size_t)n);
+  fclose(f);
+  CHECK_OK(ct_file_checksum(p, &h2, &size));
+  CHECK(h2 != h);
+  CHECK(ct_file_checksum(tpath("no-such-file"), &h, &size) == CT_EIO);
+  free(b);
+}
+
 int main(void) {
   if (!mkdtemp(tmp_root)) {
     perror("mkdtemp");
     return 1;
   }
+  RUN(test_xxh64_matches_the_published_vectors);
+  RUN(test_file_checksum_chains_blocks_and_sees_one_flipped_bit);
   RUN(test_hf_config_write_then_read_round_trips_every_field);
   RUN(test_hf_config_eos_token_id_list_reads_as_its_first_id);
   RUN(test_hf_config_read_rejects_unsupported_or_mistyped_keys_naming_file_and_key);
