@@ -2,6 +2,7 @@
 // dropped), the progress line on a terminal, and info lines. Only rank 0 writes.
 #include "log.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,8 @@ int ct_log_open(ct_log *l, const char *output_dir, long resume_step, long total,
   memset(l, 0, sizeof *l);
   l->active = active;
   l->tty = isatty(2);
+  const char *q = getenv("CT_PROGRESS_SECONDS");  // the longest silence of a log (tests: 0)
+  l->quiet_s = q && *q ? atof(q) : 30.0;
   l->t0 = ct_now();
   l->step0 = resume_step;
   l->total = total;
@@ -64,8 +67,9 @@ int ct_log_metrics(ct_log *l, json_t *obj) {
   if (l->active) {
     FILE *f = fopen(l->path, "a");
     char *s = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(8));
-    if (!f || !s || fprintf(f, "%s\n", s) < 0) rc = ct_set_error(CT_EIO, "%s: cannot append", l->path);
-    if (f && fclose(f)) rc = ct_set_error(CT_EIO, "%s: cannot append", l->path);
+    if (!f || !s || fprintf(f, "%s\n", s) < 0)
+      rc = ct_set_error(CT_EIO, "%s: cannot append: %s", l->path, s ? strerror(errno) : "out of memory");
+    if (f && fclose(f)) rc = ct_set_error(CT_EIO, "%s: cannot append: %s", l->path, strerror(errno));
     free(s);
     char *p = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(6));  // and on stderr
     end_line(l);
@@ -93,6 +97,34 @@ void ct_log_progress(ct_log *l, long step, double loss, double tokens_per_s) {
           loss, tokens_per_s, spent, eta);
   fflush(stderr);
   l->line_open = true;
+}
+
+void ct_log_phase(ct_log *l, long step, const char *phase, long done, long total, const char *unit,
+                  double tokens, const char *extra) {
+  if (!l->active) return;
+  double now = ct_now();
+  if (done == 0 || strncmp(l->phase, phase, sizeof l->phase - 1)) {
+    snprintf(l->phase, sizeof l->phase, "%s", phase);
+    l->phase_t0 = now;
+    if (!l->tty) l->last_shown = now;  // the first log line comes 30 s into a phase
+  }
+  if (now - l->last_shown < (l->tty ? 0.25 : l->quiet_s)) return;
+  l->last_shown = now;
+  double el = now - l->phase_t0;
+  char eta[32];
+  fmt_time(eta, sizeof eta, done > 0 ? el / done * (total - done) : 0);
+  char line[256];
+  int n = snprintf(line, sizeof line, "step %ld/%ld: %s %ld/%ld %s, %.0f tok/s", step, l->total, phase,
+                   done, total, unit, el > 0 ? tokens / el : 0);
+  if (done > 0 && n < (int)sizeof line) n += snprintf(line + n, sizeof line - (size_t)n, ", phase ETA %s", eta);
+  if (extra && n < (int)sizeof line) snprintf(line + n, sizeof line - (size_t)n, ", %s", extra);
+  if (l->tty) {
+    fprintf(stderr, "\r\033[K%s", line);
+    fflush(stderr);
+    l->line_open = true;
+  } else {
+    fprintf(stderr, "ctune: %s\n", line);
+  }
 }
 
 void ct_log_info(ct_log *l, const char *fmt, ...) {

@@ -13,6 +13,10 @@ typedef struct {
   double t0;     // seconds, when the run (or resume) started
   long step0;    // step at t0
   long total;
+  char phase[32];     // the phase within a step that ct_log_phase last showed
+  double phase_t0;    // when it started
+  double last_shown;  // when a phase line was last drawn (terminal) or printed (log)
+  double quiet_s;     // a log's longest silence within a step: 30 s (CT_PROGRESS_SECONDS)
 } ct_log;
 
 // Opens output_dir/metrics.jsonl for appending. When resuming at `resume_step`, lines
@@ -22,6 +26,14 @@ int ct_log_open(ct_log *l, const char *output_dir, long resume_step, long total,
 int ct_log_metrics(ct_log *l, json_t *obj);
 // The progress line: step/total, loss, tokens/s, ETA.
 void ct_log_progress(ct_log *l, long step, double loss, double tokens_per_s);
+// Progress within a step, for steps that take minutes: `phase` ("rollouts", "training"),
+// `done` of `total` `unit`s ("completions", "micro-batches"), `tokens` processed in the
+// phase so far, `extra` (e.g. "reward 0.41") or NULL. A phase starts when its name changes
+// or done is 0. On a terminal the progress line shows it (redrawn at most 4 times a
+// second); otherwise a line is printed at most every 30 s (CT_PROGRESS_SECONDS), so a log is never silent for
+// long: "ctune: step 3/10: rollouts 64/128 completions, 812 tok/s, phase ETA 0:41".
+void ct_log_phase(ct_log *l, long step, const char *phase, long done, long total, const char *unit,
+                  double tokens, const char *extra);
 // A message line on stderr ("ctune: ..."), keeping the progress line intact; silent
 // unless l->active (rank 0).
 void ct_log_info(ct_log *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -133,6 +133,7 @@ int main(int argc, char **argv) {
       ct_train_dropout_key(&tr, k);
       if (ct_lm_step(&tr.model, &w.acts, &w.head, &w.batch, &tr.g, scale, (float)cfg.z_loss_multiplier, &st))
         fail(1, NULL);
+      ct_log_phase(&tr.log, tr.step + 1, "training", k + 1, accum, "micro-batches", st.tokens, NULL);
     }
     ct_dist_sum_stats(&st);
     double norm, lr;

@@ -94,4 +94,11 @@ echo "== bounds"
 expect 2 "key 'max_steps': 0 would train nothing" "$S" $tiny output_dir="$T/b" max_steps=0
 run threads output_dir="$T/th" max_steps=1 num_threads=4096
 grep -q "num_threads 4096 is more than this machine's" "$T/threads.log" || fail "no warning for num_threads"
+echo "== progress within a step: a line at most every CT_PROGRESS_SECONDS (30) when not a terminal"
+CT_PROGRESS_SECONDS=0 "$S" $tiny output_dir="$T/p" max_steps=2 gradient_accumulation_steps=2 \
+  per_device_train_batch_size=4 >"$T/progress.log" 2>&1 || { cat "$T/progress.log"; fail "progress run"; }
+grep -q "^ctune: step 2/2: training 1/2 micro-batches, [0-9]* tok/s, phase ETA " "$T/progress.log" \
+  || { cat "$T/progress.log"; fail "no progress line within a step"; }
+run quiet output_dir="$T/q" max_steps=2 gradient_accumulation_steps=2 per_device_train_batch_size=4
+grep -q "micro-batches" "$T/quiet.log" && fail "progress lines faster than every 30 s"
 echo "run safety: all checks passed"
