@@ -145,18 +145,32 @@ static int check_dir(const ct_config *c, const char *key, const char *dir) {
   return 0;
 }
 
+// dir's tokenizer; a big tokenizer.json (one with tens of thousands of added tokens takes
+// seconds) is announced first, and a slow read says how long it took.
+static int load_tokenizer_dir(ct_train *tr, const char *dir) {
+  char p[CT_PATH_MAX];
+  struct stat st;
+  double t0 = ct_now();
+  if (!ct_path_join(p, sizeof p, dir, "tokenizer.json") && stat(p, &st) == 0 && st.st_size >= (8 << 20))
+    ct_log_info(&tr->log, "reading the tokenizer: %s (%.1f MB)", p, st.st_size / 1e6);
+  int rc = ct_tokenizer_load(&tr->tok, dir);
+  if (!rc && ct_now() - t0 >= 1.0)
+    ct_log_info(&tr->log, "tokenizer: %d tokens, read in %.1f s", ct_tokenizer_vocab_size(tr->tok), ct_now() - t0);
+  return rc;
+}
+
 static int load_tokenizer_files(ct_train *tr) {
   const ct_config *c = tr->cfg;
   int rc = check_dir(c, "model_path", c->model_path);
   if (!rc) rc = check_dir(c, "tokenizer_path", c->tokenizer_path);
   if (rc) return rc;
-  if (c->tokenizer_path[0]) return ct_tokenizer_load(&tr->tok, c->tokenizer_path);
+  if (c->tokenizer_path[0]) return load_tokenizer_dir(tr, c->tokenizer_path);
   if (tr->resumed_from[0] && file_exists(tr->resumed_from, "tokenizer.json"))
-    return ct_tokenizer_load(&tr->tok, tr->resumed_from);
+    return load_tokenizer_dir(tr, tr->resumed_from);
   if (c->model_path[0]) {
     if (!file_exists(c->model_path, "tokenizer.json"))
       return ct_set_error(CT_EIO, "%s has no tokenizer.json; set tokenizer_path", c->model_path);
-    return ct_tokenizer_load(&tr->tok, c->model_path);
+    return load_tokenizer_dir(tr, c->model_path);
   }
   return ct_tokenizer_bytes(&tr->tok);
 }

@@ -79,5 +79,16 @@ for pair in qwen3_training:qwen3 qwen2.5_training:qwen2.5 chatml_training:chatml
   node "$fix/ref.mjs" check-spans "$tmp/$name.ours.jsonl" "$cases" "$name" || fail=1
 done
 
+# A trainer announces a big tokenizer.json before reading it (Qwen3's is 11 MB).
+printf '{"text": "a"}\n' >"$tmp/one.jsonl"
+"$BIN/sft" "$root/configs/sft.yml" dataset_path="$tmp/one.jsonl" tokenizer_path="$models/tokenizer-qwen3/models" \
+  output_dir="$tmp/announce" dry_run=true model.hidden_size=32 model.intermediate_size=64 \
+  model.num_hidden_layers=1 model.num_attention_heads=2 model.num_key_value_heads=1 >"$tmp/announce.log" 2>&1 || true
+if grep -q "reading the tokenizer: .*tokenizer-qwen3/models/tokenizer.json ([0-9.]* MB)" "$tmp/announce.log"; then
+  echo "a big tokenizer.json is announced: ok"
+else
+  cat "$tmp/announce.log"; echo "FAIL: sft did not announce reading a big tokenizer.json"; fail=1
+fi
+
 [ $fail = 0 ] && echo "tokenizer_ref: all equal to the reference"
 exit $fail
