@@ -321,6 +321,7 @@ static void length_stats(grpo_t *g, rollout_stats *s) {
 // every reward function (R, (n, K); null where NaN), the weighted sum r and advantage adv.
 static void log_rollouts(grpo_t *g, const double *R, const double *r, const double *adv) {
   int n = g->n_ro, K = g->K;
+  if (!g->log.on) return;
   json_t **rows = malloc(sizeof *rows * (n > 0 ? n : 1));
   if (!rows) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   for (int i = 0; i < n; i++) {
