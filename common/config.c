@@ -171,6 +171,12 @@ static const key_def KEYS[] = {
     {"logging_steps", K_INT, ALL, OFF(logging_steps), "10", FROM(1),
      .section = "Logging and checkpoints",
      .comment = "Write a line to metrics.jsonl every this many steps."},
+    {"log_completions", K_BOOL, GRPO | DISTILL, OFF(log_completions), "false",
+     .per_trainer = {NULL, NULL, "true", "false"},
+     .comment = "Append every generated completion (GRPO: with its rewards and advantage; "
+                "distillation: the on-policy samples) to output_dir/completions.jsonl."},
+    {"num_completions_to_print", K_INT, GRPO | DISTILL, OFF(num_completions_to_print), "0", FROM(0),
+     .comment = "With log_completions: show this many completions of each logged step on stderr."},
     {"eval_steps", K_INT, ALL, OFF(eval_steps), "0", FROM(0),
      .comment = "Evaluate every this many steps. 0 = only at the end."},
     {"eval_on_start", K_BOOL, ALL, OFF(eval_on_start), "false",

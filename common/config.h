@@ -141,6 +141,8 @@ typedef struct {
 
   // logging and checkpoints
   int64_t logging_steps;
+  int log_completions;
+  int64_t num_completions_to_print;
   int64_t save_steps;        // 0 = no checkpoints (the final model is saved anyway)
   int64_t save_total_limit;  // 0 = keep all
   int64_t eval_steps;        // 0 = only at the end

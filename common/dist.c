@@ -6,6 +6,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "error.h"
 
@@ -55,6 +56,45 @@ int ct_dist_max_int(int v) {
   int out = v;
   MPI_Allreduce(&v, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   return out;
+}
+
+int ct_dist_max_f64(double *buf, int n) {
+  if (world_ == 1) return 0;
+  if (MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
+    return ct_set_error(CT_EMPI, "MPI_Allreduce failed");
+  return 0;
+}
+
+int ct_dist_gather_text(const char *s, size_t n, char **out, size_t *len) {
+  *out = NULL;
+  *len = 0;
+  if (n > INT_MAX) return ct_set_error(CT_EINVAL, "gather: %zu bytes of text on one rank", n);
+  int cnt = (int)n, *counts = NULL, *displs = NULL;
+  if (rank_ == 0) {
+    counts = calloc(world_, sizeof(int));
+    displs = calloc(world_, sizeof(int));
+    if (!counts || !displs) return free(counts), free(displs), ct_set_error(CT_ENOMEM, "out of memory");
+  }
+  if (world_ > 1 && MPI_Gather(&cnt, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+    return free(counts), free(displs), ct_set_error(CT_EMPI, "MPI_Gather failed");
+  if (world_ == 1) counts[0] = cnt;
+  long total = 0;
+  for (int r = 0; rank_ == 0 && r < world_; r++) {
+    if (total + counts[r] > INT_MAX) return free(counts), free(displs), ct_set_error(CT_EINVAL, "gather: too much text");
+    displs[r] = (int)total;
+    total += counts[r];
+  }
+  char *buf = rank_ == 0 ? malloc((size_t)total + 1) : NULL;
+  if (rank_ == 0 && !buf) return free(counts), free(displs), ct_set_error(CT_ENOMEM, "out of memory");
+  int rc = 0;
+  if (world_ == 1) memcpy(buf, s, n);
+  else if (MPI_Gatherv(s, cnt, MPI_CHAR, buf, counts, displs, MPI_CHAR, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+    rc = ct_set_error(CT_EMPI, "MPI_Gatherv failed");
+  free(counts);
+  free(displs);
+  if (rc) return free(buf), rc;
+  if (buf) buf[total] = 0, *out = buf, *len = (size_t)total;
+  return 0;
 }
 
 void ct_dist_abort(int code) {

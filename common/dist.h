@@ -3,6 +3,7 @@
 // Each rank holds the whole model; gradients are summed across ranks before the
 // optimizer step, so every rank takes the same step.
 #pragma once
+#include <stddef.h>
 
 int ct_dist_init(int *argc, char ***argv);
 void ct_dist_finalize(void);
@@ -23,6 +24,12 @@ static inline void ct_f64_add(double *dst, const double *src, int n) {
 }
 // The largest value across ranks: error codes agree before anyone stops.
 int ct_dist_max_int(int v);
+// In-place element-wise maxima across ranks (a minimum is the max of the negated values).
+int ct_dist_max_f64(double *buf, int n);
+// Every rank's n bytes of text, concatenated in rank order, into *out on rank 0 (malloc'd,
+// NUL-terminated, *len bytes without the NUL); *out is NULL on the other ranks. At world
+// size 1 it is a copy of s.
+int ct_dist_gather_text(const char *s, size_t n, char **out, size_t *len);
 // Stops every other rank after a fatal error on this one (returns at world size 1).
 void ct_dist_abort(int code);
 

@@ -13,8 +13,7 @@
 #include "fs.h"
 #include "error.h"
 
-// Keeps the lines of path whose "step" is <= max_step.
-static int drop_later_steps(const char *path, long max_step) {
+int ct_log_keep_steps(const char *path, long max_step) {
   FILE *f = fopen(path, "r");
   if (!f) return 0;
   char tmp[4200];
@@ -49,7 +48,7 @@ int ct_log_open(ct_log *l, const char *output_dir, long resume_step, long total,
   l->total = total;
   int rc = ct_path_join(l->path, sizeof l->path, output_dir, "metrics.jsonl");
   if (rc || !active) return rc;
-  if (resume_step > 0) return drop_later_steps(l->path, resume_step);
+  if (resume_step > 0) return ct_log_keep_steps(l->path, resume_step);
   FILE *f = fopen(l->path, "w");  // a fresh run starts a fresh file
   if (!f) return ct_set_error(CT_EIO, "%s: cannot write", l->path);
   fclose(f);

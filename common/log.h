@@ -38,5 +38,9 @@ void ct_log_phase(ct_log *l, long step, const char *phase, long done, long total
 // unless l->active (rank 0).
 void ct_log_info(ct_log *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void ct_log_close(ct_log *l);
+// Rewrites the JSONL file at path keeping only the lines whose "step" is <= max_step (a
+// resumed run's logs lose what the interrupted run wrote after its checkpoint). A
+// missing file is not an error.
+int ct_log_keep_steps(const char *path, long max_step);
 
 double ct_now(void);  // monotonic seconds

@@ -18,6 +18,7 @@
 
 #include "fingerprint.h"
 #include "ckpt.h"
+#include "completions.h"
 #include "config.h"
 #include "data.h"
 #include "dist.h"
@@ -35,6 +36,7 @@
 #include "safetensors.h"
 #include "sample.h"
 #include "train.h"
+#include "unicode.h"
 #include "weights.h"
 
 static int fail(int code, const char *what) { ct_dist_die("distill", code, what); }
@@ -209,24 +211,56 @@ static void check_vocabularies(const ct_config *cfg, const ct_tokenizer *student
 // On-policy batches (GKD): each row keeps its prompt (the tokens before its first label)
 // and gets a completion sampled at temperature τ by `gen` (student or teacher weights).
 
+// One generated completion: its tokens, and what completions.jsonl shows of it.
 typedef struct {
-  int **ids;
-  int *n;
+  int *ids;
+  int n;
+  json_t *row;  // NULL unless completions are logged
+} gen_sample;
+
+typedef struct {
+  gen_sample *out;  // (requests)
+  const ct_tokenizer *tok;
+  const int *const *prompt;  // (requests) the prompts' tokens, for the log
+  const int *plen;
+  long step;        // the optimizer step they train; < 0: no log
 } gen_out;
+
+// The completions.jsonl row of a generated sample (without rewards: distillation has none).
+static json_t *gen_row(const gen_out *o, const ct_gen_result *r) {
+  char *prompt;
+  size_t len;
+  if (ct_tokenizer_decode(o->tok, o->prompt[r->request], o->plen[r->request], &prompt, &len)) return NULL;
+  char *valid = ct_utf8_lossy(prompt, len, &len);
+  json_t *p = valid ? json_stringn(valid, len) : NULL;
+  ct_free_all(prompt, valid);
+  char *text = strndup(r->text, r->text_len);
+  json_t *row = text ? ct_completion_row(o->step, p, text, r->ids, r->logprobs, r->n, ct_finish_names[r->finish])
+                     : NULL;
+  free(text);
+  json_decref(p);
+  return row;
+}
 
 static int gen_done(void *ctx, const ct_gen_result *r) {
   gen_out *o = ctx;
-  o->ids[r->request] = malloc(sizeof(int) * (r->n ? r->n : 1));
-  if (!o->ids[r->request]) return ct_set_error(CT_ENOMEM, "out of memory");
-  memcpy(o->ids[r->request], r->ids, sizeof(int) * r->n);
-  o->n[r->request] = r->n;
+  gen_sample *g = &o->out[r->request];
+  g->ids = malloc(sizeof(int) * (r->n ? r->n : 1));
+  g->row = o->step >= 0 ? gen_row(o, r) : NULL;
+  if (!g->ids || (o->step >= 0 && !g->row)) return ct_set_error(CT_ENOMEM, "out of memory");
+  memcpy(g->ids, r->ids, sizeof(int) * r->n);
+  g->n = r->n;
   return 0;
 }
 
-static void generate_batch(ct_engine *gen, const ct_tokenizer *tok, const ct_dataset *ds,
-                           const int *seqs, int m, ct_batch *b, float tau, uint64_t seed) {
+// Generates the completions of m sequences into b; with step >= 0, their completions.jsonl
+// rows go to rows (m).
+static void generate_batch(ct_engine *gen, const ct_tokenizer *tok, const ct_dataset *ds, const int *seqs, int m,
+                           ct_batch *b, float tau, uint64_t seed, long step, json_t **rows) {
   ct_gen_request req[m];
-  int *comp[m], ncomp[m], plen[m];
+  gen_sample comp[m];
+  int plen[m];
+  const int *prompt[m];
   const int *stop_ids;
   int n_stop = ct_tokenizer_stop_ids(tok, &stop_ids);
   for (int i = 0; i < m; i++) {
@@ -236,20 +270,22 @@ static void generate_batch(ct_engine *gen, const ct_tokenizer *tok, const ct_dat
     req[i] = (ct_gen_request){.prompt = ds->ids + ds->row_start[r], .prompt_len = j0, .n = 1,
                               .seed = seed + (uint64_t)i, .sp = {tau, 0, 1, 0, 1},
                               .max_new_tokens = b->cap_T - j0, .stop_ids = stop_ids, .n_stop_ids = n_stop};
-    comp[i] = NULL;
+    prompt[i] = req[i].prompt;
+    comp[i] = (gen_sample){0};
   }
-  gen_out o = {comp, ncomp};
+  gen_out o = {comp, tok, prompt, plen, rows ? step : -1};
   ct_gen_callbacks cb = {gen_done, NULL, &o};
   if (ct_generate(gen, tok, req, m, &cb)) fail(1, "on-policy generation");
   int T = 1;
-  for (int i = 0; i < m; i++) T = plen[i] + ncomp[i] > T ? plen[i] + ncomp[i] : T;
+  for (int i = 0; i < m; i++) T = plen[i] + comp[i].n > T ? plen[i] + comp[i].n : T;
   b->B = m;
   b->T = T;
   b->n_target = b->n_tokens = 0;
   for (int i = 0; i < m; i++) {
     b->row_seq[i] = seqs[i];
-    ct_batch_row(b, i, req[i].prompt, plen[i], comp[i], ncomp[i], ct_tokenizer_pad(tok));
-    free(comp[i]);
+    ct_batch_row(b, i, req[i].prompt, plen[i], comp[i].ids, comp[i].n, ct_tokenizer_pad(tok));
+    free(comp[i].ids);
+    if (rows) rows[i] = comp[i].row;
   }
 }
 
@@ -376,6 +412,11 @@ int main(int argc, char **argv) {
   ct_engine *gen = NULL;
   ct_batch *gen_batches = cfg.lmbda > 0 ? calloc((size_t)accum, sizeof *gen_batches) : NULL;
   if (cfg.lmbda > 0 && !gen_batches) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  ct_completions log;  // on-policy samples, in completions.jsonl
+  json_t **gen_rows = calloc((size_t)B * accum, sizeof *gen_rows);
+  if (!gen_rows || ct_completions_open(&log, cfg.output_dir, cfg.lmbda > 0 && cfg.log_completions,
+                                       (int)cfg.num_completions_to_print, tr.step, &tr.log))
+    fail(1, NULL);
   for (int k = 0; cfg.lmbda > 0 && k < accum; k++)
     if (ct_batch_init(&gen_batches[k], B, T)) fail(1, NULL);
   if (cfg.lmbda > 0) {
@@ -400,14 +441,18 @@ int main(int argc, char **argv) {
     bool generated = cfg.lmbda > 0 && ct_rng_uniform(&tr.rng) < cfg.lmbda;
     long labels = 0;
     if (generated) {  // all of the step's completions first: the denominator needs them
+      int n_rows = 0;
       for (int k = 0; k < accum; k++) {
         int first = (k * tr.world + tr.rank) * B;
         if (first >= n) break;
         int m = n - first < B ? n - first : B;
         generate_batch(gen, tr.tok, &train, seqs + first, m, &gen_batches[k], (float)tau,
-                       (uint64_t)cfg.seed * 7919u + (uint64_t)tr.step * 104729u + (uint64_t)first);
+                       (uint64_t)cfg.seed * 7919u + (uint64_t)tr.step * 104729u + (uint64_t)first, tr.step + 1,
+                       log.on ? gen_rows + n_rows : NULL);
+        n_rows += log.on ? m : 0;
         labels += gen_batches[k].n_target;
       }
+      if (ct_completions_append(&log, gen_rows, n_rows)) fail(1, "logging completions");
       double l = (double)labels;
       ct_dist_sum_f64(&l, 1);
       labels = (long)l;
@@ -495,6 +540,7 @@ int main(int argc, char **argv) {
   if (gen) ct_engine_free(gen);
   for (int k = 0; cfg.lmbda > 0 && k < accum; k++) ct_batch_free(&gen_batches[k]);
   free(gen_batches);
+  free(gen_rows);
   ct_infer_free(&gen_w);
   if (!offline) teacher_free(&teacher);
   ct_free_all(tk.idx, tk.logit, tk.row_off, tk.b_idx, tk.b_logit, seqs, where);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "completions.h"
 #include "fingerprint.h"
 #include "config.h"
 #include "data.h"
@@ -85,6 +86,8 @@ typedef struct {
   int *ids, n;          // completion tokens (a stop token, when one ended it, is last)
   float *old, *ref;     // (n) log-probs before the first update (num_iterations > 1) / of
                         // the reference (when used)
+  float *lp;            // (n) the sampler's log-probs of the chosen tokens (for completions.jsonl)
+  int finish;           // CT_FINISH_*
   double reward, adv;
   bool truncated;       // ended by length, not by a stop token
   bool masked;          // no loss (mask_truncated_completions)
@@ -95,13 +98,22 @@ typedef struct {
 typedef struct {
   double reward, reward_sq;  // Σ r, Σ r² over completions
   double completions, truncated, length;
+  double terminated_length;  // Σ length of the completions ended by a stop token
   double group_std, zero_std_groups, groups;
 } rollout_stats;
 
-// Per reward function: Σ of its non-NaN rewards and their count.
+// Completion lengths' extremes, as maxima over ranks (ct_dist_max_f64): a minimum is kept
+// negated. -inf when there is no such completion.
 typedef struct {
-  double sum, n;
+  double max, neg_min;            // all completions
+  double term_max, term_neg_min;  // those ended by a stop token
+} length_range;
+
+// Per reward function: Σ of its non-NaN rewards, Σ of their squares, and their count.
+typedef struct {
+  double sum, sq, n;
 } reward_mean;
+#define REWARD_MEAN_DOUBLES ((int)(sizeof(reward_mean) / sizeof(double)))
 
 typedef struct {
   const ct_config *cfg;
@@ -123,7 +135,9 @@ typedef struct {
   int *step_prompts;
   double gen_s;         // seconds spent generating and scoring the current rollouts
   rollout_stats rs;     // metrics of the current rollouts
+  length_range lens;    // their lengths' extremes
   reward_mean *func;    // (K) the same per reward function
+  ct_completions log;   // completions.jsonl
 } grpo_t;
 
 // The reward function k of the config (bad names, regexes, URLs are config errors).
@@ -177,9 +191,12 @@ static int on_done(void *ctx, const ct_gen_result *r) {
   ro->text = malloc(r->text_len + 1);
   ro->old = old ? malloc(sizeof(float) * n) : NULL;
   ro->ref = ref ? malloc(sizeof(float) * n) : NULL;
-  if (!ro->ids || !ro->text || (old && !ro->old) || (ref && !ro->ref))
+  ro->lp = malloc(sizeof(float) * n);
+  if (!ro->ids || !ro->text || !ro->lp || (old && !ro->old) || (ref && !ro->ref))
     return ct_set_error(CT_ENOMEM, "grpo: out of memory");
   memcpy(ro->ids, r->ids, sizeof(int) * r->n);
+  memcpy(ro->lp, r->logprobs, sizeof(float) * r->n);
+  ro->finish = r->finish;
   memcpy(ro->text, r->text, r->text_len);
   ro->text[r->text_len] = 0;
   ro->truncated = r->finish == CT_FINISH_LENGTH;
@@ -188,7 +205,7 @@ static int on_done(void *ctx, const ct_gen_result *r) {
 
 static void free_rollouts(rollout_t *ro, int n) {
   for (int i = 0; i < n; i++) {
-    ct_free_all(ro[i].ids, ro[i].old, ro[i].ref, ro[i].text);
+    ct_free_all(ro[i].ids, ro[i].old, ro[i].ref, ro[i].lp, ro[i].text);
     memset(&ro[i], 0, sizeof ro[i]);
   }
 }
@@ -276,14 +293,56 @@ static void reward_matrix(grpo_t *g, const ct_prompt_set *set, const rollout_t *
     if (ct_reward_score(g->rewards[k], items, n, col)) fail(1, "scoring completions");
     for (int i = 0; i < n; i++) {
       R[(long)i * K + k] = col[i];
-      if (col[i] == col[i]) func[k].sum += col[i], func[k].n += 1;
+      if (col[i] == col[i]) func[k].sum += col[i], func[k].sq += col[i] * col[i], func[k].n += 1;
     }
   }
   ct_free_all(col, items);
 }
 
+// The rollouts' lengths: sums into s, extremes into g->lens (over all ranks).
+static void length_stats(grpo_t *g, rollout_stats *s) {
+  length_range *e = &g->lens;
+  e->max = e->neg_min = e->term_max = e->term_neg_min = -INFINITY;
+  for (int i = 0; i < g->n_ro; i++) {
+    double n = g->ro[i].n;
+    s->completions += 1;
+    s->length += n;
+    e->max = fmax(e->max, n), e->neg_min = fmax(e->neg_min, -n);
+    if (g->ro[i].truncated) {
+      s->truncated += 1;
+    } else {
+      s->terminated_length += n;
+      e->term_max = fmax(e->term_max, n), e->term_neg_min = fmax(e->term_neg_min, -n);
+    }
+  }
+  if (ct_dist_max_f64((double *)e, (int)(sizeof *e / sizeof(double)))) fail(1, NULL);
+}
+
+// Appends this step's rollouts to completions.jsonl (collective): each with the score of
+// every reward function (R, (n, K); null where NaN), the weighted sum r and advantage adv.
+static void log_rollouts(grpo_t *g, const double *R, const double *r, const double *adv) {
+  int n = g->n_ro, K = g->K;
+  if (!g->log.on) return;
+  json_t **rows = malloc(sizeof *rows * (n > 0 ? n : 1));
+  if (!rows) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  for (int i = 0; i < n; i++) {
+    const rollout_t *o = &g->ro[i];
+    rows[i] = ct_completion_row(g->tr->step + 1, ct_completion_prompt(g->prompts.rows[o->prompt]), o->text, o->ids,
+                                o->lp, o->n, ct_finish_names[o->finish]);
+    for (int k = 0; k < K; k++) {
+      double v = R[(long)i * K + k];
+      json_object_set_new(rows[i], ct_reward_name(g->rewards[k]), v == v ? json_real(v) : json_null());
+    }
+    json_object_set_new(rows[i], "reward", json_real(r[i]));
+    json_object_set_new(rows[i], "advantage", json_real(adv[i]));
+  }
+  if (ct_completions_append(&g->log, rows, n)) fail(1, "logging completions");
+  free(rows);
+}
+
 // Scores every rollout with each reward function, sums them with the weights, and turns
-// the sums into group advantages; fills g->rs and g->func (summed over ranks).
+// the sums into group advantages; fills g->rs, g->lens and g->func (summed over ranks)
+// and logs the rollouts.
 static void score(grpo_t *g) {
   const ct_config *c = g->cfg;
   int n = g->n_ro, K = g->K, groups = n / g->G;
@@ -297,10 +356,8 @@ static void score(grpo_t *g) {
   for (int i = 0; i < n; i++) {
     s->reward += r[i];
     s->reward_sq += r[i] * r[i];
-    s->completions += 1;
-    s->truncated += g->ro[i].truncated;
-    s->length += g->ro[i].n;
   }
+  length_stats(g, s);
   for (int p = 0; p < groups; p++) {
     double mean;
     s->group_std += ct_grpo_group_std(r + (long)p * g->G, g->G, &mean);
@@ -315,12 +372,13 @@ static void score(grpo_t *g) {
   ct_dist_sum_f64(&zero, 1);
   *s = part;
   s->zero_std_groups = zero;
-  if (ct_dist_sum_f64((double *)g->func, 2 * K)) fail(1, NULL);
+  if (ct_dist_sum_f64((double *)g->func, REWARD_MEAN_DOUBLES * K)) fail(1, NULL);
   for (int i = 0; i < n; i++) {
     g->ro[i].reward = r[i];
     g->ro[i].adv = adv[i];
     g->ro[i].masked = c->mask_truncated_completions && g->ro[i].truncated;
   }
+  log_rollouts(g, R, r, adv);
   ct_free_all(R, r, adv);
 }
 
@@ -401,7 +459,7 @@ static void evaluate(grpo_t *g) {
     double reward, length, clipped, count;
   } s = {0};
   for (int i = 0; i < m; i++) s.reward += r[i], s.length += ro[i].n, s.clipped += ro[i].truncated, s.count += 1;
-  if (ct_dist_sum_stats(&s) || ct_dist_sum_f64((double *)func, 2 * K)) fail(1, NULL);
+  if (ct_dist_sum_stats(&s) || ct_dist_sum_f64((double *)func, REWARD_MEAN_DOUBLES * K)) fail(1, NULL);
   double c = s.count > 0 ? s.count : 1;
   json_t *j = json_pack("{s:I,s:f,s:f,s:f}", "step", (json_int_t)tr->step, "eval_reward", s.reward / c,
                         "eval_completions/mean_length", s.length / c, "eval_completions/clipped_ratio", s.clipped / c);
@@ -433,6 +491,17 @@ static void grpo_free(grpo_t *g) {
   ct_prompt_set_free(&g->prompts);
 }
 
+// TRL's completions/* lengths (in tokens, a stop token counted): of every completion, and
+// of those ended by a stop token ("terminated"; 0 when none was).
+static void set_length_metrics(json_t *j, const rollout_stats *s, const length_range *e) {
+  double term = s->completions - s->truncated;
+  json_object_set_new(j, "completions/min_length", json_real(s->completions > 0 ? -e->neg_min : 0));
+  json_object_set_new(j, "completions/max_length", json_real(s->completions > 0 ? e->max : 0));
+  json_object_set_new(j, "completions/mean_terminated_length", json_real(term > 0 ? s->terminated_length / term : 0));
+  json_object_set_new(j, "completions/min_terminated_length", json_real(term > 0 ? -e->term_neg_min : 0));
+  json_object_set_new(j, "completions/max_terminated_length", json_real(term > 0 ? e->term_max : 0));
+}
+
 static void log_step(grpo_t *g, const step_stats *st, double lr, double norm, bool new_rollouts,
                      double train_s) {
   const rollout_stats *s = &g->rs;
@@ -447,10 +516,15 @@ static void log_step(grpo_t *g, const step_stats *st, double lr, double norm, bo
                         "completions/clipped_ratio", s->truncated / n, "entropy", st->entropy / tok,
                         "learning_rate", lr, "grad_norm", norm, "num_tokens", tr->num_tokens,
                         "time/generation_s", new_rollouts ? g->gen_s : 0.0, "time/training_s", train_s);
+  set_length_metrics(j, s, &g->lens);
   char key[96];
-  for (int k = 0; k < g->K; k++) {
+  for (int k = 0; k < g->K; k++) {  // std as TRL's nanstd: Bessel-corrected, NaN (left out) below 2
+    const reward_mean *f = &g->func[k];
     snprintf(key, sizeof key, "rewards/%s/mean", ct_reward_name(g->rewards[k]));
-    json_object_set_new(j, key, json_real(g->func[k].n > 0 ? g->func[k].sum / g->func[k].n : NAN));
+    json_object_set_new(j, key, json_real(f->n > 0 ? f->sum / f->n : NAN));
+    snprintf(key, sizeof key, "rewards/%s/std", ct_reward_name(g->rewards[k]));
+    double var = f->n > 1 ? (f->sq - f->sum * f->sum / f->n) / (f->n - 1) : 0;
+    json_object_set_new(j, key, json_real(f->n > 1 ? sqrt(fmax(var, 0)) : NAN));
   }
   if (ct_log_metrics(&tr->log, j)) fail(1, NULL);
 }
@@ -500,6 +574,9 @@ int main(int argc, char **argv) {
     ct_train_release(&tr);
     return 0;
   }
+  if (ct_completions_open(&g.log, cfg.output_dir, cfg.log_completions, (int)cfg.num_completions_to_print, tr.step,
+                          &tr.log))
+    fail(1, NULL);
   g.step_prompts = malloc(sizeof(int) * step_prompts);
   g.ro = calloc((size_t)per_rank_prompts * g.G, sizeof *g.ro);
   if (!g.step_prompts || !g.ro || ct_acts_init(&g.acts, &tr.model, B, T, mode) || ct_train_attach(&tr, &g.acts) ||

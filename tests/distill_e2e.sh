@@ -15,6 +15,7 @@ student="model.hidden_size=64 model.intermediate_size=192 model.num_hidden_layer
 common="configs/distill.yml teacher_path=$T/teacher dataset_path=$T/train.jsonl $student max_length=24
         per_device_train_batch_size=32 learning_rate=3e-3 lr_scheduler_type=constant logging_steps=1 save_steps=0"
 field() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p"; }
+at() { sed -n "$1p" "$T/$2/metrics.jsonl" | field "$3"; }  # at STEP RUN KEY
 
 echo "== the student's loss falls; the teacher is untouched"
 "$D" $common output_dir="$T/s" max_steps=40 >"$T/s.log" 2>&1 || { cat "$T/s.log"; fail "distill run"; }
@@ -60,12 +61,29 @@ expect 1 "not the teacher logits of this dataset" "$D" $common output_dir="$T/x"
 echo "== on-policy, teacher-generated and int8-teacher runs"
 "$D" $common output_dir="$T/op" max_steps=3 lmbda=1 >"$T/op.log" 2>&1 || { cat "$T/op.log"; fail "lmbda=1"; }
 grep -q "on-policy batches" "$T/op.log" || fail "no on-policy batches"
+[ ! -e "$T/op/completions.jsonl" ] || fail "distill logged completions without log_completions=true"
+# log_completions: the student's samples of each on-policy step, one row each; logging
+# changes nothing in training
+"$D" $common output_dir="$T/opl" max_steps=2 lmbda=1 log_completions=true num_completions_to_print=1 \
+  >"$T/opl.log" 2>&1 || { cat "$T/opl.log"; fail "lmbda=1 log_completions=true"; }
+head -1 "$T/opl/completions.jsonl"
+for s in 1 2; do
+  [ "$(grep -c "^{\"step\":$s," "$T/opl/completions.jsonl")" = 32 ] || fail "step $s lacks its 32 rows"
+done
+for k in prompt completion completion_ids logprobs finish_reason; do
+  grep -vq "\"$k\":" "$T/opl/completions.jsonl" && fail "a row lacks $k"
+done
+! grep -q '"reward"' "$T/opl/completions.jsonl" || fail "distillation rows have a reward"
+# as many log-probs as tokens in every row
+sed 's/.*"completion_ids":\[\([^]]*\)\],"logprobs":\[\([^]]*\)\].*/\1;\2/' "$T/opl/completions.jsonl" |
+  awk -F';' '{ if (split($1, a, ",") != split($2, b, ",")) bad = 1 } END { exit bad }' || fail "ids and log-probs differ in count"
+[ "$(grep -c 'completion 1 of step' "$T/opl.log")" = 2 ] || fail "num_completions_to_print=1 did not print"
+[ "$(at 1 opl loss)" = "$(at 1 op loss)" ] && [ "$(at 2 opl loss)" = "$(at 2 op loss)" ] || fail "logging changed the losses"
 "$D" $common output_dir="$T/sk" max_steps=3 lmbda=1 seq_kd=true >"$T/sk.log" 2>&1 || { cat "$T/sk.log"; fail "seq_kd"; }
 "$D" $common output_dir="$T/q8" max_steps=3 teacher_dtype=int8 >"$T/q8.log" 2>&1 || { cat "$T/q8.log"; fail "int8 teacher"; }
 "$D" $common output_dir="$T/b16" max_steps=3 teacher_dtype=bfloat16 >"$T/b16.log" 2>&1 || { cat "$T/b16.log"; fail "bf16 teacher"; }
 # Measured effects, against the lmbda=0 fp32-teacher run "on" (same seed and config). The
 # step-1 metrics come before any update: a function of the batch and the teacher only.
-at() { sed -n "$1p" "$T/$2/metrics.jsonl" | field "$3"; }  # at STEP RUN KEY
 tp='distill\/teacher_perplexity'
 ppl_on=$(at 1 on "$tp") ppl_op=$(at 1 op "$tp") ppl_sk=$(at 1 sk "$tp")
 echo "step-1 teacher perplexity: dataset $ppl_on, student-generated $ppl_op, teacher-generated $ppl_sk"

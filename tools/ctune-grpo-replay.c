@@ -1,0 +1,247 @@
+// ctune-grpo-replay: recomputes a GRPO run's optimizer steps from its completions.jsonl,
+// outside the trainer's rollout path (no sampling, no reward, no advantage computation):
+//
+//   bin/ctune-grpo-replay configs/grpo.yml RUN-KEYS... dataset_path=RUN/completions.jsonl output_dir=DIR
+//
+// RUN-KEYS are the run's own keys (model_path = its starting weights, max_steps, the
+// learning rate and schedule, loss_type, epsilon, beta, per_device_train_batch_size,
+// temperature, ...). For each step s = 1..max_steps it takes the logged rows of step s in
+// their order: the prompt tokenized as GRPO tokenizes a dataset row (ct_prompt_tokens), the
+// completion_ids, the advantage, and finish_reason (for mask_truncated_completions). Then,
+// per_device_train_batch_size rows per micro-batch, the library's forward gives each
+// completion token's log-prob; the token loss is ct_grpo_token_loss with old = that
+// log-prob (the first pass over fresh rollouts: ratio 1, as in the trainer), weighted per
+// loss_type by ct_grpo_token_weight, plus beta x k3 KL to the reference when beta > 0; its
+// gradient goes back through the model and one AdamW step (ct_train_update) follows.
+// Writes DIR/metrics.jsonl (step, loss, grad_norm, learning_rate, and
+// replay/max_logprob_diff: the largest |recomputed − logged sampling log-prob| of the
+// step) and the final model in DIR, to compare with the run's.
+// Limits: num_iterations 1 (later passes need the first pass's log-probs), one rank, and
+// prompts rebuilt from the logged prompt alone (a row's tools/chat_template_kwargs are
+// not logged).
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "data.h"
+#include "error.h"
+#include "forward.h"
+#include "grpo/advantage.h"
+#include "jsonl.h"
+#include "lm.h"
+#include "mem.h"
+#include "prompts.h"
+#include "train.h"
+
+// One logged completion.
+typedef struct {
+  long step;
+  ct_ids prompt, ids;  // prompt tokens; completion tokens
+  float *lp;           // (ids.n) the logged sampling log-probs
+  double adv;
+  bool truncated;      // finish_reason "length"
+} row_t;
+
+typedef struct {
+  const ct_tokenizer *tok;
+  const char *path;
+  ct_prompt_opts po;
+  long max_step;
+  row_t *rows;
+  int n, cap;
+} reader_t;
+
+// The logged prompt as a row ct_prompt_tokens reads: a string or message list stays
+// "prompt"; a list of ids (a pre-tokenized row) becomes "prompt_input_ids".
+static json_t *prompt_row(json_t *prompt) {
+  bool ids = json_is_array(prompt) && json_array_size(prompt) > 0 && json_is_integer(json_array_get(prompt, 0));
+  return json_pack("{s:O}", ids ? "prompt_input_ids" : "prompt", prompt);
+}
+
+static int read_row(void *ctx, json_t *j, int line) {
+  reader_t *r = ctx;
+  json_t *st = json_object_get(j, "step"), *adv = json_object_get(j, "advantage"), *ids = json_object_get(j, "completion_ids");
+  json_t *lp = json_object_get(j, "logprobs"), *fin = json_object_get(j, "finish_reason");
+  if (!json_is_integer(st) || !json_is_number(adv) || !json_is_array(lp) || !json_is_string(fin) ||
+      !json_object_get(j, "prompt"))
+    return ct_row_error(r->path, line, "not a completions.jsonl row of GRPO (step, prompt, completion_ids, "
+                        "logprobs, finish_reason, advantage)");
+  if (json_integer_value(st) < 1 || json_integer_value(st) > r->max_step) return 0;
+  if (r->n == r->cap) {
+    r->cap = r->cap ? 2 * r->cap : 64;
+    row_t *t = realloc(r->rows, sizeof *t * r->cap);
+    if (!t) return ct_set_error(CT_ENOMEM, "out of memory");
+    r->rows = t;
+  }
+  row_t *o = &r->rows[r->n];
+  memset(o, 0, sizeof *o);
+  o->step = json_integer_value(st);
+  o->adv = json_number_value(adv);
+  o->truncated = !strcmp(json_string_value(fin), "length");
+  char where[4200];
+  snprintf(where, sizeof where, "%s:%d", r->path, line);
+  json_t *p = prompt_row(json_object_get(j, "prompt"));
+  int rc = p ? ct_prompt_tokens(r->tok, p, where, &r->po, &o->prompt) : ct_set_error(CT_ENOMEM, "out of memory");
+  json_decref(p);
+  if (!rc) rc = ct_jsonl_ids(ids, ct_tokenizer_vocab_size(r->tok), r->path, line, "completion_ids", &o->ids);
+  if (!rc && (int)json_array_size(lp) != o->ids.n)
+    rc = ct_row_error(r->path, line, "key 'logprobs': %zu values for %d completion_ids", json_array_size(lp), o->ids.n);
+  if (!rc && !(o->lp = malloc(sizeof(float) * (o->ids.n ? o->ids.n : 1)))) rc = ct_set_error(CT_ENOMEM, "out of memory");
+  for (int i = 0; !rc && i < o->ids.n; i++) o->lp[i] = (float)json_number_value(json_array_get(lp, i));
+  r->n += !rc;
+  if (rc) ct_ids_free(&o->prompt), ct_ids_free(&o->ids), free(o->lp);
+  return rc;
+}
+
+typedef struct {
+  ct_train *tr;
+  const ct_config *cfg;
+  int agg;
+  ct_acts acts;
+  ct_head head;
+  ct_batch batch;
+  ct_frozen ref;
+  bool use_ref;
+  float *ref_lp;  // (B·T) the reference's log-probs of the current micro-batch's targets
+} replay_t;
+
+typedef struct {
+  double loss, max_diff;
+} step_out;
+
+// Rows [first, first + n) into the batch: prompt + completion, targets on the completion.
+static void fill_batch(replay_t *r, const row_t *rows, int n) {
+  ct_batch *b = &r->batch;
+  int T = 1, pad = ct_tokenizer_pad(r->tr->tok);
+  for (int i = 0; i < n; i++) T = rows[i].prompt.n + rows[i].ids.n > T ? rows[i].prompt.n + rows[i].ids.n : T;
+  b->B = n;
+  b->T = T;
+  b->n_target = b->n_tokens = 0;
+  for (int i = 0; i < n; i++) ct_batch_row(b, i, rows[i].prompt.v, rows[i].prompt.n, rows[i].ids.v, rows[i].ids.n, pad);
+}
+
+// One optimizer step's gradient over the n rows of a step; returns its loss.
+static int replay_step(replay_t *r, const row_t *rows, int n, step_out *out) {
+  const ct_config *c = r->cfg;
+  int B = (int)c->per_device_train_batch_size;
+  ct_grpo_clip clip = {c->epsilon, c->epsilon_high > 0 ? c->epsilon_high : c->epsilon, r->use_ref ? c->beta : 0};
+  bool mask = c->mask_truncated_completions;
+  ct_grpo_counts counts = {0};
+  for (int i = 0; i < n; i++)
+    if (!(mask && rows[i].truncated) && rows[i].ids.n > 0) counts.tokens += rows[i].ids.n, counts.sequences += 1;
+  counts.micro_batches = (n + B - 1) / B;
+  for (int first = 0; first < n; first += B) {
+    int m = n - first < B ? n - first : B;
+    double micro_tokens = 0;
+    for (int i = 0; i < m; i++) micro_tokens += mask && rows[first + i].truncated ? 0 : rows[first + i].ids.n;
+    fill_batch(r, rows + first, m);
+    ct_head *h = &r->head;
+    if (r->use_ref) {
+      int k = ct_frozen_logps(&r->ref, &r->batch, h);
+      if (k < 0) return k;
+      memcpy(r->ref_lp, h->logp, sizeof(float) * k);
+    }
+    int k = ct_lm_forward(&r->tr->model, &r->acts, h, &r->batch);
+    if (k < 0) return k;
+    for (int q = 0; q < k; q++) {
+      int T = r->batch.T, i = h->rows[q] / T, t = h->rows[q] % T;
+      const row_t *o = &rows[first + i];
+      int j = t + 1 - o->prompt.n;  // completion token j is predicted at t = prompt + j − 1
+      double lp = h->logp[q], d;
+      out->max_diff = fmax(out->max_diff, fabs(lp - o->lp[j]));
+      h->coef[q] = h->zcoef[q] = 0;
+      if (mask && o->truncated) continue;
+      double w = ct_grpo_token_weight(r->agg, &counts, o->ids.n, micro_tokens, (int)c->max_completion_length);
+      ct_grpo_token_info info;
+      out->loss += w * ct_grpo_token_loss(&clip, lp, lp, r->use_ref ? r->ref_lp[q] : 0, o->adv, &d, &info);
+      h->coef[q] = (float)(-w * d);
+    }
+    ct_lm_backward(&r->tr->model, &r->tr->g, &r->acts, h, &r->batch);
+  }
+  return 0;
+}
+
+static int agg_kind(const ct_config *c, int *kind) {
+  for (int i = 0; c->loss_type.n == 1 && ct_grpo_loss_type_names[i]; i++)
+    if (!strcmp(c->loss_type.v[0], ct_grpo_loss_type_names[i])) return *kind = i, 0;
+  return ct_set_error(CT_ECONFIG, "%s: key 'loss_type': one of grpo, bnpo, dr_grpo, dapo",
+                      ct_config_origin(c, "loss_type"));
+}
+
+static int check_config(const ct_config *c) {
+  int kind;
+  if (c->num_iterations != 1)
+    return ct_set_error(CT_ECONFIG, "%s: key 'num_iterations': the replay recomputes runs with num_iterations 1",
+                        ct_config_origin(c, "num_iterations"));
+  if (c->max_steps < 1)
+    return ct_set_error(CT_ECONFIG, "%s: key 'max_steps': give the run's max_steps (the steps to replay)",
+                        ct_config_origin(c, "max_steps"));
+  return agg_kind(c, &kind);
+}
+
+static __attribute__((noreturn)) void die(ct_train *tr, const char *what) { ct_train_die(tr, CT_EINVAL, what); }
+
+int main(int argc, char **argv) {
+  ct_config cfg;
+  ct_train tr;
+  ct_train_start(&tr, &cfg, CT_TRAINER_GRPO, argc, argv, check_config);
+  tr.name = "ctune-grpo-replay";
+  if (tr.world != 1) die(&tr, (ct_set_error(CT_EINVAL, "replay runs on one rank"), NULL));
+  replay_t r = {.tr = &tr, .cfg = &cfg, .use_ref = cfg.beta > 0};
+  agg_kind(&cfg, &r.agg);
+  reader_t rd = {tr.tok, cfg.dataset_path, {true, (int)cfg.max_prompt_length, cfg.truncate_prompt == CT_TRUNCATE_LEFT,
+                 "max_prompt_length"}, cfg.max_steps, NULL, 0, 0};
+  ct_jsonl_stats js;
+  if (ct_jsonl_read(cfg.dataset_path, false, read_row, &rd, &js)) die(&tr, NULL);
+  int per_step = 0, T = 1;
+  for (int i = 0; i < rd.n; i++) {
+    per_step += rd.rows[i].step == 1;
+    T = rd.rows[i].prompt.n + rd.rows[i].ids.n > T ? rd.rows[i].prompt.n + rd.rows[i].ids.n : T;
+  }
+  if (per_step == 0 || rd.n != per_step * cfg.max_steps)
+    die(&tr, (ct_set_error(CT_EINVAL, "%s: %d rows for steps 1..%ld, not the same number for every step",
+                           cfg.dataset_path, rd.n, (long)cfg.max_steps), NULL));
+  if (ct_train_plan(&tr, rd.n, per_step, 0)) die(&tr, NULL);  // (never resumes: no fingerprint)
+  int B = (int)cfg.per_device_train_batch_size, V = tr.model.cfg.vocab_size, C = tr.model.cfg.hidden_size;
+  int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
+  ct_plan plan = {0};
+  ct_plan_addf(&plan, ct_train_acts_bytes(&tr, B, T, mode), "activations, %d x %d tokens", B, T);
+  if (r.use_ref) ct_train_plan_reference(&tr, &plan, B, T);
+  bool dry;
+  if (ct_model_rope_reserve(&tr.model, T) || ct_train_memory(&tr, &plan, "a smaller per_device_train_batch_size", &dry))
+    die(&tr, NULL);
+  if (dry) {
+    ct_train_release(&tr);
+    return 0;
+  }
+  r.ref_lp = malloc(sizeof(float) * B * T);
+  if (!r.ref_lp || ct_acts_init(&r.acts, &tr.model, B, T, mode) || ct_train_attach(&tr, &r.acts) ||
+      ct_batch_init(&r.batch, B, T) || ct_head_init(&r.head, B * T, B * T, V, C, (int)cfg.num_vocab_tiling))
+    die(&tr, NULL);
+  r.head.inv_temp = cfg.temperature > 0 ? (float)(1.0 / cfg.temperature) : 1.0f;
+  if (r.use_ref && ct_train_reference(&tr, &r.ref, cfg.ref_dtype, B, T)) die(&tr, NULL);
+  for (long s = 1; s <= cfg.max_steps; s++) {
+    step_out out = {0};
+    int first = 0;
+    while (rd.rows[first].step != s) first++;  // a step's rows are contiguous as logged
+    for (int i = first; i < first + per_step; i++)
+      if (rd.rows[i].step != s) die(&tr, (ct_set_error(CT_EINVAL, "%s: step %ld's rows are not together", cfg.dataset_path, s), NULL));
+    if (replay_step(&r, rd.rows + first, per_step, &out)) die(&tr, NULL);
+    double norm, lr;
+    if (ct_train_update(&tr, &norm, &lr)) die(&tr, NULL);
+    json_t *j = json_pack("{s:I,s:f,s:f,s:f,s:f}", "step", (json_int_t)tr.step, "loss", out.loss, "grad_norm", norm,
+                          "learning_rate", lr, "replay/max_logprob_diff", out.max_diff);
+    if (ct_log_metrics(&tr.log, j)) die(&tr, NULL);
+  }
+  for (int i = 0; i < rd.n; i++) ct_ids_free(&rd.rows[i].prompt), ct_ids_free(&rd.rows[i].ids), free(rd.rows[i].lp);
+  free(rd.rows);
+  free(r.ref_lp);
+  if (r.use_ref) ct_frozen_free(&r.ref);
+  ct_acts_free(&r.acts);
+  ct_head_free(&r.head);
+  ct_batch_free(&r.batch);
+  return ct_train_finish(&tr, false);
+}
