@@ -270,7 +270,7 @@ static void evaluate(dpo_t *d, const ct_pref_dataset *ev, const ref_cache *cache
   for (int k = 0; k < ev->n; k++) nc += ev->c_len[k];
   dpo_stats st = {0};
   int batches = (ev->n + B * tr->world - 1) / (B * tr->world);  // batch i: pairs of every rank
-  ct_dpo_token_sums *tok = calloc(batches, sizeof *tok);
+  ct_dpo_token_sums *tok = calloc(batches > 0 ? batches : 1, sizeof *tok);
   if (!tok) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   for (int i = 0, first = tr->rank * B; first < ev->n; i++, first += B * tr->world) {
     int m = 0;
