@@ -6,7 +6,9 @@
 // pairs. A micro-batch of m pairs is 2m rows (chosen rows, then rejected rows) through
 // one forward per model; logπ(y) is the SUM of the completion tokens' log-probs. The
 // loss is the mean over the step's pairs of Σ_k weight_k · loss_k (dpo/loss.h); the
-// `sft` loss is the cross-entropy averaged over the step's chosen tokens.
+// `sft` loss is the cross-entropy averaged over the step's chosen tokens. Per-pair
+// metrics are means over the logging window's pairs; per-token ones (dpo/metrics.h) are
+// means over its micro-batches, as TRL logs them.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 #include "config.h"
 #include "dist.h"
 #include "dpo/loss.h"
+#include "dpo/metrics.h"
 #include "error.h"
 #include "forward.h"
 #include "hash.h"
@@ -141,6 +144,7 @@ static int save_ref_cache(const char *path, const ct_pref_dataset *ds, const ref
 
 typedef struct {
   double loss, lp_c, lp_r, rw_c, rw_r, acc, margin, pairs, tokens;
+  ct_dpo_token_means tok;  // added after the ranks' sums (its micro-batches already are)
 } dpo_stats;
 
 typedef struct {
@@ -158,6 +162,7 @@ typedef struct {
   int *pairs;
   float *ref_c, *ref_r;  // (m) the micro-batch's reference sums
   float *coef_row;       // (2m) −dL/dlogp of each row's tokens
+  ct_dpo_token_sums *tok;  // (gradient_accumulation_steps) one step's per-token sums
 } dpo_t;
 
 // The policy's completion sums for batch b (through acts); its head keeps the logits
@@ -186,7 +191,9 @@ static void reference_rows(dpo_t *d, const ct_batch *b, const ref_cache *cache, 
 
 // Pair losses of a micro-batch; with `train`, the gradient goes back through the policy.
 // `inv_pairs` and `inv_chosen` normalize by the whole step (all micro-batches, ranks).
-static void pair_step(dpo_t *d, int m, bool train, double inv_pairs, double inv_chosen, dpo_stats *st) {
+// The micro-batch's per-token sums go to *tok.
+static void pair_step(dpo_t *d, int m, bool train, double inv_pairs, double inv_chosen, dpo_stats *st,
+                      ct_dpo_token_sums *tok) {
   const ct_batch *b = &d->batch;
   ct_head *h = &d->head;
   double sft_w = ct_dpo_sft_weight(&d->loss), beta = d->loss.beta;
@@ -217,6 +224,7 @@ static void pair_step(dpo_t *d, int m, bool train, double inv_pairs, double inv_
     h->coef[r] = coef_row[row] + (chosen ? (float)(sft_w * inv_chosen) : 0.0f);
     h->zcoef[r] = 0;
   }
+  ct_dpo_token_sums_add(tok, h, b->T, m);
   st->tokens += b->n_tokens;
   if (!train) return;
   ct_lm_backward(&d->tr->model, &d->tr->g, &d->acts, h, b);
@@ -228,21 +236,32 @@ static long chosen_tokens(const ct_pref_dataset *ds, const int *pairs, int n) {
   return t;
 }
 
-static json_t *stats_json(const dpo_stats *st, const char *prefix) {
-  double n = st->pairs > 0 ? st->pairs : 1;
+// The metrics of st with TRL's names; nll_loss only with an sft term (RPO), as TRL.
+static json_t *stats_json(const dpo_stats *st, const char *prefix, bool sft) {
+  double n = st->pairs > 0 ? st->pairs : 1, nm = st->tok.micro > 0 ? st->tok.micro : 1;
   json_t *j = json_object();
   const struct {
     const char *key;
-    double value;
-  } m[] = {{"loss", st->loss}, {"rewards/chosen", st->rw_c}, {"rewards/rejected", st->rw_r},
-           {"rewards/accuracies", st->acc}, {"rewards/margins", st->margin},
-           {"logps/chosen", st->lp_c}, {"logps/rejected", st->lp_r}};
+    double value, count;
+  } m[] = {{"loss", st->loss, n}, {"rewards/chosen", st->rw_c, n}, {"rewards/rejected", st->rw_r, n},
+           {"rewards/accuracies", st->acc, n}, {"rewards/margins", st->margin, n},
+           {"logps/chosen", st->lp_c, n}, {"logps/rejected", st->lp_r, n},
+           {"logits/chosen", st->tok.logits_c, nm}, {"logits/rejected", st->tok.logits_r, nm},
+           {"entropy", st->tok.entropy, nm}, {"mean_token_accuracy", st->tok.accuracy, nm},
+           {sft ? "nll_loss" : NULL, st->tok.nll, nm}};
   char k[64];
   for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+    if (!m[i].key) continue;
     snprintf(k, sizeof k, "%s%s", prefix, m[i].key);
-    json_object_set_new(j, k, json_real(m[i].value / n));
+    json_object_set_new(j, k, json_real(m[i].value / m[i].count));
   }
   return j;
+}
+
+// Sums n micro-batches' per-token sums over the ranks and adds their means to st.
+static void add_token_means(dpo_stats *st, ct_dpo_token_sums *tok, int n) {
+  if (ct_dist_sum_f64((double *)tok, n * (int)(sizeof *tok / sizeof(double)))) fail(1, NULL);
+  ct_dpo_token_means_add(&st->tok, tok, n);
 }
 
 static void evaluate(dpo_t *d, const ct_pref_dataset *ev, const ref_cache *cache) {
@@ -251,16 +270,21 @@ static void evaluate(dpo_t *d, const ct_pref_dataset *ev, const ref_cache *cache
   long nc = 0;  // the whole set is one "step": the sft term averages over all its tokens
   for (int k = 0; k < ev->n; k++) nc += ev->c_len[k];
   dpo_stats st = {0};
-  for (int first = tr->rank * B; first < ev->n; first += B * tr->world) {
+  int batches = (ev->n + B * tr->world - 1) / (B * tr->world);  // batch i: pairs of every rank
+  ct_dpo_token_sums *tok = calloc(batches > 0 ? batches : 1, sizeof *tok);
+  if (!tok) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  for (int i = 0, first = tr->rank * B; first < ev->n; i++, first += B * tr->world) {
     int m = 0;
     for (int k = first; k < ev->n && m < B; k++) d->pairs[m++] = k;
     ct_pref_batch(&d->batch, ev, d->pairs, m, ct_tokenizer_pad(tr->tok));
     reference_rows(d, &d->batch, cache, m);
     policy_rows(d, &d->eval_acts, &d->batch);
-    pair_step(d, m, false, 1.0 / ev->n, nc ? 1.0 / nc : 0, &st);
+    pair_step(d, m, false, 1.0 / ev->n, nc ? 1.0 / nc : 0, &st, &tok[i]);
   }
   ct_dist_sum_stats(&st);
-  json_t *j = stats_json(&st, "eval_");
+  add_token_means(&st, tok, batches);
+  free(tok);
+  json_t *j = stats_json(&st, "eval_", ct_dpo_sft_weight(&d->loss) != 0);
   json_object_set_new(j, "step", json_integer(tr->step));
   ct_log_info(&tr->log, "eval at step %ld: loss %.4f, reward accuracy %.3f, margin %.4f", tr->step,
               st.loss / (st.pairs ? st.pairs : 1), st.acc / (st.pairs ? st.pairs : 1),
@@ -310,7 +334,7 @@ static void dpo_free(dpo_t *d) {
   row_sums_free(&d->refs);
   ct_head_free(&d->head);
   ct_batch_free(&d->batch);
-  ct_free_all(d->pairs, d->ref_c, d->ref_r, d->coef_row);
+  ct_free_all(d->pairs, d->ref_c, d->ref_r, d->coef_row, d->tok);
 }
 
 int main(int argc, char **argv) {
@@ -364,7 +388,8 @@ int main(int argc, char **argv) {
   d.ref_c = malloc(sizeof(float) * Bmax);
   d.ref_r = malloc(sizeof(float) * Bmax);
   d.coef_row = malloc(sizeof(float) * 2 * Bmax);
-  if (!d.pairs || !d.ref_c || !d.ref_r || !d.coef_row || ct_batch_init(&d.batch, 2 * Bmax, T) ||
+  d.tok = malloc(sizeof *d.tok * accum);
+  if (!d.pairs || !d.ref_c || !d.ref_r || !d.coef_row || !d.tok || ct_batch_init(&d.batch, 2 * Bmax, T) ||
       ct_head_init(&d.head, 2 * Bmax * T, 2 * B * T, V, C, tiles) ||
       row_sums_init(&d.pol, 2 * Bmax) || row_sums_init(&d.refs, 2 * Bmax) ||
       ct_acts_init(&d.acts, &tr.model, 2 * B, T, mode) || ct_train_attach(&tr, &d.acts) ||
@@ -401,6 +426,7 @@ int main(int argc, char **argv) {
     long nc = chosen_tokens(&train, d.pairs, n);
     double inv_pairs = 1.0 / n, inv_chosen = nc ? 1.0 / nc : 0;
     dpo_stats st = {0};
+    memset(d.tok, 0, sizeof *d.tok * accum);
     const int *step_pairs = d.pairs;  // (eval, which reuses d.pairs, runs after the step)
     for (int k = 0; k < accum; k++) {
       int first = (k * tr.world + tr.rank) * B;
@@ -410,9 +436,10 @@ int main(int argc, char **argv) {
       reference_rows(&d, &d.batch, ct_, m);  // before the policy: the head keeps its logits
       ct_train_dropout_key(&tr, k);
       policy_rows(&d, &d.acts, &d.batch);
-      pair_step(&d, m, true, inv_pairs, inv_chosen, &st);
+      pair_step(&d, m, true, inv_pairs, inv_chosen, &st, &d.tok[k]);
     }
     ct_dist_sum_stats(&st);
+    add_token_means(&st, d.tok, accum);
     double norm, lr;
     if (ct_train_update(&tr, &norm, &lr)) fail(1, NULL);
     if (cfg.sync_ref_model && d.ref_loaded && tr.step % cfg.ref_model_sync_steps == 0 &&
@@ -426,7 +453,7 @@ int main(int argc, char **argv) {
     ct_log_progress(&tr.log, tr.step, st.loss / (st.pairs ? st.pairs : 1), tok_s);
     bool last = tr.step == tr.total_steps;
     if (tr.step % cfg.logging_steps == 0 || last) {
-      json_t *j = stats_json(&win, "");
+      json_t *j = stats_json(&win, "", ct_dpo_sft_weight(&d.loss) != 0);
       json_object_set_new(j, "step", json_integer(tr.step));
       json_object_set_new(j, "epoch", json_real(tr.epoch + (double)tr.epoch_pos / tr.n_seq));
       json_object_set_new(j, "learning_rate", json_real(lr));

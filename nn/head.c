@@ -17,7 +17,7 @@ static int tiles_of(int V, int ntiles) { return ntiles < 1 ? 1 : ntiles > V ? V 
 
 double ct_head_bytes(int cap_rows, int logit_rows, int V, int C, int ntiles) {
   long tile = (V + tiles_of(V, ntiles) - 1) / tiles_of(V, ntiles);
-  return sizeof(float) * ((double)logit_rows * tile + 2.0 * cap_rows * C + 10.0 * cap_rows);
+  return sizeof(float) * ((double)logit_rows * tile + 2.0 * cap_rows * C + 12.0 * cap_rows);
 }
 
 int ct_head_init(ct_head *h, int cap_rows, int logit_rows, int V, int C, int ntiles) {
@@ -36,11 +36,12 @@ int ct_head_init(ct_head *h, int cap_rows, int logit_rows, int V, int C, int nti
   h->rows = malloc(sizeof(int) * cap);
   h->target = malloc(sizeof(int) * cap);
   h->argmax = malloc(sizeof(int) * cap);
+  h->logit_sum = malloc(sizeof(double) * cap);
   h->hc = ct_big_alloc(sizeof(float) * cap * C);
   h->dhc = ct_big_alloc(sizeof(float) * cap * C);
   h->logits = ct_big_alloc(sizeof(float) * h->logit_cap);
   float **per_row[] = {&h->lse, &h->logp, &h->entropy, &h->run_sum, &h->run_xsum, &h->coef, &h->zcoef};
-  int bad = !h->rows || !h->target || !h->argmax || !h->hc || !h->dhc || !h->logits;
+  int bad = !h->rows || !h->target || !h->argmax || !h->logit_sum || !h->hc || !h->dhc || !h->logits;
   for (size_t i = 0; i < sizeof per_row / sizeof per_row[0]; i++) {
     *per_row[i] = calloc(cap, sizeof(float));
     bad |= !*per_row[i];
@@ -58,7 +59,7 @@ void ct_head_free(ct_head *h) {
   ct_big_free(h->hc);
   ct_big_free(h->dhc);
   ct_big_free(h->logits);
-  ct_free_all(h->rows, h->target, h->argmax, h->lse, h->logp, h->entropy, h->run_sum, h->run_xsum,
+  ct_free_all(h->rows, h->target, h->argmax, h->logit_sum, h->lse, h->logp, h->entropy, h->run_sum, h->run_xsum,
               h->coef, h->zcoef);
   memset(h, 0, sizeof *h);
 }
@@ -98,7 +99,7 @@ typedef struct {
 } chunk_job;
 
 // Folds one chunk of logits into each row's running max (kept in lse until the end),
-// Σ e^(l−max), Σ e^(l−max)·l, argmax and target logit (kept in logp until the end).
+// Σ e^(l−max), Σ e^(l−max)·l, Σ l, argmax and target logit (kept in logp until the end).
 static void fold_chunk_task(void *ctx, int part, int thread) {
   (void)thread;
   const chunk_job *j = ctx;
@@ -114,13 +115,15 @@ static void fold_chunk_task(void *ctx, int part, int thread) {
         mt = l[v];
         at = v;
       }
-    float st = 0, sxt = 0;
-#pragma omp simd reduction(+ : st, sxt)
+    float st = 0, sxt = 0, slt = 0;
+#pragma omp simd reduction(+ : st, sxt, slt)
     for (int v = 0; v < j->nv; v++) {
       float e = ct_expf(l[v] - mt);
       st += e;
       sxt += e * l[v];
+      slt += l[v];
     }
+    h->logit_sum[r] += slt;  // in double across chunks: V terms of either sign
     float m = h->lse[r];
     if (mt > m) {
       float k = ct_expf(m - mt);
@@ -150,6 +153,7 @@ static void head_forward(ct_head *h, const float *W, ct_logits_fn fn, void *ctx)
   for (int r = 0; r < n; r++) {
     h->lse[r] = -INFINITY;  // running max until the end
     h->run_sum[r] = h->run_xsum[r] = 0;
+    h->logit_sum[r] = 0;
     h->argmax[r] = 0;
   }
   long fit = n > 0 ? h->logit_cap / n : h->tile;  // columns that fit for n rows

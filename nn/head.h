@@ -1,5 +1,5 @@
 // head: the LM head and everything computed from its logits — per-token log-probs,
-// cross-entropy, z-loss, entropy, accuracy — with vocabulary tiling: the V logits of a
+// cross-entropy, z-loss, entropy, accuracy, logit sums — with vocabulary tiling: the V logits of a
 // token are produced in `ntiles` chunks and reduced online (running max / sum), so peak
 // memory holds rows x V/ntiles logits instead of rows x V. Only tokens that have a
 // target take part: their hidden rows are gathered first, so masked prompt tokens cost
@@ -26,6 +26,7 @@ typedef struct {
   float *logp;     // log-prob of the target
   float *entropy;  // entropy of the predicted distribution (nats)
   int *argmax;     // most likely token
+  double *logit_sum;  // Σ over the V logits (DPO's logits/chosen: their mean is this / V)
   float *run_sum, *run_xsum;  // online accumulators (Σ e^(l-m), Σ e^(l-m)·l)
   // per gathered row, set by the caller before ct_head_backward:
   // dlogits = coef·(softmax − onehot(target)) + zcoef·softmax
@@ -51,7 +52,7 @@ int ct_head_gather(ct_head *h, const float *hidden, const int *target, int N);
 // rows by inv_temp as ct_head_gather does. Returns n, or CT_EINVAL past the capacity.
 int ct_head_adopt(ct_head *h, const int *target, int N);
 
-// Logits of the gathered rows against W (V, C); fills lse, logp, entropy, argmax.
+// Logits of the gathered rows against W (V, C); fills lse, logp, entropy, argmax, logit_sum.
 void ct_head_forward(ct_head *h, const float *W);
 
 // The same with the logits computed by fn: out (n, nv) = logits of vocabulary columns

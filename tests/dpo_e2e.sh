@@ -1,7 +1,8 @@
 #!/bin/sh
-# bin/dpo end to end: loss log 2 at step 0, reward accuracy rising, precomputed
-# reference log-probs == a resident reference, bit-identical resume (also with a synced
-# reference), SimPO without a reference, and clear errors for bad input.
+# bin/dpo end to end: loss log 2 at step 0, reward accuracy rising, TRL's metrics (and
+# eval_ ones), logits/* independent of num_vocab_tiling, RPO's nll_loss = its sft term,
+# precomputed reference log-probs == a resident reference, bit-identical resume (also
+# with a synced reference), SimPO without a reference, and clear errors for bad input.
 . tests/lib/common.sh
 start_test dpo
 
@@ -23,9 +24,32 @@ acc1=$(grep eval_loss "$T/a/metrics.jsonl" | tail -1 | field 'eval_rewards\/accu
 loss1=$(grep eval_loss "$T/a/metrics.jsonl" | tail -1 | field eval_loss)
 echo "first loss $first; held-out rewards/accuracies 0 (policy = reference) -> $acc1, eval loss $loss1"
 awk -v a="$acc1" -v l="$loss1" 'BEGIN { exit !(a >= 0.6 && l < log(2) - 0.03) }' || fail "reward accuracy did not rise"
-for k in rewards/chosen rewards/rejected rewards/margins logps/chosen logps/rejected grad_norm; do
+for k in rewards/chosen rewards/rejected rewards/margins logps/chosen logps/rejected grad_norm \
+         logits/chosen logits/rejected entropy mean_token_accuracy; do
   grep -q "\"$k\"" "$T/a/metrics.jsonl" || fail "metrics lack $k"
+  [ $k = grad_norm ] || grep -q "\"eval_$k\"" "$T/a/metrics.jsonl" || fail "metrics lack eval_$k"
 done
+! grep -q nll_loss "$T/a/metrics.jsonl" || fail "nll_loss logged without an sft term"
+
+echo "== logits/chosen does not depend on num_vocab_tiling"
+"$D" $common output_dir="$T/vt" max_steps=1 num_vocab_tiling=4 >"$T/vt.log" 2>&1 || { cat "$T/vt.log"; fail "num_vocab_tiling=4"; }
+for k in chosen rejected; do
+  a=$(steps "$T/a/metrics.jsonl" | head -1 | field "logits\/$k")
+  v=$(steps "$T/vt/metrics.jsonl" | head -1 | field "logits\/$k")
+  echo "step-1 logits/$k: $a untiled, $v in 4 vocabulary chunks"
+  awk -v a="$a" -v v="$v" 'BEGIN { d = a - v; if (d < 0) d = -d; exit !(a != "" && d < 1e-5) }' \
+    || fail "logits/$k $v with num_vocab_tiling=4, $a without"
+done
+
+echo "== RPO (loss_type sigmoid,sft) logs nll_loss: at step 1 (policy = reference) it is loss - log 2"
+"$D" $common output_dir="$T/rpo" max_steps=2 loss_type=sigmoid,sft eval_dataset_path="$T/prefs_eval.jsonl" \
+  >"$T/rpo.log" 2>&1 || { cat "$T/rpo.log"; fail "rpo run"; }
+l=$(steps "$T/rpo/metrics.jsonl" | head -1 | field loss)
+nll=$(steps "$T/rpo/metrics.jsonl" | head -1 | field nll_loss)
+echo "step-1 loss $l, nll_loss $nll"
+awk -v l="$l" -v n="$nll" 'BEGIN { d = l - log(2) - n; exit !(n > 0.1 && d < 1e-5 && d > -1e-5) }' \
+  || fail "nll_loss $nll is not the sft term of loss $l"
+grep -q '"eval_nll_loss"' "$T/rpo/metrics.jsonl" || fail "no eval_nll_loss"
 
 echo "== gradient_checkpointing gives the same steps, bit for bit"
 "$D" $common output_dir="$T/gc" max_steps=5 gradient_checkpointing=true >"$T/gc.log" 2>&1 || { cat "$T/gc.log"; fail "gc run"; }

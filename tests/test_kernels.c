@@ -758,9 +758,9 @@ static void head_case_free(head_case *hc) {
   free(hc->hidden), free(hc->W), free(hc->target), free(hc->coef), free(hc->zcoef);
 }
 
-// lse, logp, entropy, argmax of the gathered rows (in gather order) in double.
+// lse, logp, entropy, argmax and Σ logits of the gathered rows (in gather order) in double.
 static void head_reference(double *lse, double *logp, double *ent, int *amax, double *second,
-                           const head_case *hc) {
+                           double *lsum, const head_case *hc) {
   double *l = dalloc(hc->V);
   int r = 0;
   for (int t = 0; t < hc->N; t++) {
@@ -775,7 +775,9 @@ static void head_reference(double *lse, double *logp, double *ent, int *amax, do
       if (s > mx) mx = s, am = v;
     }
     double sec = -INFINITY;  // runner-up logit, to tell near ties apart
+    lsum[r] = 0;
     for (int v = 0; v < hc->V; v++) {
+      lsum[r] += l[v];
       sum += exp(l[v] - mx);
       if (v != am) sec = fmax(sec, l[v]);
     }
@@ -823,21 +825,24 @@ static void test_head_forward_matches_double_reference(void) {
     CHECK(k < 2 || h.logit_cap < (long)hc.n * hc.V);  // really narrower
     ct_head_forward(&h, hc.W);
     double *lse = dalloc(hc.n), *logp = dalloc(hc.n), *ent = dalloc(hc.n), *gap = dalloc(hc.n);
+    double *lsum = dalloc(hc.n);
     int *am = xcalloc(hc.n, sizeof(int));
-    head_reference(lse, logp, ent, am, gap, &hc);
-    double wl = 0, wp = 0, we = 0;
+    head_reference(lse, logp, ent, am, gap, lsum, &hc);
+    double wl = 0, wp = 0, we = 0, ws = 0;
     bool argmax_ok = true;
     for (int r = 0; r < hc.n; r++) {
       wl = fmax(wl, isnan(h.lse[r]) ? INFINITY : fabs(h.lse[r] - lse[r]));
       wp = fmax(wp, isnan(h.logp[r]) ? INFINITY : fabs(h.logp[r] - logp[r]));
       we = fmax(we, isnan(h.entropy[r]) ? INFINITY : fabs(h.entropy[r] - ent[r]));
+      ws = fmax(ws, isnan(h.logit_sum[r]) ? INFINITY : fabs(h.logit_sum[r] - lsum[r]));
       argmax_ok &= h.argmax[r] == am[r] || gap[r] < 1e-5;  // a near tie may go either way
     }
     CHECK_NEAR(wl, 0, 1e-5);
     CHECK_NEAR(wp, 0, 1e-5);
     CHECK_NEAR(we, 0, 1e-5);
+    CHECK_NEAR(ws, 0, 1e-4);  // a sum of 50 logits of order 1, each within float rounding
     CHECK(argmax_ok);
-    free(lse), free(logp), free(ent), free(gap), free(am);
+    free(lse), free(logp), free(ent), free(gap), free(lsum), free(am);
     ct_head_free(&h);
   }
   head_case_free(&hc);
