@@ -506,6 +506,7 @@ int main(int argc, char **argv) {
         for (int c = 0; c < mc->hidden_size; c++) d[c] += e[c];
       }
       ct_backward(&tr.model, &tr.g, &acts, acts.dln, b->B, b->T);
+      ct_log_phase(&tr.log, tr.step + 1, "training", k + 1, accum, "micro-batches", st.input_tokens, NULL);
     }
     ct_dist_sum_stats(&st);
     double norm, lr;

@@ -437,6 +437,7 @@ int main(int argc, char **argv) {
       ct_train_dropout_key(&tr, k);
       policy_rows(&d, &d.acts, &d.batch);
       pair_step(&d, m, true, inv_pairs, inv_chosen, &st, &d.tok[k]);
+      ct_log_phase(&tr.log, tr.step + 1, "training", k + 1, accum, "micro-batches", st.tokens, NULL);
     }
     ct_dist_sum_stats(&st);
     add_token_means(&st, d.tok, accum);

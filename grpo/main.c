@@ -178,11 +178,15 @@ typedef struct {
   rollout_t *ro;
   int per;
   bool train;
+  long done, total;  // completions (for the progress line)
+  double tokens;     // completion tokens so far
 } gen_ctx;
 
 static int on_done(void *ctx, const ct_gen_result *r) {
-  const gen_ctx *c = ctx;
+  gen_ctx *c = ctx;
   grpo_t *g = c->g;
+  c->tokens += r->n;
+  if (c->train) ct_log_phase(&g->tr->log, g->tr->step + 1, "rollouts", ++c->done, c->total, "completions", c->tokens, NULL);
   rollout_t *ro = &c->ro[r->request * c->per + r->sample];
   bool old = c->train && g->cfg->num_iterations > 1, ref = c->train && g->use_ref;
   ro->n = r->n;
@@ -272,7 +276,7 @@ static void generate(grpo_t *g, const ct_prompt_set *set, const int *prompts, in
                               .stop_ids = stop_ids, .n_stop_ids = n_stop};
     for (int k = 0; k < per; k++) ro[i * per + k].prompt = prompts[i];
   }
-  gen_ctx ctx = {g, ro, per, train};
+  gen_ctx ctx = {g, ro, per, train, 0, (long)n_prompts * per, 0};
   ct_gen_callbacks cb = {on_done, NULL, &ctx};
   if (ct_generate(g->engine, tr->tok, req, n_prompts, &cb)) fail(1, "generating completions");
   free(req);
@@ -434,6 +438,10 @@ static void train_pass(grpo_t *g, bool first_pass, step_stats *st) {
     }
     st->input_tokens += b->n_tokens;
     ct_lm_backward(&tr->model, &tr->g, a, h, b);
+    char reward[48];
+    snprintf(reward, sizeof reward, "reward %.3f", g->rs.reward / (g->rs.completions > 0 ? g->rs.completions : 1));
+    ct_log_phase(&tr->log, tr->step + 1, "training", first / B + 1, (g->n_ro + B - 1) / B, "micro-batches",
+                 st->input_tokens, reward);
   }
 }
 

@@ -99,6 +99,13 @@ CT_PROGRESS_SECONDS=0 "$S" $tiny output_dir="$T/p" max_steps=2 gradient_accumula
   per_device_train_batch_size=4 >"$T/progress.log" 2>&1 || { cat "$T/progress.log"; fail "progress run"; }
 grep -q "^ctune: step 2/2: training 1/2 micro-batches, [0-9]* tok/s, phase ETA " "$T/progress.log" \
   || { cat "$T/progress.log"; fail "no progress line within a step"; }
+CT_PROGRESS_SECONDS=0 "$BIN/grpo" configs/grpo.yml model_path="$T/r" dataset_path="$T/train.jsonl" \
+  answer_field=completion output_dir="$T/pg" max_steps=1 per_device_train_batch_size=4 num_generations=4 \
+  gradient_accumulation_steps=2 max_completion_length=4 save_steps=0 >"$T/pg.log" 2>&1 || { cat "$T/pg.log"; fail "grpo progress run"; }
+grep -q "^ctune: step 1/1: rollouts 4/8 completions, [0-9]* tok/s, phase ETA " "$T/pg.log" \
+  || { cat "$T/pg.log"; fail "no rollout progress line"; }
+grep -q "^ctune: step 1/1: training 1/2 micro-batches, [0-9]* tok/s, phase ETA [0-9:]*, reward [0-9.]*$" "$T/pg.log" \
+  || { cat "$T/pg.log"; fail "no GRPO training progress line with the reward"; }
 run quiet output_dir="$T/q" max_steps=2 gradient_accumulation_steps=2 per_device_train_batch_size=4
 grep -q "micro-batches" "$T/quiet.log" && fail "progress lines faster than every 30 s"
 echo "run safety: all checks passed"
