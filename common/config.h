@@ -300,5 +300,18 @@ const char *ct_config_diff(const ct_config *a, const ct_config *b);
 int ct_config_num_keys(void);
 const char *ct_config_key_name(int i);
 
+// What `bin/<t> --help` prints: the usage, the keys specific to t (required first) with
+// their default and the first sentence of their comment, and where every other key is
+// listed (configs/base.yml, `bin/ctune-config base`).
+int ct_config_write_help(FILE *f, ct_trainer_kind t);
+
+// 1 when --help or -h is one of argv[1..argc-1], else 0.
+int ct_config_help_asked(int argc, char **argv);
+
+// For a main: --help or -h anywhere writes the help to stdout and returns 0; no
+// arguments at all (argc < 2) writes it to stderr and returns 2; otherwise writes nothing
+// and returns -1 (run). A result >= 0 is the exit status (1 if writing failed).
+int ct_config_usage(ct_trainer_kind t, int argc, char **argv);
+
 // Frees what c owns and zeroes it; calling it twice is safe.
 void ct_config_free(ct_config *c);
