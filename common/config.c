@@ -110,6 +110,8 @@ static const key_def KEYS[] = {
     {"output_dir", K_STR, ALL, OFF(output_dir), "out",
      .comment = "Where checkpoint-<step>/ directories, metrics.jsonl and the resolved "
                 "config.yml are written."},
+    {"run_name", K_STR, ALL, OFF(run_name), "",
+     .comment = "A name for the run (TRL's run_name), recorded in output_dir/config.yml."},
     {"resume_from_checkpoint", K_STR, ALL, OFF(resume_from_checkpoint), "", .bool_as = {"latest", ""},
      .comment = "Empty = start fresh; latest = the newest checkpoint-* in output_dir; "
                 "anything else = a checkpoint directory. TRL's true and false mean latest and empty."},
@@ -800,19 +802,25 @@ done:
   return rc;
 }
 
-// A scalar value for key ki. `is_null`: the text is a YAML null (plain ~, null or empty).
-static int set_scalar(ct_config *c, int ki, const char *text, int is_null, const char *where) {
+// A scalar value for key ki. `plain`: an unquoted scalar, where ~, null and nothing are
+// null, true and false may stand for a TRL spelling (bool_as), and a list key's text
+// splits at commas; a quoted scalar is the string itself (one item of a list key).
+static int set_scalar(ct_config *c, int ki, const char *text, int plain, const char *where) {
   const key_def *k = &KEYS[ki];
   char b[64];
   void *f = field_of(c, k);
-  int truth;
-  if (k->bool_as[0] && !is_null && !parse_bool(text, &truth)) text = k->bool_as[truth ? 0 : 1];
+  int truth, is_null = plain && is_null_word(text);
+  if (k->bool_as[0] && plain && !is_null && !parse_bool(text, &truth)) text = k->bool_as[truth ? 0 : 1];
   if (k->type == K_STR) {
     char *s = dup_str(is_null ? "" : text);
     if (!s) return ct_set_error(CT_ENOMEM, "out of memory");
     free(*(char **)f);
     *(char **)f = s;
     return set_origin(c, ki, where);
+  }
+  if ((k->type == K_STR_LIST || k->type == K_FLOAT_LIST) && !plain) {
+    char *one[] = {(char *)text};
+    return set_list(c, ki, one, 1, where);
   }
   if (k->type == K_STR_LIST || k->type == K_FLOAT_LIST)
     return set_list_text(c, ki, is_null ? "" : text, where);
@@ -882,6 +890,7 @@ void ct_config_free(ct_config *c) {
     if (c->origin_) free(c->origin_[i]);
   }
   free(c->origin_);
+  free(c->ignored_);
   memset(c, 0, sizeof *c);
 }
 
@@ -896,7 +905,7 @@ static int init_for(ct_config *c, unsigned t) {
     const key_def *k = &KEYS[i];
     if (k->type == K_INCLUDE) continue;
     const char *def = ti >= 0 && k->per_trainer[ti] ? k->per_trainer[ti] : k->def;
-    int rc = set_scalar(c, i, def, k->type == K_STR ? 0 : is_null_word(def), NULL);
+    int rc = set_scalar(c, i, def, 1, NULL);
     if (rc) {
       ct_config_free(c);
       return ct_wrap_error(rc, "built-in default of '%s'", k->name);
@@ -913,15 +922,11 @@ int ct_config_init(ct_config *c, ct_trainer_kind trainer) {
   return init_for(c, (unsigned)trainer);
 }
 
+static int apply_text(ct_config *c, const char *name, const char *text, const char *where,
+                      const char *path);
+
 int ct_config_set(ct_config *c, const char *key, const char *value, const char *origin) {
-  const char *where = origin ? origin : "command line";
-  int i = lookup(c, key, where);
-  if (i < 0) return i;
-  if (KEYS[i].type == K_INCLUDE)
-    return ct_set_error(CT_ECONFIG, "%s: key 'base_config' can only be given in a yml file",
-                        where);
-  if (!value) value = "";
-  return set_scalar(c, i, value, is_null_word(value), where);
+  return apply_text(c, key, value ? value : "", origin ? origin : "command line", NULL);
 }
 
 int ct_config_check_required(const ct_config *c) {
@@ -934,6 +939,8 @@ int ct_config_check_required(const ct_config *c) {
   }
   return 0;
 }
+
+const char *ct_config_ignored(const ct_config *c) { return c->ignored_ ? c->ignored_ : ""; }
 
 const char *ct_config_origin(const ct_config *c, const char *key) {
   int i = key_index(key);
@@ -978,6 +985,79 @@ const char *ct_config_diff(const ct_config *a, const ct_config *b) {
   return NULL;
 }
 
+static void write_value(FILE *f, const ct_config *c, const key_def *k);
+
+// ---------------------------------------------------------------------------------
+// --help
+// ---------------------------------------------------------------------------------
+
+static const char *const USAGE[NKINDS] = {
+    "usage: sft [config.yml] [key=value ...]\n"
+    "Supervised fine-tuning on TRL rows: text, prompt/completion or messages.\n",
+    "usage: dpo [config.yml] [key=value ...]\n"
+    "Preference tuning (DPO, IPO, SimPO, RPO, ...) on prompt/chosen/rejected rows.\n",
+    "usage: grpo [config.yml] [key=value ...]\n"
+    "Reinforcement learning with rewards (GRPO, DAPO, Dr. GRPO) on prompt rows.\n",
+    "usage: distill [precompute] [config.yml] [key=value ...]\n"
+    "Knowledge distillation from teacher_path on SFT rows; `precompute` writes the teacher's\n"
+    "top-k logits to teacher_logits_path for offline training.\n",
+    "usage: sampler generate|score|accuracy|bench [config.yml] [key=value ...]\n"
+    "  generate: model_path=DIR and prompt=TEXT or prompts_path=FILE.jsonl\n"
+    "  score:    model_path=DIR data=FILE.jsonl (prompt/completion rows): log-probs\n"
+    "  accuracy: model_path=DIR data=FILE.jsonl: completions == 'completion' (temperature=0: greedy)\n"
+    "  bench:    speed of prefill and decode, fp32 and int8\n"
+    "config.yml may be a trainer's yml or a run's config.yml: the keys the sampler uses are\n"
+    "taken, the others named and skipped.\n",
+};
+
+// The keys --help lists for t: those not every trainer takes, or with a default of t's own.
+static int help_lists(const key_def *k, ct_trainer_kind t) {
+  int ti = trainer_index(t);
+  if (!(k->trainers & (unsigned)t) || k->type == K_INCLUDE || is_model_key(k)) return 0;
+  return t == CT_TRAINER_SAMPLER || (k->trainers & ALL) != ALL || k->per_trainer[ti] || (k->required & t);
+}
+
+int ct_config_write_help(FILE *f, ct_trainer_kind t) {
+  int ti = trainer_index(t);
+  if (ti < 0) return ct_set_error(CT_EINVAL, "ct_config_write_help: %d is not one trainer", (int)t);
+  ct_config d;
+  int rc = ct_config_init(&d, t);
+  if (rc) return rc;
+  fprintf(f, "%s\nKeys of %s (key=default: what it does; required keys first):\n", USAGE[ti],
+          TRAINER_NAMES[ti]);
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < NKEYS; i++) {
+      const key_def *k = &KEYS[i];
+      if (!help_lists(k, t) || (pass == 0) != ((k->required & t) != 0)) continue;
+      fprintf(f, "  %s=", k->name);
+      write_value(f, &d, k);
+      const char *dot = strstr(k->comment, ". ");  // the first sentence
+      int len = dot ? (int)(dot - k->comment) + 1 : (int)strlen(k->comment);
+      fprintf(f, "%s\n      %.*s\n", pass ? "" : "  (required)", len, k->comment);
+    }
+  if (t != CT_TRAINER_SAMPLER)
+    fputs("\nEvery other key (model_path, max_steps, per_device_train_batch_size, the model: block,\n"
+          "...) is listed with its default and meaning in configs/base.yml, or run\n"
+          "`bin/ctune-config base`.", f);
+  else
+    fputs("\nThe full descriptions: configs/base.yml (Sampler section), or `bin/ctune-config base`.", f);
+  fputs(" Values are YAML where quoted or a list:\noutput_dir=\"my out\", 'stop=[\"\\n\", \"a,b\"]'.\n", f);
+  ct_config_free(&d);
+  return ferror(f) ? ct_set_error(CT_EIO, "writing the help: %s", strerror(errno)) : 0;
+}
+
+int ct_config_help_asked(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+  return 0;
+}
+
+int ct_config_usage(ct_trainer_kind t, int argc, char **argv) {
+  if (ct_config_help_asked(argc, argv)) return ct_config_write_help(stdout, t) || fflush(stdout) ? 1 : 0;
+  if (argc < 2) return ct_config_write_help(stderr, t) ? 1 : 2;
+  return -1;
+}
+
 // ---------------------------------------------------------------------------------
 // Loading yml files
 // ---------------------------------------------------------------------------------
@@ -995,7 +1075,9 @@ typedef struct {
   int depth;
 } include_chain;
 
-static int load_file(ct_config *c, const char *path, include_chain *chain, const char *from);
+typedef struct bad_keys bad_keys;
+static int load_file(ct_config *c, const char *path, include_chain *chain, const char *from,
+                     bad_keys *bad);
 
 static const char *node_kind(const yaml_node_t *n) {
   return n->type == YAML_SEQUENCE_NODE ? "a list" : n->type == YAML_MAPPING_NODE ? "a mapping"
@@ -1013,37 +1095,218 @@ static int scalar_ok(const yaml_node_t *n, const char *where, const char *key) {
   return 0;
 }
 
-// Applies one `key: value` pair of a file.
-static int apply_entry(ct_config *c, const entry *e, yaml_document_t *doc, const char *path) {
-  char where[PATH_MAX + 32];
-  snprintf(where, sizeof where, "%s:%d", path, e->line);
-  int ki = lookup(c, e->name, where);
+static int apply_node(ct_config *c, const char *name, const yaml_node_t *v, yaml_document_t *doc,
+                      const char *where, const char *path);
+
+// A lone plain scalar outside any document (a command-line value typed as it is).
+static yaml_node_t plain_node(const char *text) {
+  yaml_node_t n;
+  memset(&n, 0, sizeof n);
+  n.type = YAML_SCALAR_NODE;
+  n.data.scalar.value = (yaml_char_t *)text;
+  n.data.scalar.length = strlen(text);
+  n.data.scalar.style = YAML_PLAIN_SCALAR_STYLE;
+  return n;
+}
+
+// key = text, as a plain scalar from the same place (a TRL key's mapping sets keys so).
+static int apply_text(ct_config *c, const char *name, const char *text, const char *where,
+                      const char *path) {
+  yaml_node_t n = plain_node(text);
+  return apply_node(c, name, &n, NULL, where, path);
+}
+
+// ---------------------------------------------------------------------------------
+// TRL / transformers key names
+// ---------------------------------------------------------------------------------
+
+// A TrainingArguments (or TRL config) name ctune does not use: renamed to `ctune`, or
+// its value mapped by `map`, or rejected with `note` (what to use instead).
+typedef struct {
+  const char *name;
+  const char *ctune;
+  int (*map)(ct_config *c, const char *name, const char *value, const char *where, const char *path);
+  const char *note;
+} trl_key;
+
+static int is_word(const char *v, const char *a, const char *b) {
+  return !strcmp(v, a) || (b && !strcmp(v, b));
+}
+
+// eval_strategy, save_strategy, logging_strategy: steps (the *_steps key decides), no
+// (off, as ctune says it), epoch (not supported: ctune counts steps).
+static int map_strategy(ct_config *c, const char *name, const char *v, const char *where,
+                        const char *path) {
+  char b[64];
+  const char *steps = name[0] == 's' ? "save_steps" : name[0] == 'l' ? "logging_steps" : "eval_steps";
+  if (is_word(v, "steps", NULL)) return 0;
+  if (is_word(v, "no", "false") && name[0] == 's') return apply_text(c, "save_steps", "0", where, path);
+  if (is_word(v, "no", "false") && name[0] != 'l')  // no evaluation: no eval data
+    return apply_text(c, "eval_dataset_path", "", where, path);
+  if (is_word(v, "no", "false"))
+    return ct_set_error(CT_ECONFIG, "%s: key '%s': 'no' has no equivalent: ctune always writes "
+                        "metrics.jsonl, every logging_steps steps", where, name);
+  if (is_word(v, "epoch", NULL))
+    return ct_set_error(CT_ECONFIG, "%s: key '%s': 'epoch' is not supported: ctune counts in steps; "
+                        "set %s", where, name, steps);
+  return ct_set_error(CT_ECONFIG, "%s: key '%s': '%s' is not one of steps, no (set %s)", where,
+                      name, show(v, b, sizeof b), steps);
+}
+
+static int map_optim(ct_config *c, const char *name, const char *v, const char *where, const char *path) {
+  (void)c, (void)path;
+  char b[64];
+  if (is_word(v, "adamw_torch", "adamw_torch_fused") || is_word(v, "adamw_hf", NULL)) return 0;
+  return ct_set_error(CT_ECONFIG, "%s: key '%s': '%s' is not supported: ctune's optimizer is AdamW "
+                      "(adamw_torch, adamw_torch_fused, adamw_hf)", where, name, show(v, b, sizeof b));
+}
+
+static int map_torch_dtype(ct_config *c, const char *name, const char *v, const char *where,
+                           const char *path) {
+  (void)c, (void)path;
+  char b[64];
+  if (is_word(v, "float32", "auto") || is_null_word(v)) return 0;
+  return ct_set_error(CT_ECONFIG, "%s: key '%s': '%s' is not supported: ctune trains in float32 "
+                      "(only float32 or auto); save_dtype sets the saved weights' type, base_dtype, "
+                      "ref_dtype and teacher_dtype the frozen weights'", where, name, show(v, b, sizeof b));
+}
+
+static int map_logging_first_step(ct_config *c, const char *name, const char *v, const char *where,
+                                  const char *path) {
+  (void)c, (void)path;
+  int truth;
+  if (parse_bool(v, &truth))
+    return ct_set_error(CT_ECONFIG, "%s: key '%s': expected a boolean (true or false)", where, name);
+  if (!truth) return 0;  // what ctune does
+  return ct_set_error(CT_ECONFIG, "%s: key '%s': true has no equivalent: ctune logs every "
+                      "logging_steps steps and the last (logging_steps=1 logs every step)", where, name);
+}
+
+#define NO_EQ(name, note) {name, NULL, NULL, note}
+static const trl_key TRL_KEYS[] = {
+    {"max_seq_length", "max_length", NULL, NULL},
+    {"per_gpu_train_batch_size", "per_device_train_batch_size", NULL, NULL},
+    {"per_gpu_eval_batch_size", "per_device_eval_batch_size", NULL, NULL},
+    {"model_name_or_path", "model_path", NULL, NULL},
+    {"evaluation_strategy", NULL, map_strategy, NULL},
+    {"eval_strategy", NULL, map_strategy, NULL},
+    {"save_strategy", NULL, map_strategy, NULL},
+    {"logging_strategy", NULL, map_strategy, NULL},
+    {"optim", NULL, map_optim, NULL},
+    {"torch_dtype", NULL, map_torch_dtype, NULL},
+    {"dtype", NULL, map_torch_dtype, NULL},
+    {"logging_first_step", NULL, map_logging_first_step, NULL},
+    NO_EQ("bf16", "ctune computes in float32; save_dtype sets the saved weights' type"),
+    NO_EQ("fp16", "ctune computes in float32; save_dtype sets the saved weights' type"),
+    NO_EQ("tf32", "ctune computes in float32 on the CPU"),
+    NO_EQ("dataset_name", "use dataset_path (a local JSONL file in TRL format)"),
+    NO_EQ("dataset_train_split", "use dataset_path (a local JSONL file)"),
+    NO_EQ("dataset_test_split", "use eval_dataset_path (a local JSONL file)"),
+    NO_EQ("do_train", "every run trains"),
+    NO_EQ("do_eval", "evaluation runs when eval_dataset_path is set"),
+    NO_EQ("report_to", "metrics go to output_dir/metrics.jsonl"),
+    NO_EQ("logging_dir", "metrics go to output_dir/metrics.jsonl"),
+    NO_EQ("overwrite_output_dir", "no equivalent"),
+    NO_EQ("push_to_hub", "the model is saved in output_dir in Hugging Face layout"),
+    NO_EQ("hub_model_id", "the model is saved in output_dir in Hugging Face layout"),
+    NO_EQ("load_best_model_at_end", "no equivalent: the last step's model is saved"),
+    NO_EQ("metric_for_best_model", "no equivalent: the last step's model is saved"),
+    NO_EQ("lr_scheduler_kwargs", "no equivalent; lr_scheduler_type picks the schedule"),
+    NO_EQ("gradient_checkpointing_kwargs", "no equivalent; gradient_checkpointing turns it on"),
+    NO_EQ("dataloader_num_workers", "no equivalent; num_threads sets the compute threads"),
+    NO_EQ("dataset_num_proc", "no equivalent; num_threads sets the compute threads"),
+    NO_EQ("data_seed", "no equivalent; seed seeds everything"),
+    NO_EQ("deepspeed", "no equivalent; run under mpirun for several processes"),
+    NO_EQ("fsdp", "no equivalent; run under mpirun for several processes"),
+    NO_EQ("use_vllm", "no equivalent; generation uses ctune's built-in sampler (decode_slots)"),
+    NO_EQ("attn_implementation", "no equivalent"),
+    NO_EQ("use_liger_kernel", "no equivalent"),
+    NO_EQ("torch_compile", "no equivalent"),
+    NO_EQ("load_in_4bit", "no equivalent; base_dtype: int8 holds a LoRA base in int8"),
+    NO_EQ("load_in_8bit", "use base_dtype: int8 (with use_peft)"),
+    NO_EQ("eval_accumulation_steps", "no equivalent"),
+    NO_EQ("remove_unused_columns", "no equivalent; extra fields are kept for rewards"),
+};
+#undef NO_EQ
+
+static const trl_key *trl_find(const char *name) {
+  for (size_t i = 0; i < sizeof TRL_KEYS / sizeof *TRL_KEYS; i++)
+    if (!strcmp(TRL_KEYS[i].name, name)) return &TRL_KEYS[i];
+  return NULL;
+}
+
+// A TRL key's value (a scalar), renamed, mapped or rejected.
+static int apply_trl(ct_config *c, const trl_key *t, const yaml_node_t *v, yaml_document_t *doc,
+                     const char *where, const char *path) {
+  if (t->ctune) return apply_node(c, t->ctune, v, doc, where, path);
+  if (t->note)
+    return ct_set_error(CT_ECONFIG, "%s: key '%s' (TRL/transformers) is not a ctune key: %s", where,
+                        t->name, t->note);
+  if (v->type != YAML_SCALAR_NODE)
+    return ct_set_error(CT_ECONFIG, "%s: key '%s': expected one value, got %s", where, t->name,
+                        node_kind(v));
+  return t->map(c, t->name, (const char *)v->data.scalar.value, where, path);
+}
+
+// ---------------------------------------------------------------------------------
+// Applying values
+// ---------------------------------------------------------------------------------
+
+// bin/sampler reads a trainer's yml or a run's config.yml for the keys it uses: a key
+// from a file that only trainers take is skipped (and listed by ct_config_ignored).
+static int sampler_skips(const ct_config *c, const char *name, const char *path) {
+  if (!path || c->trainer != CT_TRAINER_SAMPLER) return 0;
+  int i = key_index(name);
+  if (i >= 0) return !(KEYS[i].trainers & CT_TRAINER_SAMPLER);
+  const trl_key *t = trl_find(name);
+  return t && !(t->ctune && (KEYS[key_index(t->ctune)].trainers & CT_TRAINER_SAMPLER));
+}
+
+static int note_ignored(ct_config *c, const char *name) {
+  size_t len = c->ignored_ ? strlen(c->ignored_) : 0, n = strlen(name);
+  for (const char *p = c->ignored_; p && (p = strstr(p, name)); p += n)
+    if ((p == c->ignored_ || p[-1] == ' ') && (!p[n] || p[n] == ',')) return 0;  // listed
+  char *r = realloc(c->ignored_, len + n + 3);
+  if (!r) return ct_set_error(CT_ENOMEM, "out of memory");
+  snprintf(r + len, n + 3, "%s%s", len ? ", " : "", name);
+  c->ignored_ = r;
+  return 0;
+}
+
+// Applies one value (a scalar, or a sequence of `doc`) to key `name`. `path`: the file
+// the node comes from (list items name their own line), NULL for the command line.
+static int apply_node(ct_config *c, const char *name, const yaml_node_t *v, yaml_document_t *doc,
+                      const char *where, const char *path) {
+  if (sampler_skips(c, name, path)) return note_ignored(c, name);
+  const trl_key *t = key_index(name) < 0 ? trl_find(name) : NULL;
+  if (t) return apply_trl(c, t, v, doc, where, path);
+  int ki = lookup(c, name, where);
   if (ki < 0) return ki;
   const key_def *k = &KEYS[ki];
-  yaml_node_t *v = e->value;
+  if (k->type == K_INCLUDE)
+    return ct_set_error(CT_ECONFIG, "%s: key 'base_config' can only be given in a yml file", where);
   int is_list = k->type == K_STR_LIST || k->type == K_FLOAT_LIST;
   if (v->type == YAML_SCALAR_NODE) {
     if (scalar_ok(v, where, k->name)) return CT_ECONFIG;
-    return set_scalar(c, ki, (const char *)v->data.scalar.value, scalar_is_null(v), where);
+    return set_scalar(c, ki, (const char *)v->data.scalar.value,
+                      v->data.scalar.style == YAML_PLAIN_SCALAR_STYLE, where);
   }
   if (v->type == YAML_SEQUENCE_NODE && is_list) {
-    int n = (int)(v->data.sequence.items.top - v->data.sequence.items.start), rc = 0, got = 0;
+    int n = (int)(v->data.sequence.items.top - v->data.sequence.items.start), rc = 0;
     char **items = calloc((size_t)n + 1, sizeof *items);
     if (!items) return ct_set_error(CT_ENOMEM, "out of memory");
     for (int i = 0; i < n && !rc; i++) {
       yaml_node_t *it = yaml_document_get_node(doc, v->data.sequence.items.start[i]);
       char iwhere[PATH_MAX + 32];
-      snprintf(iwhere, sizeof iwhere, "%s:%lu", path, (unsigned long)it->start_mark.line + 1);
+      if (path) snprintf(iwhere, sizeof iwhere, "%s:%lu", path, (unsigned long)it->start_mark.line + 1);
+      else snprintf(iwhere, sizeof iwhere, "%s", where);
       if (it->type != YAML_SCALAR_NODE)
         rc = ct_set_error(CT_ECONFIG, "%s: key '%s': list items must be values, got %s",
                           iwhere, k->name, node_kind(it));
-      else if (!(rc = scalar_ok(it, iwhere, k->name)) &&
-               !(items[got++] = trimmed((const char *)it->data.scalar.value,
-                                        it->data.scalar.length)))
-        rc = ct_set_error(CT_ENOMEM, "out of memory");
+      else if (!(rc = scalar_ok(it, iwhere, k->name)))
+        items[i] = (char *)it->data.scalar.value;  // as YAML gives it: quoted blanks stay
     }
     if (!rc) rc = set_list(c, ki, items, n, where);
-    for (int i = 0; i < got; i++) free(items[i]);
     free(items);
     return rc;
   }
@@ -1053,6 +1316,36 @@ static int apply_entry(ct_config *c, const entry *e, yaml_document_t *doc, const
       [K_FLOAT_LIST] = "a list", [K_INCLUDE] = "a file name"};
   return ct_set_error(CT_ECONFIG, "%s: key '%s': expected %s, got %s", where, k->name,
                       expected[k->type], node_kind(v));
+}
+
+// Applies one `key: value` pair of a file.
+static int apply_entry(ct_config *c, const entry *e, yaml_document_t *doc, const char *path) {
+  char where[PATH_MAX + 32];
+  snprintf(where, sizeof where, "%s:%d", path, e->line);
+  return apply_node(c, e->name, e->value, doc, where, path);
+}
+
+// Every bad key of a run, one line each, reported together (up to what a message holds).
+struct bad_keys {
+  char text[900];
+  int n, dropped;
+};
+
+// rc == CT_ECONFIG: the message joins the list and loading goes on (returns 0); any
+// other failure stops it (returned as is).
+static int bad_note(bad_keys *b, int rc) {
+  if (rc != CT_ECONFIG) return rc;
+  size_t len = strlen(b->text), need = strlen(ct_last_error()) + (len > 0);
+  if (len && len + need >= sizeof b->text) b->dropped++;
+  else snprintf(b->text + len, sizeof b->text - len, "%s%s", len ? "\n" : "", ct_last_error());
+  b->n++;
+  return 0;
+}
+
+static int bad_result(const bad_keys *b) {
+  if (!b->n) return 0;
+  if (b->dropped) return ct_set_error(CT_ECONFIG, "%s\n(and %d more)", b->text, b->dropped);
+  return ct_set_error(CT_ECONFIG, "%s", b->text);
 }
 
 // base_config is relative to the directory of the file that names it.
@@ -1146,8 +1439,10 @@ static int yaml_error(yaml_parser_t *p, const char *path) {
 }
 
 // Loads base_config (if any) into c, then this file's keys. `from` is where this file
-// was named ("a.yml:1"), NULL for the file given by the user.
-static int load_file(ct_config *c, const char *path, include_chain *chain, const char *from) {
+// was named ("a.yml:1"), NULL for the file given by the user. A bad key joins `bad` and
+// the keys after it still load; the file's own errors (syntax, a missing base) return.
+static int load_file(ct_config *c, const char *path, include_chain *chain, const char *from,
+                     bad_keys *bad) {
   FILE *f = fopen(path, "rb");
   if (!f) {
     if (from)
@@ -1227,11 +1522,11 @@ static int load_file(ct_config *c, const char *path, include_chain *chain, const
       rc = ct_set_error(CT_ENOMEM, "out of memory");
       break;
     }
-    rc = load_file(c, base, chain, where);
+    rc = bad_note(bad, load_file(c, base, chain, where, bad));
   }
   for (int i = 0; i < n && !rc; i++)
     if (es[i].value && strcmp(es[i].name, "base_config") != 0)
-      rc = apply_entry(c, &es[i], &doc, path);
+      rc = bad_note(bad, apply_entry(c, &es[i], &doc, path));
 
 out_parser:
   for (int i = 0; i < n; i++) free(es[i].owned);
@@ -1247,12 +1542,76 @@ out_file:
 
 int ct_config_load_file(ct_config *c, const char *path) {
   include_chain chain = {.depth = 0};
-  return load_file(c, path, &chain, NULL);
+  bad_keys bad = {.n = 0};
+  int rc = bad_note(&bad, load_file(c, path, &chain, NULL, &bad));
+  return rc ? rc : bad_result(&bad);
+}
+
+// A command-line value is YAML where YAML syntax says what plain text would not: a
+// quoted scalar ("my out", "\n") for any key, a flow sequence ([a, "b,c"]) for a list
+// key. Anything else is taken as typed, as a plain scalar: regexes, prompts holding ": "
+// or " #", paths (where YAML would read a comment, a mapping or an error).
+static int cli_is_yaml(const char *name, const char *text) {
+  int i = key_index(name);
+  const trl_key *t = i < 0 ? trl_find(name) : NULL;
+  if (t && t->ctune) i = key_index(t->ctune);
+  int list = i >= 0 && (KEYS[i].type == K_STR_LIST || KEYS[i].type == K_FLOAT_LIST);
+  while (*text == ' ' || *text == '\t') text++;
+  return *text == '"' || *text == '\'' || (*text == '[' && list);
+}
+
+// The value text of a command-line key=value as one YAML node, through libyaml.
+static int cli_yaml_value(const char *name, const char *text, yaml_document_t *doc) {
+  yaml_parser_t p;
+  yaml_document_t extra;
+  if (!yaml_parser_initialize(&p)) return ct_set_error(CT_ENOMEM, "out of memory");
+  yaml_parser_set_input_string(&p, (const unsigned char *)text, strlen(text));
+  int rc = 0, loaded = yaml_parser_load(&p, doc);
+  if (loaded && yaml_parser_load(&p, &extra)) {
+    if (yaml_document_get_root_node(&extra))
+      rc = ct_set_error(CT_ECONFIG, "command line: key '%s': the value is more than one YAML value", name);
+    yaml_document_delete(&extra);
+  } else if (p.error == YAML_MEMORY_ERROR) {
+    rc = ct_set_error(CT_ENOMEM, "out of memory");
+  } else {
+    rc = ct_set_error(CT_ECONFIG, "command line: key '%s': YAML syntax error in the value at "
+                      "column %lu: %s", name, (unsigned long)p.problem_mark.column + 1,
+                      p.problem ? p.problem : "invalid YAML");
+  }
+  if (loaded && rc) yaml_document_delete(doc);
+  yaml_parser_delete(&p);
+  return rc;
+}
+
+// One command-line argument, key=value.
+static int apply_arg(ct_config *c, const char *arg) {
+  char b[64];
+  const char *eq = strchr(arg, '=');
+  if (!eq)
+    return ct_set_error(CT_ECONFIG, "command line: argument '%s' is not key=value (only the "
+                        "first argument may be a yml file)", show(arg, b, sizeof b));
+  char *key = malloc((size_t)(eq - arg) + 1);
+  if (!key) return ct_set_error(CT_ENOMEM, "out of memory");
+  memcpy(key, arg, (size_t)(eq - arg));
+  key[eq - arg] = 0;
+  int rc;
+  if (cli_is_yaml(key, eq + 1)) {
+    yaml_document_t doc;
+    if (!(rc = cli_yaml_value(key, eq + 1, &doc))) {
+      rc = apply_node(c, key, yaml_document_get_root_node(&doc), &doc, "command line", NULL);
+      yaml_document_delete(&doc);
+    }
+  } else {
+    rc = apply_text(c, key, eq + 1, "command line", NULL);
+  }
+  free(key);
+  return rc;
 }
 
 int ct_config_from_args(ct_config *c, ct_trainer_kind t, int argc, char **argv) {
   int rc = ct_config_init(c, t), i = 1;
   if (rc) return rc;
+  bad_keys bad = {.n = 0};
   if (argc > 1 && !strchr(argv[1], '=')) {
     const char *ext = strrchr(argv[1], '.');
     int yml_name = ext && (!strcmp(ext, ".yml") || !strcmp(ext, ".yaml"));
@@ -1262,29 +1621,13 @@ int ct_config_from_args(ct_config *c, ct_trainer_kind t, int argc, char **argv) 
                         show(argv[1], b, sizeof b));
       goto fail;
     }
-    if ((rc = ct_config_load_file(c, argv[1]))) goto fail;
+    include_chain chain = {.depth = 0};
+    if ((rc = bad_note(&bad, load_file(c, argv[1], &chain, NULL, &bad)))) goto fail;
     i = 2;
   }
-  for (; i < argc; i++) {
-    char b[64];
-    const char *eq = strchr(argv[i], '=');
-    if (!eq) {
-      rc = ct_set_error(CT_ECONFIG, "command line: argument '%s' is not key=value (only the "
-                        "first argument may be a yml file)", show(argv[i], b, sizeof b));
-      goto fail;
-    }
-    char *key = malloc((size_t)(eq - argv[i]) + 1);
-    if (!key) {
-      rc = ct_set_error(CT_ENOMEM, "out of memory");
-      goto fail;
-    }
-    memcpy(key, argv[i], (size_t)(eq - argv[i]));
-    key[eq - argv[i]] = 0;
-    rc = ct_config_set(c, key, eq + 1, "command line");
-    free(key);
-    if (rc) goto fail;
-  }
-  return 0;
+  for (; i < argc; i++)
+    if ((rc = bad_note(&bad, apply_arg(c, argv[i])))) goto fail;
+  if (!(rc = bad_result(&bad))) return 0;
 fail:
   ct_config_free(c);
   return rc;

@@ -109,6 +109,7 @@ typedef struct {
   char *dataset_path;
   char *eval_dataset_path;
   char *output_dir;
+  char *run_name;  // recorded in config.yml
   char *resume_from_checkpoint;  // "" = fresh, "latest" = newest checkpoint-* in output_dir
 
   // schedule and batch
@@ -243,6 +244,7 @@ typedef struct {
   ct_model_spec model;
 
   char **origin_;  // private: per table row, NULL = default; use ct_config_origin()
+  char *ignored_;  // private: use ct_config_ignored()
 } ct_config;
 
 // Built-in defaults, then the trainer's own (e.g. learning_rate 2e-5 for sft).
@@ -252,13 +254,24 @@ int ct_config_init(ct_config *c, ct_trainer_kind trainer);
 // file's keys. On error c is left partly updated (still safe to free).
 int ct_config_load_file(ct_config *c, const char *path);
 
-// One override, `value` parsed as the key's type (lists: comma-separated items);
-// `origin` names where it came from in messages and ct_config_origin ("command line").
+// One override, `value` taken as typed (a plain scalar: ~ and null are null, lists are
+// comma-separated items) and parsed as the key's type; `origin` names where it came
+// from in messages and ct_config_origin ("command line"). TRL names (max_seq_length,
+// eval_strategy, optim, ...) are renamed, mapped or rejected with what to use instead.
 int ct_config_set(ct_config *c, const char *key, const char *value, const char *origin);
 
 // ct_config_init(c, t), then argv[1] as a yml file unless it contains '=', then every
-// remaining argv as key=value. On error c is freed (ct_config_free is still safe).
+// remaining argv as key=value. A value is YAML where it is quoted ("my out", "\n"
+// escapes) or, for a list key, a flow sequence (["a,b", c]); anything else is a plain
+// scalar taken as typed (as ct_config_set). Every bad key of the file and the command
+// line is reported, one line each, in one CT_ECONFIG message. On error c is freed
+// (ct_config_free is still safe).
 int ct_config_from_args(ct_config *c, ct_trainer_kind t, int argc, char **argv);
+
+// The keys a yml file gave that do not apply to c->trainer and were skipped, as
+// "dataset_path, output_dir" ("" when none). Only bin/sampler skips them: it takes the
+// keys it uses from a trainer's yml or a run's config.yml; trainers reject them.
+const char *ct_config_ignored(const ct_config *c);
 
 // The resolved config as yml, re-loadable by ct_config_load_file into an identical
 // struct: every key that applies to c->trainer, each followed by a comment naming its
@@ -288,6 +301,19 @@ const char *ct_config_diff(const ct_config *a, const ct_config *b);
 // The table of keys, in base.yml order: "seed", ..., "model.hidden_size", ...
 int ct_config_num_keys(void);
 const char *ct_config_key_name(int i);
+
+// What `bin/<t> --help` prints: the usage, the keys specific to t (required first) with
+// their default and the first sentence of their comment, and where every other key is
+// listed (configs/base.yml, `bin/ctune-config base`).
+int ct_config_write_help(FILE *f, ct_trainer_kind t);
+
+// 1 when --help or -h is one of argv[1..argc-1], else 0.
+int ct_config_help_asked(int argc, char **argv);
+
+// For a main: --help or -h anywhere writes the help to stdout and returns 0; no
+// arguments at all (argc < 2) writes it to stderr and returns 2; otherwise writes nothing
+// and returns -1 (run). A result >= 0 is the exit status (1 if writing failed).
+int ct_config_usage(ct_trainer_kind t, int argc, char **argv);
 
 // Frees what c owns and zeroes it; calling it twice is safe.
 void ct_config_free(ct_config *c);

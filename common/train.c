@@ -815,6 +815,8 @@ void ct_train_start(ct_train *tr, ct_config *cfg, ct_trainer_kind kind, int argc
                     int (*check)(const ct_config *cfg)) {
   memset(tr, 0, sizeof *tr);
   tr->name = ct_trainer_name(kind);
+  int usage = ct_config_usage(kind, argc, argv);  // --help, -h, or no arguments at all
+  if (usage >= 0) exit(usage);
   ct_blas_init(argc, argv);
   if (ct_dist_init(&argc, &argv)) ct_train_die(tr, CT_EMPI, NULL);
   int rc = ct_config_from_args(cfg, kind, argc, argv);  // every failure here is the config's

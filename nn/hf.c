@@ -163,6 +163,18 @@ static const char *architecture(const char *type) {
   return "LlamaForCausalLM";
 }
 
+// A float field as the double whose shortest decimal reads back as that float (1e-6f ->
+// 1e-06, not 9.9999999747524271e-07); dumped with JSON_REAL_PRECISION(9) it prints as
+// that shortest decimal, so a config.json read and written again keeps its values.
+static json_t *json_float(float f) {
+  char buf[32];
+  for (int p = 1; p <= 9; p++) {
+    snprintf(buf, sizeof buf, "%.*g", p, (double)f);
+    if ((float)strtod(buf, NULL) == f) break;
+  }
+  return json_real(strtod(buf, NULL));
+}
+
 int ct_hf_config_write(const ct_model_config *c, const char *path, const char *torch_dtype) {
   json_t *j = json_object();
   json_object_set_new(j, "architectures", json_pack("[s]", architecture(c->model_type)));
@@ -176,8 +188,8 @@ int ct_hf_config_write(const ct_model_config *c, const char *path, const char *t
   json_object_set_new(j, "head_dim", json_integer(c->head_dim));
   json_object_set_new(j, "hidden_act", json_string("silu"));
   json_object_set_new(j, "max_position_embeddings", json_integer(c->max_position_embeddings));
-  json_object_set_new(j, "rms_norm_eps", json_real(c->rms_norm_eps));
-  json_object_set_new(j, "rope_theta", json_real(c->rope_theta));
+  json_object_set_new(j, "rms_norm_eps", json_float(c->rms_norm_eps));
+  json_object_set_new(j, "rope_theta", json_float(c->rope_theta));
   json_object_set_new(j, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
   json_object_set_new(j, "attention_bias", json_false());
   json_object_set_new(j, "attention_dropout", json_real(0));
@@ -187,10 +199,10 @@ int ct_hf_config_write(const ct_model_config *c, const char *path, const char *t
   if (strcmp(c->model_type, "mistral") == 0) json_object_set_new(j, "sliding_window", json_null());
   if (c->rope_type == 1)
     json_object_set_new(j, "rope_scaling",
-                        json_pack("{s:s,s:f,s:f,s:f,s:i}", "rope_type", "llama3", "factor",
-                                  (double)c->rope_factor, "low_freq_factor",
-                                  (double)c->rope_low_freq_factor, "high_freq_factor",
-                                  (double)c->rope_high_freq_factor,
+                        json_pack("{s:s,s:o,s:o,s:o,s:i}", "rope_type", "llama3", "factor",
+                                  json_float(c->rope_factor), "low_freq_factor",
+                                  json_float(c->rope_low_freq_factor), "high_freq_factor",
+                                  json_float(c->rope_high_freq_factor),
                                   "original_max_position_embeddings", c->rope_original_max_pos));
   else
     json_object_set_new(j, "rope_scaling", json_null());
@@ -200,7 +212,7 @@ int ct_hf_config_write(const ct_model_config *c, const char *path, const char *t
     json_object_set_new(j, ids[i], vals[i] >= 0 ? json_integer(vals[i]) : json_null());
   json_object_set_new(j, "torch_dtype", json_string(torch_dtype));
   json_object_set_new(j, "use_cache", json_true());
-  int rc = json_dump_file(j, path, JSON_INDENT(2));
+  int rc = json_dump_file(j, path, JSON_INDENT(2) | JSON_REAL_PRECISION(9));  // see json_float
   json_decref(j);
   return rc ? ct_set_error(CT_EIO, "%s: cannot write: %s", path, strerror(errno)) : 0;
 }

@@ -2,7 +2,7 @@
 //
 //   bin/sampler generate model_path=DIR prompt="Once upon a time"
 //   bin/sampler generate model_path=DIR prompts_path=prompts.jsonl n=4 output=json
-//   bin/sampler score    model_path=DIR data=pairs.jsonl
+//   bin/sampler score    model_path=DIR data=rows.jsonl     (prompt/completion rows)
 //   bin/sampler accuracy model_path=DIR data=eval.jsonl   (greedy exact match)
 //   bin/sampler bench
 //
@@ -36,11 +36,7 @@ static int fail(int code, const char *what) {
 }
 
 static int usage(void) {
-  fprintf(stderr, "usage: sampler generate|score|accuracy|bench [config.yml] key=value ...\n"
-                  "  generate: model_path=DIR and prompt=TEXT or prompts_path=FILE.jsonl\n"
-                  "  score:    model_path=DIR data=FILE.jsonl\n"
-                  "  accuracy: model_path=DIR data=FILE.jsonl: completions == 'completion' (temperature=0: greedy)\n"
-                  "  bench:    speed of prefill and decode, fp32 and int8\n");
+  ct_config_write_help(stderr, CT_TRAINER_SAMPLER);  // the usage, the sampler's keys
   return 2;
 }
 
@@ -384,13 +380,16 @@ static int cmd_score(const ct_config *cfg) {
 }
 
 int main(int argc, char **argv) {
+  int help = ct_config_usage(CT_TRAINER_SAMPLER, argc, argv);  // --help, -h, or nothing
+  if (help >= 0) return help;
   ct_blas_init(argc, argv);
-  if (argc < 2) return usage();
   const char *cmd = argv[1];
   if (strcmp(cmd, "bench") == 0) return ct_sampler_bench(argc - 1, argv + 1);
   if (strcmp(cmd, "generate") && strcmp(cmd, "score") && strcmp(cmd, "accuracy")) return usage();
   ct_config cfg;
   if (ct_config_from_args(&cfg, CT_TRAINER_SAMPLER, argc - 1, argv + 1)) fail(2, NULL);
+  if (ct_config_ignored(&cfg)[0])  // a trainer's yml or a run's config.yml
+    fprintf(stderr, "sampler: %s: skipped keys the sampler does not use: %s\n", argv[2], ct_config_ignored(&cfg));
   int rc = !strcmp(cmd, "generate") ? cmd_generate(&cfg) : !strcmp(cmd, "score") ? cmd_score(&cfg)
                                                                                   : cmd_accuracy(&cfg);
   ct_config_free(&cfg);

@@ -844,6 +844,150 @@ static void test_sft_yml_equals_the_built_in_sft_defaults(void) {
   ct_config_free(&d);
 }
 
+// ---------------------------------------------------------------------------------
+// The command line as YAML, TRL names, every bad key at once, the sampler's skips
+// ---------------------------------------------------------------------------------
+
+// ct_config_from_args(t) on {"prog", args...}; the caller frees c.
+#define FROM_ARGS(c, t, ...) \
+  ct_config_from_args((c), (t), (int)(sizeof((char *[]){"prog", __VA_ARGS__}) / sizeof(char *)), \
+                      (char *[]){"prog", __VA_ARGS__})
+
+static int has_items(const ct_str_list *l, int n, const char *a, const char *b) {
+  return l->n == n && (n < 1 || !strcmp(l->v[0], a)) && (n < 2 || !strcmp(l->v[1], b));
+}
+
+static void test_cli_values_are_yaml_quoted_scalars_and_flow_sequences(void) {
+  ct_config c;
+  CHECK_OK(FROM_ARGS(&c, CT_TRAINER_SAMPLER, "stop=[\"e\", \"a\"]"));
+  CHECK(has_items(&c.stop, 2, "e", "a"));  // not "\"e\"" and "\"a\""
+  ct_config_free(&c);
+  CHECK_OK(FROM_ARGS(&c, CT_TRAINER_SAMPLER, "stop=[\\n]"));
+  CHECK(has_items(&c.stop, 1, "\\n", NULL));  // a plain scalar: backslash and n
+  ct_config_free(&c);
+  CHECK_OK(FROM_ARGS(&c, CT_TRAINER_SAMPLER, "stop=[\"\\n\", ' ']"));
+  CHECK(has_items(&c.stop, 2, "\n", " "));  // double quotes escape; quoted blanks stay
+  ct_config_free(&c);
+  CHECK_OK(FROM_ARGS(&c, CT_TRAINER_SAMPLER, "stop=[\"a,b\"]"));
+  CHECK(has_items(&c.stop, 1, "a,b", NULL));
+  ct_config_free(&c);
+  CHECK_OK(FROM_ARGS(&c, CT_TRAINER_SAMPLER, "stop=\"a,b\"", "prompt=Q: 2+2? # no comment"));
+  CHECK(has_items(&c.stop, 1, "a,b", NULL));  // a quoted scalar is one item
+  CHECK_STR(c.prompt, "Q: 2+2? # no comment");  // plain text is taken as typed
+  ct_config_free(&c);
+  CHECK_OK(FROM_ARGS(&c, CT_TRAINER_SAMPLER, "stop=a, b"));
+  CHECK(has_items(&c.stop, 2, "a", "b"));  // plain: comma-separated, as in a file
+  ct_config_free(&c);
+  CHECK_OK(FROM_ARGS(&c, CT_TRAINER_SFT, "output_dir=\"my out\"", "seed='5'", "model.hidden_size=64",
+                     "run_name='it''s'"));
+  CHECK_STR(c.output_dir, "my out");
+  CHECK(c.seed == 5 && c.model.hidden_size == 64);
+  CHECK_STR(c.run_name, "it's");
+  ct_config_free(&c);
+  CHECK_OK(FROM_ARGS(&c, CT_TRAINER_GRPO, "answer_regex=[0-9]+ #### (.*)"));
+  CHECK_STR(c.answer_regex, "[0-9]+ #### (.*)");  // '[' starts a list only for list keys
+  ct_config_free(&c);
+  CHECK_ERR(FROM_ARGS(&c, CT_TRAINER_SFT, "output_dir=\"my out"),
+            "command line: key 'output_dir': YAML syntax error");
+  ct_config_free(&c);
+  CHECK_ERR(FROM_ARGS(&c, CT_TRAINER_SFT, "output_dir=\"a\" b"), "command line: key 'output_dir'");
+  ct_config_free(&c);
+  CHECK_ERR(FROM_ARGS(&c, CT_TRAINER_SAMPLER, "stop=[a, [b]]"),
+            "command line: key 'stop': list items must be values");
+  ct_config_free(&c);
+  // a file's quoted scalar is one item too, and quoted blanks in a sequence stay
+  put("t.yml", "stop: \"a,b\"\n");
+  CHECK_OK(load(&c, CT_TRAINER_SAMPLER, "t.yml"));
+  CHECK(has_items(&c.stop, 1, "a,b", NULL));
+  ct_config_free(&c);
+  put("t.yml", "stop: [\"</s>\", \" \"]\n");
+  CHECK_OK(load(&c, CT_TRAINER_SAMPLER, "t.yml"));
+  CHECK(has_items(&c.stop, 2, "</s>", " "));
+  ct_config_free(&c);
+}
+
+static void test_trl_names_are_renamed_mapped_or_explained(void) {
+  ct_config c;
+  CHECK_OK(FROM_ARGS(&c, CT_TRAINER_SFT, "max_seq_length=100", "per_gpu_train_batch_size=3",
+                     "eval_dataset_path=e.jsonl", "eval_strategy=steps", "save_strategy=no",
+                     "optim=adamw_torch_fused", "torch_dtype=float32", "logging_first_step=false"));
+  CHECK(c.max_length == 100 && c.per_device_train_batch_size == 3 && c.save_steps == 0);
+  CHECK_STR(c.eval_dataset_path, "e.jsonl");  // steps: eval_steps decides
+  ct_config_free(&c);
+  put("t.yml", "eval_dataset_path: e.jsonl\nevaluation_strategy: \"no\"\nmax_seq_length: 64\n"
+               "optim: adamw_hf\n");
+  CHECK_OK(load(&c, CT_TRAINER_DPO, "t.yml"));
+  CHECK_STR(c.eval_dataset_path, "");  // no: no evaluation
+  CHECK(c.max_length == 64);
+  CHECK_STR(ct_config_origin(&c, "max_length"), at(3));
+  ct_config_free(&c);
+  CHECK_ERR(set_one(CT_TRAINER_SFT, "eval_strategy", "epoch"), "key 'eval_strategy'",
+            "'epoch' is not supported", "eval_steps");
+  CHECK_ERR(set_one(CT_TRAINER_SFT, "save_strategy", "best"), "'best' is not one of steps, no");
+  CHECK_ERR(set_one(CT_TRAINER_SFT, "logging_strategy", "no"), "key 'logging_strategy'", "logging_steps");
+  CHECK_ERR(set_one(CT_TRAINER_SFT, "optim", "sgd"), "key 'optim': 'sgd'", "AdamW", "adamw_torch");
+  CHECK_ERR(set_one(CT_TRAINER_SFT, "torch_dtype", "bfloat16"), "key 'torch_dtype': 'bfloat16'",
+            "float32", "save_dtype");
+  CHECK_ERR(set_one(CT_TRAINER_SFT, "logging_first_step", "true"), "logging_steps=1");
+  CHECK_ERR(set_one(CT_TRAINER_GRPO, "bf16", "true"), "key 'bf16'", "not a ctune key", "float32");
+  CHECK_ERR(set_one(CT_TRAINER_SFT, "dataset_name", "trl-lib/x"), "dataset_path");
+  CHECK_ERR(set_one(CT_TRAINER_SFT, "report_to", "wandb"), "metrics.jsonl");
+}
+
+// Lines of the last message.
+static int message_lines(void) {
+  int n = 1;
+  for (const char *p = ct_last_error(); *p; p++) n += *p == '\n';
+  return n;
+}
+
+static void test_every_bad_key_is_reported_one_line_each(void) {
+  ct_config c;
+  const char *file = put("t.yml", "seed: x\nmax_steps: 5\nlearning_rat: 1\nbeta: 0.1\n");
+  int rc = FROM_ARGS(&c, CT_TRAINER_SFT, (char *)file, "max_length=1", "foo=2", "optim=sgd", "seed=3");
+  CHECK(rc == CT_ECONFIG);
+  CHECK(message_lines() == 6);
+  const char *m = ct_last_error();
+  CHECK(strstr(m, at(1)) && strstr(m, "'seed'") && strstr(m, at(3)) && strstr(m, "learning_rat") &&
+        strstr(m, at(4)) && strstr(m, "'beta' does not apply to sft") && strstr(m, "'max_length'") &&
+        strstr(m, "'foo'") && strstr(m, "'optim'"));
+  CHECK(!strstr(m, at(2)));
+  ct_config_free(&c);
+  CHECK(load_text(CT_TRAINER_SFT, "a1: 1\nb2: 2\n") == CT_ECONFIG && message_lines() == 2);
+  // very many: the message says how many more there were
+  char many[4096] = "";
+  for (int i = 0; i < 60; i++) snprintf(many + strlen(many), sizeof many - strlen(many), "bad_key_%d: 1\n", i);
+  CHECK(load_text(CT_TRAINER_SFT, many) == CT_ECONFIG && strstr(ct_last_error(), " more)"));
+}
+
+static void test_sampler_takes_its_keys_from_a_trainer_yml(void) {
+  ct_config c;
+  put("t.yml", "dataset_path: d.jsonl\nlearning_rate: 1e-3\nseed: 3\ntemperature: 0.5\n"
+               "max_seq_length: 64\noptim: sgd\nmodel:\n  hidden_size: 8\n");
+  CHECK_OK(load(&c, CT_TRAINER_SAMPLER, "t.yml"));
+  CHECK(c.seed == 3 && c.temperature == 0.5);
+  CHECK_STR(ct_config_ignored(&c), "dataset_path, learning_rate, max_seq_length, optim, model.hidden_size");
+  ct_config_free(&c);
+  CHECK_ERR(load(&c, CT_TRAINER_GRPO, "t.yml"), "optim");  // trainers still reject
+  ct_config_free(&c);
+  CHECK_ERR(FROM_ARGS(&c, CT_TRAINER_SAMPLER, "dataset_path=d.jsonl"),
+            "command line: key 'dataset_path' does not apply to sampler");
+  ct_config_free(&c);
+  for (int i = 0; i < 4; i++) {  // every trainer's resolved config.yml
+    ct_config t;
+    CHECK_OK(ct_config_init(&t, TRAINERS[i]));
+    CHECK_OK(ct_config_write_yaml(&t, tpath("resolved.yml")));
+    if (i == 0) remember(tpath("resolved.yml"));
+    ct_config_free(&t);
+    CHECK_OK(load(&c, CT_TRAINER_SAMPLER, "resolved.yml"));
+    CHECK(strstr(ct_config_ignored(&c), "output_dir") != NULL);
+    ct_config_free(&c);
+  }
+  CHECK_OK(ct_config_init(&c, CT_TRAINER_SAMPLER));
+  CHECK_OK(ct_config_load_file(&c, sft_yml_path));
+  ct_config_free(&c);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) {
     base_yml_path = argv[1];
@@ -886,6 +1030,10 @@ int main(int argc, char **argv) {
   RUN(test_base_yml_loads_for_every_trainer_without_changing_its_defaults);
   RUN(test_sft_yml_equals_the_built_in_sft_defaults);
   RUN(test_trainer_ymls_equal_the_built_in_defaults);
+  RUN(test_cli_values_are_yaml_quoted_scalars_and_flow_sequences);
+  RUN(test_trl_names_are_renamed_mapped_or_explained);
+  RUN(test_every_bad_key_is_reported_one_line_each);
+  RUN(test_sampler_takes_its_keys_from_a_trainer_yml);
   remove_scratch();
   return test_summary();
 }

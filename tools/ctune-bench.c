@@ -23,6 +23,7 @@
 
 #include "data.h"
 #include "distill/kd.h"
+#include "config.h"
 #include "error.h"
 #include "lm.h"
 #include "log.h"
@@ -123,7 +124,16 @@ static int bench_kd(int argc, char **argv, double peak) {
   return 0;
 }
 
+static int usage(FILE *f) {
+  fputs("usage: ctune-bench [train] [layers=30] [batch=4] [seq=256] [steps=4] [threads=0] [tiling=1]\n"
+        "       ctune-bench kd [rows=512] [hidden=1024] [vocab=151936] [tiling=8] [steps=3]\n"
+        "  train: training throughput of a SmolLM-135M-shaped model against this machine's sgemm\n"
+        "  kd:    the distillation soft loss against the plain cross-entropy head\n", f);
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (ct_config_help_asked(argc, argv)) return usage(stdout);
   ct_blas_init(argc, argv);
   int threads = (int)arg(argc, argv, "threads", 0);
   if (ct_pool_init(threads)) return 1;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "error.h"
 #include "fs.h"
 #include "hf.h"
@@ -18,9 +19,9 @@
 #include "pool.h"
 #include "tokenizer.h"
 
-static int usage(void) {
-  fprintf(stderr, "usage: ctune-ckpt merge-lora base=DIR adapter=DIR out=DIR [dtype=float32|bfloat16]\n");
-  return 2;
+static int usage(FILE *f) {
+  fprintf(f, "usage: ctune-ckpt merge-lora base=DIR adapter=DIR out=DIR [dtype=float32|bfloat16]\n");
+  return f == stdout ? 0 : 2;  // --help: exit 0
 }
 
 static __attribute__((noreturn)) void die(int code) {
@@ -43,12 +44,12 @@ static int merge_lora(int argc, char **argv) {
     for (int k = 0; k < 4; k++) ok |= !strncmp(argv[i], known[k], strlen(known[k]));
     if (!ok) {
       fprintf(stderr, "ctune-ckpt: merge-lora: unknown argument '%s'\n", argv[i]);
-      return usage();
+      return usage(stderr);
     }
   }
   const char *base = arg(argc, argv, "base"), *adapter = arg(argc, argv, "adapter"), *out = arg(argc, argv, "out");
   const char *dtype = arg(argc, argv, "dtype");
-  if (!base || !adapter || !out) return usage();
+  if (!base || !adapter || !out) return usage(stderr);
   if (dtype && strcmp(dtype, "float32") && strcmp(dtype, "bfloat16")) {
     fprintf(stderr, "ctune-ckpt: merge-lora: dtype '%s' is not float32 or bfloat16\n", dtype);
     return 2;
@@ -77,10 +78,11 @@ static int merge_lora(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  if (ct_config_help_asked(argc, argv)) return usage(stdout);
   ct_blas_init(argc, argv);
-  if (argc < 2) return usage();
+  if (argc < 2) return usage(stderr);
   if (ct_pool_init(0)) die(1);
-  int rc = !strcmp(argv[1], "merge-lora") ? merge_lora(argc, argv) : usage();
+  int rc = !strcmp(argv[1], "merge-lora") ? merge_lora(argc, argv) : usage(stderr);
   ct_pool_free();
   return rc;
 }

@@ -11,17 +11,18 @@
 #include "config.h"
 #include "error.h"
 
-static int usage(void) {
+static int usage(FILE *f) {
   fputs("usage: ctune-config base                 print configs/base.yml\n"
         "       ctune-config keys                 list every key\n"
         "       ctune-config resolve <sft|dpo|grpo|distill> [file.yml] [key=value ...]\n"
         "                                         print the resolved configuration\n",
-        stderr);
-  return 2;
+        f);
+  return f == stdout ? 0 : 2;  // --help: exit 0
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) return usage();
+  if (ct_config_help_asked(argc, argv)) return usage(stdout);
+  if (argc < 2) return usage(stderr);
   if (!strcmp(argv[1], "base") && argc == 2) {
     if (ct_config_write_base_yaml(stdout) || fflush(stdout)) {
       fprintf(stderr, "ctune-config: %s\n", ct_last_error());
@@ -54,5 +55,5 @@ int main(int argc, char **argv) {
     }
     return 0;
   }
-  return usage();
+  return usage(stderr);
 }

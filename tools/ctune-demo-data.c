@@ -17,12 +17,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "rng.h"
 
-static int usage(void) {
-  fprintf(stderr, "usage: ctune-demo-data reverse|reverse-prefs|addition TRAIN.jsonl EVAL.jsonl [n_train=20000] "
+static int usage(FILE *f) {
+  fprintf(f, "usage: ctune-demo-data reverse|reverse-prefs|addition TRAIN.jsonl EVAL.jsonl [n_train=20000] "
                   "[n_eval=500] [seed=1234] [max_len=8 | digits=3]\n");
-  return 2;
+  return f == stdout ? 0 : 2;  // --help: exit 0
 }
 
 // Rows already written, as 64-bit keys in an open-addressing set.
@@ -89,16 +90,17 @@ static unsigned long long make_addition(ct_rng *r, int digits, char *prompt, cha
 }
 
 int main(int argc, char **argv) {
-  if (argc < 4) return usage();
+  if (ct_config_help_asked(argc, argv)) return usage(stdout);
+  if (argc < 4) return usage(stderr);
   int prefs = strcmp(argv[1], "reverse-prefs") == 0;
   int reverse = prefs || strcmp(argv[1], "reverse") == 0;
-  if (!reverse && strcmp(argv[1], "addition") != 0) return usage();
+  if (!reverse && strcmp(argv[1], "addition") != 0) return usage(stderr);
   long n_train = argc > 4 ? atol(argv[4]) : 20000, n_eval = argc > 5 ? atol(argv[5]) : 500;
   unsigned long long seed = argc > 6 ? strtoull(argv[6], NULL, 10) : 1234;
   int size = argc > 7 ? atoi(argv[7]) : (reverse ? 8 : 3);
   if (n_train < 1 || n_eval < 1 || (reverse && (size < 3 || size > 30)) ||
       (!reverse && (size < 1 || size > 9)))
-    return usage();
+    return usage(stderr);
   double distinct = 1;  // how many different rows exist
   for (int i = 0; i < (reverse ? size : 2 * size); i++) distinct *= reverse ? 26 : 10;
   if ((double)(n_train + n_eval) > 0.5 * distinct) {

@@ -749,12 +749,12 @@ static void page_write(FILE *o, const rp_run *runs, int nr, const rp_chart *char
 
 // ---------------------------------------------------------------------------------- main
 
-static int usage(void) {
+static int usage(FILE *f) {
   fputs("usage: ctune-report DIR [DIR ...] [out=FILE]\n"
         "  one HTML page with the curves of each run's DIR/metrics.jsonl, runs overlaid;\n"
         "  out defaults to DIR/report.html for one run, ./report.html for several\n",
-        stderr);
-  return 2;
+        f);
+  return f == stdout ? 0 : 2;  // --help: exit 0
 }
 
 // Writes the page to path + ".tmp", then renames it over path.
@@ -782,12 +782,12 @@ int main(int argc, char **argv) {
   int nr = 0;
   for (int i = 1; i < argc; i++) {
     if (!strncmp(argv[i], "out=", 4)) out = argv[i] + 4;
-    else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return usage();
+    else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return usage(stdout);
     else dirs[nr++] = argv[i];
   }
   if (!nr || (out && !*out)) {
     free(dirs);
-    return usage();
+    return usage(stderr);
   }
   char def[CT_PATH_MAX];
   if (!out && nr == 1 && ct_path_join(def, sizeof def, dirs[0], "report.html")) {

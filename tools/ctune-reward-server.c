@@ -40,6 +40,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
+
 #define MAX_REQUEST (64 << 20)  // bytes
 
 static const char *MODES[] = {"ok",    "slow",   "500",    "400",  "badjson",   "close",
@@ -277,10 +279,10 @@ static void serve(int fd) {
   free(body);
 }
 
-static int usage(void) {
+static int usage(FILE *f) {
   fputs("usage: ctune-reward-server [port=0] [mode=ok|slow|500|400|badjson|close|count|string|"
-        "nested|null|nonfinite|echo] [delay_ms=1000] [api_key_env=NAME]\n", stderr);
-  return 2;
+        "nested|null|nonfinite|echo] [delay_ms=1000] [api_key_env=NAME]\n", f);
+  return f == stdout ? 0 : 2;  // --help: exit 0
 }
 
 // v as an integer in [lo, hi] into *x; false if it is not one.
@@ -292,10 +294,11 @@ static bool parse_long(const char *v, long lo, long hi, long *x) {
 }
 
 int main(int argc, char **argv) {
+  if (ct_config_help_asked(argc, argv)) return usage(stdout);
   long port = 0;
   for (int i = 1; i < argc; i++) {
     char *v = strchr(argv[i], '=');
-    if (!v) return usage();
+    if (!v) return usage(stderr);
     *v++ = 0;
     bool ok = false;
     if (!strcmp(argv[i], "port")) ok = parse_long(v, 0, 65535, &port);
@@ -314,7 +317,7 @@ int main(int argc, char **argv) {
     }
     if (!ok) {
       fprintf(stderr, "ctune-reward-server: bad argument %s=%s\n", argv[i], v);
-      return usage();
+      return usage(stderr);
     }
   }
 

@@ -29,12 +29,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "error.h"
 #include "fs.h"
 #include "log.h"
 #include "tokenizer.h"
 
-static int usage(void) {
+static int usage(FILE *f) {
   fputs("usage: ctune-tokenize encode|decode|chat|info tokenizer_path=DIR [key=value ...]\n"
         "  encode: rows {\"text\"} -> {\"input_ids\"}; add_special_tokens=true|false (bos/eos as\n"
         "          the tokenizer adds them, default true), special=true|false (special-token\n"
@@ -48,8 +49,8 @@ static int usage(void) {
         "  info:   vocabulary size, special and stop ids, chat template facts\n"
         "  export: out=DIR writes tokenizer.json + tokenizer_config.json (checkpoint form)\n"
         "  bench:  input=FILE [reps=3]: encoding speed in MB/s\n",
-        stderr);
-  return 2;
+        f);
+  return f == stdout ? 0 : 2;  // --help: exit 0
 }
 
 static int parse_bool(const char *key, const char *v, bool *out) {
@@ -158,13 +159,14 @@ static int bench(const ct_tokenizer *t, const char *input, int reps) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) return usage();
+  if (ct_config_help_asked(argc, argv)) return usage(stdout);
+  if (argc < 2) return usage(stderr);
   const char *cmd = argv[1], *dir = NULL, *template_file = NULL, *input = NULL, *out_dir = NULL;
   int reps = 3;
   bool add_special = true, special = true, gen_prompt = false, tokenize = false, row_errors = false;
   for (int i = 2; i < argc; i++) {
     char *eq = strchr(argv[i], '=');
-    if (!eq) return usage();
+    if (!eq) return usage(stderr);
     *eq = 0;
     const char *k = argv[i], *v = eq + 1;
     int rc = 0;
@@ -192,7 +194,7 @@ int main(int argc, char **argv) {
   }
   if (strcmp(cmd, "encode") && strcmp(cmd, "decode") && strcmp(cmd, "chat") && strcmp(cmd, "info") &&
       strcmp(cmd, "bench") && strcmp(cmd, "export"))
-    return usage();
+    return usage(stderr);
 
   ct_tokenizer *t;
   int rc = dir ? ct_tokenizer_load(&t, dir) : ct_tokenizer_bytes(&t);
