@@ -125,7 +125,7 @@ static const key_def KEYS[] = {
                 "is -1."},
     {"per_device_train_batch_size", K_INT, ALL, OFF(per_device_train_batch_size), "8",
      IN(1, 65536), .comment = "Rows per training micro-batch on each MPI rank."},
-    {"per_device_eval_batch_size", K_INT, ALL, OFF(per_device_eval_batch_size), "8",
+    {"per_device_eval_batch_size", K_INT, SFT | DPO | DISTILL, OFF(per_device_eval_batch_size), "8",
      IN(1, 65536), .comment = "Rows per evaluation batch on each MPI rank."},
     {"gradient_accumulation_steps", K_INT, ALL, OFF(gradient_accumulation_steps), "1",
      IN(1, 65536),
@@ -153,7 +153,7 @@ static const key_def KEYS[] = {
     {"max_grad_norm", K_FLOAT, ALL, OFF(max_grad_norm), "1.0", FROM(0),
      .comment = "Clip the global gradient norm to this. 0 = no clipping."},
 
-    {"max_length", K_INT, ALL, OFF(max_length), "1024", IN(2, 1048576), .section = "Data",
+    {"max_length", K_INT, SFT | DPO | DISTILL, OFF(max_length), "1024", IN(2, 1048576), .section = "Data",
      .comment = "Longest sequence in tokens; longer rows keep their first max_length "
                 "tokens."},
     {"packing", K_BOOL, SFT | DISTILL, OFF(packing), "false",
@@ -167,7 +167,7 @@ static const key_def KEYS[] = {
      .comment = "The field that holds the text of plain-text rows."},
     {"shuffle_dataset", K_BOOL, ALL, OFF(shuffle_dataset), "true",
      .comment = "Shuffle the training rows every epoch."},
-    {"skip_bad_rows", K_BOOL, ALL, OFF(skip_bad_rows), "false",
+    {"skip_bad_rows", K_BOOL, SFT | DPO | DISTILL, OFF(skip_bad_rows), "false",
      .comment = "Skip and count malformed rows instead of stopping at the first one."},
 
     {"logging_steps", K_INT, ALL, OFF(logging_steps), "10", FROM(1),
@@ -195,7 +195,7 @@ static const key_def KEYS[] = {
      .section = "Loss and compute",
      .comment = "Compute logits and cross-entropy in this many vocabulary chunks, so that "
                 "B x T x V logits never sit in memory at once; results match untiled."},
-    {"z_loss_multiplier", K_FLOAT, ALL, OFF(z_loss_multiplier), "0.0", FROM(0),
+    {"z_loss_multiplier", K_FLOAT, SFT, OFF(z_loss_multiplier), "0.0", FROM(0),
      .comment = "Add this x log(Z)^2 per token to keep the softmax normalizer near 1. "
                 "0 = off."},
     {"num_threads", K_INT, ALL | SAMPLER, OFF(num_threads), "0", IN(0, 4096),
@@ -375,7 +375,7 @@ static const key_def KEYS[] = {
                 "model saved that way loads as int8 directly)."},
     {"save_quantized", K_STR, SAMPLER, OFF(save_quantized), "",
      .comment = "With quantization=int8: also write the int8 model to this directory."},
-    {"decode_slots", K_INT, GRPO | DISTILL | SAMPLER, OFF(decode_slots), "16", IN(1, 4096),
+    {"decode_slots", K_INT, GRPO | SAMPLER, OFF(decode_slots), "16", IN(1, 4096),
      .comment = "Sequences decoded together (continuous batching)."},
     {"max_prefill_length", K_INT, SAMPLER, OFF(max_prefill_length), "1024", IN(1, 1048576),
      .comment = "Longest prompt, in tokens; also the tokens one packed prefill pass holds."},
@@ -941,6 +941,11 @@ int ct_config_check_required(const ct_config *c) {
 }
 
 const char *ct_config_ignored(const ct_config *c) { return c->ignored_ ? c->ignored_ : ""; }
+
+bool ct_config_is_set(const ct_config *c, const char *key) {
+  const char *o = ct_config_origin(c, key);
+  return o && strcmp(o, "default") != 0;
+}
 
 const char *ct_config_origin(const ct_config *c, const char *key) {
   int i = key_index(key);

@@ -12,6 +12,7 @@
 // Every value remembers where it came from ("configs/sft.yml:12", "command line" or
 // "default") so that any later check can name the line to fix.
 #pragma once
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -293,6 +294,8 @@ int ct_config_check_required(const ct_config *c);
 // Where key's value came from: "configs/sft.yml:12", "command line", "default";
 // NULL for an unknown key.
 const char *ct_config_origin(const ct_config *c, const char *key);
+// Whether a yml file or the command line gave key (its origin is not "default").
+bool ct_config_is_set(const ct_config *c, const char *key);
 
 // The first key whose value differs between a and b (including the trainer and the
 // model set_mask), or NULL when they are identical. Origins are not compared.

@@ -123,6 +123,7 @@ static int check_spec_keys(const ct_config *cfg, const ct_model_config *mc, cons
       SPEC_ROW(head_dim, mc->head_dim), SPEC_ROW(tie_word_embeddings, mc->tie_word_embeddings),
       SPEC_ROW(attention_bias, mc->qkv_bias), SPEC_ROW(use_qk_norm, mc->qk_norm),
       SPEC_ROW(rope_theta, mc->rope_theta), SPEC_ROW(rms_norm_eps, mc->rms_norm_eps),
+      SPEC_ROW(max_position_embeddings, mc->max_position_embeddings),
 #undef SPEC_ROW
   };
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
@@ -131,6 +132,10 @@ static int check_spec_keys(const ct_config *cfg, const ct_model_config *mc, cons
                           "shape is used, so drop the key (or start from scratch without model_path "
                           "and resume_from_checkpoint)", ct_config_origin(cfg, k[i].key), k[i].key,
                           k[i].want, dir, k[i].have);
+  if (CT_MODEL_SPEC_IS_SET(s, initializer_range) && cfg->model_path[0] && !strcmp(dir, cfg->model_path))
+    return ct_set_error(CT_ECONFIG, "%s: key 'model.initializer_range' only applies to a model built from "
+                        "scratch, and this one is read from %s; drop the key",
+                        ct_config_origin(cfg, "model.initializer_range"), dir);
   if (CT_MODEL_SPEC_IS_SET(s, model_type) && strcmp(ct_model_type_names[s->model_type], mc->model_type))
     return ct_set_error(CT_ECONFIG, "%s: key 'model.model_type' is %s but the model in %s is %s; drop the key",
                         ct_config_origin(cfg, "model.model_type"), ct_model_type_names[s->model_type], dir,
@@ -184,8 +189,14 @@ static int load_tokenizer(ct_train *tr) {
   return rc;
 }
 
+// Positions of the RoPE tables a model starts with: max_length, except in GRPO (which has
+// no max_length), whose rollouts reserve prompt + completion positions themselves.
+static int rope_positions(const ct_config *c) {
+  return c->trainer == CT_TRAINER_GRPO ? 1 : (int)c->max_length;
+}
+
 static int load_model_or_spec(ct_train *tr, ct_model *m, const char *dir) {
-  int max_pos = (int)tr->cfg->max_length;
+  int max_pos = rope_positions(tr->cfg);
   if (dir && dir[0]) return ct_model_load(m, dir, max_pos);
   ct_model_config mc;
   int rc = config_from_spec(&mc, tr->cfg, tr->tok);
@@ -422,6 +433,26 @@ static ct_lora_config lora_config_of(const ct_config *c) {
   return lc;
 }
 
+// An adapter being continued (adapter_path, or a checkpoint) against the lora_* keys the
+// user set: its adapter_config.json decides, so a set key that differs is an error.
+static int check_adapter_keys(const ct_config *c, const ct_lora_config *have, const char *dir) {
+  ct_lora_config want = lora_config_of(c);
+  const char *key = ct_config_is_set(c, "lora_r") && want.r != have->r                  ? "lora_r"
+                    : ct_config_is_set(c, "lora_alpha") && want.alpha != have->alpha    ? "lora_alpha"
+                    : ct_config_is_set(c, "use_rslora") && want.rslora != have->rslora  ? "use_rslora"
+                    : ct_config_is_set(c, "lora_dropout") && want.dropout != have->dropout ? "lora_dropout"
+                    : ct_config_is_set(c, "lora_target_modules") && want.targets != have->targets
+                        ? "lora_target_modules"
+                    : ct_config_is_set(c, "lora_modules_to_save") &&
+                            (want.save_embed != have->save_embed || want.save_head != have->save_head)
+                        ? "lora_modules_to_save"
+                        : NULL;
+  if (!key) return 0;
+  return ct_set_error(CT_ECONFIG, "%s: key '%s' differs from the adapter in %s, whose "
+                      "adapter_config.json decides (r %d, alpha %g, dropout %g); drop the key",
+                      ct_config_origin(c, key), key, dir, have->r, have->alpha, have->dropout);
+}
+
 int ct_train_setup(ct_train *tr, ct_config *cfg) {
   memset(tr, 0, sizeof *tr);
   tr->cfg = cfg;
@@ -458,7 +489,9 @@ int ct_train_setup(ct_train *tr, ct_config *cfg) {
     const char *from = tr->resumed_from[0] ? tr->resumed_from : cfg->adapter_path;
     ct_lora probe;
     if ((rc = ct_lora_load(&probe, from, &mc))) return rc;
+    rc = check_adapter_keys(cfg, &probe.cfg, from);
     ct_lora_free(&probe);
+    if (rc) return rc;
   }
   tr->adam = (ct_adamw){cfg->adam_beta1, cfg->adam_beta2, cfg->adam_epsilon, cfg->weight_decay};
   ct_rng_seed(&tr->rng, (uint64_t)cfg->seed * 0x9e3779b97f4a7c15ULL + 1);
@@ -509,7 +542,7 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
     return rc;
   }
   double t0 = ct_now();
-  if ((rc = ct_model_alloc(m, (int)cfg->max_length))) return rc;
+  if ((rc = ct_model_alloc(m, rope_positions(cfg)))) return rc;
   // with LoRA a checkpoint holds the adapters only: the base always comes from model_path
   const char *dir = tr->resumed_from[0] && !peft ? tr->resumed_from : cfg->model_path;
   if (dir[0]) rc = ct_model_load_weights(m, m->params, dir);
@@ -627,7 +660,7 @@ static int check_resume_plan(const ct_train *tr, int n_seq, int global, uint64_t
 
 int ct_train_plan(ct_train *tr, int n_seq, int global, uint64_t data_hash) {
   const ct_config *c = tr->cfg;
-  long per_epoch = (n_seq + global - 1) / global;
+  long per_epoch = (n_seq + global - 1) / global * (tr->steps_per_batch > 1 ? tr->steps_per_batch : 1);
   tr->total_steps = c->max_steps > 0 ? c->max_steps : (long)ceil(c->num_train_epochs * per_epoch);
   tr->warmup_steps = c->warmup_steps > 0 ? c->warmup_steps : (long)ceil(c->warmup_ratio * tr->total_steps);
   int rc = tr->resumed_from[0] ? check_resume_plan(tr, n_seq, global, data_hash) : 0;
@@ -796,6 +829,9 @@ void ct_train_die(const ct_train *tr, int rc, const char *what) {
 
 // The keys that go together (before anything is loaded).
 static int check_common_keys(const ct_config *c) {
+  if (c->use_peft && c->save_dtype != CT_DTYPE_FLOAT32)
+    return ct_set_error(CT_ECONFIG, "%s: key 'save_dtype': with use_peft the adapters are saved in "
+                        "float32 (they are small); drop the key", ct_config_origin(c, "save_dtype"));
   if (c->max_steps == 0)
     return ct_set_error(CT_ECONFIG, "%s: key 'max_steps': 0 would train nothing; give a number of "
                         "steps, or -1 to train num_train_epochs", ct_config_origin(c, "max_steps"));

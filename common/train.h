@@ -47,6 +47,7 @@ typedef struct {
   int lock_fd1;       // output_dir/.lock's descriptor + 1 (0: none), held until released
   uint64_t data_hash; // of the training data as tokenized (checked on resume)
   int global_batch;   // sequences (or prompts) per optimizer step (checked on resume)
+  int steps_per_batch;  // optimizer steps on each batch (GRPO's num_iterations; 0 = 1)
   ct_log log;
   int *order;         // (n_seq) this epoch's sequence order
   // Optional: writes a trainer's own files into a checkpoint directory being saved.

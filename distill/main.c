@@ -309,6 +309,14 @@ static int check_config(const ct_config *c) {
   if (offline && c->lmbda > 0)
     return ct_set_error(CT_ECONFIG, "%s: key 'lmbda': on-policy distillation needs the teacher "
                         "itself, not precomputed logits", ct_config_origin(c, "lmbda"));
+  const char *on_policy = c->seq_kd ? "seq_kd" : c->log_completions ? "log_completions"
+                          : c->num_completions_to_print ? "num_completions_to_print" : NULL;
+  if (c->lmbda == 0 && on_policy)
+    return ct_set_error(CT_ECONFIG, "%s: key '%s' acts on generated batches, and lmbda is 0 (none are "
+                        "generated); set lmbda > 0 or drop the key", ct_config_origin(c, on_policy), on_policy);
+  if (c->temperature <= 0)
+    return ct_set_error(CT_ECONFIG, "%s: key 'temperature': distillation divides logits by it (and samples "
+                        "at it); give a value above 0", ct_config_origin(c, "temperature"));
   if ((c->lmbda > 0 || c->teacher_dtype == CT_STORE_INT8) && c->packing)
     return ct_set_error(CT_ECONFIG, "%s: key 'packing' cannot be combined with lmbda or an int8 "
                         "teacher", ct_config_origin(c, "packing"));
@@ -425,7 +433,7 @@ int main(int argc, char **argv) {
               ct_engine_init(&gen, &gen_w, &geo);
     if (rc) fail(1, NULL);
   }
-  ct_kd_opts ko = {(float)(cfg.temperature > 0 ? cfg.temperature : 1.0), (float)cfg.beta, 0, false};
+  ct_kd_opts ko = {(float)cfg.temperature, (float)cfg.beta, 0, false};
   double tau = ko.tau, alpha = cfg.distill_alpha;
   ct_log_info(&tr.log, "training %ld steps; teacher %s; alpha %g, beta %g, temperature %g%s",
               tr.total_steps - tr.step, offline ? "offline top-k logits" : cfg.teacher_path, alpha,

@@ -69,6 +69,12 @@ static int check_config(const ct_config *c) {
   if (c->use_peft && c->base_dtype != CT_STORE_F32)
     return ct_set_error(CT_ECONFIG, "%s: key 'base_dtype': GRPO samples its rollouts with the sampler's "
                         "engine, which runs a float32 base (not yet a narrowed one)", ct_config_origin(c, "base_dtype"));
+  static const char *ref_keys[] = {"ref_model_path", "ref_dtype", "sync_ref_model", "ref_model_mixup_alpha",
+                                   "ref_model_sync_steps"};
+  for (int i = 0; i < 5 && c->beta == 0; i++)  // no KL term: no reference is loaded
+    if (ct_config_is_set(c, ref_keys[i]))
+      return ct_set_error(CT_ECONFIG, "%s: key '%s': GRPO loads a reference only for the KL term, and "
+                          "beta is 0; set beta > 0 or drop the key", ct_config_origin(c, ref_keys[i]), ref_keys[i]);
   if (c->max_completion_length < 1)
     return ct_set_error(CT_ECONFIG, "%s: key 'max_completion_length' must be at least 1 for GRPO",
                         ct_config_origin(c, "max_completion_length"));
@@ -553,8 +559,8 @@ int main(int argc, char **argv) {
   int per_rank_prompts = B * accum / g.G, step_prompts = per_rank_prompts * tr.world;
   ct_log_info(&tr.log, "prompts: %s: %d rows; %d prompts x %d completions per generation", cfg.dataset_path,
               g.prompts.n, step_prompts, g.G);
+  if (cfg.max_steps <= 0) tr.steps_per_batch = (int)cfg.num_iterations;  // epochs count generations
   if (ct_train_plan(&tr, g.prompts.n, step_prompts, ct_prompt_set_fingerprint(&g.prompts))) fail(1, NULL);
-  if (cfg.max_steps <= 0) tr.total_steps *= cfg.num_iterations;  // epochs count generations
   int max_prompt = 1;
   for (int i = 0; i < g.prompts.n; i++) max_prompt = g.prompts.ids[i].n > max_prompt ? g.prompts.ids[i].n : max_prompt;
   for (int i = 0; i < g.eval.n; i++) max_prompt = g.eval.ids[i].n > max_prompt ? g.eval.ids[i].n : max_prompt;

@@ -45,8 +45,8 @@ expect 1 "nowhere.jsonl" "$G" $common output_dir="$T/x" eval_dataset_path="$T/no
 
 echo "== with beta > 0 the reference is loaded and the KL starts at 0"
 # the length reward varies within groups, so the policy moves (accuracy would be all 0 here);
-# max_length=8 is shorter than prompt + completion: the RoPE tables must grow to cover them
-"$G" $common output_dir="$T/kl" max_steps=3 beta=0.05 reward_funcs=length length_target=2 max_length=8 >"$T/kl.log" 2>&1 \
+# the RoPE tables start at one position in GRPO and grow to prompt + completion
+"$G" $common output_dir="$T/kl" max_steps=3 beta=0.05 reward_funcs=length length_target=2 >"$T/kl.log" 2>&1 \
   || { cat "$T/kl.log"; fail "beta run"; }
 grep -q "reference loaded" "$T/kl.log" || fail "no reference model"
 kl0=$(head -1 "$T/kl/metrics.jsonl" | field kl)
@@ -60,12 +60,12 @@ done
 
 echo "== gradient_checkpointing and a bf16 reference"
 # recomputing each layer in backward gives the same gradients, so the same run to the bit
-"$G" $common output_dir="$T/klgc" max_steps=3 beta=0.05 reward_funcs=length length_target=2 max_length=8 \
+"$G" $common output_dir="$T/klgc" max_steps=3 beta=0.05 reward_funcs=length length_target=2 \
   gradient_checkpointing=true >"$T/klgc.log" 2>&1 || { cat "$T/klgc.log"; fail "gradient_checkpointing run"; }
 strip() { sed 's/"time\/[a-z_]*":[-0-9.e+]*//g' "$1"; }
 [ "$(strip "$T/kl/metrics.jsonl")" = "$(strip "$T/klgc/metrics.jsonl")" ] || fail "gradient_checkpointing changed the run"
 # a bf16 reference: the first KL is the reference's rounding, small but not 0
-"$G" $common output_dir="$T/klbf" max_steps=1 beta=0.05 reward_funcs=length length_target=2 max_length=8 \
+"$G" $common output_dir="$T/klbf" max_steps=1 beta=0.05 reward_funcs=length length_target=2 \
   ref_dtype=bfloat16 >"$T/klbf.log" 2>&1 || { cat "$T/klbf.log"; fail "bf16 reference run"; }
 kl=$(head -1 "$T/klbf/metrics.jsonl" | field kl)
 echo "step-1 KL to a bf16 reference: $kl"
@@ -75,6 +75,13 @@ echo "== num_iterations=2 generates every other step"
 "$G" $common output_dir="$T/mu" max_steps=4 num_iterations=2 >"$T/mu.log" 2>&1 || { cat "$T/mu.log"; fail "mu run"; }
 gens=$(grep -c '"time/generation_s":0.0,' "$T/mu/metrics.jsonl" || true)
 [ "$gens" = 2 ] || fail "expected 2 steps without generation, got $gens"
+
+echo "== in epochs, num_iterations multiplies the steps before warmup_ratio takes its share"
+head -8 "$T/prompts.jsonl" >"$T/p8.jsonl"  # 2 steps of 4 prompts, each trained twice: 4 steps, warmup 2
+"$G" $common dataset_path="$T/p8.jsonl" output_dir="$T/wu" num_train_epochs=1 num_iterations=2 warmup_ratio=0.5 \
+  lr_scheduler_type=constant_with_warmup >"$T/wu.log" 2>&1 || { cat "$T/wu.log"; fail "warmup run"; }
+lrs=$(field learning_rate <"$T/wu/metrics.jsonl" | tr '\n' ' ')
+[ "$lrs" = "0.0 5e-5 0.0001 0.0001 " ] || fail "learning rates $lrs, expected 0.0 5e-5 0.0001 0.0001 (warmup 2 of 4)"
 
 echo "== resume: 6 steps straight == 3 steps, stop, resume"
 args="$common max_steps=6 save_steps=3"

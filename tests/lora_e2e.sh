@@ -59,7 +59,7 @@ awk -v a="$acc" 'BEGIN { exit !(a >= 0.6) }' || fail "reward accuracy did not ri
 echo "== GRPO: KL to the base starts at 0; the reward rises"
 "$BIN/grpo" configs/grpo.yml model_path="$T/base" dataset_path="$T/eval.jsonl" answer_field=completion \
   per_device_train_batch_size=32 num_generations=8 max_completion_length=10 learning_rate=1e-3 output_dir="$T/g" \
-  max_steps=20 reward_funcs=length length_target=2 beta=0.05 $lora >"$T/g.log" 2>&1 || { cat "$T/g.log"; fail "grpo lora"; }
+  max_steps=20 reward_funcs=length length_target=2 beta=0.05 $(echo $lora | sed "s/max_length=24 //") >"$T/g.log" 2>&1 || { cat "$T/g.log"; fail "grpo lora"; }
 kl0=$(head -1 "$T/g/metrics.jsonl" | field kl)
 r0=$(head -3 "$T/g/metrics.jsonl" | field reward | awk '{s+=$1} END {print s/NR}')
 r1=$(tail -3 "$T/g/metrics.jsonl" | field reward | awk '{s+=$1} END {print s/NR}')
@@ -113,6 +113,10 @@ expect 2 "reference is the base model itself" "$BIN/dpo" configs/dpo.yml model_p
   dataset_path="$T/prefs.jsonl" output_dir="$T/x" use_peft=true ref_model_path="$T/base"
 expect 1 "but this base model needs \[8, 64\]" "$BIN/sft" configs/sft.yml model_path="$T/u" dataset_path="$T/sft.jsonl" \
   output_dir="$T/x" use_peft=true adapter_path="$T/s"
+expect 2 "key 'lora_r' differs from the adapter in $T/s, whose adapter_config.json decides (r 8" \
+  "$BIN/sft" $sft output_dir="$T/x" adapter_path="$T/s" lora_r=4
+expect 2 "key 'save_dtype': with use_peft the adapters are saved in float32" "$BIN/sft" $sft output_dir="$T/x" \
+  save_dtype=bfloat16
 mkdir -p "$T/ia3"
 echo '{"peft_type": "IA3", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}' >"$T/ia3/adapter_config.json"
 expect 1 "'peft_type' is IA3, not LORA" "$BIN/sft" $sft output_dir="$T/x" adapter_path="$T/ia3"
