@@ -161,8 +161,9 @@ static int row_pretokenized(loader *L, const json_t *row, const json_t *ids) {
 // Appends a JSON list of token ids (key names it in errors) with label `lab`.
 static int push_id_list(loader *L, const json_t *list, const char *key, uint8_t lab) {
   int from = L->ids.n;
-  int rc = ct_jsonl_ids(list, ct_tokenizer_vocab_size(L->tok), L->ds->path, L->line, key, &L->ids);
-  return rc ? rc : label_to_end(L, from, lab);
+  if (ct_jsonl_ids(list, ct_tokenizer_vocab_size(L->tok), L->o->model_vocab, key, &L->ids))
+    return ROW_ERROR(L, "%s", ct_last_error());
+  return label_to_end(L, from, lab);
 }
 
 static int row_tokens(loader *L, const json_t *row) {

@@ -40,14 +40,20 @@ int ct_row_chat(const ct_tokenizer *t, const json_t *row, const json_t *msgs, co
   return rc;
 }
 
-int ct_jsonl_ids(const json_t *list, int V, const char *path, int line, const char *key, ct_ids *out) {
-  if (!json_is_array(list)) return ct_row_error(path, line, "key '%s': expected a list of token ids", key);
+int ct_jsonl_ids(const json_t *list, int V, int model_V, const char *key, ct_ids *out) {
+  if (!json_is_array(list)) return ct_set_error(CT_EFORMAT, "key '%s': expected a list of token ids", key);
   size_t i;
   json_t *v;
   json_array_foreach(list, i, v) {
-    json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
-    if (id < 0 || id >= V)
-      return ct_row_error(path, line, "key '%s'[%zu]: expected a token id in [0, %d)", key, i, V);
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+      return ct_set_error(CT_EFORMAT, "key '%s'[%zu]: expected a token id (an integer >= 0)", key, i);
+    json_int_t id = json_integer_value(v);
+    if (id >= V) {
+      char model[96] = "the model's vocab_size is not known here";
+      if (model_V > 0) snprintf(model, sizeof model, "the model's vocab_size is %d", model_V);
+      return ct_set_error(CT_EFORMAT, "key '%s'[%zu]: token id %lld is not below the tokenizer's %d "
+                          "tokens (%s; ids are checked against the tokenizer)", key, i, (long long)id, V, model);
+    }
     if (ct_ids_push(out, (int)id)) return CT_ENOMEM;
   }
   return 0;

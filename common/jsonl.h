@@ -23,8 +23,11 @@ typedef int (*ct_jsonl_row_fn)(void *ctx, json_t *row, int line);
 int ct_jsonl_read(const char *path, bool skip_bad, ct_jsonl_row_fn fn, void *ctx, ct_jsonl_stats *st);
 
 // Appends the token ids of a row's JSON list under `key` to out; anything but a list of
-// integers in [0, V) is a row error naming path:line and the key (and index).
-int ct_jsonl_ids(const json_t *list, int V, const char *path, int line, const char *key, ct_ids *out);
+// integers in [0, V) — V the tokenizer's size — is CT_EFORMAT naming the key and index
+// (callers add where). model_V, the model's vocab_size (0 = unknown), is only named in
+// the message: a model's embedding is often larger than its tokenizer, and ids past the
+// tokenizer's are not tokens the tokenizer can decode or the chat template can produce.
+int ct_jsonl_ids(const json_t *list, int V, int model_V, const char *key, ct_ids *out);
 
 // The chat template options of a row, as TRL passes them to apply_chat_template: its
 // "tools" (a list of tool schemas) and "chat_template_kwargs" (an object of further

@@ -29,7 +29,9 @@ static int encode(loader *L, const char *text, ct_ids *out) {
 }
 
 static int ids_list(loader *L, const json_t *list, const char *key, ct_ids *out) {
-  return ct_jsonl_ids(list, ct_tokenizer_vocab_size(L->tok), L->ds->path, L->line, key, out);
+  if (ct_jsonl_ids(list, ct_tokenizer_vocab_size(L->tok), L->o->model_vocab, key, out))
+    return ROW_ERROR(L, "%s", ct_last_error());
+  return 0;
 }
 
 // Prompt tokens: BOS when the tokenizer adds one and the text does not start with it.

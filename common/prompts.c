@@ -24,7 +24,7 @@ int ct_prompt_tokens(const ct_tokenizer *tok, const json_t *row, const char *whe
   if (!json_is_object(row)) return ct_set_error(CT_EFORMAT, "%s: expected a JSON object", where);
   const json_t *p = json_object_get(row, "prompt"), *msgs = json_object_get(row, "messages");
   const json_t *ids = json_object_get(row, "prompt_input_ids");
-  int from = out->n, rc = 0, V = ct_tokenizer_vocab_size(tok);
+  int from = out->n, rc = 0;
   if (json_is_string(p)) {
     rc = ct_tokenizer_encode_doc(tok, json_string_value(p), json_string_length(p), out);
   } else if (json_is_array(p)) {
@@ -32,15 +32,8 @@ int ct_prompt_tokens(const ct_tokenizer *tok, const json_t *row, const char *whe
   } else if (json_is_array(msgs)) {
     rc = chat_tokens(tok, row, msgs, where, "messages", o, out);
   } else if (json_is_array(ids)) {
-    size_t i;
-    json_t *v;
-    json_array_foreach(ids, i, v) {
-      json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
-      if (id < 0 || id >= V)
-        return ct_set_error(CT_EFORMAT, "%s: key 'prompt_input_ids'[%zu]: expected a token id in [0, %d)",
-                            where, i, V);
-      if ((rc = ct_ids_push(out, (int)id))) return rc;
-    }
+    if (ct_jsonl_ids(ids, ct_tokenizer_vocab_size(tok), o->model_vocab, "prompt_input_ids", out))
+      return ct_wrap_error(CT_EFORMAT, "%s", where);
   } else {
     return ct_set_error(CT_EFORMAT, "%s: expected 'prompt' (a string or a message list), "
                         "'messages' or 'prompt_input_ids'", where);

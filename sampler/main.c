@@ -85,9 +85,10 @@ typedef struct {
   uint64_t seed;
 } prompt_t;
 
-static ct_prompt_opts prompt_opts(const ct_config *c) {
+static ct_prompt_opts prompt_opts(const setup_t *s) {
+  const ct_config *c = s->cfg;
   return (ct_prompt_opts){c->add_generation_prompt, (int)c->max_prefill_length,
-                          c->truncate_prompt == CT_TRUNCATE_LEFT, "max_prefill_length"};
+                          c->truncate_prompt == CT_TRUNCATE_LEFT, "max_prefill_length", s->w.cfg.vocab_size};
 }
 
 // A row's optional "seed" into *seed.
@@ -100,7 +101,7 @@ static int row_seed(const json_t *row, const char *path, int line, uint64_t *see
 
 // The prompts of a JSONL file (common/prompts.h): their tokens move into ps (n).
 static int load_prompts(const setup_t *s, const char *path, ct_prompt_set *set, prompt_t **ps) {
-  ct_prompt_opts o = prompt_opts(s->cfg);
+  ct_prompt_opts o = prompt_opts(s);
   int rc = ct_prompt_set_load(set, path, s->tok, &o);
   if (rc) return rc;
   *ps = calloc(set->n, sizeof **ps);
@@ -119,7 +120,7 @@ static int read_prompts(const setup_t *s, prompt_t **out, int *n_out) {
   if (c->prompt[0]) {
     prompt_t *ps = calloc(1, sizeof *ps);
     json_t *row = json_pack("{s:s}", "prompt", c->prompt);
-    ct_prompt_opts o = prompt_opts(c);
+    ct_prompt_opts o = prompt_opts(s);
     int rc = ps && row ? ct_prompt_tokens(s->tok, row, "prompt", &o, &ps[0].ids) : CT_ENOMEM;
     if (ps) ps[0].seed = (uint64_t)c->seed;
     json_decref(row);
@@ -319,7 +320,7 @@ static int cmd_score(const ct_config *cfg) {
   // prompt/completion rows score the completion; a plain {"text"} row scores every token
   // after its first
   ct_data_opts o = {.max_length = (int)cfg->max_target_length, .completion_only_loss = true,
-                    .text_field = "text"};
+                    .text_field = "text", .model_vocab = s.w.cfg.vocab_size};
   ct_dataset ds;
   if (ct_dataset_load(&ds, cfg->data, s.tok, &o)) fail(1, NULL);
   if (ds.n_empty || ds.n_truncated)

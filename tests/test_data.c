@@ -75,6 +75,26 @@ static void test_prompt_and_completion_input_ids_label_the_completion(void) {
   CHECK(strstr(ct_last_error(), "completion_input_ids") != NULL);
 }
 
+// Ids are checked against the tokenizer; the message names both sizes and which one held.
+static void test_token_id_error_names_tokenizer_and_model_sizes(void) {
+  ct_dataset ds;
+  ct_data_opts o = opts();
+  o.model_vocab = 131072;
+  int V = ct_tokenizer_vocab_size(tok);
+  const char *path = write_file("ids.jsonl", "{\"input_ids\": [1, 2]}\n{\"input_ids\": [1, 99999]}\n");
+  ct_set_error(CT_OK, "%s", "");  // a stale message cannot satisfy the check below
+  CHECK(ct_dataset_load(&ds, path, tok, &o) == CT_EFORMAT);
+  char want[700];
+  snprintf(want, sizeof want, "%s:2: key 'input_ids'[1]: token id 99999 is not below the tokenizer's %d "
+           "tokens (the model's vocab_size is 131072; ids are checked against the tokenizer)", path, V);
+  if (strcmp(ct_last_error(), want)) fprintf(stderr, "  got  '%s'\n  want '%s'\n", ct_last_error(), want);
+  CHECK(strcmp(ct_last_error(), want) == 0);
+  // unknown model size: said so, not a made-up number
+  o.model_vocab = 0;
+  CHECK(ct_dataset_load(&ds, path, tok, &o) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "vocab_size is not known") != NULL);
+}
+
 static void test_messages_render_chatml_and_train_on_every_token(void) {
   ct_dataset ds;
   ct_data_opts o = opts();
@@ -306,6 +326,7 @@ int main(void) {
   RUN(test_prompt_completion_labels_only_completion_and_eos);
   RUN(test_pretokenized_rows_use_completion_mask_and_add_no_eos);
   RUN(test_prompt_and_completion_input_ids_label_the_completion);
+  RUN(test_token_id_error_names_tokenizer_and_model_sizes);
   RUN(test_messages_render_chatml_and_train_on_every_token);
   RUN(test_rows_pass_tools_and_template_kwargs_to_the_template);
   RUN(test_assistant_only_loss_labels_only_assistant_turns);

@@ -405,6 +405,31 @@ static void test_all_bad_empty_and_missing_files_fail_clearly(void) {
   CHECK(strstr(ct_last_error(), ":1:") && strstr(ct_last_error(), "NUL"));
 }
 
+// Pair and prompt ids past the tokenizer's size: both sizes named, the tokenizer's used.
+static void test_token_id_errors_name_tokenizer_and_model_sizes(void) {
+  ct_pref_dataset ds;
+  ct_pref_opts o = opts();
+  o.model_vocab = 70000;
+  char size[64];
+  snprintf(size, sizeof size, "the tokenizer's %d tokens", ct_tokenizer_vocab_size(tok));
+  ct_set_error(CT_OK, "%s", "");  // a stale message cannot satisfy the check below
+  CHECK(ct_pref_load(&ds, write_file("ids.jsonl", "{\"prompt_input_ids\": [1], \"chosen_input_ids\": [2], "
+                                     "\"rejected_input_ids\": [65000]}\n"), tok, &o) == CT_EFORMAT);
+  const char *e = ct_last_error();
+  CHECK(strstr(e, "ids.jsonl:1: key 'rejected_input_ids'[0]: token id 65000") && strstr(e, size) &&
+        strstr(e, "model's vocab_size is 70000") && strstr(e, "checked against the tokenizer"));
+  ct_prompt_opts po = {true, 0, false, "max_prompt_length", 70000};
+  json_t *row = json_loads("{\"prompt_input_ids\": [3, 65001]}", 0, NULL);
+  ct_ids ids = {0};
+  ct_set_error(CT_OK, "%s", "");
+  CHECK(ct_prompt_tokens(tok, row, "p.jsonl:4", &po, &ids) == CT_EFORMAT);
+  e = ct_last_error();
+  CHECK(strstr(e, "p.jsonl:4: key 'prompt_input_ids'[1]: token id 65001") && strstr(e, size) &&
+        strstr(e, "model's vocab_size is 70000"));
+  ct_ids_free(&ids);
+  json_decref(row);
+}
+
 // A tokenizer that adds BOS (Llama-style): the prompt starts with exactly one BOS, also
 // when its text already begins with the BOS string; completions get none.
 static void test_bos_tokenizer_prepends_one_bos_to_the_prompt_only(void) {
@@ -440,7 +465,7 @@ static void test_bos_tokenizer_prepends_one_bos_to_the_prompt_only(void) {
           same(R(&ds, k), ds.r_len[k], r, 2));
   ct_pref_free(&ds);
   // GRPO and the sampler read prompts the same way: one BOS, whether the text has it or not
-  ct_prompt_opts po = {true, 0, false, "max_prompt_length"};
+  ct_prompt_opts po = {true, 0, false, "max_prompt_length", 0};
   const char *texts[] = {"hi", "<|endoftext|>hi"};
   for (int k = 0; k < 2; k++) {
     json_t *row = json_pack("{s:s}", "prompt", texts[k]);
@@ -484,7 +509,7 @@ static void test_pairs_and_prompts_pass_tools_and_template_kwargs(void) {
   free(text);
   ct_pref_free(&ds);
   json_t *j = json_loads(row, 0, NULL);
-  ct_prompt_opts po = {true, 0, false, "max_prompt_length"};
+  ct_prompt_opts po = {true, 0, false, "max_prompt_length", 0};
   ct_ids ids = {0};
   CHECK_OK(ct_prompt_tokens(t, j, "test:1", &po, &ids));
   CHECK_OK(ct_tokenizer_decode(t, ids.v, ids.n, &text, &len));
@@ -553,6 +578,7 @@ int main(void) {
   RUN(test_malformed_rows_name_file_line_and_key);
   RUN(test_skip_bad_rows_counts_every_bad_row_and_keeps_the_first_message);
   RUN(test_all_bad_empty_and_missing_files_fail_clearly);
+  RUN(test_token_id_errors_name_tokenizer_and_model_sizes);
   RUN(test_bos_tokenizer_prepends_one_bos_to_the_prompt_only);
   RUN(test_pairs_and_prompts_pass_tools_and_template_kwargs);
   RUN(test_every_completion_token_is_predicted_even_with_an_empty_prompt);
