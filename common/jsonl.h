@@ -1,7 +1,14 @@
-// jsonl: the one JSONL reader behind every dataset loader (SFT rows, preference pairs,
-// prompts). Lines are numbered as in the file (blank lines are skipped but counted); a
-// line holding a NUL byte or invalid JSON is a row error like any the row callback
+// jsonl: the one row reader behind every dataset loader (SFT rows, preference pairs,
+// prompts). A data file is JSONL — lines numbered as in the file, blank lines skipped but
+// counted — or one JSON array of row objects (the first non-blank byte is '['), either of
+// them optionally gzip-compressed (recognized by its magic bytes, whatever the name).
+// A line holding a NUL byte or invalid JSON is a row error like any the row callback
 // reports, and row errors (CT_EFORMAT) are skipped and counted when skip_bad is set.
+// Parquet, Arrow and Hugging Face datasets directories are refused with the one-line
+// Python command that converts them to JSONL.
+//
+// A row's place (`line` below) is its line number (> 0) in a JSONL file, or minus its
+// 1-based index in a JSON array; ct_jsonl_where prints "path:12" or "path: row 12".
 #pragma once
 #include <jansson.h>
 #include <stdbool.h>
@@ -10,13 +17,13 @@
 #include "tokenizer.h"
 
 typedef struct {
-  int n_lines;          // lines read
+  int n_lines;          // lines read (rows, for a JSON array)
   int n_bad;            // rows skipped (skip_bad)
   char first_bad[512];  // message of the first skipped row
 } ct_jsonl_stats;
 
-// Called for each non-blank line with its parsed value (borrowed: json_incref to keep it)
-// and 1-based line number. Returns 0, CT_EFORMAT for a bad row, or another error to stop.
+// Called for each row with its parsed value (borrowed: json_incref to keep it) and place
+// (see above). Returns 0, CT_EFORMAT for a bad row, or another error to stop.
 typedef int (*ct_jsonl_row_fn)(void *ctx, json_t *row, int line);
 
 // Reads path row by row. Returns the first error not skipped (0 at the end of the file).
@@ -40,5 +47,8 @@ int ct_row_chat_opts(const json_t *row, bool add_generation_prompt, ct_chat_opts
 int ct_row_chat(const ct_tokenizer *t, const json_t *row, const json_t *msgs, const char *key,
                 bool add_generation_prompt, char **out);
 
-// A row error: records "path:line: message" and returns CT_EFORMAT.
+// "path:line" for a JSONL row, "path: row N" for the Nth row of a JSON array (line = -N).
+void ct_jsonl_where(char *buf, size_t n, const char *path, int line);
+
+// A row error: records "path:line: message" (or "path: row N: message") and returns CT_EFORMAT.
 int ct_row_error(const char *path, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -80,7 +80,7 @@ static int load_row(void *ctx, json_t *row, int line) {
   s->text[k] = NULL;
   s->line[k] = line;
   char where[4200];
-  snprintf(where, sizeof where, "%s:%d", L->path, line);
+  ct_jsonl_where(where, sizeof where, L->path, line);
   int rc = ct_prompt_tokens(L->tok, row, where, L->o, &s->ids[k]);
   return rc ? rc : ct_tokenizer_decode(L->tok, s->ids[k].v, s->ids[k].n, &s->text[k], NULL);
 }

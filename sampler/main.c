@@ -20,6 +20,7 @@
 #include "engine.h"
 #include "error.h"
 #include "generate.h"
+#include "jsonl.h"
 #include "matmul.h"
 #include "pool.h"
 #include "prompts.h"
@@ -94,7 +95,7 @@ static ct_prompt_opts prompt_opts(const setup_t *s) {
 // A row's optional "seed" into *seed.
 static int row_seed(const json_t *row, const char *path, int line, uint64_t *seed) {
   json_t *v = json_object_get(row, "seed");
-  if (v && !json_is_integer(v)) return ct_set_error(CT_EFORMAT, "%s:%d: key 'seed': expected an integer", path, line);
+  if (v && !json_is_integer(v)) return ct_row_error(path, line, "key 'seed': expected an integer");
   if (v) *seed = (uint64_t)json_integer_value(v);
   return 0;
 }
@@ -268,7 +269,7 @@ static int cmd_accuracy(const ct_config *cfg) {
   if (!want) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   for (int k = 0; k < n; k++) {
     const char *c = json_string_value(json_object_get(set.rows[k], "completion"));
-    if (!c) fail(1, (ct_set_error(CT_EFORMAT, "%s:%d: key 'completion': expected a string", cfg->data, set.line[k]), NULL));
+    if (!c) fail(1, (ct_row_error(cfg->data, set.line[k], "key 'completion': expected a string"), NULL));
     if (!(want[k] = strdup(c))) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   }
   ct_prompt_set_free(&set);

@@ -3,7 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "data.h"
 #include "error.h"
@@ -18,6 +20,16 @@ static const char *write_file(const char *name, const char *text) {
   FILE *f = fopen(path, "w");
   fputs(text, f);
   fclose(f);
+  return path;
+}
+
+// name, gzip-compressed (n bytes of text: it may hold NUL bytes).
+static const char *write_gz(const char *name, const char *text, size_t n) {
+  static char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  gzFile f = gzopen(path, "wb");
+  gzwrite(f, text, (unsigned)n);
+  gzclose(f);
   return path;
 }
 
@@ -251,6 +263,100 @@ static void test_missing_file_and_empty_file_fail_clearly(void) {
   CHECK(strstr(ct_last_error(), ":1:") && strstr(ct_last_error(), "NUL"));
 }
 
+// The data shapes people have: JSONL or a JSON array, either gzip-compressed, read alike.
+static void test_json_arrays_and_gzip_files_read_as_jsonl(void) {
+  const char *jsonl = "{\"text\": \"ab\"}\n\n{\"prompt\": \"1+2=\", \"completion\": \"3\"}\n";
+  const char *array = " [{\"text\": \"ab\"},\n {\"prompt\": \"1+2=\", \"completion\": \"3\"}]\n";
+  const char *paths[4];
+  char keep[4][512];
+  snprintf(keep[0], 512, "%s", write_file("plain.jsonl", jsonl));
+  snprintf(keep[1], 512, "%s", write_gz("rows.jsonl.gz", jsonl, strlen(jsonl)));
+  snprintf(keep[2], 512, "%s", write_file("rows.json", array));
+  snprintf(keep[3], 512, "%s", write_gz("rows.json.gz", array, strlen(array)));
+  ct_dataset ref;
+  ct_data_opts o = opts();
+  CHECK_OK(ct_dataset_load(&ref, keep[0], tok, &o));
+  CHECK(ref.n_rows == 2 && ref.row_line[1] == 3);
+  for (int k = 1; k < 4; k++) {
+    paths[k] = keep[k];
+    ct_dataset ds;
+    CHECK_OK(ct_dataset_load(&ds, paths[k], tok, &o));
+    CHECK(ds.n_rows == 2 && ds.n_tokens == ref.n_tokens && ds.n_label_tokens == ref.n_label_tokens);
+    CHECK(ds.n_rows == 2 && !memcmp(ds.ids, ref.ids, sizeof(int) * ref.n_tokens) &&
+          !memcmp(ds.label, ref.label, (size_t)ref.n_tokens));
+    ct_dataset_free(&ds);
+  }
+  ct_dataset_free(&ref);
+  // rows of an array are named by their index; a compressed file's lines by their number
+  ct_dataset ds;
+  const char *bad = write_file("bad.json", "[{\"text\": \"a\"}, {\"text\": 5}]");
+  ct_set_error(CT_OK, "%s", "");  // a stale message cannot satisfy the check below
+  CHECK(ct_dataset_load(&ds, bad, tok, &o) == CT_EFORMAT);
+  char want[600];
+  snprintf(want, sizeof want, "%s: row 2: key 'text'", bad);
+  CHECK(strstr(ct_last_error(), want) != NULL);
+  o.skip_bad_rows = true;
+  CHECK_OK(ct_dataset_load(&ds, bad, tok, &o));
+  CHECK(ds.n_rows == 1 && ds.n_bad == 1 && strstr(ds.first_bad, want));
+  ct_dataset_free(&ds);
+  o.skip_bad_rows = false;
+  const char *badgz = write_gz("bad.jsonl.gz", "{\"text\": \"a\"}\n{\"text\": 5}\n", 28);
+  CHECK(ct_dataset_load(&ds, badgz, tok, &o) == CT_EFORMAT);
+  snprintf(want, sizeof want, "%s:2: key 'text'", badgz);
+  CHECK(strstr(ct_last_error(), want) != NULL);
+  // an array that does not parse is a file error (not a skippable row), naming line and column
+  o.skip_bad_rows = true;
+  CHECK(ct_dataset_load(&ds, write_file("broken.json", "[{\"text\": \"a\"},\n {\"text\": }]"), tok, &o) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "broken.json: invalid JSON at line 2") && strstr(ct_last_error(), "JSON array"));
+  // a NUL byte in a compressed line is still a row error; a cut-off gzip stream a read error
+  o.skip_bad_rows = false;
+  CHECK(ct_dataset_load(&ds, write_gz("nul.jsonl.gz", "{\"text\": \"a\0b\"}\n", 16), tok, &o) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "nul.jsonl.gz:1: line contains a NUL byte") != NULL);
+  char big[4000];
+  size_t n = 0;
+  for (int i = 0; i < 100; i++) n += (size_t)snprintf(big + n, sizeof big - n, "{\"text\": \"row %d\"}\n", i);
+  const char *gz = write_gz("cut.jsonl.gz", big, n);
+  struct stat sb;
+  CHECK(stat(gz, &sb) == 0 && truncate(gz, sb.st_size / 2) == 0);
+  int rc = ct_dataset_load(&ds, gz, tok, &o);
+  if (rc != CT_EIO) fprintf(stderr, "  cut gzip: rc %d: %s\n", rc, ct_last_error());
+  if (rc == 0) ct_dataset_free(&ds);
+  CHECK(rc == CT_EIO && strstr(ct_last_error(), "cut.jsonl.gz: read error"));
+}
+
+// Parquet, Arrow and datasets directories: one line naming the format and the conversion.
+static void test_parquet_arrow_and_datasets_dirs_fail_with_the_conversion(void) {
+  struct { const char *name, *bytes, *format, *load; } cases[] = {
+      {"x.parquet", "PAR1\x15\x04", "a Parquet file", "load_dataset('parquet', data_files='"},
+      {"x.arrow", "ARROW1\0\0", "an Arrow file", "load_dataset('arrow', data_files='"},
+      {"data-00000-of-00001.arrow", "\xff\xff\xff\xff\x10\0", "an Arrow file", "load_dataset('arrow'"},
+  };
+  ct_data_opts o = opts();
+  ct_dataset ds;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *path = write_file(cases[i].name, cases[i].bytes);
+    ct_set_error(CT_OK, "%s", "");  // a stale message cannot satisfy the check below
+    CHECK(ct_dataset_load(&ds, path, tok, &o) == CT_EFORMAT);
+    const char *e = ct_last_error();
+    if (!strstr(e, cases[i].format) || !strstr(e, cases[i].load) || !strstr(e, ".to_json('") || strchr(e, '\n'))
+      fprintf(stderr, "  case %zu: '%s'\n", i, e);
+    CHECK(strstr(e, path) == e && strstr(e, cases[i].format) && strstr(e, cases[i].load) &&
+          strstr(e, ".jsonl')") && !strchr(e, '\n'));
+  }
+  char hf[512], info[600];
+  snprintf(hf, sizeof hf, "%s/hfds", dir);
+  CHECK(mkdir(hf, 0700) == 0);
+  snprintf(info, sizeof info, "%s/hfds/state.json", dir);
+  FILE *f = fopen(info, "w");
+  fputs("{}", f);
+  fclose(f);
+  CHECK(ct_dataset_load(&ds, hf, tok, &o) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "Hugging Face datasets directory") &&
+        strstr(ct_last_error(), "load_from_disk('") && strstr(ct_last_error(), "hfds.jsonl')"));
+  CHECK(ct_dataset_load(&ds, dir, tok, &o) == CT_EIO);
+  CHECK(strstr(ct_last_error(), "is a directory") != NULL);
+}
+
 // Packing: every row in exactly one bin, no bin over max_length, bins well filled
 // (best-fit decreasing: at most one bin less than half full).
 static void test_packing_places_every_row_once_within_max_length(void) {
@@ -334,6 +440,8 @@ int main(void) {
   RUN(test_blank_lines_are_ignored_and_line_numbers_kept);
   RUN(test_malformed_rows_name_file_line_and_key);
   RUN(test_missing_file_and_empty_file_fail_clearly);
+  RUN(test_json_arrays_and_gzip_files_read_as_jsonl);
+  RUN(test_parquet_arrow_and_datasets_dirs_fail_with_the_conversion);
   RUN(test_packing_places_every_row_once_within_max_length);
   RUN(test_batch_of_packed_bin_resets_positions_and_masks_document_starts);
   ct_tokenizer_free(tok);
