@@ -37,6 +37,50 @@ int ct_row_chat_opts(const json_t *row, bool add_generation_prompt, ct_chat_opts
   return 0;
 }
 
+// Renders msgs with each non-empty string content replaced by a marker; the index of the
+// first message whose marker is missing from the text, or -1 (also when that render fails:
+// no verdict). A marker has no white space and no tag, so templates that trim contents or
+// cut reasoning out of them (Qwen3's '</think>' split) keep it whole.
+static long dropped_message(const ct_tokenizer *t, const json_t *msgs, const ct_chat_opts *co) {
+  json_t *probe = json_array();
+  size_t i;
+  json_t *m;
+  json_array_foreach(msgs, i, m) {
+    json_t *c = json_copy(m);
+    const char *s = json_string_value(json_object_get(m, "content"));
+    char mark[48];
+    snprintf(mark, sizeof mark, "ctune-probe-%zu-end", i);
+    if (c && s && *s) json_object_set_new(c, "content", json_string(mark));
+    json_array_append_new(probe, c);
+  }
+  char *text = NULL;
+  long drop = -1;
+  if (!ct_tokenizer_chat_render(t, probe, co, &text, NULL, NULL, NULL)) {
+    json_array_foreach(msgs, i, m) {
+      const char *s = json_string_value(json_object_get(m, "content"));
+      char mark[48];
+      snprintf(mark, sizeof mark, "ctune-probe-%zu-end", i);
+      if (s && *s && !strstr(text, mark)) {
+        drop = (long)i;
+        break;
+      }
+    }
+  }
+  ct_set_error(CT_OK, "%s", "");  // a failed probe is no error of the row's
+  free(text);
+  json_decref(probe);
+  return drop;
+}
+
+int ct_row_chat_check(const ct_tokenizer *t, const json_t *msgs, const ct_chat_opts *co, const char *key) {
+  long i = dropped_message(t, msgs, co);
+  if (i < 0) return 0;
+  const char *role = json_string_value(json_object_get(json_array_get(msgs, (size_t)i), "role"));
+  return ct_set_error(CT_EFORMAT, "key '%s'[%ld]: the chat template renders nothing of this message "
+                      "(role '%s'): use a role the template knows, or set chat_template_path to a "
+                      "template that renders it", key, i, role ? role : "?");
+}
+
 int ct_row_chat(const ct_tokenizer *t, const json_t *row, const json_t *msgs, const char *key,
                 bool add_generation_prompt, char **out) {
   *out = NULL;  // callers free it on every path
@@ -44,6 +88,10 @@ int ct_row_chat(const ct_tokenizer *t, const json_t *row, const json_t *msgs, co
   int rc = ct_row_chat_opts(row, add_generation_prompt, &co);
   if (!rc && (rc = ct_tokenizer_chat_render(t, msgs, &co, out, NULL, NULL, NULL)))
     ct_wrap_error(rc, "key '%s'", key);
+  if (!rc && (rc = ct_row_chat_check(t, msgs, &co, key))) {
+    free(*out);
+    *out = NULL;
+  }
   return rc;
 }
 

@@ -43,12 +43,22 @@ int ct_jsonl_ids(const json_t *list, int V, int model_V, const char *key, ct_ids
 int ct_row_chat_opts(const json_t *row, bool add_generation_prompt, ct_chat_opts *o);
 
 // Renders msgs (the row's message list under `key`) with the tokenizer's chat template
-// and the row's options into a malloc'd string; errors name the key (callers add path:line).
+// and the row's options into a malloc'd string (NULL on error), refusing a message the
+// template drops (ct_row_chat_check); errors name the key (callers add path:line).
 int ct_row_chat(const ct_tokenizer *t, const json_t *row, const json_t *msgs, const char *key,
                 bool add_generation_prompt, char **out);
 
 // "path:line" for a JSONL row, "path: row N" for the Nth row of a JSON array (line = -N).
 void ct_jsonl_where(char *buf, size_t n, const char *path, int line);
+
+// A message the chat template rendered nothing of (a role it does not handle, which it
+// would otherwise drop silently) is CT_EFORMAT naming key[index] and the role. The rule:
+// msgs is rendered once more with every non-empty string content replaced by a unique
+// marker, and a marker missing from that text is a dropped message. (Checking that the
+// real content appears would fail on templates that trim or rewrite contents; checking
+// that each message changes the text would fail on templates that fold a system message
+// into the first user turn.) Messages without string content (tool calls) are not checked.
+int ct_row_chat_check(const ct_tokenizer *t, const json_t *msgs, const ct_chat_opts *co, const char *key);
 
 // A row error: records "path:line: message" (or "path: row N: message") and returns CT_EFORMAT.
 int ct_row_error(const char *path, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

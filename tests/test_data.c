@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "chat_template.h"
 #include "data.h"
 #include "error.h"
 #include "test.h"
@@ -324,6 +325,110 @@ static void test_json_arrays_and_gzip_files_read_as_jsonl(void) {
   CHECK(rc == CT_EIO && strstr(ct_last_error(), "cut.jsonl.gz: read error"));
 }
 
+// Loads one row from `text` and compares its tokens and labels with those of `ref`.
+static int same_as(const char *text, const char *ref) {
+  ct_dataset a, b;
+  ct_data_opts o = opts();
+  if (ct_dataset_load(&a, write_file("same_a.jsonl", text), tok, &o)) {
+    fprintf(stderr, "  %s\n", ct_last_error());
+    return 0;
+  }
+  if (ct_dataset_load(&b, write_file("same_b.jsonl", ref), tok, &o)) {
+    ct_dataset_free(&a);
+    return 0;
+  }
+  int ok = a.n_tokens == b.n_tokens && !memcmp(a.ids, b.ids, sizeof(int) * a.n_tokens) &&
+           !memcmp(a.label, b.label, (size_t)a.n_tokens) && a.n_label_tokens > 0;
+  ct_dataset_free(&a);
+  ct_dataset_free(&b);
+  return ok;
+}
+
+// Loading `text` fails at line 1 with a message holding `want`.
+static int fails_with(const char *text, const char *want) {
+  ct_dataset ds;
+  ct_data_opts o = opts();
+  ct_set_error(CT_OK, "%s", "");  // a stale message cannot satisfy the check below
+  int rc = ct_dataset_load(&ds, write_file("fails.jsonl", text), tok, &o);
+  if (rc == 0) ct_dataset_free(&ds);
+  int ok = rc == CT_EFORMAT && strstr(ct_last_error(), "fails.jsonl:1: ") && strstr(ct_last_error(), want);
+  if (!ok) fprintf(stderr, "  rc %d: '%s' lacks '%s'\n", rc, ct_last_error(), want);
+  return ok;
+}
+
+// ShareGPT rows (Axolotl, LLaMA-Factory) train exactly as the same conversation in messages.
+static void test_sharegpt_conversations_map_to_messages(void) {
+  const char *msgs = "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+                     "{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}, "
+                     "{\"role\": \"tool\", \"content\": \"42\"}]}\n";
+  CHECK(same_as("{\"conversations\": [{\"from\": \"system\", \"value\": \"Be brief.\"}, {\"from\": \"human\", "
+                "\"value\": \"hi\"}, {\"from\": \"gpt\", \"value\": \"yo\"}, {\"from\": \"tool\", \"value\": \"42\"}]}\n",
+                msgs));
+  // role/content inside conversations, and LLaMA-Factory's top-level system column
+  CHECK(same_as("{\"system\": \"Be brief.\", \"conversations\": [{\"role\": \"user\", \"content\": \"hi\"}, "
+                "{\"from\": \"gpt\", \"value\": \"yo\"}, {\"from\": \"tool\", \"value\": \"42\"}]}\n", msgs));
+  CHECK(fails_with("{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}, {\"from\": \"bob\", \"value\": \"b\"}]}\n",
+                   "key 'conversations'[1]: unknown speaker \"from\": \"bob\""));
+  CHECK(fails_with("{\"conversations\": [{\"from\": \"human\"}]}\n", "key 'conversations'[0]"));
+  CHECK(fails_with("{\"conversations\": []}\n", "key 'conversations'"));
+}
+
+// Alpaca rows: LLaMA-Factory's mapping, the user turn = instruction + "\n" + input.
+static void test_alpaca_rows_map_to_a_conversational_prompt_and_completion(void) {
+  CHECK(same_as("{\"instruction\": \"Add.\", \"input\": \"1 2\", \"output\": \"3\"}\n",
+                "{\"prompt\": [{\"role\": \"user\", \"content\": \"Add.\\n1 2\"}], "
+                "\"completion\": [{\"role\": \"assistant\", \"content\": \"3\"}]}\n"));
+  CHECK(same_as("{\"instruction\": \"Say hi.\", \"input\": \"\", \"output\": \"hi\", \"system\": \"S\"}\n",
+                "{\"prompt\": [{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"Say hi.\"}], "
+                "\"completion\": [{\"role\": \"assistant\", \"content\": \"hi\"}]}\n"));
+  // the loss is on the output only (completion_only_loss): the prompt's tokens carry no label
+  ct_dataset ds;
+  ct_data_opts o = opts();
+  CHECK_OK(ct_dataset_load(&ds, write_file("al.jsonl", "{\"instruction\": \"Q\", \"output\": \"A\"}\n"), tok, &o));
+  CHECK(ds.n_rows == 1 && ds.n_label_tokens < ds.n_tokens / 2);
+  ct_dataset_free(&ds);
+  CHECK(fails_with("{\"instruction\": \"Q\"}\n", "key 'output'"));
+  CHECK(fails_with("{\"instruction\": \"Q\", \"input\": 3, \"output\": \"A\"}\n", "key 'input'"));
+}
+
+// A message whose role the template does not render is an error naming row, key and role;
+// a template that folds the system message into the first user turn passes.
+static void test_messages_the_template_drops_are_errors(void) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/ua.jinja", dir);
+  FILE *f = fopen(path, "w");
+  fputs("{% for m in messages %}{% if m.role == 'user' %}U: {{ m.content | trim }}\n{% elif m.role == 'assistant' %}"
+        "A: {{ m.content }}\n{% endif %}{% endfor %}{% if add_generation_prompt %}A:{% endif %}", f);
+  fclose(f);
+  ct_tokenizer *saved = tok, *t;
+  CHECK_OK(ct_tokenizer_bytes(&t));
+  CHECK_OK(ct_chat_template_apply(t, path));
+  tok = t;
+  CHECK(fails_with("{\"messages\": [{\"role\": \"user\", \"content\": \" hi \"}, {\"role\": \"assistant\", \"content\": "
+                   "\"yo\"}, {\"role\": \"tool\", \"content\": \"42\"}]}\n",
+                   "key 'messages'[2]: the chat template renders nothing of this message (role 'tool')"));
+  CHECK(fails_with("{\"prompt\": [{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"Q\"}], "
+                   "\"completion\": [{\"role\": \"assistant\", \"content\": \"A\"}]}\n", "key 'prompt'[0]"));
+  CHECK(fails_with("{\"conversations\": [{\"from\": \"human\", \"value\": \"hi\"}, {\"from\": \"tool\", \"value\": \"1\"}]}\n",
+                   "key 'conversations'[1]"));
+  ct_dataset ds;
+  ct_data_opts o = opts();
+  CHECK_OK(ct_dataset_load(&ds, write_file("ua.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \" hi \"}, "
+                                           "{\"role\": \"assistant\", \"content\": \"\"}]}\n"), tok, &o));
+  ct_dataset_free(&ds);
+  f = fopen(path, "w");
+  fputs("{% if messages[0].role == 'system' %}{% set sys = messages[0].content + ' ' %}{% set rest = messages[1:] %}"
+        "{% else %}{% set sys = '' %}{% set rest = messages %}{% endif %}{% for m in rest %}{{ m.role }}: "
+        "{% if loop.first %}{{ sys }}{% endif %}{{ m.content }}\n{% endfor %}", f);
+  fclose(f);
+  CHECK_OK(ct_chat_template_apply(t, path));
+  CHECK_OK(ct_dataset_load(&ds, write_file("fold.jsonl", "{\"messages\": [{\"role\": \"system\", \"content\": \"S\"}, "
+                                           "{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}\n"), tok, &o));
+  ct_dataset_free(&ds);
+  tok = saved;
+  ct_tokenizer_free(t);
+}
+
 // Parquet, Arrow and datasets directories: one line naming the format and the conversion.
 static void test_parquet_arrow_and_datasets_dirs_fail_with_the_conversion(void) {
   struct { const char *name, *bytes, *format, *load; } cases[] = {
@@ -442,6 +547,9 @@ int main(void) {
   RUN(test_missing_file_and_empty_file_fail_clearly);
   RUN(test_json_arrays_and_gzip_files_read_as_jsonl);
   RUN(test_parquet_arrow_and_datasets_dirs_fail_with_the_conversion);
+  RUN(test_sharegpt_conversations_map_to_messages);
+  RUN(test_alpaca_rows_map_to_a_conversational_prompt_and_completion);
+  RUN(test_messages_the_template_drops_are_errors);
   RUN(test_packing_places_every_row_once_within_max_length);
   RUN(test_batch_of_packed_bin_resets_positions_and_masks_document_starts);
   ct_tokenizer_free(tok);

@@ -430,6 +430,35 @@ static void test_token_id_errors_name_tokenizer_and_model_sizes(void) {
   json_decref(row);
 }
 
+// GRPO/sampler prompts: ShareGPT conversations read as messages, an Alpaca instruction
+// (+ "\n" input) as the user turn; the row keeps "output" for answer_field=output.
+static void test_prompts_accept_sharegpt_and_alpaca_rows(void) {
+  const char *rows[][2] = {
+      {"{\"conversations\": [{\"from\": \"human\", \"value\": \"2+2?\"}]}",
+       "{\"messages\": [{\"role\": \"user\", \"content\": \"2+2?\"}]}"},
+      {"{\"instruction\": \"Add.\", \"input\": \"2 2\", \"output\": \"4\"}",
+       "{\"prompt\": [{\"role\": \"user\", \"content\": \"Add.\\n2 2\"}]}"},
+  };
+  ct_prompt_opts po = {true, 0, false, "max_prompt_length", 0};
+  for (int k = 0; k < 2; k++) {
+    json_t *a = json_loads(rows[k][0], 0, NULL), *b = json_loads(rows[k][1], 0, NULL);
+    ct_ids ia = {0}, ib = {0};
+    CHECK_OK(ct_prompt_tokens(tok, a, "a:1", &po, &ia));
+    CHECK_OK(ct_prompt_tokens(tok, b, "b:1", &po, &ib));
+    CHECK(ia.n > 0 && same(ia.v, ia.n, ib.v, ib.n));
+    ct_ids_free(&ia);
+    ct_ids_free(&ib);
+    json_decref(a);
+    json_decref(b);
+  }
+  json_t *bad = json_loads("{\"instruction\": 7}", 0, NULL);
+  ct_ids ids = {0};
+  CHECK(ct_prompt_tokens(tok, bad, "p.jsonl:3", &po, &ids) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "p.jsonl:3: key 'instruction'") != NULL);
+  ct_ids_free(&ids);
+  json_decref(bad);
+}
+
 // A tokenizer that adds BOS (Llama-style): the prompt starts with exactly one BOS, also
 // when its text already begins with the BOS string; completions get none.
 static void test_bos_tokenizer_prepends_one_bos_to_the_prompt_only(void) {
@@ -579,6 +608,7 @@ int main(void) {
   RUN(test_skip_bad_rows_counts_every_bad_row_and_keeps_the_first_message);
   RUN(test_all_bad_empty_and_missing_files_fail_clearly);
   RUN(test_token_id_errors_name_tokenizer_and_model_sizes);
+  RUN(test_prompts_accept_sharegpt_and_alpaca_rows);
   RUN(test_bos_tokenizer_prepends_one_bos_to_the_prompt_only);
   RUN(test_pairs_and_prompts_pass_tools_and_template_kwargs);
   RUN(test_every_completion_token_is_predicted_even_with_an_empty_prompt);
