@@ -459,6 +459,52 @@ static void test_prompts_accept_sharegpt_and_alpaca_rows(void) {
   json_decref(bad);
 }
 
+// Loads one pair from each text; true when both give the same prompt/chosen/rejected tokens.
+static int same_pair(const char *implicit, const char *explicit_) {
+  ct_pref_dataset a, b;
+  ct_pref_opts o = opts();
+  if (ct_pref_load(&a, write_file("imp.jsonl", implicit), tok, &o)) {
+    fprintf(stderr, "  %s\n", ct_last_error());
+    return 0;
+  }
+  CHECK_OK(ct_pref_load(&b, write_file("exp.jsonl", explicit_), tok, &o));
+  int ok = a.n == 1 && b.n == 1 && same(P(&a, 0), a.p_len[0], P(&b, 0), b.p_len[0]) &&
+           same(C(&a, 0), a.c_len[0], C(&b, 0), b.c_len[0]) && same(R(&a, 0), a.r_len[0], R(&b, 0), b.r_len[0]);
+  ct_pref_free(&a);
+  ct_pref_free(&b);
+  return ok;
+}
+
+// TRL's implicit prompt: rows with chosen/rejected and no prompt take their shared start.
+static void test_implicit_prompt_is_the_shared_start_as_trl_extracts_it(void) {
+  // strings: to the first differing character, the space before it going to the completions
+  CHECK(same_pair("{\"chosen\": \"The sky is blue.\", \"rejected\": \"The sky is green.\"}\n",
+                  "{\"prompt\": \"The sky is\", \"chosen\": \" blue.\", \"rejected\": \" green.\"}\n"));
+  // compared by code point: é and è share their first byte
+  CHECK(same_pair("{\"chosen\": \"Q: \u00e91\", \"rejected\": \"Q: \u00e82\"}\n",
+                  "{\"prompt\": \"Q:\", \"chosen\": \" \u00e91\", \"rejected\": \" \u00e82\"}\n"));
+  // one a prefix of the other: TRL's loop ends on the last shared character
+  CHECK(same_pair("{\"chosen\": \"abc\", \"rejected\": \"abcd\"}\n",
+                  "{\"prompt\": \"ab\", \"chosen\": \"c\", \"rejected\": \"cd\"}\n"));
+  // conversations: the longest common run of whole messages
+  const char *u = "{\"role\": \"user\", \"content\": \"Sky?\"}", *a1 = "{\"role\": \"assistant\", \"content\": \"Blue.\"}",
+             *a2 = "{\"role\": \"assistant\", \"content\": \"Green.\"}";
+  char imp[600], exp[600];
+  snprintf(imp, sizeof imp, "{\"chosen\": [%s, %s], \"rejected\": [%s, %s]}\n", u, a1, u, a2);
+  snprintf(exp, sizeof exp, "{\"prompt\": [%s], \"chosen\": [%s], \"rejected\": [%s]}\n", u, a1, a2);
+  CHECK(same_pair(imp, exp));
+  // a string prompt beside conversations is ignored, as TRL's maybe_extract_prompt does
+  snprintf(imp, sizeof imp, "{\"prompt\": \"Sky?\", \"chosen\": [%s, %s], \"rejected\": [%s, %s]}\n", u, a1, u, a2);
+  CHECK(same_pair(imp, exp));
+  ct_pref_dataset ds;
+  ct_pref_opts o = opts();
+  ct_set_error(CT_OK, "%s", "");  // a stale message cannot satisfy the check below
+  CHECK(ct_pref_load(&ds, write_file("none.jsonl", "{\"chosen\": \"yes\", \"rejected\": \"no\"}\n"), tok, &o) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "none.jsonl:1: key 'prompt' is missing") && strstr(ct_last_error(), "share no start"));
+  CHECK(ct_pref_load(&ds, write_file("mix.jsonl", "{\"chosen\": \"yes\", \"rejected\": [1]}\n"), tok, &o) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "mix.jsonl:1: keys 'chosen' and 'rejected'") != NULL);
+}
+
 // A tokenizer that adds BOS (Llama-style): the prompt starts with exactly one BOS, also
 // when its text already begins with the BOS string; completions get none.
 static void test_bos_tokenizer_prepends_one_bos_to_the_prompt_only(void) {
@@ -609,6 +655,7 @@ int main(void) {
   RUN(test_all_bad_empty_and_missing_files_fail_clearly);
   RUN(test_token_id_errors_name_tokenizer_and_model_sizes);
   RUN(test_prompts_accept_sharegpt_and_alpaca_rows);
+  RUN(test_implicit_prompt_is_the_shared_start_as_trl_extracts_it);
   RUN(test_bos_tokenizer_prepends_one_bos_to_the_prompt_only);
   RUN(test_pairs_and_prompts_pass_tools_and_template_kwargs);
   RUN(test_every_completion_token_is_predicted_even_with_an_empty_prompt);
