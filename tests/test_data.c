@@ -301,7 +301,8 @@ static void test_json_arrays_and_gzip_files_read_as_jsonl(void) {
   CHECK(ds.n_rows == 1 && ds.n_bad == 1 && strstr(ds.first_bad, want));
   ct_dataset_free(&ds);
   o.skip_bad_rows = false;
-  const char *badgz = write_gz("bad.jsonl.gz", "{\"text\": \"a\"}\n{\"text\": 5}\n", 28);
+  const char *two = "{\"text\": \"a\"}\n{\"text\": 5}\n";
+  const char *badgz = write_gz("bad.jsonl.gz", two, strlen(two));
   CHECK(ct_dataset_load(&ds, badgz, tok, &o) == CT_EFORMAT);
   snprintf(want, sizeof want, "%s:2: key 'text'", badgz);
   CHECK(strstr(ct_last_error(), want) != NULL);
