@@ -19,7 +19,7 @@ VEC_FLAGS := $(if $(CLANG_FLAGS),,-fvect-cost-model=dynamic) -fno-trapping-math 
 
 CFLAGS_ALL = $(OPT) $(VEC_FLAGS) $(CLANG_FLAGS) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -pthread -fopenmp-simd \
              -Ibase -Itext -Inn -Isampler -Icommon -I. $(MPI_CFLAGS) -MMD -MP $(CFLAGS) $(EXTRA_CFLAGS)
-LDLIBS_ALL = -lopenblas -lyaml -ljansson -lcurl $(MPI_LIBS) -lm -pthread $(LDFLAGS)
+LDLIBS_ALL = -lopenblas -lyaml -ljansson -lcurl -lz $(MPI_LIBS) -lm -pthread $(LDFLAGS)
 
 COMMON_SRC  := $(wildcard base/*.c text/*.c nn/*.c common/*.c)
 SAMPLER_SRC := $(filter-out sampler/main.c sampler/bench.c,$(wildcard sampler/*.c))
@@ -90,7 +90,7 @@ FUZZ_RUNS ?= 1000000
 FUZZ_TARGETS := $(patsubst fuzz/%.c,%,$(wildcard fuzz/fuzz_*.c))
 FUZZ_SRC  := $(wildcard base/*.c text/*.c) nn/safetensors.c nn/model.c nn/kernels.c nn/quant.c \
              nn/matmul.c nn/optim.c common/config.c common/data.c common/jsonl.c common/prefs.c \
-             common/prompts.c
+             common/prompts.c common/rowmap.c
 FUZZ_SAN  := -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ = B=$(FUZZ_B) CC=clang OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $(FUZZ_SAN)"
 .PHONY: fuzz fuzz-build

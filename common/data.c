@@ -11,6 +11,7 @@
 #include "error.h"
 #include "jsonl.h"
 #include "mem.h"
+#include "rowmap.h"
 
 // ---------------------------------------------------------------------------
 // Growable storage
@@ -92,10 +93,10 @@ static int row_prompt_completion(loader *L, const char *prompt, const char *full
 
 // A conversation: the chat template's text, no EOS added (the template ends turns).
 // With assistant_only_loss, labels only on what the template marks {% generation %}.
-static int row_messages(loader *L, const json_t *msgs) {
+static int row_messages(loader *L, const json_t *msgs, const char *key) {
   if (!L->o->assistant_only_loss) {
     char *text;
-    int rc = chat_text(L, msgs, false, "messages", &text);
+    int rc = chat_text(L, msgs, false, key, &text);
     if (!rc) rc = encode_doc(L, text);
     free(text);
     return rc ? rc : label_to_end(L, 0, 1);
@@ -110,7 +111,13 @@ static int row_messages(loader *L, const json_t *msgs) {
   ct_chat_opts co;
   if (ct_row_chat_opts(L->row, false, &co)) return ROW_ERROR(L, "%s", ct_last_error());
   int rc = ct_tokenizer_chat_render(L->tok, msgs, &co, &text, &len, &gen, &ngen);
-  if (rc) return ROW_ERROR(L, "key 'messages': %s", ct_last_error());
+  if (rc) ct_wrap_error(rc, "key '%s'", key);
+  else rc = ct_row_chat_check(L->tok, msgs, &co, key);
+  if (rc) {
+    free(text);
+    free(gen);
+    return ROW_ERROR(L, "%s", ct_last_error());
+  }
   ct_ids mask = {0};
   int bos = ct_tokenizer_bos(L->tok);
   bool add_bos = ct_tokenizer_add_bos(L->tok) && bos >= 0;
@@ -140,6 +147,24 @@ static char *concat(const char *a, const char *b) {
   return s;
 }
 
+// A conversational prompt/completion: the template's text for the prompt (with the
+// generation prompt) and for the whole, split as row_prompt_completion does.
+static int row_chat_prompt_completion(loader *L, const json_t *prompt, const json_t *comp) {
+  json_t *all = json_copy((json_t *)prompt);
+  if (!all || json_array_extend(all, (json_t *)comp)) {
+    json_decref(all);
+    return ct_set_error(CT_ENOMEM, "dataset: out of memory");
+  }
+  char *p = NULL, *f = NULL;
+  int rc = chat_text(L, prompt, true, "prompt", &p);
+  if (!rc) rc = chat_text(L, all, false, "completion", &f);
+  if (!rc) rc = row_prompt_completion(L, p, f, false);
+  free(p);
+  free(f);
+  json_decref(all);
+  return rc;
+}
+
 static int push_id_list(loader *L, const json_t *list, const char *key, uint8_t lab);
 
 static int row_pretokenized(loader *L, const json_t *row, const json_t *ids) {
@@ -161,8 +186,9 @@ static int row_pretokenized(loader *L, const json_t *row, const json_t *ids) {
 // Appends a JSON list of token ids (key names it in errors) with label `lab`.
 static int push_id_list(loader *L, const json_t *list, const char *key, uint8_t lab) {
   int from = L->ids.n;
-  int rc = ct_jsonl_ids(list, ct_tokenizer_vocab_size(L->tok), L->ds->path, L->line, key, &L->ids);
-  return rc ? rc : label_to_end(L, from, lab);
+  if (ct_jsonl_ids(list, ct_tokenizer_vocab_size(L->tok), L->o->model_vocab, key, &L->ids))
+    return ROW_ERROR(L, "%s", ct_last_error());
+  return label_to_end(L, from, lab);
 }
 
 static int row_tokens(loader *L, const json_t *row) {
@@ -179,11 +205,23 @@ static int row_tokens(loader *L, const json_t *row) {
   if (ids) {
     return row_pretokenized(L, row, ids);
   }
-  const json_t *msgs = json_object_get(row, "messages");
+  json_t *msgs;
+  const char *key;
+  if (ct_rowmap_messages(row, &msgs, &key)) return ROW_ERROR(L, "%s", ct_last_error());
   if (msgs) {
-    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
-      return ROW_ERROR(L, "key 'messages': expected a non-empty list of {role, content}");
-    return row_messages(L, msgs);
+    int rc = json_is_array(msgs) && json_array_size(msgs)
+                 ? row_messages(L, msgs, key)
+                 : ROW_ERROR(L, "key 'messages': expected a non-empty list of {role, content}");
+    json_decref(msgs);
+    return rc;
+  }
+  json_t *ap, *ac;  // Alpaca
+  if (ct_rowmap_alpaca(row, &ap, &ac)) return ROW_ERROR(L, "%s", ct_last_error());
+  if (ap) {
+    int rc = row_chat_prompt_completion(L, ap, ac);
+    json_decref(ap);
+    json_decref(ac);
+    return rc;
   }
   const json_t *prompt = json_object_get(row, "prompt"), *comp = json_object_get(row, "completion");
   if (prompt || comp) {
@@ -196,24 +234,13 @@ static int row_tokens(loader *L, const json_t *row) {
       free(full);
       return rc;
     }
-    if (json_is_array(prompt) && json_is_array(comp)) {  // conversational
-      json_t *all = json_copy((json_t *)prompt);
-      json_array_extend(all, (json_t *)comp);
-      char *p = NULL, *f = NULL;
-      int rc = chat_text(L, prompt, true, "prompt", &p);
-      if (!rc) rc = chat_text(L, all, false, "completion", &f);
-      if (!rc) rc = row_prompt_completion(L, p, f, false);
-      free(p);
-      free(f);
-      json_decref(all);
-      return rc;
-    }
+    if (json_is_array(prompt) && json_is_array(comp)) return row_chat_prompt_completion(L, prompt, comp);
     return ROW_ERROR(L, "keys 'prompt' and 'completion': expected two strings or two message lists");
   }
   const json_t *text = json_object_get(row, L->o->text_field);
   if (!text)
-    return ROW_ERROR(L, "no known fields: expected '%s', 'prompt'+'completion', 'messages' or "
-                     "'input_ids'", L->o->text_field);
+    return ROW_ERROR(L, "no known fields: expected '%s', 'prompt'+'completion', 'messages', "
+                     "'conversations', 'instruction'+'output' or 'input_ids'", L->o->text_field);
   if (!json_is_string(text)) return ROW_ERROR(L, "key '%s': expected a string", L->o->text_field);
   return row_text(L, json_string_value(text));
 }

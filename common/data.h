@@ -22,6 +22,7 @@ typedef struct {
   bool skip_bad_rows;         // count and skip malformed rows instead of failing
   bool packing;               // best-fit-decreasing into bins of max_length
   const char *text_field;     // "text"
+  int model_vocab;            // the model's vocab_size, named in token-id errors (0 = unknown)
 } ct_data_opts;
 
 typedef struct {

@@ -29,7 +29,9 @@ static int encode(loader *L, const char *text, ct_ids *out) {
 }
 
 static int ids_list(loader *L, const json_t *list, const char *key, ct_ids *out) {
-  return ct_jsonl_ids(list, ct_tokenizer_vocab_size(L->tok), L->ds->path, L->line, key, out);
+  if (ct_jsonl_ids(list, ct_tokenizer_vocab_size(L->tok), L->o->model_vocab, key, out))
+    return ROW_ERROR(L, "%s", ct_last_error());
+  return 0;
 }
 
 // Prompt tokens: BOS when the tokenizer adds one and the text does not start with it.
@@ -57,6 +59,59 @@ static int chat_completion(loader *L, const json_t *prompt, const char *ptext, c
   return rc;
 }
 
+// Where TRL's extract_prompt splits chosen and rejected strings: a byte offset. It walks
+// both by code point to the first that differs, and leaves a space before it to the
+// completions; when one string is a prefix of the other its loop ends on the last common
+// code point, which then starts the completions (kept, as TRL does: no completion is empty).
+static size_t shared_text(const char *c, const char *r) {
+  size_t nc = strlen(c), nr = strlen(r), i = 0, last = 0;
+  while (i < nc && i < nr) {
+    unsigned char b = (unsigned char)c[i];
+    size_t k = b < 0x80 ? 1 : b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 1;
+    if (i + k > nc || i + k > nr || memcmp(c + i, r + i, k)) return i > 0 && c[i - 1] == ' ' ? i - 1 : i;
+    last = i;
+    i += k;
+  }
+  return last;
+}
+
+// The same for message lists: whole messages, compared as JSON values.
+static size_t shared_messages(const json_t *c, const json_t *r) {
+  size_t n = json_array_size(c) < json_array_size(r) ? json_array_size(c) : json_array_size(r);
+  for (size_t i = 0; i < n; i++)
+    if (!json_equal(json_array_get(c, i), json_array_get(r, i))) return i;
+  return n ? n - 1 : 0;
+}
+
+static json_t *slice(const json_t *a, size_t from, size_t to) {
+  json_t *s = json_array();
+  for (size_t i = from; s && i < to; i++) json_array_append(s, json_array_get(a, i));
+  return s;
+}
+
+// TRL's implicit prompt (maybe_extract_prompt): chosen and rejected hold the whole
+// conversation or text, and their shared start is the prompt. New references in x[3].
+static int extract_prompt(loader *L, const json_t *c, const json_t *r, json_t *x[3]) {
+  size_t n;
+  if (json_is_string(c) && json_is_string(r)) {
+    const char *cs = json_string_value(c), *rs = json_string_value(r);
+    n = shared_text(cs, rs);
+    x[0] = json_stringn(cs, n), x[1] = json_string(cs + n), x[2] = json_string(rs + n);
+  } else if (json_is_array(c) && json_is_array(r)) {
+    n = shared_messages(c, r);
+    x[0] = slice(c, 0, n), x[1] = slice(c, n, json_array_size(c)), x[2] = slice(r, n, json_array_size(r));
+  } else {
+    return ROW_ERROR(L, "keys 'chosen' and 'rejected': expected two strings or two message lists");
+  }
+  if (!x[0] || !x[1] || !x[2]) return ct_set_error(CT_ENOMEM, "preference data: out of memory");
+  if (n == 0)
+    return ROW_ERROR(L, "key 'prompt' is missing and 'chosen' and 'rejected' share no start to take "
+                     "as the prompt (TRL's implicit prompt)");
+  return 0;
+}
+
+static int pair(loader *L, const json_t *j, const json_t *p, const json_t *c, const json_t *r);
+
 static int row(loader *L, const json_t *j) {
   if (!json_is_object(j)) return ROW_ERROR(L, "expected a JSON object");
   L->row = j;
@@ -69,8 +124,20 @@ static int row(loader *L, const json_t *j) {
   }
   const json_t *p = json_object_get(j, "prompt"), *c = json_object_get(j, "chosen"),
                *r = json_object_get(j, "rejected");
-  const char *missing = !p ? "prompt" : !c ? "chosen" : !r ? "rejected" : NULL;
+  const char *missing = !c ? "chosen" : !r ? "rejected" : NULL;
   if (missing) return ROW_ERROR(L, "key '%s' is missing", missing);
+  // as TRL: no prompt, or a prompt of another kind than the completions (a string beside
+  // conversations), means the prompt is inside chosen and rejected
+  if (p && json_is_array(p) == json_is_array(c)) return pair(L, j, p, c, r);
+  json_t *x[3] = {NULL, NULL, NULL};
+  int rc = extract_prompt(L, c, r, x);
+  if (!rc) rc = pair(L, j, x[0], x[1], x[2]);
+  for (int k = 0; k < 3; k++) json_decref(x[k]);
+  return rc;
+}
+
+// A pair from its prompt, chosen and rejected (strings, or message lists).
+static int pair(loader *L, const json_t *j, const json_t *p, const json_t *c, const json_t *r) {
   if (json_is_string(p) && json_is_string(c) && json_is_string(r)) {
     if (!*json_string_value(c) || !*json_string_value(r))
       return ROW_ERROR(L, "key '%s': the completion is empty", *json_string_value(c) ? "rejected" : "chosen");

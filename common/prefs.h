@@ -14,6 +14,7 @@
 typedef struct {
   int max_length, max_prompt_length, max_completion_length;  // 0 = no limit (the last two)
   bool skip_bad_rows;
+  int model_vocab;  // the model's vocab_size, named in token-id errors (0 = unknown)
 } ct_pref_opts;
 
 typedef struct {

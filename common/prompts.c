@@ -8,6 +8,7 @@
 
 #include "error.h"
 #include "jsonl.h"
+#include "rowmap.h"
 
 static int chat_tokens(const ct_tokenizer *tok, const json_t *row, const json_t *msgs, const char *where,
                        const char *key, const ct_prompt_opts *o, ct_ids *out) {
@@ -19,32 +20,41 @@ static int chat_tokens(const ct_tokenizer *tok, const json_t *row, const json_t 
   return rc;
 }
 
+// The row's prompt as a message list (a new reference, or NULL): "prompt" as a list,
+// "messages" or ShareGPT "conversations", or an Alpaca instruction (rowmap.h).
+static int prompt_messages(const json_t *row, json_t **msgs, const char **key) {
+  const json_t *p = json_object_get(row, "prompt");
+  if (json_is_array(p)) {
+    *msgs = json_incref((json_t *)p);
+    return 0;
+  }
+  if (ct_rowmap_messages(row, msgs, key)) return CT_EFORMAT;
+  if (*msgs) return 0;
+  *key = "instruction";
+  return ct_rowmap_alpaca(row, msgs, NULL);
+}
+
 int ct_prompt_tokens(const ct_tokenizer *tok, const json_t *row, const char *where,
                      const ct_prompt_opts *o, ct_ids *out) {
   if (!json_is_object(row)) return ct_set_error(CT_EFORMAT, "%s: expected a JSON object", where);
-  const json_t *p = json_object_get(row, "prompt"), *msgs = json_object_get(row, "messages");
+  const json_t *p = json_object_get(row, "prompt");
   const json_t *ids = json_object_get(row, "prompt_input_ids");
-  int from = out->n, rc = 0, V = ct_tokenizer_vocab_size(tok);
+  json_t *msgs = NULL;
+  const char *key = "prompt";
+  if (!json_is_string(p) && prompt_messages(row, &msgs, &key)) return ct_wrap_error(CT_EFORMAT, "%s", where);
+  int from = out->n, rc = 0;
   if (json_is_string(p)) {
     rc = ct_tokenizer_encode_doc(tok, json_string_value(p), json_string_length(p), out);
-  } else if (json_is_array(p)) {
-    rc = chat_tokens(tok, row, p, where, "prompt", o, out);
   } else if (json_is_array(msgs)) {
-    rc = chat_tokens(tok, row, msgs, where, "messages", o, out);
+    rc = chat_tokens(tok, row, msgs, where, key, o, out);
   } else if (json_is_array(ids)) {
-    size_t i;
-    json_t *v;
-    json_array_foreach(ids, i, v) {
-      json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
-      if (id < 0 || id >= V)
-        return ct_set_error(CT_EFORMAT, "%s: key 'prompt_input_ids'[%zu]: expected a token id in [0, %d)",
-                            where, i, V);
-      if ((rc = ct_ids_push(out, (int)id))) return rc;
-    }
+    if (ct_jsonl_ids(ids, ct_tokenizer_vocab_size(tok), o->model_vocab, "prompt_input_ids", out))
+      rc = ct_wrap_error(CT_EFORMAT, "%s", where);
   } else {
-    return ct_set_error(CT_EFORMAT, "%s: expected 'prompt' (a string or a message list), "
-                        "'messages' or 'prompt_input_ids'", where);
+    rc = ct_set_error(CT_EFORMAT, "%s: expected 'prompt' (a string or a message list), 'messages', "
+                      "'conversations', 'instruction' or 'prompt_input_ids'", where);
   }
+  json_decref(msgs);
   if (rc) return rc;
   int n = out->n - from;
   if (n == 0) return ct_set_error(CT_EFORMAT, "%s: the prompt is empty", where);
@@ -87,7 +97,7 @@ static int load_row(void *ctx, json_t *row, int line) {
   s->text[k] = NULL;
   s->line[k] = line;
   char where[4200];
-  snprintf(where, sizeof where, "%s:%d", L->path, line);
+  ct_jsonl_where(where, sizeof where, L->path, line);
   int rc = ct_prompt_tokens(L->tok, row, where, L->o, &s->ids[k]);
   return rc ? rc : ct_tokenizer_decode(L->tok, s->ids[k].v, s->ids[k].n, &s->text[k], NULL);
 }

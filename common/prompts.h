@@ -14,6 +14,7 @@ typedef struct {
   int max_length;              // longest prompt in tokens (0 = no limit)
   bool truncate_left;          // keep the last max_length tokens instead of failing
   const char *length_key;      // the option named in the error ("max_prompt_length")
+  int model_vocab;             // the model's vocab_size, named in token-id errors (0 = unknown)
 } ct_prompt_opts;
 
 // Appends the tokens of one row's prompt to out (one BOS when the tokenizer adds it and

@@ -340,7 +340,7 @@ int main(int argc, char **argv) {
   int rc;
   if (!offline) check_vocabularies(&cfg, tr.tok);
   ct_data_opts o = {(int)cfg.max_length, cfg.completion_only_loss, cfg.assistant_only_loss,
-                    cfg.skip_bad_rows, cfg.packing, cfg.dataset_text_field};
+                    cfg.skip_bad_rows, cfg.packing, cfg.dataset_text_field, tr.model.cfg.vocab_size};
   ct_dataset train, eval = {0};
   if (ct_dataset_load(&train, cfg.dataset_path, tr.tok, &o)) fail(1, NULL);
   bool have_eval = cfg.eval_dataset_path[0] && !precompute_mode;

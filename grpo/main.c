@@ -552,7 +552,7 @@ int main(int argc, char **argv) {
   init_rewards(&g);
   int B = (int)cfg.per_device_train_batch_size, accum = (int)cfg.gradient_accumulation_steps;
   ct_prompt_opts po = {true, (int)cfg.max_prompt_length, cfg.truncate_prompt == CT_TRUNCATE_LEFT,
-                       "max_prompt_length"};
+                       "max_prompt_length", tr.model.cfg.vocab_size};
   if (ct_prompt_set_load(&g.prompts, cfg.dataset_path, tr.tok, &po)) fail(1, NULL);
   bool have_eval = cfg.eval_dataset_path[0] != 0;
   if (have_eval && ct_prompt_set_load(&g.eval, cfg.eval_dataset_path, tr.tok, &po)) fail(1, NULL);

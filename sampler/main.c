@@ -21,6 +21,7 @@
 #include "engine.h"
 #include "error.h"
 #include "generate.h"
+#include "jsonl.h"
 #include "matmul.h"
 #include "pool.h"
 #include "prompts.h"
@@ -88,22 +89,23 @@ typedef struct {
   uint64_t seed;
 } prompt_t;
 
-static ct_prompt_opts prompt_opts(const ct_config *c) {
+static ct_prompt_opts prompt_opts(const setup_t *s) {
+  const ct_config *c = s->cfg;
   return (ct_prompt_opts){c->add_generation_prompt, (int)c->max_prefill_length,
-                          c->truncate_prompt == CT_TRUNCATE_LEFT, "max_prefill_length"};
+                          c->truncate_prompt == CT_TRUNCATE_LEFT, "max_prefill_length", s->w.cfg.vocab_size};
 }
 
 // A row's optional "seed" into *seed.
 static int row_seed(const json_t *row, const char *path, int line, uint64_t *seed) {
   json_t *v = json_object_get(row, "seed");
-  if (v && !json_is_integer(v)) return ct_set_error(CT_EFORMAT, "%s:%d: key 'seed': expected an integer", path, line);
+  if (v && !json_is_integer(v)) return ct_row_error(path, line, "key 'seed': expected an integer");
   if (v) *seed = (uint64_t)json_integer_value(v);
   return 0;
 }
 
 // The prompts of a JSONL file (common/prompts.h): their tokens move into ps (n).
 static int load_prompts(const setup_t *s, const char *path, ct_prompt_set *set, prompt_t **ps) {
-  ct_prompt_opts o = prompt_opts(s->cfg);
+  ct_prompt_opts o = prompt_opts(s);
   int rc = ct_prompt_set_load(set, path, s->tok, &o);
   if (rc) return rc;
   *ps = calloc(set->n, sizeof **ps);
@@ -122,7 +124,7 @@ static int read_prompts(const setup_t *s, prompt_t **out, int *n_out) {
   if (c->prompt[0]) {
     prompt_t *ps = calloc(1, sizeof *ps);
     json_t *row = json_pack("{s:s}", "prompt", c->prompt);
-    ct_prompt_opts o = prompt_opts(c);
+    ct_prompt_opts o = prompt_opts(s);
     int rc = ps && row ? ct_prompt_tokens(s->tok, row, "prompt", &o, &ps[0].ids) : CT_ENOMEM;
     if (ps) ps[0].seed = (uint64_t)c->seed;
     json_decref(row);
@@ -270,7 +272,7 @@ static int cmd_accuracy(const ct_config *cfg) {
   if (!want) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   for (int k = 0; k < n; k++) {
     const char *c = json_string_value(json_object_get(set.rows[k], "completion"));
-    if (!c) fail(1, (ct_set_error(CT_EFORMAT, "%s:%d: key 'completion': expected a string", cfg->data, set.line[k]), NULL));
+    if (!c) fail(1, (ct_row_error(cfg->data, set.line[k], "key 'completion': expected a string"), NULL));
     if (!(want[k] = strdup(c))) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   }
   ct_prompt_set_free(&set);
@@ -322,7 +324,7 @@ static int cmd_score(const ct_config *cfg) {
   // prompt/completion rows score the completion; a plain {"text"} row scores every token
   // after its first
   ct_data_opts o = {.max_length = (int)cfg->max_target_length, .completion_only_loss = true,
-                    .text_field = "text"};
+                    .text_field = "text", .model_vocab = s.w.cfg.vocab_size};
   ct_dataset ds;
   if (ct_dataset_load(&ds, cfg->data, s.tok, &o)) fail(1, NULL);
   if (ds.n_empty || ds.n_truncated)

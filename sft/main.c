@@ -22,13 +22,14 @@
 
 static int fail(int code, const char *what) { ct_dist_die("sft", code, what); }
 
-static ct_data_opts data_opts(const ct_config *c, bool packing) {
+static ct_data_opts data_opts(const ct_config *c, bool packing, int model_vocab) {
   return (ct_data_opts){.max_length = (int)c->max_length,
                         .completion_only_loss = c->completion_only_loss,
                         .assistant_only_loss = c->assistant_only_loss,
                         .skip_bad_rows = c->skip_bad_rows,
                         .packing = packing,
-                        .text_field = c->dataset_text_field};
+                        .text_field = c->dataset_text_field,
+                        .model_vocab = model_vocab};
 }
 
 static void describe(ct_train *tr, const char *what, const ct_dataset *ds) {
@@ -89,12 +90,12 @@ int main(int argc, char **argv) {
   const ct_model_config *mc = &tr.model.cfg;
 
   ct_dataset train, eval = {0};
-  ct_data_opts o = data_opts(&cfg, cfg.packing);
+  ct_data_opts o = data_opts(&cfg, cfg.packing, mc->vocab_size);
   if (ct_dataset_load(&train, cfg.dataset_path, tr.tok, &o)) fail(1, NULL);
   describe(&tr, "train", &train);
   bool have_eval = cfg.eval_dataset_path[0] != 0;
   if (have_eval) {
-    ct_data_opts eo = data_opts(&cfg, false);
+    ct_data_opts eo = data_opts(&cfg, false, mc->vocab_size);
     if (ct_dataset_load(&eval, cfg.eval_dataset_path, tr.tok, &eo)) fail(1, NULL);
     describe(&tr, "eval", &eval);
   }

@@ -3,8 +3,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
+#include "chat_template.h"
 #include "data.h"
 #include "error.h"
 #include "test.h"
@@ -18,6 +21,16 @@ static const char *write_file(const char *name, const char *text) {
   FILE *f = fopen(path, "w");
   fputs(text, f);
   fclose(f);
+  return path;
+}
+
+// name, gzip-compressed (n bytes of text: it may hold NUL bytes).
+static const char *write_gz(const char *name, const char *text, size_t n) {
+  static char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  gzFile f = gzopen(path, "wb");
+  gzwrite(f, text, (unsigned)n);
+  gzclose(f);
   return path;
 }
 
@@ -73,6 +86,26 @@ static void test_prompt_and_completion_input_ids_label_the_completion(void) {
   ct_set_error(CT_OK, "%s", "");  // a stale message cannot satisfy the check below
   CHECK(ct_dataset_load(&ds, write_file("pc.jsonl", "{\"prompt_input_ids\": [5]}\n"), tok, &o) == CT_EFORMAT);
   CHECK(strstr(ct_last_error(), "completion_input_ids") != NULL);
+}
+
+// Ids are checked against the tokenizer; the message names both sizes and which one held.
+static void test_token_id_error_names_tokenizer_and_model_sizes(void) {
+  ct_dataset ds;
+  ct_data_opts o = opts();
+  o.model_vocab = 131072;
+  int V = ct_tokenizer_vocab_size(tok);
+  const char *path = write_file("ids.jsonl", "{\"input_ids\": [1, 2]}\n{\"input_ids\": [1, 99999]}\n");
+  ct_set_error(CT_OK, "%s", "");  // a stale message cannot satisfy the check below
+  CHECK(ct_dataset_load(&ds, path, tok, &o) == CT_EFORMAT);
+  char want[700];
+  snprintf(want, sizeof want, "%s:2: key 'input_ids'[1]: token id 99999 is not below the tokenizer's %d "
+           "tokens (the model's vocab_size is 131072; ids are checked against the tokenizer)", path, V);
+  if (strcmp(ct_last_error(), want)) fprintf(stderr, "  got  '%s'\n  want '%s'\n", ct_last_error(), want);
+  CHECK(strcmp(ct_last_error(), want) == 0);
+  // unknown model size: said so, not a made-up number
+  o.model_vocab = 0;
+  CHECK(ct_dataset_load(&ds, path, tok, &o) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "vocab_size is not known") != NULL);
 }
 
 static void test_messages_render_chatml_and_train_on_every_token(void) {
@@ -231,6 +264,205 @@ static void test_missing_file_and_empty_file_fail_clearly(void) {
   CHECK(strstr(ct_last_error(), ":1:") && strstr(ct_last_error(), "NUL"));
 }
 
+// The data shapes people have: JSONL or a JSON array, either gzip-compressed, read alike.
+static void test_json_arrays_and_gzip_files_read_as_jsonl(void) {
+  const char *jsonl = "{\"text\": \"ab\"}\n\n{\"prompt\": \"1+2=\", \"completion\": \"3\"}\n";
+  const char *array = " [{\"text\": \"ab\"},\n {\"prompt\": \"1+2=\", \"completion\": \"3\"}]\n";
+  const char *paths[4];
+  char keep[4][512];
+  snprintf(keep[0], 512, "%s", write_file("plain.jsonl", jsonl));
+  snprintf(keep[1], 512, "%s", write_gz("rows.jsonl.gz", jsonl, strlen(jsonl)));
+  snprintf(keep[2], 512, "%s", write_file("rows.json", array));
+  snprintf(keep[3], 512, "%s", write_gz("rows.json.gz", array, strlen(array)));
+  ct_dataset ref;
+  ct_data_opts o = opts();
+  CHECK_OK(ct_dataset_load(&ref, keep[0], tok, &o));
+  CHECK(ref.n_rows == 2 && ref.row_line[1] == 3);
+  for (int k = 1; k < 4; k++) {
+    paths[k] = keep[k];
+    ct_dataset ds;
+    CHECK_OK(ct_dataset_load(&ds, paths[k], tok, &o));
+    CHECK(ds.n_rows == 2 && ds.n_tokens == ref.n_tokens && ds.n_label_tokens == ref.n_label_tokens);
+    CHECK(ds.n_rows == 2 && !memcmp(ds.ids, ref.ids, sizeof(int) * ref.n_tokens) &&
+          !memcmp(ds.label, ref.label, (size_t)ref.n_tokens));
+    ct_dataset_free(&ds);
+  }
+  ct_dataset_free(&ref);
+  // rows of an array are named by their index; a compressed file's lines by their number
+  ct_dataset ds;
+  const char *bad = write_file("bad.json", "[{\"text\": \"a\"}, {\"text\": 5}]");
+  ct_set_error(CT_OK, "%s", "");  // a stale message cannot satisfy the check below
+  CHECK(ct_dataset_load(&ds, bad, tok, &o) == CT_EFORMAT);
+  char want[600];
+  snprintf(want, sizeof want, "%s: row 2: key 'text'", bad);
+  CHECK(strstr(ct_last_error(), want) != NULL);
+  o.skip_bad_rows = true;
+  CHECK_OK(ct_dataset_load(&ds, bad, tok, &o));
+  CHECK(ds.n_rows == 1 && ds.n_bad == 1 && strstr(ds.first_bad, want));
+  ct_dataset_free(&ds);
+  o.skip_bad_rows = false;
+  const char *two = "{\"text\": \"a\"}\n{\"text\": 5}\n";
+  const char *badgz = write_gz("bad.jsonl.gz", two, strlen(two));
+  CHECK(ct_dataset_load(&ds, badgz, tok, &o) == CT_EFORMAT);
+  snprintf(want, sizeof want, "%s:2: key 'text'", badgz);
+  CHECK(strstr(ct_last_error(), want) != NULL);
+  // an array that does not parse is a file error (not a skippable row), naming line and column
+  o.skip_bad_rows = true;
+  CHECK(ct_dataset_load(&ds, write_file("broken.json", "[{\"text\": \"a\"},\n {\"text\": }]"), tok, &o) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "broken.json: invalid JSON at line 2") && strstr(ct_last_error(), "JSON array"));
+  // a NUL byte in a compressed line is still a row error; a cut-off gzip stream a read error
+  o.skip_bad_rows = false;
+  CHECK(ct_dataset_load(&ds, write_gz("nul.jsonl.gz", "{\"text\": \"a\0b\"}\n", 16), tok, &o) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "nul.jsonl.gz:1: line contains a NUL byte") != NULL);
+  char big[4000];
+  size_t n = 0;
+  for (int i = 0; i < 100; i++) n += (size_t)snprintf(big + n, sizeof big - n, "{\"text\": \"row %d\"}\n", i);
+  const char *gz = write_gz("cut.jsonl.gz", big, n);
+  struct stat sb;
+  CHECK(stat(gz, &sb) == 0 && truncate(gz, sb.st_size / 2) == 0);
+  int rc = ct_dataset_load(&ds, gz, tok, &o);
+  if (rc != CT_EIO) fprintf(stderr, "  cut gzip: rc %d: %s\n", rc, ct_last_error());
+  if (rc == 0) ct_dataset_free(&ds);
+  CHECK(rc == CT_EIO && strstr(ct_last_error(), "cut.jsonl.gz: read error"));
+}
+
+// Loads one row from `text` and compares its tokens and labels with those of `ref`.
+static int same_as(const char *text, const char *ref) {
+  ct_dataset a, b;
+  ct_data_opts o = opts();
+  if (ct_dataset_load(&a, write_file("same_a.jsonl", text), tok, &o)) {
+    fprintf(stderr, "  %s\n", ct_last_error());
+    return 0;
+  }
+  if (ct_dataset_load(&b, write_file("same_b.jsonl", ref), tok, &o)) {
+    ct_dataset_free(&a);
+    return 0;
+  }
+  int ok = a.n_tokens == b.n_tokens && !memcmp(a.ids, b.ids, sizeof(int) * a.n_tokens) &&
+           !memcmp(a.label, b.label, (size_t)a.n_tokens) && a.n_label_tokens > 0;
+  ct_dataset_free(&a);
+  ct_dataset_free(&b);
+  return ok;
+}
+
+// Loading `text` fails at line 1 with a message holding `want`.
+static int fails_with(const char *text, const char *want) {
+  ct_dataset ds;
+  ct_data_opts o = opts();
+  ct_set_error(CT_OK, "%s", "");  // a stale message cannot satisfy the check below
+  int rc = ct_dataset_load(&ds, write_file("fails.jsonl", text), tok, &o);
+  if (rc == 0) ct_dataset_free(&ds);
+  int ok = rc == CT_EFORMAT && strstr(ct_last_error(), "fails.jsonl:1: ") && strstr(ct_last_error(), want);
+  if (!ok) fprintf(stderr, "  rc %d: '%s' lacks '%s'\n", rc, ct_last_error(), want);
+  return ok;
+}
+
+// ShareGPT rows (Axolotl, LLaMA-Factory) train exactly as the same conversation in messages.
+static void test_sharegpt_conversations_map_to_messages(void) {
+  const char *msgs = "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+                     "{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}, "
+                     "{\"role\": \"tool\", \"content\": \"42\"}]}\n";
+  CHECK(same_as("{\"conversations\": [{\"from\": \"system\", \"value\": \"Be brief.\"}, {\"from\": \"human\", "
+                "\"value\": \"hi\"}, {\"from\": \"gpt\", \"value\": \"yo\"}, {\"from\": \"tool\", \"value\": \"42\"}]}\n",
+                msgs));
+  // role/content inside conversations, and LLaMA-Factory's top-level system column
+  CHECK(same_as("{\"system\": \"Be brief.\", \"conversations\": [{\"role\": \"user\", \"content\": \"hi\"}, "
+                "{\"from\": \"gpt\", \"value\": \"yo\"}, {\"from\": \"tool\", \"value\": \"42\"}]}\n", msgs));
+  CHECK(fails_with("{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}, {\"from\": \"bob\", \"value\": \"b\"}]}\n",
+                   "key 'conversations'[1]: unknown speaker \"from\": \"bob\""));
+  CHECK(fails_with("{\"conversations\": [{\"from\": \"human\"}]}\n", "key 'conversations'[0]"));
+  CHECK(fails_with("{\"conversations\": []}\n", "key 'conversations'"));
+}
+
+// Alpaca rows: LLaMA-Factory's mapping, the user turn = instruction + "\n" + input.
+static void test_alpaca_rows_map_to_a_conversational_prompt_and_completion(void) {
+  CHECK(same_as("{\"instruction\": \"Add.\", \"input\": \"1 2\", \"output\": \"3\"}\n",
+                "{\"prompt\": [{\"role\": \"user\", \"content\": \"Add.\\n1 2\"}], "
+                "\"completion\": [{\"role\": \"assistant\", \"content\": \"3\"}]}\n"));
+  CHECK(same_as("{\"instruction\": \"Say hi.\", \"input\": \"\", \"output\": \"hi\", \"system\": \"S\"}\n",
+                "{\"prompt\": [{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"Say hi.\"}], "
+                "\"completion\": [{\"role\": \"assistant\", \"content\": \"hi\"}]}\n"));
+  // the loss is on the output only (completion_only_loss): the prompt's tokens carry no label
+  ct_dataset ds;
+  ct_data_opts o = opts();
+  CHECK_OK(ct_dataset_load(&ds, write_file("al.jsonl", "{\"instruction\": \"Q\", \"output\": \"A\"}\n"), tok, &o));
+  CHECK(ds.n_rows == 1 && ds.n_label_tokens < ds.n_tokens / 2);
+  ct_dataset_free(&ds);
+  CHECK(fails_with("{\"instruction\": \"Q\"}\n", "key 'output'"));
+  CHECK(fails_with("{\"instruction\": \"Q\", \"input\": 3, \"output\": \"A\"}\n", "key 'input'"));
+}
+
+// A message whose role the template does not render is an error naming row, key and role;
+// a template that folds the system message into the first user turn passes.
+static void test_messages_the_template_drops_are_errors(void) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/ua.jinja", dir);
+  FILE *f = fopen(path, "w");
+  fputs("{% for m in messages %}{% if m.role == 'user' %}U: {{ m.content | trim }}\n{% elif m.role == 'assistant' %}"
+        "A: {{ m.content }}\n{% endif %}{% endfor %}{% if add_generation_prompt %}A:{% endif %}", f);
+  fclose(f);
+  ct_tokenizer *saved = tok, *t;
+  CHECK_OK(ct_tokenizer_bytes(&t));
+  CHECK_OK(ct_chat_template_apply(t, path));
+  tok = t;
+  CHECK(fails_with("{\"messages\": [{\"role\": \"user\", \"content\": \" hi \"}, {\"role\": \"assistant\", \"content\": "
+                   "\"yo\"}, {\"role\": \"tool\", \"content\": \"42\"}]}\n",
+                   "key 'messages'[2]: the chat template renders nothing of this message (role 'tool')"));
+  CHECK(fails_with("{\"prompt\": [{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"Q\"}], "
+                   "\"completion\": [{\"role\": \"assistant\", \"content\": \"A\"}]}\n", "key 'prompt'[0]"));
+  CHECK(fails_with("{\"conversations\": [{\"from\": \"human\", \"value\": \"hi\"}, {\"from\": \"tool\", \"value\": \"1\"}]}\n",
+                   "key 'conversations'[1]"));
+  ct_dataset ds;
+  ct_data_opts o = opts();
+  CHECK_OK(ct_dataset_load(&ds, write_file("ua.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \" hi \"}, "
+                                           "{\"role\": \"assistant\", \"content\": \"\"}]}\n"), tok, &o));
+  ct_dataset_free(&ds);
+  f = fopen(path, "w");
+  fputs("{% if messages[0].role == 'system' %}{% set sys = messages[0].content + ' ' %}{% set rest = messages[1:] %}"
+        "{% else %}{% set sys = '' %}{% set rest = messages %}{% endif %}{% for m in rest %}{{ m.role }}: "
+        "{% if loop.first %}{{ sys }}{% endif %}{{ m.content }}\n{% endfor %}", f);
+  fclose(f);
+  CHECK_OK(ct_chat_template_apply(t, path));
+  CHECK_OK(ct_dataset_load(&ds, write_file("fold.jsonl", "{\"messages\": [{\"role\": \"system\", \"content\": \"S\"}, "
+                                           "{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}\n"), tok, &o));
+  ct_dataset_free(&ds);
+  tok = saved;
+  ct_tokenizer_free(t);
+}
+
+// Parquet, Arrow and datasets directories: one line naming the format and the conversion.
+static void test_parquet_arrow_and_datasets_dirs_fail_with_the_conversion(void) {
+  struct { const char *name, *bytes, *format, *load; } cases[] = {
+      {"x.parquet", "PAR1\x15\x04", "a Parquet file", "load_dataset('parquet', data_files='"},
+      {"x.arrow", "ARROW1\0\0", "an Arrow file", "load_dataset('arrow', data_files='"},
+      {"data-00000-of-00001.arrow", "\xff\xff\xff\xff\x10\0", "an Arrow file", "load_dataset('arrow'"},
+  };
+  ct_data_opts o = opts();
+  ct_dataset ds;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *path = write_file(cases[i].name, cases[i].bytes);
+    ct_set_error(CT_OK, "%s", "");  // a stale message cannot satisfy the check below
+    CHECK(ct_dataset_load(&ds, path, tok, &o) == CT_EFORMAT);
+    const char *e = ct_last_error();
+    if (!strstr(e, cases[i].format) || !strstr(e, cases[i].load) || !strstr(e, ".to_json('") || strchr(e, '\n'))
+      fprintf(stderr, "  case %zu: '%s'\n", i, e);
+    CHECK(strstr(e, path) == e && strstr(e, cases[i].format) && strstr(e, cases[i].load) &&
+          strstr(e, ".jsonl')") && !strchr(e, '\n'));
+  }
+  char hf[512], info[600];
+  snprintf(hf, sizeof hf, "%s/hfds", dir);
+  CHECK(mkdir(hf, 0700) == 0);
+  snprintf(info, sizeof info, "%s/hfds/state.json", dir);
+  FILE *f = fopen(info, "w");
+  fputs("{}", f);
+  fclose(f);
+  CHECK(ct_dataset_load(&ds, hf, tok, &o) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "Hugging Face datasets directory") &&
+        strstr(ct_last_error(), "load_from_disk('") && strstr(ct_last_error(), "hfds.jsonl')"));
+  CHECK(ct_dataset_load(&ds, dir, tok, &o) == CT_EIO);
+  CHECK(strstr(ct_last_error(), "is a directory") != NULL);
+}
+
 // Packing: every row in exactly one bin, no bin over max_length, bins well filled
 // (best-fit decreasing: at most one bin less than half full).
 static void test_packing_places_every_row_once_within_max_length(void) {
@@ -306,6 +538,7 @@ int main(void) {
   RUN(test_prompt_completion_labels_only_completion_and_eos);
   RUN(test_pretokenized_rows_use_completion_mask_and_add_no_eos);
   RUN(test_prompt_and_completion_input_ids_label_the_completion);
+  RUN(test_token_id_error_names_tokenizer_and_model_sizes);
   RUN(test_messages_render_chatml_and_train_on_every_token);
   RUN(test_rows_pass_tools_and_template_kwargs_to_the_template);
   RUN(test_assistant_only_loss_labels_only_assistant_turns);
@@ -313,6 +546,11 @@ int main(void) {
   RUN(test_blank_lines_are_ignored_and_line_numbers_kept);
   RUN(test_malformed_rows_name_file_line_and_key);
   RUN(test_missing_file_and_empty_file_fail_clearly);
+  RUN(test_json_arrays_and_gzip_files_read_as_jsonl);
+  RUN(test_parquet_arrow_and_datasets_dirs_fail_with_the_conversion);
+  RUN(test_sharegpt_conversations_map_to_messages);
+  RUN(test_alpaca_rows_map_to_a_conversational_prompt_and_completion);
+  RUN(test_messages_the_template_drops_are_errors);
   RUN(test_packing_places_every_row_once_within_max_length);
   RUN(test_batch_of_packed_bin_resets_positions_and_masks_document_starts);
   ct_tokenizer_free(tok);

@@ -405,6 +405,106 @@ static void test_all_bad_empty_and_missing_files_fail_clearly(void) {
   CHECK(strstr(ct_last_error(), ":1:") && strstr(ct_last_error(), "NUL"));
 }
 
+// Pair and prompt ids past the tokenizer's size: both sizes named, the tokenizer's used.
+static void test_token_id_errors_name_tokenizer_and_model_sizes(void) {
+  ct_pref_dataset ds;
+  ct_pref_opts o = opts();
+  o.model_vocab = 70000;
+  char size[64];
+  snprintf(size, sizeof size, "the tokenizer's %d tokens", ct_tokenizer_vocab_size(tok));
+  ct_set_error(CT_OK, "%s", "");  // a stale message cannot satisfy the check below
+  CHECK(ct_pref_load(&ds, write_file("ids.jsonl", "{\"prompt_input_ids\": [1], \"chosen_input_ids\": [2], "
+                                     "\"rejected_input_ids\": [65000]}\n"), tok, &o) == CT_EFORMAT);
+  const char *e = ct_last_error();
+  CHECK(strstr(e, "ids.jsonl:1: key 'rejected_input_ids'[0]: token id 65000") && strstr(e, size) &&
+        strstr(e, "model's vocab_size is 70000") && strstr(e, "checked against the tokenizer"));
+  ct_prompt_opts po = {true, 0, false, "max_prompt_length", 70000};
+  json_t *row = json_loads("{\"prompt_input_ids\": [3, 65001]}", 0, NULL);
+  ct_ids ids = {0};
+  ct_set_error(CT_OK, "%s", "");
+  CHECK(ct_prompt_tokens(tok, row, "p.jsonl:4", &po, &ids) == CT_EFORMAT);
+  e = ct_last_error();
+  CHECK(strstr(e, "p.jsonl:4: key 'prompt_input_ids'[1]: token id 65001") && strstr(e, size) &&
+        strstr(e, "model's vocab_size is 70000"));
+  ct_ids_free(&ids);
+  json_decref(row);
+}
+
+// GRPO/sampler prompts: ShareGPT conversations read as messages, an Alpaca instruction
+// (+ "\n" input) as the user turn; the row keeps "output" for answer_field=output.
+static void test_prompts_accept_sharegpt_and_alpaca_rows(void) {
+  const char *rows[][2] = {
+      {"{\"conversations\": [{\"from\": \"human\", \"value\": \"2+2?\"}]}",
+       "{\"messages\": [{\"role\": \"user\", \"content\": \"2+2?\"}]}"},
+      {"{\"instruction\": \"Add.\", \"input\": \"2 2\", \"output\": \"4\"}",
+       "{\"prompt\": [{\"role\": \"user\", \"content\": \"Add.\\n2 2\"}]}"},
+  };
+  ct_prompt_opts po = {true, 0, false, "max_prompt_length", 0};
+  for (int k = 0; k < 2; k++) {
+    json_t *a = json_loads(rows[k][0], 0, NULL), *b = json_loads(rows[k][1], 0, NULL);
+    ct_ids ia = {0}, ib = {0};
+    CHECK_OK(ct_prompt_tokens(tok, a, "a:1", &po, &ia));
+    CHECK_OK(ct_prompt_tokens(tok, b, "b:1", &po, &ib));
+    CHECK(ia.n > 0 && same(ia.v, ia.n, ib.v, ib.n));
+    ct_ids_free(&ia);
+    ct_ids_free(&ib);
+    json_decref(a);
+    json_decref(b);
+  }
+  json_t *bad = json_loads("{\"instruction\": 7}", 0, NULL);
+  ct_ids ids = {0};
+  CHECK(ct_prompt_tokens(tok, bad, "p.jsonl:3", &po, &ids) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "p.jsonl:3: key 'instruction'") != NULL);
+  ct_ids_free(&ids);
+  json_decref(bad);
+}
+
+// Loads one pair from each text; true when both give the same prompt/chosen/rejected tokens.
+static int same_pair(const char *implicit, const char *explicit_) {
+  ct_pref_dataset a, b;
+  ct_pref_opts o = opts();
+  if (ct_pref_load(&a, write_file("imp.jsonl", implicit), tok, &o)) {
+    fprintf(stderr, "  %s\n", ct_last_error());
+    return 0;
+  }
+  CHECK_OK(ct_pref_load(&b, write_file("exp.jsonl", explicit_), tok, &o));
+  int ok = a.n == 1 && b.n == 1 && same(P(&a, 0), a.p_len[0], P(&b, 0), b.p_len[0]) &&
+           same(C(&a, 0), a.c_len[0], C(&b, 0), b.c_len[0]) && same(R(&a, 0), a.r_len[0], R(&b, 0), b.r_len[0]);
+  ct_pref_free(&a);
+  ct_pref_free(&b);
+  return ok;
+}
+
+// TRL's implicit prompt: rows with chosen/rejected and no prompt take their shared start.
+static void test_implicit_prompt_is_the_shared_start_as_trl_extracts_it(void) {
+  // strings: to the first differing character, the space before it going to the completions
+  CHECK(same_pair("{\"chosen\": \"The sky is blue.\", \"rejected\": \"The sky is green.\"}\n",
+                  "{\"prompt\": \"The sky is\", \"chosen\": \" blue.\", \"rejected\": \" green.\"}\n"));
+  // compared by code point: é and è share their first byte
+  CHECK(same_pair("{\"chosen\": \"Q: \u00e91\", \"rejected\": \"Q: \u00e82\"}\n",
+                  "{\"prompt\": \"Q:\", \"chosen\": \" \u00e91\", \"rejected\": \" \u00e82\"}\n"));
+  // one a prefix of the other: TRL's loop ends on the last shared character
+  CHECK(same_pair("{\"chosen\": \"abc\", \"rejected\": \"abcd\"}\n",
+                  "{\"prompt\": \"ab\", \"chosen\": \"c\", \"rejected\": \"cd\"}\n"));
+  // conversations: the longest common run of whole messages
+  const char *u = "{\"role\": \"user\", \"content\": \"Sky?\"}", *a1 = "{\"role\": \"assistant\", \"content\": \"Blue.\"}",
+             *a2 = "{\"role\": \"assistant\", \"content\": \"Green.\"}";
+  char imp[600], exp[600];
+  snprintf(imp, sizeof imp, "{\"chosen\": [%s, %s], \"rejected\": [%s, %s]}\n", u, a1, u, a2);
+  snprintf(exp, sizeof exp, "{\"prompt\": [%s], \"chosen\": [%s], \"rejected\": [%s]}\n", u, a1, a2);
+  CHECK(same_pair(imp, exp));
+  // a string prompt beside conversations is ignored, as TRL's maybe_extract_prompt does
+  snprintf(imp, sizeof imp, "{\"prompt\": \"Sky?\", \"chosen\": [%s, %s], \"rejected\": [%s, %s]}\n", u, a1, u, a2);
+  CHECK(same_pair(imp, exp));
+  ct_pref_dataset ds;
+  ct_pref_opts o = opts();
+  ct_set_error(CT_OK, "%s", "");  // a stale message cannot satisfy the check below
+  CHECK(ct_pref_load(&ds, write_file("none.jsonl", "{\"chosen\": \"yes\", \"rejected\": \"no\"}\n"), tok, &o) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "none.jsonl:1: key 'prompt' is missing") && strstr(ct_last_error(), "share no start"));
+  CHECK(ct_pref_load(&ds, write_file("mix.jsonl", "{\"chosen\": \"yes\", \"rejected\": [1]}\n"), tok, &o) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "mix.jsonl:1: keys 'chosen' and 'rejected'") != NULL);
+}
+
 // A tokenizer that adds BOS (Llama-style): the prompt starts with exactly one BOS, also
 // when its text already begins with the BOS string; completions get none.
 static void test_bos_tokenizer_prepends_one_bos_to_the_prompt_only(void) {
@@ -440,7 +540,7 @@ static void test_bos_tokenizer_prepends_one_bos_to_the_prompt_only(void) {
           same(R(&ds, k), ds.r_len[k], r, 2));
   ct_pref_free(&ds);
   // GRPO and the sampler read prompts the same way: one BOS, whether the text has it or not
-  ct_prompt_opts po = {true, 0, false, "max_prompt_length"};
+  ct_prompt_opts po = {true, 0, false, "max_prompt_length", 0};
   const char *texts[] = {"hi", "<|endoftext|>hi"};
   for (int k = 0; k < 2; k++) {
     json_t *row = json_pack("{s:s}", "prompt", texts[k]);
@@ -484,7 +584,7 @@ static void test_pairs_and_prompts_pass_tools_and_template_kwargs(void) {
   free(text);
   ct_pref_free(&ds);
   json_t *j = json_loads(row, 0, NULL);
-  ct_prompt_opts po = {true, 0, false, "max_prompt_length"};
+  ct_prompt_opts po = {true, 0, false, "max_prompt_length", 0};
   ct_ids ids = {0};
   CHECK_OK(ct_prompt_tokens(t, j, "test:1", &po, &ids));
   CHECK_OK(ct_tokenizer_decode(t, ids.v, ids.n, &text, &len));
@@ -553,6 +653,9 @@ int main(void) {
   RUN(test_malformed_rows_name_file_line_and_key);
   RUN(test_skip_bad_rows_counts_every_bad_row_and_keeps_the_first_message);
   RUN(test_all_bad_empty_and_missing_files_fail_clearly);
+  RUN(test_token_id_errors_name_tokenizer_and_model_sizes);
+  RUN(test_prompts_accept_sharegpt_and_alpaca_rows);
+  RUN(test_implicit_prompt_is_the_shared_start_as_trl_extracts_it);
   RUN(test_bos_tokenizer_prepends_one_bos_to_the_prompt_only);
   RUN(test_pairs_and_prompts_pass_tools_and_template_kwargs);
   RUN(test_every_completion_token_is_predicted_even_with_an_empty_prompt);
