@@ -52,6 +52,7 @@ typedef struct {
   long max_step;
   row_t *rows;
   int n, cap;
+  int model_vocab;     // the model's vocab_size, named in token-id errors
 } reader_t;
 
 // The logged prompt as a row ct_prompt_tokens reads: a string or message list stays
@@ -86,7 +87,8 @@ static int read_row(void *ctx, json_t *j, int line) {
   json_t *p = prompt_row(json_object_get(j, "prompt"));
   int rc = p ? ct_prompt_tokens(r->tok, p, where, &r->po, &o->prompt) : ct_set_error(CT_ENOMEM, "out of memory");
   json_decref(p);
-  if (!rc) rc = ct_jsonl_ids(ids, ct_tokenizer_vocab_size(r->tok), r->path, line, "completion_ids", &o->ids);
+  if (!rc && ct_jsonl_ids(ids, ct_tokenizer_vocab_size(r->tok), r->model_vocab, "completion_ids", &o->ids))
+    rc = ct_row_error(r->path, line, "%s", ct_last_error());
   if (!rc && (int)json_array_size(lp) != o->ids.n)
     rc = ct_row_error(r->path, line, "key 'logprobs': %zu values for %d completion_ids", json_array_size(lp), o->ids.n);
   if (!rc && !(o->lp = malloc(sizeof(float) * (o->ids.n ? o->ids.n : 1)))) rc = ct_set_error(CT_ENOMEM, "out of memory");
@@ -193,7 +195,7 @@ int main(int argc, char **argv) {
   replay_t r = {.tr = &tr, .cfg = &cfg, .use_ref = cfg.beta > 0};
   agg_kind(&cfg, &r.agg);
   reader_t rd = {tr.tok, cfg.dataset_path, {true, (int)cfg.max_prompt_length, cfg.truncate_prompt == CT_TRUNCATE_LEFT,
-                 "max_prompt_length"}, cfg.max_steps, NULL, 0, 0};
+                 "max_prompt_length", tr.model.cfg.vocab_size}, cfg.max_steps, NULL, 0, 0, tr.model.cfg.vocab_size};
   ct_jsonl_stats js;
   if (ct_jsonl_read(cfg.dataset_path, false, read_row, &rd, &js)) die(&tr, NULL);
   int per_step = 0, T = 1;
