@@ -173,6 +173,8 @@ static const key_def KEYS[] = {
     {"logging_steps", K_INT, ALL, OFF(logging_steps), "10", FROM(1),
      .section = "Logging and checkpoints",
      .comment = "Write a line to metrics.jsonl every this many steps."},
+    {"logging_first_step", K_BOOL, ALL, OFF(logging_first_step), "false",
+     .comment = "Also log step 1 (TRL's logging_first_step)."},
     {"log_completions", K_BOOL, GRPO | DISTILL, OFF(log_completions), "false",
      .per_trainer = {NULL, NULL, "true", "false"},
      .comment = "Append every generated completion (GRPO: with its rewards and advantage; "
@@ -1176,17 +1178,6 @@ static int map_torch_dtype(ct_config *c, const char *name, const char *v, const 
                       "ref_dtype and teacher_dtype the frozen weights'", where, name, show(v, b, sizeof b));
 }
 
-static int map_logging_first_step(ct_config *c, const char *name, const char *v, const char *where,
-                                  const char *path) {
-  (void)c, (void)path;
-  int truth;
-  if (parse_bool(v, &truth))
-    return ct_set_error(CT_ECONFIG, "%s: key '%s': expected a boolean (true or false)", where, name);
-  if (!truth) return 0;  // what ctune does
-  return ct_set_error(CT_ECONFIG, "%s: key '%s': true has no equivalent: ctune logs every "
-                      "logging_steps steps and the last (logging_steps=1 logs every step)", where, name);
-}
-
 #define NO_EQ(name, note) {name, NULL, NULL, note}
 static const trl_key TRL_KEYS[] = {
     {"max_seq_length", "max_length", NULL, NULL},
@@ -1200,7 +1191,6 @@ static const trl_key TRL_KEYS[] = {
     {"optim", NULL, map_optim, NULL},
     {"torch_dtype", NULL, map_torch_dtype, NULL},
     {"dtype", NULL, map_torch_dtype, NULL},
-    {"logging_first_step", NULL, map_logging_first_step, NULL},
     NO_EQ("bf16", "ctune computes in float32; save_dtype sets the saved weights' type"),
     NO_EQ("fp16", "ctune computes in float32; save_dtype sets the saved weights' type"),
     NO_EQ("tf32", "ctune computes in float32 on the CPU"),

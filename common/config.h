@@ -143,6 +143,7 @@ typedef struct {
 
   // logging and checkpoints
   int64_t logging_steps;
+  int logging_first_step;
   int log_completions;
   int64_t num_completions_to_print;
   int64_t save_steps;        // 0 = no checkpoints (the final model is saved anyway)

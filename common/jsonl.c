@@ -138,7 +138,12 @@ static int fill(input *in) {
   return n;
 }
 
-// The next line (newline kept) into *line: its length, 0 at the end, -1 on a read error.
+// The longest line read: a file without newlines (/dev/zero, a binary file) stops here
+// instead of growing memory until the machine runs out.
+#define MAX_LINE_MIB 256
+
+// The next line (newline kept) into *line: its length, 0 at the end, -1 on a read error,
+// -2 past MAX_LINE_MIB.
 static ssize_t next_line(input *in, char **line, size_t *cap) {
   size_t n = 0;
   for (;;) {
@@ -146,6 +151,7 @@ static ssize_t next_line(input *in, char **line, size_t *cap) {
     if (got <= 0) return got < 0 ? -1 : (ssize_t)n;
     const char *from = in->buf + in->pos, *nl = memchr(from, '\n', (size_t)got);
     size_t take = nl ? (size_t)(nl - from) + 1 : (size_t)got;
+    if (n + take > ((size_t)MAX_LINE_MIB << 20)) return -2;
     if (n + take + 1 > *cap) {
       size_t c = (n + take + 1) * 2;
       char *p = realloc(*line, c);
@@ -268,7 +274,10 @@ static int read_lines(const char *path, input *in, bool skip_bad, ct_jsonl_row_f
     }
     rc = skip_row(rc, skip_bad, st);
   }
-  if (!rc && got < 0) rc = read_error(path, in);
+  if (!rc && got == -2)
+    rc = ct_row_error(path, st->n_lines + 1, "line is longer than %d MiB: a JSONL row is one line (is this "
+                      "a JSONL file?)", MAX_LINE_MIB);
+  else if (!rc && got < 0) rc = read_error(path, in);
   free(line);
   return rc;
 }

@@ -59,6 +59,28 @@ int ct_train_after_step(ct_train *tr, bool *stop) {
   return 0;
 }
 
+void ct_train_log_plan(ct_train *tr, int n_seq, int global, int B, int accum, const char *unit) {
+  long steps = tr->total_steps - tr->step;
+  const char *s = steps == 1 ? "" : "s";
+  if (n_seq < global) {
+    ct_log_info(&tr->log, "training %ld step%s of %d %s%s each: the data holds %d, fewer than a full "
+                "step's %d (%d per device x %d accumulation x %d ranks), %d threads per rank", steps, s, n_seq,
+                unit, n_seq == 1 ? "" : "s", n_seq, global, B, accum, tr->world, ct_pool_threads());
+    return;
+  }
+  char tail[128] = "";
+  if (n_seq % global)
+    snprintf(tail, sizeof tail, "; each epoch of %d %ss ends with a step of %d", n_seq, unit, n_seq % global);
+  ct_log_info(&tr->log, "training %ld step%s of %s%d %ss (%d per device x %d accumulation x %d ranks)%s, "
+              "%d threads per rank", steps, s, n_seq % global ? "up to " : "", global, unit, B, accum, tr->world,
+              tail, ct_pool_threads());
+}
+
+bool ct_train_log_due(const ct_train *tr) {
+  const ct_config *c = tr->cfg;
+  return tr->step % c->logging_steps == 0 || tr->step == tr->total_steps || (tr->step == 1 && c->logging_first_step);
+}
+
 void ct_train_log_done(ct_train *tr) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);  // ru_maxrss is in kilobytes on Linux

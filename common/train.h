@@ -103,6 +103,13 @@ void ct_train_free(ct_train *tr);
 // checkpoint (same data, same global batch, not past total_steps; a checkpoint at exactly
 // total_steps trains nothing and the run writes its final model), and opens the metrics log.
 int ct_train_plan(ct_train *tr, int n_seq, int global, uint64_t data_hash);
+// The line that says what the run will train: "training 3 steps of 8 sequences (...)". A
+// step never crosses an epoch: when the data does not fill whole steps it says what a step
+// really holds. unit: "sequence", "pair" (plural adds an s).
+void ct_train_log_plan(ct_train *tr, int n_seq, int global, int B, int accum, const char *unit);
+// Whether the step just taken writes a metrics line: every logging_steps, the last step,
+// and step 1 with logging_first_step.
+bool ct_train_log_due(const ct_train *tr);
 
 // The next optimizer step's sequences (at most `global` of them, never crossing an
 // epoch boundary) into seqs; returns how many. Advances the data position.

@@ -524,7 +524,7 @@ int main(int argc, char **argv) {
     double tok = win.tokens > 0 ? win.tokens : 1;
     double step_loss = (alpha * tau * tau * st.soft + (1 - alpha) * st.hard) / (st.tokens > 0 ? st.tokens : 1);
     ct_log_progress(&tr.log, tr.step, step_loss, win.input_tokens / (ct_now() - t_win));
-    if (tr.step % cfg.logging_steps == 0 || tr.step == tr.total_steps) {
+    if (ct_train_log_due(&tr)) {
       json_t *j = json_pack("{s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "step", (json_int_t)tr.step,
                             "loss", (alpha * tau * tau * win.soft + (1 - alpha) * win.hard) / tok,
                             "distill/soft_loss", win.soft / tok, "distill/hard_loss", win.hard / tok,

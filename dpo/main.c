@@ -413,8 +413,7 @@ int main(int argc, char **argv) {
   }
   const ref_cache *ct_ = cfg.precompute_ref_log_probs ? &cache_train : NULL;
   const ref_cache *ce_ = cfg.precompute_ref_log_probs ? &cache_eval : NULL;
-  ct_log_info(&tr.log, "training %ld steps of %d pairs (%d per device x %d accumulation x %d ranks), "
-              "%d threads per rank", tr.total_steps - tr.step, global, B, accum, tr.world, ct_pool_threads());
+  ct_train_log_plan(&tr, train.n, global, B, accum, "pair");
   ct_train_watch_signals();
   if (have_eval && cfg.eval_on_start && tr.step == 0) evaluate(&d, &eval, ce_);
   dpo_stats win = {0};
@@ -453,7 +452,7 @@ int main(int argc, char **argv) {
     double tok_s = win.tokens / (ct_now() - t_win);
     ct_log_progress(&tr.log, tr.step, st.loss / (st.pairs ? st.pairs : 1), tok_s);
     bool last = tr.step == tr.total_steps;
-    if (tr.step % cfg.logging_steps == 0 || last) {
+    if (ct_train_log_due(&tr)) {
       json_t *j = stats_json(&win, "", ct_dpo_sft_weight(&d.loss) != 0);
       json_object_set_new(j, "step", json_integer(tr.step));
       json_object_set_new(j, "epoch", json_real(tr.epoch + (double)tr.epoch_pos / tr.n_seq));

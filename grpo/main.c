@@ -636,7 +636,7 @@ int main(int argc, char **argv) {
     ct_log_progress(&tr.log, tr.step, g.rs.reward / (g.rs.completions > 0 ? g.rs.completions : 1),
                     st.input_tokens / (ct_now() - t_win));
     t_win = ct_now();
-    if (tr.step % cfg.logging_steps == 0 || tr.step == tr.total_steps) log_step(&g, &st, lr, norm, iter == 0, train_s);
+    if (ct_train_log_due(&tr)) log_step(&g, &st, lr, norm, iter == 0, train_s);
     iter = (iter + 1) % (int)cfg.num_iterations;
     if (have_eval && cfg.eval_steps > 0 && tr.step % cfg.eval_steps == 0 && tr.step != tr.total_steps) evaluate(&g);
     if (ct_train_after_step(&tr, &stop)) fail(1, NULL);

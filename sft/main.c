@@ -64,25 +64,6 @@ static void evaluate(ct_train *tr, workspace *w, const ct_dataset *ev) {
   if (ct_train_eval_lm(tr, &w->eval_acts, &w->head, &w->batch, w->seqs, ev)) fail(1, "eval");
 }
 
-// "training 3 steps of 8 sequences (...)". A step never crosses an epoch: when the data
-// does not fill whole steps the line says what a step really holds.
-static void log_plan(ct_train *tr, int n_seq, int global, int B, int accum) {
-  long steps = tr->total_steps - tr->step;
-  const char *s = steps == 1 ? "" : "s";
-  if (n_seq < global) {
-    ct_log_info(&tr->log, "training %ld step%s of %d sequence%s each: the data holds %d, fewer than a full "
-                "step's %d (%d per device x %d accumulation x %d ranks), %d threads per rank", steps, s, n_seq,
-                n_seq == 1 ? "" : "s", n_seq, global, B, accum, tr->world, ct_pool_threads());
-    return;
-  }
-  char tail[96] = "";
-  if (n_seq % global)
-    snprintf(tail, sizeof tail, "; each epoch of %d sequences ends with a step of %d", n_seq, n_seq % global);
-  ct_log_info(&tr->log, "training %ld step%s of %s%d sequences (%d per device x %d accumulation x %d ranks)%s, "
-              "%d threads per rank", steps, s, n_seq % global ? "up to " : "", global, B, accum, tr->world, tail,
-              ct_pool_threads());
-}
-
 int main(int argc, char **argv) {
   ct_config cfg;
   ct_train tr;
@@ -129,7 +110,7 @@ int main(int argc, char **argv) {
                      ct_train_attach(&tr, &w.eval_acts))) ||
       ct_head_init(&w.head, Bmax * T, B * T, V, C, tiles) || ct_batch_init(&w.batch, Bmax, T))
     fail(1, NULL);
-  log_plan(&tr, train.n_seq, global, B, accum);
+  ct_train_log_plan(&tr, train.n_seq, global, B, accum, "sequence");
   ct_train_watch_signals();
 
   if (have_eval && cfg.eval_on_start && tr.step == 0) evaluate(&tr, &w, &eval);
@@ -166,7 +147,7 @@ int main(int argc, char **argv) {
     ct_log_progress(&tr.log, tr.step, step_loss, tok_s);
 
     bool last = tr.step == tr.total_steps;
-    if (tr.step % cfg.logging_steps == 0 || last) {
+    if (ct_train_log_due(&tr)) {
       double t = win.targets > 0 ? win.targets : 1;
       json_t *m = json_pack("{s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "step", (json_int_t)tr.step,
                             "epoch", tr.epoch + (double)tr.epoch_pos / tr.n_seq, "loss",

@@ -18,6 +18,8 @@ steps() { grep '"rewards/accuracies"' "$1" | grep -v eval_; }
 echo "== step 0 loss is log 2; held-out reward accuracy rises"
 "$D" $common output_dir="$T/a" max_steps=40 eval_dataset_path="$T/prefs_eval.jsonl" eval_on_start=true \
   >"$T/a.log" 2>&1 || { cat "$T/a.log"; fail "dpo run"; }
+grep -q "training 40 steps of up to 8 pairs (8 per device x 1 accumulation x 1 ranks); each epoch of 800 pairs" "$T/a.log" \
+  || grep -q "training 40 steps of 8 pairs (8 per device" "$T/a.log" || { cat "$T/a.log"; fail "no plan line for pairs"; }
 first=$(steps "$T/a/metrics.jsonl" | head -1 | field loss)
 awk -v l="$first" 'BEGIN { d = l - log(2); exit !(d < 1e-6 && d > -1e-6) }' || fail "first loss $first is not log 2"
 acc1=$(grep eval_loss "$T/a/metrics.jsonl" | tail -1 | field 'eval_rewards\/accuracies')

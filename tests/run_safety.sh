@@ -92,6 +92,7 @@ grep -q "interrupted at step" "$T/term.log" || fail "no checkpoint after SIGTERM
 
 echo "== bounds"
 expect 2 "key 'max_steps': 0 would train nothing" "$S" $tiny output_dir="$T/b" max_steps=0
+expect 1 "/dev/zero:1: line is longer than 256 MiB" "$S" $tiny output_dir="$T/z" dataset_path=/dev/zero
 run threads output_dir="$T/th" max_steps=1 num_threads=4096
 grep -q "num_threads 4096 is more than this machine's" "$T/threads.log" || fail "no warning for num_threads"
 echo "== progress within a step: a line at most every CT_PROGRESS_SECONDS (30) when not a terminal"
@@ -108,4 +109,8 @@ grep -q "^ctune: step 1/1: training 1/2 micro-batches, [0-9]* tok/s, phase ETA [
   || { cat "$T/pg.log"; fail "no GRPO training progress line with the reward"; }
 run quiet output_dir="$T/q" max_steps=2 gradient_accumulation_steps=2 per_device_train_batch_size=4
 grep -q "micro-batches" "$T/quiet.log" && fail "progress lines faster than every 30 s"
+echo "== logging_first_step logs step 1 besides every logging_steps and the last"
+run first output_dir="$T/lf" max_steps=3 logging_steps=10 logging_first_step=true
+[ "$(grep -o '"step":[0-9]*' "$T/lf/metrics.jsonl" | tr '\n' ' ')" = '"step":1 "step":3 ' ] \
+  || { cat "$T/lf/metrics.jsonl"; fail "logging_first_step: expected steps 1 and 3"; }
 echo "run safety: all checks passed"
