@@ -49,6 +49,13 @@ awk 'NR % 2 == 0' "$T/train.jsonl" >"$T/shuffled.jsonl"
 awk 'NR % 2 == 1' "$T/train.jsonl" >>"$T/shuffled.jsonl"
 expect 1 "saved training on other data" \
   "$S" $tiny output_dir="$T/r" max_steps=8 resume_from_checkpoint=latest dataset_path="$T/shuffled.jsonl"
+# two ranks trained it: one rank would halve the global batch (8 -> 4 per step here)
+root=""
+[ "$(id -u)" = 0 ] && root="--allow-run-as-root"
+mpirun $root --oversubscribe -np 2 "$S" $tiny output_dir="$T/mp" max_steps=2 save_steps=2 per_device_train_batch_size=4 \
+  >"$T/mp.log" 2>&1 || { cat "$T/mp.log"; fail "two-rank run"; }
+expect 1 "global batch of 8, this run's is 4 (per_device_train_batch_size x gradient_accumulation_steps x 1 ranks)" \
+  "$S" $tiny output_dir="$T/mp" max_steps=4 per_device_train_batch_size=4 resume_from_checkpoint=latest
 cp -r "$T/r/checkpoint-4" "$T/c4"
 sed -i 's/"global_step": 4/"global_step": -3/' "$T/c4/trainer_state.json"
 expect 1 "global_step is out of range" "$S" $tiny output_dir="$T/r2" max_steps=8 resume_from_checkpoint="$T/c4"
