@@ -353,8 +353,9 @@ static const key_def KEYS[] = {
     {"max_new_tokens", K_INT, SAMPLER, OFF(max_new_tokens), "256", IN(1, 1048576),
      .comment = "Most tokens generated per completion."},
     {"temperature", K_FLOAT, GRPO | DISTILL | SAMPLER, OFF(temperature), "1.0", FROM(0),
-     .comment = "Sampling temperature; 0 = greedy. Log-probs are reported at this "
-                "temperature. Distillation: both models' logits are divided by it (tau)."},
+     .comment = "Sampling temperature; 0 = greedy. Log-probs are reported (and `sampler score` "
+                "scores) at this temperature, at 1 when it is 0. Distillation: both models' "
+                "logits are divided by it (tau; above 0)."},
     {"top_k", K_INT, GRPO | SAMPLER, OFF(top_k), "0", FROM(0),
      .comment = "Sample among the k most likely tokens; 0 = off."},
     {"top_p", K_FLOAT, GRPO | SAMPLER, OFF(top_p), "1.0", IN(0, 1), .lo_open = 1,

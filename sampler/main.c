@@ -286,7 +286,8 @@ static int cmd_accuracy(const ct_config *cfg) {
     ct_tokenizer_encode(s.tok, want[i], strlen(want[i]), true, &w);
     reqs[i] = (ct_gen_request){.prompt = ps[i].ids.v, .prompt_len = ps[i].ids.n, .n = 1,
                                .seed = (uint64_t)cfg->seed + (uint64_t)i, .sp = sp,
-                               .max_new_tokens = w.n + 4, .stop_ids = stop_ids, .n_stop_ids = n_stop};
+                               .max_new_tokens = w.n + 4, .stop_ids = stop_ids, .n_stop_ids = n_stop,
+                               .stop_strings = (const char *const *)cfg->stop.v, .n_stop_strings = cfg->stop.n};
     ct_ids_free(&w);
   }
   int slots = (int)cfg->decode_slots;
@@ -314,7 +315,8 @@ static int cmd_accuracy(const ct_config *cfg) {
 }
 
 // ---------------------------------------------------------------------------
-// score: log-prob of each row's completion given its prompt, at temperature 1.
+// score: log-prob of each row's completion given its prompt, at `temperature` (0: at 1),
+// as generate reports the log-probs of what it samples.
 
 static int cmd_score(const ct_config *cfg) {
   setup_t s;
@@ -332,6 +334,7 @@ static int cmd_score(const ct_config *cfg) {
                           "max_target_length %ld", cfg->data, ds.n_empty, ds.n_truncated,
                           (long)cfg->max_target_length), NULL));
   int chunk = 256, V = s.w.cfg.vocab_size;
+  double tau = cfg->temperature > 0 ? cfg->temperature : 1.0;  // as generate reports log-probs
   ct_engine_opts eo = {1, (int)cfg->max_target_length, chunk};
   ct_engine *e;
   if (ct_engine_init(&e, &s.w, &eo)) fail(1, NULL);
@@ -355,13 +358,13 @@ static int cmd_score(const ct_config *cfg) {
         }
       }
       if (ct_engine_forward(e, n, ids + start, slot, pos, outs, nout, logits)) fail(1, NULL);
-      for (int k = 0; k < nout; k++) {
+      for (int k = 0; k < nout; k++) {  // log-softmax of logits / tau
         const float *l = logits + (long)k * V;
         float mx = l[0];
         for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
         double sum = 0;
-        for (int v = 0; v < V; v++) sum += exp((double)l[v] - mx);
-        double lp = (double)l[tgt[k]] - mx - log(sum);
+        for (int v = 0; v < V; v++) sum += exp(((double)l[v] - mx) / tau);
+        double lp = ((double)l[tgt[k]] - mx) / tau - log(sum);
         total += lp;
         json_array_append_new(tl, json_real(lp));
       }

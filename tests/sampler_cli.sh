@@ -58,6 +58,25 @@ got=$(sed 's/.*"logp":\([-0-9.e+]*\).*/\1/' "$T/s.jsonl" | awk '{printf "%.6f", 
 echo "completion '$comp' ($ncomp tokens): generate sum $want, score $got"
 awk -v a="$want" -v b="$got" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-3) }' || fail "score differs from generate"
 
+echo "== score at a temperature agrees with generate's log-probs at that temperature"
+"$S" generate model_path="$T/m" prompt="reverse world:" temperature=0.7 seed=3 max_new_tokens=10 output=json >"$T/g7.jsonl"
+want7=$(sed 's/.*"logprobs":\[\([^]]*\)\].*/\1/' "$T/g7.jsonl" | tr ',' '\n' | awk '{s+=$1} END {printf "%.6f", s}')
+cids7=$(sed 's/.*"completion_ids":\[\([^]]*\)\].*/\1/' "$T/g7.jsonl")
+echo "{\"prompt_input_ids\": [$pids], \"completion_input_ids\": [$cids7]}" >"$T/score7.jsonl"
+got7=$("$S" score model_path="$T/m" data="$T/score7.jsonl" temperature=0.7 | sed 's/.*"logp":\([-0-9.e+]*\).*/\1/' | awk '{printf "%.6f", $1}')
+got1=$("$S" score model_path="$T/m" data="$T/score7.jsonl" | sed 's/.*"logp":\([-0-9.e+]*\).*/\1/' | awk '{printf "%.6f", $1}')
+echo "at 0.7: generate sum $want7, score $got7 (at 1: $got1)"
+awk -v a="$want7" -v b="$got7" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-3) }' || fail "score at 0.7 differs from generate"
+
+echo "== accuracy applies stop strings: stopping at any letter leaves no answer whole"
+# the expected answer is the model's own greedy completion (above), so it matches without stops
+printf '{"prompt": "reverse world:", "completion": "%s"}\n' "$comp" >"$T/acc.jsonl"
+stops=$(printf '%s' "$comp" | fold -w1 | sort -u | tr '\n' ',' | sed 's/,$//')
+a0=$("$S" accuracy model_path="$T/m" data="$T/acc.jsonl" temperature=0 | sed 's/.*"exact_match": *\([0-9.]*\).*/\1/')
+a1=$("$S" accuracy model_path="$T/m" data="$T/acc.jsonl" temperature=0 "stop=[$stops]" | sed 's/.*"exact_match": *\([0-9.]*\).*/\1/')
+echo "exact match $a0 without stop strings, $a1 with stop=[$stops]"
+[ "$a0" = "1.0000" ] && [ "$a1" = "0.0000" ] || fail "accuracy ignores stop strings ($a0, $a1)"
+
 echo "== int8: convert, save, load pre-quantized, same output"
 "$S" generate model_path="$T/m" prompt="reverse abcde:" temperature=0 max_new_tokens=12 quantization=int8 \
   save_quantized="$T/q8" output=json >"$T/q1.jsonl" 2>"$T/q.log" || { cat "$T/q.log"; fail "int8 generate"; }
