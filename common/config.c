@@ -74,6 +74,7 @@ const char *const ct_truncate_names[] = {"error", "left", NULL};
 const char *const ct_loss_type_names[] = {"sigmoid", "hinge", "ipo", "robust", "sft", "simpo",
                                           "grpo", "bnpo", "dr_grpo", "dapo", NULL};
 const char *const ct_scale_rewards_names[] = {"group", "batch", "none", NULL};
+const char *const ct_advantage_estimator_names[] = {"group_norm", "rloo", "reinforce_baseline", NULL};
 const char *const ct_reward_failure_names[] = {"error", "nan", NULL};
 const char *const ct_reward_func_names[] = {"accuracy", "format", "length", "remote", NULL};
 const char *const ct_lora_module_names[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
@@ -87,6 +88,7 @@ NAMES_MATCH(ct_output_names, CT_OUTPUT_COUNT);
 NAMES_MATCH(ct_quantization_names, CT_QUANT_COUNT);
 NAMES_MATCH(ct_truncate_names, CT_TRUNCATE_COUNT);
 NAMES_MATCH(ct_scale_rewards_names, CT_SCALE_COUNT);
+NAMES_MATCH(ct_advantage_estimator_names, CT_ADV_COUNT);
 NAMES_MATCH(ct_reward_failure_names, CT_REWARD_FAIL_COUNT);
 NAMES_MATCH(ct_reward_func_names, CT_REWARD_COUNT);
 
@@ -304,7 +306,16 @@ static const key_def KEYS[] = {
     {"scale_rewards", K_ENUM, GRPO, OFF(scale_rewards), "group", .choices = ct_scale_rewards_names,
      .bool_as = {"group", "none"},
      .comment = "Advantages divided by the group's reward std (group), the batch's (batch), "
-                "or not at all (none); TRL's true and false mean group and none."},
+                "or not at all (none); TRL's true and false mean group and none. "
+                "advantage_estimator group_norm only."},
+    {"advantage_estimator", K_ENUM, GRPO, OFF(advantage_estimator), "group_norm",
+     .choices = ct_advantage_estimator_names,
+     .comment = "group_norm: (r - group mean) / scale_rewards' std (GRPO); rloo: r minus the "
+                "mean of the group's other rewards (RLOO); reinforce_baseline: r - group mean, "
+                "then whitened over all completion tokens of the step (REINFORCE++-baseline)."},
+    {"normalize_advantages", K_BOOL, GRPO, OFF(normalize_advantages), "false",
+     .comment = "rloo: whiten the step's advantages, (A - mean) / (std + 1e-4) over all "
+                "completions (TRL's RLOO option)."},
     {"mask_truncated_completions", K_BOOL, GRPO, OFF(mask_truncated_completions), "false",
      .comment = "Completions that never reached an end-of-turn token get no loss."},
     {"reward_funcs", K_STR_LIST, GRPO, OFF(reward_funcs), "accuracy", .choices = ct_reward_func_names,

@@ -46,6 +46,9 @@ enum { CT_TRUNCATE_ERROR, CT_TRUNCATE_LEFT, CT_TRUNCATE_COUNT };
 extern const char *const ct_truncate_names[];
 enum { CT_SCALE_GROUP, CT_SCALE_BATCH, CT_SCALE_NONE, CT_SCALE_COUNT };
 extern const char *const ct_scale_rewards_names[];
+// advantage_estimator (grpo/advantage.h has the formulas; OpenRLHF's names).
+enum { CT_ADV_GROUP_NORM, CT_ADV_RLOO, CT_ADV_REINFORCE_BASELINE, CT_ADV_COUNT };
+extern const char *const ct_advantage_estimator_names[];
 enum { CT_REWARD_FAIL_ERROR, CT_REWARD_FAIL_NAN, CT_REWARD_FAIL_COUNT };
 extern const char *const ct_reward_failure_names[];
 // The built-in reward functions (grpo/reward.c implements them).
@@ -185,6 +188,8 @@ typedef struct {
   double epsilon;
   double epsilon_high;
   int scale_rewards;  // CT_SCALE_*
+  int advantage_estimator;  // CT_ADV_*
+  int normalize_advantages;
   int mask_truncated_completions;
   ct_str_list reward_funcs;
   ct_float_list reward_weights;

@@ -1,11 +1,13 @@
-// grpo/advantage: reward sums, group advantages, the per-token clipped surrogate with
-// the k3 KL, and each loss_type's token weight. Rollouts and batching are the trainer's.
+// grpo/advantage: reward sums, group advantages (group_norm, rloo, reinforce_baseline and
+// the whitening the last two use), the per-token clipped surrogate with the k3 KL, and each
+// loss_type's token weight. Rollouts and batching are the trainer's.
 #include "grpo/advantage.h"
 
 #include <math.h>
 #include <stdbool.h>
 
 #include "config.h"
+#include "dist.h"
 
 const char *const ct_grpo_loss_type_names[] = {"grpo", "bnpo", "dr_grpo", "dapo", NULL};
 _Static_assert(sizeof ct_grpo_loss_type_names / sizeof *ct_grpo_loss_type_names == CT_GRPO_AGG_COUNT + 1,
@@ -31,18 +33,74 @@ double ct_grpo_group_std(const double *x, int G, double *mean) {
   return G > 1 ? sqrt(var / (G - 1)) : 0;
 }
 
+static bool all_equal(const double *x, int G) {
+  bool same = true;
+  for (int i = 1; i < G; i++) same &= x[i] == x[0];
+  return same;
+}
+
 int ct_grpo_advantages(const double *r, int groups, int G, int scale, double batch_std, double *adv) {
   int zero = 0;
   for (int g = 0; g < groups; g++) {
     const double *x = r + (long)g * G;
     double mean, std = ct_grpo_group_std(x, G, &mean);
-    bool same = true;
-    for (int i = 1; i < G; i++) same &= x[i] == x[0];
+    bool same = all_equal(x, G);
     zero += same;
     double div = scale == CT_SCALE_GROUP ? std + 1e-4 : scale == CT_SCALE_BATCH ? batch_std + 1e-4 : 1.0;
     for (int i = 0; i < G; i++) adv[(long)g * G + i] = same ? 0.0 : (x[i] - mean) / div;
   }
   return zero;
+}
+
+int ct_grpo_rloo(const double *r, int groups, int G, double *adv) {
+  int zero = 0;
+  for (int g = 0; g < groups; g++) {
+    const double *x = r + (long)g * G;
+    double sum = 0;
+    for (int i = 0; i < G; i++) sum += x[i];
+    bool same = all_equal(x, G);
+    zero += same;
+    for (int i = 0; i < G; i++) adv[(long)g * G + i] = same ? 0.0 : x[i] - (sum - x[i]) / (G - 1);
+  }
+  return zero;
+}
+
+int ct_grpo_group_baseline(const double *r, int groups, int G, double *adv) {
+  int zero = 0;
+  for (int g = 0; g < groups; g++) {
+    const double *x = r + (long)g * G;
+    double mean;
+    ct_grpo_group_std(x, G, &mean);
+    bool same = all_equal(x, G);
+    zero += same;
+    for (int i = 0; i < G; i++) adv[(long)g * G + i] = same ? 0.0 : x[i] - mean;
+  }
+  return zero;
+}
+
+// Σ w_i·(a_i − c)^p for p = 0, 1, 2 into s[0..2] (w NULL: 1 each).
+static void weighted_moments(const double *a, const double *w, int n, double c, double s[3]) {
+  s[0] = s[1] = s[2] = 0;
+  for (int i = 0; i < n; i++) {
+    double wi = w ? w[i] : 1.0, d = a[i] - c;
+    s[0] += wi, s[1] += wi * d, s[2] += wi * d * d;
+  }
+}
+
+int ct_grpo_whiten(double *adv, const double *w, int n, int kind) {
+  bool tokens = kind == CT_WHITEN_TOKENS;
+  double s[3];
+  int rc;
+  // two passes (the mean, then squares about it): no cancellation in Σa² − (Σa)²/N
+  weighted_moments(adv, tokens ? w : NULL, n, 0, s);
+  if ((rc = ct_dist_sum_f64(s, 3))) return rc;
+  if (s[0] <= 0) return 0;
+  double mean = s[1] / s[0], count = s[0];
+  weighted_moments(adv, tokens ? w : NULL, n, mean, s);
+  if ((rc = ct_dist_sum_f64(s, 3))) return rc;
+  double div = tokens ? sqrt(fmax(s[2] / count, 1e-8)) : (count > 1 ? sqrt(s[2] / (count - 1)) : 0) + 1e-4;
+  for (int i = 0; i < n; i++) adv[i] = (adv[i] - mean) / div;
+  return 0;
 }
 
 double ct_grpo_token_loss(const ct_grpo_clip *c, double lp, double old, double ref, double A,

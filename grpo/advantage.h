@@ -4,6 +4,11 @@
 //   A = (r − mean_group) / (std + 1e-4), std Bessel-corrected, of the group
 //   (scale group) or of the whole batch (scale batch); scale none: A = r − mean_group.
 //   A group whose rewards are all equal gets A = 0 exactly.
+//   That is advantage_estimator group_norm; the critic-free alternatives (OpenRLHF's names):
+//   rloo                A_i = r_i − (Σ_group r − r_i)/(G − 1)   (TRL's RLOO; optionally
+//                       whitened over the batch's completions, normalize_advantages)
+//   reinforce_baseline  A_i = r_i − mean_group, then whitened over every completion token
+//                       of the batch (REINFORCE++-baseline, OpenRLHF's experience maker)
 //
 //   token loss ℓ_t = −min(ρ_t·A, clip(ρ_t, 1−ε_low, 1+ε_high)·A) + β·kl_t,
 //   ρ_t = exp(lp_t − old_t), kl_t = exp(ref_t − lp_t) − (ref_t − lp_t) − 1.
@@ -19,6 +24,26 @@ double ct_grpo_group_std(const double *x, int G, double *mean);
 // reward of the step (all ranks), used when scale == batch. Returns the number of
 // groups whose rewards are all equal.
 int ct_grpo_advantages(const double *r, int groups, int G, int scale, double batch_std, double *adv);
+
+// rloo's leave-one-out advantages (n = groups·G rewards in group order); a group whose
+// rewards are all equal gets 0 exactly. Returns the number of such groups.
+int ct_grpo_rloo(const double *r, int groups, int G, double *adv);
+
+// reinforce_baseline's first half: A = r − mean_group (0 exactly where all are equal).
+// Returns the number of groups whose rewards are all equal.
+int ct_grpo_group_baseline(const double *r, int groups, int G, double *adv);
+
+// How ct_grpo_whiten weighs and divides:
+//   completions (TRL's normalize_advantages): every completion once;
+//     A ← (A − mean) / (std + 1e-4), std Bessel-corrected (0 for a single completion)
+//   tokens (OpenRLHF's masked whitening): completion i weighs w_i = its token count;
+//     A ← (A − μ) / sqrt(max(σ², 1e-8)), μ = Σ w·A / Σ w, σ² = Σ w·(A − μ)² / Σ w
+//     (nothing changes when there are no tokens at all)
+enum { CT_WHITEN_COMPLETIONS, CT_WHITEN_TOKENS };
+// Whitens this rank's n advantages in place with statistics over every rank's (a
+// collective: every rank calls it). w (n) is read only by CT_WHITEN_TOKENS. Returns 0, or
+// the error of the cross-rank sum.
+int ct_grpo_whiten(double *adv, const double *w, int n, int kind);
 
 typedef struct {
   double eps_low, eps_high, beta;

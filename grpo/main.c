@@ -51,9 +51,25 @@ static int agg_kind(const ct_config *c, int *kind) {
 
 static int reward_init(const ct_config *c, int k, ct_reward **out);
 
+// scale_rewards divides group_norm's advantages, normalize_advantages whitens rloo's:
+// either set for another estimator would do nothing.
+static int check_estimator(const ct_config *c) {
+  const char *est = ct_advantage_estimator_names[c->advantage_estimator];
+  if (c->scale_rewards != CT_SCALE_GROUP && c->advantage_estimator != CT_ADV_GROUP_NORM)
+    return ct_set_error(CT_ECONFIG, "%s: key 'scale_rewards': '%s' scales group_norm's advantages, and "
+                        "advantage_estimator is %s; drop the key or use group_norm",
+                        ct_config_origin(c, "scale_rewards"), ct_scale_rewards_names[c->scale_rewards], est);
+  if (c->normalize_advantages && c->advantage_estimator != CT_ADV_RLOO)
+    return ct_set_error(CT_ECONFIG, "%s: key 'normalize_advantages': whitens rloo's advantages, and "
+                        "advantage_estimator is %s%s", ct_config_origin(c, "normalize_advantages"), est,
+                        c->advantage_estimator == CT_ADV_REINFORCE_BASELINE ? " (which always whitens)" : "");
+  return 0;
+}
+
 static int check_config(const ct_config *c) {
   int kind, B = (int)c->per_device_train_batch_size, accum = (int)c->gradient_accumulation_steps;
   int rc = agg_kind(c, &kind);
+  if (!rc) rc = check_estimator(c);
   if (!rc) rc = ct_train_check_reference(c);
   if (rc) return rc;
   if (c->reward_funcs.n < 1)
@@ -350,6 +366,30 @@ static void log_rollouts(grpo_t *g, const double *R, const double *r, const doub
   free(rows);
 }
 
+// The advantages adv (n_ro) of this rank's rewards r as advantage_estimator says (whitening
+// is collective: its statistics span every rank). batch_std: of every rank's rewards.
+// Returns the number of this rank's groups whose rewards are all equal.
+static int advantages(grpo_t *g, const double *r, double batch_std, double *adv) {
+  const ct_config *c = g->cfg;
+  int n = g->n_ro, groups = n / g->G, zero;
+  switch (c->advantage_estimator) {
+    case CT_ADV_RLOO:
+      zero = ct_grpo_rloo(r, groups, g->G, adv);
+      if (c->normalize_advantages && ct_grpo_whiten(adv, NULL, n, CT_WHITEN_COMPLETIONS)) fail(1, NULL);
+      return zero;
+    case CT_ADV_REINFORCE_BASELINE: {
+      zero = ct_grpo_group_baseline(r, groups, g->G, adv);
+      double *tokens = malloc(sizeof(double) * (n > 0 ? n : 1));  // (n) each completion's weight
+      if (!tokens) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+      for (int i = 0; i < n; i++) tokens[i] = g->ro[i].n;
+      if (ct_grpo_whiten(adv, tokens, n, CT_WHITEN_TOKENS)) fail(1, NULL);
+      free(tokens);
+      return zero;
+    }
+    default: return ct_grpo_advantages(r, groups, g->G, c->scale_rewards, batch_std, adv);
+  }
+}
+
 // Scores every rollout with each reward function, sums them with the weights, and turns
 // the sums into group advantages; fills g->rs, g->lens and g->func (summed over ranks)
 // and logs the rollouts.
@@ -378,7 +418,7 @@ static void score(grpo_t *g) {
   ct_dist_sum_stats(&part);
   double mean = part.reward / part.completions;
   double var = (part.reward_sq - part.completions * mean * mean) / (part.completions > 1 ? part.completions - 1 : 1);
-  double zero = ct_grpo_advantages(r, groups, g->G, c->scale_rewards, sqrt(var > 0 ? var : 0), adv);
+  double zero = advantages(g, r, sqrt(var > 0 ? var : 0), adv);
   ct_dist_sum_f64(&zero, 1);
   *s = part;
   s->zero_std_groups = zero;

@@ -44,6 +44,58 @@ static void test_batch_and_none_scaling(void) {
   CHECK_NEAR(a[2], 2.0, 0);
 }
 
+// rloo, group 3 1 2 6 (sum 12): A_i = r_i − (12 − r_i)/3 = 0, −8/3, −4/3, 4; the second
+// group is all equal: 0 exactly (0.1·3/3 would not give it).
+static void test_rloo_leaves_each_completion_out_of_its_baseline(void) {
+  double r[8] = {3, 1, 2, 6, 0.1, 0.1, 0.1, 0.1}, a[8];
+  CHECK(ct_grpo_rloo(r, 2, 4, a) == 1);
+  CHECK_NEAR(a[0], 0.0, 1e-15);
+  CHECK_NEAR(a[1], -8.0 / 3, 1e-15);
+  CHECK_NEAR(a[2], -4.0 / 3, 1e-15);
+  CHECK_NEAR(a[3], 4.0, 1e-15);
+  for (int i = 4; i < 8; i++) CHECK(a[i] == 0.0);
+  // normalize_advantages: mean 0, Σ A² = 64/9 + 16/9 + 16 = 224/9, Bessel var 32/9
+  CHECK_OK(ct_grpo_whiten(a, NULL, 8, CT_WHITEN_COMPLETIONS));
+  double div = 4 * sqrt(2.0) / 3 + 1e-4;
+  CHECK_NEAR(a[1], -8.0 / 3 / div, 1e-12);
+  CHECK_NEAR(a[3], 4.0 / div, 1e-12);
+  CHECK_NEAR(a[5], 0.0, 1e-15);
+}
+
+// reinforce_baseline, groups {1, 3} and {5, 5}: A = −1, 1, 0, 0; completions of 3, 1, 2, 2
+// tokens: μ = (−3 + 1)/8 = −1/4, σ² = (3·0.75² + 1.25² + 4·0.25²)/8 = 3.5/8.
+static void test_reinforce_baseline_whitens_over_tokens(void) {
+  double r[4] = {1, 3, 5, 5}, w[4] = {3, 1, 2, 2}, a[4];
+  CHECK(ct_grpo_group_baseline(r, 2, 2, a) == 1);
+  CHECK_NEAR(a[0], -1.0, 0);
+  CHECK_NEAR(a[1], 1.0, 0);
+  CHECK(a[2] == 0.0 && a[3] == 0.0);
+  CHECK_OK(ct_grpo_whiten(a, w, 4, CT_WHITEN_TOKENS));
+  double sd = sqrt(3.5 / 8);
+  CHECK_NEAR(a[0], -0.75 / sd, 1e-12);
+  CHECK_NEAR(a[1], 1.25 / sd, 1e-12);
+  CHECK_NEAR(a[2], 0.25 / sd, 1e-12);
+  CHECK_NEAR(a[3], 0.25 / sd, 1e-12);
+  double m = 0, v = 0;  // per token: mean 0, variance 1
+  for (int i = 0; i < 4; i++) m += w[i] * a[i], v += w[i] * a[i] * a[i];
+  CHECK_NEAR(m / 8, 0.0, 1e-12);
+  CHECK_NEAR(v / 8, 1.0, 1e-12);
+}
+
+// Whitening all-equal advantages gives 0, not NaN (σ² is held at 1e-8 or more; std + 1e-4);
+// no tokens at all leaves them as they are.
+static void test_whitening_degenerate_batches(void) {
+  double a[3] = {0.5, 0.5, 0.5}, w[3] = {1, 2, 3};
+  CHECK_OK(ct_grpo_whiten(a, w, 3, CT_WHITEN_TOKENS));
+  for (int i = 0; i < 3; i++) CHECK(a[i] == 0.0);
+  double b[2] = {2, -1}, z[2] = {0, 0};
+  CHECK_OK(ct_grpo_whiten(b, z, 2, CT_WHITEN_TOKENS));
+  CHECK(b[0] == 2 && b[1] == -1);
+  double c[1] = {3};
+  CHECK_OK(ct_grpo_whiten(c, NULL, 1, CT_WHITEN_COMPLETIONS));
+  CHECK_NEAR(c[0], 0.0, 0);
+}
+
 // On the first pass over fresh rollouts old == current: ratio 1, no clipping, and the
 // loss and its derivative are −A.
 static void test_ratio_one_gives_minus_advantage_and_no_clipping(void) {
@@ -146,6 +198,9 @@ int main(void) {
   RUN(test_group_advantages_are_standardized_with_bessel_std);
   RUN(test_near_zero_std_is_bounded);
   RUN(test_batch_and_none_scaling);
+  RUN(test_rloo_leaves_each_completion_out_of_its_baseline);
+  RUN(test_reinforce_baseline_whitens_over_tokens);
+  RUN(test_whitening_degenerate_batches);
   RUN(test_ratio_one_gives_minus_advantage_and_no_clipping);
   RUN(test_clipping_stops_the_gradient_outside_the_range);
   RUN(test_kl_is_zero_at_the_reference_and_k3_elsewhere);

@@ -1,7 +1,10 @@
 # Recomputes GRPO's step metrics from output_dir/completions.jsonl (as TRL defines them)
-# and compares them with metrics.jsonl. usage: awk -f completions.awk G completions.jsonl metrics.jsonl
-# (the first file is given as the variable G: the group size). Prints each comparison;
-# exits 1 on the first mismatch (1e-5 relative, metrics are written with 8 digits).
+# and compares them with metrics.jsonl, and each row's advantage with the one recomputed
+# from the step's logged rewards (and, for reinforce_baseline, completion lengths).
+# usage: awk -v G=8 [-v E=rloo] [-v NORM=1] -f completions.awk completions.jsonl metrics.jsonl
+# (G: the group size; E: advantage_estimator, group_norm when not given; NORM=1: rloo's
+# normalize_advantages). Prints each mismatch; exits 1 after any (1e-5 relative, metrics
+# are written with 8 digits).
 function num(line, key,    i, s) {  # the number after "key": (the row's fields after its text)
   i = index(line, "\"" key "\":")
   if (!i) return "none"
@@ -31,13 +34,7 @@ FNR == NR {  # completions.jsonl
   }
   r = num(tail, "reward"); a = num(tail, "advantage")
   rsum[st] += r
-  gi = (rows[st] - 1) % G; grp_r[gi] = r; grp_a[gi] = a
-  if (gi == G - 1) {  # a whole group: A = (r - mean) / (std + 1e-4), or 0 when all equal
-    m = 0; sq = 0; same = 1
-    for (i = 0; i < G; i++) { m += grp_r[i]; sq += grp_r[i] * grp_r[i]; same = same && grp_r[i] == grp_r[0] }
-    sd = std(m, sq, G); m /= G
-    for (i = 0; i < G; i++) check(st, "advantage", same ? 0 : (grp_r[i] - m) / (sd + 1e-4), grp_a[i])
-  }
+  i = rows[st]; rw[st, i] = r; ad[st, i] = a; ln[st, i] = n
   next
 }
 /"reward"/ {  # metrics.jsonl
@@ -57,4 +54,36 @@ FNR == NR {  # completions.jsonl
   }
   steps++
 }
-END { printf "%d values of %d steps match\n", checked, steps; exit bad || !steps }
+# The advantages of step st's rows from their rewards, as advantage_estimator E says:
+# group_norm (r - mean) / (Bessel std + 1e-4); rloo r - mean of the others; reinforce_baseline
+# r - mean; a group whose rewards are all equal gets 0. Then rloo with NORM whitens over the
+# step's completions (Bessel std + 1e-4), reinforce_baseline over its tokens (each row
+# weighs its length; population variance held at 1e-8 or more).
+function step_advantages(st,    g, i, m, sq, sd, same, w, mu, v, r) {
+  for (g = 0; g < rows[st]; g += G) {
+    m = 0; sq = 0; same = 1
+    for (i = 1; i <= G; i++) { m += rw[st, g + i]; sq += rw[st, g + i] ^ 2; same = same && rw[st, g + i] == rw[st, g + 1] }
+    sd = std(m, sq, G)
+    for (i = 1; i <= G; i++) {
+      r = rw[st, g + i]
+      if (same) want[g + i] = 0
+      else if (E == "rloo") want[g + i] = r - (m - r) / (G - 1)
+      else if (E == "reinforce_baseline") want[g + i] = r - m / G
+      else want[g + i] = (r - m / G) / (sd + 1e-4)
+    }
+  }
+  if (!(E == "reinforce_baseline" || (E == "rloo" && NORM))) return
+  w = 0; mu = 0; v = 0
+  for (i = 1; i <= rows[st]; i++) { g = E == "rloo" ? 1 : ln[st, i]; w += g; mu += g * want[i] }
+  if (w == 0) return
+  mu /= w
+  for (i = 1; i <= rows[st]; i++) { g = E == "rloo" ? 1 : ln[st, i]; v += g * (want[i] - mu) ^ 2 }
+  sd = E == "rloo" ? (w > 1 ? sqrt(v / (w - 1)) : 0) + 1e-4 : sqrt(v / w > 1e-8 ? v / w : 1e-8)
+  for (i = 1; i <= rows[st]; i++) want[i] = (want[i] - mu) / sd
+}
+END {
+  for (st in rows) {
+    step_advantages(st)
+    for (i = 1; i <= rows[st]; i++) check(st, "advantage", want[i], ad[st, i])
+  }
+  printf "%d values of %d steps match\n", checked, steps; exit bad || !steps }
