@@ -24,7 +24,7 @@ LDLIBS_ALL = -lopenblas -lyaml -ljansson -lcurl -lz $(MPI_LIBS) -lm -pthread $(L
 COMMON_SRC  := $(wildcard base/*.c text/*.c nn/*.c common/*.c)
 SAMPLER_SRC := $(filter-out sampler/main.c sampler/bench.c,$(wildcard sampler/*.c))
 # a trainer's own modules (dpo/loss.c, ...) go in the library too, so tests can reach them
-TRAINER_SRC := $(filter-out %/main.c,$(wildcard sft/*.c dpo/*.c grpo/*.c distill/*.c))
+TRAINER_SRC := $(filter-out %/main.c,$(wildcard sft/*.c dpo/*.c grpo/*.c distill/*.c reward/*.c))
 LIB_OBJ     := $(COMMON_SRC:%.c=$(B)/%.o) $(SAMPLER_SRC:%.c=$(B)/%.o) $(TRAINER_SRC:%.c=$(B)/%.o)
 LIB         := $(B)/libctune.a
 

@@ -47,17 +47,16 @@ static void rope(double *v, int pos, int hd, double theta) {
   }
 }
 
-// Sum over target tokens of cross-entropy + z·lse²; *count gets the number of targets.
-static double ref_loss(const ref_t *r, int B, int T, const int *ids, const int *pos,
-                       const int *seg, const int *target, double z, int *count_out) {
+// The residual stream after every decoder layer, x (B·T, C), before the final norm.
+static void ref_layers(const ref_t *r, int B, int T, const int *ids, const int *pos, const int *seg, double *x) {
   const ct_model_config *c = &r->m->cfg;
   int C = c->hidden_size, F = c->intermediate_size, H = c->num_heads, KV = c->num_kv_heads;
-  int hd = c->head_dim, V = c->vocab_size, N = B * T, Hd = H * hd;
+  int hd = c->head_dim, N = B * T, Hd = H * hd;
   double eps = c->rms_norm_eps;
-  double *x = calloc((size_t)N * C, 8), *xn = calloc(C, 8), *q = calloc((size_t)N * Hd, 8);
+  double *xn = calloc(C, 8), *q = calloc((size_t)N * Hd, 8);
   double *k = calloc((size_t)N * KV * hd, 8), *v = calloc((size_t)N * KV * hd, 8);
   double *o = calloc((size_t)N * Hd, 8), *tmp = calloc(C > F ? (Hd > F ? Hd : F) : (Hd > C ? Hd : C), 8);
-  double *g = calloc(F, 8), *u = calloc(F, 8), *p = calloc(T, 8), *logits = calloc(V, 8);
+  double *g = calloc(F, 8), *u = calloc(F, 8), *p = calloc(T, 8);
   const double *E = W(r, "model.embed_tokens.weight", 0);
   for (int n = 0; n < N; n++) memcpy(x + (long)n * C, E + (long)ids[n] * C, 8 * C);
   for (int l = 0; l < c->num_layers; l++) {
@@ -117,6 +116,18 @@ static double ref_loss(const ref_t *r, int B, int T, const int *ids, const int *
       for (int i = 0; i < C; i++) xr[i] += tmp[i];
     }
   }
+  free(xn); free(q); free(k); free(v); free(o); free(tmp); free(g); free(u); free(p);
+}
+
+// Sum over target tokens of cross-entropy + z·lse²; *count gets the number of targets.
+static double ref_loss(const ref_t *r, int B, int T, const int *ids, const int *pos,
+                       const int *seg, const int *target, double z, int *count_out) {
+  const ct_model_config *c = &r->m->cfg;
+  int C = c->hidden_size, V = c->vocab_size, N = B * T;
+  double eps = c->rms_norm_eps;
+  double *x = calloc((size_t)N * C, 8), *xn = calloc(C, 8), *logits = calloc(V, 8);
+  const double *E = W(r, "model.embed_tokens.weight", 0);
+  ref_layers(r, B, T, ids, pos, seg, x);
   const double *head = c->tie_word_embeddings ? E : W(r, "lm_head.weight", 0);
   double total = 0;
   int count = 0;
@@ -131,8 +142,7 @@ static double ref_loss(const ref_t *r, int B, int T, const int *ids, const int *
     total += lse - logits[target[n]] + z * lse * lse;
     count++;
   }
-  free(x); free(xn); free(q); free(k); free(v); free(o); free(tmp); free(g); free(u); free(p);
-  free(logits);
+  free(x); free(xn); free(logits);
   if (count_out) *count_out = count;
   return total;
 }
