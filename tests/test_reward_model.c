@@ -68,6 +68,21 @@ static double ref_pair_loss(const ref_t *r, const double *w, const int *ids, con
   return ct_rm_pair_loss(rew[0], rew[1], margin, center, &dc, &dr);
 }
 
+// Central difference of the reference loss in the parameter *p against the analytic
+// gradient `got`: the worst error so far in *worst, a count of misses in *bad.
+static void fd_check(const ref_t *ref, const double *w, const int *ids, const int *pos, const int *seg, double *p,
+                     float got, double *worst, int *bad) {
+  double keep = *p, e = 1e-5;
+  *p = keep + e;
+  double lp = ref_pair_loss(ref, w, ids, pos, seg);
+  *p = keep - e;
+  double lm = ref_pair_loss(ref, w, ids, pos, seg);
+  *p = keep;
+  double fd = (lp - lm) / (2 * e), err = fabs(got - fd);
+  *worst = fmax(*worst, err);
+  *bad += err > 1e-5 + 1e-3 * fabs(fd);
+}
+
 static void test_score_head_and_backbone_gradients_match_reference(void) {
   ct_model_config cfg = {.model_type = "qwen2", .vocab_size = 17, .hidden_size = 12, .intermediate_size = 20,
                          .num_layers = 2, .num_heads = 4, .num_kv_heads = 2, .head_dim = 4,
@@ -109,27 +124,10 @@ static void test_score_head_and_backbone_gradients_match_reference(void) {
   double want = ref_pair_loss(&ref, wd, a.ids, a.pos, a.seg);
   CHECK_NEAR(loss, want, 2e-5 * fabs(want) + 1e-6);
   int bad = 0, checked = 0;
-  double worst = 0, e = 1e-5;
-  for (int i = 0; i < C; i++) {  // the score head
-    double keep = wd[i];
-    wd[i] = keep + e;
-    double lp = ref_pair_loss(&ref, wd, a.ids, a.pos, a.seg);
-    wd[i] = keep - e;
-    double lm = ref_pair_loss(&ref, wd, a.ids, a.pos, a.seg);
-    wd[i] = keep;
-    double fd = (lp - lm) / (2 * e), err = fabs(dw[i] - fd);
-    checked++, worst = fmax(worst, err), bad += err > 1e-5 + 1e-3 * fabs(fd);
-  }
-  for (long i = 0; i < m.n_floats; i++) {  // every backbone parameter, through the head
-    double keep = P[i];
-    P[i] = keep + e;
-    double lp = ref_pair_loss(&ref, wd, a.ids, a.pos, a.seg);
-    P[i] = keep - e;
-    double lm = ref_pair_loss(&ref, wd, a.ids, a.pos, a.seg);
-    P[i] = keep;
-    double fd = (lp - lm) / (2 * e), err = fabs(grads[i] - fd);
-    checked++, worst = fmax(worst, err), bad += err > 1e-5 + 1e-3 * fabs(fd);
-  }
+  double worst = 0;
+  for (int i = 0; i < C; i++) fd_check(&ref, wd, a.ids, a.pos, a.seg, &wd[i], dw[i], &worst, &bad), checked++;
+  for (long i = 0; i < m.n_floats; i++)  // every backbone parameter, through the head
+    fd_check(&ref, wd, a.ids, a.pos, a.seg, &P[i], grads[i], &worst, &bad), checked++;
   fprintf(stderr, "  %d gradients checked, worst |diff| %.3g\n", checked, worst);
   CHECK(bad == 0);
   CHECK(rew[0] != rew[1]);  // a pair that is not degenerate
