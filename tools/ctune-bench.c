@@ -173,7 +173,7 @@ static int bench_gemm(int n) {
 }
 
 static int usage(FILE *f) {
-  fputs("usage: ctune-bench [train] [layers=30] [batch=4] [seq=256] [steps=4] [threads=0] [tiling=1]\n"
+  fputs("usage: ctune-bench [train] [bf16=0|1] [layers=30] [batch=4] [seq=256] [steps=4] [threads=0] [tiling=1]\n"
         "       ctune-bench kd [rows=512] [hidden=1024] [vocab=151936] [tiling=8] [steps=3]\n"
         "  train: training throughput of a SmolLM-135M-shaped model against this machine's sgemm\n"
         "  kd:    the distillation soft loss against the plain cross-entropy head\n", f);
@@ -206,6 +206,12 @@ int main(int argc, char **argv) {
     return 1;
   }
   ct_model_init_random(&m, 1, 0.02f);
+  if (arg(argc, argv, "bf16", 0)) {  // the projections in bf16; the peak is oneDNN's
+    if (ct_dnnl_init() || ct_model_bf16_compute(&m) || ct_acts_init(&a, &m, B, T, CT_ACTS_KEEP))
+      return fprintf(stderr, "ctune-bench: %s\n", ct_last_error()), 1;
+    peak = gemm_gflops(true, 'N', 'T', 2048, 2048, 2048, 10);
+    printf("oneDNN bf16 2048x2048x2048: %.1f GFLOP/s (the peak below)\n", peak);
+  }
   size_t bytes = sizeof(float) * m.n_floats;
   float *g = aligned_alloc(64, bytes), *m1 = aligned_alloc(64, bytes), *m2 = aligned_alloc(64, bytes);
   memset(g, 0, bytes);
@@ -239,7 +245,7 @@ int main(int argc, char **argv) {
       printf("  step %d: %.3f s, loss %.3f, %.0f tokens/s, %.1f GFLOP/s\n", s, t,
              st.loss / st.targets, B * T / t, flops / t / 1e9);
   }
-  printf("train: %.0f tokens/s, %.1f GFLOP/s = %.1f%% of sgemm (best of %d steps)\n",
+  printf("train: %.0f tokens/s, %.1f GFLOP/s = %.1f%% of the peak (best of %d steps)\n",
          B * T / best, flops / best / 1e9, 100 * flops / best / 1e9 / peak, steps);
   return 0;
 }
