@@ -25,5 +25,6 @@ static inline void ct_bf16_widen(float *dst, const uint16_t *src, long n) {
   for (long i = 0; i < n; i++) dst[i] = ct_bf16_to_f32(src[i]);
 }
 static inline void ct_bf16_narrow(uint16_t *dst, const float *src, long n) {
+#pragma omp simd
   for (long i = 0; i < n; i++) dst[i] = ct_f32_to_bf16(src[i]);
 }

@@ -36,6 +36,9 @@ int ct_trainer_from_name(const char *name, ct_trainer_kind *out);
 // _Static_assert. lr_scheduler_type's enum is the optimizer's (optim.h: CT_LR_*).
 enum { CT_DTYPE_FLOAT32, CT_DTYPE_BFLOAT16, CT_DTYPE_COUNT };
 extern const char *const ct_save_dtype_names[];
+// bf16: matmuls of the trained model in bfloat16 (oneDNN) or float32 (OpenBLAS)
+enum { CT_BF16_FALSE, CT_BF16_TRUE, CT_BF16_AUTO, CT_BF16_COUNT };
+extern const char *const ct_bf16_names[];
 enum { CT_MODEL_LLAMA, CT_MODEL_QWEN2, CT_MODEL_QWEN3, CT_MODEL_MISTRAL, CT_MODEL_COUNT };
 extern const char *const ct_model_type_names[];
 enum { CT_OUTPUT_TEXT, CT_OUTPUT_JSON, CT_OUTPUT_COUNT };
@@ -160,6 +163,7 @@ typedef struct {
   double z_loss_multiplier;
   int64_t num_threads;  // 0 = all cores, divided among local MPI ranks
   int gradient_checkpointing;
+  int bf16;                  // CT_BF16_*
   int dry_run;
 
   // LoRA

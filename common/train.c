@@ -18,6 +18,7 @@
 #include "chat_template.h"
 #include "ckpt.h"
 #include "dist.h"
+#include "dnnl.h"
 #include "error.h"
 #include "hf.h"
 #include "lm.h"
@@ -264,7 +265,8 @@ void ct_train_plan_reference(const ct_train *tr, ct_plan *p, int B, int T) {
   const ct_config *c = tr->cfg;
   if (c->use_peft)
     ct_plan_add(p, "reference: the base, adapters off (activations)",
-                ct_acts_bytes(&tr->model.cfg, B, T, CT_ACTS_FORWARD));
+                ct_acts_bytes(&tr->model.cfg, B, T, CT_ACTS_FORWARD) +
+                    (tr->bf16 ? ct_acts_bf16_bytes(&tr->model.cfg, B, T) : 0));
   else
     ct_plan_addf(p, ct_frozen_bytes(&tr->model.cfg, (int)c->ref_dtype, B, T), "reference model (%s)%s",
                  ct_store_names[c->ref_dtype], c->precompute_ref_log_probs ? ", freed after its pass" : "");
@@ -475,6 +477,25 @@ static int check_adapter_keys(const ct_config *c, const ct_lora_config *have, co
                       ct_config_origin(c, key), key, dir, have->r, have->alpha, have->dropout);
 }
 
+// bf16: true needs bf16 hardware (an error naming the key without it); auto uses it when
+// there and says when it is not. A LoRA base must be float32 to have a bf16 copy made.
+static int bf16_setup(ct_train *tr) {
+  const ct_config *c = tr->cfg;
+  if (c->bf16 == CT_BF16_FALSE) return 0;
+  if (c->use_peft && c->base_dtype != CT_STORE_F32)
+    return ct_set_error(CT_ECONFIG, "%s: key 'bf16': with base_dtype %s the base is already stored narrow; "
+                        "use base_dtype float32 with bf16, or bf16: false", ct_config_origin(c, "bf16"),
+                        ct_store_names[c->base_dtype]);
+  if (c->bf16 == CT_BF16_AUTO && !ct_dnnl_bf16_cpu()) {
+    ct_log_info(&tr->log, "bf16: auto: this CPU has no AVX512_BF16 or AMX-BF16; computing in float32");
+    return 0;
+  }
+  if (ct_dnnl_init()) return ct_wrap_error(CT_ECONFIG, "%s: key 'bf16'", ct_config_origin(c, "bf16"));
+  tr->bf16 = true;
+  ct_log_info(&tr->log, "bf16: matmuls in bfloat16 (oneDNN), float32 sums, master weights and optimizer state");
+  return 0;
+}
+
 int ct_train_setup(ct_train *tr, ct_config *cfg) {
   memset(tr, 0, sizeof *tr);
   tr->cfg = cfg;
@@ -488,6 +509,7 @@ int ct_train_setup(ct_train *tr, ct_config *cfg) {
     threads = cores;
   }
   int rc = ct_pool_init(threads > 0 ? threads : 1);
+  if (!rc) rc = bf16_setup(tr);
   if (!rc && tr->rank == 0) rc = claim_output_dir(tr);
   if (!rc) rc = resolve_resume(tr);
   if (!rc) rc = load_tokenizer(tr);
@@ -556,6 +578,7 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   }
   ct_plan_add(p, "gradients (float32)", trained_bytes);
   ct_plan_add(p, "AdamW moments (2 x float32)", 2 * trained_bytes);
+  if (tr->bf16) ct_plan_add(p, "bf16 weight copy for the matmuls", ct_model_param_bytes(m, true));
   ct_plan_add(p, "resident already (libraries, tokenizer, data)", (double)ct_rss_now());
   *dry = cfg->dry_run;
   int rc = ct_plan_check(p, &tr->log, ct_dist_local_size(), knobs);
@@ -572,6 +595,7 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   if (rc) return rc;
   if (dir[0])
     ct_log_info(&tr->log, "weights read from %s in %.2f s", dir, ct_now() - t0);
+  if (tr->bf16 && (rc = ct_model_bf16_compute(m))) return rc;  // from the weights just read
   if (peft) {
     if ((rc = lora_setup(tr))) return rc;
     if (bf16 && (rc = ct_model_to_bf16(m, true))) return rc;
@@ -613,6 +637,7 @@ int ct_train_attach(const ct_train *tr, ct_acts *a) {
 double ct_train_acts_bytes(const ct_train *tr, int B, int T, int mode) {
   const ct_config *c = tr->cfg;
   double b = ct_acts_bytes(&tr->model.cfg, B, T, mode);
+  if (tr->bf16) b += ct_acts_bf16_bytes(&tr->model.cfg, B, T);
   if (c->use_peft) {
     ct_lora_config lc = lora_config_of(c);
     if (c->adapter_path[0]) ct_lora_read_config(&lc, c->adapter_path);
@@ -723,7 +748,9 @@ int ct_train_update(ct_train *tr, double *grad_norm, double *lr) {
   *lr = ct_lr_at(tr->cfg->lr_scheduler_type, tr->cfg->learning_rate, tr->step, tr->warmup_steps,
                  tr->total_steps);
   tr->step++;
-  ct_adamw_step(&tr->trained, tr->params, tr->grads, tr->mom1, tr->mom2, tr->step, *lr, clip, &tr->adam);
+  // the bf16 copy follows the trained weights (a LoRA base never changes)
+  uint16_t *p16 = tr->cfg->use_peft ? NULL : tr->model.compute16;
+  ct_adamw_step(&tr->trained, tr->params, p16, tr->grads, tr->mom1, tr->mom2, tr->step, *lr, clip, &tr->adam);
   return 0;
 }
 

@@ -34,6 +34,7 @@ typedef struct {
   float *mom1, *mom2; // (n_floats) AdamW moments
   ct_weights g;       // views of grads into the model's layout (NULL members: frozen weights)
   ct_adamw adam;
+  bool bf16;          // the model's matmuls run in bf16 (bf16: true, or auto on a bf16 CPU)
   // position
   long step;          // optimizer steps taken
   long total_steps;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "dnnl.h"
 #include "error.h"
 #include "mem.h"
 #include "kernels.h"
@@ -57,6 +58,30 @@ double ct_acts_bytes(const ct_model_config *c, int B, int T, int mode) {
   return sizeof(float) * (double)total;
 }
 
+// Floats... in uint16: the widest projection input and output gradient, N rows each.
+static void bf16_sizes(const ct_model_config *c, int B, int T, long *x16, long *dy16) {
+  dims d = dims_of(c);
+  long N = (long)B * T;
+  *x16 = (N * max3(d.C, d.H * d.hd, d.F) + 31) / 32 * 32;
+  *dy16 = (N * max3(d.QKV, d.C, 2 * d.F) + 31) / 32 * 32;
+}
+
+double ct_acts_bf16_bytes(const ct_model_config *c, int B, int T) {
+  long x16, dy16;
+  bf16_sizes(c, B, T, &x16, &dy16);
+  return sizeof(uint16_t) * (double)(x16 + dy16);
+}
+
+static int acts_bf16_init(ct_acts *a, const ct_model *m) {
+  long x16, dy16;
+  bf16_sizes(&m->cfg, a->B, a->T, &x16, &dy16);
+  a->mem16 = ct_big_alloc(sizeof(uint16_t) * (x16 + dy16));
+  if (!a->mem16) return ct_set_error(CT_ENOMEM, "cannot allocate the bf16 matmul inputs");
+  a->x16 = a->mem16;
+  a->dy16 = a->mem16 + x16;
+  return 0;
+}
+
 int ct_acts_init(ct_acts *a, const ct_model *m, int B, int T, int mode) {
   memset(a, 0, sizeof *a);
   a->B = B;
@@ -83,7 +108,7 @@ int ct_acts_init(ct_acts *a, const ct_model *m, int B, int T, int mode) {
   a->ids = (int *)p;
   a->pos = (int *)p + Npad;
   a->seg = (int *)p + 2 * Npad;
-  return 0;
+  return m->compute16 ? acts_bf16_init(a, m) : 0;
 }
 
 static long lora_max_in(const ct_lora_config *lc, const ct_model_config *c) {
@@ -118,6 +143,7 @@ int ct_acts_attach_lora(ct_acts *a, const ct_lora *lo) {
 void ct_acts_free(ct_acts *a) {
   ct_big_free(a->lora_mem);
   ct_big_free(a->mem);
+  ct_big_free(a->mem16);
   memset(a, 0, sizeof *a);
 }
 
@@ -241,6 +267,38 @@ static void lora_backward(const ct_acts *a, int l, int t, const float *x, int ld
   }
 }
 
+// ---------------------------------------------------------------------------
+// A projection y = x · Wᵀ with W (out, in) as Hugging Face stores it, and its backward:
+// fp32 sgemm, or (bf16 compute) x and W rounded to bf16, products summed in fp32.
+
+// y (N, out) = x (N, in; row stride ldx) · Wᵀ + beta · y (row stride ldy).
+static void proj_forward(const ct_model *m, const ct_acts *a, long N, int out, int in, const float *x,
+                         int ldx, const float *W, float beta, float *y, int ldy) {
+  const uint16_t *W16 = ct_model_w16(m, W);
+  if (!W16) {
+    ct_sgemm('N', 'T', (int)N, out, in, 1, x, ldx, W, in, beta, y, ldy);
+    return;
+  }
+  ct_bf16_narrow_rows(a->x16, x, (int)N, in, ldx);
+  ct_gemm_bf16('N', 'T', (int)N, out, in, a->x16, in, W16, in, beta, y, ldy);
+}
+
+// dx (N, in) = dy (N, out) · W and, when gW, gW (out, in) += dyᵀ · x (x (N, in)); packed rows.
+static void proj_backward(const ct_model *m, const ct_acts *a, long N, int out, int in, const float *dy,
+                          const float *x, const float *W, float *gW, float *dx) {
+  const uint16_t *W16 = ct_model_w16(m, W);
+  if (!W16) {
+    ct_sgemm('N', 'N', (int)N, in, out, 1, dy, out, W, in, 0, dx, in);
+    if (gW) ct_sgemm('T', 'N', out, in, (int)N, 1, dy, out, x, in, 1, gW, in);
+    return;
+  }
+  ct_bf16_narrow_rows(a->dy16, dy, (int)N, out, out);
+  ct_gemm_bf16('N', 'N', (int)N, in, out, a->dy16, out, W16, in, 0, dx, in);
+  if (!gW) return;
+  ct_bf16_narrow_rows(a->x16, x, (int)N, in, in);
+  ct_gemm_bf16('T', 'N', out, in, (int)N, a->dy16, out, a->x16, in, 1, gW, in);
+}
+
 // Layer forward from la->x. With `full` false it stops once what backward reads is
 // computed (recomputation: the layer's output la->xn is already there).
 static void layer_forward(const ct_model *m, int l, const ct_layer_weights *w, const layer_acts *la,
@@ -250,8 +308,7 @@ static void layer_forward(const ct_model *m, int l, const ct_layer_weights *w, c
   long N = (long)B * T;
   ct_attn_dims ad = {B, T, (int)d.H, (int)d.KV, (int)d.hd};
   ct_rmsnorm_forward(la->ln1, la->rstd1, la->x, w->ln1, (int)N, (int)d.C, c->rms_norm_eps);
-  ct_sgemm('N', 'T', (int)N, (int)d.QKV, (int)d.C, 1, la->ln1, (int)d.C, w->wqkv, (int)d.C, 0, la->qkv,
-           (int)d.QKV);
+  proj_forward(m, a, N, (int)d.QKV, (int)d.C, la->ln1, (int)d.C, w->wqkv, 0, la->qkv, (int)d.QKV);
   for (int t = CT_LORA_Q; t <= CT_LORA_V; t++) lora_forward(a, l, t, la->ln1, (int)d.C, la->qkv, (int)d.QKV, N);
   if (w->bqkv) ct_bias_forward(la->qkv, w->bqkv, (int)N, (int)d.QKV, (int)d.QKV);
   if (c->qk_norm) {
@@ -265,19 +322,16 @@ static void layer_forward(const ct_model *m, int l, const ct_layer_weights *w, c
   ct_rope(la->qkv, a->pos, m->rope_cos, m->rope_sin, (int)N, (int)(d.H + d.KV), (int)d.hd, (int)d.QKV, 0);
   ct_attention_forward(la->att, la->lse, la->qkv, a->seg, ad, a->scratch);
   if (la->x2 != la->x) memcpy(la->x2, la->x, sizeof(float) * N * d.C);
-  ct_sgemm('N', 'T', (int)N, (int)d.C, (int)(d.H * d.hd), 1, la->att, (int)(d.H * d.hd), w->wo,
-           (int)(d.H * d.hd), 1, la->x2, (int)d.C);
+  proj_forward(m, a, N, (int)d.C, (int)(d.H * d.hd), la->att, (int)(d.H * d.hd), w->wo, 1, la->x2, (int)d.C);
   lora_forward(a, l, CT_LORA_O, la->att, (int)(d.H * d.hd), la->x2, (int)d.C, N);
   ct_rmsnorm_forward(la->ln2, la->rstd2, la->x2, w->ln2, (int)N, (int)d.C, c->rms_norm_eps);
-  ct_sgemm('N', 'T', (int)N, (int)(2 * d.F), (int)d.C, 1, la->ln2, (int)d.C, w->wgu, (int)d.C, 0,
-           la->gu, (int)(2 * d.F));
+  proj_forward(m, a, N, (int)(2 * d.F), (int)d.C, la->ln2, (int)d.C, w->wgu, 0, la->gu, (int)(2 * d.F));
   lora_forward(a, l, CT_LORA_GATE, la->ln2, (int)d.C, la->gu, (int)(2 * d.F), N);
   lora_forward(a, l, CT_LORA_UP, la->ln2, (int)d.C, la->gu, (int)(2 * d.F), N);
   ct_swiglu_forward(la->h, la->gu, (int)N, (int)d.F);
   if (!full) return;
   if (la->xn != la->x2) memcpy(la->xn, la->x2, sizeof(float) * N * d.C);
-  ct_sgemm('N', 'T', (int)N, (int)d.C, (int)d.F, 1, la->h, (int)d.F, w->wdown, (int)d.F, 1, la->xn,
-           (int)d.C);
+  proj_forward(m, a, N, (int)d.C, (int)d.F, la->h, (int)d.F, w->wdown, 1, la->xn, (int)d.C);
   lora_forward(a, l, CT_LORA_DOWN, la->h, (int)d.F, la->xn, (int)d.C, N);
 }
 
@@ -315,26 +369,17 @@ void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float
     if (a->mode == CT_ACTS_KEEP) ct_swiglu_forward(h, gu, (int)N, (int)d.F);  // (RECOMPUTE just did)
 
     // MLP: xn = x2 + h · Wdownᵀ
-    ct_sgemm('N', 'N', (int)N, (int)d.F, (int)d.C, 1, dres, (int)d.C, w->wdown, (int)d.F, 0,
-             a->dh, (int)d.F);                                        // dh (N, F)
-    if (gw->wdown)
-      ct_sgemm('T', 'N', (int)d.C, (int)d.F, (int)N, 1, dres, (int)d.C, h, (int)d.F, 1, gw->wdown,
-               (int)d.F);                                             // dWdown (C, F)
+    proj_backward(m, a, N, (int)d.C, (int)d.F, dres, h, w->wdown, gw->wdown, a->dh);  // dh (N, F)
     lora_backward(a, l, CT_LORA_DOWN, h, (int)d.F, dres, (int)d.C, a->dh, (int)d.F, N);
     ct_swiglu_backward(a->dgu, a->dh, gu, (int)N, (int)d.F);          // dgu (N, 2F)
-    ct_sgemm('N', 'N', (int)N, (int)d.C, (int)(2 * d.F), 1, a->dgu, (int)(2 * d.F), w->wgu,
-             (int)d.C, 0, a->dln, (int)d.C);                          // dln2 (N, C)
-    if (gw->wgu)
-      ct_sgemm('T', 'N', (int)(2 * d.F), (int)d.C, (int)N, 1, a->dgu, (int)(2 * d.F), ln2,
-               (int)d.C, 1, gw->wgu, (int)d.C);                       // dWgu (2F, C)
+    proj_backward(m, a, N, (int)(2 * d.F), (int)d.C, a->dgu, ln2, w->wgu, gw->wgu, a->dln);  // dln2 (N, C)
     lora_backward(a, l, CT_LORA_GATE, ln2, (int)d.C, a->dgu, (int)(2 * d.F), a->dln, (int)d.C, N);
     lora_backward(a, l, CT_LORA_UP, ln2, (int)d.C, a->dgu, (int)(2 * d.F), a->dln, (int)d.C, N);
     ct_rmsnorm_backward(dres, gw->ln2, a->dln, x2, w->ln2, rstd2, (int)N, (int)d.C, 1,
                         a->scratch);                                  // dres is now dx2
 
     // attention: x2 = x + att · Woᵀ
-    ct_sgemm('N', 'N', (int)N, Hd, (int)d.C, 1, dres, (int)d.C, w->wo, Hd, 0, a->datt, Hd);
-    if (gw->wo) ct_sgemm('T', 'N', (int)d.C, Hd, (int)N, 1, dres, (int)d.C, att, Hd, 1, gw->wo, Hd);
+    proj_backward(m, a, N, (int)d.C, Hd, dres, att, w->wo, gw->wo, a->datt);  // datt (N, H*hd)
     lora_backward(a, l, CT_LORA_O, att, Hd, dres, (int)d.C, a->datt, Hd, N);
     ct_attention_backward(a->dqkv, a->datt, att, lse, qkv, a->seg, ad, a->scratch);
     ct_rope(a->dqkv, a->pos, m->rope_cos, m->rope_sin, (int)N, (int)(d.H + d.KV), (int)d.hd,
@@ -347,11 +392,7 @@ void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float
                            r + N * d.H, (int)N, (int)d.KV, (int)d.hd, (int)d.QKV, a->scratch);
     }
     if (gw->bqkv) ct_bias_backward(gw->bqkv, a->dqkv, (int)N, (int)d.QKV, (int)d.QKV, a->scratch);
-    ct_sgemm('N', 'N', (int)N, (int)d.C, (int)d.QKV, 1, a->dqkv, (int)d.QKV, w->wqkv, (int)d.C,
-             0, a->dln, (int)d.C);                                    // dln1 (N, C)
-    if (gw->wqkv)
-      ct_sgemm('T', 'N', (int)d.QKV, (int)d.C, (int)N, 1, a->dqkv, (int)d.QKV, ln1, (int)d.C, 1,
-               gw->wqkv, (int)d.C);                                   // dWqkv (QKV, C)
+    proj_backward(m, a, N, (int)d.QKV, (int)d.C, a->dqkv, ln1, w->wqkv, gw->wqkv, a->dln);  // dln1 (N, C)
     for (int t = CT_LORA_Q; t <= CT_LORA_V; t++)
       lora_backward(a, l, t, ln1, (int)d.C, a->dqkv, (int)d.QKV, a->dln, (int)d.C, N);
     ct_rmsnorm_backward(dres, gw->ln1, a->dln, x, w->ln1, rstd1, (int)N, (int)d.C, 1,

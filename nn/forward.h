@@ -51,6 +51,10 @@ typedef struct {
   float *dgu;    // (N, 2F)
   float *dh;     // (N, F)
   float *scratch;  // reductions and attention blocks
+  // bf16 compute (the model has ct_model_bf16_compute): matmul inputs rounded to bf16
+  uint16_t *mem16;  // one allocation holding:
+  uint16_t *x16;    // (N, max(C, H*hd, F)) a projection's input
+  uint16_t *dy16;   // (N, max(QKV, C, 2F)) a projection's output gradient
   // LoRA (ct_acts_attach_lora): the adapters this forward applies; NULL = the base alone
   const ct_lora *lora;
   float *lora_mem;  // one allocation holding:
@@ -61,7 +65,10 @@ typedef struct {
 
 // Bytes ct_acts_init allocates for B x T tokens in `mode` (the memory plan uses it).
 double ct_acts_bytes(const ct_model_config *c, int B, int T, int mode);
-// Allocates (ct_big_alloc: zeroed, huge pages) for B rows of T tokens.
+// Bytes of the bf16 inputs ct_acts_init adds for a model with bf16 compute.
+double ct_acts_bf16_bytes(const ct_model_config *c, int B, int T);
+// Allocates (ct_big_alloc: zeroed, huge pages) for B rows of T tokens (and the bf16
+// inputs when m has bf16 compute: its projections then multiply in bf16).
 int ct_acts_init(ct_acts *a, const ct_model *m, int B, int T, int mode);
 void ct_acts_free(ct_acts *a);
 // Makes the forwards (and backwards) through a apply adapters lo (NULL: none; the

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "fastmath.h"
 #include "pool.h"
 
@@ -329,4 +330,26 @@ static void embed_bwd_task(void *ctx, int part, int thread) {
 void ct_embed_backward(float *dtable, const float *dout, const int *ids, int N, int C) {
   embed_job j = {dtable, dout, ids, N, C, ct_pool_threads()};
   ct_parallel_for(j.parts, embed_bwd_task, &j);
+}
+
+// ---------------------------------------------------------------------------
+// bf16 narrowing of a matmul's input (bf16 compute): rows of x (N, ld) -> dst (N, C) packed
+
+typedef struct {
+  uint16_t *dst;
+  const float *x;
+  int N, C, ld, parts;
+} narrow_rows_job;
+
+static void narrow_rows_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const narrow_rows_job *j = ctx;
+  long lo, hi;
+  ct_chunk_range(j->N, 1, j->parts, part, &lo, &hi);
+  for (long n = lo; n < hi; n++) ct_bf16_narrow(j->dst + n * j->C, j->x + n * j->ld, j->C);
+}
+
+void ct_bf16_narrow_rows(uint16_t *dst, const float *x, int N, int C, int ld) {
+  narrow_rows_job j = {dst, x, N, C, ld, ct_pool_parts(N)};
+  ct_parallel_for(j.parts, narrow_rows_task, &j);
 }

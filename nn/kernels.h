@@ -7,6 +7,7 @@
 //
 // N = number of rows (B*T tokens), C = row width.
 #pragma once
+#include <stdint.h>
 
 #define CT_RED_CHUNKS 32
 
@@ -45,3 +46,7 @@ void ct_bias_backward(float *db, const float *dy, int N, int C, int ld, float *s
 // (serial over rows: token ids repeat; parallel over columns).
 void ct_embed_forward(float *out, const float *table, const int *ids, int N, int C);
 void ct_embed_backward(float *dtable, const float *dout, const int *ids, int N, int C);
+
+// dst (N, C) = x (N, ld)'s first C columns rounded to bf16 (nearest even): the input of a
+// bf16 matmul (dnnl.h).
+void ct_bf16_narrow_rows(uint16_t *dst, const float *x, int N, int C, int ld);

@@ -253,6 +253,7 @@ void ct_model_free(ct_model *m) {
   free(m->tensors);
   ct_big_free(m->params);
   ct_big_free(m->params16);
+  ct_big_free(m->compute16);
   ct_big_free(m->wide);
   ct_big_free(m->emb32);
   ct_big_free(m->params8);
@@ -367,6 +368,28 @@ static void narrow_task(void *ctx, int part, int thread) {
   ct_bf16_narrow(j->dst + lo, j->src + lo, hi - lo);
 }
 
+// dst (n) = bf16 of src (n), on the pool.
+static void narrow_parallel(uint16_t *dst, const float *src, long n) {
+  narrow_job j = {src, dst, n, ct_pool_threads() * 4};
+  ct_parallel_for(j.parts, narrow_task, &j);
+}
+
+int ct_model_bf16_compute(ct_model *m) {
+  if (!m->params) return ct_set_error(CT_EINVAL, "model: bf16 compute needs float32 parameters");
+  if (!m->compute16) m->compute16 = ct_big_alloc(sizeof(uint16_t) * m->n_floats);
+  if (!m->compute16) return ct_set_error(CT_ENOMEM, "model: out of memory for the bf16 weight copy");
+  ct_model_bf16_refresh(m);
+  return 0;
+}
+
+void ct_model_bf16_refresh(ct_model *m) {
+  if (m->compute16) narrow_parallel(m->compute16, m->params, m->n_floats);
+}
+
+const uint16_t *ct_model_w16(const ct_model *m, const float *w) {
+  return m->compute16 && w ? m->compute16 + (w - m->params) : NULL;
+}
+
 // Floats of m->wide: a layer's span or HEAD_ROWS rows of the head, then the final norm.
 static long wide_floats(const ct_model *m) {
   long C = m->cfg.hidden_size, span = layer_span(m);
@@ -386,8 +409,7 @@ int ct_model_to_bf16(ct_model *m, bool keep_embeddings) {
   m->wide = ct_big_alloc(sizeof(float) * wide);
   if (!m->params16 || !m->wide) return ct_set_error(CT_ENOMEM, "model: out of memory for bf16 weights");
   m->wide_floats = wide;
-  narrow_job j = {m->params, m->params16, m->n_floats, ct_pool_threads() * 4};
-  ct_parallel_for(j.parts, narrow_task, &j);
+  narrow_parallel(m->params16, m->params, m->n_floats);
   ct_bf16_widen(m->wide + wide - C, m->params16 + (m->w.norm - m->params), C);  // as stored
   // offsets of what gets widened later; the fp32 views go away with the fp32 parameters
   const ct_layer_weights *L = &m->w.layers[0];

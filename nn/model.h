@@ -84,6 +84,9 @@ typedef struct {
   ct_layer_weights wide_layer;  // views into wide for the layer widened last
   long *off16;            // (L + 2) offsets in params16 of each layer, the embedding, the head
   float *emb32;           // float32 embedding (+ untied head) kept by ct_model_to_bf16(m, true)
+  // bf16 compute (ct_model_bf16_compute, bf16: true): a bf16 copy of params that the
+  // matmuls read, refreshed after each optimizer step (ct_adamw_step) from params
+  uint16_t *compute16;    // (n_floats), or NULL: matmuls in fp32
   // int8 storage (ct_model_to_int8: a LoRA base): matrices as int8 with one scale per row
   int8_t *params8;        // (n_floats) the matrices' values at their offsets
   float *s8;              // per tensor: a matrix's row scales, or a vector's float32 values
@@ -124,6 +127,13 @@ double ct_model_param_bytes(const ct_model *m, bool bf16);
 int ct_model_to_bf16(ct_model *m, bool keep_embeddings);
 // Bytes a model of this layout takes in bf16 storage (m may be a layout only).
 double ct_model_bf16_bytes(const ct_model *m, bool keep_embeddings);
+// Makes the forward and backward matmuls run in bf16 (oneDNN, dnnl.h): allocates
+// m->compute16 and fills it from m->params (round to nearest even). Needs fp32 params
+// and ct_dnnl_init. After changing params, call ct_model_bf16_refresh (AdamW does it).
+int ct_model_bf16_compute(ct_model *m);
+void ct_model_bf16_refresh(ct_model *m);
+// The bf16 copy of fp32 weight w (a pointer into m->params), or NULL without bf16 compute.
+const uint16_t *ct_model_w16(const ct_model *m, const float *w);
 // int8 storage of the layers' matrices (row absmax, quant.h; norms and biases stay float32,
 // and so do the embedding and head): a quarter of float32 for the layers, for a frozen
 // LoRA base. Widened a layer at a time as bf16 is; a forward equals, bit for bit, a float32

@@ -6,10 +6,12 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "bf16.h"
 #include "pool.h"
 
 typedef struct {
   float *p, *m, *v, *g;
+  uint16_t *p16;  // or NULL
   long n;
   float lr, wd, b1, b2, eps, step_size, bc2_sqrt, gscale;
   int parts;
@@ -30,15 +32,16 @@ static void adam_task(void *ctx, int part, int thread) {
     v[i] = j->b2 * v[i] + (1.0f - j->b2) * gi * gi;
     p[i] -= j->step_size * m[i] / (sqrtf(v[i]) / j->bc2_sqrt + j->eps);
   }
+  if (j->p16) ct_bf16_narrow(j->p16 + lo, p + lo, hi - lo);  // the chunk is still in cache
 }
 
-void ct_adamw_step(const ct_layout *model, float *params, float *grads, float *mom1, float *mom2,
-                   long step, double lr, float grad_scale, const ct_adamw *h) {
+void ct_adamw_step(const ct_layout *model, float *params, uint16_t *params16, float *grads, float *mom1,
+                   float *mom2, long step, double lr, float grad_scale, const ct_adamw *h) {
   double bc1 = 1 - pow(h->beta1, (double)step), bc2 = 1 - pow(h->beta2, (double)step);
   for (int t = 0; t < model->n_tensors; t++) {
     const ct_tensor_info *ti = &model->tensors[t];
     long o = ti->offset;
-    adam_job j = {params + o, mom1 + o, mom2 + o, grads + o, ti->numel, (float)lr,
+    adam_job j = {params + o, mom1 + o, mom2 + o, grads + o, params16 ? params16 + o : NULL, ti->numel, (float)lr,
                   ti->decay ? (float)h->weight_decay : 0.0f, (float)h->beta1, (float)h->beta2,
                   (float)h->eps, (float)(lr / bc1), (float)sqrt(bc2), grad_scale, 0};
     j.parts = ti->numel < 65536 ? 1 : ct_pool_threads() * 2;

@@ -2,6 +2,7 @@
 // learning-rate schedules of Hugging Face's get_scheduler, and global-norm clipping.
 #pragma once
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "model.h"
 
@@ -13,9 +14,11 @@ typedef struct {
 // with g = grad_scale · grads (the clipping factor, 1 when not clipping):
 //   p -= lr·wd·p (tensors with decay only);  m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²
 //   p -= lr / (1−β1^t) · m / (sqrt(v) / sqrt(1−β2^t) + eps)
-// and zeroes grads for the next step, all in one pass over memory.
-void ct_adamw_step(const ct_layout *m, float *params, float *grads, float *mom1, float *mom2,
-                   long step, double lr, float grad_scale, const ct_adamw *h);
+// and zeroes grads for the next step, all in one pass over memory. With params16 (not
+// NULL) the same pass writes the updated parameters' bf16 copy (bf16 compute): once per
+// optimizer step, not per micro-batch.
+void ct_adamw_step(const ct_layout *m, float *params, uint16_t *params16, float *grads, float *mom1,
+                   float *mom2, long step, double lr, float grad_scale, const ct_adamw *h);
 
 // Learning rate for optimizer step `step` (0-based: the step about to be taken) out of
 // `total`, as transformers' schedulers give it (warmup from 0 to peak, then the decay).

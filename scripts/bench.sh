@@ -3,8 +3,13 @@
 # usage: scripts/bench.sh BUILD_DIR BIN_DIR
 set -eu
 BIN=${2:-bin}
-echo "== training step, SmolLM-135M shape (fp32, batch 4 x 256 tokens), vs this machine's sgemm"
-"$BIN/ctune-bench" train
+echo "== training step, SmolLM-135M shape (batch 4 x 256 tokens): fp32 vs sgemm, bf16 vs oneDNN bf16"
+echo "OpenBLAS kernel: ${OPENBLAS_CORETYPE:-chosen by ctune for this CPU}"
+"$BIN/ctune-bench" train | tee "${TMPDIR:-/tmp}/ct-bench-fp32.txt"
+"$BIN/ctune-bench" train bf16=1 | tee "${TMPDIR:-/tmp}/ct-bench-bf16.txt"
+t32=$(sed -n 's/^train: \([0-9]*\) tokens.*/\1/p' "${TMPDIR:-/tmp}/ct-bench-fp32.txt")
+t16=$(sed -n 's/^train: \([0-9]*\) tokens.*/\1/p' "${TMPDIR:-/tmp}/ct-bench-bf16.txt")
+awk -v a="$t32" -v b="$t16" 'BEGIN { printf "bf16 / fp32 training tokens/s: %.2f\n", b / a }'
 echo
 echo "== distillation soft loss vs the cross-entropy head, Qwen3-0.6B hidden size and vocabulary"
 "$BIN/ctune-bench" kd

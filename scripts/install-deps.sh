@@ -4,7 +4,7 @@
 #   install-deps.sh         what the build needs
 #   install-deps.sh fuzz    and clang with its sanitizer + libFuzzer runtimes (make fuzz, make test)
 set -eu
-pkgs="build-essential pkg-config libopenblas-dev libopenmpi-dev openmpi-bin libyaml-dev libjansson-dev libcurl4-openssl-dev zlib1g-dev"
+pkgs="build-essential pkg-config libopenblas-dev libopenmpi-dev openmpi-bin libyaml-dev libjansson-dev libcurl4-openssl-dev zlib1g-dev libdnnl-dev"
 [ "${1:-}" = fuzz ] && pkgs="$pkgs clang libclang-rt-dev"
 missing=""
 for p in $pkgs; do

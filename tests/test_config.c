@@ -929,7 +929,11 @@ static void test_trl_names_are_renamed_mapped_or_explained(void) {
   CHECK_ERR(set_one(CT_TRAINER_SFT, "torch_dtype", "bfloat16"), "key 'torch_dtype': 'bfloat16'",
             "float32", "save_dtype");
   CHECK_OK(set_one(CT_TRAINER_SFT, "logging_first_step", "true"));
-  CHECK_ERR(set_one(CT_TRAINER_GRPO, "bf16", "true"), "key 'bf16'", "not a ctune key", "float32");
+  // bf16 is TRL's name and ctune's: true, false or auto, in every trainer
+  CHECK_OK(set_one(CT_TRAINER_GRPO, "bf16", "true"));
+  CHECK_OK(set_one(CT_TRAINER_DISTILL, "bf16", "auto"));
+  CHECK_ERR(set_one(CT_TRAINER_SFT, "bf16", "yes please"), "key 'bf16'", "false, true, auto");
+  CHECK_ERR(set_one(CT_TRAINER_SFT, "fp16", "true"), "key 'fp16'", "float32");
   CHECK_ERR(set_one(CT_TRAINER_SFT, "dataset_name", "trl-lib/x"), "dataset_path");
   CHECK_ERR(set_one(CT_TRAINER_SFT, "report_to", "wandb"), "metrics.jsonl");
 }

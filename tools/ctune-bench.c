@@ -21,7 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "data.h"
+#include "dnnl.h"
 #include "distill/kd.h"
 #include "config.h"
 #include "error.h"
@@ -58,6 +60,31 @@ static double sgemm_gflops(int n, int reps) {
   free(a);
   free(b);
   free(c);
+  return best;
+}
+
+// Best of `reps` runs of op(A)·op(B), (M, N, K), in bf16 through oneDNN (bf16 set) or fp32
+// sgemm, GFLOP/s. The shapes of the training step are timed one by one with this.
+static double gemm_gflops(bool bf16, char ta, char tb, int M, int N, int K, int reps) {
+  long na = (long)M * K, nb = (long)K * N;
+  float *a = aligned_alloc(64, sizeof(float) * (na + 16)), *b = aligned_alloc(64, sizeof(float) * (nb + 16));
+  float *c = aligned_alloc(64, sizeof(float) * ((long)M * N + 16));
+  uint16_t *a16 = aligned_alloc(64, 2 * (na + 32)), *b16 = aligned_alloc(64, 2 * (nb + 32));
+  for (long i = 0; i < na; i++) a[i] = (float)(i % 13) * 0.01f;
+  for (long i = 0; i < nb; i++) b[i] = (float)(i % 7) * 0.01f;
+  ct_bf16_narrow(a16, a, na);
+  ct_bf16_narrow(b16, b, nb);
+  int lda = ta == 'N' ? K : M, ldb = tb == 'N' ? N : K;
+  double best = 0;
+  for (int r = 0; r < reps; r++) {
+    double t = ct_now();
+    if (bf16) ct_gemm_bf16(ta, tb, M, N, K, a16, lda, b16, ldb, 0, c, N);
+    else ct_sgemm(ta, tb, M, N, K, 1, a, lda, b, ldb, 0, c, N);
+    t = ct_now() - t;
+    double g = 2.0 * M * N * K / t / 1e9;
+    if (g > best) best = g;
+  }
+  free(a), free(b), free(c), free(a16), free(b16);
   return best;
 }
 
@@ -124,8 +151,29 @@ static int bench_kd(int argc, char **argv, double peak) {
   return 0;
 }
 
+// The products of one training step of a SmolLM-135M-shaped layer over n tokens, and the
+// LM head's, each timed in fp32 (OpenBLAS) and bf16 (oneDNN).
+static int bench_gemm(int n) {
+  if (ct_dnnl_init()) return fprintf(stderr, "ctune-bench: %s\n", ct_last_error()), 1;
+  static const struct { const char *what; char ta, tb; int M, N, K; } s[] = {
+      {"qkv   y = x Wt", 'N', 'T', 0, 960, 576},   {"o     y = x Wt", 'N', 'T', 0, 576, 576},
+      {"gu    y = x Wt", 'N', 'T', 0, 3072, 576},  {"down  y = x Wt", 'N', 'T', 0, 576, 1536},
+      {"head  y = x Wt", 'N', 'T', 0, 49152, 576}, {"qkv   dx = dy W", 'N', 'N', 0, 576, 960},
+      {"gu    dx = dy W", 'N', 'N', 0, 576, 3072}, {"down  dx = dy W", 'N', 'N', 0, 1536, 576},
+      {"qkv   dW = dyt x", 'T', 'N', 960, 576, 0}, {"gu    dW = dyt x", 'T', 'N', 3072, 576, 0},
+      {"down  dW = dyt x", 'T', 'N', 576, 1536, 0}, {"head  dW = dyt x", 'T', 'N', 49152, 576, 0}};
+  printf("%-18s %6s %6s %6s  %8s %8s  ratio\n", "product", "M", "N", "K", "fp32", "bf16");
+  for (size_t i = 0; i < sizeof s / sizeof *s; i++) {
+    int M = s[i].M ? s[i].M : n, N = s[i].N, K = s[i].K ? s[i].K : n;
+    double f = gemm_gflops(false, s[i].ta, s[i].tb, M, N, K, 5);
+    double h = gemm_gflops(true, s[i].ta, s[i].tb, M, N, K, 5);
+    printf("%-18s %6d %6d %6d  %8.1f %8.1f  %.2f\n", s[i].what, M, N, K, f, h, h / f);
+  }
+  return 0;
+}
+
 static int usage(FILE *f) {
-  fputs("usage: ctune-bench [train] [layers=30] [batch=4] [seq=256] [steps=4] [threads=0] [tiling=1]\n"
+  fputs("usage: ctune-bench [train] [bf16=0|1] [layers=30] [batch=4] [seq=256] [steps=4] [threads=0] [tiling=1]\n"
         "       ctune-bench kd [rows=512] [hidden=1024] [vocab=151936] [tiling=8] [steps=3]\n"
         "  train: training throughput of a SmolLM-135M-shaped model against this machine's sgemm\n"
         "  kd:    the distillation soft loss against the plain cross-entropy head\n", f);
@@ -145,6 +193,7 @@ int main(int argc, char **argv) {
   double peak = sgemm_gflops(2048, 10);
   printf("sgemm 2048x2048x2048: %.1f GFLOP/s\n", peak);
   if (kd) return bench_kd(argc, argv, peak);
+  if (argc > 1 && !strcmp(argv[1], "gemm")) return bench_gemm((int)arg(argc, argv, "tokens", 1024));
 
   ct_model_config c = ct_model_config_smollm135m(L);
   ct_model m;
@@ -157,6 +206,12 @@ int main(int argc, char **argv) {
     return 1;
   }
   ct_model_init_random(&m, 1, 0.02f);
+  if (arg(argc, argv, "bf16", 0)) {  // the projections in bf16; the peak is oneDNN's
+    if (ct_dnnl_init() || ct_model_bf16_compute(&m) || ct_acts_init(&a, &m, B, T, CT_ACTS_KEEP))
+      return fprintf(stderr, "ctune-bench: %s\n", ct_last_error()), 1;
+    peak = gemm_gflops(true, 'N', 'T', 2048, 2048, 2048, 10);
+    printf("oneDNN bf16 2048x2048x2048: %.1f GFLOP/s (the peak below)\n", peak);
+  }
   size_t bytes = sizeof(float) * m.n_floats;
   float *g = aligned_alloc(64, bytes), *m1 = aligned_alloc(64, bytes), *m2 = aligned_alloc(64, bytes);
   memset(g, 0, bytes);
@@ -183,14 +238,14 @@ int main(int argc, char **argv) {
     ct_lm_stats st = {0};
     double t = ct_now();
     if (ct_lm_step(&m, &a, &h, &b, &gw, 1.0f / (B * T), 0, &st)) return 1;
-    ct_adamw_step(&ct_model_tensors(&m), m.params, g, m1, m2, s + 1, 1e-4, 1.0f, &adam);
+    ct_adamw_step(&ct_model_tensors(&m), m.params, m.compute16, g, m1, m2, s + 1, 1e-4, 1.0f, &adam);
     t = ct_now() - t;
     if (s > 0 && t < best) best = t;
     if (s > 0)
       printf("  step %d: %.3f s, loss %.3f, %.0f tokens/s, %.1f GFLOP/s\n", s, t,
              st.loss / st.targets, B * T / t, flops / t / 1e9);
   }
-  printf("train: %.0f tokens/s, %.1f GFLOP/s = %.1f%% of sgemm (best of %d steps)\n",
+  printf("train: %.0f tokens/s, %.1f GFLOP/s = %.1f%% of the peak (best of %d steps)\n",
          B * T / best, flops / best / 1e9, 100 * flops / best / 1e9 / peak, steps);
   return 0;
 }
