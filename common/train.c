@@ -49,10 +49,13 @@ void ct_train_watch_signals(void) {
 int ct_train_after_step(ct_train *tr, bool *stop) {
   const ct_config *c = tr->cfg;
   int rc = 0;
-  if (c->save_steps > 0 && tr->step % c->save_steps == 0 && (rc = ct_train_save_checkpoint(tr)))
-    return ct_wrap_error(rc, "saving a checkpoint");
-  int want = stop_signal || ct_failpoint_stop(tr->step);
-  *stop = ct_dist_max_int(want) != 0;  // every rank stops at the same step
+  tr->save_pending |= c->save_steps > 0 && tr->step % c->save_steps == 0;
+  tr->stop_pending |= stop_signal || ct_failpoint_stop(tr->step);
+  *stop = false;
+  if (tr->mid_batch) return 0;  // a checkpoint or a stop waits for the batch's last step
+  if (tr->save_pending && (rc = ct_train_save_checkpoint(tr))) return ct_wrap_error(rc, "saving a checkpoint");
+  tr->save_pending = false;
+  *stop = ct_dist_max_int(tr->stop_pending) != 0;  // every rank stops at the same step
   if (*stop) {
     ct_log_info(&tr->log, "interrupted at step %ld: saving a checkpoint to resume from", tr->step);
     if ((rc = ct_train_save_checkpoint(tr))) return ct_wrap_error(rc, "saving a checkpoint");

@@ -49,6 +49,9 @@ typedef struct {
   uint64_t data_hash; // of the training data as tokenized (checked on resume)
   int global_batch;   // sequences (or prompts) per optimizer step (checked on resume)
   int steps_per_batch;  // optimizer steps on each batch (GRPO's num_iterations; 0 = 1)
+  bool mid_batch;     // more steps will train on this batch (GRPO's rollouts, which no
+                      // checkpoint holds): a checkpoint or a stop waits for its last step
+  bool save_pending, stop_pending;  // ... and happens then
   ct_log log;
   int *order;         // (n_seq) this epoch's sequence order
   // Optional: writes a trainer's own files into a checkpoint directory being saved.
@@ -131,6 +134,8 @@ int ct_train_save_final(ct_train *tr);
 // and SIGTERM request a stop; ct_train_after_step saves a checkpoint every save_steps
 // and reports (true) when the run must stop now: a signal, or the CT_STOP_AFTER_STEP
 // test hook, agreed on by every rank. A stopped run saves a checkpoint to resume from.
+// While tr->mid_batch (GRPO's num_iterations > 1: rollouts no checkpoint holds) both wait
+// for the batch's last step, so a resume always starts at a new batch.
 void ct_train_watch_signals(void);
 int ct_train_after_step(ct_train *tr, bool *stop);
 

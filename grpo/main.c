@@ -678,6 +678,7 @@ int main(int argc, char **argv) {
     t_win = ct_now();
     if (ct_train_log_due(&tr)) log_step(&g, &st, lr, norm, iter == 0, train_s);
     iter = (iter + 1) % (int)cfg.num_iterations;
+    tr.mid_batch = iter != 0;  // resuming mid-batch would need these rollouts again
     if (have_eval && cfg.eval_steps > 0 && tr.step % cfg.eval_steps == 0 && tr.step != tr.total_steps) evaluate(&g);
     if (ct_train_after_step(&tr, &stop)) fail(1, NULL);
   }

@@ -95,6 +95,19 @@ sed 's/,"time.*//' "$T/s2/metrics.jsonl" >"$T/m2"
 diff "$T/m1" "$T/m2" || fail "metrics differ after resuming"
 cmp "$T/s1/model.safetensors" "$T/s2/model.safetensors" || fail "weights differ after resuming"
 
+echo "== num_iterations=2: a stop (or checkpoint) mid-batch waits for the batch's last step; resume is exact"
+args="$common max_steps=6 save_steps=3 num_iterations=2"
+"$G" $args output_dir="$T/i1" >"$T/i1.log" 2>&1 || { cat "$T/i1.log"; fail "straight run"; }
+rc=0
+CT_STOP_AFTER_STEP=3 "$G" $args output_dir="$T/i2" >"$T/i2.log" 2>&1 || rc=$?
+[ "$rc" = 130 ] || { cat "$T/i2.log"; fail "interrupted run exited $rc"; }
+[ -d "$T/i2/checkpoint-4" ] && [ ! -e "$T/i2/checkpoint-3" ] || { ls "$T/i2"; fail "expected checkpoint-4 (the batch's end), not 3"; }
+"$G" $args output_dir="$T/i2" resume_from_checkpoint=latest >"$T/i3.log" 2>&1 || { cat "$T/i3.log"; fail "resume"; }
+sed 's/,"time.*//' "$T/i1/metrics.jsonl" >"$T/m1"
+sed 's/,"time.*//' "$T/i2/metrics.jsonl" >"$T/m2"
+diff "$T/m1" "$T/m2" || fail "metrics differ after resuming mid-batch"
+cmp "$T/i1/model.safetensors" "$T/i2/model.safetensors" || fail "weights differ after resuming mid-batch"
+
 echo "== remote reward against the bundled server"
 start_server() {  # start_server MODE: sets $server and $port (a port file of its own)
   "$BIN/ctune-reward-server" port=0 mode="$1" >"$T/port.$1" 2>"$T/server.log" &
