@@ -7,6 +7,9 @@
 #    Llama 3.3 with generation markers, SmolLM2/3, ChatML, Gemma 3, Mistral, DeepSeek-R1
 #    and a feature tour from tests/fixtures/tokenizer/templates) render byte-identically
 #    on tests/fixtures/tokenizer/chat-cases.jsonl, and raise where the reference raises;
+#  - Llama 2 (legacy and non-legacy) and Gemma 3 (SentencePiece-style BPE with byte
+#    fallback) token ids and decoded text on the same corpus, and Gemma 3's chat template
+#    rendered and tokenized to the same ids;
 #  - the byte tokenizer's saved tokenizer.json means the same mapping to the reference.
 # usage: tests/tokenizer_ref.sh  (CT_BIN: directory with ctune-tokenize, default bin)
 set -eu
@@ -41,6 +44,26 @@ for name in qwen3 llama3; do
   node "$fix/ref.mjs" check-text "$tmp/$name.dec" "$want" || fail=1
 done
 
+# SentencePiece-style BPE: Llama 2 (legacy: Prepend + Replace normalizers; and its
+# non-legacy form: Metaspace with prepend_scheme first) and Gemma 3 (262k tokens, no
+# prepend, newline runs as added tokens). Token ids and decode equal the reference's
+# (decode(encode(x)) is not x here: legacy Llama 2 puts a space after every special token).
+node "$fix/ref.mjs" nonlegacy "$models/tokenizer-llama2/models" "$tmp/llama2-nonlegacy"
+for name in llama2 llama2-nonlegacy gemma3; do
+  dir=$models/tokenizer-$name/models
+  [ "$name" = llama2-nonlegacy ] && dir=$tmp/llama2-nonlegacy
+  node "$fix/ref.mjs" encode "$dir" "$tmp/corpus.txt" "$tmp/$name.ref" &
+  ref_pid=$!
+  "$tok" encode tokenizer_path="$dir" add_special_tokens=false < "$tmp/corpus.jsonl" > "$tmp/$name.ids"
+  "$tok" decode tokenizer_path="$dir" < "$tmp/$name.ids" > "$tmp/$name.dec"
+  wait $ref_pid
+  printf '%s encode: ' "$name"
+  node "$fix/ref.mjs" check-ids "$tmp/$name.ids" "$tmp/$name.ref" || fail=1
+  node "$fix/ref.mjs" decode "$dir" "$tmp/$name.ref" "$tmp/$name.refdec"
+  printf '%s decode: ' "$name"
+  node "$fix/ref.mjs" check-text "$tmp/$name.dec" "$tmp/$name.refdec" || fail=1
+done
+
 # The byte tokenizer's tokenizer.json, as checkpoints carry it, reads back the same in
 # the reference (every byte its own id, special tokens split out).
 "$tok" export out="$tmp"
@@ -66,6 +89,12 @@ for name in qwen3 llama3 llama3_1; do
   node "$fix/ref.mjs" template "$dir" "$tmp/$name.jinja"
   check_chat "$name" "$tmp/$name.jinja" "$dir"
 done
+# Gemma 3's own chat template, rendered and tokenized: the same token ids.
+gemma=$models/tokenizer-gemma3/models
+node "$fix/ref.mjs" template "$gemma" "$tmp/gemma3_own.jinja"
+node "$fix/ref.mjs" chat "$tmp/gemma3_own.jinja" "$cases" "$tmp/gemma3_own.ref.jsonl" "$gemma"
+"$tok" chat tokenizer_path="$gemma" tokenize=true on_error=row < "$cases" > "$tmp/gemma3_own.ours.jsonl"
+node "$fix/ref.mjs" check-chat "$tmp/gemma3_own.ours.jsonl" "$tmp/gemma3_own.ref.jsonl" gemma3_own || fail=1
 for t in "$fix"/templates/*.jinja; do
   check_chat "$(basename "$t" .jinja)" "$t"
 done
