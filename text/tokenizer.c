@@ -105,6 +105,12 @@ struct ct_tokenizer {
   int strip_start, strip_stop;  // Strip: at most this many strip_c cut from each end
   char strip_c;
   uint32_t *dec_off, *dec_len;  // (vocab_size) sp only
+  // sp: the character pairs some merge joins (last of its left, first of its right). No
+  // merge ever crosses a boundary between two other characters, so a word is merged in
+  // pieces cut there (the same result; the pieces are short enough for the word cache).
+  uint64_t *jslot;              // pair keys, 0 empty
+  uint32_t jmask;
+  bool no_cut;                  // a merge of byte or unk tokens: never cut
 
   // added tokens, bucketed by first byte, longest first within a bucket (in list order
   // among equal lengths)
@@ -272,6 +278,34 @@ static inline const merge_slot *merge_find(const ct_tokenizer *t, int a, int b) 
   }
 }
 
+static inline uint64_t junction_key(uint32_t left, uint32_t right) {
+  return ((uint64_t)left << 21 | right) + 1;  // code points fit in 21 bits; 0 marks empty
+}
+
+static inline bool junction_find(const ct_tokenizer *t, uint64_t key) {
+  for (uint32_t i = hash_pair(key) & t->jmask;; i = (i + 1) & t->jmask) {
+    if (t->jslot[i] == key) return true;
+    if (!t->jslot[i]) return false;
+  }
+}
+
+// Records that merge (a, b) joins a's last character to b's first.
+static void junction_add(ct_tokenizer *t, const char *a, size_t alen, const char *b, size_t blen) {
+  if (ct_sp_byte_token(a, alen) >= 0 || ct_sp_byte_token(b, blen) >= 0 ||
+      (t->unk >= 0 && ((alen == t->tok_len[t->unk] && !memcmp(a, t->bytes + t->tok_off[t->unk], alen)) ||
+                       (blen == t->tok_len[t->unk] && !memcmp(b, t->bytes + t->tok_off[t->unk], blen)))))
+    t->no_cut = true;
+  size_t i = ct_utf8_prev(a, 0, alen), j = 0;
+  uint64_t key = junction_key(ct_utf8_next(a, alen, &i), ct_utf8_next(b, blen, &j));
+  for (uint32_t k = hash_pair(key) & t->jmask;; k = (k + 1) & t->jmask) {
+    if (t->jslot[k] == key) return;
+    if (!t->jslot[k]) {
+      t->jslot[k] = key;
+      return;
+    }
+  }
+}
+
 static int grow_ids_table(ct_tokenizer *t, int size) {
   uint32_t *off = realloc(t->tok_off, sizeof *off * (size_t)size);
   if (off) t->tok_off = off;
@@ -337,6 +371,7 @@ void ct_tokenizer_free(ct_tokenizer *t) {
   free_ops(t->drep, t->ndrep);
   free(t->dec_off);
   free(t->dec_len);
+  free(t->jslot);
   free(t->added);
   free(t->bucket_list);
   free(t->bucket_lens);
@@ -466,6 +501,16 @@ static int load_model(ct_tokenizer *t, const loadctx *L, const json_t *model) {
   if (!t->mslot) return FAIL(CT_ENOMEM, "tokenizer: out of memory");
   for (size_t i = 0; i < slots; i++) t->mslot[i] = (merge_slot){0, -1, -1};
   t->mmask = (uint32_t)(slots - 1);
+  if (t->sp) {
+    t->jslot = calloc(slots, sizeof *t->jslot);
+    if (!t->jslot) return FAIL(CT_ENOMEM, "tokenizer: out of memory");
+    t->jmask = t->mmask;
+  }
+  const json_t *unk = json_object_get(model, "unk_token");
+  if (json_is_string(unk)) {
+    const json_t *u = json_object_get(vocab, json_string_value(unk));
+    if (u) get_id(u, &t->unk);
+  }
   char *cat = NULL;
   size_t catcap = 0;
   for (size_t r = 0; r < nm; r++) {
@@ -524,6 +569,7 @@ static int load_model(ct_tokenizer *t, const loadctx *L, const json_t *model) {
     get_id(ja, &ia);
     get_id(jb, &ib);
     get_id(jab, &iab);
+    if (t->sp) junction_add(t, a, alen, b, blen);
     uint64_t key = ((uint64_t)(uint32_t)ia << 32) | (uint32_t)ib;
     for (uint32_t i = hash_pair(key) & t->mmask;; i = (i + 1) & t->mmask) {
       merge_slot *s = &t->mslot[i];
@@ -535,11 +581,11 @@ static int load_model(ct_tokenizer *t, const loadctx *L, const json_t *model) {
     }
   }
   free(cat);
-  const json_t *unk = json_object_get(model, "unk_token");
-  if (json_is_string(unk)) {
-    const json_t *u = json_object_get(vocab, json_string_value(unk));
-    if (u) get_id(u, &t->unk);
-  }
+  // Never cut where a whole word may be one token (ignore_merges), or where a run of
+  // unknown characters may fuse into one unk (no byte for every byte to fall back to).
+  bool all_bytes = t->byte_fallback;
+  for (int b = 0; b < 256; b++) all_bytes = all_bytes && t->fallback_id[b] >= 0;
+  t->no_cut = t->no_cut || t->ignore_merges || (t->fuse_unk && t->unk >= 0 && !all_bytes);
   return 0;
 }
 
@@ -1512,9 +1558,31 @@ static void merge_symbols(const ct_tokenizer *t, enc_scratch *sc, size_t n) {
   }
 }
 
+static int bpe_piece(enc *e, const char *w, size_t n, long pos);
+
 // One pre-tokenized word: BPE merges, by rank, over its bytes (byte-level) or characters
-// (SentencePiece-style). `pos` is the word's position in the section, for offsets.
+// (SentencePiece-style, merged piecewise between characters no merge joins). `pos` is the
+// word's position in the section, for offsets.
 static int bpe_word(enc *e, const char *w, size_t n, long pos) {
+  const ct_tokenizer *t = e->t;
+  if (!t->sp || t->no_cut) return bpe_piece(e, w, n, pos);
+  size_t start = 0, i = 0;
+  uint32_t prev = ct_utf8_next(w, n, &i);
+  while (i < n) {
+    size_t at = i;
+    uint32_t cp = ct_utf8_next(w, n, &i);
+    if (!junction_find(t, junction_key(prev, cp))) {
+      int rc = bpe_piece(e, w + start, at - start, pos + (long)start);
+      if (rc) return rc;
+      start = at;
+    }
+    prev = cp;
+  }
+  return bpe_piece(e, w + start, n - start, pos + (long)start);
+}
+
+// A word, or a piece of one no merge crosses.
+static int bpe_piece(enc *e, const char *w, size_t n, long pos) {
   const ct_tokenizer *t = e->t;
   if (n == 0) return 0;
   if (n == 1 && !t->sp) {
