@@ -119,5 +119,24 @@ else
   cat "$tmp/announce.log"; echo "FAIL: sft did not announce reading a big tokenizer.json"; fail=1
 fi
 
+# End to end with Llama 2's tokenizer: bin/sft learns a completion that ends in a
+# character Llama 2 lacks (byte-fallback tokens), saves the tokenizer.json unchanged, and
+# bin/sampler generates the completion back, byte tokens decoded.
+for i in $(seq 1 64); do printf '{"prompt": "Question %d: the capital of France?", "completion": " Paris \360\235\224\230"}\n' "$i"; done >"$tmp/sp.jsonl"
+"$BIN/sft" "$root/configs/sft.yml" dataset_path="$tmp/sp.jsonl" output_dir="$tmp/sp" max_steps=40 \
+  tokenizer_path="$models/tokenizer-llama2/models" model.vocab_size=32000 model.hidden_size=64 \
+  model.intermediate_size=128 model.num_hidden_layers=2 model.num_attention_heads=4 model.num_key_value_heads=2 \
+  max_length=32 per_device_train_batch_size=16 learning_rate=5e-3 warmup_steps=2 save_steps=0 >"$tmp/sp.log" 2>&1 ||
+  { cat "$tmp/sp.log"; echo "FAIL: sft with the Llama 2 tokenizer"; fail=1; }
+cmp -s "$tmp/sp/tokenizer.json" "$models/tokenizer-llama2/models/tokenizer.json" ||
+  { echo "FAIL: the checkpoint's tokenizer.json differs from Llama 2's"; fail=1; }
+got=$("$BIN/sampler" generate model_path="$tmp/sp" prompt="Question 7: the capital of France?" max_new_tokens=8 \
+  temperature=0 2>/dev/null)
+if [ "$got" = " Paris $(printf '\360\235\224\230')" ]; then
+  echo "sft + sampler with Llama 2's tokenizer: ok"
+else
+  echo "FAIL: sampler after sft with Llama 2's tokenizer generated '$got'"; fail=1
+fi
+
 [ $fail = 0 ] && echo "tokenizer_ref: all equal to the reference"
 exit $fail
