@@ -489,8 +489,10 @@ enum { SP_SPACE = 259, SP_A, SP_B, SP_SA, SP_AB, SP_SAB, SP_E, SP_BS };
 #define SP_BYTE(b) (3 + (b))
 
 // DIR/tokenizer.json: Llama 2's legacy form (Prepend + Replace normalizers) unless
-// `pretok` (a Metaspace pre-tokenizer's JSON) replaces the normalizer.
-static ct_tokenizer *load_sp(const char *sub, const char *pretok, bool byte_fallback, bool fuse_unk) {
+// `pretok` (a Metaspace pre-tokenizer's JSON) replaces the normalizer; `decoder` (JSON)
+// replaces Llama 2's Replace/ByteFallback/Fuse/Strip.
+static ct_tokenizer *load_sp_dec(const char *sub, const char *pretok, bool byte_fallback, bool fuse_unk,
+                                 const char *decoder) {
   json_error_t err;
   json_t *vocab = json_pack("{s:i,s:i,s:i}", "<unk>", 0, "<s>", 1, "</s>", 2);
   for (int b = 0; b < 256; b++) {
@@ -515,9 +517,10 @@ static ct_tokenizer *load_sp(const char *sub, const char *pretok, bool byte_fall
                                           0, &err));
   json_object_set_new(j, "pre_tokenizer", pretok ? json_loads(pretok, 0, &err) : json_null());
   json_object_set_new(j, "decoder",
-                      json_loads("{\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": {\"String\": "
-                                 "\"▁\"}, \"content\": \" \"}, {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}, "
-                                 "{\"type\": \"Strip\", \"content\": \" \", \"start\": 1, \"stop\": 0}]}",
+                      json_loads(decoder ? decoder
+                                         : "{\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": "
+                                           "{\"String\": \"▁\"}, \"content\": \" \"}, {\"type\": \"ByteFallback\"}, {\"type\": "
+                                           "\"Fuse\"}, {\"type\": \"Strip\", \"content\": \" \", \"start\": 1, \"stop\": 0}]}",
                                  0, &err));
   char dir[512], path[600];
   snprintf(dir, sizeof dir, "%s/%s", tmpdir, sub);
@@ -538,6 +541,10 @@ static ct_tokenizer *load_sp(const char *sub, const char *pretok, bool byte_fall
     if (strcmp(g_, w_)) fprintf(stderr, "  line %d: got '%s', want '%s'\n", __LINE__, g_, w_); \
     CHECK(!strcmp(g_, w_));                                                              \
   } while (0)
+
+static ct_tokenizer *load_sp(const char *sub, const char *pretok, bool byte_fallback, bool fuse_unk) {
+  return load_sp_dec(sub, pretok, byte_fallback, fuse_unk, NULL);
+}
 
 static char *ids_str(int n, const int *v) {
   static char buf[512];
@@ -602,6 +609,21 @@ static void test_metaspace_prepends_per_scheme_and_splits_before_each_space() {
   CHECK_STR(encode_str(t, "b b", false), IDS(SP_SPACE, SP_B, SP_SPACE, SP_B));  // split: "▁b" "▁b", no b▁
   CHECK_STR(encode_str(t, " a", false), IDS(SP_SA));  // already starts with ▁: none added
   ct_tokenizer_free(t);
+  // the Metaspace decoder reads ▁ as a space and cuts the first one unless the scheme is never
+  const char *schemes[] = {"always", "never"}, *want[] = {"a b", " a b"};
+  for (int k = 0; k < 2; k++) {
+    char dec[160], sub[32];
+    snprintf(dec, sizeof dec, "{\"type\": \"Metaspace\", \"replacement\": \"▁\", \"prepend_scheme\": \"%s\"}", schemes[k]);
+    snprintf(sub, sizeof sub, "ms_dec_%s", schemes[k]);
+    ct_tokenizer *d = load_sp_dec(sub, "{\"type\": \"Metaspace\", \"prepend_scheme\": \"always\"}", true, true, dec);
+    int ids[] = {SP_SA, SP_SPACE, SP_B};
+    char *out = NULL;
+    size_t len;
+    CHECK(d && !ct_tokenizer_decode(d, ids, 3, &out, &len));
+    if (out) CHECK_STR(out, want[k]);
+    free(out);
+    ct_tokenizer_free(d);
+  }
   t = load_sp("ms_never", "{\"type\": \"Metaspace\", \"replacement\": \"▁\", \"prepend_scheme\": \"never\", \"split\": true}", true, true);
   CHECK(t && !strcmp(encode_str(t, "a", false), IDS(SP_A)));
   ct_tokenizer_free(t);
