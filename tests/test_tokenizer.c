@@ -481,6 +481,155 @@ static void test_template_errors_that_say_out_of_memory_stay_format_errors() {
 }
 
 // ---------------------------------------------------------------------------
+// A small SentencePiece-style BPE: characters with ▁ for spaces, <0xNN> byte tokens.
+// ids: <unk> 0, <s> 1, </s> 2, <0x00>..<0xFF> 3..258, then the words below from 259.
+
+static const char *const sp_words[] = {"▁", "a", "b", "▁a", "ab", "▁ab", "é", "b▁"};
+enum { SP_SPACE = 259, SP_A, SP_B, SP_SA, SP_AB, SP_SAB, SP_E, SP_BS };
+#define SP_BYTE(b) (3 + (b))
+
+// DIR/tokenizer.json: Llama 2's legacy form (Prepend + Replace normalizers) unless
+// `pretok` (a Metaspace pre-tokenizer's JSON) replaces the normalizer; `decoder` (JSON)
+// replaces Llama 2's Replace/ByteFallback/Fuse/Strip.
+static ct_tokenizer *load_sp_dec(const char *sub, const char *pretok, bool byte_fallback, bool fuse_unk,
+                                 const char *decoder) {
+  json_error_t err;
+  json_t *vocab = json_pack("{s:i,s:i,s:i}", "<unk>", 0, "<s>", 1, "</s>", 2);
+  for (int b = 0; b < 256; b++) {
+    char name[8];
+    snprintf(name, sizeof name, "<0x%02X>", b);
+    json_object_set_new(vocab, name, json_integer(SP_BYTE(b)));
+  }
+  for (int i = 0; i < (int)(sizeof sp_words / sizeof sp_words[0]); i++)
+    json_object_set_new(vocab, sp_words[i], json_integer(SP_SPACE + i));
+  json_t *added = json_array();
+  const char *specials[] = {"<unk>", "<s>", "</s>"};
+  for (int i = 0; i < 3; i++)
+    json_array_append_new(added, json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", i, "content", specials[i],
+                                           "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 1));
+  json_t *j = json_pack(
+      "{s:{s:s,s:o,s:[s,s,s,s],s:s,s:b,s:b},s:o}", "model", "type", "BPE", "vocab", vocab, "merges", "▁ a", "a b",
+      "▁a b", "b ▁", "unk_token", "<unk>", "byte_fallback", byte_fallback, "fuse_unk", fuse_unk, "added_tokens", added);
+  json_object_set_new(j, "normalizer",
+                      pretok ? json_null()
+                             : json_loads("{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": "
+                                          "\"▁\"}, {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"▁\"}]}",
+                                          0, &err));
+  json_object_set_new(j, "pre_tokenizer", pretok ? json_loads(pretok, 0, &err) : json_null());
+  json_object_set_new(j, "decoder",
+                      json_loads(decoder ? decoder
+                                         : "{\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": "
+                                           "{\"String\": \"▁\"}, \"content\": \" \"}, {\"type\": \"ByteFallback\"}, {\"type\": "
+                                           "\"Fuse\"}, {\"type\": \"Strip\", \"content\": \" \", \"start\": 1, \"stop\": 0}]}",
+                                 0, &err));
+  char dir[512], path[600];
+  snprintf(dir, sizeof dir, "%s/%s", tmpdir, sub);
+  mkdir(dir, 0700);
+  snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+  ct_tokenizer *t = NULL;
+  if (json_dump_file(j, path, 0) || ct_tokenizer_load(&t, dir)) fprintf(stderr, "load_sp: %s\n", ct_last_error());
+  json_decref(j);
+  return t;
+}
+
+// Compares strings, showing both when they differ (got is copied first: IDS reuses a buffer).
+#define CHECK_STR(got, want)                                                             \
+  do {                                                                                   \
+    char g_[512];                                                                        \
+    snprintf(g_, sizeof g_, "%s", (got));                                                \
+    const char *w_ = (want);                                                             \
+    if (strcmp(g_, w_)) fprintf(stderr, "  line %d: got '%s', want '%s'\n", __LINE__, g_, w_); \
+    CHECK(!strcmp(g_, w_));                                                              \
+  } while (0)
+
+static ct_tokenizer *load_sp(const char *sub, const char *pretok, bool byte_fallback, bool fuse_unk) {
+  return load_sp_dec(sub, pretok, byte_fallback, fuse_unk, NULL);
+}
+
+static char *ids_str(int n, const int *v) {
+  static char buf[512];
+  ct_ids ids = {(int *)v, n, n};
+  format_ids(&ids, buf, sizeof buf);
+  return buf;
+}
+#define IDS(...) ids_str((int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (int[]){__VA_ARGS__})
+
+static void test_sentencepiece_bpe_merges_characters_and_falls_back_to_bytes() {
+  ct_tokenizer *t = load_sp("sp", NULL, true, true);
+  CHECK(t != NULL);
+  if (!t) return;
+  CHECK_STR(encode_str(t, "ab", false), IDS(SP_SAB));  // ▁ a b -> ▁a b -> ▁ab, by rank
+  CHECK_STR(encode_str(t, "a é", false), IDS(SP_SA, SP_SPACE, SP_E));
+  // ü (C3 BC) is not in the vocabulary: its UTF-8 bytes
+  CHECK_STR(encode_str(t, "ü", false), IDS(SP_SPACE, SP_BYTE(0xC3), SP_BYTE(0xBC)));
+  // legacy: every section after a special token gets its own ▁
+  CHECK_STR(encode_str(t, "<s>a", true), IDS(1, SP_SA));
+  CHECK_STR(encode_str(t, "b b", false), IDS(SP_SPACE, SP_BS, SP_B));  // merges cross ▁ without a split
+  // decode: ▁ reads as a space, byte tokens as bytes, the leading space cut (Strip)
+  int ids[] = {SP_SPACE, SP_BYTE(0xC3), SP_BYTE(0xBC), SP_SA};
+  char *out = NULL;
+  size_t len = 0;
+  CHECK_OK(ct_tokenizer_decode(t, ids, 4, &out, &len));
+  CHECK_STR(out, "ü a");
+  free(out);
+  size_t n;
+  const char *b = ct_tokenizer_token_bytes(t, SP_BYTE(0x41), &n);
+  CHECK(n == 1 && b[0] == 'A');
+  CHECK(ct_tokenizer_token_id(t, "▁ab") == SP_SAB);
+  // offsets point into the original text: "a ü" -> ▁a (0), ▁ (the space, 1), ü's bytes (2, 3)
+  ct_ids got = {0}, offs = {0};
+  CHECK_OK(ct_tokenizer_encode_offsets(t, "a ü", strlen("a ü"), false, &got, &offs));
+  CHECK_STR(ids_str(got.n, got.v), IDS(SP_SA, SP_SPACE, SP_BYTE(0xC3), SP_BYTE(0xBC)));
+  CHECK_STR(ids_str(offs.n, offs.v), "0 1 2 3");
+  ct_ids_free(&got);
+  ct_ids_free(&offs);
+  ct_tokenizer_free(t);
+
+  // without byte fallback a missing character is unk; fuse_unk makes a run one unk
+  t = load_sp("sp_unk", NULL, false, true);
+  CHECK(t && !strcmp(encode_str(t, "üüa", false), IDS(SP_SPACE, 0, SP_A)));
+  ct_tokenizer_free(t);
+  t = load_sp("sp_unk2", NULL, false, false);
+  CHECK(t && !strcmp(encode_str(t, "üüa", false), IDS(SP_SPACE, 0, 0, SP_A)));
+  ct_tokenizer_free(t);
+}
+
+static void test_metaspace_prepends_per_scheme_and_splits_before_each_space() {
+  ct_tokenizer *t = load_sp("ms_first", "{\"type\": \"Metaspace\", \"replacement\": \"▁\", \"prepend_scheme\": \"first\", \"split\": false}", true, true);
+  CHECK(t != NULL);
+  if (!t) return;
+  CHECK_STR(encode_str(t, "a", false), IDS(SP_SA));
+  CHECK_STR(encode_str(t, "<s>a", true), IDS(1, SP_A));  // not at the start of the input: no ▁
+  CHECK_STR(encode_str(t, "b b", false), IDS(SP_SPACE, SP_BS, SP_B));
+  ct_tokenizer_free(t);
+  t = load_sp("ms_always", "{\"type\": \"Metaspace\", \"replacement\": \"▁\", \"prepend_scheme\": \"always\", \"split\": true}", true, true);
+  CHECK(t != NULL);
+  if (!t) return;
+  CHECK_STR(encode_str(t, "<s>a", true), IDS(1, SP_SA));
+  CHECK_STR(encode_str(t, "b b", false), IDS(SP_SPACE, SP_B, SP_SPACE, SP_B));  // split: "▁b" "▁b", no b▁
+  CHECK_STR(encode_str(t, " a", false), IDS(SP_SA));  // already starts with ▁: none added
+  ct_tokenizer_free(t);
+  // the Metaspace decoder reads ▁ as a space and cuts the first one unless the scheme is never
+  const char *schemes[] = {"always", "never"}, *want[] = {"a b", " a b"};
+  for (int k = 0; k < 2; k++) {
+    char dec[160], sub[32];
+    snprintf(dec, sizeof dec, "{\"type\": \"Metaspace\", \"replacement\": \"▁\", \"prepend_scheme\": \"%s\"}", schemes[k]);
+    snprintf(sub, sizeof sub, "ms_dec_%s", schemes[k]);
+    ct_tokenizer *d = load_sp_dec(sub, "{\"type\": \"Metaspace\", \"prepend_scheme\": \"always\"}", true, true, dec);
+    int ids[] = {SP_SA, SP_SPACE, SP_B};
+    char *out = NULL;
+    size_t len;
+    CHECK(d && !ct_tokenizer_decode(d, ids, 3, &out, &len));
+    if (out) CHECK_STR(out, want[k]);
+    free(out);
+    ct_tokenizer_free(d);
+  }
+  t = load_sp("ms_never", "{\"type\": \"Metaspace\", \"replacement\": \"▁\", \"prepend_scheme\": \"never\", \"split\": true}", true, true);
+  CHECK(t && !strcmp(encode_str(t, "a", false), IDS(SP_A)));
+  ct_tokenizer_free(t);
+}
+
+// ---------------------------------------------------------------------------
 // Malformed files: each must fail with a message naming the file and the field.
 
 static void test_malformed_tokenizer_files_fail_with_clear_errors() {
@@ -510,9 +659,14 @@ static void test_malformed_tokenizer_files_fail_with_clear_errors() {
       {"added content empty", "added_tokens", "[{\"id\": 5, \"content\": \"\"}]", "added_tokens[0].content"},
       {"bad regex", "pre_tokenizer", "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"(ab\"}, \"behavior\": \"Isolated\"}",
        "pre_tokenizer.pattern: position 0: unbalanced parenthesis"},
-      {"unknown pre-tokenizer", "pre_tokenizer", "{\"type\": \"Metaspace\"}", "pre_tokenizer.type: pre-tokenizer 'Metaspace' is not supported"},
-      {"split behavior", "pre_tokenizer", "{\"type\": \"Split\", \"pattern\": {\"String\": \" \"}, \"behavior\": \"MergedWithNext\"}",
-       "pre_tokenizer.behavior: 'MergedWithNext' is not supported"},
+      {"unknown pre-tokenizer", "pre_tokenizer", "{\"type\": \"Whitespace\"}", "pre_tokenizer.type: pre-tokenizer 'Whitespace' is not supported"},
+      {"split behavior", "pre_tokenizer", "{\"type\": \"Split\", \"pattern\": {\"String\": \" \"}, \"behavior\": \"Contiguous\"}",
+       "pre_tokenizer.behavior: 'Contiguous' is not supported"},
+      {"Unigram", "model.type", "\"Unigram\"", "model.type: 'Unigram' is not supported (only BPE models"},
+      {"metaspace scheme", "pre_tokenizer", "{\"type\": \"Metaspace\", \"prepend_scheme\": \"sometimes\"}",
+       "pre_tokenizer.prepend_scheme: 'sometimes' is not one of always, first, never"},
+      {"replace regex", "normalizer", "{\"type\": \"Replace\", \"pattern\": {\"Regex\": \" +\"}, \"content\": \"_\"}",
+       "normalizer.pattern: a Regex pattern is not supported in Replace"},
       {"normalizer", "normalizer", "{\"type\": \"Lowercase\"}", "normalizer.type: normalizer 'Lowercase' is not supported"},
       {"decoder", "decoder", "{\"type\": \"WordPiece\"}", "decoder.type: decoder 'WordPiece' is not supported"},
       {"suffix", "model.end_of_word_suffix", "\"</w>\"", "model.end_of_word_suffix: not supported"},
@@ -876,6 +1030,8 @@ int main(void) {
   RUN(test_config_sets_special_tokens_add_bos_and_stop_ids);
   RUN(test_template_errors_name_the_file_line_and_column);
   RUN(test_template_errors_that_say_out_of_memory_stay_format_errors);
+  RUN(test_sentencepiece_bpe_merges_characters_and_falls_back_to_bytes);
+  RUN(test_metaspace_prepends_per_scheme_and_splits_before_each_space);
   RUN(test_malformed_tokenizer_files_fail_with_clear_errors);
   RUN(test_fuzz_tokenizer_json_loader_never_crashes);
   RUN(test_fuzz_template_parser_and_renderer_never_crash);

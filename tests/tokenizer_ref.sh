@@ -7,6 +7,9 @@
 #    Llama 3.3 with generation markers, SmolLM2/3, ChatML, Gemma 3, Mistral, DeepSeek-R1
 #    and a feature tour from tests/fixtures/tokenizer/templates) render byte-identically
 #    on tests/fixtures/tokenizer/chat-cases.jsonl, and raise where the reference raises;
+#  - Llama 2 (legacy and non-legacy) and Gemma 3 (SentencePiece-style BPE with byte
+#    fallback) token ids and decoded text on the same corpus, and Gemma 3's chat template
+#    rendered and tokenized to the same ids;
 #  - the byte tokenizer's saved tokenizer.json means the same mapping to the reference.
 # usage: tests/tokenizer_ref.sh  (CT_BIN: directory with ctune-tokenize, default bin)
 set -eu
@@ -41,6 +44,26 @@ for name in qwen3 llama3; do
   node "$fix/ref.mjs" check-text "$tmp/$name.dec" "$want" || fail=1
 done
 
+# SentencePiece-style BPE: Llama 2 (legacy: Prepend + Replace normalizers; and its
+# non-legacy form: Metaspace with prepend_scheme first) and Gemma 3 (262k tokens, no
+# prepend, newline runs as added tokens). Token ids and decode equal the reference's
+# (decode(encode(x)) is not x here: legacy Llama 2 puts a space after every special token).
+node "$fix/ref.mjs" nonlegacy "$models/tokenizer-llama2/models" "$tmp/llama2-nonlegacy"
+for name in llama2 llama2-nonlegacy gemma3; do
+  dir=$models/tokenizer-$name/models
+  [ "$name" = llama2-nonlegacy ] && dir=$tmp/llama2-nonlegacy
+  node "$fix/ref.mjs" encode "$dir" "$tmp/corpus.txt" "$tmp/$name.ref" &
+  ref_pid=$!
+  "$tok" encode tokenizer_path="$dir" add_special_tokens=false < "$tmp/corpus.jsonl" > "$tmp/$name.ids"
+  "$tok" decode tokenizer_path="$dir" < "$tmp/$name.ids" > "$tmp/$name.dec"
+  wait $ref_pid
+  printf '%s encode: ' "$name"
+  node "$fix/ref.mjs" check-ids "$tmp/$name.ids" "$tmp/$name.ref" || fail=1
+  node "$fix/ref.mjs" decode "$dir" "$tmp/$name.ref" "$tmp/$name.refdec"
+  printf '%s decode: ' "$name"
+  node "$fix/ref.mjs" check-text "$tmp/$name.dec" "$tmp/$name.refdec" || fail=1
+done
+
 # The byte tokenizer's tokenizer.json, as checkpoints carry it, reads back the same in
 # the reference (every byte its own id, special tokens split out).
 "$tok" export out="$tmp"
@@ -66,6 +89,12 @@ for name in qwen3 llama3 llama3_1; do
   node "$fix/ref.mjs" template "$dir" "$tmp/$name.jinja"
   check_chat "$name" "$tmp/$name.jinja" "$dir"
 done
+# Gemma 3's own chat template, rendered and tokenized: the same token ids.
+gemma=$models/tokenizer-gemma3/models
+node "$fix/ref.mjs" template "$gemma" "$tmp/gemma3_own.jinja"
+node "$fix/ref.mjs" chat "$tmp/gemma3_own.jinja" "$cases" "$tmp/gemma3_own.ref.jsonl" "$gemma"
+"$tok" chat tokenizer_path="$gemma" tokenize=true on_error=row < "$cases" > "$tmp/gemma3_own.ours.jsonl"
+node "$fix/ref.mjs" check-chat "$tmp/gemma3_own.ours.jsonl" "$tmp/gemma3_own.ref.jsonl" gemma3_own || fail=1
 for t in "$fix"/templates/*.jinja; do
   check_chat "$(basename "$t" .jinja)" "$t"
 done
@@ -88,6 +117,25 @@ if grep -q "reading the tokenizer: .*tokenizer-qwen3/models/tokenizer.json ([0-9
   echo "a big tokenizer.json is announced: ok"
 else
   cat "$tmp/announce.log"; echo "FAIL: sft did not announce reading a big tokenizer.json"; fail=1
+fi
+
+# End to end with Llama 2's tokenizer: bin/sft learns a completion that ends in a
+# character Llama 2 lacks (byte-fallback tokens), saves the tokenizer.json unchanged, and
+# bin/sampler generates the completion back, byte tokens decoded.
+for i in $(seq 1 64); do printf '{"prompt": "Question %d: the capital of France?", "completion": " Paris \360\235\224\230"}\n' "$i"; done >"$tmp/sp.jsonl"
+"$BIN/sft" "$root/configs/sft.yml" dataset_path="$tmp/sp.jsonl" output_dir="$tmp/sp" max_steps=40 \
+  tokenizer_path="$models/tokenizer-llama2/models" model.vocab_size=32000 model.hidden_size=64 \
+  model.intermediate_size=128 model.num_hidden_layers=2 model.num_attention_heads=4 model.num_key_value_heads=2 \
+  max_length=32 per_device_train_batch_size=16 learning_rate=5e-3 warmup_steps=2 save_steps=0 >"$tmp/sp.log" 2>&1 ||
+  { cat "$tmp/sp.log"; echo "FAIL: sft with the Llama 2 tokenizer"; fail=1; }
+cmp -s "$tmp/sp/tokenizer.json" "$models/tokenizer-llama2/models/tokenizer.json" ||
+  { echo "FAIL: the checkpoint's tokenizer.json differs from Llama 2's"; fail=1; }
+got=$("$BIN/sampler" generate model_path="$tmp/sp" prompt="Question 7: the capital of France?" max_new_tokens=8 \
+  temperature=0 2>/dev/null)
+if [ "$got" = " Paris $(printf '\360\235\224\230')" ]; then
+  echo "sft + sampler with Llama 2's tokenizer: ok"
+else
+  echo "FAIL: sampler after sft with Llama 2's tokenizer generated '$got'"; fail=1
 fi
 
 [ $fail = 0 ] && echo "tokenizer_ref: all equal to the reference"

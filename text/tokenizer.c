@@ -13,6 +13,7 @@
 #include "fs.h"
 #include "jinja.h"
 #include "tokenizer_regex.h"
+#include "tokenizer_sp.h"
 #include "unicode.h"
 
 // ===========================================================================
@@ -27,10 +28,12 @@ typedef struct {
 } added_token;
 
 enum { STEP_SPLIT, STEP_PREFIX, STEP_DIGITS };
+enum { MERGE_NONE, MERGE_PREV, MERGE_NEXT };
 typedef struct {
   int kind;
   ct_regex *re;          // STEP_SPLIT
   bool keep_match, keep_gap;
+  int merge;             // STEP_SPLIT: MERGE_PREV / MERGE_NEXT glue a match to its neighbour
   bool individual;       // STEP_DIGITS
 } pretok_step;
 
@@ -60,11 +63,13 @@ typedef struct {
 typedef struct {
   step_scratch *steps;     // (nsteps + 1) one per pre-tokenizer step
   int *sym, *prev, *next;  // (capsym) a word's BPE symbols, as a linked list
+  int *spos;               // (capsym) where each symbol starts in the word
   uint64_t *heap;          // (2 * capsym) candidate merges
   size_t capsym;
   char *norm;              // (normcap) NFC form of the current section
   size_t normcap;
   ct_uc_nfc_map map;       // where NFC changed the current section
+  ct_sp_buf spb;           // the section after the SentencePiece ops
 } enc_scratch;
 
 struct ct_tokenizer {
@@ -86,6 +91,26 @@ struct ct_tokenizer {
   uint32_t mmask;
   int byte_id[256];
   bool ignore_merges;
+
+  // SentencePiece-style BPE (no ByteLevel in the file): symbols are characters, the
+  // vocabulary is spelled as in tokenizer.json (with ▁), and a token decodes to
+  // dec_off/dec_len (the decoder's Replace and ByteFallback applied).
+  bool sp, byte_fallback, fuse_unk;
+  int fallback_id[256];         // the <0xNN> tokens, -1 when absent
+  ct_sp_op *ops;                // normalizers after NFC, then Metaspace's replace/prepend
+  int nops;
+  ct_sp_op *drep;               // the decoder's Replace ops, in order
+  int ndrep;
+  bool dec_bytefb, dec_fused;   // ByteFallback; Fuse seen (Strip then cuts the whole text)
+  int strip_start, strip_stop;  // Strip: at most this many strip_c cut from each end
+  char strip_c;
+  uint32_t *dec_off, *dec_len;  // (vocab_size) sp only
+  // sp: the character pairs some merge joins (last of its left, first of its right). No
+  // merge ever crosses a boundary between two other characters, so a word is merged in
+  // pieces cut there (the same result; the pieces are short enough for the word cache).
+  uint64_t *jslot;              // pair keys, 0 empty
+  uint32_t jmask;
+  bool no_cut;                  // a merge of byte or unk tokens: never cut
 
   // added tokens, bucketed by first byte, longest first within a bucket (in list order
   // among equal lengths)
@@ -253,6 +278,34 @@ static inline const merge_slot *merge_find(const ct_tokenizer *t, int a, int b) 
   }
 }
 
+static inline uint64_t junction_key(uint32_t left, uint32_t right) {
+  return ((uint64_t)left << 21 | right) + 1;  // code points fit in 21 bits; 0 marks empty
+}
+
+static inline bool junction_find(const ct_tokenizer *t, uint64_t key) {
+  for (uint32_t i = hash_pair(key) & t->jmask;; i = (i + 1) & t->jmask) {
+    if (t->jslot[i] == key) return true;
+    if (!t->jslot[i]) return false;
+  }
+}
+
+// Records that merge (a, b) joins a's last character to b's first.
+static void junction_add(ct_tokenizer *t, const char *a, size_t alen, const char *b, size_t blen) {
+  if (ct_sp_byte_token(a, alen) >= 0 || ct_sp_byte_token(b, blen) >= 0 ||
+      (t->unk >= 0 && ((alen == t->tok_len[t->unk] && !memcmp(a, t->bytes + t->tok_off[t->unk], alen)) ||
+                       (blen == t->tok_len[t->unk] && !memcmp(b, t->bytes + t->tok_off[t->unk], blen)))))
+    t->no_cut = true;
+  size_t i = ct_utf8_prev(a, 0, alen), j = 0;
+  uint64_t key = junction_key(ct_utf8_next(a, alen, &i), ct_utf8_next(b, blen, &j));
+  for (uint32_t k = hash_pair(key) & t->jmask;; k = (k + 1) & t->jmask) {
+    if (t->jslot[k] == key) return;
+    if (!t->jslot[k]) {
+      t->jslot[k] = key;
+      return;
+    }
+  }
+}
+
 static int grow_ids_table(ct_tokenizer *t, int size) {
   uint32_t *off = realloc(t->tok_off, sizeof *off * (size_t)size);
   if (off) t->tok_off = off;
@@ -292,7 +345,17 @@ static void scratch_free(const ct_tokenizer *t, enc_scratch *s) {
   free(s->heap);
   free(s->norm);
   free(s->map.v);
+  free(s->spos);
+  ct_sp_buf_free(&s->spb);
   memset(s, 0, sizeof *s);
+}
+
+static void free_ops(ct_sp_op *ops, int n) {
+  for (int i = 0; i < n; i++) {
+    free(ops[i].a);
+    free(ops[i].b);
+  }
+  free(ops);
 }
 
 void ct_tokenizer_free(ct_tokenizer *t) {
@@ -304,6 +367,11 @@ void ct_tokenizer_free(ct_tokenizer *t) {
   free(t->tok_special);
   free(t->vslot);
   free(t->mslot);
+  free_ops(t->ops, t->nops);
+  free_ops(t->drep, t->ndrep);
+  free(t->dec_off);
+  free(t->dec_len);
+  free(t->jslot);
   free(t->added);
   free(t->bucket_list);
   free(t->bucket_lens);
@@ -355,7 +423,9 @@ static int load_model(ct_tokenizer *t, const loadctx *L, const json_t *model) {
   const char *type = type_of(model);
   if (!json_is_object(model)) return FAIL(CT_EFORMAT, "%s: model: missing or not an object", L->file);
   if (type && strcmp(type, "BPE"))
-    return FAIL(CT_EFORMAT, "%s: model.type: '%s' is not supported (only byte-level BPE)", L->file, type);
+    return FAIL(CT_EFORMAT,
+                "%s: model.type: '%s' is not supported (only BPE models: byte-level or SentencePiece-style)",
+                L->file, type);
   const json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
   if (!json_is_object(vocab))
     return FAIL(CT_EFORMAT, "%s: model.vocab: expected an object of token -> id", L->file);
@@ -369,9 +439,11 @@ static int load_model(ct_tokenizer *t, const loadctx *L, const json_t *model) {
   for (int i = 0; i < 2; i++) {
     const json_t *f = json_object_get(model, fields[i]);
     if (f && !json_is_null(f) && !(json_is_string(f) && json_string_length(f) == 0))
-      return FAIL(CT_EFORMAT, "%s: model.%s: not supported for byte-level BPE", L->file, fields[i]);
+      return FAIL(CT_EFORMAT, "%s: model.%s: not supported", L->file, fields[i]);
   }
   t->ignore_merges = is_true(json_object_get(model, "ignore_merges"));
+  t->byte_fallback = is_true(json_object_get(model, "byte_fallback"));
+  t->fuse_unk = is_true(json_object_get(model, "fuse_unk"));
 
   // ids
   int max_id = -1;
@@ -396,7 +468,7 @@ static int load_model(ct_tokenizer *t, const loadctx *L, const json_t *model) {
       return FAIL(CT_EFORMAT, "%s: model.vocab['%s']: id %d is used twice", L->file, key, id);
     }
     long w = -1;
-    if (n <= 1024) w = gpt2_decode(key, n, tmp);
+    if (n <= 1024 && !t->sp) w = gpt2_decode(key, n, tmp);
     int rc = w >= 0 ? store_bytes(t, tmp, (size_t)w, &t->tok_off[id]) : store_bytes(t, key, n, &t->tok_off[id]);
     if (rc) {
       free(tmp);
@@ -415,8 +487,10 @@ static int load_model(ct_tokenizer *t, const loadctx *L, const json_t *model) {
   for (int id = 0; id < t->vocab_size; id++)
     if (t->tok_kind[id] == TOK_VOCAB) vocab_insert(t, id);
   for (int b = 0; b < 256; b++) {
-    char ch = (char)b;
+    char ch = (char)b, name[8];
     t->byte_id[b] = vocab_find(t, &ch, 1);
+    snprintf(name, sizeof name, "<0x%02X>", b);
+    t->fallback_id[b] = vocab_find(t, name, 6);
   }
 
   // merges: "a b" strings or ["a", "b"] pairs, rank = position
@@ -427,6 +501,16 @@ static int load_model(ct_tokenizer *t, const loadctx *L, const json_t *model) {
   if (!t->mslot) return FAIL(CT_ENOMEM, "tokenizer: out of memory");
   for (size_t i = 0; i < slots; i++) t->mslot[i] = (merge_slot){0, -1, -1};
   t->mmask = (uint32_t)(slots - 1);
+  if (t->sp) {
+    t->jslot = calloc(slots, sizeof *t->jslot);
+    if (!t->jslot) return FAIL(CT_ENOMEM, "tokenizer: out of memory");
+    t->jmask = t->mmask;
+  }
+  const json_t *unk = json_object_get(model, "unk_token");
+  if (json_is_string(unk)) {
+    const json_t *u = json_object_get(vocab, json_string_value(unk));
+    if (u) get_id(u, &t->unk);
+  }
   char *cat = NULL;
   size_t catcap = 0;
   for (size_t r = 0; r < nm; r++) {
@@ -485,6 +569,7 @@ static int load_model(ct_tokenizer *t, const loadctx *L, const json_t *model) {
     get_id(ja, &ia);
     get_id(jb, &ib);
     get_id(jab, &iab);
+    if (t->sp) junction_add(t, a, alen, b, blen);
     uint64_t key = ((uint64_t)(uint32_t)ia << 32) | (uint32_t)ib;
     for (uint32_t i = hash_pair(key) & t->mmask;; i = (i + 1) & t->mmask) {
       merge_slot *s = &t->mslot[i];
@@ -496,11 +581,11 @@ static int load_model(ct_tokenizer *t, const loadctx *L, const json_t *model) {
     }
   }
   free(cat);
-  const json_t *unk = json_object_get(model, "unk_token");
-  if (json_is_string(unk)) {
-    const json_t *u = json_object_get(vocab, json_string_value(unk));
-    if (u) get_id(u, &t->unk);
-  }
+  // Never cut where a whole word may be one token (ignore_merges), or where a run of
+  // unknown characters may fuse into one unk (no byte for every byte to fall back to).
+  bool all_bytes = t->byte_fallback;
+  for (int b = 0; b < 256; b++) all_bytes = all_bytes && t->fallback_id[b] >= 0;
+  t->no_cut = t->no_cut || t->ignore_merges || (t->fuse_unk && t->unk >= 0 && !all_bytes);
   return 0;
 }
 
@@ -624,14 +709,61 @@ static int load_added(ct_tokenizer *t, const loadctx *L, const json_t *added) {
   return index_added(t);
 }
 
+// A malloc'd copy of s[0, n) with a NUL after it.
+static char *memdup(const char *s, size_t n) {
+  char *d = malloc(n + 1);
+  if (!d) return NULL;
+  memcpy(d, s, n);
+  d[n] = 0;
+  return d;
+}
+
+// Appends an op (copies of a and b) to *ops.
+static int add_op(ct_sp_op **ops, int *nops, int kind, int scheme, const char *a, size_t alen, const char *b,
+                  size_t blen) {
+  ct_sp_op *o = realloc(*ops, sizeof *o * (size_t)(*nops + 1));
+  if (!o) return FAIL(CT_ENOMEM, "tokenizer: out of memory");
+  *ops = o;
+  ct_sp_op op = {kind, scheme, memdup(a, alen), memdup(b, blen), alen, blen};
+  if (!op.a || !op.b) {
+    free(op.a);
+    free(op.b);
+    return FAIL(CT_ENOMEM, "tokenizer: out of memory");
+  }
+  o[(*nops)++] = op;
+  return 0;
+}
+
+// A Replace normalizer or decoder: {"pattern": {"String": s}, "content": c}.
+static int load_replace(const loadctx *L, const json_t *n, const char *where, ct_sp_op **ops, int *nops) {
+  const json_t *pat = json_object_get(n, "pattern"), *content = json_object_get(n, "content");
+  const json_t *str = json_object_get(pat, "String");
+  if (json_object_get(pat, "Regex"))
+    return FAIL(CT_EFORMAT, "%s: %s.pattern: a Regex pattern is not supported in Replace (only {\"String\": ...})",
+                L->file, where);
+  if (!json_is_string(str) || json_string_length(str) == 0)
+    return FAIL(CT_EFORMAT, "%s: %s.pattern: expected {\"String\": \"...\"} (non-empty)", L->file, where);
+  if (!json_is_string(content)) return FAIL(CT_EFORMAT, "%s: %s.content: expected a string", L->file, where);
+  return add_op(ops, nops, CT_SP_REPLACE, 0, json_string_value(str), json_string_length(str),
+                json_string_value(content), json_string_length(content));
+}
+
 static int load_normalizer(ct_tokenizer *t, const loadctx *L, const json_t *n, const char *where) {
   if (!n || json_is_null(n)) return 0;
   const char *type = type_of(n);
   if (!type) return FAIL(CT_EFORMAT, "%s: %s.type: missing", L->file, where);
   if (!strcmp(type, "NFC")) {
+    if (t->nops) return FAIL(CT_EFORMAT, "%s: %s: NFC after Prepend or Replace is not supported", L->file, where);
     t->nfc = true;
     return 0;
   }
+  if (!strcmp(type, "Prepend")) {
+    const json_t *pre = json_object_get(n, "prepend");
+    if (!json_is_string(pre) || json_string_length(pre) == 0)
+      return FAIL(CT_EFORMAT, "%s: %s.prepend: expected a non-empty string", L->file, where);
+    return add_op(&t->ops, &t->nops, CT_SP_PREPEND, CT_SP_PLAIN, json_string_value(pre), json_string_length(pre), "", 0);
+  }
+  if (!strcmp(type, "Replace")) return load_replace(L, n, where, &t->ops, &t->nops);
   if (!strcmp(type, "Sequence")) {
     const json_t *list = json_object_get(n, "normalizers");
     if (!json_is_array(list)) return FAIL(CT_EFORMAT, "%s: %s.normalizers: expected a list", L->file, where);
@@ -643,7 +775,8 @@ static int load_normalizer(ct_tokenizer *t, const loadctx *L, const json_t *n, c
     }
     return 0;
   }
-  return FAIL(CT_EFORMAT, "%s: %s.type: normalizer '%s' is not supported (only NFC)", L->file, where, type);
+  return FAIL(CT_EFORMAT, "%s: %s.type: normalizer '%s' is not supported (NFC, Prepend, Replace, Sequence)", L->file,
+              where, type);
 }
 
 static const char gpt2_pattern[] =
@@ -661,7 +794,7 @@ static int add_step(ct_tokenizer *t, pretok_step s) {
 }
 
 static int add_split(ct_tokenizer *t, const loadctx *L, const char *where, const char *pat, size_t len,
-                     bool regex, bool keep_match, bool keep_gap) {
+                     bool regex, bool keep_match, bool keep_gap, int merge) {
   ct_regex *re;
   int rc;
   if (regex) {
@@ -680,7 +813,34 @@ static int add_split(ct_tokenizer *t, const loadctx *L, const char *where, const
     free(esc);
   }
   if (rc) return ct_wrap_error(rc, "%s: %s.pattern", L->file, where);
-  return add_step(t, (pretok_step){.kind = STEP_SPLIT, .re = re, .keep_match = keep_match, .keep_gap = keep_gap});
+  return add_step(t, (pretok_step){.kind = STEP_SPLIT, .re = re, .keep_match = keep_match, .keep_gap = keep_gap,
+                                   .merge = merge});
+}
+
+// Metaspace: spaces become the replacement, which is prepended per prepend_scheme (older
+// files: add_prefix_space, meaning "always"), and the text splits before each
+// replacement (split, default true). The first two are normalizer ops (they keep offsets).
+static int load_metaspace(ct_tokenizer *t, const loadctx *L, const json_t *p, const char *where) {
+  if (t->nsteps) return FAIL(CT_EFORMAT, "%s: %s: Metaspace must be the first pre-tokenizer", L->file, where);
+  const json_t *rj = json_object_get(p, "replacement"), *sj = json_object_get(p, "prepend_scheme");
+  const char *r = rj ? json_string_value(rj) : "\xe2\x96\x81";  // ▁
+  if (!r || !*r) return FAIL(CT_EFORMAT, "%s: %s.replacement: expected a character", L->file, where);
+  const char *scheme = json_string_value(sj);
+  int sc;
+  if (sj && !scheme) return FAIL(CT_EFORMAT, "%s: %s.prepend_scheme: expected a string", L->file, where);
+  if (!scheme) sc = json_is_false(json_object_get(p, "add_prefix_space")) ? CT_SP_NEVER : CT_SP_ALWAYS;
+  else if (!strcmp(scheme, "always")) sc = CT_SP_ALWAYS;
+  else if (!strcmp(scheme, "first")) sc = CT_SP_FIRST;
+  else if (!strcmp(scheme, "never")) sc = CT_SP_NEVER;
+  else return FAIL(CT_EFORMAT, "%s: %s.prepend_scheme: '%s' is not one of always, first, never", L->file, where, scheme);
+  size_t rl = strlen(r);
+  if (add_op(&t->ops, &t->nops, CT_SP_REPLACE, 0, " ", 1, r, rl) ||
+      add_op(&t->ops, &t->nops, CT_SP_PREPEND, sc, r, rl, "", 0))
+    return CT_ENOMEM;
+  const json_t *split = json_object_get(p, "split");
+  if (split && !json_is_boolean(split)) return FAIL(CT_EFORMAT, "%s: %s.split: expected true or false", L->file, where);
+  if (split && !json_is_true(split)) return 0;
+  return add_split(t, L, where, r, rl, false, true, true, MERGE_NEXT);
 }
 
 static int load_pretok(ct_tokenizer *t, const loadctx *L, const json_t *p, const char *where) {
@@ -703,7 +863,7 @@ static int load_pretok(ct_tokenizer *t, const loadctx *L, const json_t *p, const
       return CT_ENOMEM;
     const json_t *use_regex = json_object_get(p, "use_regex");
     if (!use_regex || is_true(use_regex))
-      return add_split(t, L, where, gpt2_pattern, sizeof gpt2_pattern - 1, true, true, true);
+      return add_split(t, L, where, gpt2_pattern, sizeof gpt2_pattern - 1, true, true, true, MERGE_NONE);
     return 0;
   }
   if (!strcmp(type, "Split")) {
@@ -713,26 +873,37 @@ static int load_pretok(ct_tokenizer *t, const loadctx *L, const json_t *p, const
       return FAIL(CT_EFORMAT, "%s: %s.pattern: expected {\"Regex\": ...} or {\"String\": ...}", L->file, where);
     const char *behavior = json_string_value(json_object_get(p, "behavior"));
     bool invert = is_true(json_object_get(p, "invert"));
-    bool keep_match, keep_gap;
+    bool keep_match = true, keep_gap = true;
+    int merge = MERGE_NONE;
     if (!behavior || !strcmp(behavior, "Isolated")) {
-      keep_match = keep_gap = true;
+    } else if (!strcmp(behavior, "MergedWithPrevious") && !invert) {
+      merge = MERGE_PREV;
+    } else if (!strcmp(behavior, "MergedWithNext") && !invert) {
+      merge = MERGE_NEXT;
     } else if (!strcmp(behavior, "Removed")) {
       keep_match = invert;
       keep_gap = !invert;
     } else {
-      return FAIL(CT_EFORMAT, "%s: %s.behavior: '%s' is not supported (Isolated or Removed)", L->file, where,
-                  behavior);
+      return FAIL(CT_EFORMAT,
+                  "%s: %s.behavior: '%s'%s is not supported (Isolated, Removed, MergedWithPrevious, MergedWithNext)",
+                  L->file, where, behavior, invert ? " with invert" : "");
     }
     const json_t *s = re ? re : str;
-    return add_split(t, L, where, json_string_value(s), json_string_length(s), re != NULL, keep_match, keep_gap);
+    return add_split(t, L, where, json_string_value(s), json_string_length(s), re != NULL, keep_match, keep_gap,
+                     merge);
   }
+  if (!strcmp(type, "Metaspace")) return load_metaspace(t, L, p, where);
   if (!strcmp(type, "Digits"))
     return add_step(t, (pretok_step){.kind = STEP_DIGITS, .individual = is_true(json_object_get(p, "individual_digits"))});
-  return FAIL(CT_EFORMAT, "%s: %s.type: pre-tokenizer '%s' is not supported (Split, ByteLevel, Digits, Sequence)",
+  return FAIL(CT_EFORMAT,
+              "%s: %s.type: pre-tokenizer '%s' is not supported (Split, ByteLevel, Metaspace, Digits, Sequence)",
               L->file, where, type);
 }
 
-static int load_decoder(const loadctx *L, const json_t *d, const char *where) {
+// Decoders. A byte-level tokenizer takes ByteLevel only; a SentencePiece-style one the
+// per-token Replace, ByteFallback, Metaspace, then Fuse and Strip (which cuts the fused
+// text: Strip before Fuse would cut every token and is refused).
+static int load_decoder(ct_tokenizer *t, const loadctx *L, const json_t *d, const char *where) {
   if (!d || json_is_null(d)) return 0;
   const char *type = type_of(d);
   if (!type) return FAIL(CT_EFORMAT, "%s: %s.type: missing", L->file, where);
@@ -743,12 +914,102 @@ static int load_decoder(const loadctx *L, const json_t *d, const char *where) {
     for (size_t i = 0; i < json_array_size(list); i++) {
       char sub[128];
       snprintf(sub, sizeof sub, "%s.decoders[%zu]", where, i);
-      int rc = load_decoder(L, json_array_get(list, i), sub);
+      int rc = load_decoder(t, L, json_array_get(list, i), sub);
       if (rc) return rc;
     }
     return 0;
   }
-  return FAIL(CT_EFORMAT, "%s: %s.type: decoder '%s' is not supported (only ByteLevel)", L->file, where, type);
+  if (!t->sp)
+    return FAIL(CT_EFORMAT, "%s: %s.type: decoder '%s' is not supported with ByteLevel (only ByteLevel)", L->file,
+                where, type);
+  bool per_token = !strcmp(type, "Replace") || !strcmp(type, "ByteFallback") || !strcmp(type, "Metaspace");
+  if (per_token && t->dec_fused)
+    return FAIL(CT_EFORMAT, "%s: %s: decoder '%s' after Fuse is not supported", L->file, where, type);
+  if (!strcmp(type, "Replace")) return load_replace(L, d, where, &t->drep, &t->ndrep);
+  if (!strcmp(type, "ByteFallback")) {
+    t->dec_bytefb = true;
+    return 0;
+  }
+  if (!strcmp(type, "Fuse")) {
+    t->dec_fused = true;
+    return 0;
+  }
+  if (!strcmp(type, "Metaspace")) {  // the replacement reads as a space; the first one is cut
+    const json_t *rj = json_object_get(d, "replacement");
+    const char *r = rj ? json_string_value(rj) : "\xe2\x96\x81";
+    if (!r || !*r) return FAIL(CT_EFORMAT, "%s: %s.replacement: expected a character", L->file, where);
+    const char *scheme = json_string_value(json_object_get(d, "prepend_scheme"));
+    bool cut = scheme ? strcmp(scheme, "never") != 0 : !json_is_false(json_object_get(d, "add_prefix_space"));
+    if (add_op(&t->drep, &t->ndrep, CT_SP_REPLACE, 0, r, strlen(r), " ", 1)) return CT_ENOMEM;
+    t->dec_fused = true;
+    t->strip_c = ' ';
+    t->strip_start = cut ? 1 : 0;
+    return 0;
+  }
+  if (!strcmp(type, "Strip")) {
+    const json_t *c = json_object_get(d, "content");
+    int a, b;
+    if (!json_is_string(c) || json_string_length(c) != 1)
+      return FAIL(CT_EFORMAT, "%s: %s.content: expected a one-byte string", L->file, where);
+    if (!get_id(json_object_get(d, "start"), &a) || !get_id(json_object_get(d, "stop"), &b))
+      return FAIL(CT_EFORMAT, "%s: %s.start/stop: expected counts", L->file, where);
+    if (!t->dec_fused)
+      return FAIL(CT_EFORMAT, "%s: %s: Strip before Fuse (cutting every token) is not supported", L->file, where);
+    t->strip_c = json_string_value(c)[0];
+    t->strip_start = a;
+    t->strip_stop = b;
+    return 0;
+  }
+  return FAIL(CT_EFORMAT,
+              "%s: %s.type: decoder '%s' is not supported (Replace, ByteFallback, Fuse, Strip, Metaspace, Sequence)",
+              L->file, where, type);
+}
+
+// SentencePiece-style: the bytes each token decodes to (ByteFallback's <0xNN> is byte NN,
+// any other token its text through the decoder's Replace ops).
+static int build_dec(ct_tokenizer *t) {
+  t->dec_off = calloc((size_t)t->vocab_size, sizeof *t->dec_off);
+  t->dec_len = calloc((size_t)t->vocab_size, sizeof *t->dec_len);
+  if (!t->dec_off || !t->dec_len) return FAIL(CT_ENOMEM, "tokenizer: out of memory");
+  for (int id = 0; id < t->vocab_size; id++) {
+    if (t->tok_kind[id] == TOK_NONE) continue;
+    size_t n = t->tok_len[id];
+    char *cur = memdup(t->bytes + t->tok_off[id], n);  // store_bytes may move t->bytes
+    if (!cur) return FAIL(CT_ENOMEM, "tokenizer: out of memory");
+    int b = t->dec_bytefb ? ct_sp_byte_token(cur, n) : -1;
+    if (b >= 0) {
+      cur[0] = (char)b;
+      n = 1;
+    }
+    for (int k = 0; b < 0 && k < t->ndrep; k++) {
+      const ct_sp_op *o = &t->drep[k];
+      char *next;
+      if (ct_sp_replace_all(cur, n, o->a, o->alen, o->b, o->blen, &next, &n)) {
+        free(cur);
+        return CT_ENOMEM;
+      }
+      free(cur);
+      cur = next;
+    }
+    int rc = store_bytes(t, cur, n, &t->dec_off[id]);
+    free(cur);
+    if (rc) return rc;
+    t->dec_len[id] = (uint32_t)n;
+  }
+  return 0;
+}
+
+// Whether a pre-tokenizer or decoder (or a Sequence of them) has a ByteLevel step.
+static bool has_byte_level(const json_t *j) {
+  const char *type = type_of(j);
+  if (type && !strcmp(type, "ByteLevel")) return true;
+  const char *lists[] = {"pretokenizers", "decoders"};
+  for (int k = 0; k < 2; k++) {
+    const json_t *l = json_object_get(j, lists[k]);
+    for (size_t i = 0; i < json_array_size(l); i++)
+      if (has_byte_level(json_array_get(l, i))) return true;
+  }
+  return false;
 }
 
 // The post-processor's TemplateProcessing says whether a document gets a leading or
@@ -895,11 +1156,14 @@ static int build(ct_tokenizer **out, const char *dir, char *json_text, size_t js
   json_t *j = NULL, *cfg = NULL;
   int rc = parse_json(file, json_text, json_len, &j);
   if (!rc && !json_is_object(j)) rc = FAIL(CT_EFORMAT, "%s: expected a JSON object", file);
+  // A file with no ByteLevel anywhere is SentencePiece-style: its vocabulary is text.
+  t->sp = !rc && !has_byte_level(json_object_get(j, "pre_tokenizer")) && !has_byte_level(json_object_get(j, "decoder"));
   if (!rc) rc = load_model(t, &L, json_object_get(j, "model"));
   if (!rc) rc = load_added(t, &L, json_object_get(j, "added_tokens"));
   if (!rc) rc = load_normalizer(t, &L, json_object_get(j, "normalizer"), "normalizer");
   if (!rc) rc = load_pretok(t, &L, json_object_get(j, "pre_tokenizer"), "pre_tokenizer");
-  if (!rc) rc = load_decoder(&L, json_object_get(j, "decoder"), "decoder");
+  if (!rc) rc = load_decoder(t, &L, json_object_get(j, "decoder"), "decoder");
+  if (!rc && t->sp) rc = build_dec(t);
   int lead = -1, trail = -1;
   if (!rc) post_template(t, json_object_get(j, "post_processor"), &lead, &trail);
   if (!rc && cfg_text) rc = parse_json(cfgfile, cfg_text, cfg_len, &cfg);
@@ -1064,8 +1328,8 @@ const char *ct_tokenizer_token_bytes(const ct_tokenizer *t, int id, size_t *len)
     *len = 0;
     return NULL;
   }
-  *len = t->tok_len[id];
-  return t->bytes + t->tok_off[id];
+  *len = t->dec_len ? t->dec_len[id] : t->tok_len[id];
+  return t->bytes + (t->dec_off ? t->dec_off[id] : t->tok_off[id]);
 }
 
 bool ct_tokenizer_is_special(const ct_tokenizer *t, int id) {
@@ -1078,8 +1342,8 @@ int ct_tokenizer_token_id(const ct_tokenizer *t, const char *token) {
   int k = added_find(t, token, n);
   if (k >= 0) return t->added[k].id;
   // a vocabulary entry, spelled as in tokenizer.json (byte-level characters)
-  char buf[256];
-  long w = n < sizeof buf ? gpt2_decode(token, n, buf) : -1;
+  char buf[256] = "";
+  long w = n < sizeof buf && !t->sp ? gpt2_decode(token, n, buf) : -1;
   int id = w >= 0 ? vocab_find(t, buf, (size_t)w) : -1;
   if (id < 0) id = vocab_find(t, token, n);
   return id;
@@ -1093,6 +1357,7 @@ typedef struct {
   ct_ids *out, *offs;
   enc_scratch *sc;    // the tokenizer's (under cache_mu) or this call's own
   bool mapped;        // the section went through NFC (offsets go through sc->map)
+  const uint32_t *pmap;  // the SentencePiece ops' map of the section (NULL: none)
   size_t sec_orig;    // offset of the current section in the caller's text
   word_cache *cache;  // NULL when another thread holds it
 } enc;
@@ -1102,6 +1367,7 @@ typedef struct {
 // before pos. Inside it every position maps to its input start; after it (or before the
 // first) bytes map one to one.
 static size_t orig_offset(const enc *e, size_t pos) {
+  if (e->pmap) pos = e->pmap[pos];  // back through Prepend/Replace to the NFC text
   if (!e->mapped) return e->sec_orig + pos;
   const size_t *m = e->sc->map.v;  // (stretches, 4): out_start, out_end, in_start, in_end
   size_t lo = 0, hi = e->sc->map.n / 4;
@@ -1132,9 +1398,11 @@ static int grow_sym(enc_scratch *s, size_t n) {
   if (b) s->prev = b;
   int *c = realloc(s->next, cap * sizeof *c);
   if (c) s->next = c;
+  int *d = realloc(s->spos, cap * sizeof *d);
+  if (d) s->spos = d;
   uint64_t *h = realloc(s->heap, 2 * cap * sizeof *h);
   if (h) s->heap = h;
-  if (!a || !b || !c || !h) return FAIL(CT_ENOMEM, "tokenizer: out of memory");
+  if (!a || !b || !c || !d || !h) return FAIL(CT_ENOMEM, "tokenizer: out of memory");
   s->capsym = cap;
   return 0;
 }
@@ -1222,16 +1490,107 @@ static void cache_put(word_cache *c, const char *w, size_t n, uint64_t h, const 
   c->count++;
 }
 
-// One pre-tokenized word: BPE merges, by rank, over its bytes. `pos` is the word's
-// position in the section, for offsets.
+// A byte-level word's first symbols: its bytes (-1 for a byte not in the vocabulary).
+static size_t byte_symbols(const ct_tokenizer *t, const char *w, size_t n, enc_scratch *sc) {
+  for (size_t i = 0; i < n; i++) {
+    sc->sym[i] = t->byte_id[(unsigned char)w[i]];
+    sc->spos[i] = (int)i;
+  }
+  return n;
+}
+
+// A SentencePiece-style word's first symbols: one per character (its vocabulary id), or
+// the character's <0xNN> byte tokens when it is not in the vocabulary (byte_fallback),
+// else unk (a run of unknown characters is one unk with fuse_unk), as in Hugging Face.
+static size_t sp_symbols(const ct_tokenizer *t, const char *w, size_t n, enc_scratch *sc) {
+  size_t k = 0;
+  bool last_unk = false;
+  for (size_t i = 0; i < n;) {
+    size_t a = i;
+    unsigned char c = (unsigned char)w[i];
+    int id;
+    if (c < 0x80) {
+      id = t->byte_id[c];
+      i++;
+    } else {
+      ct_utf8_next(w, n, &i);
+      id = vocab_find(t, w + a, i - a);
+    }
+    bool bytes_ok = id < 0 && t->byte_fallback;
+    for (size_t j = a; bytes_ok && j < i; j++) bytes_ok = t->fallback_id[(unsigned char)w[j]] >= 0;
+    if (id >= 0 || bytes_ok) {
+      for (size_t j = a; j < (id >= 0 ? a + 1 : i); j++, k++) {
+        sc->sym[k] = id >= 0 ? id : t->fallback_id[(unsigned char)w[j]];
+        sc->spos[k] = (int)j;
+      }
+      last_unk = false;
+    } else if (t->unk >= 0 && !(t->fuse_unk && last_unk)) {
+      sc->sym[k] = t->unk;
+      sc->spos[k++] = (int)a;
+      last_unk = true;
+    }
+  }
+  return k;
+}
+
+// Merges sym[0, n) (linked through prev/next), lowest rank first, leftmost on ties.
+static void merge_symbols(const ct_tokenizer *t, enc_scratch *sc, size_t n) {
+  int *sym = sc->sym, *prev = sc->prev, *next = sc->next;
+  for (size_t i = 0; i < n; i++) {
+    prev[i] = (int)i - 1;
+    next[i] = i + 1 < n ? (int)i + 1 : -1;
+  }
+  size_t nh = 0;
+  for (size_t i = 0; i + 1 < n; i++) try_pair(t, sc, &nh, (int)i);
+  while (nh) {
+    uint64_t top = heap_pop(sc->heap, &nh);
+    int i = (int)(uint32_t)top, rank = (int)(top >> 32);
+    int j = next[i];
+    if (sym[i] < 0 || j < 0 || sym[j] < 0) continue;  // i was merged away or lost its right neighbour
+    const merge_slot *m = merge_find(t, sym[i], sym[j]);
+    if (!m || m->rank != rank) continue;  // the pair changed since it was queued
+    sym[i] = m->id;
+    sym[j] = -2;  // dead
+    next[i] = next[j];
+    if (next[j] >= 0) prev[next[j]] = i;
+    if (prev[i] >= 0) try_pair(t, sc, &nh, prev[i]);
+    try_pair(t, sc, &nh, i);
+  }
+}
+
+static int bpe_piece(enc *e, const char *w, size_t n, long pos);
+
+// One pre-tokenized word: BPE merges, by rank, over its bytes (byte-level) or characters
+// (SentencePiece-style, merged piecewise between characters no merge joins). `pos` is the
+// word's position in the section, for offsets.
 static int bpe_word(enc *e, const char *w, size_t n, long pos) {
   const ct_tokenizer *t = e->t;
+  if (!t->sp || t->no_cut) return bpe_piece(e, w, n, pos);
+  size_t start = 0, i = 0;
+  uint32_t prev = ct_utf8_next(w, n, &i);
+  while (i < n) {
+    size_t at = i;
+    uint32_t cp = ct_utf8_next(w, n, &i);
+    if (!junction_find(t, junction_key(prev, cp))) {
+      int rc = bpe_piece(e, w + start, at - start, pos + (long)start);
+      if (rc) return rc;
+      start = at;
+    }
+    prev = cp;
+  }
+  return bpe_piece(e, w + start, n - start, pos + (long)start);
+}
+
+// A word, or a piece of one no merge crosses.
+static int bpe_piece(enc *e, const char *w, size_t n, long pos) {
+  const ct_tokenizer *t = e->t;
   if (n == 0) return 0;
-  if (n == 1) {
+  if (n == 1 && !t->sp) {
     int id = t->byte_id[(unsigned char)w[0]];
     return id >= 0 ? emit(e, id, pos) : t->unk >= 0 ? emit(e, t->unk, pos) : 0;
   }
-  bool cacheable = e->cache && n <= 255;
+  // a cached word's offsets advance by token length, which byte tokens and unk break in sp
+  bool cacheable = e->cache && n <= 255 && !(t->sp && e->offs);
   uint64_t h = cacheable || t->ignore_merges ? hash_bytes(w, n) : 0;
   if (cacheable) {
     int k;
@@ -1253,37 +1612,16 @@ static int bpe_word(enc *e, const char *w, size_t n, long pos) {
   }
   enc_scratch *sc = e->sc;
   if (grow_sym(sc, n)) return CT_ENOMEM;
-  int *sym = sc->sym, *prev = sc->prev, *next = sc->next;
-  for (size_t i = 0; i < n; i++) {
-    sym[i] = t->byte_id[(unsigned char)w[i]];
-    prev[i] = (int)i - 1;
-    next[i] = i + 1 < n ? (int)i + 1 : -1;
-  }
-  size_t nh = 0;
-  for (size_t i = 0; i + 1 < n; i++) try_pair(t, sc, &nh, (int)i);
-  while (nh) {
-    uint64_t top = heap_pop(sc->heap, &nh);
-    int i = (int)(uint32_t)top, rank = (int)(top >> 32);
-    int j = next[i];
-    if (sym[i] < 0 || j < 0 || sym[j] < 0) continue;  // i was merged away or lost its right neighbour
-    const merge_slot *m = merge_find(t, sym[i], sym[j]);
-    if (!m || m->rank != rank) continue;  // the pair changed since it was queued
-    sym[i] = m->id;
-    sym[j] = -2;  // dead
-    next[i] = next[j];
-    if (next[j] >= 0) prev[next[j]] = i;
-    if (prev[i] >= 0) try_pair(t, sc, &nh, prev[i]);
-    try_pair(t, sc, &nh, i);
-  }
+  size_t ns = t->sp ? sp_symbols(t, w, n, sc) : byte_symbols(t, w, n, sc);
+  if (ns == 0) return 0;
+  merge_symbols(t, sc, ns);
   // Symbols left: emit in order (a byte missing from the vocabulary becomes unk, or is
   // dropped when there is none, as in Hugging Face).
   int count = 0;
-  long p = pos;
-  for (int i = 0; i >= 0; i = next[i]) {
-    int id = sym[i] >= 0 ? sym[i] : t->unk;
+  for (int i = 0; i >= 0; i = sc->next[i]) {
+    int id = sc->sym[i] >= 0 ? sc->sym[i] : t->unk;
     if (id < 0) continue;
-    if (emit(e, id, p)) return CT_ENOMEM;
-    if (e->offs) p += (long)t->tok_len[id];
+    if (emit(e, id, pos + sc->spos[i])) return CT_ENOMEM;
     count++;
   }
   if (cacheable && count > 0 && count <= 1024) cache_put(e->cache, w, n, h, e->out->v + e->out->n - count, count);
@@ -1346,6 +1684,16 @@ static int piece(enc *e, int k, const char *s, size_t n, long pos) {
       at++;
       continue;
     }
+    if (st->merge != MERGE_NONE) {  // a piece ends after (PREV) or before (NEXT) each match
+      size_t cut = st->merge == MERGE_PREV ? (size_t)m : at;
+      if (gap < cut) {
+        int rc = sub_piece(e, k, s, rt, gap, cut, pos);
+        if (rc) return rc;
+      }
+      gap = cut;
+      at = (size_t)m;
+      continue;
+    }
     if (gap < at && st->keep_gap) {
       int rc = sub_piece(e, k, s, rt, gap, at, pos);
       if (rc) return rc;
@@ -1373,6 +1721,15 @@ static int section(enc *e, const char *s, size_t n, size_t orig) {
     s = sc->norm;
     n = len;
     e->mapped = e->offs != NULL;
+  }
+  e->pmap = NULL;
+  if (e->t->nops) {  // Prepend / Replace / Metaspace; "first" means the start of the input
+    const char *o;
+    size_t on;
+    if (ct_sp_normalize(e->t->ops, e->t->nops, s, n, orig == 0, e->offs != NULL, &e->sc->spb, &o, &on, &e->pmap))
+      return CT_ENOMEM;
+    s = o;
+    n = on;
   }
   return piece(e, 0, s, n, 0);
 }
@@ -1457,6 +1814,7 @@ static int encode_text(enc *e, const char *text, size_t len, bool special) {
     rc = section(e, text + start, sec_end - start, start);
     if (!rc) {
       e->mapped = false;
+      e->pmap = NULL;
       e->sec_orig = 0;
       rc = emit(e, a->id, (long)sec_end);
     }
@@ -1519,15 +1877,25 @@ int ct_tokenizer_decode(const ct_tokenizer *t, const int *ids, int n, char **out
   for (int i = 0; i < n; i++) {
     if (ids[i] < 0 || ids[i] >= t->vocab_size || t->tok_kind[ids[i]] == TOK_NONE)
       return FAIL(CT_EINVAL, "tokenizer: id %d is not in the vocabulary (size %d)", ids[i], t->vocab_size);
-    total += t->tok_len[ids[i]];
+    size_t k;
+    ct_tokenizer_token_bytes(t, ids[i], &k);
+    total += k;
   }
   char *s = malloc(total);
   if (!s) return FAIL(CT_ENOMEM, "tokenizer: out of memory");
   size_t used = 0;
   for (int i = 0; i < n; i++) {
-    memcpy(s + used, t->bytes + t->tok_off[ids[i]], t->tok_len[ids[i]]);
-    used += t->tok_len[ids[i]];
+    size_t k;
+    const char *b = ct_tokenizer_token_bytes(t, ids[i], &k);
+    memcpy(s + used, b, k);
+    used += k;
   }
+  // the Strip decoder (Llama 2's cuts the space its Prepend put before the text)
+  size_t a = 0;
+  for (int i = 0; i < t->strip_start && a < used && s[a] == t->strip_c; i++) a++;
+  for (int i = 0; i < t->strip_stop && used > a && s[used - 1] == t->strip_c; i++) used--;
+  memmove(s, s + a, used - a);
+  used -= a;
   s[used] = 0;
   *out = s;
   if (len) *len = used;

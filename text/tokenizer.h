@@ -1,12 +1,17 @@
 // tokenizer: text <-> token ids. Two kinds behind one interface: the built-in byte
 // tokenizer (ids 0-255 are bytes, then a few special tokens; used by models trained
-// from scratch) and Hugging Face byte-level BPE tokenizers loaded from tokenizer.json.
-// Both are the same machinery: the byte tokenizer is a byte-level BPE without merges.
+// from scratch) and Hugging Face BPE tokenizers loaded from tokenizer.json: byte-level
+// (GPT-2 style: Qwen, Llama 3) or SentencePiece-style (no ByteLevel in the file: Llama 2,
+// Mistral, Gemma; symbols are characters, spaces are ▁, a character missing from the
+// vocabulary becomes its <0xNN> byte tokens). All are the same machinery: the byte
+// tokenizer is a byte-level BPE without merges.
 //
 // Encoding follows Hugging Face tokenizers: added tokens are cut out first (leftmost,
-// longest), the rest is normalized (NFC when declared), pre-tokenized (Split regexes,
-// ByteLevel, Digits) and merged by rank. Decoding concatenates the tokens' bytes (no
-// clean-up of spaces), so decode(encode(x)) == x for NFC text.
+// longest), the rest is normalized (NFC, Prepend, Replace), pre-tokenized (Split regexes,
+// ByteLevel, Metaspace, Digits) and merged by rank. Decoding concatenates the tokens'
+// bytes (▁ read as a space, <0xNN> as its byte; no clean-up of spaces; the Strip decoder
+// cuts Llama 2's leading space), so decode(encode(x)) == x for NFC text with byte-level
+// tokenizers. Invalid UTF-8 from byte tokens is kept as bytes (Hugging Face shows U+FFFD).
 //
 // A tokenizer is read-only after loading; encode and decode may run on several threads
 // at once (a shared word cache and scratch buffers serve whichever thread holds them;
@@ -26,9 +31,9 @@ typedef struct ct_tokenizer ct_tokenizer;
 int ct_tokenizer_bytes(ct_tokenizer **out);
 
 // Loads tokenizer.json (and tokenizer_config.json, generation_config.json when present)
-// from `dir`. Any Hugging Face byte-level BPE tokenizer.json loads; anything else (a
-// WordPiece or Unigram model, an unsupported normalizer or pre-tokenizer) fails naming
-// the file and the field.
+// from `dir`. Any Hugging Face byte-level or SentencePiece-style BPE tokenizer.json loads;
+// anything else (a WordPiece or Unigram model, an unsupported normalizer, pre-tokenizer or
+// decoder) fails naming the file and the field.
 int ct_tokenizer_load(ct_tokenizer **out, const char *dir);
 void ct_tokenizer_free(ct_tokenizer *t);
 
