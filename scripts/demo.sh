@@ -1,7 +1,9 @@
 #!/bin/sh
 # make demo: the whole suite on a bundled synthetic task (write a word backwards,
-# "reverse kqxmb:" -> "bmxqk", generated with a fixed seed), on a 3.2M-parameter model
-# trained from scratch with the byte tokenizer:
+# "reverse kqxmb:" -> "bmxqk", generated with a fixed seed; a tenth of the training
+# demonstrations carry a plausible mistake, the held-out words and the preference pairs'
+# chosen answers are right), on a 3.2M-parameter model trained from scratch with the
+# byte tokenizer:
 #   1. SFT from scratch          held-out accuracy before (the initialization, saved by
 #                                one step at learning rate 0) / after
 #   2. DPO (RPO) from the SFT    reward accuracy and held-out accuracy before / after
@@ -18,7 +20,7 @@ BIN=${1:-bin}
 out=demo-out
 start=$(date +%s)
 mkdir -p "$out/data"
-"$BIN/ctune-demo-data" reverse "$out/data/train.jsonl" "$out/data/eval.jsonl" 20000 500 1234
+"$BIN/ctune-demo-data" reverse "$out/data/train.jsonl" "$out/data/eval.jsonl" 20000 500 1234 8 0.1
 "$BIN/ctune-demo-data" reverse-prefs "$out/data/prefs.jsonl" "$out/data/prefs_eval.jsonl" 5000 200 55
 acc() {  # acc MODEL TEMPERATURE -> exact-match fraction on the held-out words
   "$BIN/sampler" accuracy model_path="$1" data="$out/data/eval.jsonl" temperature="$2" seed=7 |
@@ -30,6 +32,7 @@ steps() { grep -o '"step":[0-9]*' "$1/metrics.jsonl" | tail -1 | cut -d: -f2; } 
 params() { sed -n 's/.*, \([0-9.]*M\) parameters.*/\1/p' "$1" | head -1; }  # from a bin/sft log
 
 echo "== 1. SFT: a 3.2M-parameter model from scratch learns to reverse words of 3-8 letters"
+echo "   from demonstrations of which a tenth are wrong (a letter swapped or dropped, or not reversed)"
 # before training: the same model as initialized (same seed), saved by one step at learning rate 0
 "$BIN/sft" configs/demo/sft.yml output_dir="$out/init" max_steps=1 learning_rate=0 eval_dataset_path= \
   save_steps=0 >"$out/init.log" 2>&1 || { cat "$out/init.log"; exit 1; }

@@ -1,11 +1,14 @@
 // ctune-demo-data: writes the demo's synthetic tasks as TRL prompt/completion JSONL.
 //
-//   ctune-demo-data reverse       TRAIN.jsonl EVAL.jsonl [n_train] [n_eval] [seed] [max_len]
+//   ctune-demo-data reverse       TRAIN.jsonl EVAL.jsonl [n_train] [n_eval] [seed] [max_len] [noise]
 //   ctune-demo-data reverse-prefs TRAIN.jsonl EVAL.jsonl [n_train] [n_eval] [seed] [max_len]
 //   ctune-demo-data addition      TRAIN.jsonl EVAL.jsonl [n_train] [n_eval] [seed] [digits]
 //
 // reverse:  {"prompt": "reverse kqxmb:", "completion": "bmxqk"}: lowercase words of
-//           3..max_len letters (default 8), written backwards.
+//           3..max_len letters (default 8), written backwards. With noise > 0 (default 0),
+//           that fraction of the training rows (never the held-out ones) carries a
+//           plausible mistake instead, as in the prefs' rejected answers: demonstrations
+//           that are mostly but not always right.
 // reverse-prefs: {"prompt": "reverse kqxmb:", "chosen": "bmxqk", "rejected": "bmqxk"}:
 //           DPO pairs whose rejected answer is a plausible mistake (two neighbouring
 //           letters swapped, a letter dropped, or the word not reversed).
@@ -22,7 +25,7 @@
 
 static int usage(FILE *f) {
   fprintf(f, "usage: ctune-demo-data reverse|reverse-prefs|addition TRAIN.jsonl EVAL.jsonl [n_train=20000] "
-                  "[n_eval=500] [seed=1234] [max_len=8 | digits=3]\n");
+                  "[n_eval=500] [seed=1234] [max_len=8 | digits=3] [noise=0 (reverse only)]\n");
   return f == stdout ? 0 : 2;  // --help: exit 0
 }
 
@@ -98,8 +101,10 @@ int main(int argc, char **argv) {
   long n_train = argc > 4 ? atol(argv[4]) : 20000, n_eval = argc > 5 ? atol(argv[5]) : 500;
   unsigned long long seed = argc > 6 ? strtoull(argv[6], NULL, 10) : 1234;
   int size = argc > 7 ? atoi(argv[7]) : (reverse ? 8 : 3);
+  double noise = argc > 8 ? atof(argv[8]) : 0;
   if (n_train < 1 || n_eval < 1 || (reverse && (size < 3 || size > 30)) ||
-      (!reverse && (size < 1 || size > 9)))
+      (!reverse && (size < 1 || size > 9)) || !(noise >= 0 && noise < 1) ||
+      (noise > 0 && (prefs || !reverse)))
     return usage(stderr);
   double distinct = 1;  // how many different rows exist
   for (int i = 0; i < (reverse ? size : 2 * size); i++) distinct *= reverse ? 26 : 10;
@@ -126,9 +131,13 @@ int main(int argc, char **argv) {
       unsigned long long key = reverse ? make_reverse(&r, size, prompt, completion)
                                        : make_addition(&r, size, prompt, completion);
       if (!keyset_add(&seen, key)) continue;
+      char word[40];  // the prompt is "reverse <word>:"
+      if (reverse) snprintf(word, sizeof word, "%.*s", (int)strlen(completion), prompt + 8);
+      if (noise > 0 && f == 0 && ct_rng_uniform(&r) < noise) {  // a mistaken demonstration
+        near_miss(&r, word, completion, rejected);
+        strcpy(completion, rejected);
+      }
       if (prefs) {
-        char word[40];  // the prompt is "reverse <word>:"
-        snprintf(word, sizeof word, "%.*s", (int)strlen(completion), prompt + 8);
         near_miss(&r, word, completion, rejected);
         fprintf(out, "{\"prompt\": \"%s\", \"chosen\": \"%s\", \"rejected\": \"%s\"}\n", prompt,
                 completion, rejected);

@@ -1,0 +1,28 @@
+#!/bin/sh
+# The demo's task generator: `reverse ... noise` puts that fraction of mistaken
+# demonstrations into the training rows only (the held-out rows stay right), and
+# noise 0 (the default) writes only right answers. Run by tests/run.sh.
+. tests/lib/common.sh
+start_test demo_data
+
+# wrong FILE: how many rows' completion is not the prompt's word written backwards
+wrong() {
+  awk -F'"' '{ w = substr($4, 9, length($4) - 9); r = ""
+               for (i = length(w); i > 0; i--) r = r substr(w, i, 1)
+               if (r != $8) n++ } END { print n + 0 }' "$1"
+}
+
+echo "== noise 0.1: about a tenth of the training rows are mistakes, no held-out row is"
+"$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 4000 300 5 8 0.1
+n=$(wrong "$T/train.jsonl")
+[ "$n" -ge 320 ] && [ "$n" -le 480 ] || fail "$n of 4000 training rows are wrong (expected about 400)"
+[ "$(wrong "$T/eval.jsonl")" = 0 ] || fail "held-out rows carry mistakes"
+
+echo "== without noise every row is right"
+"$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 4000 300 5 8
+[ "$(wrong "$T/train.jsonl")" = 0 ] || fail "noise 0 wrote mistakes"
+
+echo "== noise outside [0, 1) or on another task is refused with the usage"
+expect 2 "usage: ctune-demo-data" "$BIN/ctune-demo-data" reverse "$T/a" "$T/b" 10 5 1 8 1.5
+expect 2 "usage: ctune-demo-data" "$BIN/ctune-demo-data" addition "$T/a" "$T/b" 10 5 1 3 0.1
+echo "PASS demo_data"
