@@ -1855,16 +1855,23 @@ static val *arg_or(const args_t *a, int i, const char *name, val *dflt) {
   return k ? k : dflt;
 }
 
+// A V_INT's number as a C integer, clamped (integers are doubles here: a template can
+// compute 1e86 as an "integer"; the cast of an out-of-range double is undefined).
+static long as_long(double x) {
+  return x != x ? 0 : x >= 9.2e18 ? 9200000000000000000L : x <= -9.2e18 ? -9200000000000000000L : (long)x;
+}
+static int as_int(double x) { return x >= 2147483647.0 ? 2147483647 : x <= -2147483647.0 ? -2147483647 : (int)as_long(x); }
+
 // Python-style slicing (utils.slice of @huggingface/jinja).
 static void slice_bounds(int len, const val *start, const val *stop, const val *step, int *s0, int *s1, int *st) {
-  int stp = step->t == V_INT ? (int)step->num : 1;
+  int stp = step->t == V_INT ? as_int(step->num) : 1;
   *st = stp;
   if (stp >= 0) {
-    int a = start->t == V_INT ? (int)start->num : 0, b = stop->t == V_INT ? (int)stop->num : len;
+    int a = start->t == V_INT ? as_int(start->num) : 0, b = stop->t == V_INT ? as_int(stop->num) : len;
     *s0 = a < 0 ? (len + a > 0 ? len + a : 0) : (a < len ? a : len);
     *s1 = b < 0 ? (len + b > 0 ? len + b : 0) : (b < len ? b : len);
   } else {
-    int a = start->t == V_INT ? (int)start->num : len - 1, b = stop->t == V_INT ? (int)stop->num : -1;
+    int a = start->t == V_INT ? as_int(start->num) : len - 1, b = stop->t == V_INT ? as_int(stop->num) : -1;
     *s0 = a < 0 ? (len + a > -1 ? len + a : -1) : (a < len - 1 ? a : len - 1);
     *s1 = b < -1 ? (len + b > -1 ? len + b : -1) : (b < len - 1 ? b : len - 1);
   }
@@ -1912,7 +1919,7 @@ static val *member(interp *I, const node *x, val *o, val *prop) {
   }
   if (o->t == V_ARRAY || o->t == V_STR) {
     if (prop->t == V_INT) {
-      long i = (long)prop->num;
+      long i = as_long(prop->num);
       if (o->t == V_ARRAY) {
         long n = o->a->n;
         if (i < 0) i += n;
@@ -1986,7 +1993,7 @@ static val *str_method(interp *I, const node *x, const char *name, val *self, ar
     val *sep = arg_or(a, 0, NULL, NUL), *maxv = arg_or(a, 1, NULL, NULL);
     if (sep->t != V_STR && sep->t != V_NULL) rfail(I, x, "split() separator must be a string or none");
     if (maxv && maxv->t != V_INT) rfail(I, x, "split() maxsplit must be an integer");
-    long maxsplit = maxv ? (long)maxv->num : -1;
+    long maxsplit = maxv ? as_long(maxv->num) : -1;
     val *out = varr(I, 0);
     const char *s = self->str.s;
     size_t n = self->str.n;
@@ -2028,7 +2035,7 @@ static val *str_method(interp *I, const node *x, const char *name, val *self, ar
     if (ov->t != V_STR || nv->t != V_STR) rfail(I, x, "replace() arguments must be strings");
     val *cnt = arg_or(a, 2, "count", NUL);
     if (cnt->t != V_INT && cnt->t != V_NULL) rfail(I, x, "replace() count must be an integer or none");
-    long left = cnt->t == V_INT && cnt->num >= 0 ? (long)cnt->num : -1;
+    long left = cnt->t == V_INT && cnt->num >= 0 ? as_long(cnt->num) : -1;
     if (left == 0) return self;
     sbuf b = {0};
     sb_put(I->a, &b, "", 0);
@@ -2386,7 +2393,7 @@ static val *filter_tojson(interp *I, filter_call *c, val *v) {
   if (asc && asc->t != V_BOOL) rfail(I, c->at, "tojson ensure_ascii must be a boolean");
   if (sk && sk->t != V_BOOL) rfail(I, c->at, "tojson sort_keys must be a boolean");
   if (ind && ind->t == V_INT && ind->num > 0) {
-    o.indent = (int)ind->num;
+    o.indent = as_int(ind->num);
     o.item_sep = ",";
     o.item_n = 1;
   }
@@ -2608,7 +2615,7 @@ static val *filter_indent(interp *I, filter_call *c, val *v) {
     if (i < n && s[i] != '\n') continue;
     bool empty = i == st;
     if (!((!truthy(first) && line == 0) || (!truthy(blank) && empty)))
-      for (int k = 0; k < (int)w->num; k++) sb_putc(I->a, &b, ' ');
+      for (int k = 0; k < as_int(w->num); k++) sb_putc(I->a, &b, ' ');
     sb_put(I->a, &b, s + st, i - st);
     if (i < n) sb_putc(I->a, &b, '\n');
     st = i + 1;
