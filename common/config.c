@@ -1210,7 +1210,7 @@ static const trl_key TRL_KEYS[] = {
     {"optim", NULL, map_optim, NULL},
     {"torch_dtype", NULL, map_torch_dtype, NULL},
     {"dtype", NULL, map_torch_dtype, NULL},
-    NO_EQ("fp16", "ctune computes in float32; save_dtype sets the saved weights' type"),
+    NO_EQ("fp16", "use bf16: true (bfloat16 matmuls); save_dtype sets the saved weights' type"),
     NO_EQ("tf32", "ctune computes in float32 on the CPU"),
     NO_EQ("dataset_name", "use dataset_path (a local JSONL file in TRL format)"),
     NO_EQ("dataset_train_split", "use dataset_path (a local JSONL file)"),

@@ -56,9 +56,9 @@ grep -q '^max_length: 20  # command line' "$T/trl/config.yml" || fail "max_seq_l
 grep -q '^per_device_train_batch_size: 4' "$T/trl/config.yml" || fail "per_gpu_train_batch_size ignored"
 grep -q '^save_steps: 0' "$T/trl/config.yml" || fail "save_strategy=no did not turn checkpoints off"
 grep -q '^run_name: "tiny run"' "$T/trl/config.yml" || fail "run_name is not in config.yml"
-printf 'dataset_path: x.jsonl\nseed: abc\nevaluation_strategy: epoch\nbf16: true\n' >"$T/bad.yml"
+printf 'dataset_path: x.jsonl\nseed: abc\nevaluation_strategy: epoch\nfp16: true\n' >"$T/bad.yml"
 expect 2 "bad.yml:2: key 'seed'" "$BIN/sft" "$T/bad.yml" optim=sgd torch_dtype=bfloat16 lerning_rate=1
-for pat in "bad.yml:3: key 'evaluation_strategy': 'epoch'" "bad.yml:4: key 'bf16'" "key 'optim': 'sgd'" \
+for pat in "bad.yml:3: key 'evaluation_strategy': 'epoch'" "bad.yml:4: key 'fp16'" "key 'optim': 'sgd'" \
            "key 'torch_dtype': 'bfloat16'" "did you mean 'learning_rate'"; do
   grep -q "$pat" "$T/expect.log" || { cat "$T/expect.log"; fail "the bad-key report lacks: $pat"; }
 done

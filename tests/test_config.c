@@ -933,7 +933,7 @@ static void test_trl_names_are_renamed_mapped_or_explained(void) {
   CHECK_OK(set_one(CT_TRAINER_GRPO, "bf16", "true"));
   CHECK_OK(set_one(CT_TRAINER_DISTILL, "bf16", "auto"));
   CHECK_ERR(set_one(CT_TRAINER_SFT, "bf16", "yes please"), "key 'bf16'", "false, true, auto");
-  CHECK_ERR(set_one(CT_TRAINER_SFT, "fp16", "true"), "key 'fp16'", "float32");
+  CHECK_ERR(set_one(CT_TRAINER_SFT, "fp16", "true"), "key 'fp16'", "bf16: true");
   CHECK_ERR(set_one(CT_TRAINER_SFT, "dataset_name", "trl-lib/x"), "dataset_path");
   CHECK_ERR(set_one(CT_TRAINER_SFT, "report_to", "wandb"), "metrics.jsonl");
 }
