@@ -79,7 +79,9 @@ static bool hit_stop_string(const ct_gen_request *r, slot_t *s, size_t added) {
 }
 
 static int finish(gen_t *g, slot_t *s, int why) {
-  ct_gen_result res = {s->req, s->sample, s->ids, s->lps, s->n, why, s->text ? s->text : "", s->tlen};
+  const char *text = s->text ? s->text : "";
+  size_t lead = ct_tokenizer_decode_lead(g->tok, text, s->tlen);  // as a decode of the ids
+  ct_gen_result res = {s->req, s->sample, s->ids, s->lps, s->n, why, text + lead, s->tlen - lead};
   s->active = false;
   int rc = g->cb->on_done(g->cb->ctx, &res);
   if (rc < 0) return rc;  // the callback's own error and message

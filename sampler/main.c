@@ -151,6 +151,7 @@ typedef struct {
   json_t **done;           // (total) finished, not yet written
   char **texts;            // text mode
   bool stream;
+  bool streamed;  // the first piece is out (the decoder's Strip applies to it only)
 } out_t;
 
 static int write_result(out_t *o, int k) {
@@ -202,6 +203,11 @@ static void on_token(void *ctx, int request, int sample, int token) {
   if (!o->stream || ct_tokenizer_is_stop(o->s->tok, token)) return;
   size_t len;
   const char *b = ct_tokenizer_token_bytes(o->s->tok, token, &len);
+  if (b && !o->streamed) {  // the first piece: what the decoder's Strip cuts is not printed
+    size_t lead = ct_tokenizer_decode_lead(o->s->tok, b, len);
+    b += lead, len -= lead;
+  }
+  o->streamed |= b != NULL;
   if (b) fwrite(b, 1, len, stdout);
   fflush(stdout);
 }

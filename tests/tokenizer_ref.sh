@@ -132,11 +132,18 @@ cmp -s "$tmp/sp/tokenizer.json" "$models/tokenizer-llama2/models/tokenizer.json"
   { echo "FAIL: the checkpoint's tokenizer.json differs from Llama 2's"; fail=1; }
 got=$("$BIN/sampler" generate model_path="$tmp/sp" prompt="Question 7: the capital of France?" max_new_tokens=8 \
   temperature=0 2>/dev/null)
-if [ "$got" = " Paris $(printf '\360\235\224\230')" ]; then
+# (decoded as Llama 2's decoder does, its Strip cutting the leading space: "Paris", as TRL's batch_decode)
+if [ "$got" = "Paris $(printf '\360\235\224\230')" ]; then
   echo "sft + sampler with Llama 2's tokenizer: ok"
 else
   echo "FAIL: sampler after sft with Llama 2's tokenizer generated '$got'"; fail=1
 fi
+
+# the completion text GRPO's rewards and completions.jsonl see is the same decode
+"$BIN/sampler" generate model_path="$tmp/sp" prompt="Question 7: the capital of France?" max_new_tokens=8 \
+  temperature=0 output=json 2>/dev/null | grep -q '"completion": *"Paris ' \
+  && echo "completion text as Llama 2's decoder gives it: ok" \
+  || { echo "FAIL: the json completion keeps the space Llama 2's Strip decoder cuts"; fail=1; }
 
 [ $fail = 0 ] && echo "tokenizer_ref: all equal to the reference"
 exit $fail

@@ -1872,6 +1872,12 @@ int ct_tokenizer_encode_doc(const ct_tokenizer *t, const char *text, size_t len,
 // ===========================================================================
 // Decoding
 
+size_t ct_tokenizer_decode_lead(const ct_tokenizer *t, const char *s, size_t n) {
+  size_t a = 0;
+  for (int i = 0; i < t->strip_start && a < n && s[a] == t->strip_c; i++) a++;
+  return a;
+}
+
 int ct_tokenizer_decode(const ct_tokenizer *t, const int *ids, int n, char **out, size_t *len) {
   size_t total = 1;
   for (int i = 0; i < n; i++) {
@@ -1891,8 +1897,7 @@ int ct_tokenizer_decode(const ct_tokenizer *t, const int *ids, int n, char **out
     used += k;
   }
   // the Strip decoder (Llama 2's cuts the space its Prepend put before the text)
-  size_t a = 0;
-  for (int i = 0; i < t->strip_start && a < used && s[a] == t->strip_c; i++) a++;
+  size_t a = ct_tokenizer_decode_lead(t, s, used);
   for (int i = 0; i < t->strip_stop && used > a && s[used - 1] == t->strip_c; i++) used--;
   memmove(s, s + a, used - a);
   used -= a;

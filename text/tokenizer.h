@@ -79,6 +79,10 @@ int ct_tokenizer_encode_offsets(const ct_tokenizer *t, const char *text, size_t 
 
 // Decodes ids into a malloc'd NUL-terminated string (*len bytes before the NUL).
 int ct_tokenizer_decode(const ct_tokenizer *t, const int *ids, int n, char **out, size_t *len);
+// Bytes at the start of a decoded text (s[0, n), token bytes back to back) that the
+// tokenizer's Strip decoder removes: 1 space for Llama 2-style tokenizers, else 0. A text
+// built token by token (the sampler's) starts after them, as decode's does.
+size_t ct_tokenizer_decode_lead(const ct_tokenizer *t, const char *s, size_t n);
 
 // Renders a conversation (a JSON array of {"role","content"}) with the tokenizer's chat
 // template into a malloc'd string.
