@@ -83,30 +83,29 @@ head -8 "$T/prompts.jsonl" >"$T/p8.jsonl"  # 2 steps of 4 prompts, each trained 
 lrs=$(field learning_rate <"$T/wu/metrics.jsonl" | tr '\n' ' ')
 [ "$lrs" = "0.0 5e-5 0.0001 0.0001 " ] || fail "learning rates $lrs, expected 0.0 5e-5 0.0001 0.0001 (warmup 2 of 4)"
 
-echo "== resume: 6 steps straight == 3 steps, stop, resume"
-args="$common max_steps=6 save_steps=3"
-"$G" $args output_dir="$T/s1" >"$T/s1.log" 2>&1 || { cat "$T/s1.log"; fail "straight run"; }
-rc=0
-CT_STOP_AFTER_STEP=3 "$G" $args output_dir="$T/s2" >"$T/s2.log" 2>&1 || rc=$?
-[ "$rc" = 130 ] || { cat "$T/s2.log"; fail "interrupted run exited $rc"; }
-"$G" $args output_dir="$T/s2" resume_from_checkpoint=latest >"$T/s3.log" 2>&1 || { cat "$T/s3.log"; fail "resume"; }
-sed 's/,"time.*//' "$T/s1/metrics.jsonl" >"$T/m1"
-sed 's/,"time.*//' "$T/s2/metrics.jsonl" >"$T/m2"
-diff "$T/m1" "$T/m2" || fail "metrics differ after resuming"
-cmp "$T/s1/model.safetensors" "$T/s2/model.safetensors" || fail "weights differ after resuming"
+# resume_exact NAME CHECKPOINT ARGS...: 6 steps straight == stopped after step 3 (the
+# checkpoint it leaves is CHECKPOINT), then resumed: same metrics, same weights.
+resume_exact() {
+  name=$1 ckpt=$2
+  shift 2
+  args="$common max_steps=6 save_steps=3 $*"
+  "$G" $args output_dir="$T/$name.1" >"$T/$name.1.log" 2>&1 || { cat "$T/$name.1.log"; fail "$name: straight run"; }
+  rc=0
+  CT_STOP_AFTER_STEP=3 "$G" $args output_dir="$T/$name.2" >"$T/$name.2.log" 2>&1 || rc=$?
+  [ "$rc" = 130 ] || { cat "$T/$name.2.log"; fail "$name: interrupted run exited $rc"; }
+  [ "$(cd "$T/$name.2" && ls -d checkpoint-*)" = "$ckpt" ] || { ls "$T/$name.2"; fail "$name: expected only $ckpt"; }
+  "$G" $args output_dir="$T/$name.2" resume_from_checkpoint=latest >"$T/$name.3.log" 2>&1 \
+    || { cat "$T/$name.3.log"; fail "$name: resume"; }
+  sed 's/,"time.*//' "$T/$name.1/metrics.jsonl" >"$T/m1"
+  sed 's/,"time.*//' "$T/$name.2/metrics.jsonl" >"$T/m2"
+  diff "$T/m1" "$T/m2" || fail "$name: metrics differ after resuming"
+  cmp "$T/$name.1/model.safetensors" "$T/$name.2/model.safetensors" || fail "$name: weights differ after resuming"
+}
 
+echo "== resume: 6 steps straight == 3 steps, stop, resume"
+resume_exact s checkpoint-3
 echo "== num_iterations=2: a stop (or checkpoint) mid-batch waits for the batch's last step; resume is exact"
-args="$common max_steps=6 save_steps=3 num_iterations=2"
-"$G" $args output_dir="$T/i1" >"$T/i1.log" 2>&1 || { cat "$T/i1.log"; fail "straight run"; }
-rc=0
-CT_STOP_AFTER_STEP=3 "$G" $args output_dir="$T/i2" >"$T/i2.log" 2>&1 || rc=$?
-[ "$rc" = 130 ] || { cat "$T/i2.log"; fail "interrupted run exited $rc"; }
-[ -d "$T/i2/checkpoint-4" ] && [ ! -e "$T/i2/checkpoint-3" ] || { ls "$T/i2"; fail "expected checkpoint-4 (the batch's end), not 3"; }
-"$G" $args output_dir="$T/i2" resume_from_checkpoint=latest >"$T/i3.log" 2>&1 || { cat "$T/i3.log"; fail "resume"; }
-sed 's/,"time.*//' "$T/i1/metrics.jsonl" >"$T/m1"
-sed 's/,"time.*//' "$T/i2/metrics.jsonl" >"$T/m2"
-diff "$T/m1" "$T/m2" || fail "metrics differ after resuming mid-batch"
-cmp "$T/i1/model.safetensors" "$T/i2/model.safetensors" || fail "weights differ after resuming mid-batch"
+resume_exact i checkpoint-4 num_iterations=2
 
 echo "== remote reward against the bundled server"
 start_server() {  # start_server MODE: sets $server and $port (a port file of its own)
