@@ -70,7 +70,7 @@ const char *const ct_save_dtype_names[] = {"float32", "bfloat16", NULL};
 const char *const ct_bf16_names[] = {"false", "true", "auto", NULL};
 const char *const ct_model_type_names[] = {"llama", "qwen2", "qwen3", "mistral", NULL};
 const char *const ct_output_names[] = {"text", "json", NULL};
-const char *const ct_quantization_names[] = {"none", "int8", NULL};
+const char *const ct_quantization_names[] = {"none", "int8", "bf16", NULL};
 const char *const ct_truncate_names[] = {"error", "left", NULL};
 const char *const ct_loss_type_names[] = {"sigmoid", "hinge", "ipo", "robust", "sft", "simpo",
                                           "grpo", "bnpo", "dr_grpo", "dapo", NULL};
@@ -392,8 +392,10 @@ static const key_def KEYS[] = {
     {"add_generation_prompt", K_BOOL, SAMPLER, OFF(add_generation_prompt), "true",
      .comment = "messages rows: end the chat template with the assistant's turn opening."},
     {"quantization", K_ENUM, SAMPLER, OFF(quantization), "none", .choices = ct_quantization_names,
-     .comment = "int8: convert matrices to int8 with one scale per output row on load (a "
-                "model saved that way loads as int8 directly)."},
+     .comment = "none: float32 weights. bf16: matrices rounded to bfloat16 (half the bytes "
+                "per decoded token; needs AVX512_BF16), products summed in float32. int8: "
+                "matrices in int8 with one scale per output row (a model saved that way "
+                "loads as int8 directly)."},
     {"save_quantized", K_STR, SAMPLER, OFF(save_quantized), "",
      .comment = "With quantization=int8: also write the int8 model to this directory."},
     {"decode_slots", K_INT, GRPO | SAMPLER, OFF(decode_slots), "16", IN(1, 4096),

@@ -43,7 +43,7 @@ enum { CT_MODEL_LLAMA, CT_MODEL_QWEN2, CT_MODEL_QWEN3, CT_MODEL_MISTRAL, CT_MODE
 extern const char *const ct_model_type_names[];
 enum { CT_OUTPUT_TEXT, CT_OUTPUT_JSON, CT_OUTPUT_COUNT };
 extern const char *const ct_output_names[];
-enum { CT_QUANT_NONE, CT_QUANT_INT8, CT_QUANT_COUNT };
+enum { CT_QUANT_NONE, CT_QUANT_INT8, CT_QUANT_BF16, CT_QUANT_COUNT };
 extern const char *const ct_quantization_names[];
 enum { CT_TRUNCATE_ERROR, CT_TRUNCATE_LEFT, CT_TRUNCATE_COUNT };
 extern const char *const ct_truncate_names[];

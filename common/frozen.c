@@ -157,7 +157,8 @@ void ct_frozen_logits(const ct_frozen *f, const float *hidden, int n, int v0, in
     return;
   }
   const ct_linear *h = &f->iw.lm_head;  // rows [v0, v0 + nv) of the int8 head
-  ct_linear part = {nv, h->cols, NULL, h->q + (long)v0 * h->cols, h->scale + v0, h->rowsum + v0};
+  ct_linear part = {.rows = nv, .cols = h->cols, .q = h->q + (long)v0 * h->cols, .scale = h->scale + v0,
+                    .rowsum = h->rowsum + v0};
   ct_linear_forward(&part, hidden, C, n, out, nv, 0);
 }
 

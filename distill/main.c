@@ -24,6 +24,7 @@
 #include "dist.h"
 #include "distill/kd.h"
 #include "engine.h"
+#include "panel.h"
 #include "error.h"
 #include "forward.h"
 #include "generate.h"
@@ -417,6 +418,7 @@ int main(int argc, char **argv) {
     fail(1, NULL);
   // on-policy generation: the student's weights as they are, or the teacher's
   ct_infer_weights gen_w = {0};
+  int gen_pack = tr.bf16 && ct_panel16_native() ? CT_PACK_BF16 : CT_PACK_F32;
   ct_engine *gen = NULL;
   ct_batch *gen_batches = cfg.lmbda > 0 ? calloc((size_t)accum, sizeof *gen_batches) : NULL;
   if (cfg.lmbda > 0 && !gen_batches) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
@@ -430,7 +432,7 @@ int main(int argc, char **argv) {
   if (cfg.lmbda > 0) {
     if (cfg.seq_kd) rc = ct_engine_init(&gen, &teacher.f.iw, &geo);  // the teacher's engine view
     else rc = ct_infer_from_model(&gen_w, &tr.model) || ct_infer_attach_lora(&gen_w, cfg.use_peft ? &tr.lora : NULL) ||
-              ct_engine_init(&gen, &gen_w, &geo);
+              ct_infer_pack(&gen_w, gen_pack) || ct_engine_init(&gen, &gen_w, &geo);
     if (rc) fail(1, NULL);
   }
   ct_kd_opts ko = {(float)cfg.temperature, (float)cfg.beta, 0, false};
@@ -450,6 +452,7 @@ int main(int argc, char **argv) {
     long labels = 0;
     if (generated) {  // all of the step's completions first: the denominator needs them
       int n_rows = 0;
+      if (!cfg.seq_kd && !cfg.use_peft && ct_infer_pack(&gen_w, gen_pack)) fail(1, NULL);  // the student as trained
       for (int k = 0; k < accum; k++) {
         int first = (k * tr.world + tr.rank) * B;
         if (first >= n) break;

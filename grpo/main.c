@@ -20,6 +20,7 @@
 #include "data.h"
 #include "dist.h"
 #include "engine.h"
+#include "panel.h"
 #include "error.h"
 #include "forward.h"
 #include "generate.h"
@@ -146,6 +147,7 @@ typedef struct {
   ct_reward **rewards;  // (K)
   double *weights;      // (K)
   ct_infer_weights iw;
+  int pack;  // CT_PACK_*: the engine's panels, repacked before each generation when the base trains
   ct_engine *engine;
   ct_frozen ref;
   bool use_ref;
@@ -288,6 +290,7 @@ static void generate(grpo_t *g, const ct_prompt_set *set, const int *prompts, in
   ct_train *tr = g->tr;
   ct_gen_request *req = calloc(n_prompts > 0 ? n_prompts : 1, sizeof *req);
   if (!req) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  if (!c->use_peft && ct_infer_pack(&g->iw, g->pack)) fail(1, NULL);  // the weights as trained so far
   const int *stop_ids;
   int n_stop = ct_tokenizer_stop_ids(tr->tok, &stop_ids);
   for (int i = 0; i < n_prompts; i++) {
@@ -616,6 +619,9 @@ int main(int argc, char **argv) {
   ct_plan_addf(&plan, ct_head_bytes(B * T, B * T, V, C, tiles), "LM head: logits of %d x %d tokens / %d chunks",
                B, T, tiles);
   ct_plan_addf(&plan, ct_engine_bytes(mc, &eo), "sampler: KV cache of %d slots x %d positions", eo.slots, T);
+  g.pack = tr.bf16 && ct_panel16_native() ? CT_PACK_BF16 : CT_PACK_F32;
+  ct_plan_addf(&plan, ct_infer_pack_bytes(mc, g.pack), "sampler: the weights packed for decoding (%s)",
+               g.pack == CT_PACK_BF16 ? "bfloat16" : "float32");
   if (g.use_ref) ct_train_plan_reference(&tr, &plan, B, T);
   bool dry;
   if (ct_model_rope_reserve(&tr.model, T) ||
@@ -639,8 +645,10 @@ int main(int argc, char **argv) {
   g.head.inv_temp = cfg.temperature > 0 ? (float)(1.0 / cfg.temperature) : 1.0f;
   if (g.use_ref && ct_train_reference(&tr, &g.ref, cfg.ref_dtype, B, T)) fail(1, NULL);
   if (ct_infer_from_model(&g.iw, &tr.model) || ct_infer_attach_lora(&g.iw, cfg.use_peft ? &tr.lora : NULL) ||
-      ct_engine_init(&g.engine, &g.iw, &eo))
+      ct_infer_pack(&g.iw, g.pack) || ct_engine_init(&g.engine, &g.iw, &eo))
     fail(1, NULL);
+  if (tr.bf16) ct_log_info(&tr.log, "rollouts: %s", g.pack == CT_PACK_BF16 ? "bfloat16 weights, float32 sums" :
+                           "float32 (this build has no AVX512_BF16 kernel)");
   ct_log_info(&tr.log, "training %ld steps; %s loss; beta %g (%s)", tr.total_steps - tr.step,
               cfg.loss_type.v[0], g.use_ref ? cfg.beta : 0.0, g.use_ref ? "reference loaded" : "no reference model");
   ct_train_watch_signals();

@@ -13,6 +13,7 @@
 
 #include "engine.h"
 #include "log.h"
+#include "panel.h"
 #include "pool.h"
 #include "weights.h"
 
@@ -59,13 +60,14 @@ static double memcpy_rate(void) {
 static double weight_bytes(const ct_infer_weights *w) {
   double b = 0;
   const ct_linear *mats[4];
+  double per = w->int8 ? 1 : w->packed == CT_PACK_BF16 ? 2 : 4;  // bytes per weight
   for (int l = 0; l < w->cfg.num_layers; l++) {
     const ct_infer_layer *L = &w->layers[l];
     mats[0] = &L->qkv, mats[1] = &L->o, mats[2] = &L->gu, mats[3] = &L->down;
     for (int k = 0; k < 4; k++)
-      b += (double)mats[k]->rows * mats[k]->cols * (w->int8 ? 1 : 4) + (w->int8 ? 4.0 * mats[k]->rows : 0);
+      b += (double)mats[k]->rows * mats[k]->cols * per + (w->int8 ? 4.0 * mats[k]->rows : 0);
   }
-  b += (double)w->lm_head.rows * w->lm_head.cols * (w->int8 ? 1 : 4);  // the LM head, read every step
+  b += (double)w->lm_head.rows * w->lm_head.cols * per;  // the LM head, read every step
   return b;
 }
 
@@ -116,9 +118,15 @@ int ct_sampler_bench(int argc, char **argv) {
   printf("model: SmolLM-135M shape, %d layers; prefill 4 prompts x 256 tokens; decode after a "
          "128-token prompt\n", L);
   float *logits = malloc(sizeof(float) * 64 * c.vocab_size);
-  for (int q = 0; q < 2; q++) {
+  for (int q = 0; q < 3; q++) {  // fp32, bf16, int8
     ct_infer_weights w;
-    if (q == 0 ? ct_infer_from_model(&w, &m) : ct_infer_quantize(&w, &m)) return 1;
+    if (q == 1 && !ct_panel16_native()) {
+      printf("bf16: skipped (no AVX512_BF16 kernel in this build)\n");
+      continue;
+    }
+    if (q < 2 ? ct_infer_from_model(&w, &m) || ct_infer_pack(&w, q ? CT_PACK_BF16 : CT_PACK_F32)
+              : ct_infer_quantize(&w, &m))
+      return 1;
     ct_engine_opts o = {16, 512, 1024};
     ct_engine *e;
     if (ct_engine_init(&e, &w, &o)) return 1;
@@ -126,7 +134,7 @@ int ct_sampler_bench(int argc, char **argv) {
     double pre = prefill_rate(e, 4, 256, logits);
     double d1 = decode_rate(e, 1, 128, steps, logits);
     double d16 = decode_rate(e, 16, 128, steps, logits);
-    const char *name = q == 0 ? "fp32" : "int8";
+    const char *name = q == 0 ? "fp32" : q == 1 ? "bf16" : "int8";
     printf("%s: weights %.0f MB; prefill %.0f tokens/s; decode batch 16: %.1f tokens/s; batch 1: "
            "%.1f tokens/s = %.0f%% of the memcpy bound (%.1f tokens/s; %.0f%% counting read + "
            "write traffic)\n", name, wb / 1e6, pre, d16, d1, 100 * d1 / bound, bound,

@@ -173,7 +173,7 @@ static void lora_add(ct_engine *e, int l, int t, const float *x, int ldx, int n,
   if (!lo || !lo->w[l][t].A) return;
   int in, out, row0, r = lo->cfg.r;
   ct_lora_dims(&lo->mc, t, &in, &out, &row0);
-  ct_linear A = {r, in, lo->w[l][t].A, NULL, NULL, NULL}, Bm = {out, r, lo->w[l][t].B, NULL, NULL, NULL};
+  ct_linear A = {.rows = r, .cols = in, .f32 = lo->w[l][t].A}, Bm = {.rows = out, .cols = r, .f32 = lo->w[l][t].B};
   ct_linear_forward(&A, x, ldx, n, e->lora_u, r, 0);
   for (long i = 0; i < (long)n * r; i++) e->lora_u[i] *= lo->scale;
   ct_linear_forward(&Bm, e->lora_u, r, n, y + row0, ldy, 1);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
+#include "panel.h"
 #include "pool.h"
 #include "quant.h"
 
@@ -154,6 +156,44 @@ static int quantize_x(const float *x, int ldx, int S, int K) {
   return 0;
 }
 
+// x rounded to bf16 for bf16 panels: (S, 2⌈K/2⌉), an odd K padded with a 0 column.
+static struct {
+  uint16_t *x16;
+  long cap;
+} BX;
+
+static int narrow_x(const float *x, int ldx, int S, int K) {
+  long K2 = (K + 1) / 2, need = (long)S * 2 * K2;
+  if (need > BX.cap) {
+    free(BX.x16);
+    BX.cap = need * 2;
+    if (!(BX.x16 = malloc(sizeof(uint16_t) * BX.cap))) {
+      BX.cap = 0;
+      return -1;
+    }
+  }
+  for (int s = 0; s < S; s++) {
+    uint16_t *d = BX.x16 + s * 2 * K2;
+    ct_bf16_narrow(d, x + (long)s * ldx, K);
+    if (K & 1) d[K] = 0;
+  }
+  return 0;
+}
+
+static void panel_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const lin_job *j = ctx;
+  const ct_linear *w = j->w;
+  long p0, p1;
+  ct_chunk_range((w->rows + CT_PANEL - 1) / CT_PANEL, 1, j->parts, part, &p0, &p1);
+  if (p1 <= p0) return;
+  if (w->p16)
+    ct_panel16_gemm(w->p16, w->rows, w->cols, BX.x16, 2 * ((w->cols + 1) / 2), j->S, j->y, j->ldy, j->acc,
+                    (int)p0, (int)p1);
+  else
+    ct_panel_gemm(w->p32, w->rows, w->cols, j->x, j->ldx, j->S, j->y, j->ldy, j->acc, (int)p0, (int)p1);
+}
+
 static void lin_task(void *ctx, int part, int thread) {
   (void)thread;
   const lin_job *j = ctx;
@@ -171,12 +211,26 @@ void ct_linear_forward(const ct_linear *w, const float *x, int ldx, int S, float
     return;
   }
   lin_job j = {w, x, y, ldx, ldy, S, accumulate, 0};
+  if (!w->q && (w->p16 || w->p32)) {
+    if (w->p16 && narrow_x(x, ldx, S, w->cols)) return;  // out of memory: y as it was
+    j.parts = ct_pool_parts((w->rows + CT_PANEL - 1) / CT_PANEL);
+    ct_parallel_for(j.parts, panel_task, &j);
+    return;
+  }
   // enough parts to balance, each at least a few rows of W
   j.parts = ct_pool_parts(w->rows / RB);
   ct_parallel_for(j.parts, lin_task, &j);
 }
 
 void ct_linear_row(const ct_linear *w, int r, float *out) {
+  if (!w->q && w->p16) {
+    ct_panel16_row(w->p16, w->rows, w->cols, r, out);
+    return;
+  }
+  if (!w->q && w->p32) {
+    ct_panel_row(w->p32, w->rows, w->cols, r, out);
+    return;
+  }
   if (w->f32) {
     memcpy(out, w->f32 + (long)r * w->cols, sizeof(float) * w->cols);
     return;

@@ -10,6 +10,8 @@
 #include "error.h"
 #include "hf.h"
 #include "mem.h"
+#include "panel.h"
+#include "pool.h"
 #include "safetensors.h"
 
 #define QUANT_METHOD "ctune-int8"
@@ -24,10 +26,10 @@ static int bind(ct_infer_weights *w, const ct_model *lay, const float *f32, cons
   if (!w->layers) return ct_set_error(CT_ENOMEM, "sampler: out of memory");
   int i = 0;
 #define MAT(rows_)                                                                       \
-  (f32 ? (ct_linear){(int)(rows_), (int)lay->tensors[i].shape[1], f32 + lay->tensors[i].offset, \
-                     NULL, NULL, NULL}                                                   \
-       : (ct_linear){(int)(rows_), (int)lay->tensors[i].shape[1], NULL,                  \
-                     q + lay->tensors[i].offset, smem + soff[i], rmem + soff[i]})
+  (f32 ? (ct_linear){.rows = (int)(rows_), .cols = (int)lay->tensors[i].shape[1],           \
+                     .f32 = f32 + lay->tensors[i].offset}                                  \
+       : (ct_linear){.rows = (int)(rows_), .cols = (int)lay->tensors[i].shape[1],           \
+                     .q = q + lay->tensors[i].offset, .scale = smem + soff[i], .rowsum = rmem + soff[i]})
 #define VEC() (f32 ? f32 + lay->tensors[i].offset : smem + soff[i])
   long C = c->hidden_size, F = c->intermediate_size;
   long QKV = (long)(c->num_heads + 2 * c->num_kv_heads) * c->head_dim;
@@ -69,9 +71,105 @@ static int bind(ct_infer_weights *w, const ct_model *lay, const float *f32, cons
 int ct_infer_attach_lora(ct_infer_weights *w, const ct_lora *lo) {
   if (lo && (lo->embed || lo->head) && w->int8)
     return ct_set_error(CT_EINVAL, "sampler: adapters with modules_to_save need float32 weights");
+  if (lo && (lo->embed || lo->head) && w->packed)
+    return ct_set_error(CT_EINVAL, "sampler: attach adapters with modules_to_save before packing the weights");
   w->lora = lo;
   if (lo && lo->embed) w->embed.f32 = lo->embed;
   if (lo && lo->head) w->lm_head.f32 = lo->head;
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
+// Panels
+
+// The distinct matrices the engine multiplies by (a tied head is the embedding), minus
+// modules_to_save copies; returns how many were written to out.
+static int pack_list(ct_infer_weights *w, ct_linear **out) {
+  int n = 0;
+  const ct_lora *lo = w->lora;
+  if (!(lo && lo->embed)) out[n++] = &w->embed;
+  if (!(lo && lo->head) && w->lm_head.f32 != w->embed.f32) out[n++] = &w->lm_head;
+  for (int l = 0; l < w->cfg.num_layers; l++) {
+    ct_infer_layer *L = &w->layers[l];
+    out[n++] = &L->qkv, out[n++] = &L->o, out[n++] = &L->gu, out[n++] = &L->down;
+  }
+  return n;
+}
+
+static long pack_size(const ct_linear *L, int mode) {
+  return mode == CT_PACK_BF16 ? 2 * ct_panel16_size(L->rows, L->cols) : 4L * L->rows * L->cols;
+}
+
+double ct_infer_pack_bytes(const ct_model_config *c, int mode) {
+  if (mode == CT_PACK_NONE) return 0;
+  long C = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
+  long QKV = (c->num_heads + 2L * c->num_kv_heads) * hd, Hd = (long)c->num_heads * hd;
+  ct_linear m[5] = {{.rows = c->vocab_size, .cols = (int)C}, {.rows = (int)QKV, .cols = (int)C},
+                    {.rows = (int)C, .cols = (int)Hd}, {.rows = (int)(2 * F), .cols = (int)C},
+                    {.rows = (int)C, .cols = (int)F}};
+  double b = (c->tie_word_embeddings ? 1 : 2) * (double)pack_size(&m[0], mode);
+  for (int i = 1; i < 5; i++) b += (double)c->num_layers * pack_size(&m[i], mode);
+  return b;
+}
+
+typedef struct {
+  const ct_linear *L;
+  void *dst;       // the packed matrix (a copy), or NULL: in place
+  float *scratch;  // in place: one panel per thread
+  int mode, parts;
+} pack_job;
+
+// Panels [p0, p1) of one matrix: rows [32p0, 32p1) pack into the same span of panels.
+static void pack_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const pack_job *j = ctx;
+  const ct_linear *L = j->L;
+  long p0, p1, K = L->cols, K2 = (K + 1) / 2;
+  ct_chunk_range((L->rows + CT_PANEL - 1) / CT_PANEL, 1, j->parts, part, &p0, &p1);
+  if (p1 <= p0) return;
+  int r0 = (int)(p0 * CT_PANEL), rows = (int)((p1 * CT_PANEL < L->rows ? p1 * CT_PANEL : L->rows) - r0);
+  const float *src = L->f32 + (long)r0 * K;
+  if (j->mode == CT_PACK_BF16)
+    ct_panel_pack16(src, rows, (int)K, (uint16_t *)j->dst + (long)r0 * 2 * K2);
+  else if (j->dst)
+    ct_panel_pack(src, rows, (int)K, (float *)j->dst + (long)r0 * K);
+  else
+    ct_panel_pack_inplace((float *)src, rows, (int)K, j->scratch + (long)thread * CT_PANEL * K);
+}
+
+int ct_infer_pack(ct_infer_weights *w, int mode) {
+  if (w->int8 || mode == CT_PACK_NONE) return 0;
+  if (w->packed && w->packed != mode)
+    return ct_set_error(CT_EINVAL, "sampler: the weights are already packed for another precision");
+  bool inplace = mode == CT_PACK_F32 && w->model;
+  if (inplace && w->packed) return 0;  // an owned model never changes
+  ct_linear *list[4 * w->cfg.num_layers + 2];
+  int n = pack_list(w, list);
+  long total = 0;
+  for (int i = 0; i < n; i++) total += pack_size(list[i], mode);
+  if (!inplace && !w->pmem) {
+    if (!(w->pmem = ct_big_alloc((size_t)total)))
+      return ct_set_error(CT_ENOMEM, "sampler: cannot allocate %.1f MB for the packed weights", total / 1e6);
+    w->pmem_bytes = total;
+  }
+  long maxK = 0;
+  for (int i = 0; i < n; i++) maxK = list[i]->cols > maxK ? list[i]->cols : maxK;
+  float *scratch = inplace ? malloc(sizeof(float) * CT_PANEL * maxK * ct_pool_threads()) : NULL;
+  if (inplace && !scratch) return ct_set_error(CT_ENOMEM, "sampler: out of memory packing the weights");
+  bool tied = w->lm_head.f32 == w->embed.f32;
+  char *at = w->pmem;
+  for (int i = 0; i < n; i++) {
+    ct_linear *L = list[i];
+    pack_job j = {L, inplace ? NULL : at, scratch, mode, ct_pool_parts((L->rows + CT_PANEL - 1) / CT_PANEL)};
+    ct_parallel_for(j.parts, pack_task, &j);
+    if (mode == CT_PACK_BF16) L->p16 = j.dst;
+    else L->p32 = inplace ? L->f32 : j.dst;
+    if (inplace) L->f32 = NULL;  // no longer row-major
+    at += inplace ? 0 : pack_size(L, mode);
+  }
+  free(scratch);
+  if (tied) w->lm_head = w->embed;  // the same panels
+  w->packed = mode;
   return 0;
 }
 
@@ -240,6 +338,7 @@ int ct_infer_save_int8(const ct_infer_weights *w, const char *dir) {
 
 void ct_infer_free(ct_infer_weights *w) {
   ct_free_all(w->layers, w->qmem, w->smem, w->rmem, w->soff);
+  ct_big_free(w->pmem);
   ct_model_free(&w->layout);
   if (w->model) {
     ct_model_free(w->model);

@@ -37,12 +37,25 @@ typedef struct {
   float *smem;              // row scales, then fp32 vectors
   int32_t *rmem;            // row sums of the int8 matrices (same offsets as smem)
   long *soff;               // (n_tensors) offset of each tensor's scales / values in smem
+  int packed;               // CT_PACK_*: the matrices' panels (ct_infer_pack)
+  void *pmem;               // the panels, when not packed in place
+  long pmem_bytes;
 } ct_infer_weights;
+
+enum { CT_PACK_NONE, CT_PACK_F32, CT_PACK_BF16 };
 
 // Makes the engine apply adapters lo (which must outlive w): after each adapted projection
 // y += s·(x·Aᵀ)·Bᵀ, computed per token in a fixed order like every engine product; the
 // modules_to_save copies replace the embedding / head (float32 weights only).
 int ct_infer_attach_lora(ct_infer_weights *w, const ct_lora *lo);
+// Packs the float32 matrices into panels for the batched kernels (panel.h): CT_PACK_F32
+// (in place when w owns its model, else a copy) or CT_PACK_BF16 (a bf16 copy). Copies
+// are taken from the weights as they are now: call again after they change (GRPO's full
+// fine-tuning does before each generation; a frozen LoRA base needs it once). Adapters'
+// modules_to_save are left unpacked (they train). No-op for int8 weights.
+int ct_infer_pack(ct_infer_weights *w, int mode);
+// Bytes ct_infer_pack allocates for a model with config c viewed from a training model.
+double ct_infer_pack_bytes(const ct_model_config *c, int mode);
 // fp32 views of a training model's parameters (the model must outlive w).
 int ct_infer_from_model(ct_infer_weights *w, const ct_model *m);
 // Bytes of the int8 weights of a model with config c (matrices, scales, row sums, vectors).

@@ -85,6 +85,12 @@ grep -q '"quant_method": "ctune-int8"' "$T/q8/config.json" || fail "no quantizat
   || fail "loading the int8 model"
 cmp "$T/q1.jsonl" "$T/q2.jsonl" || fail "the saved int8 model generates differently"
 
+echo "== bf16: the trained task still decodes right, and save_quantized is int8-only"
+"$S" accuracy model_path="$T/m" data="$T/acc.jsonl" temperature=0 quantization=bf16 >"$T/b.json" 2>"$T/b.log" \
+  || { cat "$T/b.log"; fail "bf16 accuracy"; }
+grep -q '"exact_match": *1.0000' "$T/b.json" || fail "bf16 decoding loses the greedy answer: $(cat "$T/b.json")"
+expect 2 "needs quantization=int8" "$S" generate model_path="$T/m" prompt=x quantization=bf16 save_quantized="$T/qb"
+
 echo "== bad input"
 expect 1 "more than max_prefill_length 5" "$S" generate model_path="$T/m" prompt="reverse abcde:" max_prefill_length=5
 "$S" generate model_path="$T/m" prompt="reverse abcde:" max_prefill_length=5 truncate_prompt=left \

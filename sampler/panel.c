@@ -1,0 +1,218 @@
+// panel: packing W into k-major panels of 32 rows, and the products over them (see panel.h).
+#include "panel.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf16.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#define P CT_PANEL
+#define MR 12  // tokens per register tile: 12 x 2 accumulators of 16 lanes
+
+static inline int panel_w(int N, int p) { return N - p * P < P ? N - p * P : P; }
+
+long ct_panel16_size(int N, int K) { return (long)N * 2 * ((K + 1) / 2); }
+
+// ---------------------------------------------------------------------------
+// Packing
+
+void ct_panel_pack(const float *W, int N, int K, float *Pk) {
+  for (int p = 0; p * P < N; p++) {
+    int w = panel_w(N, p);
+    const float *src = W + (long)p * P * K;
+    float *dst = Pk + (long)p * P * K;
+    for (int j = 0; j < w; j++)
+      for (int k = 0; k < K; k++) dst[(long)k * w + j] = src[(long)j * K + k];
+  }
+}
+
+void ct_panel_pack_inplace(float *W, int N, int K, float *tmp) {
+  for (int p = 0; p * P < N; p++) {  // a panel's rows are exactly the span it is packed into
+    int w = panel_w(N, p);
+    float *span = W + (long)p * P * K;
+    memcpy(tmp, span, sizeof(float) * w * K);
+    ct_panel_pack(tmp, w, K, span);
+  }
+}
+
+// dst (panels of pairs) from rows fetched by get(src, n, k) — one loop for both sources.
+#define PACK16(GET)                                                                  \
+  do {                                                                               \
+    int K2 = (K + 1) / 2;                                                            \
+    for (int p = 0; p * P < N; p++) {                                                \
+      int w = panel_w(N, p);                                                         \
+      uint16_t *dst = Pk + (long)p * P * K2 * 2;                                     \
+      for (int j = 0; j < w; j++) {                                                  \
+        long n = (long)p * P + j;                                                    \
+        for (int k = 0; k < 2 * K2; k++)                                             \
+          dst[((long)(k / 2) * w + j) * 2 + (k & 1)] = k < K ? GET(W, n * K + k) : 0; \
+      }                                                                              \
+    }                                                                                \
+  } while (0)
+#define GET_NARROW(W, i) ct_f32_to_bf16((W)[i])
+#define GET_SAME(W, i) ((W)[i])
+
+void ct_panel_pack16(const float *W, int N, int K, uint16_t *Pk) { PACK16(GET_NARROW); }
+void ct_panel_pack16_from16(const uint16_t *W, int N, int K, uint16_t *Pk) { PACK16(GET_SAME); }
+
+void ct_panel_row(const float *Pk, int N, int K, int n, float *out) {
+  int p = n / P, w = panel_w(N, p), j = n - p * P;
+  const float *src = Pk + (long)p * P * K + j;
+  for (int k = 0; k < K; k++) out[k] = src[(long)k * w];
+}
+
+void ct_panel16_row(const uint16_t *Pk, int N, int K, int n, float *out) {
+  int p = n / P, w = panel_w(N, p), j = n - p * P, K2 = (K + 1) / 2;
+  const uint16_t *src = Pk + (long)p * P * K2 * 2 + 2 * j;
+  for (int k = 0; k < K; k++) out[k] = ct_bf16_to_f32(src[(long)(k / 2) * w * 2 + (k & 1)]);
+}
+
+// ---------------------------------------------------------------------------
+// Kernels: one register tile = mr (<= MR) tokens x one panel. Each lane of an
+// accumulator is one output's chain of k steps.
+
+typedef struct {
+  const void *x;  // (mr, ldx) fp32 or bf16 pairs
+  int ldx;
+  float *y;       // (mr, ldy), the panel's first column
+  int ldy, acc, w, K;
+} tile;
+
+#if defined(__AVX512F__)
+static inline void tile_store(const tile *t, int mr, __m512 c[MR][2], __mmask16 m0, __mmask16 m1) {
+  for (int m = 0; m < mr; m++) {
+    float *y = t->y + (long)m * t->ldy;
+    __m512 v0 = c[m][0], v1 = c[m][1];
+    if (t->acc) {
+      v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, y), v0);
+      v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, y + 16), v1);
+    }
+    _mm512_mask_storeu_ps(y, m0, v0);
+    _mm512_mask_storeu_ps(y + 16, m1, v1);
+  }
+}
+
+static inline __attribute__((always_inline)) void tile_f32(const tile *t, const float *Pk, const int mr) {
+  __m512 c[MR][2];
+  for (int m = 0; m < MR; m++) c[m][0] = c[m][1] = _mm512_setzero_ps();
+  const __mmask16 m0 = t->w >= 16 ? 0xffff : (__mmask16)((1u << t->w) - 1);
+  const __mmask16 m1 = t->w >= 32 ? 0xffff : t->w <= 16 ? 0 : (__mmask16)((1u << (t->w - 16)) - 1);
+  const float *x = t->x;
+  for (int k = 0; k < t->K; k++) {
+    const float *b = Pk + (long)k * t->w;
+    __m512 b0 = _mm512_maskz_loadu_ps(m0, b), b1 = _mm512_maskz_loadu_ps(m1, b + 16);
+#pragma GCC unroll 12
+    for (int m = 0; m < MR; m++)
+      if (m < mr) {
+        __m512 a = _mm512_set1_ps(x[(long)m * t->ldx + k]);
+        c[m][0] = _mm512_fmadd_ps(a, b0, c[m][0]);
+        c[m][1] = _mm512_fmadd_ps(a, b1, c[m][1]);
+      }
+  }
+  tile_store(t, mr, c, m0, m1);
+}
+#else
+static inline void tile_f32(const tile *t, const float *Pk, const int mr) {
+  const float *x = t->x;
+  for (int m = 0; m < mr; m++)
+    for (int j = 0; j < t->w; j++) {
+      float c = 0;
+      for (int k = 0; k < t->K; k++) c = fmaf(x[(long)m * t->ldx + k], Pk[(long)k * t->w + j], c);
+      float *y = t->y + (long)m * t->ldy + j;
+      *y = t->acc ? *y + c : c;
+    }
+}
+#endif
+
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+static inline __attribute__((always_inline)) void tile_bf16(const tile *t, const uint16_t *Pk, const int mr) {
+  __m512 c[MR][2];
+  for (int m = 0; m < MR; m++) c[m][0] = c[m][1] = _mm512_setzero_ps();
+  const __mmask16 m0 = t->w >= 16 ? 0xffff : (__mmask16)((1u << t->w) - 1);
+  const __mmask16 m1 = t->w >= 32 ? 0xffff : t->w <= 16 ? 0 : (__mmask16)((1u << (t->w - 16)) - 1);
+  const int K2 = (t->K + 1) / 2;
+  const uint16_t *x = t->x;
+  for (int k = 0; k < K2; k++) {
+    const uint16_t *b = Pk + (long)k * t->w * 2;  // w pairs
+    __m512bh b0 = (__m512bh)_mm512_maskz_loadu_epi32(m0, b), b1 = (__m512bh)_mm512_maskz_loadu_epi32(m1, b + 32);
+#pragma GCC unroll 12
+    for (int m = 0; m < MR; m++)
+      if (m < mr) {
+        int32_t pair;
+        memcpy(&pair, x + (long)m * t->ldx + 2 * k, 4);
+        __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
+        c[m][0] = _mm512_dpbf16_ps(c[m][0], a, b0);
+        c[m][1] = _mm512_dpbf16_ps(c[m][1], a, b1);
+      }
+  }
+  tile_store(t, mr, c, m0, m1);
+}
+bool ct_panel16_native(void) { return true; }
+#else
+// The instruction's arithmetic: the odd element's product, then the even one's, each
+// exact in fp32 (8-bit significands) and added with one rounding.
+static inline void tile_bf16(const tile *t, const uint16_t *Pk, const int mr) {
+  const uint16_t *x = t->x;
+  const int K2 = (t->K + 1) / 2;
+  for (int m = 0; m < mr; m++)
+    for (int j = 0; j < t->w; j++) {
+      float c = 0;
+      for (int k = 0; k < K2; k++) {
+        const uint16_t *a = x + (long)m * t->ldx + 2 * k, *b = Pk + ((long)k * t->w + j) * 2;
+        c += ct_bf16_to_f32(a[1]) * ct_bf16_to_f32(b[1]);
+        c += ct_bf16_to_f32(a[0]) * ct_bf16_to_f32(b[0]);
+      }
+      float *y = t->y + (long)m * t->ldy + j;
+      *y = t->acc ? *y + c : c;
+    }
+}
+bool ct_panel16_native(void) { return false; }
+#endif
+
+// Dispatch on the tile height so each height is its own unrolled loop.
+#define TILE_SWITCH(FN, t, Pk, mr) \
+  switch (mr) {                    \
+    case 1: FN(t, Pk, 1); break;   \
+    case 2: FN(t, Pk, 2); break;   \
+    case 3: FN(t, Pk, 3); break;   \
+    case 4: FN(t, Pk, 4); break;   \
+    case 5: FN(t, Pk, 5); break;   \
+    case 6: FN(t, Pk, 6); break;   \
+    case 7: FN(t, Pk, 7); break;   \
+    case 8: FN(t, Pk, 8); break;   \
+    case 9: FN(t, Pk, 9); break;   \
+    case 10: FN(t, Pk, 10); break; \
+    case 11: FN(t, Pk, 11); break; \
+    default: FN(t, Pk, 12); break; \
+  }
+
+// Tokens in blocks of TB (its activations stay in cache while the panels stream past).
+#define TB (20 * MR)
+
+void ct_panel_gemm(const float *Pk, int N, int K, const float *x, int ldx, int S, float *y, int ldy,
+                   int acc, int p0, int p1) {
+  for (int s0 = 0; s0 < S; s0 += TB)
+    for (int p = p0; p < p1; p++)
+      for (int s = s0; s < S && s < s0 + TB; s += MR) {
+        int mr = S - s < MR ? S - s : MR;
+        tile t = {x + (long)s * ldx, ldx, y + (long)s * ldy + p * P, ldy, acc, panel_w(N, p), K};
+        TILE_SWITCH(tile_f32, &t, Pk + (long)p * P * K, mr);
+      }
+}
+
+void ct_panel16_gemm(const uint16_t *Pk, int N, int K, const uint16_t *x16, int ldx16, int S, float *y,
+                     int ldy, int acc, int p0, int p1) {
+  long K2 = (K + 1) / 2;
+  for (int s0 = 0; s0 < S; s0 += TB)
+    for (int p = p0; p < p1; p++)
+      for (int s = s0; s < S && s < s0 + TB; s += MR) {
+        int mr = S - s < MR ? S - s : MR;
+        tile t = {x16 + (long)s * ldx16, ldx16, y + (long)s * ldy + p * P, ldy, acc, panel_w(N, p), K};
+        TILE_SWITCH(tile_bf16, &t, Pk + (long)p * P * K2 * 2, mr);
+      }
+}

@@ -1,0 +1,49 @@
+// panel: a weight matrix W (N, K) = [out, in] repacked for the engine's batched products,
+// and the register-blocked kernels that multiply by it.
+//
+// Layout: W's rows in panels of CT_PANEL = 32 output rows, each panel stored k-major, so
+// one k step loads the 32 weights of a panel with two vector loads. Panel p holds rows
+// [32p, 32p + w), w = min(32, N − 32p) (only the last panel is narrower): element (n, k)
+// sits at 32pK + k·w + (n − 32p). bfloat16 panels pair consecutive k (the dot-product
+// instruction's operand): element (n, k) at 32pK2·2 + ((k/2)·w + n − 32p)·2 + k%2, with
+// K2 = ⌈K/2⌉ pairs (an odd K's last pair is padded with 0). Either way the panels take
+// exactly N·K values (N·2K2 for bf16): W can be repacked in place.
+//
+// The kernels compute each output y[s, n] = Σ_k x[s, k]·W[n, k] as one chain of fused
+// multiply-adds in k order starting from 0 (bf16: one dot-product step per k pair), in one
+// vector lane. Which other tokens share the pass, how many there are, and which thread
+// runs the panel change nothing: a token's result is bit-identical alone or in a batch.
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#define CT_PANEL 32
+
+// uint16 values of a bf16-packed (N, K) matrix: N · 2⌈K/2⌉.
+long ct_panel16_size(int N, int K);
+
+// P (N·K) = W (N, K) packed; P may not alias W (ct_panel_pack_inplace does that).
+void ct_panel_pack(const float *W, int N, int K, float *P);
+// Packs W (N, K) in place, through scratch (32·K floats: one panel).
+void ct_panel_pack_inplace(float *W, int N, int K, float *scratch);
+// P (ct_panel16_size) = W (N, K) rounded to bf16 (nearest, ties to even) and packed.
+void ct_panel_pack16(const float *W, int N, int K, uint16_t *P);
+// The same from a bf16 matrix (a model stored in bf16): no rounding.
+void ct_panel_pack16_from16(const uint16_t *W, int N, int K, uint16_t *P);
+
+// Row n of a packed matrix as floats (the embedding lookup of a packed table).
+void ct_panel_row(const float *P, int N, int K, int n, float *out);
+void ct_panel16_row(const uint16_t *P, int N, int K, int n, float *out);
+
+// y[s, 32p + j] for s < S and panels p in [p0, p1): x (S, K; row stride ldx) times the
+// packed P's rows; acc != 0 adds the product to y instead of overwriting it.
+void ct_panel_gemm(const float *P, int N, int K, const float *x, int ldx, int S, float *y, int ldy,
+                   int acc, int p0, int p1);
+// The same with bf16 panels and x16 (S, 2K2; row stride ldx16) = x rounded to bf16, padded
+// with a 0 column when K is odd; products summed in fp32.
+void ct_panel16_gemm(const uint16_t *P, int N, int K, const uint16_t *x16, int ldx16, int S, float *y,
+                     int ldy, int acc, int p0, int p1);
+
+// True when the bf16 kernel runs on the CPU's dot-product instruction (AVX512_BF16)
+// rather than its plain C emulation.
+bool ct_panel16_native(void);

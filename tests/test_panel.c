@@ -1,0 +1,158 @@
+// panel: the engine's packed products. fp32: every output is exactly the chain of fused
+// multiply-adds in k order (bit for bit against fmaf); bf16: within float32 summation
+// error of the products of the bf16-rounded inputs. Any batch size, tile tail, panel
+// tail, thread split and in-place packing gives the same bits.
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf16.h"
+#include "linear.h"
+#include "panel.h"
+#include "pool.h"
+#include "rng.h"
+#include "test.h"
+
+static float *randn(int n, uint64_t seed) {
+  float *v = malloc(sizeof(float) * (n ? n : 1));
+  ct_rng r;
+  ct_rng_seed(&r, seed);
+  for (int i = 0; i < n; i++) v[i] = ct_rng_normal(&r);
+  return v;
+}
+
+static const int Ns[] = {1, 5, 16, 17, 31, 32, 33, 70}, Ks[] = {1, 7, 64, 65}, Ss[] = {1, 5, 12, 13, 30};
+#define LEN(a) (int)(sizeof(a) / sizeof(a[0]))
+
+// y[s, n] as the kernel promises: fmaf chain over k from 0.
+static float chain(const float *x, const float *w, int K) {
+  float c = 0;
+  for (int k = 0; k < K; k++) c = fmaf(x[k], w[k], c);
+  return c;
+}
+
+static void test_fp32_is_the_fma_chain_for_every_shape_and_tail(void) {
+  int bad = 0, untouched = 1;
+  for (int a = 0; a < LEN(Ns); a++)
+    for (int b = 0; b < LEN(Ks); b++)
+      for (int c = 0; c < LEN(Ss); c++) {
+        int N = Ns[a], K = Ks[b], S = Ss[c], ldy = N + 3, np = (N + CT_PANEL - 1) / CT_PANEL;
+        float *W = randn(N * K, 1 + N), *x = randn(S * K, 2 + K), *P = malloc(sizeof(float) * N * K);
+        float *y = malloc(sizeof(float) * S * ldy), *y0 = randn(S * ldy, 3);
+        ct_panel_pack(W, N, K, P);
+        for (int acc = 0; acc < 2; acc++) {
+          memcpy(y, y0, sizeof(float) * S * ldy);
+          ct_panel_gemm(P, N, K, x, K, S, y, ldy, acc, 0, np);
+          for (int s = 0; s < S; s++) {
+            for (int n = 0; n < N; n++) {
+              float want = chain(x + (long)s * K, W + (long)n * K, K);
+              if (acc) want = y0[s * ldy + n] + want;
+              bad += memcmp(&want, &y[s * ldy + n], 4) != 0;
+            }
+            for (int n = N; n < ldy; n++) untouched &= y[s * ldy + n] == y0[s * ldy + n];
+          }
+        }
+        free(W); free(x); free(P); free(y); free(y0);
+      }
+  CHECK(bad == 0);
+  CHECK(untouched);
+}
+
+// bf16: |y − Σ x16·w16| ≤ K·2⁻²³·Σ|x16·w16| (fp32 sums of exact products), and far from
+// the unrounded product when the inputs round (the kernel does use bf16 inputs).
+static void test_bf16_sums_the_rounded_products_in_fp32(void) {
+  int bad = 0;
+  for (int a = 0; a < LEN(Ns); a++)
+    for (int b = 0; b < LEN(Ks); b++)
+      for (int c = 0; c < LEN(Ss); c++) {
+        int N = Ns[a], K = Ks[b], S = Ss[c], K2 = (K + 1) / 2, np = (N + CT_PANEL - 1) / CT_PANEL;
+        float *W = randn(N * K, 5 + N), *x = randn(S * K, 6 + K), *y = malloc(sizeof(float) * S * N);
+        uint16_t *P = malloc(sizeof(uint16_t) * ct_panel16_size(N, K)), *x16 = calloc((size_t)S * 2 * K2, 2);
+        ct_panel_pack16(W, N, K, P);
+        for (int s = 0; s < S; s++) ct_bf16_narrow(x16 + s * 2 * K2, x + s * K, K);
+        ct_panel16_gemm(P, N, K, x16, 2 * K2, S, y, N, 0, 0, np);
+        for (int s = 0; s < S; s++)
+          for (int n = 0; n < N; n++) {
+            double want = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+              double p = (double)ct_bf16_to_f32(x16[s * 2 * K2 + k]) * ct_bf16_to_f32(ct_f32_to_bf16(W[n * K + k]));
+              want += p;
+              mag += fabs(p);
+            }
+            bad += !(fabs(y[s * N + n] - want) <= K * 0x1p-23 * mag + 1e-30);
+          }
+        free(W); free(x); free(y); free(P); free(x16);
+      }
+  CHECK(bad == 0);
+}
+
+// A row's result is the same bits whatever the batch it is in and however the panels are
+// split between calls (threads); packing in place gives the copy's layout; rows read back.
+static void test_batch_split_and_inplace_change_no_bit(void) {
+  int N = 75, K = 96, S = 29, np = (N + CT_PANEL - 1) / CT_PANEL, K2 = K / 2;
+  float *W = randn(N * K, 9), *x = randn(S * K, 10), *P = malloc(sizeof(float) * N * K);
+  float *all = malloc(sizeof(float) * S * N), *one = malloc(sizeof(float) * N), *split = malloc(sizeof(float) * S * N);
+  uint16_t *P16 = malloc(sizeof(uint16_t) * ct_panel16_size(N, K)), *x16 = malloc(sizeof(uint16_t) * S * K);
+  ct_panel_pack(W, N, K, P);
+  ct_panel_pack16(W, N, K, P16);
+  for (int s = 0; s < S; s++) ct_bf16_narrow(x16 + s * K, x + s * K, K);
+  for (int bf = 0; bf < 2; bf++) {
+    int same = 1;
+    if (bf) ct_panel16_gemm(P16, N, K, x16, K, S, all, N, 0, 0, np);
+    else ct_panel_gemm(P, N, K, x, K, S, all, N, 0, 0, np);
+    for (int s = 0; s < S; s++) {  // each row alone
+      if (bf) ct_panel16_gemm(P16, N, K, x16 + s * K, K, 1, one, N, 0, 0, np);
+      else ct_panel_gemm(P, N, K, x + s * K, K, 1, one, N, 0, 0, np);
+      same &= memcmp(one, all + s * N, sizeof(float) * N) == 0;
+    }
+    for (int p = 0; p < np; p++)  // one panel per call, rows 3 at a time
+      for (int s = 0; s < S; s += 3) {
+        int m = S - s < 3 ? S - s : 3;
+        if (bf) ct_panel16_gemm(P16, N, K, x16 + s * K, K, m, split + s * N, N, 0, p, p + 1);
+        else ct_panel_gemm(P, N, K, x + s * K, K, m, split + s * N, N, 0, p, p + 1);
+      }
+    same &= memcmp(split, all, sizeof(float) * S * N) == 0;
+    CHECK(same);
+  }
+  (void)K2;
+  float *inplace = malloc(sizeof(float) * N * K), *scratch = malloc(sizeof(float) * CT_PANEL * K), row[96];
+  memcpy(inplace, W, sizeof(float) * N * K);
+  ct_panel_pack_inplace(inplace, N, K, scratch);
+  CHECK(memcmp(inplace, P, sizeof(float) * N * K) == 0);
+  int rows_ok = 1;
+  for (int n = 0; n < N; n++) {
+    ct_panel_row(P, N, K, n, row);
+    rows_ok &= memcmp(row, W + n * K, sizeof(float) * K) == 0;
+    ct_panel16_row(P16, N, K, n, row);
+    for (int k = 0; k < K; k++) rows_ok &= row[k] == ct_bf16_to_f32(ct_f32_to_bf16(W[n * K + k]));
+  }
+  CHECK(rows_ok);
+  free(W); free(x); free(P); free(all); free(one); free(split); free(P16); free(x16); free(inplace); free(scratch);
+}
+
+// Through ct_linear_forward with the pool: panels give the chain's bits at any thread count.
+static void test_linear_forward_on_panels_is_thread_count_invariant(void) {
+  int N = 200, K = 33, S = 17;
+  float *W = randn(N * K, 11), *x = randn(S * K, 12), *P = malloc(sizeof(float) * N * K);
+  float *y1 = malloc(sizeof(float) * S * N), *y2 = malloc(sizeof(float) * S * N);
+  ct_panel_pack(W, N, K, P);
+  ct_linear L = {.rows = N, .cols = K, .p32 = P};
+  ct_pool_init(1);
+  ct_linear_forward(&L, x, K, S, y1, N, 0);
+  ct_pool_init(2);
+  ct_linear_forward(&L, x, K, S, y2, N, 0);
+  CHECK(memcmp(y1, y2, sizeof(float) * S * N) == 0);
+  CHECK(y1[5 * N + 7] == chain(x + 5 * K, W + 7 * K, K));
+  free(W); free(x); free(P); free(y1); free(y2);
+}
+
+int main(void) {
+  ct_pool_init(2);
+  RUN(test_fp32_is_the_fma_chain_for_every_shape_and_tail);
+  RUN(test_bf16_sums_the_rounded_products_in_fp32);
+  RUN(test_batch_split_and_inplace_change_no_bit);
+  RUN(test_linear_forward_on_panels_is_thread_count_invariant);
+  fprintf(stderr, "  bf16 kernel: %s\n", ct_panel16_native() ? "AVX512_BF16" : "plain C emulation");
+  return test_summary();
+}
