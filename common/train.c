@@ -481,14 +481,15 @@ static int check_adapter_keys(const ct_config *c, const ct_lora_config *have, co
 }
 
 // bf16: true needs bf16 hardware (an error naming the key without it); auto uses it when
-// there and says when it is not. A LoRA base must be float32 to have a bf16 copy made.
+// there and says when it is not. A LoRA base gets a bf16 copy made once (float32) or
+// multiplies from its stored bf16 weights (bfloat16); an int8 base has no bf16 form.
 static int bf16_setup(ct_train *tr) {
   const ct_config *c = tr->cfg;
   if (c->bf16 == CT_BF16_FALSE) return 0;
-  if (c->use_peft && c->base_dtype != CT_STORE_F32)
-    return ct_set_error(CT_ECONFIG, "%s: key 'bf16': with base_dtype %s the base is already stored narrow; "
-                        "use base_dtype float32 with bf16, or bf16: false", ct_config_origin(c, "bf16"),
-                        ct_store_names[c->base_dtype]);
+  if (c->use_peft && c->base_dtype == CT_STORE_INT8)
+    return ct_set_error(CT_ECONFIG, "%s: key 'bf16': with base_dtype int8 the base multiplies from its int8 "
+                        "weights; use base_dtype bfloat16 or float32 with bf16, or bf16: false",
+                        ct_config_origin(c, "bf16"));
   if (c->bf16 == CT_BF16_AUTO && !ct_dnnl_bf16_cpu()) {
     ct_log_info(&tr->log, "bf16: auto: this CPU has no AVX512_BF16 or AMX-BF16; computing in float32");
     return 0;
@@ -581,7 +582,7 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   }
   ct_plan_add(p, "gradients (float32)", trained_bytes);
   ct_plan_add(p, "AdamW moments (2 x float32)", 2 * trained_bytes);
-  if (tr->bf16) ct_plan_add(p, "bf16 weight copy for the matmuls", ct_model_param_bytes(m, true));
+  if (tr->bf16 && !bf16) ct_plan_add(p, "bf16 weight copy for the matmuls", ct_model_param_bytes(m, true));
   ct_plan_add(p, "resident already (libraries, tokenizer, data)", (double)ct_rss_now());
   *dry = cfg->dry_run;
   int rc = ct_plan_check(p, &tr->log, ct_dist_local_size(), knobs);
@@ -598,7 +599,6 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   if (rc) return rc;
   if (dir[0])
     ct_log_info(&tr->log, "weights read from %s in %.2f s", dir, ct_now() - t0);
-  if (tr->bf16 && (rc = ct_model_bf16_compute(m))) return rc;  // from the weights just read
   if (peft) {
     if ((rc = lora_setup(tr))) return rc;
     if (bf16 && (rc = ct_model_to_bf16(m, true))) return rc;
@@ -609,6 +609,8 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
     tr->trained = ct_model_tensors(m);
     tr->params = m->params;
   }
+  // from the weights just read; a bfloat16 LoRA base is its own bf16 copy
+  if (tr->bf16 && (rc = ct_model_bf16_compute(m))) return rc;
   size_t bytes = sizeof(float) * tr->trained.n_floats;
   tr->grads = ct_big_alloc(bytes);  // zeroed
   tr->mom1 = ct_big_alloc(bytes);

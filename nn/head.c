@@ -4,9 +4,12 @@
 #include "head.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
+#include "dnnl.h"
 #include "error.h"
 #include "fastmath.h"
 #include "matmul.h"
@@ -17,7 +20,8 @@ static int tiles_of(int V, int ntiles) { return ntiles < 1 ? 1 : ntiles > V ? V 
 
 double ct_head_bytes(int cap_rows, int logit_rows, int V, int C, int ntiles) {
   long tile = (V + tiles_of(V, ntiles) - 1) / tiles_of(V, ntiles);
-  return sizeof(float) * ((double)logit_rows * tile + 2.0 * cap_rows * C + 12.0 * cap_rows);
+  return sizeof(float) * ((double)logit_rows * tile + 2.0 * cap_rows * C + 12.0 * cap_rows) +
+         sizeof(uint16_t) * (double)cap_rows * C;  // hc16
 }
 
 int ct_head_init(ct_head *h, int cap_rows, int logit_rows, int V, int C, int ntiles) {
@@ -39,9 +43,10 @@ int ct_head_init(ct_head *h, int cap_rows, int logit_rows, int V, int C, int nti
   h->logit_sum = malloc(sizeof(double) * cap);
   h->hc = ct_big_alloc(sizeof(float) * cap * C);
   h->dhc = ct_big_alloc(sizeof(float) * cap * C);
+  h->hc16 = ct_big_alloc(sizeof(uint16_t) * cap * C);
   h->logits = ct_big_alloc(sizeof(float) * h->logit_cap);
   float **per_row[] = {&h->lse, &h->logp, &h->entropy, &h->run_sum, &h->run_xsum, &h->coef, &h->zcoef};
-  int bad = !h->rows || !h->target || !h->argmax || !h->logit_sum || !h->hc || !h->dhc || !h->logits;
+  int bad = !h->rows || !h->target || !h->argmax || !h->logit_sum || !h->hc || !h->dhc || !h->hc16 || !h->logits;
   for (size_t i = 0; i < sizeof per_row / sizeof per_row[0]; i++) {
     *per_row[i] = calloc(cap, sizeof(float));
     bad |= !*per_row[i];
@@ -58,6 +63,7 @@ int ct_head_init(ct_head *h, int cap_rows, int logit_rows, int V, int C, int nti
 void ct_head_free(ct_head *h) {
   ct_big_free(h->hc);
   ct_big_free(h->dhc);
+  ct_big_free(h->hc16);
   ct_big_free(h->logits);
   ct_free_all(h->rows, h->target, h->argmax, h->logit_sum, h->lse, h->logp, h->entropy, h->run_sum, h->run_xsum,
               h->coef, h->zcoef);
@@ -96,6 +102,7 @@ typedef struct {
   ct_head *h;
   int v0, nv;  // this chunk's vocabulary columns [v0, v0 + nv)
   int parts;
+  bool bf16;   // dlogits_task: leave the dlogits in bf16 (see dlogits_row16)
 } chunk_job;
 
 // Folds one chunk of logits into each row's running max (kept in lse until the end),
@@ -148,8 +155,11 @@ int ct_head_adopt(ct_head *h, const int *target, int N) {
   return n;
 }
 
-static void head_forward(ct_head *h, const float *W, ct_logits_fn fn, void *ctx) {
+static void head_forward(ct_head *h, const float *W, const uint16_t *W16, ct_logits_fn fn, void *ctx) {
   int n = h->n;
+  h->w16_of = W16 ? W : NULL;
+  h->w16 = W16;
+  if (W16) ct_bf16_narrow(h->hc16, h->hc, (long)n * h->C);
   for (int r = 0; r < n; r++) {
     h->lse[r] = -INFINITY;  // running max until the end
     h->run_sum[r] = h->run_xsum[r] = 0;
@@ -162,8 +172,9 @@ static void head_forward(ct_head *h, const float *W, ct_logits_fn fn, void *ctx)
     int nv = v0 + h->ftile <= h->V ? h->ftile : h->V - v0;
     // logits (n, nv) = hc · W[v0 : v0+nv]ᵀ
     if (fn) fn(ctx, h->hc, n, v0, nv, h->logits);
+    else if (W16) ct_gemm_bf16('N', 'T', n, nv, h->C, h->hc16, h->C, W16 + (long)v0 * h->C, h->C, 0, h->logits, nv);
     else ct_sgemm('N', 'T', n, nv, h->C, 1, h->hc, h->C, W + (long)v0 * h->C, h->C, 0, h->logits, nv);
-    chunk_job j = {h, v0, nv, ct_pool_parts(n)};
+    chunk_job j = {h, v0, nv, ct_pool_parts(n), false};
     ct_parallel_for(j.parts, fold_chunk_task, &j);
   }
   for (int r = 0; r < n; r++) {
@@ -174,11 +185,34 @@ static void head_forward(ct_head *h, const float *W, ct_logits_fn fn, void *ctx)
   }
 }
 
-void ct_head_forward(ct_head *h, const float *W) { head_forward(h, W, NULL, NULL); }
+void ct_head_forward(ct_head *h, const float *W) { head_forward(h, W, NULL, NULL, NULL); }
 
-void ct_head_forward_fn(ct_head *h, ct_logits_fn fn, void *ctx) { head_forward(h, NULL, fn, ctx); }
+void ct_head_forward_bf16(ct_head *h, const float *W, const uint16_t *W16) { head_forward(h, W, W16, NULL, NULL); }
 
-// Turns a chunk of logits into dlogits in place.
+void ct_head_forward_fn(ct_head *h, ct_logits_fn fn, void *ctx) { head_forward(h, NULL, NULL, fn, ctx); }
+
+enum { DL_BLOCK = 256 };  // dlogits_row16's block of columns
+
+// One row of logits l (nv) into its dlogits rounded to bf16, written over the first half of
+// the row's own bytes (as uint16 (nv) at l): block by block, each block read whole before
+// its bf16 values are written over bytes of this or earlier blocks (memcpy: no aliasing
+// assumption between the float and uint16 views). y: the target's column, or out of range.
+static void dlogits_row16(float *l, int nv, float lse, float a, int y, float coef) {
+  float t[DL_BLOCK];
+  uint16_t t16[DL_BLOCK];
+  for (int v0 = 0; v0 < nv; v0 += DL_BLOCK) {
+    int k = nv - v0 < DL_BLOCK ? nv - v0 : DL_BLOCK;
+    memcpy(t, l + v0, sizeof(float) * k);
+#pragma omp simd
+    for (int v = 0; v < k; v++) t[v] = a * ct_expf(t[v] - lse);
+    if (y >= v0 && y < v0 + k) t[y - v0] -= coef;
+    ct_bf16_narrow(t16, t, k);
+    memcpy((char *)l + sizeof(uint16_t) * v0, t16, sizeof(uint16_t) * k);
+  }
+}
+
+// Turns a chunk of logits into dlogits in place: fp32 (n, nv), or (j->bf16) bf16 rows with
+// a stride of 2·nv uint16 (each in the first half of its fp32 row).
 static void dlogits_task(void *ctx, int part, int thread) {
   (void)thread;
   const chunk_job *j = ctx;
@@ -188,20 +222,42 @@ static void dlogits_task(void *ctx, int part, int thread) {
   for (long r = lo; r < hi; r++) {
     float *l = h->logits + r * j->nv;
     float lse = h->lse[r], a = h->coef[r] + h->zcoef[r];
+    int y = h->target[r] - j->v0;
+    if (j->bf16) {
+      dlogits_row16(l, j->nv, lse, a, y, h->coef[r]);
+      continue;
+    }
 #pragma omp simd
     for (int v = 0; v < j->nv; v++) l[v] = a * ct_expf(l[v] - lse);
-    int y = h->target[r] - j->v0;
     if (y >= 0 && y < j->nv) l[y] -= h->coef[r];
   }
 }
 
+// The backward's products for one chunk [v0, v0 + nv) in bf16: logits recomputed (several
+// chunks), dlogits in bf16 in place, dhc (+)= dlogits · W16[v0:], dW[v0:] += dlogitsᵀ · hc16.
+static void backward_chunk16(ct_head *h, const uint16_t *W16, float *dW, int v0, int nv) {
+  int n = h->n, C = h->C;
+  const uint16_t *Wv = W16 + (long)v0 * C;
+  if (h->ftile < h->V) ct_gemm_bf16('N', 'T', n, nv, C, h->hc16, C, Wv, C, 0, h->logits, nv);
+  chunk_job j = {h, v0, nv, ct_pool_parts(n), true};
+  ct_parallel_for(j.parts, dlogits_task, &j);
+  const uint16_t *d16 = (const uint16_t *)h->logits;  // (n, nv), row stride 2·nv
+  ct_gemm_bf16('N', 'N', n, C, nv, d16, 2 * nv, Wv, C, v0 ? 1 : 0, h->dhc, C);
+  if (dW) ct_gemm_bf16('T', 'N', nv, C, n, d16, 2 * nv, h->hc16, C, 1, dW + (long)v0 * C, C);
+}
+
 void ct_head_backward(ct_head *h, const float *W, float *dW, float *d_hidden, int N) {
   int n = h->n;
+  const uint16_t *W16 = W && W == h->w16_of ? h->w16 : NULL;
   for (int v0 = 0; v0 < h->V; v0 += h->ftile) {  // the forward's chunks
     int nv = v0 + h->ftile <= h->V ? h->ftile : h->V - v0;
+    if (W16) {
+      backward_chunk16(h, W16, dW, v0, nv);
+      continue;
+    }
     if (h->ftile < h->V)  // recompute this chunk's logits; with one chunk they are still there
       ct_sgemm('N', 'T', n, nv, h->C, 1, h->hc, h->C, W + (long)v0 * h->C, h->C, 0, h->logits, nv);
-    chunk_job j = {h, v0, nv, ct_pool_parts(n)};
+    chunk_job j = {h, v0, nv, ct_pool_parts(n), false};
     ct_parallel_for(j.parts, dlogits_task, &j);
     // dhc (n, C) (+)= dlogits · W[v0 : v0+nv];  dW[v0 : v0+nv] += dlogitsᵀ · hc
     ct_sgemm('N', 'N', n, h->C, nv, 1, h->logits, nv, W + (long)v0 * h->C, h->C, v0 ? 1 : 0,

@@ -8,6 +8,7 @@
 // Usage: ct_head_gather (pick rows) -> ct_head_forward (lse, log-probs, stats) -> set
 // coef/zcoef per row -> ct_head_backward (dW, d_hidden).
 #pragma once
+#include <stdint.h>
 
 typedef struct {
   int cap, V, C, ntiles, tile;  // tile = V columns per chunk (last may be shorter)
@@ -31,6 +32,11 @@ typedef struct {
   // per gathered row, set by the caller before ct_head_backward:
   // dlogits = coef·(softmax − onehot(target)) + zcoef·softmax
   float *coef, *zcoef;
+  // bf16 (ct_head_forward_bf16): the products take hc and the weights rounded to bf16 and
+  // sum in fp32; the backward reuses the bf16 weights when called with the same W
+  uint16_t *hc16;          // (cap, C) the gathered rows in bf16
+  const float *w16_of;     // the W of the last forward when it ran in bf16, else NULL
+  const uint16_t *w16;     // its bf16 copy (V, C)
   long bytes;  // bytes allocated (the logits chunk dominates)
 } ct_head;
 
@@ -55,6 +61,14 @@ int ct_head_adopt(ct_head *h, const int *target, int N);
 // Logits of the gathered rows against W (V, C); fills lse, logp, entropy, argmax, logit_sum.
 void ct_head_forward(ct_head *h, const float *W);
 
+// ct_head_forward with W16 (V, C), the bf16 copy of W: logits = bf16(hc) · W16ᵀ summed in
+// fp32 (oneDNN, dnnl.h; needs ct_dnnl_init), and a ct_head_backward with the same W
+// multiplies in bf16 too: dlogits are rounded to bf16 (in place, in the logits buffer) for
+// d_hidden = dlogits · W16 and dW += dlogitsᵀ · bf16(hc). The softmax, lse, log-probs,
+// entropy and every sum stay fp32. W16 NULL: ct_head_forward. W may be NULL (no fp32
+// copy) for a forward that is not followed by a backward.
+void ct_head_forward_bf16(ct_head *h, const float *W, const uint16_t *W16);
+
 // The same with the logits computed by fn: out (n, nv) = logits of vocabulary columns
 // [v0, v0 + nv) for hidden rows (n, C) — an LM head that is not an fp32 matrix (int8).
 typedef void (*ct_logits_fn)(void *ctx, const float *hidden, int n, int v0, int nv, float *out);
@@ -62,6 +76,7 @@ void ct_head_forward_fn(ct_head *h, ct_logits_fn fn, void *ctx);
 
 // dW (V, C) += dlogitsᵀ · hc (dW NULL: a frozen head, no weight gradient);
 // d_hidden (N, C) = dlogits · W on gathered rows, 0 elsewhere.
+// In bf16 when the last forward was ct_head_forward_bf16 with this W.
 // With ntiles == 1 the logits kept by ct_head_forward are reused and overwritten: call
 // it once per ct_head_forward.
 void ct_head_backward(ct_head *h, const float *W, float *dW, float *d_hidden, int N);

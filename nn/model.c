@@ -253,7 +253,7 @@ void ct_model_free(ct_model *m) {
   free(m->tensors);
   ct_big_free(m->params);
   ct_big_free(m->params16);
-  ct_big_free(m->compute16);
+  if (m->compute16 != m->params16) ct_big_free(m->compute16);  // (else the same buffer)
   ct_big_free(m->wide);
   ct_big_free(m->emb32);
   ct_big_free(m->params8);
@@ -375,7 +375,11 @@ static void narrow_parallel(uint16_t *dst, const float *src, long n) {
 }
 
 int ct_model_bf16_compute(ct_model *m) {
-  if (!m->params) return ct_set_error(CT_EINVAL, "model: bf16 compute needs float32 parameters");
+  if (m->params16) {  // stored in bf16 already: the matmuls read the stored weights
+    m->compute16 = m->params16;
+    return 0;
+  }
+  if (!m->params) return ct_set_error(CT_EINVAL, "model: bf16 compute needs float32 or bfloat16 parameters");
   if (!m->compute16) m->compute16 = ct_big_alloc(sizeof(uint16_t) * m->n_floats);
   if (!m->compute16) return ct_set_error(CT_ENOMEM, "model: out of memory for the bf16 weight copy");
   ct_model_bf16_refresh(m);
@@ -383,11 +387,27 @@ int ct_model_bf16_compute(ct_model *m) {
 }
 
 void ct_model_bf16_refresh(ct_model *m) {
-  if (m->compute16) narrow_parallel(m->compute16, m->params, m->n_floats);
+  if (m->compute16 && m->params) narrow_parallel(m->compute16, m->params, m->n_floats);
+}
+
+// p within [base, base + n) (compared as integers: p and base may be distinct objects)
+static bool points_into(const float *p, const float *base, long n) {
+  uintptr_t u = (uintptr_t)p, b = (uintptr_t)base;
+  return base && u >= b && u < b + sizeof(float) * (uintptr_t)n;
 }
 
 const uint16_t *ct_model_w16(const ct_model *m, const float *w) {
-  return m->compute16 && w ? m->compute16 + (w - m->params) : NULL;
+  if (!m->compute16 || !w) return NULL;
+  if (m->params) return points_into(w, m->params, m->n_floats) ? m->compute16 + (w - m->params) : NULL;
+  // bf16 storage (compute16 == params16): the fp32 views are the widened layer in m->wide
+  // (off16[L + 2] says which) and the float32 embedding / head kept in emb32
+  int L = m->cfg.num_layers;
+  long VC = (long)m->cfg.vocab_size * m->cfg.hidden_size, C = m->cfg.hidden_size;
+  if (points_into(w, m->wide, m->wide_floats - C)) return m->compute16 + m->off16[L + 2] + (w - m->wide);
+  bool tied = m->cfg.tie_word_embeddings;
+  if (points_into(w, m->emb32, VC)) return m->compute16 + m->off16[L] + (w - m->emb32);
+  if (!tied && points_into(w, m->emb32 + VC, VC)) return m->compute16 + m->off16[L + 1] + (w - m->emb32 - VC);
+  return NULL;
 }
 
 // Floats of m->wide: a layer's span or HEAD_ROWS rows of the head, then the final norm.
@@ -417,11 +437,16 @@ int ct_model_to_bf16(ct_model *m, bool keep_embeddings) {
 #define REL(f) m->wide_layer.f = L->f ? w + (L->f - L->ln1) : NULL
   REL(ln1); REL(wqkv); REL(bqkv); REL(qnorm); REL(knorm); REL(wo); REL(ln2); REL(wgu); REL(wdown);
 #undef REL
-  m->off16 = malloc(sizeof(long) * (m->cfg.num_layers + 2));
+  m->off16 = malloc(sizeof(long) * (m->cfg.num_layers + 3));
   if (!m->off16) return ct_set_error(CT_ENOMEM, "model: out of memory");
   for (int l = 0; l < m->cfg.num_layers; l++) m->off16[l] = layer_start(m, l);
   m->off16[m->cfg.num_layers] = m->w.embed - m->params;
   m->off16[m->cfg.num_layers + 1] = m->w.lm_head - m->params;
+  m->off16[m->cfg.num_layers + 2] = m->off16[0];
+  if (m->compute16) {  // a bf16 compute copy equals the stored weights (same rounding): share it
+    ct_big_free(m->compute16);
+    m->compute16 = m->params16;
+  }
   float *embed = NULL, *head = NULL;  // float32 copies kept when asked
   long VC = (long)m->cfg.vocab_size * C;
   if (keep_embeddings) {
@@ -481,7 +506,7 @@ int ct_model_to_int8(ct_model *m) {
   m->s8 = ct_big_alloc(sizeof(float) * (total ? total : 1));
   m->wide = ct_big_alloc(sizeof(float) * wide);
   m->emb32 = ct_big_alloc(sizeof(float) * VC * (tied ? 1 : 2));
-  m->off16 = malloc(sizeof(long) * (m->cfg.num_layers + 2));
+  m->off16 = malloc(sizeof(long) * (m->cfg.num_layers + 3));
   if (!m->s8off || !m->params8 || !m->s8 || !m->wide || !m->emb32 || !m->off16)
     return ct_set_error(CT_ENOMEM, "model: out of memory for int8 weights");
   m->wide_floats = wide;
@@ -503,6 +528,9 @@ int ct_model_to_int8(ct_model *m) {
 #undef REL
   for (int l = 0; l < m->cfg.num_layers; l++) m->off16[l] = layer_start(m, l);
   m->off16[m->cfg.num_layers] = m->off16[m->cfg.num_layers + 1] = 0;  // (the embeddings stay float32)
+  m->off16[m->cfg.num_layers + 2] = m->off16[0];
+  ct_big_free(m->compute16);  // int8 weights multiply in fp32 (dequantized), not from a bf16 copy
+  m->compute16 = NULL;
   ct_weights_free(&m->w);
   memset(&m->w, 0, sizeof m->w);
   m->w.norm = m->wide + wide - C;
@@ -537,6 +565,7 @@ const ct_layer_weights *ct_model_layer(const ct_model *m, int l) {
   if (m->params8) widen_int8_layer(m, l);
   else if (m->params16) ct_bf16_widen(m->wide, m->params16 + m->off16[l], layer_span(m));
   else return &m->w.layers[l];
+  m->off16[m->cfg.num_layers + 2] = m->off16[l];  // what m->wide holds (ct_model_w16)
   return &m->wide_layer;
 }
 

@@ -82,10 +82,12 @@ typedef struct {
                           // final norm; also the LM head's widening chunks
   long wide_floats;
   ct_layer_weights wide_layer;  // views into wide for the layer widened last
-  long *off16;            // (L + 2) offsets in params16 of each layer, the embedding, the head
+  long *off16;            // (L + 3) offsets in params16 of each layer, the embedding, the head,
+                          // and of the layer widened into m->wide last
   float *emb32;           // float32 embedding (+ untied head) kept by ct_model_to_bf16(m, true)
   // bf16 compute (ct_model_bf16_compute, bf16: true): a bf16 copy of params that the
-  // matmuls read, refreshed after each optimizer step (ct_adamw_step) from params
+  // matmuls read, refreshed after each optimizer step (ct_adamw_step) from params; for a
+  // model stored in bf16 it is params16 itself (no second copy)
   uint16_t *compute16;    // (n_floats), or NULL: matmuls in fp32
   // int8 storage (ct_model_to_int8: a LoRA base): matrices as int8 with one scale per row
   int8_t *params8;        // (n_floats) the matrices' values at their offsets
@@ -128,11 +130,15 @@ int ct_model_to_bf16(ct_model *m, bool keep_embeddings);
 // Bytes a model of this layout takes in bf16 storage (m may be a layout only).
 double ct_model_bf16_bytes(const ct_model *m, bool keep_embeddings);
 // Makes the forward and backward matmuls run in bf16 (oneDNN, dnnl.h): allocates
-// m->compute16 and fills it from m->params (round to nearest even). Needs fp32 params
-// and ct_dnnl_init. After changing params, call ct_model_bf16_refresh (AdamW does it).
+// m->compute16 and fills it from m->params (round to nearest even), or, for a model stored
+// in bf16 (ct_model_to_bf16, before or after this call), uses params16 as it is. Needs
+// ct_dnnl_init. After changing params, call ct_model_bf16_refresh (AdamW does it); a
+// frozen model (a LoRA base) is narrowed once. ct_model_to_int8 drops the copy (fp32).
 int ct_model_bf16_compute(ct_model *m);
 void ct_model_bf16_refresh(ct_model *m);
-// The bf16 copy of fp32 weight w (a pointer into m->params), or NULL without bf16 compute.
+// The bf16 copy of fp32 weight w, or NULL (fp32) without bf16 compute or when w is not
+// one of the model's weights (an adapter's own head). w: a pointer into m->params, or
+// for bf16 storage into what ct_model_layer returned last or the float32 embedding/head.
 const uint16_t *ct_model_w16(const ct_model *m, const float *w);
 // int8 storage of the layers' matrices (row absmax, quant.h; norms and biases stay float32,
 // and so do the embedding and head): a quarter of float32 for the layers, for a frozen
