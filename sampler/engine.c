@@ -12,6 +12,7 @@
 #include "fastmath.h"
 #include "kernels.h"
 #include "mem.h"
+#include "panel.h"
 #include "pool.h"
 
 struct ct_engine {
@@ -24,6 +25,7 @@ struct ct_engine {
   float *x, *ln, *qkv, *qkv_save, *qk_rstd, *rstd, *att, *gu, *h, *xo;
   float *scores;               // (threads, H/KV, T)
   float *lora_u;               // (max_tokens, r) the adapters' inner products
+  float *lora_p;               // (r · max(in, out)) one adapter matrix packed into panels
   int *ids, *pos, *slot;
   long bytes;
 };
@@ -73,7 +75,16 @@ int ct_engine_init(ct_engine **out, const ct_infer_weights *w, const ct_engine_o
   e->ids = malloc(sizeof(int) * N);
   e->pos = malloc(sizeof(int) * N);
   e->slot = malloc(sizeof(int) * N);
-  if (w->lora) ok &= (e->lora_u = malloc(sizeof(float) * N * w->lora->cfg.r)) != NULL;
+  if (w->lora) {
+    long widest = 0;
+    for (int t = 0; t < CT_LORA_TARGETS; t++) {
+      int in, out, row0;
+      ct_lora_dims(&w->lora->mc, t, &in, &out, &row0);
+      widest = in > widest ? in : out > widest ? out : widest;
+    }
+    ok &= (e->lora_u = malloc(sizeof(float) * N * w->lora->cfg.r)) != NULL;
+    ok &= (e->lora_p = malloc(sizeof(float) * widest * w->lora->cfg.r)) != NULL;
+  }
   ok &= e->ids && e->pos && e->slot;
   if (!ok) {
     long mb = e->bytes / 1000000;
@@ -91,7 +102,7 @@ void ct_engine_free(ct_engine *e) {
   float *bufs[N_BUFS] = {e->kcache, e->vcache, e->rope_cos, e->rope_sin, e->x, e->ln, e->xo,
                          e->qkv, e->qkv_save, e->qk_rstd, e->rstd, e->att, e->gu, e->h, e->scores};
   for (int i = 0; i < N_BUFS; i++) ct_big_free(bufs[i]);
-  ct_free_all(e->ids, e->pos, e->slot, e->lora_u, e);
+  ct_free_all(e->ids, e->pos, e->slot, e->lora_u, e->lora_p, e);
 }
 
 const ct_infer_weights *ct_engine_weights(const ct_engine *e) { return e->w; }
@@ -166,17 +177,21 @@ static void embed_rows(ct_engine *e, int n) {
 }
 
 // Adapter t of layer l on the n rows of x (n, ldx): y (n, ldy) += s · (x·Aᵀ)·Bᵀ in the
-// target's columns. Each output is fixed-order dot products (linear.h), so batching
-// changes no bit of it here either.
+// target's columns. A and B are packed into panels on every call (they train between
+// generations; packing is r·(in + out) values next to a pass's n·r·(in + out) products), so
+// each output is a fixed-order chain (panel.h) and batching changes no bit here either.
 static void lora_add(ct_engine *e, int l, int t, const float *x, int ldx, int n, float *y, int ldy) {
   const ct_lora *lo = e->w->lora;
   if (!lo || !lo->w[l][t].A) return;
   int in, out, row0, r = lo->cfg.r;
   ct_lora_dims(&lo->mc, t, &in, &out, &row0);
-  ct_linear A = {.rows = r, .cols = in, .f32 = lo->w[l][t].A}, Bm = {.rows = out, .cols = r, .f32 = lo->w[l][t].B};
-  ct_linear_forward(&A, x, ldx, n, e->lora_u, r, 0);
+  ct_panel_pack(lo->w[l][t].A, r, in, e->lora_p);
+  ct_linear m = {.rows = r, .cols = in, .p32 = e->lora_p};
+  ct_linear_forward(&m, x, ldx, n, e->lora_u, r, 0);
   for (long i = 0; i < (long)n * r; i++) e->lora_u[i] *= lo->scale;
-  ct_linear_forward(&Bm, e->lora_u, r, n, y + row0, ldy, 1);
+  ct_panel_pack(lo->w[l][t].B, out, r, e->lora_p);
+  m = (ct_linear){.rows = out, .cols = r, .p32 = e->lora_p};
+  ct_linear_forward(&m, e->lora_u, r, n, y + row0, ldy, 1);
 }
 
 static int pass(ct_engine *e, int n, const int *ids, const int *slot, const int *pos,

@@ -84,8 +84,13 @@ typedef struct {
 } tile;
 
 #if defined(__AVX512F__)
-static inline void tile_store(const tile *t, int mr, __m512 c[MR][2], __mmask16 m0, __mmask16 m1) {
-  for (int m = 0; m < mr; m++) {
+// Inlined and unrolled with the kernel, so the accumulators stay in registers (an
+// out-of-line store would make GCC keep them in memory through the k loop).
+static inline __attribute__((always_inline)) void tile_store(const tile *t, const int mr, __m512 c[MR][2],
+                                                             __mmask16 m0, __mmask16 m1) {
+#pragma GCC unroll 12
+  for (int m = 0; m < MR; m++) {
+    if (m >= mr) break;
     float *y = t->y + (long)m * t->ldy;
     __m512 v0 = c[m][0], v1 = c[m][1];
     if (t->acc) {
@@ -99,6 +104,7 @@ static inline void tile_store(const tile *t, int mr, __m512 c[MR][2], __mmask16 
 
 static inline __attribute__((always_inline)) void tile_f32(const tile *t, const float *Pk, const int mr) {
   __m512 c[MR][2];
+#pragma GCC unroll 12
   for (int m = 0; m < MR; m++) c[m][0] = c[m][1] = _mm512_setzero_ps();
   const __mmask16 m0 = t->w >= 16 ? 0xffff : (__mmask16)((1u << t->w) - 1);
   const __mmask16 m1 = t->w >= 32 ? 0xffff : t->w <= 16 ? 0 : (__mmask16)((1u << (t->w - 16)) - 1);
@@ -132,6 +138,7 @@ static inline void tile_f32(const tile *t, const float *Pk, const int mr) {
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 static inline __attribute__((always_inline)) void tile_bf16(const tile *t, const uint16_t *Pk, const int mr) {
   __m512 c[MR][2];
+#pragma GCC unroll 12
   for (int m = 0; m < MR; m++) c[m][0] = c[m][1] = _mm512_setzero_ps();
   const __mmask16 m0 = t->w >= 16 ? 0xffff : (__mmask16)((1u << t->w) - 1);
   const __mmask16 m1 = t->w >= 32 ? 0xffff : t->w <= 16 ? 0 : (__mmask16)((1u << (t->w - 16)) - 1);
