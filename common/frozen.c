@@ -115,6 +115,27 @@ void ct_frozen_free(ct_frozen *f) {
 
 float *ct_frozen_params(ct_frozen *f) { return f->dtype == CT_STORE_F32 ? f->model.params : NULL; }
 
+void ct_frozen_params_changed(ct_frozen *f) {
+  if (f->dtype == CT_STORE_F32 && !f->view) ct_model_bf16_refresh(&f->model);
+}
+
+double ct_frozen_bf16_bytes(const ct_model_config *c, int dtype, int B, int T) {
+  if (dtype == CT_STORE_INT8) return 0;
+  ct_model lay;
+  if (ct_model_layout(&lay, c)) return 0;
+  double b = (dtype == CT_STORE_F32 ? ct_model_param_bytes(&lay, true) : 0) + ct_acts_bf16_bytes(c, B, T);
+  ct_model_free(&lay);
+  return b;
+}
+
+int ct_frozen_compute_bf16(ct_frozen *f) {
+  if (f->dtype == CT_STORE_INT8 || f->view || f->model.compute16) return 0;  // a view shares the policy's
+  int rc = ct_model_bf16_compute(&f->model);
+  if (rc) return rc;
+  ct_acts_free(&f->acts);  // again, now with the bf16 inputs of the matmuls
+  return ct_acts_init(&f->acts, &f->model, f->B, f->T, CT_ACTS_FORWARD);
+}
+
 uint64_t ct_frozen_checksum(const ct_frozen *f) {
   const ct_model *m = &f->model;
   size_t n = (size_t)m->n_floats;

@@ -50,8 +50,17 @@ int ct_frozen_view(ct_frozen *f, const ct_model *m, int B, int T);
 int ct_frozen_open(ct_frozen *f, const char *dir, int dtype, int B, int T);
 void ct_frozen_free(ct_frozen *f);
 
-// The float32 parameters (NULL for bf16 and int8): TR-DPO's reference sync writes them.
+// bf16 compute (the trainer's bf16: true): a float32 or bfloat16 model multiplies in
+// bfloat16 as the policy does (float32: through a bf16 copy of its weights; bfloat16: its
+// stored weights, no copy); int8 is unchanged. Call after init / open.
+int ct_frozen_compute_bf16(ct_frozen *f);
+// The bytes that adds (the copy and the activations' bf16 inputs): its memory plan row.
+double ct_frozen_bf16_bytes(const ct_model_config *c, int dtype, int B, int T);
+
+// The float32 parameters (NULL for bf16 and int8): TR-DPO's reference sync writes them,
+// then calls ct_frozen_params_changed (which refreshes a bf16 copy).
 float *ct_frozen_params(ct_frozen *f);
+void ct_frozen_params_changed(ct_frozen *f);
 // A checksum of the stored weights: a test that training left them exactly as loaded.
 uint64_t ct_frozen_checksum(const ct_frozen *f);
 

@@ -249,6 +249,7 @@ int ct_train_reference(ct_train *tr, ct_frozen *ref, int dtype, int B, int T) {
     }
     if (!rc) rc = ct_frozen_init(ref, &m, dtype, B, T);
   }
+  if (!rc && tr->bf16 && (rc = ct_frozen_compute_bf16(ref))) ct_frozen_free(ref);
   if (rc) return ct_wrap_error(rc, "reference model");
   if (ref->cfg.vocab_size != tr->model.cfg.vocab_size) {
     ct_frozen_free(ref);
@@ -260,6 +261,7 @@ int ct_train_reference(ct_train *tr, ct_frozen *ref, int dtype, int B, int T) {
       !(rc = ct_path_join(p, sizeof p, tr->resumed_from, "ref_model.safetensors"))) {
     rc = ct_load_tensors(&ct_model_tensors(&ref->model), ct_frozen_params(ref), p, NULL);
     if (rc) ct_frozen_free(ref);
+    else ct_frozen_params_changed(ref);
   }
   return rc;
 }
@@ -271,8 +273,10 @@ void ct_train_plan_reference(const ct_train *tr, ct_plan *p, int B, int T) {
                 ct_acts_bytes(&tr->model.cfg, B, T, CT_ACTS_FORWARD) +
                     (tr->bf16 ? ct_acts_bf16_bytes(&tr->model.cfg, B, T) : 0));
   else
-    ct_plan_addf(p, ct_frozen_bytes(&tr->model.cfg, (int)c->ref_dtype, B, T), "reference model (%s)%s",
-                 ct_store_names[c->ref_dtype], c->precompute_ref_log_probs ? ", freed after its pass" : "");
+    ct_plan_addf(p, ct_frozen_bytes(&tr->model.cfg, (int)c->ref_dtype, B, T) +
+                        (tr->bf16 ? ct_frozen_bf16_bytes(&tr->model.cfg, (int)c->ref_dtype, B, T) : 0),
+                 "reference model (%s%s)%s", ct_store_names[c->ref_dtype], tr->bf16 ? ", bf16 compute" : "",
+                 c->precompute_ref_log_probs ? ", freed after its pass" : "");
 }
 
 int ct_train_eval_lm(ct_train *tr, ct_acts *a, ct_head *h, ct_batch *b, int *seqs, const ct_dataset *ev) {
@@ -312,6 +316,7 @@ int ct_train_sync_reference(ct_train *tr, ct_frozen *ref, double alpha) {
   float a = (float)alpha;
   const float *p = tr->model.params;
   for (long i = 0; i < ref->model.n_floats; i++) r[i] = (1 - a) * r[i] + a * p[i];
+  ct_frozen_params_changed(ref);
   return 0;
 }
 

@@ -125,7 +125,7 @@ static void cmd_precompute(const ct_config *cfg, ct_train *tr, const ct_dataset 
     fail(2, (ct_set_error(CT_ECONFIG, "precompute needs teacher_logits_path=FILE (where to write)"), NULL));
   int B = (int)cfg->per_device_eval_batch_size, T = (int)cfg->max_length;
   teacher_t t;
-  if (teacher_load(&t, cfg, B, T)) fail(1, NULL);
+  if (teacher_load(&t, cfg, B, T) || (tr->bf16 && ct_frozen_compute_bf16(&t.f))) fail(1, NULL);
   int V = t.f.cfg.vocab_size, C = t.f.cfg.hidden_size, k = (int)cfg->distill_top_k < V ? (int)cfg->distill_top_k : V;
   long *off = label_offsets(ds);
   long total = off[ds->n_rows];
@@ -380,8 +380,9 @@ int main(int argc, char **argv) {
   ct_plan_addf(&plan, ct_head_bytes(Bmax * T, B * T, mc->vocab_size, C, tiles) + ct_kd_bytes(B * T, V, C, tiles),
                "LM head and soft loss: %d x %d tokens / %d chunks", B, T, tiles);
   if (!offline)
-    ct_plan_addf(&plan, ct_frozen_bytes(&tc, (int)cfg.teacher_dtype, B, T) + 4.0 * B * T * tc.hidden_size,
-                 "teacher (%s)", ct_store_names[cfg.teacher_dtype]);
+    ct_plan_addf(&plan, ct_frozen_bytes(&tc, (int)cfg.teacher_dtype, B, T) + 4.0 * B * T * tc.hidden_size +
+                            (tr.bf16 ? ct_frozen_bf16_bytes(&tc, (int)cfg.teacher_dtype, B, T) : 0),
+                 "teacher (%s%s)", ct_store_names[cfg.teacher_dtype], tr.bf16 ? ", bf16 compute" : "");
   else
     ct_plan_addf(&plan, 8.0 * B * T * tk.k, "teacher top-%d logits of a batch", tk.k);
   if (cfg.lmbda > 0)
@@ -397,7 +398,8 @@ int main(int argc, char **argv) {
     ct_train_release(&tr);
     return 0;
   }
-  if (!offline && teacher_load(&teacher, &cfg, B, T)) fail(1, NULL);
+  if (!offline && (teacher_load(&teacher, &cfg, B, T) || (tr.bf16 && ct_frozen_compute_bf16(&teacher.f))))
+    fail(1, NULL);
   uint64_t teacher_sum = offline ? 0 : ct_frozen_checksum(&teacher.f);
   ct_acts acts;
   ct_head head;

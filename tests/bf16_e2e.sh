@@ -50,6 +50,16 @@ if DNNL_MAX_CPU_ISA=ALL "$BIN/sft" "$T/tiny.yml" output_dir="$T/probe" bf16=true
   cmp "$T/straight/model.safetensors" "$T/resumed/model.safetensors" || fail "bf16 resume is not bit-identical"
   grep -q '"dtype": *"F32"\|"dtype":"F32"' "$T/resumed/checkpoint-3/model.safetensors" 2>/dev/null ||
     head -c 2000 "$T/resumed/checkpoint-3/model.safetensors" | grep -q F32 || fail "checkpoint is not float32"
+
+  echo "== DPO in bf16: the reference multiplies in bf16 too, so step 1's policy == reference exactly"
+  "$BIN/ctune-demo-data" reverse-prefs "$T/prefs.jsonl" "$T/prefs_eval.jsonl" 200 10 22 7 >/dev/null
+  "$BIN/dpo" configs/dpo.yml model_path="$T/acc-true" dataset_path="$T/prefs.jsonl" max_length=24 logging_steps=1 \
+    per_device_train_batch_size=8 max_steps=2 save_steps=0 bf16=true output_dir="$T/dpo" >"$T/dpo.log" 2>&1 \
+    || { cat "$T/dpo.log"; fail "DPO with bf16"; }
+  grep -q "reference model (float32, bf16 compute)" "$T/dpo.log" || fail "the plan does not show the bf16 reference"
+  m1=$(head -1 "$T/dpo/metrics.jsonl" | field 'rewards\/margins')
+  echo "step 1 rewards/margins: $m1"
+  awk -v m="$m1" 'BEGIN { exit !(m != "" && m + 0 == 0) }' || fail "step 1 margins $m1: the bf16 reference differs from the bf16 policy"
 else
   grep -q "AVX512_BF16" "$T/probe.log" || { cat "$T/probe.log"; fail "bf16=true failed for another reason"; }
   echo "this CPU has no bf16 hardware: only the refusal is checked"

@@ -12,6 +12,7 @@
 #include "lm.h"
 #include "mem.h"
 #include "pool.h"
+#include "dnnl.h"
 #include "test.h"
 #include "tiny_model.h"
 
@@ -181,12 +182,49 @@ static void test_oversized_batches_are_errors(void) {
   ct_model_free(&m);
 }
 
+// bf16 compute (bf16: true): a float32 reference multiplies in bf16 exactly as the policy
+// does, so equal weights still give equal log-probs bit for bit — and not float32's; after
+// TR-DPO writes its parameters, ct_frozen_params_changed brings its bf16 copy along.
+static void test_bf16_compute_equals_the_bf16_policy_and_follows_syncs(void) {
+  if (!ct_dnnl_bf16_cpu()) {
+    fprintf(stderr, "  skipped: no bf16 hardware\n");
+    return;
+  }
+  CHECK_OK(ct_dnnl_init());
+  pair_t p;
+  pair_init(&p, "qwen2", CT_STORE_F32, 1);
+  int n0 = ct_lm_forward(&p.m, &p.a, &p.h1, &p.b);
+  float *f32 = malloc(sizeof(float) * n0);
+  memcpy(f32, p.h1.logp, sizeof(float) * n0);
+  ct_acts_free(&p.a);
+  CHECK_OK(ct_model_bf16_compute(&p.m));
+  CHECK_OK(ct_acts_init(&p.a, &p.m, B, T, CT_ACTS_KEEP));
+  CHECK_OK(ct_frozen_compute_bf16(&p.f));
+  int n1 = ct_lm_forward(&p.m, &p.a, &p.h1, &p.b), n2 = ct_frozen_logps(&p.f, &p.b, &p.h2);
+  CHECK(n1 == n0 && n2 == n1);
+  CHECK(!memcmp(p.h1.logp, p.h2.logp, sizeof(float) * n1));
+  double moved = 0;
+  for (int q = 0; q < n1; q++) moved = fmax(moved, fabs(p.h1.logp[q] - f32[q]));
+  fprintf(stderr, "  bf16 compute moves the log-probs by up to %.3g\n", moved);
+  CHECK(moved > 0 && moved < 0.1);
+  for (long i = 0; i < p.m.n_floats; i++) p.m.params[i] *= 1.5f;  // a new policy, synced in
+  ct_model_bf16_refresh(&p.m);
+  memcpy(ct_frozen_params(&p.f), p.m.params, sizeof(float) * p.m.n_floats);
+  ct_frozen_params_changed(&p.f);
+  n1 = ct_lm_forward(&p.m, &p.a, &p.h1, &p.b);
+  n2 = ct_frozen_logps(&p.f, &p.b, &p.h2);
+  CHECK(n2 == n1 && !memcmp(p.h1.logp, p.h2.logp, sizeof(float) * n1));
+  free(f32);
+  pair_free(&p);
+}
+
 int main(void) {
   ct_pool_init(2);
   RUN(test_f32_logps_equal_the_policy_bit_for_bit);
   RUN(test_int8_logps_are_close_to_f32_and_use_the_same_rows);
   RUN(test_bf16_equals_a_float32_model_of_rounded_weights);
   RUN(test_oversized_batches_are_errors);
+  RUN(test_bf16_compute_equals_the_bf16_policy_and_follows_syncs);
   ct_pool_free();
   return test_summary();
 }
