@@ -187,7 +187,10 @@ static void panel_task(void *ctx, int part, int thread) {
   long p0, p1;
   ct_chunk_range((w->rows + CT_PANEL - 1) / CT_PANEL, 1, j->parts, part, &p0, &p1);
   if (p1 <= p0) return;
-  if (w->p16)
+  if (w->p8)
+    ct_panel8_gemm(w->p8, w->rows, w->cols, QX.xu, w->cols, QX.sx, w->scale, w->rowsum, j->S, j->y, j->ldy,
+                   j->acc, (int)p0, (int)p1);
+  else if (w->p16)
     ct_panel16_gemm(w->p16, w->rows, w->cols, BX.x16, 2 * ((w->cols + 1) / 2), j->S, j->y, j->ldy, j->acc,
                     (int)p0, (int)p1);
   else
@@ -207,11 +210,11 @@ static void lin_task(void *ctx, int part, int thread) {
 void ct_linear_forward(const ct_linear *w, const float *x, int ldx, int S, float *y, int ldy,
                        int accumulate) {
   if (S <= 0) return;
-  if (w->q && quantize_x(x, ldx, S, w->cols)) {  // out of memory: leave y as it was
+  if ((w->q || w->p8) && quantize_x(x, ldx, S, w->cols)) {  // out of memory: leave y as it was
     return;
   }
   lin_job j = {w, x, y, ldx, ldy, S, accumulate, 0};
-  if (!w->q && (w->p16 || w->p32)) {
+  if (!w->q && (w->p8 || w->p16 || w->p32)) {
     if (w->p16 && narrow_x(x, ldx, S, w->cols)) return;  // out of memory: y as it was
     j.parts = ct_pool_parts((w->rows + CT_PANEL - 1) / CT_PANEL);
     ct_parallel_for(j.parts, panel_task, &j);
@@ -223,6 +226,12 @@ void ct_linear_forward(const ct_linear *w, const float *x, int ldx, int S, float
 }
 
 void ct_linear_row(const ct_linear *w, int r, float *out) {
+  if (!w->q && w->p8) {
+    int8_t q[w->cols];
+    ct_panel8_row(w->p8, w->rows, w->cols, r, q);
+    for (int k = 0; k < w->cols; k++) out[k] = (float)q[k] * w->scale[r];
+    return;
+  }
   if (!w->q && w->p16) {
     ct_panel16_row(w->p16, w->rows, w->cols, r, out);
     return;

@@ -16,11 +16,12 @@ typedef struct {
   const int32_t *rowsum;  // (rows): Σ_k q[n, k] (for the unsigned-times-signed dot product)
   const float *p32;       // (rows · cols) fp32 panels, or NULL
   const uint16_t *p16;    // (ct_panel16_size) bf16 panels, or NULL
+  const int8_t *p8;       // (rows · cols) int8 panels (then q is NULL; scale, rowsum as for q)
 } ct_linear;
 
 // y (S, rows) with row stride ldy = x (S, cols) with row stride ldx, times Wᵀ;
-// accumulate != 0 adds to y instead of overwriting it. The first of q, p16, p32, f32 that
-// is set is used. With bf16 panels x is rounded to bf16 and the products summed in fp32;
+// accumulate != 0 adds to y instead of overwriting it. The first of q, p8, p16, p32, f32
+// that is set is used. With bf16 panels x is rounded to bf16 and the products summed in fp32;
 // with int8 weights each row of x
 // is quantized too (absmax, one scale per row) and the dot products are exact integer
 // sums (AVX-512 VNNI when the CPU has it, plain C otherwise: the same result).

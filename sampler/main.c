@@ -72,7 +72,6 @@ static void setup(setup_t *s, const ct_config *cfg) {
   if (cfg->quantization == CT_QUANT_BF16 && !s->w.int8 && !ct_panel16_native())
     fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'quantization': bf16 needs a CPU with AVX512_BF16 (and a build "
                           "for it: -march=native); use none or int8", ct_config_origin(cfg, "quantization")), NULL));
-  if (ct_infer_pack(&s->w, cfg->quantization == CT_QUANT_BF16 ? CT_PACK_BF16 : CT_PACK_F32)) fail(1, NULL);
   if (ct_tokenizer_vocab_size(s->tok) > s->w.cfg.vocab_size)
     fail(1, (ct_set_error(CT_EINVAL, "the tokenizer has %d tokens, the model only %d",
                           ct_tokenizer_vocab_size(s->tok), s->w.cfg.vocab_size), NULL));
@@ -84,6 +83,7 @@ static void setup(setup_t *s, const ct_config *cfg) {
       fail(1, "saving the int8 model");
     fprintf(stderr, "sampler: int8 model saved in %s\n", cfg->save_quantized);
   }
+  if (ct_infer_pack(&s->w, cfg->quantization == CT_QUANT_BF16 ? CT_PACK_BF16 : CT_PACK_F32)) fail(1, NULL);
 }
 
 // ---------------------------------------------------------------------------

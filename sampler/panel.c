@@ -60,6 +60,22 @@ void ct_panel_pack_inplace(float *W, int N, int K, float *tmp) {
 void ct_panel_pack16(const float *W, int N, int K, uint16_t *Pk) { PACK16(GET_NARROW); }
 void ct_panel_pack16_from16(const uint16_t *W, int N, int K, uint16_t *Pk) { PACK16(GET_SAME); }
 
+void ct_panel8_pack_inplace(int8_t *W, int N, int K, int8_t *tmp) {
+  for (int p = 0; p * P < N; p++) {
+    int w = panel_w(N, p);
+    int8_t *span = W + (long)p * P * K;
+    memcpy(tmp, span, (size_t)w * K);
+    for (int j = 0; j < w; j++)
+      for (int k = 0; k < K; k++) span[((long)(k / 4) * w + j) * 4 + (k & 3)] = tmp[(long)j * K + k];
+  }
+}
+
+void ct_panel8_row(const int8_t *Pk, int N, int K, int n, int8_t *out) {
+  int p = n / P, w = panel_w(N, p), j = n - p * P;
+  const int8_t *src = Pk + (long)p * P * K + 4 * j;
+  for (int k = 0; k < K; k++) out[k] = src[(long)(k / 4) * w * 4 + (k & 3)];
+}
+
 void ct_panel_row(const float *Pk, int N, int K, int n, float *out) {
   int p = n / P, w = panel_w(N, p), j = n - p * P;
   const float *src = Pk + (long)p * P * K + j;
@@ -181,6 +197,64 @@ static inline void tile_bf16(const tile *t, const uint16_t *Pk, const int mr) {
 bool ct_panel16_native(void) { return false; }
 #endif
 
+// int8: the quantized activations' scales and the rows' scales and sums beside the tile.
+typedef struct {
+  tile t;
+  const float *sx, *scale;  // (mr) activation scales; (w) the panel's row scales
+  const int32_t *rowsum;    // (w)
+} tile8;
+
+#if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
+static inline __attribute__((always_inline)) void tile_q8(const tile8 *q, const int8_t *Pk, const int mr) {
+  const tile *t = &q->t;
+  __m512i c[MR][2];
+#pragma GCC unroll 12
+  for (int m = 0; m < MR; m++) c[m][0] = c[m][1] = _mm512_setzero_si512();
+  const __mmask16 m0 = t->w >= 16 ? 0xffff : (__mmask16)((1u << t->w) - 1);
+  const __mmask16 m1 = t->w >= 32 ? 0xffff : t->w <= 16 ? 0 : (__mmask16)((1u << (t->w - 16)) - 1);
+  const uint8_t *x = t->x;
+  for (int k = 0; k < t->K / 4; k++) {
+    const int8_t *b = Pk + (long)k * t->w * 4;  // w quads
+    __m512i b0 = _mm512_maskz_loadu_epi32(m0, b), b1 = _mm512_maskz_loadu_epi32(m1, b + 64);
+#pragma GCC unroll 12
+    for (int m = 0; m < MR; m++)
+      if (m < mr) {
+        int32_t quad;
+        memcpy(&quad, x + (long)m * t->ldx + 4 * k, 4);
+        __m512i a = _mm512_set1_epi32(quad);
+        c[m][0] = _mm512_dpbusd_epi32(c[m][0], a, b0);
+        c[m][1] = _mm512_dpbusd_epi32(c[m][1], a, b1);
+      }
+  }
+  // y = (sx · scale) · (float)(d − 128·rowsum), in that order (as the row-major kernel)
+  __m512 s0 = _mm512_maskz_loadu_ps(m0, q->scale), s1 = _mm512_maskz_loadu_ps(m1, q->scale + 16);
+  __m512i r0 = _mm512_slli_epi32(_mm512_maskz_loadu_epi32(m0, q->rowsum), 7);
+  __m512i r1 = _mm512_slli_epi32(_mm512_maskz_loadu_epi32(m1, q->rowsum + 16), 7);
+  __m512 v[MR][2];
+#pragma GCC unroll 12
+  for (int m = 0; m < MR; m++) {
+    if (m >= mr) break;
+    __m512 sx = _mm512_set1_ps(q->sx[m]);
+    v[m][0] = _mm512_mul_ps(_mm512_mul_ps(sx, s0), _mm512_cvtepi32_ps(_mm512_sub_epi32(c[m][0], r0)));
+    v[m][1] = _mm512_mul_ps(_mm512_mul_ps(sx, s1), _mm512_cvtepi32_ps(_mm512_sub_epi32(c[m][1], r1)));
+  }
+  tile_store(t, mr, v, m0, m1);
+}
+#else
+static inline void tile_q8(const tile8 *q, const int8_t *Pk, const int mr) {
+  const tile *t = &q->t;
+  const uint8_t *x = t->x;
+  for (int m = 0; m < mr; m++)
+    for (int j = 0; j < t->w; j++) {
+      int32_t d = 0;
+      for (int k = 0; k < t->K; k++) d += (int32_t)x[(long)m * t->ldx + k] * Pk[((long)(k / 4) * t->w + j) * 4 + (k & 3)];
+      float v = q->sx[m] * q->scale[j] * (float)(d - 128 * q->rowsum[j]);
+      float *y = t->y + (long)m * t->ldy + j;
+      *y = t->acc ? *y + v : v;
+    }
+}
+#endif
+
 // Dispatch on the tile height so each height is its own unrolled loop.
 #define TILE_SWITCH(FN, t, Pk, mr) \
   switch (mr) {                    \
@@ -209,6 +283,18 @@ void ct_panel_gemm(const float *Pk, int N, int K, const float *x, int ldx, int S
         int mr = S - s < MR ? S - s : MR;
         tile t = {x + (long)s * ldx, ldx, y + (long)s * ldy + p * P, ldy, acc, panel_w(N, p), K};
         TILE_SWITCH(tile_f32, &t, Pk + (long)p * P * K, mr);
+      }
+}
+
+void ct_panel8_gemm(const int8_t *Pk, int N, int K, const uint8_t *xu, int ldx, const float *sx,
+                    const float *scale, const int32_t *rowsum, int S, float *y, int ldy, int acc, int p0, int p1) {
+  for (int s0 = 0; s0 < S; s0 += TB)
+    for (int p = p0; p < p1; p++)
+      for (int s = s0; s < S && s < s0 + TB; s += MR) {
+        int mr = S - s < MR ? S - s : MR;
+        tile8 q = {{xu + (long)s * ldx, ldx, y + (long)s * ldy + p * P, ldy, acc, panel_w(N, p), K},
+                   sx + s, scale + p * P, rowsum + p * P};
+        TILE_SWITCH(tile_q8, &q, Pk + (long)p * P * K, mr);
       }
 }
 

@@ -31,6 +31,18 @@ void ct_panel_pack16(const float *W, int N, int K, uint16_t *P);
 // The same from a bf16 matrix (a model stored in bf16): no rounding.
 void ct_panel_pack16_from16(const uint16_t *W, int N, int K, uint16_t *P);
 
+// int8 panels group four consecutive k (the u8 x s8 dot-product instruction's operand):
+// element (n, k) at 32pK + ((k/4)·w + n − 32p)·4 + k%4, for K a multiple of 4 — the same
+// bytes as the row-major matrix, so it packs in place (scratch: one panel, 32·K bytes).
+void ct_panel8_pack_inplace(int8_t *W, int N, int K, int8_t *scratch);
+void ct_panel8_row(const int8_t *P, int N, int K, int n, int8_t *out);
+// int8 products: y[s, n] = sx[s] · scale[n] · (Σ_k xu[s, k]·W[n, k] − 128·rowsum[n]) with
+// xu = x + 128 as unsigned bytes (the sampler's quantized activations, row stride ldx):
+// exact integer sums (AVX-512 VNNI or plain C: the same), so equal to the row-major
+// kernel's results bit for bit.
+void ct_panel8_gemm(const int8_t *P, int N, int K, const uint8_t *xu, int ldx, const float *sx,
+                    const float *scale, const int32_t *rowsum, int S, float *y, int ldy, int acc, int p0, int p1);
+
 // Row n of a packed matrix as floats (the embedding lookup of a packed table).
 void ct_panel_row(const float *P, int N, int K, int n, float *out);
 void ct_panel16_row(const uint16_t *P, int N, int K, int n, float *out);

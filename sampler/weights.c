@@ -137,8 +137,32 @@ static void pack_task(void *ctx, int part, int thread) {
     ct_panel_pack_inplace((float *)src, rows, (int)K, j->scratch + (long)thread * CT_PANEL * K);
 }
 
+// int8: in place, each matrix whose width is a multiple of 4.
+static int pack_int8(ct_infer_weights *w) {
+  if (w->packed) return 0;
+  ct_linear *list[4 * w->cfg.num_layers + 2];
+  int n = pack_list(w, list);
+  long maxK = 0;
+  for (int i = 0; i < n; i++) maxK = list[i]->cols > maxK ? list[i]->cols : maxK;
+  int8_t *scratch = malloc((size_t)CT_PANEL * maxK);
+  if (!scratch) return ct_set_error(CT_ENOMEM, "sampler: out of memory packing the weights");
+  bool tied = w->lm_head.q == w->embed.q;
+  for (int i = 0; i < n; i++) {
+    ct_linear *L = list[i];
+    if (L->cols % 4) continue;
+    ct_panel8_pack_inplace((int8_t *)L->q, L->rows, L->cols, scratch);
+    L->p8 = L->q;
+    L->q = NULL;
+  }
+  free(scratch);
+  if (tied) w->lm_head = w->embed;
+  w->packed = CT_PACK_INT8;
+  return 0;
+}
+
 int ct_infer_pack(ct_infer_weights *w, int mode) {
-  if (w->int8 || mode == CT_PACK_NONE) return 0;
+  if (w->int8) return mode == CT_PACK_NONE ? 0 : pack_int8(w);
+  if (mode == CT_PACK_NONE) return 0;
   if (w->packed && w->packed != mode)
     return ct_set_error(CT_EINVAL, "sampler: the weights are already packed for another precision");
   bool inplace = mode == CT_PACK_F32 && w->model;
@@ -300,6 +324,7 @@ int ct_infer_load(ct_infer_weights *w, const char *dir, bool int8) {
 
 int ct_infer_save_int8(const ct_infer_weights *w, const char *dir) {
   if (!w->int8) return ct_set_error(CT_EINVAL, "sampler: only int8 weights are saved by ct_infer_save_int8");
+  if (w->packed) return ct_set_error(CT_EINVAL, "sampler: save an int8 model before packing it");
   const ct_model *lay = &w->layout;
   int n = 0, rc = ct_mkdirs(dir);
   ct_st_entry *e = calloc(2 * lay->n_tensors, sizeof *e);

@@ -42,7 +42,7 @@ typedef struct {
   long pmem_bytes;
 } ct_infer_weights;
 
-enum { CT_PACK_NONE, CT_PACK_F32, CT_PACK_BF16 };
+enum { CT_PACK_NONE, CT_PACK_F32, CT_PACK_BF16, CT_PACK_INT8 };
 
 // Makes the engine apply adapters lo (which must outlive w): after each adapted projection
 // y += s·(x·Aᵀ)·Bᵀ, computed per token in a fixed order like every engine product; the
@@ -52,7 +52,9 @@ int ct_infer_attach_lora(ct_infer_weights *w, const ct_lora *lo);
 // (in place when w owns its model, else a copy) or CT_PACK_BF16 (a bf16 copy). Copies
 // are taken from the weights as they are now: call again after they change (GRPO's full
 // fine-tuning does before each generation; a frozen LoRA base needs it once). Adapters'
-// modules_to_save are left unpacked (they train). No-op for int8 weights.
+// modules_to_save are left unpacked (they train). int8 weights pack in place whatever
+// mode says (matrices whose width is not a multiple of 4 stay in rows: the results are
+// exact integer sums either way); save an int8 model before packing it.
 int ct_infer_pack(ct_infer_weights *w, int mode);
 // Bytes ct_infer_pack allocates for a model with config c viewed from a training model.
 double ct_infer_pack_bytes(const ct_model_config *c, int mode);

@@ -30,6 +30,6 @@ gen=$(sed -n 's/.*"time\/generation_s":\([0-9.]*\).*/\1/p' "$m")
 train=$(sed -n 's/.*"time\/training_s":\([0-9.]*\).*/\1/p' "$m")
 len=$(sed -n 's/.*"completions\/mean_length":\([0-9.]*\).*/\1/p' "$m")
 peak=$(sed -n 's/.*peak memory \([0-9]*\) MiB.*/\1/p' "$T/grpo.log")
-echo "GRPO step, Qwen2.5-0.5B shape, LoRA r 16 all-linear, 16 prompts x 8 completions (mean length $len tokens):"
+echo "GRPO step, Qwen2.5-0.5B shape, LoRA r 16 all-linear, 16 prompts x 8 completions (mean length $len tokens)${*:+, $*}:"
 awk -v g="$gen" -v t="$train" -v w="$wall" -v p="$peak" 'BEGIN {
   printf "  rollouts %.1f s + training %.1f s; launch to end %d s; peak memory %d MiB (%.1f GiB)\n", g, t, w, p, p / 1024 }'

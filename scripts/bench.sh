@@ -14,7 +14,7 @@ echo
 echo "== distillation soft loss vs the cross-entropy head, Qwen3-0.6B hidden size and vocabulary"
 "$BIN/ctune-bench" kd
 echo
-echo "== sampler: prefill and decode, fp32 and int8, vs the memory-bandwidth bound"
+echo "== sampler: prefill and decode, fp32, bf16 and int8, vs the memory-bandwidth bound"
 "$BIN/sampler" bench
 echo
 echo "== memory and start-up at real model sizes (Qwen2.5-0.5B, Llama-3.2-1B shapes)"
@@ -26,5 +26,6 @@ echo
 echo "== LoRA against full fine-tuning (SmolLM-135M and Qwen2.5-0.5B shapes)"
 sh scripts/bench-lora.sh "$BIN"
 echo
-echo "== the job we measure ourselves by: one GRPO step, 0.5B shape, LoRA"
+echo "== the job we measure ourselves by: one GRPO step, 0.5B shape, LoRA (bf16: true, then float32)"
+sh scripts/bench-grpo.sh "$BIN" bf16=true
 sh scripts/bench-grpo.sh "$BIN"

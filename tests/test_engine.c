@@ -235,6 +235,15 @@ static void test_int8_tracks_fp32_and_round_trips_byte_exact(void) {
   CHECK_OK(ct_engine_forward(el, 1, &t, &zero, &p, &zero, 1, ll));
   CHECK_OK(ct_engine_forward(eq, 1, &t, &zero, &p, &zero, 1, lq));
   CHECK(memcmp(ll, lq, sizeof(float) * V) == 0);
+  // packed into int8 panels (exact integer sums either way): the same logits, and a packed
+  // model refuses to be saved
+  ct_engine_free(el);
+  CHECK_OK(ct_infer_pack(&wl, CT_PACK_INT8));
+  CHECK(wl.layers[0].gu.p8 && !wl.layers[0].gu.q);
+  CHECK_OK(ct_engine_init(&el, &wl, &o));
+  CHECK_OK(ct_engine_forward(el, 1, &t, &zero, &p, &zero, 1, ll));
+  CHECK(memcmp(ll, lq, sizeof(float) * V) == 0);
+  CHECK(ct_infer_save_int8(&wl, dir) == CT_EINVAL);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   CHECK(system(cmd) == 0);

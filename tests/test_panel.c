@@ -147,12 +147,47 @@ static void test_linear_forward_on_panels_is_thread_count_invariant(void) {
   free(W); free(x); free(P); free(y1); free(y2);
 }
 
+// int8 panels: the row-major int8 kernel's results bit for bit (both are exact integer
+// sums and the same float epilogue), for every shape, tail and accumulate mode; rows read back.
+static void test_int8_panels_equal_the_row_kernel(void) {
+  static const int N8[] = {1, 5, 31, 33, 70}, K8[] = {4, 64, 68};
+  int bad = 0, rows_ok = 1;
+  for (int a = 0; a < LEN(N8); a++)
+    for (int b = 0; b < LEN(K8); b++)
+      for (int c = 0; c < LEN(Ss); c++) {
+        int N = N8[a], K = K8[b], S = Ss[c];
+        float *W = randn(N * K, 20 + N), *x = randn(S * K, 21 + K), *scale = malloc(sizeof(float) * N);
+        float *y1 = randn(S * N, 22), *y2 = malloc(sizeof(float) * S * N);
+        int8_t *q = malloc((size_t)N * K), *pk = malloc((size_t)N * K), *scratch = malloc((size_t)CT_PANEL * K), row[68];
+        int32_t *rs = malloc(sizeof(int32_t) * N);
+        ct_quantize_rows(W, N, K, q, scale, rs);
+        memcpy(pk, q, (size_t)N * K);
+        ct_panel8_pack_inplace(pk, N, K, scratch);
+        ct_linear rm = {.rows = N, .cols = K, .q = q, .scale = scale, .rowsum = rs};
+        ct_linear pm = {.rows = N, .cols = K, .p8 = pk, .scale = scale, .rowsum = rs};
+        for (int acc = 0; acc < 2; acc++) {
+          memcpy(y2, y1, sizeof(float) * S * N);
+          ct_linear_forward(&rm, x, K, S, y1, N, acc);
+          ct_linear_forward(&pm, x, K, S, y2, N, acc);
+          bad += memcmp(y1, y2, sizeof(float) * S * N) != 0;
+        }
+        for (int n = 0; n < N; n++) {
+          ct_panel8_row(pk, N, K, n, row);
+          rows_ok &= memcmp(row, q + (long)n * K, (size_t)K) == 0;
+        }
+        free(W); free(x); free(scale); free(y1); free(y2); free(q); free(pk); free(scratch); free(rs);
+      }
+  CHECK(bad == 0);
+  CHECK(rows_ok);
+}
+
 int main(void) {
   ct_pool_init(2);
   RUN(test_fp32_is_the_fma_chain_for_every_shape_and_tail);
   RUN(test_bf16_sums_the_rounded_products_in_fp32);
   RUN(test_batch_split_and_inplace_change_no_bit);
   RUN(test_linear_forward_on_panels_is_thread_count_invariant);
+  RUN(test_int8_panels_equal_the_row_kernel);
   fprintf(stderr, "  bf16 kernel: %s\n", ct_panel16_native() ? "AVX512_BF16" : "plain C emulation");
   return test_summary();
 }
