@@ -388,6 +388,10 @@ int main(int argc, char **argv) {
   if (cfg.lmbda > 0)
     ct_plan_addf(&plan, ct_engine_bytes(cfg.seq_kd ? &tc : mc, &geo), "sampler: KV cache of %d slots x %d positions",
                  B, T);
+  int gen_pack = tr.bf16 && ct_panel16_native() ? CT_PACK_BF16 : CT_PACK_F32;  // the student's rollouts
+  if (cfg.lmbda > 0 && !cfg.seq_kd)
+    ct_plan_addf(&plan, ct_infer_pack_bytes(mc, gen_pack), "sampler: the student packed for decoding (%s)",
+                 gen_pack == CT_PACK_BF16 ? "bfloat16" : "float32");
   bool dry;
   if (ct_train_memory(&tr, &plan, "gradient_checkpointing=true, teacher_dtype=bfloat16 or int8, "
                       "num_vocab_tiling, a smaller per_device_train_batch_size or max_length", &dry))
@@ -420,7 +424,6 @@ int main(int argc, char **argv) {
     fail(1, NULL);
   // on-policy generation: the student's weights as they are, or the teacher's
   ct_infer_weights gen_w = {0};
-  int gen_pack = tr.bf16 && ct_panel16_native() ? CT_PACK_BF16 : CT_PACK_F32;
   ct_engine *gen = NULL;
   ct_batch *gen_batches = cfg.lmbda > 0 ? calloc((size_t)accum, sizeof *gen_batches) : NULL;
   if (cfg.lmbda > 0 && !gen_batches) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
