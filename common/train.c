@@ -554,6 +554,10 @@ int ct_train_setup(ct_train *tr, ct_config *cfg) {
   tr->adam = (ct_adamw){cfg->adam_beta1, cfg->adam_beta2, cfg->adam_epsilon, cfg->weight_decay};
   ct_rng_seed(&tr->rng, (uint64_t)cfg->seed * 0x9e3779b97f4a7c15ULL + 1);
   if (tr->resumed_from[0] && (rc = read_trainer_state(tr, tr->resumed_from))) return rc;
+  int saved = tr->saved_diloco_ranks;  // (checked before anything big is read)
+  if (cfg->diloco_inner_steps > 0 && saved && saved != tr->world)
+    return ct_set_error(CT_ECONFIG, "%s was saved by %d DiLoCo ranks, each with its own AdamW moments; "
+                        "resume it with mpirun -np %d", tr->resumed_from, saved, saved);
   if (tr->rank == 0) {
     char p[CT_PATH_MAX];
     rc = ct_path_join(p, sizeof p, cfg->output_dir, "config.yml");
@@ -608,9 +612,6 @@ static int load_optimizer(ct_train *tr) {
   char p[CT_PATH_MAX], name[64];
   int diloco_ranks = tr->saved_diloco_ranks, rc;
   bool diloco = c->diloco_inner_steps > 0;
-  if (diloco && diloco_ranks && diloco_ranks != tr->world)
-    return ct_set_error(CT_ECONFIG, "%s was saved by %d DiLoCo ranks, each with its own AdamW moments; "
-                        "resume it with mpirun -np %d", tr->resumed_from, diloco_ranks, diloco_ranks);
   optimizer_file(name, sizeof name, diloco && diloco_ranks ? tr->rank : 0);
   if ((rc = ct_path_join(p, sizeof p, tr->resumed_from, name))) return rc;
   float *bufs[] = {tr->mom1, tr->mom2};
@@ -697,6 +698,9 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
     if (!tr->outer_start || !tr->outer_mom)
       return ct_set_error(CT_ENOMEM, "cannot allocate %.1f MB for DiLoCo's outer state", 2.0 * bytes / 1e6);
     memcpy(tr->outer_start, tr->params, bytes);
+    ct_log_info(&tr->log, "DiLoCo: %ld local AdamW steps between syncs of %d ranks, outer Nesterov lr %g, "
+                "momentum %g", (long)cfg->diloco_inner_steps, tr->world, cfg->diloco_outer_lr,
+                cfg->diloco_outer_momentum);
   }
   if (peft) {  // every base weight frozen: gradient views all NULL
     tr->g.layers = calloc(m->cfg.num_layers, sizeof *tr->g.layers);
