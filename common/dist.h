@@ -42,8 +42,9 @@ typedef struct {
 } ct_shard;
 int ct_dist_shard_init(ct_shard *s, long n);
 void ct_dist_shard_free(ct_shard *s);
-// buf (n floats) summed across ranks, this rank's shard of the sum left at buf[0 .. hi-lo)
-// (MPI_Reduce_scatter in place: the rest of buf is scratch afterwards).
+// buf (n floats) summed across ranks, this rank's shard of the sum left in place at
+// buf[lo .. hi) (the rest of buf is then scratch). A reduce-scatter made of MPI_Reduce's
+// to each owner in 16 MiB pieces: no temporary of the whole buffer.
 int ct_dist_reduce_scatter_f32(float *buf, const ct_shard *s);
 // Every rank's buf[lo .. hi) into every rank's buf (MPI_Allgatherv in place).
 int ct_dist_allgather_f32(float *buf, const ct_shard *s);

@@ -846,14 +846,15 @@ static uint16_t *trained_copy16(const ct_train *tr) {
 static int update_sharded(ct_train *tr, double *grad_norm, double *lr) {
   const ct_shard *sh = &tr->shard;
   long n = tr->trained.n_floats, cnt = sh->hi - sh->lo;
-  int rc = ct_dist_reduce_scatter_f32(tr->grads, sh);  // the shard's sum: grads[0 .. cnt)
-  double sq = rc ? 0 : ct_sum_squares(tr->grads, cnt);
-  float clip;
+  int rc = ct_dist_reduce_scatter_f32(tr->grads, sh);  // the shard's sum: grads[lo .. hi)
+  float *g = tr->grads + sh->lo, clip;
+  double sq = rc ? 0 : ct_sum_squares(g, cnt);
   if (rc || (rc = ct_dist_sum_f64(&sq, 1)) || (rc = step_scalars(tr, sq, grad_norm, &clip, lr))) return rc;
   uint16_t *p16 = trained_copy16(tr);
-  ct_adamw_step_range(&tr->trained, sh->lo, sh->hi, tr->params, p16, tr->grads, tr->mom1, tr->mom2, tr->step,
-                      *lr, clip, &tr->adam);
-  memset(tr->grads + cnt, 0, sizeof(float) * (size_t)(n - cnt));  // the rest of the scratch
+  ct_adamw_step_range(&tr->trained, sh->lo, sh->hi, tr->params, p16, g, tr->mom1, tr->mom2, tr->step, *lr, clip,
+                      &tr->adam);
+  memset(tr->grads, 0, sizeof(float) * (size_t)sh->lo);  // the rest is scratch: zero it
+  memset(tr->grads + sh->hi, 0, sizeof(float) * (size_t)(n - sh->hi));
   if ((rc = ct_dist_allgather_f32(tr->params, sh))) return rc;
   if (p16) {  // the other ranks' shards, as their owners narrowed them
     ct_bf16_narrow(p16, tr->params, sh->lo);
