@@ -220,6 +220,19 @@ static const key_def KEYS[] = {
      .comment = "Print the memory plan (every big buffer, the total, what the machine has) "
                 "and stop before allocating."},
 
+    {"optimizer_sharding", K_BOOL, ALL, OFF(optimizer_sharding), "false", .section = "Across ranks (MPI)",
+     .comment = "ZeRO-1: each of the N ranks keeps 1/N of the AdamW moments and updates only its "
+                "part of the weights; gradients reduce-scatter, weights all-gather. Same steps as "
+                "without, to float rounding; checkpoints resume at any number of ranks."},
+    {"diloco_inner_steps", K_INT, ALL, OFF(diloco_inner_steps), "0", IN(0, 1000000),
+     .comment = "DiLoCo: each rank takes this many AdamW steps on its own data, then the ranks "
+                "average their change (the pseudo-gradient) and take one outer Nesterov step: "
+                "communication falls by this factor. 0 = off (gradients summed every step)."},
+    {"diloco_outer_lr", K_FLOAT, ALL, OFF(diloco_outer_lr), "0.7", ABOVE(0),
+     .comment = "DiLoCo's outer learning rate (the paper's 0.7)."},
+    {"diloco_outer_momentum", K_FLOAT, ALL, OFF(diloco_outer_momentum), "0.9", CLOPEN(0, 1),
+     .comment = "DiLoCo's outer Nesterov momentum (the paper's 0.9)."},
+
     {"use_peft", K_BOOL, ALL, OFF(use_peft), "false", .section = "LoRA (PEFT)",
      .comment = "Train LoRA adapters on a frozen base instead of every weight. The output is a "
                 "PEFT adapter directory; with DPO and GRPO the reference is the base (adapters off)."},

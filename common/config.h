@@ -166,6 +166,12 @@ typedef struct {
   int bf16;                  // CT_BF16_*
   int dry_run;
 
+  // across ranks (MPI)
+  int optimizer_sharding;        // ZeRO-1: each rank holds 1/N of the AdamW moments
+  int64_t diloco_inner_steps;    // DiLoCo's H: local steps between syncs (0 = off)
+  double diloco_outer_lr;
+  double diloco_outer_momentum;  // Nesterov
+
   // LoRA
   int use_peft;
   int64_t lora_r;

@@ -1,5 +1,6 @@
 // dist: the MPI calls — init as a singleton or under mpirun, sums and max across ranks,
-// abort. No sharding yet: every rank holds the whole model and optimizer state.
+// ZeRO-1's shards (reduce-scatter, all-gather, gather), a count of the bytes sent, abort.
+// No transport of its own: Open MPI picks the algorithms.
 #include "dist.h"
 
 #include <limits.h>
@@ -11,6 +12,19 @@
 #include "error.h"
 
 static int rank_ = 0, world_ = 1, local_ = 1, inited_ = 0;
+// Floats per collective call: Open MPI's reductions allocate temporaries the size of the
+// message (its ring reduce-scatter one of the whole buffer, even in place; a 2-rank
+// all-reduce of 135M floats peaked 250 MB above the plan), so big buffers go in 16 MiB
+// pieces. Each element is still summed the same way.
+#define CHUNK (1L << 22)
+static double sent_;  // bytes, ring-algorithm count (ct_dist_bytes_sent)
+
+// What a ring sends of `bytes` in `passes` passes over the buffer (N-1)/N each.
+static void count_ring(double bytes, int passes) {
+  sent_ += passes * bytes * (world_ - 1) / world_;
+}
+
+double ct_dist_bytes_sent(void) { return sent_; }
 
 int ct_dist_init(int *argc, char ***argv) {
   if (inited_) return 0;
@@ -36,8 +50,9 @@ int ct_dist_local_size(void) { return local_; }
 
 int ct_dist_sum_f32(float *buf, long n) {
   if (world_ == 1) return 0;
-  for (long off = 0; off < n; off += INT_MAX / 2) {  // MPI counts are int
-    int cnt = (int)(n - off < INT_MAX / 2 ? n - off : INT_MAX / 2);
+  count_ring(4.0 * n, 2);
+  for (long off = 0; off < n; off += CHUNK) {
+    int cnt = (int)(n - off < CHUNK ? n - off : CHUNK);
     if (MPI_Allreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
       return ct_set_error(CT_EMPI, "MPI_Allreduce failed");
   }
@@ -46,6 +61,7 @@ int ct_dist_sum_f32(float *buf, long n) {
 
 int ct_dist_sum_f64(double *buf, int n) {
   if (world_ == 1) return 0;
+  count_ring(8.0 * n, 2);
   if (MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
     return ct_set_error(CT_EMPI, "MPI_Allreduce failed");
   return 0;
@@ -94,6 +110,79 @@ int ct_dist_gather_text(const char *s, size_t n, char **out, size_t *len) {
   free(displs);
   if (rc) return free(buf), rc;
   if (buf) buf[total] = 0, *out = buf, *len = (size_t)total;
+  return 0;
+}
+
+int ct_dist_shard_init(ct_shard *s, long n) {
+  memset(s, 0, sizeof *s);
+  if (n > INT_MAX)
+    return ct_set_error(CT_EINVAL, "optimizer_sharding: %ld trained floats do not fit MPI's int counts "
+                        "(at most %d); set optimizer_sharding: false", n, INT_MAX);
+  s->counts = calloc(world_, sizeof(int));
+  s->displs = calloc(world_, sizeof(int));
+  if (!s->counts || !s->displs) return ct_dist_shard_free(s), ct_set_error(CT_ENOMEM, "out of memory");
+  for (int r = 0; r < world_; r++) {
+    long lo = n * r / world_ / 16 * 16, hi = r == world_ - 1 ? n : n * (r + 1) / world_ / 16 * 16;
+    s->displs[r] = (int)lo;
+    s->counts[r] = (int)(hi - lo);
+  }
+  s->n = n;
+  s->lo = s->displs[rank_];
+  s->hi = s->lo + s->counts[rank_];
+  return 0;
+}
+
+void ct_dist_shard_free(ct_shard *s) {
+  free(s->counts);
+  free(s->displs);
+  memset(s, 0, sizeof *s);
+}
+
+int ct_dist_reduce_scatter_f32(float *buf, const ct_shard *s) {
+  if (world_ == 1) return 0;
+  count_ring(4.0 * s->n, 1);
+  // MPI_Reduce of each shard to its owner, in pieces: MPI_Reduce_scatter would hold a
+  // temporary copy of the whole buffer (see CHUNK), which is the memory sharding saves
+  for (int r = 0; r < world_; r++)
+    for (long off = s->displs[r], end = off + s->counts[r]; off < end; off += CHUNK) {
+      int cnt = (int)(end - off < CHUNK ? end - off : CHUNK);
+      const void *send = rank_ == r ? MPI_IN_PLACE : (const void *)(buf + off);
+      if (MPI_Reduce(send, buf + off, cnt, MPI_FLOAT, MPI_SUM, r, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return ct_set_error(CT_EMPI, "MPI_Reduce of rank %d's shard failed", r);
+    }
+  return 0;
+}
+
+int ct_dist_allgather_f32(float *buf, const ct_shard *s) {
+  if (world_ == 1) return 0;
+  count_ring(4.0 * s->n, 1);
+  if (MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, s->counts, s->displs, MPI_FLOAT,
+                     MPI_COMM_WORLD) != MPI_SUCCESS)
+    return ct_set_error(CT_EMPI, "MPI_Allgatherv failed");
+  return 0;
+}
+
+int ct_dist_gather_f32(const float *shard, float *full, const ct_shard *s) {
+  int cnt = (int)(s->hi - s->lo);
+  if (world_ == 1) {
+    if (full != shard) memcpy(full, shard, sizeof(float) * (size_t)cnt);
+    return 0;
+  }
+  if (rank_ != 0) sent_ += 4.0 * cnt;
+  if (MPI_Gatherv(shard, cnt, MPI_FLOAT, full, s->counts, s->displs, MPI_FLOAT, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+    return ct_set_error(CT_EMPI, "MPI_Gatherv failed");
+  return 0;
+}
+
+int ct_dist_fetch_f32(float *buf, long n, int from) {
+  if (world_ == 1 || from == 0 || (rank_ != 0 && rank_ != from)) return 0;
+  if (rank_ == from) sent_ += 4.0 * n;
+  for (long off = 0; off < n; off += INT_MAX / 2) {
+    int cnt = (int)(n - off < INT_MAX / 2 ? n - off : INT_MAX / 2), rc;
+    if (rank_ == from) rc = MPI_Send(buf + off, cnt, MPI_FLOAT, 0, 0, MPI_COMM_WORLD);
+    else rc = MPI_Recv(buf + off, cnt, MPI_FLOAT, from, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return ct_set_error(CT_EMPI, "MPI_Send/MPI_Recv of rank %d's state failed", from);
+  }
   return 0;
 }
 

@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
@@ -15,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bf16.h"
 #include "chat_template.h"
 #include "ckpt.h"
 #include "dist.h"
@@ -26,6 +28,7 @@
 #include "mem.h"
 #include "fs.h"
 #include "pool.h"
+#include "safetensors.h"
 
 void ct_failpoint(const char *point) {
   static int hits;
@@ -52,7 +55,8 @@ int ct_train_after_step(ct_train *tr, bool *stop) {
   tr->save_pending |= c->save_steps > 0 && tr->step % c->save_steps == 0;
   tr->stop_pending |= stop_signal || ct_failpoint_stop(tr->step);
   *stop = false;
-  if (tr->mid_batch) return 0;  // a checkpoint or a stop waits for the batch's last step
+  // a checkpoint or a stop waits for the batch's last step, or DiLoCo's next sync
+  if (tr->mid_batch || tr->outer_pending) return 0;
   if (tr->save_pending && (rc = ct_train_save_checkpoint(tr))) return ct_wrap_error(rc, "saving a checkpoint");
   tr->save_pending = false;
   *stop = ct_dist_max_int(tr->stop_pending) != 0;  // every rank stops at the same step
@@ -90,6 +94,10 @@ void ct_train_log_done(ct_train *tr) {
   getrusage(RUSAGE_SELF, &ru);  // ru_maxrss is in kilobytes on Linux
   ct_log_info(&tr->log, "done: %ld steps; model saved in %s; peak memory %.0f MiB", tr->step,
               tr->cfg->output_dir, ru.ru_maxrss / 1024.0);
+  long steps = tr->step - tr->step0;
+  if (tr->world > 1 && steps > 0)
+    ct_log_info(&tr->log, "communication: %.3f MB sent per optimizer step by rank 0 (ring count, %ld steps)",
+                (ct_dist_bytes_sent() - tr->comm0) / 1e6 / steps, steps);
 }
 
 bool ct_failpoint_stop(long step) {
@@ -381,6 +389,7 @@ static int read_trainer_state(ct_train *tr, const char *dir) {
   tr->n_seq = (int)json_integer_value(json_object_get(ct, "n_seq"));
   tr->num_tokens = json_number_value(json_object_get(ct, "num_tokens"));
   tr->global_batch = (int)json_integer_value(json_object_get(ct, "global_batch"));  // 0: older state
+  tr->saved_diloco_ranks = (int)json_integer_value(json_object_get(ct, "diloco_ranks"));  // 0: none
   bool zero = true;
   for (int i = 0; i < 4 && !bad; i++) {
     if (!parse_hex64(json_string_value(json_array_get(rng, i)), &tr->rng.s[i])) bad = "ctune.rng (16 hex digits each)";
@@ -396,6 +405,7 @@ static int read_trainer_state(ct_train *tr, const char *dir) {
         : tr->epoch_pos < 0 || tr->epoch_pos > tr->n_seq ? "ctune.epoch_pos (past the end of the data)"
         : !(tr->num_tokens >= 0)                     ? "ctune.num_tokens"
         : tr->global_batch < 0                       ? "ctune.global_batch"
+        : tr->saved_diloco_ranks < 0                 ? "ctune.diloco_ranks"
         : files && !json_is_object(files)            ? "ctune.files"
                                                      : NULL;
   if (bad) rc = ct_set_error(CT_EFORMAT, "%s: %s is out of range or unreadable: the trainer state is damaged; "
@@ -549,6 +559,10 @@ int ct_train_setup(ct_train *tr, ct_config *cfg) {
   tr->adam = (ct_adamw){cfg->adam_beta1, cfg->adam_beta2, cfg->adam_epsilon, cfg->weight_decay};
   ct_rng_seed(&tr->rng, (uint64_t)cfg->seed * 0x9e3779b97f4a7c15ULL + 1);
   if (tr->resumed_from[0] && (rc = read_trainer_state(tr, tr->resumed_from))) return rc;
+  int saved = tr->saved_diloco_ranks;  // (checked before anything big is read)
+  if (cfg->diloco_inner_steps > 0 && saved && saved != tr->world)
+    return ct_set_error(CT_ECONFIG, "%s was saved by %d DiLoCo ranks, each with its own AdamW moments; "
+                        "resume it with mpirun -np %d", tr->resumed_from, saved, saved);
   if (tr->rank == 0) {
     char p[CT_PATH_MAX];
     rc = ct_path_join(p, sizeof p, cfg->output_dir, "config.yml");
@@ -569,6 +583,63 @@ static int lora_setup(ct_train *tr) {
   return 0;
 }
 
+// The optimizer's rows of the plan for `trained_bytes` of trained float32 weights: the
+// moments (this rank's shard with optimizer_sharding; a checkpoint passes the other
+// shards through the gradient buffer), DiLoCo's outer state.
+static int plan_optimizer(const ct_train *tr, ct_plan *p, double trained_bytes) {
+  const ct_config *c = tr->cfg;
+  if (c->optimizer_sharding) {
+    ct_shard s;
+    int rc = ct_dist_shard_init(&s, (long)(trained_bytes / sizeof(float)));
+    if (rc) return rc;
+    double frac = s.n ? (double)(s.hi - s.lo) / (double)s.n : 0;
+    ct_plan_addf(p, 2 * trained_bytes * frac, "AdamW moments (2 x float32), shard %d of %d", tr->rank + 1,
+                 tr->world);
+    ct_dist_shard_free(&s);
+  } else {
+    ct_plan_add(p, "AdamW moments (2 x float32)", 2 * trained_bytes);
+  }
+  if (c->diloco_inner_steps > 0) ct_plan_add(p, "DiLoCo: weights at the last sync, outer momentum", 2 * trained_bytes);
+  return 0;
+}
+
+// The file of optimizer state rank `r` reads and writes: rank 0 and every rank of a run
+// whose ranks share their moments, optimizer.safetensors; a DiLoCo rank r > 0 its own.
+static void optimizer_file(char *name, size_t n, int r) {
+  if (r == 0) snprintf(name, n, "optimizer.safetensors");
+  else snprintf(name, n, "optimizer-rank%d.safetensors", r);
+}
+
+// A resumed run's optimizer state: the moments (this rank's shard of them, read through
+// the still-zero gradient buffer), and DiLoCo's outer momentum (θ_start is the model read).
+static int load_optimizer(ct_train *tr) {
+  const ct_config *c = tr->cfg;
+  char p[CT_PATH_MAX], name[64];
+  int diloco_ranks = tr->saved_diloco_ranks, rc;
+  bool diloco = c->diloco_inner_steps > 0;
+  optimizer_file(name, sizeof name, diloco && diloco_ranks ? tr->rank : 0);
+  if ((rc = ct_path_join(p, sizeof p, tr->resumed_from, name))) return rc;
+  float *bufs[] = {tr->mom1, tr->mom2};
+  const char *suffixes[] = {".exp_avg", ".exp_avg_sq"};
+  for (int i = 0; i < 2; i++) {
+    if (!tr->shard.n) {
+      if ((rc = ct_load_tensors(&tr->trained, bufs[i], p, suffixes[i]))) return rc;
+      continue;
+    }
+    rc = ct_load_tensors(&tr->trained, tr->grads, p, suffixes[i]);
+    if (!rc) memcpy(bufs[i], tr->grads + tr->shard.lo, sizeof(float) * (size_t)(tr->shard.hi - tr->shard.lo));
+    memset(tr->grads, 0, sizeof(float) * (size_t)tr->trained.n_floats);
+    if (rc) return rc;
+  }
+  if (diloco && diloco_ranks) {
+    optimizer_file(name, sizeof name, 0);
+    if ((rc = ct_path_join(p, sizeof p, tr->resumed_from, name)) ||
+        (rc = ct_load_tensors(&tr->trained, tr->outer_mom, p, ".outer_momentum")))
+      return rc;
+  }
+  return 0;
+}
+
 int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   const ct_config *cfg = tr->cfg;
   ct_model *m = &tr->model;
@@ -586,11 +657,12 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
     ct_plan_add(p, "policy parameters (float32)", trained_bytes);
   }
   ct_plan_add(p, "gradients (float32)", trained_bytes);
-  ct_plan_add(p, "AdamW moments (2 x float32)", 2 * trained_bytes);
+  int rc = plan_optimizer(tr, p, trained_bytes);
+  if (rc) return rc;
   if (tr->bf16 && !bf16) ct_plan_add(p, "bf16 weight copy for the matmuls", ct_model_param_bytes(m, true));
   ct_plan_add(p, "resident already (libraries, tokenizer, data)", (double)ct_rss_now());
   *dry = cfg->dry_run;
-  int rc = ct_plan_check(p, &tr->log, ct_dist_local_size(), knobs);
+  rc = ct_plan_check(p, &tr->log, ct_dist_local_size(), knobs);
   if (rc || *dry) {
     if (!rc) ct_log_info(&tr->log, "dry run: nothing allocated");
     return rc;
@@ -617,12 +689,24 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   // from the weights just read; a bfloat16 LoRA base is its own bf16 copy
   if (tr->bf16 && (rc = ct_model_bf16_compute(m))) return rc;
   size_t bytes = sizeof(float) * tr->trained.n_floats;
+  if (cfg->optimizer_sharding && (rc = ct_dist_shard_init(&tr->shard, tr->trained.n_floats))) return rc;
+  size_t mbytes = cfg->optimizer_sharding ? sizeof(float) * (size_t)(tr->shard.hi - tr->shard.lo) : bytes;
   tr->grads = ct_big_alloc(bytes);  // zeroed
-  tr->mom1 = ct_big_alloc(bytes);
-  tr->mom2 = ct_big_alloc(bytes);
+  tr->mom1 = ct_big_alloc(mbytes ? mbytes : 1);
+  tr->mom2 = ct_big_alloc(mbytes ? mbytes : 1);
   if (!tr->grads || !tr->mom1 || !tr->mom2)
     return ct_set_error(CT_ENOMEM, "cannot allocate %.1f MB for gradients and optimizer moments",
-                        3.0 * bytes / 1e6);
+                        (bytes + 2.0 * mbytes) / 1e6);
+  if (cfg->diloco_inner_steps > 0) {
+    tr->outer_start = ct_big_alloc(bytes);
+    tr->outer_mom = ct_big_alloc(bytes);  // zeroed
+    if (!tr->outer_start || !tr->outer_mom)
+      return ct_set_error(CT_ENOMEM, "cannot allocate %.1f MB for DiLoCo's outer state", 2.0 * bytes / 1e6);
+    memcpy(tr->outer_start, tr->params, bytes);
+    ct_log_info(&tr->log, "DiLoCo: %ld local AdamW steps between syncs of %d ranks, outer Nesterov lr %g, "
+                "momentum %g", (long)cfg->diloco_inner_steps, tr->world, cfg->diloco_outer_lr,
+                cfg->diloco_outer_momentum);
+  }
   if (peft) {  // every base weight frozen: gradient views all NULL
     tr->g.layers = calloc(m->cfg.num_layers, sizeof *tr->g.layers);
     if (!tr->g.layers) return ct_set_error(CT_ENOMEM, "out of memory");
@@ -630,14 +714,7 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   } else if ((rc = ct_weights_bind(&tr->g, m, tr->grads))) {
     return rc;
   }
-  if (tr->resumed_from[0]) {
-    char p[CT_PATH_MAX];
-    if ((rc = ct_path_join(p, sizeof p, tr->resumed_from, "optimizer.safetensors")) ||
-        (rc = ct_load_tensors(&tr->trained, tr->mom1, p, ".exp_avg")) ||
-        (rc = ct_load_tensors(&tr->trained, tr->mom2, p, ".exp_avg_sq")))
-      return rc;
-  }
-  return 0;
+  return tr->resumed_from[0] ? load_optimizer(tr) : 0;
 }
 
 int ct_train_attach(const ct_train *tr, ct_acts *a) {
@@ -669,6 +746,9 @@ void ct_train_free(ct_train *tr) {
   ct_big_free(tr->grads);
   ct_big_free(tr->mom1);
   ct_big_free(tr->mom2);
+  ct_big_free(tr->outer_start);
+  ct_big_free(tr->outer_mom);
+  ct_dist_shard_free(&tr->shard);
   free(tr->order);
   if (tr->tok) ct_tokenizer_free(tr->tok);
   if (tr->lock_fd1) close(tr->lock_fd1 - 1);  // (the lock goes with it)
@@ -730,6 +810,8 @@ int ct_train_plan(ct_train *tr, int n_seq, int global, uint64_t data_hash) {
   tr->order = malloc(sizeof(int) * (n_seq > 0 ? n_seq : 1));
   if (!tr->order) return ct_set_error(CT_ENOMEM, "out of memory");
   epoch_order(tr);
+  tr->comm0 = ct_dist_bytes_sent();
+  tr->step0 = tr->step;
   return ct_log_open(&tr->log, c->output_dir, tr->step, tr->total_steps, tr->rank == 0);
 }
 
@@ -744,23 +826,89 @@ int ct_train_next_seqs(ct_train *tr, int *seqs, int global) {
   return n;
 }
 
-int ct_train_update(ct_train *tr, double *grad_norm, double *lr) {
-  long n = tr->trained.n_floats;
-  int rc = ct_dist_sum_f32(tr->grads, n);
-  if (rc) return rc;
-  double norm = sqrt(ct_sum_squares(tr->grads, n));
+// The pre-clip norm from Σg² (a non-finite one is an error), the clipping factor, the
+// scheduled learning rate; counts the step.
+static int step_scalars(ct_train *tr, double sum_sq, double *grad_norm, float *clip, double *lr) {
+  double norm = sqrt(sum_sq), max = tr->cfg->max_grad_norm;
   *grad_norm = norm;
   if (!isfinite(norm))
     return ct_set_error(CT_EINVAL, "step %ld: the gradient norm is %g; stopping before the weights "
                         "are damaged (lower learning_rate, or check the data)", tr->step + 1, norm);
-  double max = tr->cfg->max_grad_norm;
-  float clip = max > 0 && norm > max ? (float)(max / (norm + 1e-6)) : 1.0f;  // as torch
+  *clip = max > 0 && norm > max ? (float)(max / (norm + 1e-6)) : 1.0f;  // as torch
   *lr = ct_lr_at(tr->cfg->lr_scheduler_type, tr->cfg->learning_rate, tr->step, tr->warmup_steps,
                  tr->total_steps);
   tr->step++;
-  // the bf16 copy follows the trained weights (a LoRA base never changes)
-  uint16_t *p16 = tr->cfg->use_peft ? NULL : tr->model.compute16;
-  ct_adamw_step(&tr->trained, tr->params, p16, tr->grads, tr->mom1, tr->mom2, tr->step, *lr, clip, &tr->adam);
+  return 0;
+}
+
+// The bf16 copy the matmuls read, which follows the trained weights (a LoRA base never
+// changes): NULL when there is none to refresh.
+static uint16_t *trained_copy16(const ct_train *tr) {
+  return tr->cfg->use_peft ? NULL : tr->model.compute16;
+}
+
+// ZeRO-1: reduce-scatter, the norm from every shard, this rank's shard stepped, all-gather.
+static int update_sharded(ct_train *tr, double *grad_norm, double *lr) {
+  const ct_shard *sh = &tr->shard;
+  long n = tr->trained.n_floats, cnt = sh->hi - sh->lo;
+  int rc = ct_dist_reduce_scatter_f32(tr->grads, sh);  // the shard's sum: grads[lo .. hi)
+  float *g = tr->grads + sh->lo, clip;
+  double sq = rc ? 0 : ct_sum_squares(g, cnt);
+  if (rc || (rc = ct_dist_sum_f64(&sq, 1)) || (rc = step_scalars(tr, sq, grad_norm, &clip, lr))) return rc;
+  uint16_t *p16 = trained_copy16(tr);
+  ct_adamw_step_range(&tr->trained, sh->lo, sh->hi, tr->params, p16, g, tr->mom1, tr->mom2, tr->step, *lr, clip,
+                      &tr->adam);
+  memset(tr->grads, 0, sizeof(float) * (size_t)sh->lo);  // the rest is scratch: zero it
+  memset(tr->grads + sh->hi, 0, sizeof(float) * (size_t)(n - sh->hi));
+  if ((rc = ct_dist_allgather_f32(tr->params, sh))) return rc;
+  if (p16) {  // the other ranks' shards, as their owners narrowed them
+    ct_bf16_narrow(p16, tr->params, sh->lo);
+    ct_bf16_narrow(p16 + sh->hi, tr->params + sh->hi, n - sh->hi);
+  }
+  return 0;
+}
+
+// DiLoCo's sync: the ranks' mean of θ_start − θ (in the zeroed gradient buffer), the outer
+// Nesterov step, every rank's weights set to the new θ_start.
+static int diloco_sync(ct_train *tr) {
+  long n = tr->trained.n_floats;
+  float *d = tr->grads, inv = 1.0f / (float)tr->world;
+  for (long i = 0; i < n; i++) d[i] = tr->outer_start[i] - tr->params[i];
+  int rc = ct_dist_sum_f32(d, n);
+  if (rc) return rc;
+  for (long i = 0; i < n; i++) d[i] *= inv;
+  ct_nesterov_outer_step(tr->outer_start, tr->outer_mom, tr->params, d, n, tr->cfg->diloco_outer_lr,
+                         tr->cfg->diloco_outer_momentum);
+  memset(d, 0, sizeof(float) * (size_t)n);
+  uint16_t *p16 = trained_copy16(tr);
+  if (p16) ct_bf16_narrow(p16, tr->params, n);
+  tr->outer_pending = false;
+  return 0;
+}
+
+// DiLoCo: a local AdamW step on this rank's gradient as the mean over its own tokens,
+// then the sync every diloco_inner_steps steps and at the last step.
+static int update_diloco(ct_train *tr, double *grad_norm, double *lr) {
+  long n = tr->trained.n_floats;
+  float world = (float)tr->world, clip;
+  int rc = step_scalars(tr, ct_sum_squares(tr->grads, n) * world * world, grad_norm, &clip, lr);
+  if (rc) return rc;
+  ct_adamw_step(&tr->trained, tr->params, trained_copy16(tr), tr->grads, tr->mom1, tr->mom2, tr->step, *lr,
+                clip * world, &tr->adam);
+  tr->outer_pending = true;
+  if (tr->step % tr->cfg->diloco_inner_steps == 0 || tr->step == tr->total_steps) return diloco_sync(tr);
+  return 0;
+}
+
+int ct_train_update(ct_train *tr, double *grad_norm, double *lr) {
+  if (tr->shard.n) return update_sharded(tr, grad_norm, lr);
+  if (tr->cfg->diloco_inner_steps > 0) return update_diloco(tr, grad_norm, lr);
+  long n = tr->trained.n_floats;
+  int rc = ct_dist_sum_f32(tr->grads, n);
+  float clip;
+  if (rc || (rc = step_scalars(tr, ct_sum_squares(tr->grads, n), grad_norm, &clip, lr))) return rc;
+  ct_adamw_step(&tr->trained, tr->params, trained_copy16(tr), tr->grads, tr->mom1, tr->mom2, tr->step, *lr,
+                clip, &tr->adam);
   return 0;
 }
 
@@ -806,6 +954,8 @@ static int write_trainer_state(const ct_train *tr, const char *dir) {
                         "epoch_pos", (json_int_t)tr->epoch_pos, "n_seq", tr->n_seq,
                         "global_batch", tr->global_batch, "data_hash", data_hash,
                         "num_tokens", tr->num_tokens, "rng", rng, "files", files);
+  if (j && tr->cfg->diloco_inner_steps > 0)  // whose moments the optimizer-rank<r> files hold
+    json_object_set_new(json_object_get(j, "ctune"), "diloco_ranks", json_integer(tr->world));
   char p[CT_PATH_MAX];
   int rc = ct_path_join(p, sizeof p, dir, "trainer_state.json");
   if (rc) {
@@ -841,24 +991,139 @@ static int agree(int rc) {
   return rc ? rc : (worst ? ct_set_error(-worst, "saving failed on rank 0") : 0);
 }
 
-int ct_train_save_checkpoint(ct_train *tr) {
-  int rc = 0;
+static const char *const moment_suffixes[] = {".exp_avg", ".exp_avg_sq", ".outer_momentum"};
+
+// Rank 0 writes moments m1, m2 (the whole layout) into dir/<optimizer_file(r)>, with
+// DiLoCo's outer momentum in rank 0's file.
+static int write_optimizer(const ct_train *tr, const char *dir, int r, const float *m1, const float *m2) {
+  char p[CT_PATH_MAX], name[64];
+  const float *bufs[] = {m1, m2, tr->outer_mom};
+  optimizer_file(name, sizeof name, r);
+  int rc = ct_path_join(p, sizeof p, dir, name);
+  return rc ? rc : ct_save_tensors(&tr->trained, r == 0 && tr->outer_mom ? 3 : 2, bufs, moment_suffixes, p,
+                                   CT_DT_F32);
+}
+
+// An optimizer file rank 0 fills piece by piece, as the pieces arrive from the ranks that
+// hold them: written whole first from the zero gradient buffer (its header and size are
+// then final), mapped to find each tensor's bytes, patched through fd.
+typedef struct {
+  ct_safetensors st;
+  int fd;
+  long data_pos;  // the data section's position in the file
+} patch_file;
+
+static int patch_open(const ct_train *tr, patch_file *f, const char *dir, int r) {
+  char p[CT_PATH_MAX], name[64];
+  memset(f, 0, sizeof *f);
+  f->fd = -1;
+  optimizer_file(name, sizeof name, r);
+  int rc = ct_path_join(p, sizeof p, dir, name);
+  if (!rc) rc = write_optimizer(tr, dir, r, tr->grads, tr->grads);
+  if (!rc) rc = ct_st_open(&f->st, p);
+  if (rc) return rc;
+  f->data_pos = (long)(f->st.data - f->st.map);
+  f->fd = open(p, O_WRONLY);
+  return f->fd < 0 ? ct_set_error(CT_EIO, "%s: cannot open for writing: %s", p, strerror(errno)) : 0;
+}
+
+// Elements [lo, hi) of the layout's moment k (suffix moment_suffixes[k]) from src[0 .. hi-lo).
+static int patch_range(const ct_train *tr, patch_file *f, int k, long lo, long hi, const float *src) {
+  for (int t = 0; t < tr->trained.n_tensors; t++) {
+    const ct_tensor_info *ti = &tr->trained.tensors[t];
+    long a = ti->offset > lo ? ti->offset : lo, b = ti->offset + ti->numel < hi ? ti->offset + ti->numel : hi;
+    if (a >= b) continue;
+    char name[160];
+    snprintf(name, sizeof name, "%s%s", ti->name, moment_suffixes[k]);
+    const ct_st_tensor *st = ct_st_find(&f->st, name);
+    if (!st) return ct_set_error(CT_EFORMAT, "%s: tensor '%s' is missing", f->st.path, name);
+    off_t pos = f->data_pos + (off_t)st->begin + (off_t)sizeof(float) * (a - ti->offset);
+    size_t bytes = sizeof(float) * (size_t)(b - a);
+    const char *from = (const char *)(src + (a - lo));
+    for (size_t done = 0; done < bytes;) {
+      ssize_t w = pwrite(f->fd, from + done, bytes - done, pos + (off_t)done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return ct_set_error(CT_EIO, "%s: cannot write: %s", f->st.path, strerror(errno));
+      done += (size_t)w;
+    }
+  }
+  return 0;
+}
+
+static int patch_close(patch_file *f, int rc) {
+  if (f->fd >= 0) {
+    if (!rc && fsync(f->fd)) rc = ct_set_error(CT_EIO, "%s: cannot fsync: %s", f->st.path, strerror(errno));
+    close(f->fd);
+  }
+  ct_st_close(&f->st);
+  return rc;
+}
+
+// optimizer_sharding: every rank's shard of both moments to rank 0, one shard at a time
+// through its gradient buffer (no full-size copy), patched into optimizer.safetensors:
+// the file an unsharded run writes. *rc is rank 0's file error (the ranks keep sending).
+static int write_sharded_moments(ct_train *tr, const char *dir, int *rc) {
+  const ct_shard *sh = &tr->shard;
+  patch_file f = {.fd = -1};
+  if (tr->rank == 0 && !*rc) *rc = patch_open(tr, &f, dir, 0);
+  int mpi = 0;
+  for (int k = 0; k < 2 && !mpi; k++) {
+    float *mine = k == 0 ? tr->mom1 : tr->mom2;
+    for (int r = 0; r < tr->world && !mpi; r++) {
+      float *buf = tr->rank == 0 && r != 0 ? tr->grads : mine;
+      mpi = ct_dist_fetch_f32(buf, sh->counts[r], r);
+      long lo = sh->displs[r], hi = lo + sh->counts[r];
+      if (!mpi && tr->rank == 0 && !*rc) *rc = patch_range(tr, &f, k, lo, hi, buf);
+    }
+  }
   if (tr->rank == 0) {
-    char tmp[CT_PATH_MAX], p[CT_PATH_MAX];
-    const char *out = tr->cfg->output_dir;
-    const float *moments[] = {tr->mom1, tr->mom2};
-    const char *suffixes[] = {".exp_avg", ".exp_avg_sq"};
+    *rc = patch_close(&f, *rc);
+    memset(tr->grads, 0, sizeof(float) * (size_t)tr->trained.n_floats);  // zero again for the next step
+  }
+  return mpi;
+}
+
+// DiLoCo: rank r > 0's moments to rank 0, one moment at a time through its gradient buffer,
+// patched into optimizer-rank<r>.safetensors.
+static int write_rank_moments(ct_train *tr, const char *dir, int *rc) {
+  long n = tr->trained.n_floats;
+  int mpi = 0;
+  for (int r = 1; r < tr->world && !mpi; r++) {
+    patch_file f = {.fd = -1};
+    if (tr->rank == 0 && !*rc) *rc = patch_open(tr, &f, dir, r);
+    for (int k = 0; k < 2 && !mpi; k++) {
+      float *buf = tr->rank == 0 ? tr->grads : k == 0 ? tr->mom1 : tr->mom2;
+      mpi = ct_dist_fetch_f32(buf, n, r);
+      if (!mpi && tr->rank == 0 && !*rc) *rc = patch_range(tr, &f, k, 0, n, buf);
+    }
+    if (tr->rank == 0) {
+      *rc = patch_close(&f, *rc);
+      memset(tr->grads, 0, sizeof(float) * (size_t)n);
+    }
+  }
+  return mpi;
+}
+
+int ct_train_save_checkpoint(ct_train *tr) {
+  bool sharded = tr->shard.n && tr->world > 1, diloco = tr->cfg->diloco_inner_steps > 0 && tr->world > 1;
+  char tmp[CT_PATH_MAX];
+  const char *out = tr->cfg->output_dir;
+  int rc = 0, mpi = 0;
+  if (tr->rank == 0) {
     rc = ct_ckpt_begin(out, tr->step, tmp, sizeof tmp);
     if (!rc) rc = write_model_files(tr, tmp, CT_DT_F32);  // fp32: resuming must be exact
     ct_failpoint("checkpoint");
-    if (!rc) rc = ct_path_join(p, sizeof p, tmp, "optimizer.safetensors");
-    if (!rc) rc = ct_save_tensors(&tr->trained, 2, moments, suffixes, p, CT_DT_F32);
+    if (!rc && !sharded) rc = write_optimizer(tr, tmp, 0, tr->mom1, tr->mom2);
+  }
+  if (sharded) mpi = write_sharded_moments(tr, tmp, &rc);
+  if (diloco) mpi = write_rank_moments(tr, tmp, &rc);
+  if (tr->rank == 0 && !mpi) {
     if (!rc && tr->save_extra) rc = tr->save_extra(tr->save_extra_ctx, tmp);
     if (!rc) rc = write_trainer_state(tr, tmp);
     if (!rc) rc = ct_ckpt_commit(out, tr->step, tmp);
     if (!rc) rc = ct_ckpt_rotate(out, (int)tr->cfg->save_total_limit);
   }
-  return agree(rc);
+  return mpi ? mpi : agree(rc);
 }
 
 int ct_train_save_final(ct_train *tr) {
@@ -900,6 +1165,17 @@ static int check_common_keys(const ct_config *c) {
                                                                        : NULL;
   if (key)
     return ct_set_error(CT_ECONFIG, "%s: key '%s' needs use_peft: true", ct_config_origin(c, key), key);
+  // (base.yml sets every key: a value other than the default is what the user asked for)
+  const char *outer = c->diloco_outer_lr != 0.7        ? "diloco_outer_lr"
+                      : c->diloco_outer_momentum != 0.9 ? "diloco_outer_momentum"
+                                                        : NULL;
+  if (c->diloco_inner_steps == 0 && outer)
+    return ct_set_error(CT_ECONFIG, "%s: key '%s' acts on DiLoCo's syncs, and diloco_inner_steps is 0; "
+                        "set diloco_inner_steps or drop the key", ct_config_origin(c, outer), outer);
+  if (c->diloco_inner_steps > 0 && c->optimizer_sharding)
+    return ct_set_error(CT_ECONFIG, "%s: key 'optimizer_sharding': DiLoCo's ranks step their own weights "
+                        "with their own AdamW moments, which cannot be split between them; drop one of "
+                        "optimizer_sharding and diloco_inner_steps", ct_config_origin(c, "optimizer_sharding"));
   if (c->use_peft && c->adapter_path[0] && c->resume_from_checkpoint[0])
     return ct_set_error(CT_ECONFIG, "%s: key 'adapter_path': resume_from_checkpoint already restores the "
                         "adapters; give one of the two", ct_config_origin(c, "adapter_path"));

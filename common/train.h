@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "data.h"
+#include "dist.h"
 #include "head.h"
 #include "frozen.h"
 #include "log.h"
@@ -31,7 +32,17 @@ typedef struct {
   ct_layout trained;  // what the optimizer updates: the model's tensors, or the adapters'
   float *params;      // (trained.n_floats) their values: model.params or lora.params
   float *grads;       // (trained.n_floats) same layout as params
-  float *mom1, *mom2; // (n_floats) AdamW moments
+  float *mom1, *mom2; // (n_floats) AdamW moments; with optimizer_sharding (shard.n > 0) only
+                      // this rank's shard: (shard.hi - shard.lo), element 0 being shard.lo
+  ct_shard shard;     // optimizer_sharding (ZeRO-1): this rank's part of `trained`; n = 0: off
+  // DiLoCo (diloco_inner_steps > 0): the weights at the last sync and the outer Nesterov
+  // momentum (n_floats each, the same on every rank); outer_pending: local steps taken
+  // since (a checkpoint or a stop waits for the next sync, where every rank agrees)
+  float *outer_start, *outer_mom;
+  bool outer_pending;
+  int saved_diloco_ranks; // a resumed checkpoint's: DiLoCo's ranks that saved it (0: not DiLoCo)
+  double comm0;       // ct_dist_bytes_sent() and step when training started (ct_train_plan)
+  long step0;
   ct_weights g;       // views of grads into the model's layout (NULL members: frozen weights)
   ct_adamw adam;
   bool bf16;          // the model's matmuls run in bf16 (bf16: true, or auto on a bf16 CPU)
@@ -122,9 +133,21 @@ int ct_train_next_seqs(ct_train *tr, int *seqs, int global);
 // Sums gradients across ranks, clips to max_grad_norm, takes one AdamW step with the
 // scheduled learning rate, and zeroes the gradients. Reports the pre-clip norm and the
 // learning rate used. A non-finite gradient norm is an error (nothing is updated).
+// optimizer_sharding: the sum is reduce-scattered, the norm summed from the shards, each
+// rank steps its shard and the weights all-gather (the same step to float rounding).
+// DiLoCo: nothing is summed; the rank steps on its own gradient taken as the mean over
+// its own tokens (x world, the trainers divide by the global batch's), and every
+// diloco_inner_steps steps and at the last step the ranks average θ_start − θ and take
+// the outer Nesterov step (ct_nesterov_outer_step); the reported norm is this rank's.
 int ct_train_update(ct_train *tr, double *grad_norm, double *lr);
 
-// Saves output_dir/checkpoint-<step> atomically and rotates old ones (rank 0 writes).
+// Saves output_dir/checkpoint-<step> atomically and rotates old ones (rank 0 writes every
+// file). optimizer_sharding: rank 0 writes optimizer.safetensors whole (zeros), then
+// patches in each rank's shard as it arrives through rank 0's gradient buffer (zero
+// between steps): no rank ever holds the whole moments, and the file is the one an
+// unsharded run writes, so it resumes at any number of ranks. DiLoCo: optimizer.safetensors
+// also holds the outer momentum (.outer_momentum; θ_start is the saved model, a checkpoint
+// being taken at a sync) and rank r > 0's own moments go to optimizer-rank<r>.safetensors.
 int ct_train_save_checkpoint(ct_train *tr);
 // Saves the final model in output_dir: config.json, model.safetensors (save_dtype),
 // tokenizer files, each replaced atomically.

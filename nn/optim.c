@@ -35,17 +35,35 @@ static void adam_task(void *ctx, int part, int thread) {
   if (j->p16) ct_bf16_narrow(j->p16 + lo, p + lo, hi - lo);  // the chunk is still in cache
 }
 
-void ct_adamw_step(const ct_layout *model, float *params, uint16_t *params16, float *grads, float *mom1,
-                   float *mom2, long step, double lr, float grad_scale, const ct_adamw *h) {
+void ct_adamw_step_range(const ct_layout *model, long lo, long hi, float *params, uint16_t *params16,
+                         float *grads, float *mom1, float *mom2, long step, double lr, float grad_scale,
+                         const ct_adamw *h) {
   double bc1 = 1 - pow(h->beta1, (double)step), bc2 = 1 - pow(h->beta2, (double)step);
   for (int t = 0; t < model->n_tensors; t++) {
     const ct_tensor_info *ti = &model->tensors[t];
-    long o = ti->offset;
-    adam_job j = {params + o, mom1 + o, mom2 + o, grads + o, params16 ? params16 + o : NULL, ti->numel, (float)lr,
+    long a = ti->offset > lo ? ti->offset : lo, b = ti->offset + ti->numel < hi ? ti->offset + ti->numel : hi;
+    if (a >= b) continue;  // the tensor is outside the range
+    long s = a - lo;       // in the shard's buffers
+    adam_job j = {params + a, mom1 + s, mom2 + s, grads + s, params16 ? params16 + a : NULL, b - a, (float)lr,
                   ti->decay ? (float)h->weight_decay : 0.0f, (float)h->beta1, (float)h->beta2,
                   (float)h->eps, (float)(lr / bc1), (float)sqrt(bc2), grad_scale, 0};
-    j.parts = ti->numel < 65536 ? 1 : ct_pool_threads() * 2;
+    j.parts = b - a < 65536 ? 1 : ct_pool_threads() * 2;
     ct_parallel_for(j.parts, adam_task, &j);
+  }
+}
+
+void ct_adamw_step(const ct_layout *model, float *params, uint16_t *params16, float *grads, float *mom1,
+                   float *mom2, long step, double lr, float grad_scale, const ct_adamw *h) {
+  ct_adamw_step_range(model, 0, model->n_floats, params, params16, grads, mom1, mom2, step, lr, grad_scale, h);
+}
+
+void ct_nesterov_outer_step(float *start, float *mom, float *params, const float *d, long n, double lr,
+                            double momentum) {
+  float l = (float)lr, mu = (float)momentum;
+  for (long i = 0; i < n; i++) {
+    mom[i] = mu * mom[i] + d[i];
+    start[i] -= l * (d[i] + mu * mom[i]);
+    if (params) params[i] = start[i];
   }
 }
 

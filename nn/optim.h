@@ -19,6 +19,20 @@ typedef struct {
 // optimizer step, not per micro-batch.
 void ct_adamw_step(const ct_layout *m, float *params, uint16_t *params16, float *grads, float *mom1,
                    float *mom2, long step, double lr, float grad_scale, const ct_adamw *h);
+// The same step on the flat range [lo, hi) of the layout only (a ZeRO-1 shard; tensors cut
+// by the range keep their own weight decay): params and params16 are the whole buffers
+// (n_floats), grads, mom1 and mom2 hold hi-lo floats, element 0 being element lo. Every
+// element gets the arithmetic ct_adamw_step gives it, bit for bit.
+void ct_adamw_step_range(const ct_layout *m, long lo, long hi, float *params, uint16_t *params16,
+                         float *grads, float *mom1, float *mom2, long step, double lr, float grad_scale,
+                         const ct_adamw *h);
+
+// DiLoCo's outer step (Nesterov SGD, as torch.optim.SGD(nesterov=True) and the DiLoCo
+// paper): with d = the ranks' mean pseudo-gradient θ_start − θ_local (n floats, in d),
+//   mom = μ·mom + d;  θ_start -= lr · (d + μ·mom);  params = θ_start
+// (start, mom, params: n floats each; params may be NULL).
+void ct_nesterov_outer_step(float *start, float *mom, float *params, const float *d, long n, double lr,
+                            double momentum);
 
 // Learning rate for optimizer step `step` (0-based: the step about to be taken) out of
 // `total`, as transformers' schedulers give it (warmup from 0 to peak, then the decay).
