@@ -1176,6 +1176,10 @@ static int check_common_keys(const ct_config *c) {
     return ct_set_error(CT_ECONFIG, "%s: key 'optimizer_sharding': DiLoCo's ranks step their own weights "
                         "with their own AdamW moments, which cannot be split between them; drop one of "
                         "optimizer_sharding and diloco_inner_steps", ct_config_origin(c, "optimizer_sharding"));
+  const char *ev = c->eval_dataset_path[0] ? NULL : c->eval_steps > 0 ? "eval_steps" : c->eval_on_start ? "eval_on_start" : NULL;
+  if (ev)
+    return ct_set_error(CT_ECONFIG, "%s: key '%s' evaluates on eval_dataset_path, which is not set; set it or "
+                        "drop the key", ct_config_origin(c, ev), ev);
   if (c->use_peft && c->adapter_path[0] && c->resume_from_checkpoint[0])
     return ct_set_error(CT_ECONFIG, "%s: key 'adapter_path': resume_from_checkpoint already restores the "
                         "adapters; give one of the two", ct_config_origin(c, "adapter_path"));

@@ -46,6 +46,8 @@ $R 'stop=[\n]' | grep -q '^stop: \["\\\\n"\]' || fail "stop=[\\n] is not backsla
 $R 'stop=["a,b"]' | grep -q '^stop: \["a,b"\]' || fail "stop=[\"a,b\"] is not one string"
 $BIN/ctune-config resolve sft 'output_dir="my out"' | grep -q '^output_dir: "my out"' || fail "output_dir kept its quotes"
 expect 2 "command line: key 'output_dir': YAML syntax error" "$BIN/sft" dataset_path=x 'output_dir="my out'
+expect 2 "key 'eval_steps' evaluates on eval_dataset_path, which is not set" "$BIN/sft" dataset_path=x eval_steps=5
+expect 2 "key 'eval_on_start' evaluates on eval_dataset_path" "$BIN/grpo" dataset_path=x eval_on_start=true
 
 echo "== TRL names, and every bad key at once"
 "$BIN/sft" configs/sft.yml dataset_path="$T/train.jsonl" output_dir="$T/trl" max_steps=2 max_seq_length=20 \
