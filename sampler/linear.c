@@ -129,6 +129,29 @@ static void rows_q8(const lin_job *j, long n0, long n1) {
     }
 }
 
+// The rows of x one conversion pass covers: each row on its own, so splitting them
+// between threads changes nothing.
+typedef struct {
+  const float *x;
+  int ldx, S, K, parts;
+} rows_job;
+
+static void quantize_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const rows_job *j = ctx;
+  long s0, s1;
+  ct_chunk_range(j->S, 1, j->parts, part, &s0, &s1);
+  for (long s = s0; s < s1; s++) {
+    const float *xs = j->x + s * j->ldx;
+    float mx = 0;
+    for (int k = 0; k < j->K; k++) mx = fmaxf(mx, fabsf(xs[k]));
+    float sx = mx > 0 ? mx / 127.0f : 1.0f, inv = 1.0f / sx;
+    QX.sx[s] = sx;
+    uint8_t *xu = QX.xu + s * j->K;
+    for (int k = 0; k < j->K; k++) xu[k] = (uint8_t)((int)rintf(xs[k] * inv) + 128);
+  }
+}
+
 // Quantizes the S rows of x (absmax per row) into QX.
 static int quantize_x(const float *x, int ldx, int S, int K) {
   long need = (long)S * K;
@@ -144,15 +167,8 @@ static int quantize_x(const float *x, int ldx, int S, int K) {
       return -1;
     }
   }
-  for (int s = 0; s < S; s++) {
-    const float *xs = x + (long)s * ldx;
-    float mx = 0;
-    for (int k = 0; k < K; k++) mx = fmaxf(mx, fabsf(xs[k]));
-    float sx = mx > 0 ? mx / 127.0f : 1.0f, inv = 1.0f / sx;
-    QX.sx[s] = sx;
-    uint8_t *xu = QX.xu + (long)s * K;
-    for (int k = 0; k < K; k++) xu[k] = (uint8_t)((int)rintf(xs[k] * inv) + 128);
-  }
+  rows_job j = {x, ldx, S, K, ct_pool_parts(S)};
+  ct_parallel_for(j.parts, quantize_task, &j);
   return 0;
 }
 
@@ -161,6 +177,18 @@ static struct {
   uint16_t *x16;
   long cap;
 } BX;
+
+static void narrow_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const rows_job *j = ctx;
+  long s0, s1, K2 = (j->K + 1) / 2;
+  ct_chunk_range(j->S, 1, j->parts, part, &s0, &s1);
+  for (long s = s0; s < s1; s++) {
+    uint16_t *d = BX.x16 + s * 2 * K2;
+    ct_bf16_narrow(d, j->x + s * j->ldx, j->K);
+    if (j->K & 1) d[j->K] = 0;
+  }
+}
 
 static int narrow_x(const float *x, int ldx, int S, int K) {
   long K2 = (K + 1) / 2, need = (long)S * 2 * K2;
@@ -172,11 +200,8 @@ static int narrow_x(const float *x, int ldx, int S, int K) {
       return -1;
     }
   }
-  for (int s = 0; s < S; s++) {
-    uint16_t *d = BX.x16 + s * 2 * K2;
-    ct_bf16_narrow(d, x + (long)s * ldx, K);
-    if (K & 1) d[K] = 0;
-  }
+  rows_job j = {x, ldx, S, K, ct_pool_parts(S)};
+  ct_parallel_for(j.parts, narrow_task, &j);
   return 0;
 }
 
