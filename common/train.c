@@ -723,8 +723,9 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
     if (!tr->outer_start || !tr->outer_mom)
       return ct_set_error(CT_ENOMEM, "cannot allocate %.1f MB for DiLoCo's outer state", 2.0 * bytes / 1e6);
     memcpy(tr->outer_start, tr->params, bytes);
-    ct_log_info(&tr->log, "DiLoCo: %ld local AdamW steps between syncs of %d ranks, outer Nesterov lr %g, "
-                "momentum %g", (long)cfg->diloco_inner_steps, tr->world, cfg->diloco_outer_lr,
+    ct_log_info(&tr->log, "DiLoCo: %ld local %s steps between syncs of %d ranks, outer Nesterov lr %g, "
+                "momentum %g", (long)cfg->diloco_inner_steps, cfg->optimizer == CT_OPT_MUON ? "Muon" : "AdamW",
+                tr->world, cfg->diloco_outer_lr,
                 cfg->diloco_outer_momentum);
   }
   if (peft) {  // every base weight frozen: gradient views all NULL
