@@ -132,7 +132,8 @@ bool ct_train_log_due(const ct_train *tr);
 // epoch boundary) into seqs; returns how many. Advances the data position.
 int ct_train_next_seqs(ct_train *tr, int *seqs, int global);
 
-// Sums gradients across ranks, clips to max_grad_norm, takes one AdamW step with the
+// Sums gradients across ranks, clips to max_grad_norm, takes one step of the configured
+// optimizer (AdamW, or Muon with AdamW for the non-matrices: ct_muon_step) with the
 // scheduled learning rate, and zeroes the gradients. Reports the pre-clip norm and the
 // learning rate used. A non-finite gradient norm is an error (nothing is updated).
 // optimizer_sharding: the sum is reduce-scattered, the norm summed from the shards, each
