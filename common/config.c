@@ -136,9 +136,16 @@ static const key_def KEYS[] = {
      .comment = "Micro-batches per optimizer step. Global batch = "
                 "per_device_train_batch_size x gradient_accumulation_steps x ranks."},
 
+    {"optimizer", K_ENUM, ALL, OFF(optimizer), "adamw", .choices = ct_optimizer_names,
+     .section = "Optimizer and learning-rate schedule",
+     .comment = "adamw, or muon: Muon (momentum orthogonalized by 5 Newton-Schulz iterations, "
+                "update scaled by 0.2 x sqrt(max(rows, cols)) as Moonlight's, so the AdamW learning "
+                "rate and weight decay carry over) for the decoder layers' matrices, AdamW for "
+                "embeddings, LM head, norms and biases. TRL's optim: muon is the same."},
+    {"muon_momentum", K_FLOAT, ALL, OFF(muon_momentum), "0.95", CLOPEN(0, 1),
+     .comment = "Muon's Nesterov momentum (the matrices' first moment)."},
     {"learning_rate", K_FLOAT, ALL, OFF(learning_rate), "5e-5", FROM(0),
      .per_trainer = {"2e-5", "1e-6", "1e-6", "2e-5"},
-     .section = "Optimizer (AdamW) and learning-rate schedule",
      .comment = "Peak learning rate, reached at the end of warmup."},
     {"lr_scheduler_type", K_ENUM, ALL, OFF(lr_scheduler_type), "linear",
      .choices = ct_lr_scheduler_names, .comment = "Decay after warmup."},
@@ -1195,11 +1202,13 @@ static int map_strategy(ct_config *c, const char *name, const char *v, const cha
 }
 
 static int map_optim(ct_config *c, const char *name, const char *v, const char *where, const char *path) {
-  (void)c, (void)path;
   char b[64];
-  if (is_word(v, "adamw_torch", "adamw_torch_fused") || is_word(v, "adamw_hf", NULL)) return 0;
-  return ct_set_error(CT_ECONFIG, "%s: key '%s': '%s' is not supported: ctune's optimizer is AdamW "
-                      "(adamw_torch, adamw_torch_fused, adamw_hf)", where, name, show(v, b, sizeof b));
+  if (is_word(v, "adamw_torch", "adamw_torch_fused") || is_word(v, "adamw_hf", NULL))
+    return apply_text(c, "optimizer", "adamw", where, path);
+  if (is_word(v, "muon", NULL)) return apply_text(c, "optimizer", "muon", where, path);
+  return ct_set_error(CT_ECONFIG, "%s: key '%s': '%s' is not supported: ctune's optimizers are AdamW "
+                      "(adamw_torch, adamw_torch_fused, adamw_hf) and muon (see the key optimizer)", where,
+                      name, show(v, b, sizeof b));
 }
 
 static int map_torch_dtype(ct_config *c, const char *name, const char *v, const char *where,

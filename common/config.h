@@ -33,7 +33,7 @@ int ct_trainer_from_name(const char *name, ct_trainer_kind *out);
 
 // Enum keys hold an index into their NULL-terminated names table. Each enum is declared
 // once, ends in a _COUNT, and its table's definition is checked against it by a
-// _Static_assert. lr_scheduler_type's enum is the optimizer's (optim.h: CT_LR_*).
+// _Static_assert. lr_scheduler_type's and optimizer's enums are optim.h's (CT_LR_*, CT_OPT_*).
 enum { CT_DTYPE_FLOAT32, CT_DTYPE_BFLOAT16, CT_DTYPE_COUNT };
 extern const char *const ct_save_dtype_names[];
 // bf16: matmuls of the trained model in bfloat16 (oneDNN) or float32 (OpenBLAS)
@@ -128,6 +128,8 @@ typedef struct {
   int64_t gradient_accumulation_steps;
 
   // optimizer
+  int optimizer;  // CT_OPT_*
+  double muon_momentum;
   double learning_rate;
   int lr_scheduler_type;  // CT_LR_*
   int64_t warmup_steps;

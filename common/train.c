@@ -390,6 +390,13 @@ static int read_trainer_state(ct_train *tr, const char *dir) {
   tr->num_tokens = json_number_value(json_object_get(ct, "num_tokens"));
   tr->global_batch = (int)json_integer_value(json_object_get(ct, "global_batch"));  // 0: older state
   tr->saved_diloco_ranks = (int)json_integer_value(json_object_get(ct, "diloco_ranks"));  // 0: none
+  const char *opt = json_string_value(json_object_get(ct, "optimizer"));  // NULL: older state, AdamW
+  const char *want = ct_optimizer_names[tr->cfg->optimizer];
+  if (strcmp(opt ? opt : "adamw", want)) {
+    rc = ct_set_error(CT_ECONFIG, "%s: the checkpoint's optimizer state is %s's, and optimizer is %s; resume "
+                      "with optimizer: %s", path, opt ? opt : "adamw", want, opt ? opt : "adamw");
+    goto done;
+  }
   bool zero = true;
   for (int i = 0; i < 4 && !bad; i++) {
     if (!parse_hex64(json_string_value(json_array_get(rng, i)), &tr->rng.s[i])) bad = "ctune.rng (16 hex digits each)";
@@ -541,6 +548,10 @@ int ct_train_setup(ct_train *tr, ct_config *cfg) {
   if (!rc && dir[0]) rc = check_spec_keys(cfg, &mc, dir);
   if (!rc) rc = ct_model_layout(&tr->model, &mc);
   if (rc) return rc;
+  if (cfg->optimizer == CT_OPT_MUON && !ct_muon_count(&(ct_layout){tr->model.n_tensors, tr->model.tensors, 0}))
+    return ct_set_error(CT_ECONFIG, "%s: key 'optimizer': muon trains the decoder layers' matrices, and this "
+                        "model has none (%d layers); use optimizer: adamw", ct_config_origin(cfg, "optimizer"),
+                        mc.num_layers);
   if (ct_tokenizer_vocab_size(tr->tok) > mc.vocab_size)
     return ct_set_error(CT_EINVAL, "the tokenizer has %d tokens but the model's vocab_size is %d",
                         ct_tokenizer_vocab_size(tr->tok), mc.vocab_size);
@@ -596,6 +607,10 @@ static int plan_optimizer(const ct_train *tr, ct_plan *p, double trained_bytes) 
     ct_plan_addf(p, 2 * trained_bytes * frac, "AdamW moments (2 x float32), shard %d of %d", tr->rank + 1,
                  tr->world);
     ct_dist_shard_free(&s);
+  } else if (c->optimizer == CT_OPT_MUON) {  // the matrices' second moment: allocated, unused
+    ct_plan_add(p, "Muon momentum + AdamW moments (2 x float32)", 2 * trained_bytes);
+    ct_layout L = {tr->model.n_tensors, tr->model.tensors, 0};
+    ct_plan_add(p, "Muon Newton-Schulz scratch (largest matrix)", sizeof(float) * (double)ct_muon_work_floats(&L));
   } else {
     ct_plan_add(p, "AdamW moments (2 x float32)", 2 * trained_bytes);
   }
@@ -697,14 +712,20 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   if (!tr->grads || !tr->mom1 || !tr->mom2)
     return ct_set_error(CT_ENOMEM, "cannot allocate %.1f MB for gradients and optimizer moments",
                         (bytes + 2.0 * mbytes) / 1e6);
+  if (cfg->optimizer == CT_OPT_MUON) {
+    size_t wb = sizeof(float) * (size_t)ct_muon_work_floats(&tr->trained);
+    if (!(tr->muon_work = ct_big_alloc(wb ? wb : 1)))
+      return ct_set_error(CT_ENOMEM, "cannot allocate %.1f MB for Muon's scratch", wb / 1e6);
+  }
   if (cfg->diloco_inner_steps > 0) {
     tr->outer_start = ct_big_alloc(bytes);
     tr->outer_mom = ct_big_alloc(bytes);  // zeroed
     if (!tr->outer_start || !tr->outer_mom)
       return ct_set_error(CT_ENOMEM, "cannot allocate %.1f MB for DiLoCo's outer state", 2.0 * bytes / 1e6);
     memcpy(tr->outer_start, tr->params, bytes);
-    ct_log_info(&tr->log, "DiLoCo: %ld local AdamW steps between syncs of %d ranks, outer Nesterov lr %g, "
-                "momentum %g", (long)cfg->diloco_inner_steps, tr->world, cfg->diloco_outer_lr,
+    ct_log_info(&tr->log, "DiLoCo: %ld local %s steps between syncs of %d ranks, outer Nesterov lr %g, "
+                "momentum %g", (long)cfg->diloco_inner_steps, cfg->optimizer == CT_OPT_MUON ? "Muon" : "AdamW",
+                tr->world, cfg->diloco_outer_lr,
                 cfg->diloco_outer_momentum);
   }
   if (peft) {  // every base weight frozen: gradient views all NULL
@@ -746,6 +767,7 @@ void ct_train_free(ct_train *tr) {
   ct_big_free(tr->grads);
   ct_big_free(tr->mom1);
   ct_big_free(tr->mom2);
+  ct_big_free(tr->muon_work);
   ct_big_free(tr->outer_start);
   ct_big_free(tr->outer_mom);
   ct_dist_shard_free(&tr->shard);
@@ -847,6 +869,16 @@ static uint16_t *trained_copy16(const ct_train *tr) {
   return tr->cfg->use_peft ? NULL : tr->model.compute16;
 }
 
+// The whole step of the configured optimizer on the whole buffer (not sharded).
+static void optimizer_step(ct_train *tr, double lr, float grad_scale) {
+  if (tr->cfg->optimizer == CT_OPT_MUON)
+    ct_muon_step(&tr->trained, tr->params, trained_copy16(tr), tr->grads, tr->mom1, tr->mom2, tr->muon_work,
+                 tr->step, lr, grad_scale, &tr->adam, tr->cfg->muon_momentum);
+  else
+    ct_adamw_step(&tr->trained, tr->params, trained_copy16(tr), tr->grads, tr->mom1, tr->mom2, tr->step, lr,
+                  grad_scale, &tr->adam);
+}
+
 // ZeRO-1: reduce-scatter, the norm from every shard, this rank's shard stepped, all-gather.
 static int update_sharded(ct_train *tr, double *grad_norm, double *lr) {
   const ct_shard *sh = &tr->shard;
@@ -893,8 +925,7 @@ static int update_diloco(ct_train *tr, double *grad_norm, double *lr) {
   float world = (float)tr->world, clip;
   int rc = step_scalars(tr, ct_sum_squares(tr->grads, n) * world * world, grad_norm, &clip, lr);
   if (rc) return rc;
-  ct_adamw_step(&tr->trained, tr->params, trained_copy16(tr), tr->grads, tr->mom1, tr->mom2, tr->step, *lr,
-                clip * world, &tr->adam);
+  optimizer_step(tr, *lr, clip * world);
   tr->outer_pending = true;
   if (tr->step % tr->cfg->diloco_inner_steps == 0 || tr->step == tr->total_steps) return diloco_sync(tr);
   return 0;
@@ -907,8 +938,7 @@ int ct_train_update(ct_train *tr, double *grad_norm, double *lr) {
   int rc = ct_dist_sum_f32(tr->grads, n);
   float clip;
   if (rc || (rc = step_scalars(tr, ct_sum_squares(tr->grads, n), grad_norm, &clip, lr))) return rc;
-  ct_adamw_step(&tr->trained, tr->params, trained_copy16(tr), tr->grads, tr->mom1, tr->mom2, tr->step, *lr,
-                clip, &tr->adam);
+  optimizer_step(tr, *lr, clip);
   return 0;
 }
 
@@ -954,6 +984,8 @@ static int write_trainer_state(const ct_train *tr, const char *dir) {
                         "epoch_pos", (json_int_t)tr->epoch_pos, "n_seq", tr->n_seq,
                         "global_batch", tr->global_batch, "data_hash", data_hash,
                         "num_tokens", tr->num_tokens, "rng", rng, "files", files);
+  if (j)  // what the moments are: optimizer.safetensors is the same file for either
+    json_object_set_new(json_object_get(j, "ctune"), "optimizer", json_string(ct_optimizer_names[tr->cfg->optimizer]));
   if (j && tr->cfg->diloco_inner_steps > 0)  // whose moments the optimizer-rank<r> files hold
     json_object_set_new(json_object_get(j, "ctune"), "diloco_ranks", json_integer(tr->world));
   char p[CT_PATH_MAX];
@@ -1176,6 +1208,18 @@ static int check_common_keys(const ct_config *c) {
     return ct_set_error(CT_ECONFIG, "%s: key 'optimizer_sharding': DiLoCo's ranks step their own weights "
                         "with their own AdamW moments, which cannot be split between them; drop one of "
                         "optimizer_sharding and diloco_inner_steps", ct_config_origin(c, "optimizer_sharding"));
+  if (c->optimizer == CT_OPT_MUON && (c->use_peft || c->optimizer_sharding)) {
+    const char *k = c->use_peft ? "use_peft" : "optimizer_sharding";
+    return ct_set_error(CT_ECONFIG, "%s: key 'optimizer': muon orthogonalizes whole matrices, and %s; use "
+                        "optimizer: adamw or drop %s", ct_config_origin(c, "optimizer"),
+                        c->use_peft ? "LoRA trains each matrix as two thin factors (Muon on the factors "
+                                      "is not Muon on their product)"
+                                    : "ZeRO-1's shards cut through them",
+                        k);
+  }
+  if (c->optimizer != CT_OPT_MUON && c->muon_momentum != 0.95)
+    return ct_set_error(CT_ECONFIG, "%s: key 'muon_momentum' acts on Muon's matrices, and optimizer is "
+                        "adamw; set optimizer: muon or drop the key", ct_config_origin(c, "muon_momentum"));
   const char *ev = c->eval_dataset_path[0] ? NULL : c->eval_steps > 0 ? "eval_steps" : c->eval_on_start ? "eval_on_start" : NULL;
   if (ev)
     return ct_set_error(CT_ECONFIG, "%s: key '%s' evaluates on eval_dataset_path, which is not set; set it or "

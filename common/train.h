@@ -32,8 +32,10 @@ typedef struct {
   ct_layout trained;  // what the optimizer updates: the model's tensors, or the adapters'
   float *params;      // (trained.n_floats) their values: model.params or lora.params
   float *grads;       // (trained.n_floats) same layout as params
-  float *mom1, *mom2; // (n_floats) AdamW moments; with optimizer_sharding (shard.n > 0) only
+  float *mom1, *mom2; // (n_floats) AdamW moments (optimizer muon: mom1 is the matrices' momentum,
+                      // their part of mom2 stays zero); with optimizer_sharding (shard.n > 0) only
                       // this rank's shard: (shard.hi - shard.lo), element 0 being shard.lo
+  float *muon_work;   // optimizer muon: Newton-Schulz scratch (ct_muon_work_floats); else NULL
   ct_shard shard;     // optimizer_sharding (ZeRO-1): this rank's part of `trained`; n = 0: off
   // DiLoCo (diloco_inner_steps > 0): the weights at the last sync and the outer Nesterov
   // momentum (n_floats each, the same on every rank); outer_pending: local steps taken
@@ -130,7 +132,8 @@ bool ct_train_log_due(const ct_train *tr);
 // epoch boundary) into seqs; returns how many. Advances the data position.
 int ct_train_next_seqs(ct_train *tr, int *seqs, int global);
 
-// Sums gradients across ranks, clips to max_grad_norm, takes one AdamW step with the
+// Sums gradients across ranks, clips to max_grad_norm, takes one step of the configured
+// optimizer (AdamW, or Muon with AdamW for the non-matrices: ct_muon_step) with the
 // scheduled learning rate, and zeroes the gradients. Reports the pre-clip norm and the
 // learning rate used. A non-finite gradient norm is an error (nothing is updated).
 // optimizer_sharding: the sum is reduce-scattered, the norm summed from the shards, each
