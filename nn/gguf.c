@@ -273,8 +273,9 @@ const char *ct_gguf_arch(const ct_model_config *c) {
     return "llama";
   }
   if (!strcmp(t, "qwen2")) {
-    if (c->qk_norm) {
-      ct_set_error(CT_EINVAL, "model_type 'qwen2' with q/k norm has no llama.cpp architecture");
+    if (c->qk_norm || !c->qkv_bias) {
+      ct_set_error(CT_EINVAL, "model_type 'qwen2' %s: llama.cpp's qwen2 has q/k/v biases and no q/k norms",
+                   c->qk_norm ? "with q/k norm" : "without q/k/v biases");
       return NULL;
     }
     return "qwen2";
@@ -380,7 +381,7 @@ static int arch_kv(ct_gguf_writer *w, const ct_model_config *c, const char *arch
 }
 
 typedef struct {
-  const ct_tensor_info *t;  // the Hugging Face tensor, or NULL (zero biases, rope_freqs)
+  const ct_tensor_info *t;  // the Hugging Face tensor, or NULL (rope_freqs)
   int perm_heads;
   int64_t numel;
 } export_item;
@@ -389,11 +390,11 @@ int ct_gguf_export(const ct_model_config *c, ct_gguf_type type, const char *name
                    void *rctx, ct_gguf_kv_fn tok, void *tctx, const char *path) {
   const char *arch = ct_gguf_arch(c);
   if (!arch) return CT_EINVAL;
-  bool llama = !strcmp(arch, "llama"), zero_bias = !strcmp(arch, "qwen2") && !c->qkv_bias;
+  bool llama = !strcmp(arch, "llama");
   ct_model lay = {0};
   int rc = ct_model_layout(&lay, c);
   if (rc) return rc;
-  int cap = lay.n_tensors + 3 * c->num_layers + 1;
+  int cap = lay.n_tensors + 1;
   export_item *items = calloc(cap, sizeof *items);
   float *buf = NULL, *tmp = NULL;
   ct_gguf_writer w = {0};
@@ -416,24 +417,13 @@ int ct_gguf_export(const ct_model_config *c, ct_gguf_type type, const char *name
     if (tt == CT_GGUF_Q8_0 && ne[0] % CT_GGUF_QK8_0) tt = CT_GGUF_F16;  // as llama-quantize falls back
     if ((rc = ct_gguf_add_tensor(&w, gname, t->ndim, ne, tt))) goto out;
     most = t->numel > most ? t->numel : most;
+    if (items[n].perm_heads) most_perm = t->numel > most_perm ? t->numel : most_perm;
     n++;
-    // qwen2 without biases: llama.cpp's qwen2 requires them; zeros change nothing
-    if (items[n - 1].perm_heads) most_perm = t->numel > most_perm ? t->numel : most_perm;
-    int l;
-    if (zero_bias && strstr(t->name, ".self_attn.v_proj.weight") && sscanf(t->name, "model.layers.%d.", &l) == 1) {
-      static const char *const qkv[] = {"q", "k", "v"};
-      for (int j = 0; j < 3; j++) {
-        int64_t len = (j == 0 ? c->num_heads : c->num_kv_heads) * (int64_t)c->head_dim;
-        snprintf(gname, sizeof gname, "blk.%d.attn_%s.bias", l, qkv[j]);
-        if ((rc = ct_gguf_add_tensor(&w, gname, 1, &len, CT_GGUF_F32))) goto out;
-        items[n++] = (export_item){.numel = len};
-      }
-    }
   }
   if (c->rope_type == 1) {
     int64_t len = c->head_dim / 2;
     if ((rc = ct_gguf_add_tensor(&w, "rope_freqs.weight", 1, &len, CT_GGUF_F32))) goto out;
-    items[n++] = (export_item){.numel = -len};  // negative: rope factors
+    items[n++] = (export_item){.numel = len};
   }
   buf = malloc(most * sizeof(float));
   tmp = most_perm ? malloc(most_perm * sizeof(float)) : NULL;  // llama's permuted q/k
@@ -445,8 +435,7 @@ int ct_gguf_export(const ct_model_config *c, ct_gguf_type type, const char *name
   for (int i = 0; i < n && !rc; i++) {
     const export_item *it = &items[i];
     const float *x = buf;
-    if (it->numel < 0) llama3_rope_factors(c, buf);
-    else if (!it->t) memset(buf, 0, it->numel * sizeof(float));
+    if (!it->t) llama3_rope_factors(c, buf);
     else if ((rc = rd(rctx, it->t, buf))) break;
     if (it->perm_heads) {
       long cols = it->t->ndim == 1 ? 1 : it->t->shape[1];

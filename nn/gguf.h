@@ -108,8 +108,7 @@ typedef int (*ct_gguf_kv_fn)(void *ctx, ct_gguf_writer *w);
 // the tensors under llama.cpp's names, read one at a time through rd. Matrices are stored
 // as `type` (Q8_0 falls back to F16 for a row length not a multiple of 32), vectors as
 // F32. llama's q/k rows are permuted into the interleaved RoPE order llama.cpp's llama
-// architecture expects; qwen2 without q/k/v biases gets zero ones (llama.cpp needs them);
-// Llama 3 RoPE scaling becomes the rope_freqs tensor. Peak memory: the largest tensor in
+// architecture expects; Llama 3 RoPE scaling becomes the rope_freqs tensor. Peak memory: the largest tensor in
 // float32 plus a fixed conversion buffer.
 int ct_gguf_export(const ct_model_config *c, ct_gguf_type type, const char *name, ct_gguf_read_fn rd,
                    void *rctx, ct_gguf_kv_fn tok, void *tctx, const char *path);

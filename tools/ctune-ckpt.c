@@ -351,7 +351,7 @@ static int kv_chat_template(gguf_tok *g, ct_gguf_writer *w) {
   if ((rc = ct_path_join(p, sizeof p, g->dir, "tokenizer_config.json"))) return rc;
   if (access(p, R_OK)) return 0;
   json_error_t e;
-  json_t *cfg = json_load_file(p, 0, &e);
+  json_t *cfg = json_load_file(p, JSON_DECODE_INT_AS_REAL, &e);  // model_max_length may be 1e30
   if (!cfg) return ct_set_error(CT_EFORMAT, "%s:%d: %s", p, e.line, e.text);
   const char *tpl = NULL;
   rc = ct_chat_template_pick(json_object_get(cfg, "chat_template"), p, &tpl);
