@@ -54,17 +54,22 @@ add_case() {
       >"$T/$name.gen.json" 2>"$T/x.log" || { cat "$T/x.log"; fail "sampler $name"; }
     echo "{\"text\": \"$prompt\"}" | "$BIN/ctune-tokenize" encode tokenizer_path="$T/$name" >"$T/$name.ids.json" 2>"$T/x.log" \
       || { cat "$T/x.log"; fail "tokenize $name"; }
+    # a conversation rendered with the model's chat template, special tokens included
+    echo "{\"messages\": [{\"role\": \"user\", \"content\": \"$prompt\"}]}" | "$BIN/ctune-tokenize" chat \
+      tokenizer_path="$T/$name" add_generation_prompt=true tokenize=true >"$T/$name.chat.json" 2>/dev/null \
+      || echo '{}' >"$T/$name.chat.json"  # no chat template (Llama 2)
   }
   node -e '
     const fs = require("fs");
-    const [gen, ids, cfg, file, label, strict, prompt, tensors, absent, out] = process.argv.slice(1);
+    const [gen, ids, chat, cfg, file, label, strict, prompt, tensors, absent, out] = process.argv.slice(1);
     const g = JSON.parse(fs.readFileSync(gen, "utf8")), c = JSON.parse(fs.readFileSync(cfg, "utf8"));
+    const ch = JSON.parse(fs.readFileSync(chat, "utf8"));
     fs.writeFileSync(out, JSON.stringify({
       label, file, strict: strict === "1", prompt, prompt_ids: JSON.parse(fs.readFileSync(ids, "utf8")).input_ids,
       ids: g.completion_ids, logprobs: g.logprobs, stopped: g.finish_reason === "stop",
       tensors: tensors.split(/\s+/).filter(Boolean), absent: absent.split(/\s+/).filter(Boolean),
-      chat_template: c.chat_template ?? null }));
-  ' "$T/$name.gen.json" "$T/$name.ids.json" "$T/$name/tokenizer_config.json" "$T/$name.$type.gguf" "$name $type" \
+      chat_template: c.chat_template ?? null, chat_text: ch.text, chat_ids: ch.input_ids }));
+  ' "$T/$name.gen.json" "$T/$name.ids.json" "$T/$name.chat.json" "$T/$name/tokenizer_config.json" "$T/$name.$type.gguf" "$name $type" \
     "$strict" "$prompt" "$4" "$5" "$T/$name.$type.json"
   cases="$cases $T/$name.$type.json"
 }
