@@ -14,8 +14,10 @@
 // is how matrices are stored; norms and biases stay f32. Without an adapter the tensors
 // stream from the safetensors files one at a time.
 #include <stdio.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -129,7 +131,14 @@ static int read_tensor(void *ctx, const ct_tensor_info *ti, float *dst) {
   if (t->ndim != ti->ndim || t->shape[0] != ti->shape[0] || (ti->ndim == 2 && t->shape[1] != ti->shape[1]))
     return ct_set_error(CT_EFORMAT, "%s: tensor '%s' does not have the shape config.json implies", st->path,
                         ti->name);
-  return ct_st_read_f32(st, t, dst, ti->numel);
+  if ((rc = ct_st_read_f32(st, t, dst, ti->numel))) return rc;
+  // the tensor's pages of the read-only mapping are not read again: let them go, so
+  // resident memory holds one tensor at a time
+  long page = sysconf(_SC_PAGESIZE);
+  uintptr_t a = (uintptr_t)ct_st_data(st, t), b = a + (t->end - t->begin);
+  a = (a + page - 1) / page * page, b = b / page * page;
+  if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+  return 0;
 }
 
 // The tokenizer as llama.cpp reads it, from tokenizer.json (+ tokenizer_config.json).
@@ -137,7 +146,7 @@ typedef struct {
   const char *dir;
   char file[CT_PATH_MAX];  // dir/tokenizer.json, for messages
   json_t *root, *model;
-  const ct_tokenizer *tok;
+  ct_tokenizer *tok;        // owned: freed with the rest once the key/values are written
   int V;                   // the model's vocabulary: the token arrays' length
   const char **text;       // (V) each id's token string in tokenizer.json, or NULL (unused id)
   size_t *len;
@@ -184,10 +193,11 @@ static int pre_name(const gguf_tok *g, const char **out) {
   const json_t *pre = json_object_get(g->root, "pre_tokenizer");
   const char *re = split_regex(pre);
   if (!re && !has_step(pre, "Digits")) return *out = "gpt-2", 0;  // ByteLevel's own GPT-2 regex
+  if (!re) return *out = "smollm", 0;  // digits one by one, then GPT-2's regex (SmolLM)
   if (re && !strcmp(re, llama3)) return *out = "llama-bpe", 0;
   if (re && !strcmp(re, qwen2)) return *out = "qwen2", 0;
   return ct_set_error(CT_EFORMAT, "%s: pre_tokenizer: no llama.cpp pre-tokenizer is known to match it "
-                      "(known: GPT-2, Llama 3, Qwen2 regexes)", g->file);
+                      "(known: GPT-2, SmolLM, Llama 3, Qwen2)", g->file);
 }
 
 static bool is_byte_token(const char *s, size_t n) {
@@ -360,6 +370,15 @@ static int kv_chat_template(gguf_tok *g, ct_gguf_writer *w) {
   return rc;
 }
 
+static void tok_close(gguf_tok *g) {
+  json_decref(g->root);
+  ct_tokenizer_free(g->tok);
+  free(g->text);
+  free(g->len);
+  free(g->type);
+  g->root = NULL, g->tok = NULL, g->text = NULL, g->len = NULL, g->type = NULL;
+}
+
 static int tok_kv(void *ctx, ct_gguf_writer *w) {
   gguf_tok *g = ctx;
   int rc = tok_vocab(g);
@@ -381,10 +400,12 @@ static int tok_kv(void *ctx, ct_gguf_writer *w) {
   }
   if (!rc) rc = kv_special(g, w);
   if (!rc) rc = kv_chat_template(g, w);
+  tok_close(g);  // the vocabulary's tables are not needed while the tensors stream
+  malloc_trim(0);  // (their many small blocks would otherwise stay with the process)
   return rc;
 }
 
-static int tok_open(gguf_tok *g, const char *dir, const ct_tokenizer *tok, int V) {
+static int tok_open(gguf_tok *g, const char *dir, ct_tokenizer *tok, int V) {
   memset(g, 0, sizeof *g);
   g->dir = dir, g->tok = tok, g->V = V;
   int rc = ct_path_join(g->file, sizeof g->file, dir, "tokenizer.json");
@@ -403,13 +424,6 @@ static int tok_open(gguf_tok *g, const char *dir, const ct_tokenizer *tok, int V
   g->type = calloc(V, sizeof *g->type);
   if (!g->text || !g->len || !g->type) return ct_set_error(CT_ENOMEM, "%s: out of memory", g->file);
   return 0;
-}
-
-static void tok_close(gguf_tok *g) {
-  json_decref(g->root);
-  free(g->text);
-  free(g->len);
-  free(g->type);
 }
 
 static int gguf(int argc, char **argv) {
@@ -447,7 +461,6 @@ static int gguf(int argc, char **argv) {
   fprintf(stderr, "ctune-ckpt: %s%s%s (%s) written to %s as %s\n", in, adapter ? " + " : "", adapter ? adapter : "",
           cfg.model_type, out, ct_gguf_type_name(type));
   tok_close(&g);
-  ct_tokenizer_free(tok);
   ct_st_dir_close(&src.dir);
   if (adapter) ct_lora_free(&lo), ct_model_free(&m);
   return 0;
