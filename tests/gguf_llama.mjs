@@ -8,9 +8,10 @@
 //    "ids": bin/sampler's greedy completion ids, "logprobs": their log-probabilities,
 //    "stopped": true when the last id is the stop token sampler ended on,
 //    "tensors": names the file must hold, "absent": names it must not, "chat_template",
-//    "chat_text", "chat_ids": a conversation rendered with it and ctune's ids of that}
+//    "chat_text", "chat_ids": a conversation rendered with it and ctune's ids of that,
+//    "texts", "texts_ids": more texts and ctune's ids of them (no special tokens)}
 // Prints one summary line per case. Exits 1 when the header is wrong (tensors, alignment, chat
-// template) or llama.cpp tokenizes the prompt or the chat text otherwise than ctune; with strict (f32)
+// template) or llama.cpp tokenizes the prompt, the texts or the chat text otherwise than ctune; with strict (f32)
 // also unless llama.cpp continues it greedily with the same tokens, each token's
 // log-probability within 0.05 of ctune's (llama.cpp keeps its KV cache in f16).
 // Otherwise (f16, bf16, q8_0) it reports how many tokens agree.
@@ -53,6 +54,10 @@ async function check(c) {
   const toks = Array.from(model.tokenize(c.prompt, true));
   if (model.tokens.shouldPrependBosToken && model.tokens.bos !== null) toks.unshift(model.tokens.bos);
   if (!same(toks, c.prompt_ids)) errors.push(`llama.cpp tokenizes the prompt as [${toks}], ctune as [${c.prompt_ids}]`);
+  (c.texts ?? []).forEach((t, i) => {  // as plain text: no BOS, special strings not matched
+    const got = Array.from(model.tokenize(t, false));
+    if (!same(got, c.texts_ids[i])) errors.push(`llama.cpp tokenizes ${JSON.stringify(t)} as [${got}], ctune as [${c.texts_ids[i]}]`);
+  });
   if (c.chat_text !== undefined) {  // the rendered template: special tokens are matched
     const ct = Array.from(model.tokenize(c.chat_text, true));
     if (model.tokens.shouldPrependBosToken && model.tokens.bos !== null && ct[0] !== model.tokens.bos) ct.unshift(model.tokens.bos);
