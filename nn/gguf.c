@@ -201,7 +201,7 @@ int ct_gguf_begin_data(ct_gguf_writer *w) {
 static int put_values(ct_gguf_writer *w, const float *x, int64_t n, ct_gguf_type t) {
   if (t == CT_GGUF_F32) return put(w, x, 4 * (size_t)n);
   uint8_t *buf = (uint8_t *)w->cvt;
-  int64_t chunk = CVT_FLOATS;  // converted, takes at most 34/32 · 4 · CVT_FLOATS / 4 bytes
+  int64_t chunk = CVT_FLOATS;  // converted: at most 2 bytes a value (Q8_0 34/32), within w->cvt
   for (int64_t i = 0; i < n; i += chunk) {
     int64_t m = n - i < chunk ? n - i : chunk;
     if (t == CT_GGUF_Q8_0) {
