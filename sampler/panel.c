@@ -97,7 +97,26 @@ typedef struct {
   int ldx;
   float *y;       // (mr, ldy), the panel's first column
   int ldy, acc, w, K;
+  const char *pf; // this tile's share of the next panel, fetched into L2 meanwhile
+  int pf_lines;   // its 64-byte lines
 } tile;
+
+// Each tile of a panel asks for its share of the next panel's lines (one per k step), so
+// the weights stream from memory while the current panel computes, instead of the next
+// panel's first tile stalling on all of them.
+#if defined(__AVX512F__)
+static inline void prefetch_step(const tile *t, int k) {
+  if (k < t->pf_lines) _mm_prefetch(t->pf + 64L * k, _MM_HINT_T1);
+}
+#endif
+
+// The share of panel p + 1 (bytes each) that tile i of n fetches.
+static inline void prefetch_share(tile *t, const void *next, long bytes, int i, int n) {
+  if (!next) return;
+  long lines = (bytes + 63) / 64, per = (lines + n - 1) / n, first = per * i;
+  t->pf = (const char *)next + 64 * first;
+  t->pf_lines = (int)(first >= lines ? 0 : lines - first < per ? lines - first : per);
+}
 
 #if defined(__AVX512F__)
 // Inlined and unrolled with the kernel, so the accumulators stay in registers (an
@@ -127,6 +146,7 @@ static inline __attribute__((always_inline)) void tile_f32(const tile *t, const 
   const float *x = t->x;
   for (int k = 0; k < t->K; k++) {
     const float *b = Pk + (long)k * t->w;
+    prefetch_step(t, k);
     __m512 b0 = _mm512_maskz_loadu_ps(m0, b), b1 = _mm512_maskz_loadu_ps(m1, b + 16);
 #pragma GCC unroll 12
     for (int m = 0; m < MR; m++)
@@ -162,6 +182,7 @@ static inline __attribute__((always_inline)) void tile_bf16(const tile *t, const
   const uint16_t *x = t->x;
   for (int k = 0; k < K2; k++) {
     const uint16_t *b = Pk + (long)k * t->w * 2;  // w pairs
+    prefetch_step(t, k);
     __m512bh b0 = (__m512bh)_mm512_maskz_loadu_epi32(m0, b), b1 = (__m512bh)_mm512_maskz_loadu_epi32(m1, b + 32);
 #pragma GCC unroll 12
     for (int m = 0; m < MR; m++)
@@ -215,6 +236,7 @@ static inline __attribute__((always_inline)) void tile_q8(const tile8 *q, const 
   const uint8_t *x = t->x;
   for (int k = 0; k < t->K / 4; k++) {
     const int8_t *b = Pk + (long)k * t->w * 4;  // w quads
+    prefetch_step(t, k);
     __m512i b0 = _mm512_maskz_loadu_epi32(m0, b), b1 = _mm512_maskz_loadu_epi32(m1, b + 64);
 #pragma GCC unroll 12
     for (int m = 0; m < MR; m++)
@@ -275,13 +297,18 @@ static inline void tile_q8(const tile8 *q, const int8_t *Pk, const int mr) {
 // Tokens in blocks of TB (its activations stay in cache while the panels stream past).
 #define TB (20 * MR)
 
+// Register tiles in the token block starting at s0.
+static inline int tiles(int S, int s0) { return ((S - s0 < TB ? S - s0 : TB) + MR - 1) / MR; }
+
 void ct_panel_gemm(const float *Pk, int N, int K, const float *x, int ldx, int S, float *y, int ldy,
                    int acc, int p0, int p1) {
   for (int s0 = 0; s0 < S; s0 += TB)
     for (int p = p0; p < p1; p++)
       for (int s = s0; s < S && s < s0 + TB; s += MR) {
         int mr = S - s < MR ? S - s : MR;
-        tile t = {x + (long)s * ldx, ldx, y + (long)s * ldy + p * P, ldy, acc, panel_w(N, p), K};
+        tile t = {x + (long)s * ldx, ldx, y + (long)s * ldy + p * P, ldy, acc, panel_w(N, p), K, NULL, 0};
+        prefetch_share(&t, p + 1 < p1 ? Pk + (long)(p + 1) * P * K : NULL, 4L * panel_w(N, p + 1) * K,
+                       (s - s0) / MR, tiles(S, s0));
         TILE_SWITCH(tile_f32, &t, Pk + (long)p * P * K, mr);
       }
 }
@@ -292,8 +319,10 @@ void ct_panel8_gemm(const int8_t *Pk, int N, int K, const uint8_t *xu, int ldx, 
     for (int p = p0; p < p1; p++)
       for (int s = s0; s < S && s < s0 + TB; s += MR) {
         int mr = S - s < MR ? S - s : MR;
-        tile8 q = {{xu + (long)s * ldx, ldx, y + (long)s * ldy + p * P, ldy, acc, panel_w(N, p), K},
+        tile8 q = {{xu + (long)s * ldx, ldx, y + (long)s * ldy + p * P, ldy, acc, panel_w(N, p), K, NULL, 0},
                    sx + s, scale + p * P, rowsum + p * P};
+        prefetch_share(&q.t, p + 1 < p1 ? Pk + (long)(p + 1) * P * K : NULL, (long)panel_w(N, p + 1) * K,
+                       (s - s0) / MR, tiles(S, s0));
         TILE_SWITCH(tile_q8, &q, Pk + (long)p * P * K, mr);
       }
 }
@@ -305,7 +334,9 @@ void ct_panel16_gemm(const uint16_t *Pk, int N, int K, const uint16_t *x16, int 
     for (int p = p0; p < p1; p++)
       for (int s = s0; s < S && s < s0 + TB; s += MR) {
         int mr = S - s < MR ? S - s : MR;
-        tile t = {x16 + (long)s * ldx16, ldx16, y + (long)s * ldy + p * P, ldy, acc, panel_w(N, p), K};
+        tile t = {x16 + (long)s * ldx16, ldx16, y + (long)s * ldy + p * P, ldy, acc, panel_w(N, p), K, NULL, 0};
+        prefetch_share(&t, p + 1 < p1 ? Pk + (long)(p + 1) * P * K2 * 2 : NULL, 4L * panel_w(N, p + 1) * K2,
+                       (s - s0) / MR, tiles(S, s0));
         TILE_SWITCH(tile_bf16, &t, Pk + (long)p * P * K2 * 2, mr);
       }
 }
