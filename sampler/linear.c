@@ -205,21 +205,35 @@ static int narrow_x(const float *x, int ldx, int S, int K) {
   return 0;
 }
 
+// Panels [p0, p1) for tokens [s0, s1).
+static void panel_range(const lin_job *j, long p0, long p1, long s0, long s1) {
+  const ct_linear *w = j->w;
+  int S = (int)(s1 - s0);
+  float *y = j->y + s0 * j->ldy;
+  if (w->p8)
+    ct_panel8_gemm(w->p8, w->rows, w->cols, QX.xu + s0 * w->cols, w->cols, QX.sx + s0, w->scale, w->rowsum, S, y,
+                   j->ldy, j->acc, (int)p0, (int)p1);
+  else if (w->p16) {
+    long ld = 2 * ((w->cols + 1) / 2);
+    ct_panel16_gemm(w->p16, w->rows, w->cols, BX.x16 + s0 * ld, (int)ld, S, y, j->ldy, j->acc, (int)p0, (int)p1);
+  } else
+    ct_panel_gemm(w->p32, w->rows, w->cols, j->x + s0 * j->ldx, j->ldx, S, y, j->ldy, j->acc, (int)p0, (int)p1);
+}
+
+// Parts are ranges of panels, or — when there are fewer panels than threads (an
+// adapter's A: one panel of r rows) — ranges of tokens. Either way each output is the same
+// chain (panel.h), computed once.
 static void panel_task(void *ctx, int part, int thread) {
   (void)thread;
   const lin_job *j = ctx;
-  const ct_linear *w = j->w;
-  long p0, p1;
-  ct_chunk_range((w->rows + CT_PANEL - 1) / CT_PANEL, 1, j->parts, part, &p0, &p1);
-  if (p1 <= p0) return;
-  if (w->p8)
-    ct_panel8_gemm(w->p8, w->rows, w->cols, QX.xu, w->cols, QX.sx, w->scale, w->rowsum, j->S, j->y, j->ldy,
-                   j->acc, (int)p0, (int)p1);
-  else if (w->p16)
-    ct_panel16_gemm(w->p16, w->rows, w->cols, BX.x16, 2 * ((w->cols + 1) / 2), j->S, j->y, j->ldy, j->acc,
-                    (int)p0, (int)p1);
-  else
-    ct_panel_gemm(w->p32, w->rows, w->cols, j->x, j->ldx, j->S, j->y, j->ldy, j->acc, (int)p0, (int)p1);
+  long np = (j->w->rows + CT_PANEL - 1) / CT_PANEL, a, b;
+  if (np < ct_pool_threads()) {
+    ct_chunk_range(j->S, 12, j->parts, part, &a, &b);
+    if (b > a) panel_range(j, 0, np, a, b);
+    return;
+  }
+  ct_chunk_range(np, 1, j->parts, part, &a, &b);
+  if (b > a) panel_range(j, a, b, 0, j->S);
 }
 
 static void lin_task(void *ctx, int part, int thread) {
@@ -241,7 +255,8 @@ void ct_linear_forward(const ct_linear *w, const float *x, int ldx, int S, float
   lin_job j = {w, x, y, ldx, ldy, S, accumulate, 0};
   if (!w->q && (w->p8 || w->p16 || w->p32)) {
     if (w->p16 && narrow_x(x, ldx, S, w->cols)) return;  // out of memory: y as it was
-    j.parts = ct_pool_parts((w->rows + CT_PANEL - 1) / CT_PANEL);
+    long np = (w->rows + CT_PANEL - 1) / CT_PANEL;
+    j.parts = np < ct_pool_threads() ? (S >= 24 ? ct_pool_threads() : 1) : ct_pool_parts(np);
     ct_parallel_for(j.parts, panel_task, &j);
     return;
   }
