@@ -129,41 +129,108 @@ static void store_kv_task(void *ctx, int i, int thread) {
   memcpy(e->vcache + row, k + KVd, sizeof(float) * KVd);
 }
 
-// Attention of token i's query heads of kv group g over its slot's positions 0..pos.
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+// v[j] (16 vectors) -> one vector whose lane j is the sum of v[j]'s lanes.
+static inline __m512 hsum16(const __m512 v[16]) {
+  __m512 t[8], u[4];
+  for (int i = 0; i < 8; i++)  // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3]
+    t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  for (int i = 0; i < 4; i++)  // per 128-bit lane: the lane's sum of v[4i .. 4i+3]
+    u[i] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0x44), _mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0xEE));
+  __m512 x01 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xDD));
+  __m512 x23 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88), _mm512_shuffle_f32x4(u[2], u[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(x01, x23, 0x88), _mm512_shuffle_f32x4(x01, x23, 0xDD));
+}
+
+// s[p] = q·k_p for 16 positions from K (row stride ld), head size 16·nc.
+static inline __attribute__((always_inline)) void scores16(const float *q, const float *K, long ld, float *s,
+                                                           const int nc) {
+  __m512 v[16];
+  for (int j = 0; j < 16; j++) {
+    const float *k = K + j * ld;
+    __m512 a = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));
+    for (int c = 1; c < nc; c++) a = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * c), _mm512_loadu_ps(k + 16 * c), a);
+    v[j] = a;
+  }
+  _mm512_storeu_ps(s, hsum16(v));
+}
+
+// o (16·nc) = Σ_p a[p]·v_p over P rows of V (row stride ld), accumulated in registers.
+static inline __attribute__((always_inline)) void weighted_sum(const float *a, const float *V, long ld, int P,
+                                                               float *o, const int nc) {
+  __m512 acc[8];
+  for (int c = 0; c < nc; c++) acc[c] = _mm512_setzero_ps();
+  for (int p = 0; p < P; p++) {
+    __m512 w = _mm512_set1_ps(a[p]);
+    for (int c = 0; c < nc; c++) acc[c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(V + p * ld + 16 * c), acc[c]);
+  }
+  for (int c = 0; c < nc; c++) _mm512_storeu_ps(o + 16 * c, acc[c]);
+}
+#endif
+
+// One query head over P cached positions: scores into s (scaled, then exp'd), its output
+// into o (hd).
+static void attend_head(const float *q, const float *K, const float *V, long ld, int P, int hd, float scale,
+                        float *s, float *o) {
+  int p = 0;
+#if defined(__AVX512F__)
+  if (hd == 64)
+    for (; p + 16 <= P; p += 16) scores16(q, K + p * ld, ld, s + p, 4);
+  else if (hd == 128)
+    for (; p + 16 <= P; p += 16) scores16(q, K + p * ld, ld, s + p, 8);
+#endif
+  for (; p < P; p++) {
+    const float *k = K + p * ld;
+    float d = 0;
+#pragma omp simd reduction(+ : d)
+    for (int t = 0; t < hd; t++) d += q[t] * k[t];
+    s[p] = d;
+  }
+  float mx = -INFINITY;
+  for (p = 0; p < P; p++) {
+    s[p] *= scale;
+    mx = s[p] > mx ? s[p] : mx;
+  }
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (p = 0; p < P; p++) {
+    s[p] = ct_expf(s[p] - mx);
+    sum += s[p];
+  }
+  float inv = 1.0f / sum;
+  for (p = 0; p < P; p++) s[p] *= inv;
+#if defined(__AVX512F__)
+  if (hd == 64) {
+    weighted_sum(s, V, ld, P, o, 4);
+    return;
+  }
+  if (hd == 128) {
+    weighted_sum(s, V, ld, P, o, 8);
+    return;
+  }
+#endif
+  memset(o, 0, sizeof(float) * hd);
+  for (p = 0; p < P; p++) {
+    const float *v = V + p * ld;
+#pragma omp simd
+    for (int t = 0; t < hd; t++) o[t] += s[p] * v[t];
+  }
+}
+
+// Attention of token i's query heads of kv group g over its slot's positions 0..pos. A
+// token's result depends on its own query and its slot's cache only, never on the pass.
 static void attend_task(void *ctx, int task, int thread) {
   const pass_job *j = ctx;
   ct_engine *e = j->e;
   int i = task / e->KV, g = task % e->KV, rep = e->H / e->KV, hd = e->hd, P = e->pos[i] + 1;
   long KVd = (long)e->KV * hd, base = cache_row(e, j->l, e->slot[i], 0) + (long)g * hd;
-  const float *K = e->kcache + base, *V = e->vcache + base;
-  float scale = 1.0f / sqrtf((float)hd);
   float *sc = e->scores + (long)thread * rep * e->o.max_len;
   for (int r = 0; r < rep; r++) {
     int h = g * rep + r;
-    const float *q = e->qkv + (long)i * e->QKV + (long)h * hd;
-    float *s = sc + (long)r * e->o.max_len, mx = -INFINITY;
-    for (int p = 0; p < P; p++) {
-      const float *k = K + p * KVd;
-      float d = 0;
-#pragma omp simd reduction(+ : d)
-      for (int t = 0; t < hd; t++) d += q[t] * k[t];
-      s[p] = d * scale;
-      mx = s[p] > mx ? s[p] : mx;
-    }
-    float sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int p = 0; p < P; p++) {
-      s[p] = ct_expf(s[p] - mx);
-      sum += s[p];
-    }
-    float inv = 1.0f / sum, *o = e->att + (long)i * e->H * hd + (long)h * hd;
-    memset(o, 0, sizeof(float) * hd);
-    for (int p = 0; p < P; p++) {
-      const float *v = V + p * KVd;
-      float a = s[p] * inv;
-#pragma omp simd
-      for (int t = 0; t < hd; t++) o[t] += a * v[t];
-    }
+    attend_head(e->qkv + (long)i * e->QKV + (long)h * hd, e->kcache + base, e->vcache + base, KVd, P, hd,
+                1.0f / sqrtf((float)hd), sc + (long)r * e->o.max_len, e->att + (long)i * e->H * hd + (long)h * hd);
   }
 }
 

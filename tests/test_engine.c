@@ -81,6 +81,42 @@ static void test_kv_cache_decode_matches_training_forward_qwen3_qk_norm(void) {
   for (int p = CT_PACK_NONE; p <= CT_PACK_BF16; p++) check_decode_matches_training_forward("qwen3", p);
 }
 
+// Heads of 64 and 128 (the vectorized attention's sizes) over 40 positions (two blocks of
+// 16 and a tail): prefill + decode equal the training forward to float rounding.
+static void test_wide_head_attention_matches_training_forward(void) {
+  for (int hd = 64; hd <= 128; hd *= 2) {
+    ct_model_config c = tiny_config("qwen3");
+    c.head_dim = hd;
+    ct_model m;
+    CHECK_OK(ct_model_init(&m, &c, 64));
+    ct_model_init_random(&m, 7, 0.3f);
+    int T = 40, P = 3, V = c.vocab_size, ids[40];
+    for (int t = 0; t < T; t++) ids[t] = (t * 11 + 5) % V;
+    float *want = train_logits(&m, ids, T), *got = malloc(sizeof(float) * T * V);
+    ct_infer_weights w;
+    CHECK_OK(ct_infer_from_model(&w, &m));
+    CHECK_OK(ct_infer_pack(&w, CT_PACK_F32));
+    ct_engine *e;
+    ct_engine_opts o = {.slots = 2, .max_len = 48, .max_tokens = 16};
+    CHECK_OK(ct_engine_init(&e, &w, &o));
+    int slot[3] = {1, 1, 1}, pos[3] = {0, 1, 2}, last = P - 1, zero = 0;
+    CHECK_OK(ct_engine_forward(e, P, ids, slot, pos, &last, 1, got + (long)(P - 1) * V));
+    for (int t = P; t < T; t++) CHECK_OK(ct_engine_forward(e, 1, ids + t, slot, &t, &zero, 1, got + (long)t * V));
+    double worst = 0, scale = 0;
+    for (long k = (long)(P - 1) * V; k < (long)T * V; k++) {
+      worst = fmax(worst, fabs(got[k] - want[k]));
+      scale = fmax(scale, fabs(want[k]));
+    }
+    fprintf(stderr, "  head_dim %d, 40 positions: max |logit diff| %.3g (max |logit| %.3g)\n", hd, worst, scale);
+    CHECK(worst < 1e-5 * fmax(1, scale));
+    free(want);
+    free(got);
+    ct_engine_free(e);
+    ct_infer_free(&w);
+    ct_model_free(&m);
+  }
+}
+
 // Two prompts prefilled in one packed pass give bit-identical logits and caches to two
 // separate prefills; a decode step of one slot alone equals the same slot decoded next
 // to others; a copied slot decodes exactly like its source.
@@ -259,6 +295,7 @@ int main(int argc, char **argv) {
   RUN(test_kv_cache_decode_matches_training_forward_llama);
   RUN(test_kv_cache_decode_matches_training_forward_qwen2_bias);
   RUN(test_kv_cache_decode_matches_training_forward_qwen3_qk_norm);
+  RUN(test_wide_head_attention_matches_training_forward);
   RUN(test_packing_batching_and_slot_copies_change_no_bit);
   RUN(test_bf16_tracks_fp32);
   RUN(test_int8_tracks_fp32_and_round_trips_byte_exact);
