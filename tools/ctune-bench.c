@@ -207,6 +207,7 @@ int main(int argc, char **argv) {
   }
   ct_model_init_random(&m, 1, 0.02f);
   if (arg(argc, argv, "bf16", 0)) {  // the projections in bf16; the peak is oneDNN's
+    ct_acts_free(&a);  // again, with the bf16 inputs of the matmuls
     if (ct_dnnl_init() || ct_model_bf16_compute(&m) || ct_acts_init(&a, &m, B, T, CT_ACTS_KEEP))
       return fprintf(stderr, "ctune-bench: %s\n", ct_last_error()), 1;
     peak = gemm_gflops(true, 'N', 'T', 2048, 2048, 2048, 10);
