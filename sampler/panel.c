@@ -199,8 +199,11 @@ static inline __attribute__((always_inline)) void tile_bf16(const tile *t, const
 bool ct_panel16_native(void) { return true; }
 #else
 // The instruction's arithmetic: the odd element's product, then the even one's, each
-// exact in fp32 (8-bit significands) and added with one rounding.
-static inline void tile_bf16(const tile *t, const uint16_t *Pk, const int mr) {
+// exact in fp32 (8-bit significands) and added with one rounding. Not vectorized: GCC 12's
+// dynamic cost model vectorizes this two-step in-order sum wrongly (measured: errors of
+// whole units from K = 64 up, at -O2 -mavx2 -fvect-cost-model=dynamic).
+__attribute__((optimize("no-tree-vectorize"))) static void tile_bf16(const tile *t, const uint16_t *Pk,
+                                                                     const int mr) {
   const uint16_t *x = t->x;
   const int K2 = (t->K + 1) / 2;
   for (int m = 0; m < mr; m++)
