@@ -5,28 +5,9 @@
 . tests/lib/common.sh
 start_test bf16_e2e
 
-"$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 3000 100 7 6 >/dev/null
-cat > "$T/tiny.yml" <<YML
-base_config: $(pwd)/configs/sft.yml
-model:
-  hidden_size: 128
-  intermediate_size: 384
-  num_hidden_layers: 2
-  num_attention_heads: 4
-  num_key_value_heads: 2
-dataset_path: $T/train.jsonl
-eval_dataset_path: $T/eval.jsonl
-max_length: 24
-per_device_train_batch_size: 16
-learning_rate: 3e-3
-lr_scheduler_type: cosine
-warmup_steps: 5
-logging_steps: 10
-save_steps: 0
-YML
+tiny_sft 'logging_steps: 10' 'save_steps: 0'
 if DNNL_MAX_CPU_ISA=ALL "$BIN/sft" "$T/tiny.yml" output_dir="$T/probe" bf16=true max_steps=1 eval_dataset_path= \
      >"$T/probe.log" 2>&1; then
-  field() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p"; }
   echo "== held-out accuracy: bf16 within 2 points of fp32"
   for b in false true; do
     "$BIN/sft" "$T/tiny.yml" output_dir="$T/acc-$b" max_steps=300 eval_steps=0 bf16=$b >"$T/acc-$b.log" 2>&1 \

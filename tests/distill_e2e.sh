@@ -14,7 +14,6 @@ student="model.hidden_size=64 model.intermediate_size=192 model.num_hidden_layer
          model.num_attention_heads=2 model.num_key_value_heads=1"
 common="configs/distill.yml teacher_path=$T/teacher dataset_path=$T/train.jsonl $student max_length=24
         per_device_train_batch_size=32 learning_rate=3e-3 lr_scheduler_type=constant logging_steps=1 save_steps=0"
-field() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p"; }
 at() { sed -n "$1p" "$T/$2/metrics.jsonl" | field "$3"; }  # at STEP RUN KEY
 
 echo "== the student's loss falls; the teacher is untouched"

@@ -12,7 +12,6 @@ small_sft "$T/sft.jsonl" "$T/sft" 200 128 384
 D="$BIN/dpo"
 common="configs/dpo.yml model_path=$T/sft dataset_path=$T/prefs.jsonl max_length=24 logging_steps=1
         per_device_train_batch_size=8 learning_rate=2e-4 lr_scheduler_type=constant save_steps=0"
-field() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p"; }
 steps() { grep '"rewards/accuracies"' "$1" | grep -v eval_; }
 
 echo "== step 0 loss is log 2; held-out reward accuracy rises"

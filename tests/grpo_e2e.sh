@@ -12,7 +12,6 @@ G="$BIN/grpo"
 common="configs/grpo.yml model_path=$T/sft dataset_path=$T/prompts.jsonl answer_field=completion
         per_device_train_batch_size=32 num_generations=8 max_completion_length=10 logging_steps=1
         save_steps=0 learning_rate=1e-4"
-field() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p"; }
 
 echo "== the mean reward rises (length reward, target 2 characters)"
 "$G" $common output_dir="$T/len" max_steps=40 reward_funcs=length length_target=2 >"$T/len.log" 2>&1 \

@@ -10,7 +10,6 @@ start_test lora
 
 "$BIN/ctune-demo-data" reverse "$T/sft.jsonl" "$T/eval.jsonl" 3000 50 21 6
 small_sft "$T/sft.jsonl" "$T/base" 200 128 384
-field() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p"; }
 lora="use_peft=true lora_r=8 max_length=24 save_steps=0 logging_steps=1"
 
 echo "== SFT: adapters on the frozen base raise held-out accuracy"

@@ -6,27 +6,8 @@
 . tests/lib/common.sh
 start_test muon_e2e
 
-"$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 3000 100 7 6
-cat > "$T/tiny.yml" <<YML
-base_config: $(pwd)/configs/sft.yml
-model:
-  hidden_size: 128
-  intermediate_size: 384
-  num_hidden_layers: 2
-  num_attention_heads: 4
-  num_key_value_heads: 2
-dataset_path: $T/train.jsonl
-eval_dataset_path: $T/eval.jsonl
-max_length: 24
-per_device_train_batch_size: 16
-learning_rate: 3e-3
-lr_scheduler_type: cosine
-warmup_steps: 5
-logging_steps: 1
-optimizer: muon
-YML
+tiny_sft 'logging_steps: 1' 'optimizer: muon'
 
-field() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p"; }
 
 echo "== learning: 150 Muon steps take the loss below 0.4 x its start, accuracy up by 0.2"
 "$BIN/sft" "$T/tiny.yml" output_dir="$T/learn" max_steps=150 eval_on_start=true save_steps=0 \

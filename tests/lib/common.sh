@@ -23,6 +23,32 @@ expect() {
   grep -q -- "$pat" "$T/expect.log" || { cat "$T/expect.log"; fail "message lacks '$pat' for: $*"; }
 }
 
+# field KEY: the number KEY holds in each JSON line on stdin (metrics.jsonl rows).
+field() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p"; }
+
+# tiny_sft [YAML LINES...]: the reverse task's data ($T/train.jsonl, $T/eval.jsonl) and
+# $T/tiny.yml, a 2-layer model from scratch on it, with the given lines appended.
+tiny_sft() {
+  "$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 3000 100 7 6 >/dev/null
+  cat > "$T/tiny.yml" <<YML
+base_config: $(pwd)/configs/sft.yml
+model:
+  hidden_size: 128
+  intermediate_size: 384
+  num_hidden_layers: 2
+  num_attention_heads: 4
+  num_key_value_heads: 2
+dataset_path: $T/train.jsonl
+eval_dataset_path: $T/eval.jsonl
+max_length: 24
+per_device_train_batch_size: 16
+learning_rate: 3e-3
+lr_scheduler_type: cosine
+warmup_steps: 5
+YML
+  for line in "$@"; do echo "$line" >> "$T/tiny.yml"; done
+}
+
 # small_sft DATA OUT STEPS HIDDEN INTERMEDIATE: trains a 2-layer model from scratch on
 # DATA (a reverse-task file from ctune-demo-data) into OUT; its log goes to OUT.log and
 # is printed if training fails. Uses $BIN.
