@@ -30,44 +30,44 @@ static float *train_logits(const ct_model *m, const int *ids, int T) {
 
 static const char *pack_names[] = {"rows", "fp32 panels", "bf16 panels"};
 
+// Prefills the first P of T tokens into a slot, decodes the rest one at a time with m's
+// weights packed as `pack`, and compares every logit from position P − 1 on with the
+// training forward's: the largest difference, and the largest logit into *scale.
+static double decode_vs_forward(const ct_model *m, int T, int P, int pack, uint64_t seed, double *scale) {
+  int V = m->cfg.vocab_size, ids[64], slot[64], pos[64], last = P - 1, zero = 0;
+  for (int t = 0; t < T; t++) ids[t] = (int)((t * 7 + seed) % V), slot[t] = 1, pos[t] = t;
+  float *want = train_logits(m, ids, T), *got = malloc(sizeof(float) * T * V);
+  ct_infer_weights w;
+  CHECK_OK(ct_infer_from_model(&w, m));
+  CHECK_OK(ct_infer_pack(&w, pack));
+  ct_engine *e;
+  ct_engine_opts o = {.slots = 3, .max_len = T + 8, .max_tokens = 16};
+  CHECK_OK(ct_engine_init(&e, &w, &o));
+  CHECK_OK(ct_engine_forward(e, P, ids, slot, pos, &last, 1, got + (long)(P - 1) * V));
+  for (int t = P; t < T; t++) CHECK_OK(ct_engine_forward(e, 1, ids + t, slot, pos + t, &zero, 1, got + (long)t * V));
+  double worst = 0;
+  *scale = 0;
+  for (long k = (long)(P - 1) * V; k < (long)T * V; k++) {
+    worst = fmax(worst, fabs(got[k] - want[k]));
+    *scale = fmax(*scale, fabs(want[k]));
+  }
+  free(got);
+  free(want);
+  ct_engine_free(e);
+  ct_infer_free(&w);
+  return worst;
+}
+
 static void check_decode_matches_training_forward(const char *type, int pack) {
   ct_model m;
   tiny_model(&m, type);
-  int T = 14, P = 5, V = m.cfg.vocab_size;
-  int ids[14];
-  for (int t = 0; t < T; t++) ids[t] = (t * 7 + 3) % V;
-  float *want = train_logits(&m, ids, T);
-  ct_infer_weights w;
-  CHECK_OK(ct_infer_from_model(&w, &m));
-  CHECK_OK(ct_infer_pack(&w, pack));
-  ct_engine *e;
-  ct_engine_opts o = {.slots = 3, .max_len = 32, .max_tokens = 16};
-  CHECK_OK(ct_engine_init(&e, &w, &o));
-  float *got = malloc(sizeof(float) * T * V);
-  // prefill P tokens into slot 2, then decode one token at a time
-  int slot[16], pos[16], outi = P - 1;
-  for (int t = 0; t < P; t++) slot[t] = 2, pos[t] = t;
-  CHECK_OK(ct_engine_forward(e, P, ids, slot, pos, &outi, 1, got + (long)(P - 1) * V));
-  for (int t = P; t < T; t++) {
-    int s = 2, p = t, zero = 0;
-    CHECK_OK(ct_engine_forward(e, 1, ids + t, &s, &p, &zero, 1, got + (long)t * V));
-  }
-  double worst = 0, scale = 0;
-  for (int t = P - 1; t < T; t++)
-    for (int v = 0; v < V; v++) {
-      worst = fmax(worst, fabs(got[(long)t * V + v] - want[(long)t * V + v]));
-      scale = fmax(scale, fabs(want[(long)t * V + v]));
-    }
+  double scale, worst = decode_vs_forward(&m, 14, 5, pack, 3, &scale);
   fprintf(stderr, "  %s, %s: prefill + decode vs training forward, max |logit diff| %.3g (max |logit| %.3g)\n",
           type, pack_names[pack], worst, scale);
   // fp32: runs show ~4e-6, float rounding only (5x margin). bf16: every matrix input
   // rounded to 8 significant bits (relative 2^-9 each) through every layer: runs show
   // 1.3-2.1% of the largest logit (int8: 3%); 5% bounds it.
   CHECK(worst < (pack == CT_PACK_BF16 ? 0.05 * scale : 2e-5));
-  free(got);
-  free(want);
-  ct_engine_free(e);
-  ct_infer_free(&w);
   ct_model_free(&m);
 }
 
@@ -90,29 +90,9 @@ static void test_wide_head_attention_matches_training_forward(void) {
     ct_model m;
     CHECK_OK(ct_model_init(&m, &c, 64));
     ct_model_init_random(&m, 7, 0.3f);
-    int T = 40, P = 3, V = c.vocab_size, ids[40];
-    for (int t = 0; t < T; t++) ids[t] = (t * 11 + 5) % V;
-    float *want = train_logits(&m, ids, T), *got = malloc(sizeof(float) * T * V);
-    ct_infer_weights w;
-    CHECK_OK(ct_infer_from_model(&w, &m));
-    CHECK_OK(ct_infer_pack(&w, CT_PACK_F32));
-    ct_engine *e;
-    ct_engine_opts o = {.slots = 2, .max_len = 48, .max_tokens = 16};
-    CHECK_OK(ct_engine_init(&e, &w, &o));
-    int slot[3] = {1, 1, 1}, pos[3] = {0, 1, 2}, last = P - 1, zero = 0;
-    CHECK_OK(ct_engine_forward(e, P, ids, slot, pos, &last, 1, got + (long)(P - 1) * V));
-    for (int t = P; t < T; t++) CHECK_OK(ct_engine_forward(e, 1, ids + t, slot, &t, &zero, 1, got + (long)t * V));
-    double worst = 0, scale = 0;
-    for (long k = (long)(P - 1) * V; k < (long)T * V; k++) {
-      worst = fmax(worst, fabs(got[k] - want[k]));
-      scale = fmax(scale, fabs(want[k]));
-    }
+    double scale, worst = decode_vs_forward(&m, 40, 3, CT_PACK_F32, 5, &scale);
     fprintf(stderr, "  head_dim %d, 40 positions: max |logit diff| %.3g (max |logit| %.3g)\n", hd, worst, scale);
     CHECK(worst < 1e-5 * fmax(1, scale));
-    free(want);
-    free(got);
-    ct_engine_free(e);
-    ct_infer_free(&w);
     ct_model_free(&m);
   }
 }
