@@ -102,6 +102,18 @@ static void dot4_q8(const uint8_t *xu, const int8_t *w, int K, int32_t *out) {
 }
 #endif
 
+// buf, or a buffer of at least `need` elements of `size` bytes that replaces it (twice the
+// need, contents dropped); NULL when that cannot be allocated (buf freed, *cap 0). The
+// scratch of one call's activations.
+static void *reserve(void *buf, long *cap, long need, size_t size) {
+  if (need <= *cap) return buf;
+  free(buf);
+  *cap = need * 2;
+  if ((buf = malloc(size * (size_t)*cap))) return buf;
+  *cap = 0;
+  return NULL;
+}
+
 // The quantized activations of the current call: xu (S, K) bytes and their scales.
 static struct {
   uint8_t *xu;
@@ -154,19 +166,9 @@ static void quantize_task(void *ctx, int part, int thread) {
 
 // Quantizes the S rows of x (absmax per row) into QX.
 static int quantize_x(const float *x, int ldx, int S, int K) {
-  long need = (long)S * K;
-  if (need > QX.cap_bytes || S > QX.cap_rows) {
-    free(QX.xu);
-    free(QX.sx);
-    QX.cap_bytes = need * 2;
-    QX.cap_rows = S * 2;
-    QX.xu = malloc((size_t)QX.cap_bytes);
-    QX.sx = malloc(sizeof(float) * QX.cap_rows);
-    if (!QX.xu || !QX.sx) {
-      QX.cap_bytes = QX.cap_rows = 0;
-      return -1;
-    }
-  }
+  QX.xu = reserve(QX.xu, &QX.cap_bytes, (long)S * K, 1);
+  QX.sx = reserve(QX.sx, &QX.cap_rows, S, sizeof(float));
+  if (!QX.xu || !QX.sx) return -1;
   rows_job j = {x, ldx, S, K, ct_pool_parts(S)};
   ct_parallel_for(j.parts, quantize_task, &j);
   return 0;
@@ -191,15 +193,7 @@ static void narrow_task(void *ctx, int part, int thread) {
 }
 
 static int narrow_x(const float *x, int ldx, int S, int K) {
-  long K2 = (K + 1) / 2, need = (long)S * 2 * K2;
-  if (need > BX.cap) {
-    free(BX.x16);
-    BX.cap = need * 2;
-    if (!(BX.x16 = malloc(sizeof(uint16_t) * BX.cap))) {
-      BX.cap = 0;
-      return -1;
-    }
-  }
+  if (!(BX.x16 = reserve(BX.x16, &BX.cap, (long)S * 2 * ((K + 1) / 2), sizeof(uint16_t)))) return -1;
   rows_job j = {x, ldx, S, K, ct_pool_parts(S)};
   ct_parallel_for(j.parts, narrow_task, &j);
   return 0;

@@ -119,6 +119,10 @@ static inline void prefetch_share(tile *t, const void *next, long bytes, int i, 
 }
 
 #if defined(__AVX512F__)
+// The first n of 16 lanes (all for n >= 16, none for n <= 0): a panel of width w loads its
+// two vectors with lanes(w) and lanes(w − 16).
+static inline __mmask16 lanes(int n) { return n >= 16 ? 0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
+
 // Inlined and unrolled with the kernel, so the accumulators stay in registers (an
 // out-of-line store would make GCC keep them in memory through the k loop).
 static inline __attribute__((always_inline)) void tile_store(const tile *t, const int mr, __m512 c[MR][2],
@@ -141,8 +145,7 @@ static inline __attribute__((always_inline)) void tile_f32(const tile *t, const 
   __m512 c[MR][2];
 #pragma GCC unroll 12
   for (int m = 0; m < MR; m++) c[m][0] = c[m][1] = _mm512_setzero_ps();
-  const __mmask16 m0 = t->w >= 16 ? 0xffff : (__mmask16)((1u << t->w) - 1);
-  const __mmask16 m1 = t->w >= 32 ? 0xffff : t->w <= 16 ? 0 : (__mmask16)((1u << (t->w - 16)) - 1);
+  const __mmask16 m0 = lanes(t->w), m1 = lanes(t->w - 16);
   const float *x = t->x;
   for (int k = 0; k < t->K; k++) {
     const float *b = Pk + (long)k * t->w;
@@ -176,8 +179,7 @@ static inline __attribute__((always_inline)) void tile_bf16(const tile *t, const
   __m512 c[MR][2];
 #pragma GCC unroll 12
   for (int m = 0; m < MR; m++) c[m][0] = c[m][1] = _mm512_setzero_ps();
-  const __mmask16 m0 = t->w >= 16 ? 0xffff : (__mmask16)((1u << t->w) - 1);
-  const __mmask16 m1 = t->w >= 32 ? 0xffff : t->w <= 16 ? 0 : (__mmask16)((1u << (t->w - 16)) - 1);
+  const __mmask16 m0 = lanes(t->w), m1 = lanes(t->w - 16);
   const int K2 = (t->K + 1) / 2;
   const uint16_t *x = t->x;
   for (int k = 0; k < K2; k++) {
@@ -234,8 +236,7 @@ static inline __attribute__((always_inline)) void tile_q8(const tile8 *q, const 
   __m512i c[MR][2];
 #pragma GCC unroll 12
   for (int m = 0; m < MR; m++) c[m][0] = c[m][1] = _mm512_setzero_si512();
-  const __mmask16 m0 = t->w >= 16 ? 0xffff : (__mmask16)((1u << t->w) - 1);
-  const __mmask16 m1 = t->w >= 32 ? 0xffff : t->w <= 16 ? 0 : (__mmask16)((1u << (t->w - 16)) - 1);
+  const __mmask16 m0 = lanes(t->w), m1 = lanes(t->w - 16);
   const uint8_t *x = t->x;
   for (int k = 0; k < t->K / 4; k++) {
     const int8_t *b = Pk + (long)k * t->w * 4;  // w quads
