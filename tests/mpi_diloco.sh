@@ -9,23 +9,12 @@
 #   bit for bit (the outer momentum and every rank's moments are saved);
 # - the keys that cannot go together are refused before any work.
 . tests/lib/common.sh
-command -v mpirun >/dev/null || { echo "mpirun missing (scripts/install-deps.sh installs openmpi-bin)"; exit 1; }
-start_test mpi_diloco
-"$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 400 50 3 6
+mpi_test mpi_diloco
 # every block of 4 rows twice: with 4 rows per rank and no shuffling both ranks see the same rows
 awk '{ b[n++] = $0 } n == 4 { for (r = 0; r < 2; r++) for (i = 0; i < 4; i++) print b[i]; n = 0 }' \
   "$T/train.jsonl" >"$T/twice.jsonl"
 args="configs/sft.yml model.hidden_size=64 model.intermediate_size=128 model.num_hidden_layers=2
       model.num_attention_heads=2 max_length=24 logging_steps=1 learning_rate=1e-3 save_steps=0 num_threads=1"
-root=""
-[ "$(id -u)" -eq 0 ] && root="--allow-run-as-root"
-run() {  # run NAME RANKS KEY=VALUE...: bin/sft on RANKS ranks into $T/NAME
-  name=$1 np=$2
-  shift 2
-  mpirun $root --oversubscribe -np "$np" "$BIN/sft" $args output_dir="$T/$name" "$@" >"$T/$name.log" 2>&1 ||
-    { cat "$T/$name.log"; fail "$name ($np ranks)"; }
-}
-losses() { grep '"loss"' "$1/metrics.jsonl" | sed 's/.*"step":\([0-9]*\).*"loss":\([-0-9.e+]*\).*/\1 \2/'; }
 floats() {  # a safetensors file's values (all float32), one per line
   n=$(od -An -tu8 -N8 "$1" | tr -d ' ')
   tail -c +$((9 + n)) "$1" | od -An -v -tf4 | tr -s ' ' '\n' | sed '/^$/d'
@@ -33,12 +22,12 @@ floats() {  # a safetensors file's values (all float32), one per line
 
 echo "== H = 1, outer lr 1, momentum 0, the same rows on both ranks: data parallel to rounding"
 same="dataset_path=$T/twice.jsonl shuffle_dataset=false per_device_train_batch_size=4 max_steps=8"
-run dp 2 $same
-run h1 2 $same diloco_inner_steps=1 diloco_outer_lr=1 diloco_outer_momentum=0
+mpi_sft dp 2 $same
+mpi_sft h1 2 $same diloco_inner_steps=1 diloco_outer_lr=1 diloco_outer_momentum=0
 grep -q "DiLoCo: 1 local AdamW steps between syncs of 2 ranks, outer Nesterov lr 1, momentum 0" "$T/h1.log" ||
   fail "h1 did not run DiLoCo"
-losses "$T/dp" >"$T/la"
-losses "$T/h1" >"$T/lb"
+losses "$T/dp/metrics.jsonl" >"$T/la"
+losses "$T/h1/metrics.jsonl" >"$T/lb"
 [ "$(wc -l <"$T/la")" = 8 ] || fail "expected 8 logged steps"
 join "$T/la" "$T/lb" | awk '{ d = $2 - $3; if (d < 0) d = -d; if (d > 1e-5 * $2) { print; bad = 1 } } END { exit bad }' ||
   fail "H = 1 losses differ from data parallel"
@@ -51,11 +40,11 @@ paste "$T/fa" "$T/fb" | awk '{ d = $1 - $2; if (d < 0) d = -d; a = $1 < 0 ? -$1 
 echo "== H = 8 converges on the reverse task, with about 1/8 of data parallel's traffic"
 toy="dataset_path=$T/train.jsonl per_device_train_batch_size=16 max_steps=96 learning_rate=5e-3 logging_steps=8
      lr_scheduler_type=cosine warmup_steps=8"
-run dp64 2 $toy
-run h8 2 $toy diloco_inner_steps=8
-first=$(losses "$T/h8" | head -1 | cut -d' ' -f2)
-last=$(losses "$T/h8" | tail -1 | cut -d' ' -f2)
-dplast=$(losses "$T/dp64" | tail -1 | cut -d' ' -f2)
+mpi_sft dp64 2 $toy
+mpi_sft h8 2 $toy diloco_inner_steps=8
+first=$(losses "$T/h8/metrics.jsonl" | head -1 | cut -d' ' -f2)
+last=$(losses "$T/h8/metrics.jsonl" | tail -1 | cut -d' ' -f2)
+dplast=$(losses "$T/dp64/metrics.jsonl" | tail -1 | cut -d' ' -f2)
 echo "  H = 8: loss $first -> $last (data parallel: $dplast)"
 awk -v f="$first" -v l="$last" -v d="$dplast" 'BEGIN { exit !(l < 0.6 * f && l < 1.5 * d) }' ||
   fail "H = 8 did not converge (loss $first -> $last, data parallel $dplast)"
@@ -66,15 +55,15 @@ awk -v a="$(mb "$T/dp64.log")" -v b="$(mb "$T/h8.log")" 'BEGIN { exit !(b > 0 &&
 
 echo "== checkpoints and stops wait for a sync; resuming is exact"
 res="dataset_path=$T/train.jsonl per_device_train_batch_size=8 max_steps=12 diloco_inner_steps=4"
-run straight 2 $res
+mpi_sft straight 2 $res
 rc=0
-CT_STOP_AFTER_STEP=5 mpirun $root --oversubscribe -np 2 "$BIN/sft" $args output_dir="$T/cut" $res save_steps=3 \
+CT_STOP_AFTER_STEP=5 $MPIRUN -np 2 "$BIN/sft" $args output_dir="$T/cut" $res save_steps=3 \
   >"$T/cut.log" 2>&1 || rc=$?
 [ "$rc" = 130 ] || { cat "$T/cut.log"; fail "the interrupted run exited $rc (expected 130)"; }
 [ "$(cd "$T/cut" && ls -d checkpoint-* | sort -t- -k2 -n | tr '\n' ' ')" = "checkpoint-4 checkpoint-8 " ] ||
   { ls "$T/cut"; fail "checkpoints should wait for the syncs at steps 4 and 8"; }
 [ -s "$T/cut/checkpoint-8/optimizer-rank1.safetensors" ] || fail "rank 1's moments were not saved"
-mpirun $root --oversubscribe -np 2 "$BIN/sft" $args output_dir="$T/cut" $res resume_from_checkpoint=latest \
+$MPIRUN -np 2 "$BIN/sft" $args output_dir="$T/cut" $res resume_from_checkpoint=latest \
   >"$T/resumed.log" 2>&1 || { cat "$T/resumed.log"; fail "resuming"; }
 grep -q "resumed from .*checkpoint-8" "$T/resumed.log" || fail "did not resume from checkpoint-8"
 cmp "$T/straight/model.safetensors" "$T/cut/model.safetensors" || fail "the resumed run differs from the straight one"

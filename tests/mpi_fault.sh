@@ -4,17 +4,13 @@
 # stops the other ranks: no rank waits forever in a collective), with a message naming
 # the rank and a non-zero exit; every checkpoint left is complete and the latest resumes.
 . tests/lib/common.sh
-command -v mpirun >/dev/null || { echo "mpirun missing (scripts/install-deps.sh installs openmpi-bin)"; exit 1; }
-start_test mpi_fault
-"$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 400 50 3 6
+mpi_test mpi_fault
 args="configs/sft.yml dataset_path=$T/train.jsonl model.hidden_size=64 model.intermediate_size=128
       model.num_hidden_layers=2 model.num_attention_heads=2 max_length=24 save_steps=2 num_threads=1
       optimizer_sharding=true output_dir=$T/out"
-root=""
-[ "$(id -u)" -eq 0 ] && root="--allow-run-as-root"
 (
   rc=0
-  timeout 120 mpirun $root --oversubscribe -np 2 "$BIN/sft" $args max_steps=1000000 >"$T/run.log" 2>&1 || rc=$?
+  timeout 120 $MPIRUN -np 2 "$BIN/sft" $args max_steps=1000000 >"$T/run.log" 2>&1 || rc=$?
   echo "$rc" >"$T/rc"
 ) &
 job=$!
@@ -42,7 +38,7 @@ for d in "$T"/out/checkpoint-*; do
   [ "$s" -gt "$last" ] && last=$s
 done
 echo "  latest checkpoint: step $last"
-mpirun $root --oversubscribe -np 2 "$BIN/sft" $args resume_from_checkpoint=latest max_steps=$((last + 1)) \
+$MPIRUN -np 2 "$BIN/sft" $args resume_from_checkpoint=latest max_steps=$((last + 1)) \
   >"$T/resume.log" 2>&1 || { cat "$T/resume.log"; fail "resuming from checkpoint-$last"; }
 grep -q "resumed from .*checkpoint-$last" "$T/resume.log" || fail "did not resume from checkpoint-$last"
 echo "mpi_fault: all checks passed"

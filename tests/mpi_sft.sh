@@ -3,20 +3,15 @@
 # accumulating two micro-batches: the same global batch, gradients summed the same way
 # up to float rounding.
 . tests/lib/common.sh
-command -v mpirun >/dev/null || { echo "mpirun missing (scripts/install-deps.sh installs openmpi-bin)"; exit 1; }
-start_test mpi
-"$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 400 50 3 6
+mpi_test mpi
 args="configs/sft.yml dataset_path=$T/train.jsonl model.hidden_size=64 model.intermediate_size=128
       model.num_hidden_layers=2 model.num_attention_heads=2 max_length=24 max_steps=6 logging_steps=1
       learning_rate=1e-3 save_steps=0 per_device_train_batch_size=4"
-root=""
-[ "$(id -u)" -eq 0 ] && root="--allow-run-as-root"
 "$BIN/sft" $args output_dir="$T/one" gradient_accumulation_steps=2 num_threads=1 >"$T/one.log" 2>&1 \
   || { cat "$T/one.log"; fail "single-process run"; }
-mpirun $root --oversubscribe -np 2 "$BIN/sft" $args output_dir="$T/two" gradient_accumulation_steps=1 \
+$MPIRUN -np 2 "$BIN/sft" $args output_dir="$T/two" gradient_accumulation_steps=1 \
   num_threads=1 >"$T/two.log" 2>&1 || { cat "$T/two.log"; fail "two-rank run"; }
 grep -q "x 2 ranks" "$T/two.log" || { cat "$T/two.log"; fail "the run did not see 2 ranks"; }
-losses() { grep '"loss"' "$1" | sed 's/.*"step":\([0-9]*\).*"loss":\([-0-9.e+]*\).*/\1 \2/'; }
 losses "$T/one/metrics.jsonl" >"$T/a"
 losses "$T/two/metrics.jsonl" >"$T/b"
 [ "$(wc -l <"$T/a")" = 6 ] && [ "$(wc -l <"$T/b")" = 6 ] || fail "expected 6 logged steps each"

@@ -6,25 +6,14 @@
 # process accumulating 3 micro-batches to float rounding; the same for LoRA adapters and
 # bf16; a sharded checkpoint resumes at 3 ranks and at 1; the memory plan shows the shard.
 . tests/lib/common.sh
-command -v mpirun >/dev/null || { echo "mpirun missing (scripts/install-deps.sh installs openmpi-bin)"; exit 1; }
-start_test mpi_zero
-"$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 400 50 3 6
+mpi_test mpi_zero
 args="configs/sft.yml dataset_path=$T/train.jsonl model.hidden_size=64 model.intermediate_size=128
       model.num_hidden_layers=2 model.num_attention_heads=2 max_length=24 max_steps=6 logging_steps=1
       learning_rate=1e-3 save_steps=3 num_threads=1"
-root=""
-[ "$(id -u)" -eq 0 ] && root="--allow-run-as-root"
-run() {  # run NAME RANKS KEY=VALUE...: bin/sft on RANKS ranks into $T/NAME
-  name=$1 np=$2
-  shift 2
-  mpirun $root --oversubscribe -np "$np" "$BIN/sft" $args output_dir="$T/$name" "$@" >"$T/$name.log" 2>&1 ||
-    { cat "$T/$name.log"; fail "$name ($np ranks)"; }
-}
-losses() { grep '"loss"' "$1/metrics.jsonl" | sed 's/.*"step":\([0-9]*\).*"loss":\([-0-9.e+]*\).*/\1 \2/'; }
 # same_losses A B: the steps both logged have losses within 1e-5 relative
 same_losses() {
-  losses "$T/$1" >"$T/la"
-  losses "$T/$2" >"$T/lb"
+  losses "$T/$1/metrics.jsonl" >"$T/la"
+  losses "$T/$2/metrics.jsonl" >"$T/lb"
   [ -s "$T/la" ] || fail "$1 logged no loss"
   join "$T/la" "$T/lb" | awk -v a="$1" -v b="$2" '{ d = $2 - $3; if (d < 0) d = -d; n++
       if (d > 1e-5 * $2) { print "step " $1 ": " a " " $2 ", " b " " $3; bad = 1 } }
@@ -48,8 +37,8 @@ close() {
 }
 
 echo "== 2 ranks, no clipping: sharded = unsharded bit for bit, the same checkpoint files"
-run dp2 2 max_grad_norm=0
-run z2 2 max_grad_norm=0 optimizer_sharding=true
+mpi_sft dp2 2 max_grad_norm=0
+mpi_sft z2 2 max_grad_norm=0 optimizer_sharding=true
 grep -q "AdamW moments (2 x float32), shard 1 of 2" "$T/z2.log" || fail "z2 did not shard its moments"
 cmp "$T/dp2/model.safetensors" "$T/z2/model.safetensors" || fail "sharded weights differ from unsharded"
 cmp "$T/dp2/checkpoint-3/optimizer.safetensors" "$T/z2/checkpoint-3/optimizer.safetensors" ||
@@ -58,8 +47,8 @@ cmp "$T/dp2/checkpoint-3/optimizer.safetensors" "$T/z2/checkpoint-3/optimizer.sa
 same_losses dp2 z2
 
 echo "== 3 ranks (uneven shards), clipping on: as one process accumulating 3 micro-batches"
-run one 1 gradient_accumulation_steps=3 per_device_train_batch_size=4
-run z3 3 per_device_train_batch_size=4 optimizer_sharding=true
+mpi_sft one 1 gradient_accumulation_steps=3 per_device_train_batch_size=4
+mpi_sft z3 3 per_device_train_batch_size=4 optimizer_sharding=true
 grep -q "x 3 ranks" "$T/z3.log" || fail "the run did not see 3 ranks"
 same_losses one z3
 close "$T/one/model.safetensors" "$T/z3/model.safetensors"
@@ -67,29 +56,29 @@ close "$T/one/checkpoint-3/optimizer.safetensors" "$T/z3/checkpoint-3/optimizer.
 
 echo "== a sharded checkpoint resumes at another number of ranks"
 # z2's global batch is 2 x 8 = 16: 1 rank x 8 x 2 micro-batches, unsharded, reads the same files
-run r1 1 resume_from_checkpoint="$T/z2/checkpoint-3" max_grad_norm=0 gradient_accumulation_steps=2
+mpi_sft r1 1 resume_from_checkpoint="$T/z2/checkpoint-3" max_grad_norm=0 gradient_accumulation_steps=2
 grep -q "resumed from" "$T/r1.log" || fail "r1 did not resume"
 same_losses z2 r1
 close "$T/z2/model.safetensors" "$T/r1/model.safetensors"
 # 2 -> 4 ranks sharded (4 x 4 = 16)
-run r4 4 resume_from_checkpoint="$T/z2/checkpoint-3" max_grad_norm=0 per_device_train_batch_size=4 \
+mpi_sft r4 4 resume_from_checkpoint="$T/z2/checkpoint-3" max_grad_norm=0 per_device_train_batch_size=4 \
   optimizer_sharding=true
 same_losses z2 r4
 close "$T/z2/model.safetensors" "$T/r4/model.safetensors"
 
 echo "== LoRA: the adapters' moments shard the same way"
-run ldp 2 max_grad_norm=0 use_peft=true lora_r=4 learning_rate=1e-2
-run lz 2 max_grad_norm=0 use_peft=true lora_r=4 learning_rate=1e-2 optimizer_sharding=true
+mpi_sft ldp 2 max_grad_norm=0 use_peft=true lora_r=4 learning_rate=1e-2
+mpi_sft lz 2 max_grad_norm=0 use_peft=true lora_r=4 learning_rate=1e-2 optimizer_sharding=true
 cmp "$T/ldp/adapter_model.safetensors" "$T/lz/adapter_model.safetensors" || fail "sharded adapters differ"
 cmp "$T/ldp/checkpoint-3/optimizer.safetensors" "$T/lz/checkpoint-3/optimizer.safetensors" ||
   fail "the adapters' gathered moments differ"
 
 if grep -q avx512_bf16 /proc/cpuinfo; then
   echo "== bf16: each rank narrows the shards it did not update as their owners did"
-  run bdp 2 max_grad_norm=0 bf16=true
-  run bz 3 max_grad_norm=0 bf16=true optimizer_sharding=true per_device_train_batch_size=4 \
+  mpi_sft bdp 2 max_grad_norm=0 bf16=true
+  mpi_sft bz 3 max_grad_norm=0 bf16=true optimizer_sharding=true per_device_train_batch_size=4 \
     gradient_accumulation_steps=1
-  run bdp3 3 max_grad_norm=0 bf16=true per_device_train_batch_size=4 gradient_accumulation_steps=1
+  mpi_sft bdp3 3 max_grad_norm=0 bf16=true per_device_train_batch_size=4 gradient_accumulation_steps=1
   same_losses bdp3 bz
   close "$T/bdp3/model.safetensors" "$T/bz/model.safetensors"
 fi
@@ -97,8 +86,8 @@ fi
 echo "== the memory plan (SmolLM-135M's shape): each rank's share of the moments"
 smol="model.hidden_size=576 model.intermediate_size=1536 model.num_hidden_layers=30 model.num_attention_heads=9
       model.num_key_value_heads=3 model.vocab_size=49152 model.tie_word_embeddings=true dry_run=true"
-run plan1 1 $smol
-run plan2 2 $smol optimizer_sharding=true
+mpi_sft plan1 1 $smol
+mpi_sft plan2 2 $smol optimizer_sharding=true
 m1=$(sed -n 's/^[a-z]*: *\([0-9]*\)  AdamW moments (2 x float32)$/\1/p' "$T/plan1.log")
 m2=$(sed -n 's/^[a-z]*: *\([0-9]*\)  AdamW moments (2 x float32), shard 1 of 2$/\1/p' "$T/plan2.log")
 [ -n "$m1" ] && [ -n "$m2" ] || { cat "$T/plan1.log" "$T/plan2.log"; fail "no moments row in the plan"; }

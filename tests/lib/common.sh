@@ -49,6 +49,29 @@ YML
   for line in "$@"; do echo "$line" >> "$T/tiny.yml"; done
 }
 
+# mpi_test NAME: start_test after checking mpirun is installed; $MPIRUN runs mpirun the way
+# these tests do (oversubscribed; as root when root); $T/train.jsonl is a small reverse task.
+mpi_test() {
+  command -v mpirun >/dev/null || { echo "mpirun missing (scripts/install-deps.sh installs openmpi-bin)"; exit 1; }
+  start_test "$1"
+  MPIRUN="mpirun --oversubscribe"
+  if [ "$(id -u)" -eq 0 ]; then MPIRUN="$MPIRUN --allow-run-as-root"; fi
+  "$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 400 50 3 6
+}
+
+# mpi_sft NAME RANKS KEY=VALUE...: bin/sft with $args on RANKS ranks into $T/NAME (log
+# $T/NAME.log, printed if it fails).
+mpi_sft() {
+  name=$1 np=$2
+  shift 2
+  # shellcheck disable=SC2086
+  $MPIRUN -np "$np" "$BIN/sft" $args output_dir="$T/$name" "$@" >"$T/$name.log" 2>&1 ||
+    { cat "$T/$name.log"; fail "$name ($np ranks)"; }
+}
+
+# losses FILE: "step loss" for each logged step of a metrics.jsonl.
+losses() { grep '"loss"' "$1" | sed 's/.*"step":\([0-9]*\).*"loss":\([-0-9.e+]*\).*/\1 \2/'; }
+
 # small_sft DATA OUT STEPS HIDDEN INTERMEDIATE: trains a 2-layer model from scratch on
 # DATA (a reverse-task file from ctune-demo-data) into OUT; its log goes to OUT.log and
 # is printed if training fails. Uses $BIN.
