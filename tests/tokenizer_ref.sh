@@ -29,15 +29,21 @@ fail=0
 node "$fix/gen-corpus.mjs" "$tmp/corpus.txt" 1300000
 node "$fix/ref.mjs" nfc "$tmp/corpus.txt" "$tmp/corpus.nfc"
 node "$fix/ref.mjs" jsonl "$tmp/corpus.txt" "$tmp/corpus.jsonl"
+# encode_both NAME DIR: the corpus through ctune (ids, and their decode) and the reference
+# (ids, in parallel); checks the ids are equal.
+encode_both() {
+  node "$fix/ref.mjs" encode "$2" "$tmp/corpus.txt" "$tmp/$1.ref" &
+  ref_pid=$!
+  "$tok" encode tokenizer_path="$2" add_special_tokens=false < "$tmp/corpus.jsonl" > "$tmp/$1.ids"
+  "$tok" decode tokenizer_path="$2" < "$tmp/$1.ids" > "$tmp/$1.dec"
+  wait $ref_pid
+  printf '%s encode: ' "$1"
+  node "$fix/ref.mjs" check-ids "$tmp/$1.ids" "$tmp/$1.ref" || fail=1
+}
+
 for name in qwen3 llama3; do
   dir=$models/tokenizer-$name/models
-  node "$fix/ref.mjs" encode "$dir" "$tmp/corpus.txt" "$tmp/$name.ref" &
-  ref_pid=$!
-  "$tok" encode tokenizer_path="$dir" add_special_tokens=false < "$tmp/corpus.jsonl" > "$tmp/$name.ids"
-  "$tok" decode tokenizer_path="$dir" < "$tmp/$name.ids" > "$tmp/$name.dec"
-  wait $ref_pid
-  printf '%s encode: ' "$name"
-  node "$fix/ref.mjs" check-ids "$tmp/$name.ids" "$tmp/$name.ref" || fail=1
+  encode_both "$name" "$dir"
   want=$tmp/corpus.txt
   [ "$name" = qwen3 ] && want=$tmp/corpus.nfc
   printf '%s decode(encode(x)): ' "$name"
@@ -52,13 +58,7 @@ node "$fix/ref.mjs" nonlegacy "$models/tokenizer-llama2/models" "$tmp/llama2-non
 for name in llama2 llama2-nonlegacy gemma3; do
   dir=$models/tokenizer-$name/models
   [ "$name" = llama2-nonlegacy ] && dir=$tmp/llama2-nonlegacy
-  node "$fix/ref.mjs" encode "$dir" "$tmp/corpus.txt" "$tmp/$name.ref" &
-  ref_pid=$!
-  "$tok" encode tokenizer_path="$dir" add_special_tokens=false < "$tmp/corpus.jsonl" > "$tmp/$name.ids"
-  "$tok" decode tokenizer_path="$dir" < "$tmp/$name.ids" > "$tmp/$name.dec"
-  wait $ref_pid
-  printf '%s encode: ' "$name"
-  node "$fix/ref.mjs" check-ids "$tmp/$name.ids" "$tmp/$name.ref" || fail=1
+  encode_both "$name" "$dir"
   node "$fix/ref.mjs" decode "$dir" "$tmp/$name.ref" "$tmp/$name.refdec"
   printf '%s decode: ' "$name"
   node "$fix/ref.mjs" check-text "$tmp/$name.dec" "$tmp/$name.refdec" || fail=1
