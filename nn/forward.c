@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "adapter.h"
 #include "attention.h"
 #include "dnnl.h"
 #include "error.h"
@@ -111,32 +112,17 @@ int ct_acts_init(ct_acts *a, const ct_model *m, int B, int T, int mode) {
   return m->compute16 ? acts_bf16_init(a, m) : 0;
 }
 
-static long lora_max_in(const ct_lora_config *lc, const ct_model_config *c) {
-  long m = 1;
-  for (int t = 0; t < CT_LORA_TARGETS; t++) {
-    int in, out, row0;
-    ct_lora_dims(c, t, &in, &out, &row0);
-    if (lc->targets >> t & 1 && in > m) m = in;
-  }
-  return m;
-}
-
 double ct_lora_acts_bytes(const ct_lora_config *lc, const ct_model_config *c, int B, int T) {
-  long N = (long)B * T;
-  return sizeof(float) * ((N + 1) * lora_max_in(lc, c) + 2 * N * lc->r);
+  return sizeof(float) * (double)ct_adapter_work_floats(lc, c, (long)B * T);
 }
 
 int ct_acts_attach_lora(ct_acts *a, const ct_lora *lo) {
   ct_big_free(a->lora_mem);
-  a->lora_mem = a->lora_x = a->lora_u = a->lora_v = NULL;
+  a->lora_mem = NULL;
   a->lora = lo;
   if (!lo) return 0;
-  long N = (long)a->B * a->T, mx = lora_max_in(&lo->cfg, &lo->mc);
   a->lora_mem = ct_big_alloc((size_t)ct_lora_acts_bytes(&lo->cfg, &lo->mc, a->B, a->T));
   if (!a->lora_mem) return ct_set_error(CT_ENOMEM, "cannot allocate the LoRA work space");
-  a->lora_x = a->lora_mem;
-  a->lora_u = a->lora_x + (N + 1) * mx;
-  a->lora_v = a->lora_u + N * lo->cfg.r;
   return 0;
 }
 
@@ -181,93 +167,6 @@ static layer_acts layer_slots(const ct_acts *a, const dims *d, int l) {
 }
 
 // ---------------------------------------------------------------------------
-// LoRA on one projection: y (N, ldy) += s · dropout(x) · Aᵀ · Bᵀ into y's columns of the
-// target, and the backward of that term. Dropout masks (training forwards only) are a
-// hash of (dropout_key, layer, target, element), so backward and a recomputed forward
-// draw the same ones without storing them.
-
-static bool lora_dropout_on(const ct_acts *a) {
-  return a->lora && a->lora->cfg.dropout > 0 && a->mode != CT_ACTS_FORWARD;
-}
-
-// Element (n, k) of target t's input, times the dropout scale: 0 or 1/(1 − p).
-// The hash is murmur3's 32-bit finalizer over (element index ^ a per-(key, layer, target)
-// seed): cheap in 32-bit vector lanes, which matters because backward draws every mask
-// again.
-static void lora_mask_rows(const ct_acts *a, int l, int t, long n0, long n1, int in, float *mask) {
-  uint64_t k64 = a->lora->dropout_key ^ ((uint64_t)(l * CT_LORA_TARGETS + t + 1) * 0xd6e8feb86659fd93ULL);
-  k64 = (k64 ^ (k64 >> 31)) * 0xbf58476d1ce4e5b9ULL;
-  uint32_t key = (uint32_t)(k64 ^ (k64 >> 32));
-  float p = (float)a->lora->cfg.dropout, keep = 1.0f / (1.0f - p);
-  uint32_t cut = (uint32_t)(p * 16777216.0f);  // of 2^24
-  uint32_t m = (uint32_t)((n1 - n0) * in), base = (uint32_t)(n0 * in);
-#pragma omp simd
-  for (uint32_t i = 0; i < m; i++) {
-    uint32_t h = (base + i) * 0x9e3779b1u ^ key;
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    h *= 0xc2b2ae35u;
-    h ^= h >> 16;
-    mask[i] = (h >> 8) >= cut ? keep : 0.0f;
-  }
-}
-
-// The adapter's input: x, or dropout(x) in a->lora_x (ld in). *ld gets its row stride.
-static const float *lora_input(const ct_acts *a, int l, int t, const float *x, int ldx, int in, long N, int *ld) {
-  if (!lora_dropout_on(a)) {
-    *ld = ldx;
-    return x;
-  }
-  lora_mask_rows(a, l, t, 0, N, in, a->lora_x);
-  for (long n = 0; n < N; n++)
-    for (int k = 0; k < in; k++) a->lora_x[n * in + k] *= x[n * ldx + k];
-  *ld = in;
-  return a->lora_x;
-}
-
-static void lora_forward(const ct_acts *a, int l, int t, const float *x, int ldx, float *y, int ldy, long N) {
-  const ct_lora *lo = a->lora;
-  if (!lo || !lo->w[l][t].A) return;
-  const ct_lora_ab *ab = &lo->w[l][t];
-  int in, out, row0, ld, r = lo->cfg.r;
-  ct_lora_dims(&lo->mc, t, &in, &out, &row0);
-  const float *xd = lora_input(a, l, t, x, ldx, in, N, &ld);
-  ct_sgemm('N', 'T', (int)N, r, in, 1, xd, ld, ab->A, in, 0, a->lora_u, r);                 // u (N, r)
-  ct_sgemm('N', 'T', (int)N, out, r, lo->scale, a->lora_u, r, ab->B, r, 1, y + row0, ldy);  // y += s·u·Bᵀ
-}
-
-// dy (N, ldy): the gradient of the projection's output y (its columns of the fused matrix).
-// Accumulates dA, dB into the adapters' gradients and s·(dy·B)·A (masked) into dx (N, lddx).
-static void lora_backward(const ct_acts *a, int l, int t, const float *x, int ldx, const float *dy, int ldy,
-                          float *dx, int lddx, long N) {
-  const ct_lora *lo = a->lora;
-  if (!lo || !lo->w[l][t].A) return;
-  const ct_lora_ab *ab = &lo->w[l][t], *gab = lo->grads ? &lo->g[l][t] : NULL;
-  int in, out, row0, ld, r = lo->cfg.r;
-  ct_lora_dims(&lo->mc, t, &in, &out, &row0);
-  const float *xd = lora_input(a, l, t, x, ldx, in, N, &ld);
-  float *u = a->lora_u, *v = a->lora_v;
-  dy += row0;
-  ct_sgemm('N', 'T', (int)N, r, in, 1, xd, ld, ab->A, in, 0, u, r);                     // u (N, r)
-  ct_sgemm('N', 'N', (int)N, r, out, 1, dy, ldy, ab->B, r, 0, v, r);                    // v = dy·B (N, r)
-  if (gab) {
-    ct_sgemm('T', 'N', out, r, (int)N, lo->scale, dy, ldy, u, r, 1, gab->B, r);         // dB += s·dyᵀ·u
-    ct_sgemm('T', 'N', r, in, (int)N, lo->scale, v, r, xd, ld, 1, gab->A, in);          // dA += s·vᵀ·xd
-  }
-  if (!lora_dropout_on(a)) {
-    ct_sgemm('N', 'N', (int)N, in, r, lo->scale, v, r, ab->A, in, 1, dx, lddx);         // dx += s·v·A
-    return;
-  }
-  ct_sgemm('N', 'N', (int)N, in, r, lo->scale, v, r, ab->A, in, 0, a->lora_x, in);     // s·v·A, then
-  float *mask = a->lora_x + N * in;                                                      // ⊙ the mask
-  for (long n = 0; n < N; n++) {
-    lora_mask_rows(a, l, t, n, n + 1, in, mask);
-    for (int k = 0; k < in; k++) dx[n * lddx + k] += a->lora_x[n * in + k] * mask[k];
-  }
-}
-
-// ---------------------------------------------------------------------------
 // A projection y = x · Wᵀ with W (out, in) as Hugging Face stores it, and its backward:
 // fp32 sgemm, or (bf16 compute) x and W rounded to bf16, products summed in fp32.
 
@@ -309,7 +208,7 @@ static void layer_forward(const ct_model *m, int l, const ct_layer_weights *w, c
   ct_attn_dims ad = {B, T, (int)d.H, (int)d.KV, (int)d.hd};
   ct_rmsnorm_forward(la->ln1, la->rstd1, la->x, w->ln1, (int)N, (int)d.C, c->rms_norm_eps);
   proj_forward(m, a, N, (int)d.QKV, (int)d.C, la->ln1, (int)d.C, w->wqkv, 0, la->qkv, (int)d.QKV);
-  for (int t = CT_LORA_Q; t <= CT_LORA_V; t++) lora_forward(a, l, t, la->ln1, (int)d.C, la->qkv, (int)d.QKV, N);
+  for (int t = CT_LORA_Q; t <= CT_LORA_V; t++) ct_adapter_forward(m, a, l, t, la->ln1, (int)d.C, la->qkv, (int)d.QKV, N);
   if (w->bqkv) ct_bias_forward(la->qkv, w->bqkv, (int)N, (int)d.QKV, (int)d.QKV);
   if (c->qk_norm) {
     // q heads and k heads have separate weights: two calls over the same rows
@@ -323,16 +222,16 @@ static void layer_forward(const ct_model *m, int l, const ct_layer_weights *w, c
   ct_attention_forward(la->att, la->lse, la->qkv, a->seg, ad, a->scratch);
   if (la->x2 != la->x) memcpy(la->x2, la->x, sizeof(float) * N * d.C);
   proj_forward(m, a, N, (int)d.C, (int)(d.H * d.hd), la->att, (int)(d.H * d.hd), w->wo, 1, la->x2, (int)d.C);
-  lora_forward(a, l, CT_LORA_O, la->att, (int)(d.H * d.hd), la->x2, (int)d.C, N);
+  ct_adapter_forward(m, a, l, CT_LORA_O, la->att, (int)(d.H * d.hd), la->x2, (int)d.C, N);
   ct_rmsnorm_forward(la->ln2, la->rstd2, la->x2, w->ln2, (int)N, (int)d.C, c->rms_norm_eps);
   proj_forward(m, a, N, (int)(2 * d.F), (int)d.C, la->ln2, (int)d.C, w->wgu, 0, la->gu, (int)(2 * d.F));
-  lora_forward(a, l, CT_LORA_GATE, la->ln2, (int)d.C, la->gu, (int)(2 * d.F), N);
-  lora_forward(a, l, CT_LORA_UP, la->ln2, (int)d.C, la->gu, (int)(2 * d.F), N);
+  ct_adapter_forward(m, a, l, CT_LORA_GATE, la->ln2, (int)d.C, la->gu, (int)(2 * d.F), N);
+  ct_adapter_forward(m, a, l, CT_LORA_UP, la->ln2, (int)d.C, la->gu, (int)(2 * d.F), N);
   ct_swiglu_forward(la->h, la->gu, (int)N, (int)d.F);
   if (!full) return;
   if (la->xn != la->x2) memcpy(la->xn, la->x2, sizeof(float) * N * d.C);
   proj_forward(m, a, N, (int)d.C, (int)d.F, la->h, (int)d.F, w->wdown, 1, la->xn, (int)d.C);
-  lora_forward(a, l, CT_LORA_DOWN, la->h, (int)d.F, la->xn, (int)d.C, N);
+  ct_adapter_forward(m, a, l, CT_LORA_DOWN, la->h, (int)d.F, la->xn, (int)d.C, N);
 }
 
 void ct_forward(const ct_model *m, ct_acts *a, int B, int T) {
@@ -370,17 +269,17 @@ void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float
 
     // MLP: xn = x2 + h · Wdownᵀ
     proj_backward(m, a, N, (int)d.C, (int)d.F, dres, h, w->wdown, gw->wdown, a->dh);  // dh (N, F)
-    lora_backward(a, l, CT_LORA_DOWN, h, (int)d.F, dres, (int)d.C, a->dh, (int)d.F, N);
+    ct_adapter_backward(m, a, l, CT_LORA_DOWN, h, (int)d.F, dres, (int)d.C, a->dh, (int)d.F, N);
     ct_swiglu_backward(a->dgu, a->dh, gu, (int)N, (int)d.F);          // dgu (N, 2F)
     proj_backward(m, a, N, (int)(2 * d.F), (int)d.C, a->dgu, ln2, w->wgu, gw->wgu, a->dln);  // dln2 (N, C)
-    lora_backward(a, l, CT_LORA_GATE, ln2, (int)d.C, a->dgu, (int)(2 * d.F), a->dln, (int)d.C, N);
-    lora_backward(a, l, CT_LORA_UP, ln2, (int)d.C, a->dgu, (int)(2 * d.F), a->dln, (int)d.C, N);
+    ct_adapter_backward(m, a, l, CT_LORA_GATE, ln2, (int)d.C, a->dgu, (int)(2 * d.F), a->dln, (int)d.C, N);
+    ct_adapter_backward(m, a, l, CT_LORA_UP, ln2, (int)d.C, a->dgu, (int)(2 * d.F), a->dln, (int)d.C, N);
     ct_rmsnorm_backward(dres, gw->ln2, a->dln, x2, w->ln2, rstd2, (int)N, (int)d.C, 1,
                         a->scratch);                                  // dres is now dx2
 
     // attention: x2 = x + att · Woᵀ
     proj_backward(m, a, N, (int)d.C, Hd, dres, att, w->wo, gw->wo, a->datt);  // datt (N, H*hd)
-    lora_backward(a, l, CT_LORA_O, att, Hd, dres, (int)d.C, a->datt, Hd, N);
+    ct_adapter_backward(m, a, l, CT_LORA_O, att, Hd, dres, (int)d.C, a->datt, Hd, N);
     ct_attention_backward(a->dqkv, a->datt, att, lse, qkv, a->seg, ad, a->scratch);
     ct_rope(a->dqkv, a->pos, m->rope_cos, m->rope_sin, (int)N, (int)(d.H + d.KV), (int)d.hd,
             (int)d.QKV, 1);
@@ -394,7 +293,7 @@ void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float
     if (gw->bqkv) ct_bias_backward(gw->bqkv, a->dqkv, (int)N, (int)d.QKV, (int)d.QKV, a->scratch);
     proj_backward(m, a, N, (int)d.QKV, (int)d.C, a->dqkv, ln1, w->wqkv, gw->wqkv, a->dln);  // dln1 (N, C)
     for (int t = CT_LORA_Q; t <= CT_LORA_V; t++)
-      lora_backward(a, l, t, ln1, (int)d.C, a->dqkv, (int)d.QKV, a->dln, (int)d.C, N);
+      ct_adapter_backward(m, a, l, t, ln1, (int)d.C, a->dqkv, (int)d.QKV, a->dln, (int)d.C, N);
     ct_rmsnorm_backward(dres, gw->ln1, a->dln, x, w->ln1, rstd1, (int)N, (int)d.C, 1,
                         a->scratch);                                  // dres is now dx
   }

