@@ -61,6 +61,9 @@ typedef struct {
   float *lora_x;    // (N + 1, max in) the dropped-out input, and backward's temporaries
   float *lora_u;    // (N, r)
   float *lora_v;    // (N, r)
+  // QK-Clip (qkclip.h): (L, H) each head's largest attention logit, max-accumulated by
+  // every forward through these activations; NULL = not recorded
+  float *qk_max;
 } ct_acts;
 
 // Bytes ct_acts_init allocates for B x T tokens in `mode` (the memory plan uses it).
