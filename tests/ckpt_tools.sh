@@ -78,6 +78,13 @@ grep -q "^y  *F32/F32  *0  *0 ok" "$T/cmp.txt" || fail "y's line"
 rc=0; "$C" compare a="$T/b.safetensors" b="$T/c.safetensors" >"$T/cmp.txt" 2>/dev/null || rc=$?
 [ $rc = 1 ] && grep -q "^z  *only in $T/c.safetensors" "$T/cmp.txt" || fail "a tensor missing from a is not a failure"
 
+# integer tensors: compared byte for byte
+printf '\001\000\000\000' | st "$T/i1.safetensors" '{"ids":{"dtype":"I32","shape":[1],"data_offsets":[0,4]}}'
+printf '\002\000\000\000' | st "$T/i2.safetensors" '{"ids":{"dtype":"I32","shape":[1],"data_offsets":[0,4]}}'
+"$C" compare a="$T/i1.safetensors" b="$T/i1.safetensors" >/dev/null 2>&1 || fail "equal I32 tensors differ"
+rc=0; "$C" compare a="$T/i1.safetensors" b="$T/i2.safetensors" >"$T/cmp.txt" 2>/dev/null || rc=$?
+[ $rc = 1 ] && grep -q "not floating-point: their bytes differ" "$T/cmp.txt" || fail "I32 1 vs 2 is not a difference"
+
 echo "== shard: HF's layout; the sampler reads it; joined back it is the original file"
 "$C" shard in="$T/run" out="$T/sh" max_shard_size=200KB 2>"$T/shard.log" || { cat "$T/shard.log"; fail "shard"; }
 cat "$T/shard.log"

@@ -701,7 +701,7 @@ static int write_config_dtype(const char *from, const char *to, const char *name
   bool found = false;
   size_t at = 0;
   for (const char *k = s; (k = strstr(k, "dtype\"")); k++) {
-    if (k == s || (k[-1] != '"' && strncmp(k - 7, "\"torch_", 7))) continue;
+    if (k == s || (k[-1] != '"' && (k - s < 7 || strncmp(k - 7, "\"torch_", 7)))) continue;
     const char *v = k + 6;
     while (*v == ' ' || *v == '\t' || *v == '\n' || *v == '\r') v++;
     if (*v++ != ':') continue;
@@ -966,9 +966,24 @@ static void diff_chunk(const float *a, const float *b, size_t n, double rtol, do
   }
 }
 
+// Integer and boolean tensors: equal bytes, or every element counts as differing.
+static void compare_bytes(const ct_safetensors *sa, const ct_st_tensor *ta, const ct_safetensors *sb,
+                          const ct_st_tensor *tb, size_t per, diff_stats *s) {
+  const uint8_t *a = ct_st_data(sa, ta), *b = ct_st_data(sb, tb);
+  uint64_t n = ta->end - ta->begin;
+  bool same = ta->dtype == tb->dtype;
+  for (uint64_t i = 0; i < n && same; i += per) {
+    size_t k = n - i < per ? (size_t)(n - i) : per;
+    same = !memcmp(a + i, b + i, k);
+    ct_st_drop(a + i, k), ct_st_drop(b + i, k);
+  }
+  if (!same) s->bad = ta->numel, s->max_abs = s->max_rel = NAN;
+}
+
 static int compare_tensor(const ct_safetensors *sa, const ct_st_tensor *ta, const ct_safetensors *sb,
                           const ct_st_tensor *tb, float *fa, float *fb, size_t per, double rtol, double atol,
                           diff_stats *s) {
+  if (!is_float(ta->dtype) || !is_float(tb->dtype)) return compare_bytes(sa, ta, sb, tb, 4 * per, s), 0;
   for (int64_t i = 0; i < ta->numel; i += (int64_t)per) {
     size_t k = ta->numel - i < (int64_t)per ? (size_t)(ta->numel - i) : per;
     int rc = ct_st_read_f32_range(sa, ta, i, (int64_t)k, fa);
@@ -1040,7 +1055,8 @@ static int compare(int argc, char **argv) {
     diff_stats s = {0};
     if (compare_tensor(sa, ta, sb, tb, fa, fb, per, rtol, atol, &s)) die(2);
     printf("%-48s %-11s %12.4g %12.4g %s\n", ta->name, dt, s.max_abs, s.max_rel, s.bad ? "DIFFERS" : "ok");
-    if (s.bad) printf("%-48s %lld of %lld elements past atol + rtol * |b|\n", "", (long long)s.bad, (long long)ta->numel);
+    if (s.bad && isnan(s.max_abs)) printf("%-48s not floating-point: their bytes differ\n", "");
+    else if (s.bad) printf("%-48s %lld of %lld elements past atol + rtol * |b|\n", "", (long long)s.bad, (long long)ta->numel);
     failed += s.bad > 0;
     compared++;
   }
