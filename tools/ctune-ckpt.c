@@ -563,6 +563,21 @@ static void fmt_dims(char *buf, size_t n, const ct_st_tensor *t) {
   if (k < n) snprintf(buf + k, n - k, "]");
 }
 
+static const ct_st_dir *sort_dir;  // (qsort has no context argument)
+static int cmp_file_names(const void *a, const void *b) {
+  return strcmp(base_name(sort_dir->files[*(const int *)a].path), base_name(sort_dir->files[*(const int *)b].path));
+}
+
+// order (n_files): d's files by name (shard 00001 first), or NULL when out of memory.
+static int *file_order(const ct_st_dir *d) {
+  int *order = malloc(sizeof(int) * (size_t)(d->n_files ? d->n_files : 1));
+  if (!order) return ct_set_error(CT_ENOMEM, "out of memory"), NULL;
+  for (int f = 0; f < d->n_files; f++) order[f] = f;
+  sort_dir = d;
+  qsort(order, (size_t)d->n_files, sizeof *order, cmp_file_names);
+  return order;
+}
+
 // ---- inspect ----
 
 static void inspect_file(const ct_st_dir *d, int f, int64_t *params, uint64_t *bytes, long *by_dtype) {
@@ -617,7 +632,10 @@ static int inspect(int argc, char **argv) {
   int64_t params = 0;
   uint64_t bytes = 0;
   long by_dtype[CT_DT_BOOL + 1] = {0};
-  for (int f = 0; f < d.n_files; f++) inspect_file(&d, f, &params, &bytes, by_dtype);
+  int *order = file_order(&d);
+  if (!order) die(1);
+  for (int k = 0; k < d.n_files; k++) inspect_file(&d, order[k], &params, &bytes, by_dtype);
+  free(order);
   printf("total: %d tensors, %lld parameters (%.2f M), %llu bytes of tensor data;", d.n, (long long)params,
          params / 1e6, (unsigned long long)bytes);
   for (int t = 0; t <= CT_DT_BOOL; t++)
@@ -831,15 +849,10 @@ static int write_stream_file(const char *path, const ct_st_dir *d, const tensor_
   return rc;
 }
 
-static const ct_st_dir *sort_dir;  // (qsort has no context argument)
-static int cmp_file_names(const void *a, const void *b) {
-  return strcmp(base_name(sort_dir->files[*(const int *)a].path), base_name(sort_dir->files[*(const int *)b].path));
-}
-
 // Every mapped tensor of d, file by file (by name: shard 00001 first) in data order.
 static tensor_ref *tensor_list(const ct_st_dir *d, int *n) {
   tensor_ref *list = malloc(sizeof *list * (d->n ? (size_t)d->n : 1));
-  int *order = malloc(sizeof(int) * (size_t)d->n_files);
+  int *order = file_order(d);
   *n = 0;
   if (!list || !order) {
     free(list);
@@ -847,9 +860,6 @@ static tensor_ref *tensor_list(const ct_st_dir *d, int *n) {
     ct_set_error(CT_ENOMEM, "out of memory");
     return NULL;
   }
-  for (int f = 0; f < d->n_files; f++) order[f] = f;
-  sort_dir = d;
-  qsort(order, (size_t)d->n_files, sizeof *order, cmp_file_names);
   for (int k = 0; k < d->n_files; k++)
     for (int f = order[k], i = 0; i < d->files[f].n; i++)
       if (mapped(d, f, &d->files[f].tensors[i])) list[(*n)++] = (tensor_ref){f, &d->files[f].tensors[i]};
