@@ -163,6 +163,13 @@ static const key_def KEYS[] = {
      .comment = "Added to the root of the second moment."},
     {"max_grad_norm", K_FLOAT, ALL, OFF(max_grad_norm), "1.0", FROM(0),
      .comment = "Clip the global gradient norm to this. 0 = no clipping."},
+    {"qk_clip_threshold", K_FLOAT, ALL, OFF(qk_clip_threshold), "0.0", FROM(0),
+     .comment = "QK-Clip (Kimi K2) threshold tau; 0 = off. After each optimizer step, an attention head "
+                "whose largest pre-softmax logit in the step's forwards exceeded tau has its query and key "
+                "weights rescaled so that logit becomes tau, other heads' logits unchanged (with q/k norms, "
+                "Qwen3: the layer's shared norm weights, so its whole layer scales). Metrics "
+                "max_attention_logit (before clipping) and clipped_heads (summed over the logging window). "
+                "Not with use_peft (the q/k weights are the frozen base)."},
 
     {"max_length", K_INT, SFT | DPO | DISTILL, OFF(max_length), "1024", IN(2, 1048576), .section = "Data",
      .comment = "Longest sequence in tokens; longer rows keep their first max_length "

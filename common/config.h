@@ -139,6 +139,7 @@ typedef struct {
   double adam_beta2;
   double adam_epsilon;
   double max_grad_norm;  // 0 = no clipping
+  double qk_clip_threshold;  // QK-Clip's tau; 0 = off
 
   // data
   int64_t max_length;

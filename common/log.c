@@ -63,6 +63,11 @@ static void end_line(ct_log *l) {
 
 int ct_log_metrics(ct_log *l, json_t *obj) {
   int rc = 0;
+  if (l->train_extra && json_object_get(obj, "learning_rate")) {
+    json_object_update(obj, l->train_extra);
+    json_decref(l->train_extra);
+    l->train_extra = NULL;
+  }
   if (l->active) {
     FILE *f = fopen(l->path, "a");
     char *s = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(8));
@@ -137,4 +142,8 @@ void ct_log_info(ct_log *l, const char *fmt, ...) {
   va_end(ap);
 }
 
-void ct_log_close(ct_log *l) { end_line(l); }
+void ct_log_close(ct_log *l) {
+  end_line(l);
+  json_decref(l->train_extra);
+  l->train_extra = NULL;
+}

@@ -17,6 +17,8 @@ typedef struct {
   double phase_t0;    // when it started
   double last_shown;  // when a phase line was last drawn (terminal) or printed (log)
   double quiet_s;     // a log's longest silence within a step: 30 s (CT_PROGRESS_SECONDS)
+  json_t *train_extra;  // or NULL: metrics common/ keeps over the logging window (QK-Clip's),
+                        // merged into the next training line (one with "learning_rate"), then dropped
 } ct_log;
 
 // Opens output_dir/metrics.jsonl for appending. When resuming at `resume_step`, lines

@@ -712,6 +712,8 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   if (!tr->grads || !tr->mom1 || !tr->mom2)
     return ct_set_error(CT_ENOMEM, "cannot allocate %.1f MB for gradients and optimizer moments",
                         (bytes + 2.0 * mbytes) / 1e6);
+  if (cfg->qk_clip_threshold > 0 && (rc = ct_qkclip_init(&tr->qkclip, &m->cfg, (float)cfg->qk_clip_threshold)))
+    return rc;
   if (cfg->optimizer == CT_OPT_MUON) {
     size_t wb = sizeof(float) * (size_t)ct_muon_work_floats(&tr->trained);
     if (!(tr->muon_work = ct_big_alloc(wb ? wb : 1)))
@@ -739,6 +741,7 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
 }
 
 int ct_train_attach(const ct_train *tr, ct_acts *a) {
+  a->qk_max = a->mode != CT_ACTS_FORWARD ? tr->qkclip.max : NULL;
   return ct_acts_attach_lora(a, tr->cfg->use_peft ? &tr->lora : NULL);
 }
 
@@ -768,6 +771,7 @@ void ct_train_free(ct_train *tr) {
   ct_big_free(tr->mom1);
   ct_big_free(tr->mom2);
   ct_big_free(tr->muon_work);
+  ct_qkclip_free(&tr->qkclip);
   ct_big_free(tr->outer_start);
   ct_big_free(tr->outer_mom);
   ct_dist_shard_free(&tr->shard);
@@ -879,6 +883,35 @@ static void optimizer_step(ct_train *tr, double lr, float grad_scale) {
                   grad_scale, &tr->adam);
 }
 
+// QK-Clip after an optimizer step (qkclip.h): the step's maxima (the largest over the ranks,
+// which then all apply the same factors; DiLoCo's ranks, which step weights of their own,
+// keep their own), the rescaling, a new step's maxima, and the logging window's metrics:
+// max_attention_logit (largest before clipping) and clipped_heads (summed over the steps).
+static int qk_clip_step(ct_train *tr) {
+  ct_qkclip *q = &tr->qkclip;
+  if (!q->max) return 0;
+  long n = (long)q->L * q->H;
+  if (tr->world > 1 && tr->cfg->diloco_inner_steps == 0) {
+    double *d = malloc(sizeof(double) * (size_t)n);
+    if (!d) return ct_set_error(CT_ENOMEM, "out of memory");
+    for (long i = 0; i < n; i++) d[i] = q->max[i];
+    int rc = ct_dist_max_f64(d, (int)n);
+    for (long i = 0; i < n; i++) q->max[i] = (float)d[i];
+    free(d);
+    if (rc) return rc;
+  }
+  float top = ct_qkclip_max(q);
+  int clipped = ct_qkclip_apply(q, &tr->model);
+  ct_qkclip_reset(q);
+  json_t *x = tr->log.train_extra ? tr->log.train_extra : json_object();
+  json_t *prev = json_object_get(x, "max_attention_logit");
+  if (isfinite(top) && (!prev || top > json_real_value(prev))) json_object_set_new(x, "max_attention_logit", json_real(top));
+  json_object_set_new(x, "clipped_heads",
+                      json_integer(json_integer_value(json_object_get(x, "clipped_heads")) + clipped));
+  tr->log.train_extra = x;
+  return 0;
+}
+
 // ZeRO-1: reduce-scatter, the norm from every shard, this rank's shard stepped, all-gather.
 static int update_sharded(ct_train *tr, double *grad_norm, double *lr) {
   const ct_shard *sh = &tr->shard;
@@ -897,7 +930,7 @@ static int update_sharded(ct_train *tr, double *grad_norm, double *lr) {
     ct_bf16_narrow(p16, tr->params, sh->lo);
     ct_bf16_narrow(p16 + sh->hi, tr->params + sh->hi, n - sh->hi);
   }
-  return 0;
+  return qk_clip_step(tr);
 }
 
 // DiLoCo's sync: the ranks' mean of θ_start − θ (in the zeroed gradient buffer), the outer
@@ -926,6 +959,7 @@ static int update_diloco(ct_train *tr, double *grad_norm, double *lr) {
   int rc = step_scalars(tr, ct_sum_squares(tr->grads, n) * world * world, grad_norm, &clip, lr);
   if (rc) return rc;
   optimizer_step(tr, *lr, clip * world);
+  if ((rc = qk_clip_step(tr))) return rc;  // (before a sync: θ_start must be the weights synced)
   tr->outer_pending = true;
   if (tr->step % tr->cfg->diloco_inner_steps == 0 || tr->step == tr->total_steps) return diloco_sync(tr);
   return 0;
@@ -939,7 +973,7 @@ int ct_train_update(ct_train *tr, double *grad_norm, double *lr) {
   float clip;
   if (rc || (rc = step_scalars(tr, ct_sum_squares(tr->grads, n), grad_norm, &clip, lr))) return rc;
   optimizer_step(tr, *lr, clip);
-  return 0;
+  return qk_clip_step(tr);
 }
 
 // Every file already in dir -> {name: {"bytes", "xxh64"}}, or NULL on failure.
@@ -1220,6 +1254,11 @@ static int check_common_keys(const ct_config *c) {
   if (c->optimizer != CT_OPT_MUON && c->muon_momentum != 0.95)
     return ct_set_error(CT_ECONFIG, "%s: key 'muon_momentum' acts on Muon's matrices, and optimizer is "
                         "adamw; set optimizer: muon or drop the key", ct_config_origin(c, "muon_momentum"));
+  if (c->qk_clip_threshold > 0 && c->use_peft)
+    return ct_set_error(CT_ECONFIG, "%s: key 'qk_clip_threshold': QK-Clip rescales the query and key weights, "
+                        "which with use_peft are the frozen base (shared with the reference, not saved), and an "
+                        "adapter's low-rank update cannot express a rescaling of W; drop one of the two",
+                        ct_config_origin(c, "qk_clip_threshold"));
   const char *ev = c->eval_dataset_path[0] ? NULL : c->eval_steps > 0 ? "eval_steps" : c->eval_on_start ? "eval_on_start" : NULL;
   if (ev)
     return ct_set_error(CT_ECONFIG, "%s: key '%s' evaluates on eval_dataset_path, which is not set; set it or "

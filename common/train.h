@@ -19,6 +19,7 @@
 #include "model.h"
 #include "optim.h"
 #include "plan.h"
+#include "qkclip.h"
 #include "rng.h"
 #include "tokenizer.h"
 
@@ -45,6 +46,7 @@ typedef struct {
   int saved_diloco_ranks; // a resumed checkpoint's: DiLoCo's ranks that saved it (0: not DiLoCo)
   double comm0;       // ct_dist_bytes_sent() and step when training started (ct_train_plan)
   long step0;
+  ct_qkclip qkclip;   // qk_clip_threshold > 0: this step's per-head attention maxima (never saved)
   ct_weights g;       // views of grads into the model's layout (NULL members: frozen weights)
   ct_adamw adam;
   bool bf16;          // the model's matmuls run in bf16 (bf16: true, or auto on a bf16 CPU)
@@ -105,7 +107,8 @@ int ct_train_setup(ct_train *tr, ct_config *cfg);
 // initialization), the gradients and the moments (restored when resuming).
 int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry);
 
-// The policy's forwards through a apply its adapters (use_peft) or none.
+// The policy's forwards through a apply its adapters (use_peft) or none; training forwards
+// (CT_ACTS_KEEP, CT_ACTS_RECOMPUTE) record QK-Clip's maxima when it is on.
 int ct_train_attach(const ct_train *tr, ct_acts *a);
 // Bytes of a policy's activations in `mode` for B x T tokens (+ the adapters' work space).
 double ct_train_acts_bytes(const ct_train *tr, int B, int T, int mode);
@@ -136,6 +139,9 @@ int ct_train_next_seqs(ct_train *tr, int *seqs, int global);
 // optimizer (AdamW, or Muon with AdamW for the non-matrices: ct_muon_step) with the
 // scheduled learning rate, and zeroes the gradients. Reports the pre-clip norm and the
 // learning rate used. A non-finite gradient norm is an error (nothing is updated).
+// qk_clip_threshold > 0: after the step, QK-Clip rescales the q/k weights of the heads whose
+// largest attention logit (over this step's training forwards, all ranks but DiLoCo's)
+// passed the threshold (qkclip.h), and counts them for the log's training line.
 // optimizer_sharding: the sum is reduce-scattered, the norm summed from the shards, each
 // rank steps its shard and the weights all-gather (the same step to float rounding).
 // DiLoCo: nothing is summed; the rank steps on its own gradient taken as the mean over

@@ -5,6 +5,8 @@
 #include "attention.h"
 
 #include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "fastmath.h"
@@ -18,12 +20,22 @@
 long ct_attention_scratch_floats(int T) { return 2L * QB * T + QB; }
 
 typedef struct {
-  float *out, *lse, *dqkv, *scratch;
+  float *out, *lse, *dqkv, *scratch, *head_max;
   const float *qkv, *dout, *cout, *clse;
   const int *seg;
   ct_attn_dims d;
   long scratch_per_thread;
 } attn_job;
+
+// *p = max(*p, v) atomically: the tasks of one head (the batch's other rows) share *p.
+static void max_into(float *p, float v) {
+  uint32_t *u = (uint32_t *)(void *)p, old = __atomic_load_n(u, __ATOMIC_RELAXED), nv;
+  memcpy(&nv, &v, 4);
+  for (float cur;; ) {
+    memcpy(&cur, &old, 4);
+    if (!(v > cur) || __atomic_compare_exchange_n(u, &old, nv, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return;
+  }
+}
 
 // Rows [q0, q1) of sequence b: first key index any of them may see.
 static int block_kstart(const int *seg_b, int q0) { return seg_b[q0]; }
@@ -40,6 +52,7 @@ static void attn_fwd_task(void *ctx, int task, int thread) {
   float *L = j->lse + (long)b * d.T * d.H + h;
   const int *seg = j->seg + (long)b * d.T;
   float *S = j->scratch + thread * j->scratch_per_thread;  // (QB, T)
+  float hmax = -INFINITY;  // this row's largest logit for head h
   for (int q0 = 0; q0 < d.T; q0 += QB) {
     int q1 = q0 + QB < d.T ? q0 + QB : d.T, nq = q1 - q0;
     int k0 = block_kstart(seg, q0), nk = q1 - k0;
@@ -51,6 +64,7 @@ static void attn_fwd_task(void *ctx, int task, int thread) {
       float *s = S + (long)r * nk;
       float mx = -INFINITY;
       for (int k = lo; k <= hi; k++) mx = s[k] > mx ? s[k] : mx;
+      hmax = mx > hmax ? mx : hmax;
       float sum = 0;
       for (int k = 0; k < lo; k++) s[k] = 0;
 #pragma omp simd reduction(+ : sum)
@@ -67,12 +81,13 @@ static void attn_fwd_task(void *ctx, int task, int thread) {
     ct_sgemm_serial('N', 'N', nq, d.hd, nk, 1.0f, S, nk, V + (long)k0 * ld, ld, 0.0f,
                     O + (long)q0 * ldo, ldo);
   }
+  if (j->head_max) max_into(j->head_max + h, hmax);
 }
 
 void ct_attention_forward(float *out, float *lse, const float *qkv, const int *seg,
-                          ct_attn_dims d, float *scratch) {
+                          ct_attn_dims d, float *scratch, float *head_max) {
   attn_job j = {.out = out, .lse = lse, .qkv = qkv, .seg = seg, .d = d, .scratch = scratch,
-                .scratch_per_thread = ct_attention_scratch_floats(d.T)};
+                .head_max = head_max, .scratch_per_thread = ct_attention_scratch_floats(d.T)};
   ct_parallel_for(d.B * d.H, attn_fwd_task, &j);
 }
 

@@ -17,8 +17,11 @@ typedef struct {
 // Floats of scratch the attention needs per thread for sequences up to T.
 long ct_attention_scratch_floats(int T);
 
+// head_max (H), or NULL: max-accumulated (atomically; = max(itself, ...)) with each head's
+// largest pre-softmax logit (scaled by 1/sqrt(hd), over the keys each query sees) — QK-Clip's
+// statistic (qkclip.h).
 void ct_attention_forward(float *out, float *lse, const float *qkv, const int *seg,
-                          ct_attn_dims d, float *scratch);
+                          ct_attn_dims d, float *scratch, float *head_max);
 
 // dqkv (N, ld) is written (=) in full; dout is the gradient of out.
 void ct_attention_backward(float *dqkv, const float *dout, const float *out, const float *lse,

@@ -219,7 +219,7 @@ static void layer_forward(const ct_model *m, int l, const ct_layer_weights *w, c
   }
   // q and k heads are adjacent: rotate all H + KV of them in one pass
   ct_rope(la->qkv, a->pos, m->rope_cos, m->rope_sin, (int)N, (int)(d.H + d.KV), (int)d.hd, (int)d.QKV, 0);
-  ct_attention_forward(la->att, la->lse, la->qkv, a->seg, ad, a->scratch);
+  ct_attention_forward(la->att, la->lse, la->qkv, a->seg, ad, a->scratch, a->qk_max ? a->qk_max + l * d.H : NULL);
   if (la->x2 != la->x) memcpy(la->x2, la->x, sizeof(float) * N * d.C);
   proj_forward(m, a, N, (int)d.C, (int)(d.H * d.hd), la->att, (int)(d.H * d.hd), w->wo, 1, la->x2, (int)d.C);
   ct_adapter_forward(m, a, l, CT_LORA_O, la->att, (int)(d.H * d.hd), la->x2, (int)d.C, N);

@@ -58,6 +58,9 @@ typedef struct {
   // LoRA (ct_acts_attach_lora): the adapters this forward applies; NULL = the base alone
   const ct_lora *lora;
   float *lora_mem;  // their work space (adapter.c)
+  // QK-Clip (qkclip.h): (L, H) each head's largest attention logit, max-accumulated by
+  // every forward through these activations; NULL = not recorded
+  float *qk_max;
 } ct_acts;
 
 // Bytes ct_acts_init allocates for B x T tokens in `mode` (the memory plan uses it).

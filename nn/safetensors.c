@@ -479,6 +479,33 @@ int ct_st_read_f32(const ct_safetensors *st, const ct_st_tensor *t, float *dst, 
   return 0;
 }
 
+int ct_st_read_f32_range(const ct_safetensors *st, const ct_st_tensor *t, int64_t i0, int64_t n, float *dst) {
+  if (!st || !t || (!dst && n > 0)) return ct_set_error(CT_EINVAL, "ct_st_read_f32_range: NULL argument");
+  if (t->begin > t->end || t->end > st->data_size)
+    return ct_set_error(CT_EINVAL, "%s: tensor '%s' does not belong to this file", st->path, shown(t->name).s);
+  if (i0 < 0 || n < 0 || i0 > t->numel || n > t->numel - i0)
+    return ct_set_error(CT_EINVAL, "%s: tensor '%s': elements [%lld, %lld) are outside its %lld", st->path,
+                        shown(t->name).s, (long long)i0, (long long)(i0 + n), (long long)t->numel);
+  if (t->dtype != CT_DT_F32 && t->dtype != CT_DT_BF16 && t->dtype != CT_DT_F16 && t->dtype != CT_DT_F64)
+    return ct_set_error(CT_EFORMAT, "%s: tensor '%s' is %s, not a floating-point dtype (F32, F16, BF16, F64)",
+                        st->path, shown(t->name).s, ct_dtype_name(t->dtype));
+  size_t es = ct_dtype_size(t->dtype);
+  const uint8_t *src = st->data + t->begin + (uint64_t)i0 * es;
+  convert_job j = {src, dst, n, t->dtype, n < (1 << 18) ? 1 : ct_pool_threads() * 2};
+  if (j.parts == 1) convert_task(&j, 0, 0);
+  else ct_parallel_for(j.parts, convert_task, &j);
+  ct_st_drop(src, (size_t)n * es);
+  return 0;
+}
+
+void ct_st_drop(const void *p, size_t len) {
+  // Rounded outward: the mapping is read-only and private, so a dropped page that is
+  // read again (a neighbour's bytes, the header) is simply read from the file again.
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)p & ~(page - 1);
+  uintptr_t hi = ((uintptr_t)p + len + page - 1) & ~(page - 1);
+  if (len && hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 // ------------------------------------------------------------------------- writing
 
 // write(2) until done; 0 or an errno value.
@@ -619,10 +646,102 @@ fail:
   return *rc ? NULL : out;
 }
 
-// Writes one entry's data, converting float32 through a bounded buffer.
-static int write_entry(int fd, const ct_st_entry *e, uint64_t nbytes, uint8_t *buf, size_t cap) {
+int ct_st_writer_open(ct_st_writer *w, const char *path, const ct_st_entry *e, int n,
+                      const char *const *meta_keys, const char *const *meta_vals, int n_meta) {
+  memset(w, 0, sizeof *w);
+  w->fd = -1;
+  if (!path) return ct_set_error(CT_EINVAL, "ct_st_write: path is NULL");
+  if (n < 0 || (n > 0 && !e) || n_meta < 0)
+    return ct_set_error(CT_EINVAL, "%s: bad tensor list (n = %d, n_meta = %d)", path, n, n_meta);
+  int rc;
+  size_t hlen;
+  char *header = build_header(path, e, n, meta_keys, meta_vals, n_meta, &hlen, &rc);
+  if (!header) return rc;
+  for (int i = 0; i < n; i++) {
+    uint64_t nb = 0;
+    check_entry(path, &e[i], i, &nb);  // checked in build_header
+    w->left += nb;
+  }
+  if (!(w->path = strdup(path))) {
+    free(header);
+    return ct_set_error(CT_ENOMEM, "%s: out of memory", path);
+  }
+  w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (w->fd < 0) {
+    rc = ct_set_error(CT_EIO, "%s: cannot create: %s", path, strerror(errno));
+    free(header);
+    free(w->path);
+    w->path = NULL;
+    return rc;
+  }
+  struct stat sb;
+  w->regular = fstat(w->fd, &sb) == 0 && S_ISREG(sb.st_mode);
+  uint8_t len8[8];
+  for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
+  w->err = write_all(w->fd, len8, 8);
+  if (!w->err) w->err = write_all(w->fd, header, hlen);
+  free(header);
+  return w->err ? ct_st_writer_close(w) : 0;
+}
+
+int ct_st_writer_put(ct_st_writer *w, const void *data, size_t len) {
+  if (w->err) return CT_EIO;
+  if (len > w->left) {
+    w->err = EINVAL;
+    return ct_set_error(CT_EINVAL, "%s: %zu bytes more than the header's tensors hold", w->path, len - (size_t)w->left);
+  }
+  w->left -= len;
+  if (len && (w->err = write_all(w->fd, data, len)))
+    return ct_set_error(CT_EIO, "%s: write failed: %s", w->path, strerror(w->err));
+  return 0;
+}
+
+int ct_st_writer_close(ct_st_writer *w) {
+  if (w->fd < 0) return 0;
+  int err = w->err;
+  const char *what = "write";
+  if (!err && w->left) {
+    close(w->fd);
+    if (w->regular) unlink(w->path);
+    int rc = ct_set_error(CT_EINVAL, "%s: %llu bytes of tensor data missing", w->path, (unsigned long long)w->left);
+    free(w->path);
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+    return rc;
+  }
+  // fsync is meaningless on a pipe or device (EINVAL); only a regular file must reach disk.
+  if (!err && fsync(w->fd) != 0 && (w->regular || (errno != EINVAL && errno != EROFS))) {
+    err = errno;
+    what = "fsync";
+  }
+  if (close(w->fd) != 0 && !err) {
+    err = errno;
+    what = "close";
+  }
+  int rc = 0;
+  if (err) {
+    rc = ct_set_error(CT_EIO, "%s: %s failed: %s", w->path, what, strerror(err));
+    if (w->regular) unlink(w->path);
+  }
+  free(w->path);
+  memset(w, 0, sizeof *w);
+  w->fd = -1;
+  return rc;
+}
+
+void ct_st_writer_abort(ct_st_writer *w) {
+  if (w->fd < 0) return;
+  close(w->fd);
+  if (w->regular) unlink(w->path);
+  free(w->path);
+  memset(w, 0, sizeof *w);
+  w->fd = -1;
+}
+
+// Puts one entry's data, converting float32 through a bounded buffer.
+static int write_entry(ct_st_writer *w, const ct_st_entry *e, uint64_t nbytes, uint8_t *buf, size_t cap) {
   if (!e->data_f32 || e->dtype == CT_DT_F32)
-    return nbytes ? write_all(fd, e->data_f32 ? (const void *)e->data_f32 : e->data, nbytes) : 0;
+    return nbytes ? ct_st_writer_put(w, e->data_f32 ? (const void *)e->data_f32 : e->data, nbytes) : 0;
   size_t numel = (size_t)nbytes / 2, per = cap / 2;
   for (size_t i = 0; i < numel; i += per) {
     size_t k = numel - i < per ? numel - i : per;
@@ -632,61 +751,27 @@ static int write_entry(int fd, const ct_st_entry *e, uint64_t nbytes, uint8_t *b
       for (size_t j = 0; j < k; j++) out[j] = ct_f32_to_bf16(in[j]);
     else
       for (size_t j = 0; j < k; j++) out[j] = ct_f32_to_f16(in[j]);
-    int err = write_all(fd, buf, 2 * k);
-    if (err) return err;
+    int rc = ct_st_writer_put(w, buf, 2 * k);
+    if (rc) return rc;
   }
   return 0;
 }
 
 int ct_st_write(const char *path, const ct_st_entry *e, int n, const char *const *meta_keys,
                 const char *const *meta_vals, int n_meta) {
-  if (!path) return ct_set_error(CT_EINVAL, "ct_st_write: path is NULL");
-  if (n < 0 || (n > 0 && !e) || n_meta < 0)
-    return ct_set_error(CT_EINVAL, "%s: bad tensor list (n = %d, n_meta = %d)", path, n, n_meta);
-  int rc;
-  size_t hlen;
-  char *header = build_header(path, e, n, meta_keys, meta_vals, n_meta, &hlen, &rc);
-  if (!header) return rc;
   enum { CAP = 1 << 16 };
   uint8_t *buf = malloc(CAP);
-  if (!buf) {
-    free(header);
-    return ct_set_error(CT_ENOMEM, "%s: out of memory", path);
-  }
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    rc = ct_set_error(CT_EIO, "%s: cannot create: %s", path, strerror(errno));
-    goto out;
-  }
-  struct stat sb;
-  int regular = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode);
-  uint8_t len8[8];
-  for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
-  int err = write_all(fd, len8, 8);
-  if (!err) err = write_all(fd, header, hlen);
-  for (int i = 0; i < n && !err; i++) {
+  if (!buf) return ct_set_error(CT_ENOMEM, "%s: out of memory", path ? path : "ct_st_write");
+  ct_st_writer w;
+  int rc = ct_st_writer_open(&w, path, e, n, meta_keys, meta_vals, n_meta);
+  for (int i = 0; i < n && !rc; i++) {
     uint64_t nb = 0;
     check_entry(path, &e[i], i, &nb);  // checked in build_header
-    err = write_entry(fd, &e[i], nb, buf, CAP);
+    rc = write_entry(&w, &e[i], nb, buf, CAP);
   }
-  const char *what = "write";
-  // fsync is meaningless on a pipe or device (EINVAL); only a regular file must reach disk.
-  if (!err && fsync(fd) != 0 && (regular || (errno != EINVAL && errno != EROFS))) {
-    err = errno;
-    what = "fsync";
-  }
-  if (close(fd) != 0 && !err) {
-    err = errno;
-    what = "close";
-  }
-  rc = 0;
-  if (err) {
-    rc = ct_set_error(CT_EIO, "%s: %s failed: %s", path, what, strerror(err));
-    if (regular) unlink(path);
-  }
-out:
+  if (rc) ct_st_writer_abort(&w);  // (removes the file; the message stays)
+  else rc = ct_st_writer_close(&w);
   free(buf);
-  free(header);
   return rc;
 }
 
@@ -819,6 +904,20 @@ int ct_st_dir_open(ct_st_dir *d, const char *dir) {
     rc = ct_set_error(CT_EIO, "%s: no model.safetensors or model.safetensors.index.json", dir);
   free(single);
   free(index);
+  if (rc) {
+    ct_st_dir_close(d);
+    return rc;
+  }
+  qsort(d->entries, (size_t)d->n, sizeof *d->entries, cmp_entry);
+  return 0;
+}
+
+int ct_st_dir_open_file(ct_st_dir *d, const char *file) {
+  memset(d, 0, sizeof *d);
+  if (!file) return ct_set_error(CT_EINVAL, "ct_st_dir_open_file: file is NULL");
+  const char *slash = strrchr(file, '/');
+  d->path = slash ? strndup(file, (size_t)(slash - file)) : strdup(".");
+  int rc = d->path ? dir_open_single(d, file) : ct_set_error(CT_ENOMEM, "%s: out of memory", file);
   if (rc) {
     ct_st_dir_close(d);
     return rc;

@@ -79,6 +79,14 @@ const void *ct_st_data(const ct_safetensors *st, const ct_st_tensor *t);
 // float32. Other dtypes are an error naming the tensor.
 int ct_st_read_f32(const ct_safetensors *st, const ct_st_tensor *t, float *dst, int64_t n);
 
+// Elements [i0, i0 + n) of `t` into dst, converted as ct_st_read_f32 does; the pages read
+// are dropped from the mapping (ct_st_drop), so a tensor read piece by piece never has
+// more than a piece resident. For streaming tools: memory is the caller's buffer.
+int ct_st_read_f32_range(const ct_safetensors *st, const ct_st_tensor *t, int64_t i0, int64_t n, float *dst);
+// Drops the pages of [p, p + len) (inside a read-only mapping) from resident memory; a
+// later read of them reads the file again.
+void ct_st_drop(const void *p, size_t len);
+
 // One tensor to write. If data_f32 != NULL it holds numel float32 values converted to
 // `dtype` (F32, F16 or BF16 only, round to nearest even); otherwise `data` holds
 // numel * ct_dtype_size(dtype) raw little-endian bytes (may be NULL when that is 0).
@@ -100,6 +108,25 @@ typedef struct {
 int ct_st_write(const char *path, const ct_st_entry *e, int n, const char *const *meta_keys,
                 const char *const *meta_vals, int n_meta);
 
+// A file written as a stream: the header (from entries whose data fields are ignored)
+// goes out at open; then ct_st_writer_put appends the tensors' raw little-endian bytes in
+// entry order, in pieces of any size; close checks that every byte came, fsyncs and
+// closes. On any failure (and at abort) a partially written regular file is removed.
+// ct_st_write is open + put + close. Memory: the header only.
+typedef struct {
+  char *path;
+  int fd;             // -1: closed
+  int regular;        // a regular file (removed on failure)
+  uint64_t left;      // data bytes still to come
+  int err;            // first errno of a failed write
+} ct_st_writer;
+
+int ct_st_writer_open(ct_st_writer *w, const char *path, const ct_st_entry *e, int n,
+                      const char *const *meta_keys, const char *const *meta_vals, int n_meta);
+int ct_st_writer_put(ct_st_writer *w, const void *data, size_t len);
+int ct_st_writer_close(ct_st_writer *w);
+void ct_st_writer_abort(ct_st_writer *w);
+
 // A model directory: `model.safetensors`, or else `model.safetensors.index.json` whose
 // weight_map sends each tensor name to a shard file in the same directory. Every shard
 // named is opened once; a tensor missing from its shard is an error naming both. With
@@ -120,6 +147,8 @@ typedef struct {
 } ct_st_dir;
 
 int ct_st_dir_open(ct_st_dir *d, const char *dir);
+// One safetensors file seen as a directory holding just it (path: the file's directory).
+int ct_st_dir_open_file(ct_st_dir *d, const char *file);
 // Safe on a zeroed struct, a failed open, or twice.
 void ct_st_dir_close(ct_st_dir *d);
 // 0 and *st, *t set (either may be NULL) if found; else CT_EFORMAT naming tensor and dir.

@@ -630,7 +630,7 @@ static void test_attention_forward_matches_double_reference(void) {
   attn_seg(seg, d, starts, 4);
   fill_nan(out, no);
   fill_nan(lse, N * d.H);
-  ct_attention_forward(out, lse, qkv, seg, d, scratch);
+  ct_attention_forward(out, lse, qkv, seg, d, scratch, NULL);
   attn_reference(rout, rlse, qkv, seg, d);
   double wo = 0, wl = 0;
   for (long i = 0; i < no; i++) wo = fmax(wo, isnan(out[i]) ? INFINITY : fabs(out[i] - rout[i]));
@@ -649,7 +649,7 @@ typedef struct {
 
 static double attn_objective(void *p) {
   attn_ctx *c = p;
-  ct_attention_forward(c->out, c->lse, c->qkv, c->seg, c->d, c->scratch);
+  ct_attention_forward(c->out, c->lse, c->qkv, c->seg, c->d, c->scratch, NULL);
   return weighted_sum(c->r, c->out, (long)c->d.B * c->d.T * c->d.H * c->d.hd);
 }
 
@@ -667,7 +667,7 @@ static void attn_check_backward(ct_attn_dims d, const int *starts, int nstarts, 
   attn_seg(seg, d, starts, nstarts);
   fill_r(r, dout, no);
   fill_nan(dqkv, nq);
-  ct_attention_forward(out, lse, qkv, seg, d, scratch);
+  ct_attention_forward(out, lse, qkv, seg, d, scratch, NULL);
   ct_attention_backward(dqkv, dout, out, lse, qkv, seg, d, scratch);
   attn_ctx c = {qkv, out, lse, scratch, seg, d, r};
   long n = nsample > 0 ? nsample : nq;
@@ -712,7 +712,7 @@ static void test_attention_is_bit_identical_for_1_and_2_threads(void) {
   for (int k = 0; k < 2; k++) {
     out[k] = falloc(no), lse[k] = falloc(N * d.H), dqkv[k] = falloc(nq);
     set_threads(k + 1);
-    ct_attention_forward(out[k], lse[k], qkv, seg, d, scratch);
+    ct_attention_forward(out[k], lse[k], qkv, seg, d, scratch, NULL);
     ct_attention_backward(dqkv[k], dout, out[k], lse[k], qkv, seg, d, scratch);
   }
   CHECK(memcmp(out[0], out[1], sizeof(float) * no) == 0);
