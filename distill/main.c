@@ -321,9 +321,9 @@ static int check_config(const ct_config *c) {
   if ((c->lmbda > 0 || c->teacher_dtype == CT_STORE_INT8) && c->packing)
     return ct_set_error(CT_ECONFIG, "%s: key 'packing' cannot be combined with lmbda or an int8 "
                         "teacher", ct_config_origin(c, "packing"));
-  if (c->lmbda > 0 && !c->seq_kd && c->use_peft && c->base_dtype != CT_STORE_F32)
+  if (c->lmbda > 0 && !c->seq_kd && c->use_peft && c->base_dtype == CT_STORE_INT8)
     return ct_set_error(CT_ECONFIG, "%s: key 'base_dtype': on-policy batches are sampled by the sampler's "
-                        "engine, which runs a float32 student (not yet a narrowed one)", ct_config_origin(c, "base_dtype"));
+                        "engine, which runs a float32 or bfloat16 student, not int8", ct_config_origin(c, "base_dtype"));
   if (c->lmbda > 0 && c->seq_kd && c->teacher_dtype == CT_STORE_BF16)
     return ct_set_error(CT_ECONFIG, "%s: key 'teacher_dtype': seq_kd generates with the teacher through "
                         "the sampler's engine, which runs float32 or int8 weights, not bfloat16",

@@ -83,9 +83,9 @@ static int check_config(const ct_config *c) {
     return ct_set_error(CT_ECONFIG, "%s: key 'num_generations': %d does not divide the %d completions "
                         "a rank trains on per step (per_device_train_batch_size x gradient_accumulation_steps)",
                         ct_config_origin(c, "num_generations"), (int)c->num_generations, B * accum);
-  if (c->use_peft && c->base_dtype != CT_STORE_F32)
+  if (c->use_peft && c->base_dtype == CT_STORE_INT8)
     return ct_set_error(CT_ECONFIG, "%s: key 'base_dtype': GRPO samples its rollouts with the sampler's "
-                        "engine, which runs a float32 base (not yet a narrowed one)", ct_config_origin(c, "base_dtype"));
+                        "engine, which runs a float32 or bfloat16 base, not int8", ct_config_origin(c, "base_dtype"));
   static const char *ref_keys[] = {"ref_model_path", "ref_dtype", "sync_ref_model", "ref_model_mixup_alpha",
                                    "ref_model_sync_steps"};
   for (int i = 0; i < 5 && c->beta == 0; i++)  // no KL term: no reference is loaded

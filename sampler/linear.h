@@ -11,6 +11,7 @@
 typedef struct {
   int rows, cols;         // W is (rows, cols) = [out, in]
   const float *f32;       // (rows, cols), or NULL
+  const uint16_t *b16;    // (rows, cols) bf16 rows, or NULL: a source for ct_infer_pack only
   const int8_t *q;        // (rows, cols) int8, or NULL
   const float *scale;     // (rows): W[n, k] = q[n, k] * scale[n]
   const int32_t *rowsum;  // (rows): Σ_k q[n, k] (for the unsigned-times-signed dot product)

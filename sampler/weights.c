@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "fs.h"
 #include "error.h"
 #include "hf.h"
@@ -17,19 +18,22 @@
 #define QUANT_METHOD "ctune-int8"
 
 // Walks the tensor table in layout order (as ct_weights_bind does) and points the
-// engine's matrices and vectors at fp32 (f32 != NULL) or int8 + scale storage.
-static int bind(ct_infer_weights *w, const ct_model *lay, const float *f32, const int8_t *q,
-                const float *smem, const int32_t *rmem, const long *soff) {
+// engine's matrices and vectors at fp32 (f32 != NULL), bf16 matrices (b16 != NULL; the
+// vectors in smem) or int8 + scale storage.
+static int bind(ct_infer_weights *w, const ct_model *lay, const float *f32, const uint16_t *b16,
+                const int8_t *q, const float *smem, const int32_t *rmem, const long *soff) {
   const ct_model_config *c = &lay->cfg;
   w->cfg = *c;
   w->layers = calloc(c->num_layers, sizeof *w->layers);
   if (!w->layers) return ct_set_error(CT_ENOMEM, "sampler: out of memory");
   int i = 0;
 #define MAT(rows_)                                                                       \
-  (f32 ? (ct_linear){.rows = (int)(rows_), .cols = (int)lay->tensors[i].shape[1],           \
-                     .f32 = f32 + lay->tensors[i].offset}                                  \
-       : (ct_linear){.rows = (int)(rows_), .cols = (int)lay->tensors[i].shape[1],           \
-                     .q = q + lay->tensors[i].offset, .scale = smem + soff[i], .rowsum = rmem + soff[i]})
+  (f32   ? (ct_linear){.rows = (int)(rows_), .cols = (int)lay->tensors[i].shape[1],         \
+                       .f32 = f32 + lay->tensors[i].offset}                                \
+   : b16 ? (ct_linear){.rows = (int)(rows_), .cols = (int)lay->tensors[i].shape[1],         \
+                       .b16 = b16 + lay->tensors[i].offset}                                \
+         : (ct_linear){.rows = (int)(rows_), .cols = (int)lay->tensors[i].shape[1],         \
+                       .q = q + lay->tensors[i].offset, .scale = smem + soff[i], .rowsum = rmem + soff[i]})
 #define VEC() (f32 ? f32 + lay->tensors[i].offset : smem + soff[i])
   long C = c->hidden_size, F = c->intermediate_size;
   long QKV = (long)(c->num_heads + 2 * c->num_kv_heads) * c->head_dim;
@@ -82,13 +86,16 @@ int ct_infer_attach_lora(ct_infer_weights *w, const ct_lora *lo) {
 // ---------------------------------------------------------------------------
 // Panels
 
+// Whether two matrices are the same storage (a tied head is the embedding).
+static bool same_matrix(const ct_linear *a, const ct_linear *b) { return a->f32 == b->f32 && a->b16 == b->b16; }
+
 // The distinct matrices the engine multiplies by (a tied head is the embedding), minus
 // modules_to_save copies; returns how many were written to out.
 static int pack_list(ct_infer_weights *w, ct_linear **out) {
   int n = 0;
   const ct_lora *lo = w->lora;
   if (!(lo && lo->embed)) out[n++] = &w->embed;
-  if (!(lo && lo->head) && w->lm_head.f32 != w->embed.f32) out[n++] = &w->lm_head;
+  if (!(lo && lo->head) && !same_matrix(&w->lm_head, &w->embed)) out[n++] = &w->lm_head;
   for (int l = 0; l < w->cfg.num_layers; l++) {
     ct_infer_layer *L = &w->layers[l];
     out[n++] = &L->qkv, out[n++] = &L->o, out[n++] = &L->gu, out[n++] = &L->down;
@@ -121,13 +128,26 @@ typedef struct {
 
 // Panels [p0, p1) of one matrix: rows [32p0, 32p1) pack into the same span of panels.
 static void pack_task(void *ctx, int part, int thread) {
-  (void)thread;
   const pack_job *j = ctx;
   const ct_linear *L = j->L;
   long p0, p1, K = L->cols, K2 = (K + 1) / 2;
   ct_chunk_range((L->rows + CT_PANEL - 1) / CT_PANEL, 1, j->parts, part, &p0, &p1);
   if (p1 <= p0) return;
   int r0 = (int)(p0 * CT_PANEL), rows = (int)((p1 * CT_PANEL < L->rows ? p1 * CT_PANEL : L->rows) - r0);
+  if (L->b16) {  // bf16 rows: copied into bf16 panels, or widened panel by panel
+    const uint16_t *s16 = L->b16 + (long)r0 * K;
+    if (j->mode == CT_PACK_BF16) {
+      ct_panel_pack16_from16(s16, rows, (int)K, (uint16_t *)j->dst + (long)r0 * 2 * K2);
+      return;
+    }
+    float *tmp = j->scratch + (long)thread * CT_PANEL * K;
+    for (int p = 0; p * CT_PANEL < rows; p++) {
+      int w = rows - p * CT_PANEL < CT_PANEL ? rows - p * CT_PANEL : CT_PANEL;
+      ct_bf16_widen(tmp, s16 + (long)p * CT_PANEL * K, (long)w * K);
+      ct_panel_pack(tmp, w, (int)K, (float *)j->dst + ((long)r0 + (long)p * CT_PANEL) * K);
+    }
+    return;
+  }
   const float *src = L->f32 + (long)r0 * K;
   if (j->mode == CT_PACK_BF16)
     ct_panel_pack16(src, rows, (int)K, (uint16_t *)j->dst + (long)r0 * 2 * K2);
@@ -162,7 +182,9 @@ static int pack_int8(ct_infer_weights *w) {
 
 int ct_infer_pack(ct_infer_weights *w, int mode) {
   if (w->int8) return mode == CT_PACK_NONE ? 0 : pack_int8(w);
-  if (mode == CT_PACK_NONE) return 0;
+  if (mode == CT_PACK_NONE)
+    return w->layers && w->layers[0].qkv.b16 ? ct_set_error(CT_EINVAL, "sampler: a model stored in bfloat16 runs "
+                                                            "from packed weights (float32 or bfloat16 panels)") : 0;
   if (w->packed && w->packed != mode)
     return ct_set_error(CT_EINVAL, "sampler: the weights are already packed for another precision");
   bool inplace = mode == CT_PACK_F32 && w->model;
@@ -178,9 +200,10 @@ int ct_infer_pack(ct_infer_weights *w, int mode) {
   }
   long maxK = 0;
   for (int i = 0; i < n; i++) maxK = list[i]->cols > maxK ? list[i]->cols : maxK;
-  float *scratch = inplace ? malloc(sizeof(float) * CT_PANEL * maxK * ct_pool_threads()) : NULL;
-  if (inplace && !scratch) return ct_set_error(CT_ENOMEM, "sampler: out of memory packing the weights");
-  bool tied = w->lm_head.f32 == w->embed.f32;
+  bool widen = mode == CT_PACK_F32 && w->layers[0].qkv.b16;  // bf16 rows into fp32 panels
+  float *scratch = inplace || widen ? malloc(sizeof(float) * CT_PANEL * maxK * ct_pool_threads()) : NULL;
+  if ((inplace || widen) && !scratch) return ct_set_error(CT_ENOMEM, "sampler: out of memory packing the weights");
+  bool tied = same_matrix(&w->lm_head, &w->embed);
   char *at = w->pmem;
   for (int i = 0; i < n; i++) {
     ct_linear *L = list[i];
@@ -197,12 +220,32 @@ int ct_infer_pack(ct_infer_weights *w, int mode) {
   return 0;
 }
 
+// A model stored in bf16 (ct_model_to_bf16): matrices stay in params16 until packed, the
+// vectors are widened into smem, and a float32 embedding / head kept in emb32 is used.
+static int from_bf16_model(ct_infer_weights *w, const ct_model *m) {
+  w->soff = malloc(sizeof(long) * m->n_tensors);
+  long total = 0;
+  for (int i = 0; w->soff && i < m->n_tensors; i++) {
+    w->soff[i] = total;
+    total += m->tensors[i].ndim == 1 ? m->tensors[i].numel : 0;
+  }
+  w->smem = malloc(sizeof(float) * (total ? total : 1));
+  if (!w->soff || !w->smem) return ct_set_error(CT_ENOMEM, "sampler: out of memory");
+  for (int i = 0; i < m->n_tensors; i++)
+    if (m->tensors[i].ndim == 1) ct_bf16_widen(w->smem + w->soff[i], m->params16 + m->tensors[i].offset, m->tensors[i].numel);
+  int rc = bind(w, m, NULL, m->params16, NULL, w->smem, NULL, w->soff);
+  if (!rc && m->w.embed) w->embed = (ct_linear){.rows = w->embed.rows, .cols = w->embed.cols, .f32 = m->w.embed};
+  if (!rc && m->w.lm_head)
+    w->lm_head = m->w.lm_head == m->w.embed ? w->embed
+                                             : (ct_linear){.rows = w->lm_head.rows, .cols = w->lm_head.cols, .f32 = m->w.lm_head};
+  return rc;
+}
+
 int ct_infer_from_model(ct_infer_weights *w, const ct_model *m) {
   memset(w, 0, sizeof *w);
-  if (!m->params)
-    return ct_set_error(CT_EINVAL, "sampler: the model is stored in bfloat16; the engine runs float32 "
-                        "or int8 weights");
-  return bind(w, m, m->params, NULL, NULL, NULL, NULL);
+  int rc = m->params ? bind(w, m, m->params, NULL, NULL, NULL, NULL, NULL) : from_bf16_model(w, m);
+  if (rc) ct_infer_free(w);
+  return rc;
 }
 
 double ct_infer_int8_bytes(const ct_model_config *c) {
@@ -245,7 +288,7 @@ int ct_infer_quantize(ct_infer_weights *w, const ct_model *m) {
     else
       memcpy(w->smem + w->soff[i], m->params + t->offset, sizeof(float) * t->numel);
   }
-  if (!rc) rc = bind(w, &w->layout, NULL, w->qmem, w->smem, w->rmem, w->soff);
+  if (!rc) rc = bind(w, &w->layout, NULL, NULL, w->qmem, w->smem, w->rmem, w->soff);
   if (rc) ct_infer_free(w);
   return rc;
 }
@@ -292,7 +335,7 @@ static int load_int8(ct_infer_weights *w, const char *dir) {
     rc = ct_st_read_f32(st, t, w->smem + w->soff[i], ti->shape[0]);
   }
   ct_st_dir_close(&d);
-  if (!rc) rc = bind(w, &w->layout, NULL, w->qmem, w->smem, w->rmem, w->soff);
+  if (!rc) rc = bind(w, &w->layout, NULL, NULL, w->qmem, w->smem, w->rmem, w->soff);
   return rc;
 }
 

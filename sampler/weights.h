@@ -48,7 +48,7 @@ enum { CT_PACK_NONE, CT_PACK_F32, CT_PACK_BF16, CT_PACK_INT8 };
 // y += s·(x·Aᵀ)·Bᵀ, computed per token in a fixed order like every engine product; the
 // modules_to_save copies replace the embedding / head (float32 weights only).
 int ct_infer_attach_lora(ct_infer_weights *w, const ct_lora *lo);
-// Packs the float32 matrices into panels for the batched kernels (panel.h): CT_PACK_F32
+// Packs the float32 (or bf16-stored) matrices into panels for the batched kernels (panel.h): CT_PACK_F32
 // (in place when w owns its model, else a copy) or CT_PACK_BF16 (a bf16 copy). Copies
 // are taken from the weights as they are now: call again after they change (GRPO's full
 // fine-tuning does before each generation; a frozen LoRA base needs it once). Adapters'

@@ -66,6 +66,16 @@ echo "first KL $kl0; reward $r0 -> $r1"
 [ "$kl0" = "0.0" ] || fail "first-step KL is $kl0"
 awk -v a="$r0" -v b="$r1" 'BEGIN { exit !(b > a + 0.3) }' || fail "the reward did not rise"
 
+echo "== GRPO on a base stored in bfloat16: the sampler serves it packed, the reward rises"
+"$BIN/grpo" configs/grpo.yml model_path="$T/base" dataset_path="$T/eval.jsonl" answer_field=completion \
+  per_device_train_batch_size=32 num_generations=8 max_completion_length=10 learning_rate=1e-3 output_dir="$T/gb" \
+  max_steps=20 reward_funcs=length length_target=2 base_dtype=bfloat16 $(echo $lora | sed "s/max_length=24 //") \
+  >"$T/gb.log" 2>&1 || { cat "$T/gb.log"; fail "grpo lora on a bfloat16 base"; }
+r0=$(head -3 "$T/gb/metrics.jsonl" | field reward | awk '{s+=$1} END {print s/NR}')
+r1=$(tail -3 "$T/gb/metrics.jsonl" | field reward | awk '{s+=$1} END {print s/NR}')
+echo "bfloat16 base: reward $r0 -> $r1"
+awk -v a="$r0" -v b="$r1" 'BEGIN { exit !(b > a + 0.3) }' || fail "the reward did not rise on a bfloat16 base"
+
 echo "== distillation: a weaker student's adapters learn from the teacher"
 small_sft "$T/sft.jsonl" "$T/student" 40 128 384
 "$BIN/distill" configs/distill.yml teacher_path="$T/base" model_path="$T/student" dataset_path="$T/sft.jsonl" \
@@ -108,6 +118,8 @@ expect 2 "'qq_proj' is not one of" "$BIN/sft" $sft output_dir="$T/x" lora_target
 expect 2 "key 'base_dtype' needs use_peft" "$BIN/sft" configs/sft.yml model_path="$T/base" dataset_path="$T/sft.jsonl" \
   output_dir="$T/x" base_dtype=bfloat16
 expect 2 "tied embeddings" "$BIN/sft" $sft output_dir="$T/x" lora_modules_to_save=lm_head
+expect 2 "not int8" "$BIN/grpo" configs/grpo.yml model_path="$T/base" dataset_path="$T/eval.jsonl" \
+  output_dir="$T/x" base_dtype=int8 $(echo $lora | sed "s/max_length=24 //")
 expect 2 "reference is the base model itself" "$BIN/dpo" configs/dpo.yml model_path="$T/base" \
   dataset_path="$T/prefs.jsonl" output_dir="$T/x" use_peft=true ref_model_path="$T/base"
 expect 1 "but this base model needs \[8, 64\]" "$BIN/sft" configs/sft.yml model_path="$T/u" dataset_path="$T/sft.jsonl" \

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bf16.h"
 #include "engine.h"
 #include "forward.h"
 #include "matmul.h"
@@ -210,6 +211,35 @@ static void test_bf16_tracks_fp32(void) {
   ct_model_free(&m);
 }
 
+// A model stored in bf16 (a LoRA base with base_dtype bfloat16) serves exactly as the fp32
+// model holding the same values: packed into fp32 panels (widened) or bf16 panels (copied),
+// with its embedding kept float32 or not; unpacked it is refused.
+static void test_bf16_stored_model_serves_as_its_values(void) {
+  for (int keep = 0; keep < 2; keep++)
+    for (int pack = CT_PACK_F32; pack <= CT_PACK_BF16; pack++) {
+      ct_model mf, mb;
+      tiny_model(&mf, "qwen2");
+      for (long i = 0; i < mf.n_floats; i++) mf.params[i] = ct_bf16_to_f32(ct_f32_to_bf16(mf.params[i]));
+      tiny_model(&mb, "qwen2");
+      for (long i = 0; i < mb.n_floats; i++) mb.params[i] = mf.params[i];
+      CHECK_OK(ct_model_to_bf16(&mb, keep));
+      CHECK(!mb.params && mb.params16);
+      ct_infer_weights wf, wb;
+      CHECK_OK(ct_infer_from_model(&wf, &mf));
+      CHECK_OK(ct_infer_from_model(&wb, &mb));
+      if (keep == 0 && pack == CT_PACK_F32) CHECK(ct_infer_pack(&wb, CT_PACK_NONE) != 0);
+      CHECK_OK(ct_infer_pack(&wf, pack));
+      CHECK_OK(ct_infer_pack(&wb, pack));
+      double worst, scale;
+      int steps = 20, agree = greedy_agreement(&wf, &wb, steps, &worst, &scale);
+      CHECK(agree == steps && worst == 0);
+      ct_infer_free(&wf);
+      ct_infer_free(&wb);
+      ct_model_free(&mf);
+      ct_model_free(&mb);
+    }
+}
+
 // int8: logits close to fp32, greedy continuations mostly agree; save -> load keeps
 // every int8 byte and scale, and the reloaded model computes identical logits.
 static void test_int8_tracks_fp32_and_round_trips_byte_exact(void) {
@@ -278,6 +308,7 @@ int main(int argc, char **argv) {
   RUN(test_wide_head_attention_matches_training_forward);
   RUN(test_packing_batching_and_slot_copies_change_no_bit);
   RUN(test_bf16_tracks_fp32);
+  RUN(test_bf16_stored_model_serves_as_its_values);
   RUN(test_int8_tracks_fp32_and_round_trips_byte_exact);
   return test_summary();
 }
