@@ -186,7 +186,7 @@ static int reward_init(const ct_config *c, int k, bool check_only, ct_reward **o
                       .model_max_length = reward_model_tokens(c), .check_only = check_only};
   int kind;
   if (ct_reward_kind(c->reward_funcs.v[k], &kind) || ct_reward_init(out, kind, &o))
-    return ct_wrap_error(CT_ECONFIG, "%s", ct_config_origin(c, "reward_funcs"));
+    return ct_wrap_error(CT_ECONFIG, "%s: key 'reward_funcs'", ct_config_origin(c, "reward_funcs"));
   return 0;
 }
 

@@ -97,17 +97,19 @@ static int init_model(ct_reward *r, const ct_reward_opts *o) {
 // model's tokenizer and template, in batches.
 static int model_score(ct_reward *r, const ct_reward_item *items, int n, double *out) {
   char **texts = calloc(n > 0 ? (size_t)n : 1, sizeof *texts);
-  int rc = texts ? 0 : ct_set_error(CT_ENOMEM, "out of memory");
+  bool *eos = calloc(n > 0 ? (size_t)n : 1, sizeof *eos);
+  int rc = texts && eos ? 0 : ct_set_error(CT_ENOMEM, "out of memory");
   for (int i = 0; i < n && !rc; i++) {
     const json_t *p = items[i].row ? json_object_get(items[i].row, "prompt") : NULL;
     json_t *own = p ? NULL : json_string(items[i].prompt ? items[i].prompt : "");
-    rc = ct_rm_render(r->model, items[i].row, p ? p : own, items[i].completion, &texts[i]);
+    rc = ct_rm_render(r->model, items[i].row, p ? p : own, items[i].completion, &texts[i], &eos[i]);
     json_decref(own);
     if (rc) ct_wrap_error(rc, "reward model %s", r->model_name);
   }
-  if (!rc) rc = ct_rm_score_texts(r->model, texts, n, out, NULL);
+  if (!rc) rc = ct_rm_score_texts(r->model, texts, eos, n, out, NULL);
   for (int i = 0; texts && i < n; i++) free(texts[i]);
   free(texts);
+  free(eos);
   return rc;
 }
 

@@ -102,7 +102,7 @@ static void pair_step(rm_t *d, const ct_pref_dataset *ds, const int *pairs, int 
 }
 
 // TRL's metric names (prefix "eval_" on the eval set); the extremes are maxima over ranks.
-static json_t *stats_json(const rm_stats *st, ct_rm_range *e, const char *prefix) {
+static json_t *stats_json(const rm_stats *st, ct_rm_range *e, const char *prefix, long step) {
   if (ct_dist_max_f64((double *)e, 2)) fail(1, NULL);
   double n = st->s.pairs > 0 ? st->s.pairs : 1;
   const struct {
@@ -110,7 +110,7 @@ static json_t *stats_json(const rm_stats *st, ct_rm_range *e, const char *prefix
     double v;
   } m[] = {{"loss", st->s.loss / n}, {"accuracy", st->s.correct / n}, {"margin", st->s.margin / n},
            {"min_reward", -e->neg_min}, {"mean_reward", st->s.reward / (2 * n)}, {"max_reward", e->max}};
-  json_t *j = json_object();
+  json_t *j = json_pack("{s:I}", "step", (json_int_t)step);  // first, as the other trainers
   char k[64];
   for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
     snprintf(k, sizeof k, "%s%s", prefix, m[i].key);
@@ -132,10 +132,9 @@ static void evaluate(rm_t *d, const ct_pref_dataset *ev) {
     pair_step(d, ev, d->pairs, m, false, 0, &st);
   }
   ct_dist_sum_stats(&st);
-  json_t *j = stats_json(&st, &d->range, "eval_");
+  json_t *j = stats_json(&st, &d->range, "eval_", tr->step);
   d->range = keep;
   json_object_set_new(j, "eval_num_tokens", json_real(st.tokens));
-  json_object_set_new(j, "step", json_integer(tr->step));
   double n = st.s.pairs ? st.s.pairs : 1;
   ct_log_info(&tr->log, "eval at step %ld: loss %.4f, accuracy %.3f, margin %.4f (%.0f pairs)", tr->step,
               st.s.loss / n, st.s.correct / n, st.s.margin / n, st.s.pairs);
@@ -257,8 +256,7 @@ static int train_main(int argc, char **argv) {
     ct_log_progress(&tr.log, tr.step, st.s.loss / (st.s.pairs ? st.s.pairs : 1), tok_s);
     bool last = tr.step == tr.total_steps;
     if (ct_train_log_due(&tr)) {
-      json_t *j = stats_json(&win, &d.range, "");
-      json_object_set_new(j, "step", json_integer(tr.step));
+      json_t *j = stats_json(&win, &d.range, "", tr.step);
       json_object_set_new(j, "epoch", json_real(tr.epoch + (double)tr.epoch_pos / tr.n_seq));
       json_object_set_new(j, "learning_rate", json_real(lr));
       json_object_set_new(j, "grad_norm", json_real(win_norm / win_steps));
@@ -295,6 +293,7 @@ static void command_config(ct_config *cfg, int argc, char **argv, const char *cm
 typedef struct {
   ct_rm *rm;
   char **texts;
+  bool *eos;  // (n) text rows: EOS appended as in training
   int n, cap;
   const char *path;
 } score_rows;
@@ -307,6 +306,7 @@ static int score_row(void *ctx, json_t *row, int line) {
   json_t *msgs = json_object_get(row, "messages"), *p = json_object_get(row, "prompt"),
          *c = json_object_get(row, "completion"), *t = json_object_get(row, "text");
   int rc;
+  bool eos = false;
   if (json_is_array(msgs)) {
     rc = ct_row_chat(s->rm->tok, row, msgs, "messages", false, &text);
   } else if (p && json_is_array(c)) {
@@ -315,9 +315,10 @@ static int score_row(void *ctx, json_t *row, int line) {
              : ct_set_error(CT_EFORMAT, "key 'prompt': a message list with a message-list completion");
     json_decref(all);
   } else if (p && json_is_string(c)) {
-    rc = ct_rm_render(s->rm, row, p, json_string_value(c), &text);
+    rc = ct_rm_render(s->rm, row, p, json_string_value(c), &text, &eos);
   } else if (json_is_string(t)) {
     rc = (text = strdup(json_string_value(t))) ? 0 : CT_ENOMEM;
+    eos = true;
   } else {
     rc = ct_set_error(CT_EFORMAT, "expected messages, prompt + completion, or text");
   }
@@ -325,9 +326,12 @@ static int score_row(void *ctx, json_t *row, int line) {
   if (s->n == s->cap) {
     int cap = s->cap ? 2 * s->cap : 256;
     char **x = realloc(s->texts, sizeof *x * cap);
-    if (!x) return free(text), ct_set_error(CT_ENOMEM, "out of memory");
-    s->texts = x, s->cap = cap;
+    if (x) s->texts = x;
+    bool *e = x ? realloc(s->eos, sizeof *e * cap) : NULL;
+    if (!e) return free(text), ct_set_error(CT_ENOMEM, "out of memory");
+    s->eos = e, s->cap = cap;
   }
+  s->eos[s->n] = eos;
   s->texts[s->n++] = text;
   return 0;
 }
@@ -344,7 +348,7 @@ static int score_main(int argc, char **argv) {
   if (ct_jsonl_read(cfg.data, cfg.skip_bad_rows, score_row, &s, &js)) fail(1, NULL);
   double *r = malloc(sizeof(double) * (s.n ? s.n : 1));
   int too_long = 0;
-  if (!r || ct_rm_score_texts(&rm, s.texts, s.n, r, &too_long)) fail(1, NULL);
+  if (!r || ct_rm_score_texts(&rm, s.texts, s.eos, s.n, r, &too_long)) fail(1, NULL);
   for (int i = 0; i < s.n; i++) {
     if (isfinite(r[i])) printf("{\"row\": %d, \"reward\": %.9g}\n", i, r[i]);
     else printf("{\"row\": %d, \"reward\": null}\n", i);
@@ -352,7 +356,7 @@ static int score_main(int argc, char **argv) {
   fprintf(stderr, "reward score: %d rows of %s%s", s.n, cfg.data, too_long ? "" : "\n");
   if (too_long) fprintf(stderr, "; %d longer than max_length %d: reward null\n", too_long, (int)cfg.max_length);
   for (int i = 0; i < s.n; i++) free(s.texts[i]);
-  ct_free_all(s.texts, r);
+  ct_free_all(s.texts, s.eos, r);
   ct_rm_free(&rm);
   ct_config_free(&cfg);
   ct_pool_free();

@@ -116,8 +116,10 @@ void ct_rm_free(ct_rm *r) {
   memset(r, 0, sizeof *r);
 }
 
-int ct_rm_render(const ct_rm *r, const json_t *row, const json_t *prompt, const char *completion, char **out) {
+int ct_rm_render(const ct_rm *r, const json_t *row, const json_t *prompt, const char *completion, char **out,
+                 bool *eos) {
   *out = NULL;
+  *eos = !json_is_array(prompt);
   if (json_is_array(prompt)) {
     json_t *all = json_copy((json_t *)prompt);
     int rc = all ? json_array_append_new(all, json_pack("{s:s,s:s}", "role", "assistant", "content", completion)) : -1;
@@ -173,13 +175,16 @@ int ct_rm_score_ids(ct_rm *r, const int *const *ids, const int *len, int n, doub
   return rc;
 }
 
-int ct_rm_score_texts(ct_rm *r, char *const *texts, int n, double *out, int *too_long) {
+int ct_rm_score_texts(ct_rm *r, char *const *texts, const bool *eos, int n, double *out, int *too_long) {
+  int eos_id = ct_tokenizer_eos(r->tok);
   ct_ids *t = calloc(n > 0 ? (size_t)n : 1, sizeof *t);
   const int **ids = malloc(sizeof *ids * (size_t)(n > 0 ? n : 1));
   int *len = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1)), rc = 0;
   if (!t || !ids || !len) rc = ct_set_error(CT_ENOMEM, "out of memory");
   for (int i = 0; i < n && !rc; i++) {
     if (ct_tokenizer_encode_doc(r->tok, texts[i], strlen(texts[i]), &t[i])) rc = CT_ENOMEM;
+    if (!rc && eos && eos[i] && eos_id >= 0 && (t[i].n == 0 || t[i].v[t[i].n - 1] != eos_id))
+      rc = ct_ids_push(&t[i], eos_id);
     ids[i] = t[i].v, len[i] = t[i].n;
   }
   if (!rc) rc = ct_rm_score_ids(r, ids, len, n, out, too_long);

@@ -41,12 +41,14 @@ double ct_rm_bytes(const char *dir, int dtype, int B, int T);
 // renders it for a reward model: a conversational prompt (a message list) is rendered with
 // the completion as one more assistant message through r's chat template, no generation
 // prompt (with the row's tools and chat_template_kwargs); a text prompt is prompt +
-// completion. *out is malloc'd.
-int ct_rm_render(const ct_rm *r, const json_t *row, const json_t *prompt, const char *completion, char **out);
+// completion, and *eos says so: it is scored with EOS appended, as bin/reward trains on
+// text answers (TRL's RewardTrainer appends it). *out is malloc'd.
+int ct_rm_render(const ct_rm *r, const json_t *row, const json_t *prompt, const char *completion, char **out,
+                 bool *eos);
 
-// The rewards of n texts into out: each tokenized as one document (one BOS), then run in
-// batches of B rows; a text longer than T tokens gets NaN (and counts in *too_long when
-// not NULL).
-int ct_rm_score_texts(ct_rm *r, char *const *texts, int n, double *out, int *too_long);
+// The rewards of n texts into out: each tokenized as one document (one BOS), EOS appended
+// where eos[i] (eos may be NULL: none) and not already last, then run in batches of B rows;
+// a text longer than T tokens gets NaN (and counts in *too_long when not NULL).
+int ct_rm_score_texts(ct_rm *r, char *const *texts, const bool *eos, int n, double *out, int *too_long);
 // The same for n token sequences (ids[i], len[i] tokens each).
 int ct_rm_score_ids(ct_rm *r, const int *const *ids, const int *len, int n, double *out, int *too_long);
