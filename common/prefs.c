@@ -156,7 +156,11 @@ static int reward_row(loader *L, const json_t *j, const json_t *pi) {
   const char *rk = json_object_get(j, "rejected_ids") ? "rejected_ids" : "rejected_input_ids";
   const json_t *c = json_object_get(j, ck), *r = json_object_get(j, rk);
   if (c || r) {
-    if (!c || !r) return ROW_ERROR(L, "key '%s' is missing (a pre-tokenized pair gives both answers)", c ? rk : ck);
+    if (!c || !r) {  // the missing key, in the naming the present one uses
+      bool older = c ? !strcmp(ck, "chosen_input_ids") : !strcmp(rk, "rejected_input_ids");
+      const char *miss = c ? (older ? "rejected_input_ids" : "rejected_ids") : (older ? "chosen_input_ids" : "chosen_ids");
+      return ROW_ERROR(L, "key '%s' is missing (a pre-tokenized pair gives both answers)", miss);
+    }
     int rc = pi ? ids_list(L, pi, "prompt_input_ids", &L->p) : 0;
     if (!rc) rc = ids_list(L, c, ck, &L->c);
     if (!rc) rc = ids_list(L, r, rk, &L->r);
