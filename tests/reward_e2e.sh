@@ -140,6 +140,8 @@ expect 2 "tokenizer cannot be loaded" "$G" $gcommon output_dir="$T/x" reward_fun
 expect 2 "not a directory" "$G" $gcommon output_dir="$T/x" reward_funcs="$T/nothing/"
 expect 2 "reward_funcs" "$G" $gcommon output_dir="$T/x" reward_funcs=magic
 expect 2 "use_peft" "$R" $common output_dir="$T/x" use_peft=true
+expect 2 "num_vocab_tiling" "$R" $common output_dir="$T/x" num_vocab_tiling=4
+"$R" --help | grep -q "^usage: reward" || fail "reward --help"
 expect 2 "sequence-classification model" "$BIN/sft" configs/sft.yml model_path="$T/rm" dataset_path="$T/sft.jsonl" output_dir="$T/x"
 expect 2 "reward_model_dtype" "$G" $gcommon output_dir="$T/x" reward_funcs="$T/rm" reward_model_dtype=int8
 expect 1 "no usable preference pairs" "$R" $common output_dir="$T/x" max_length=8
