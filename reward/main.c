@@ -43,7 +43,7 @@ static int check_config(const ct_config *c) {
   if (c->use_peft)
     return ct_set_error(CT_ECONFIG, "%s: key 'use_peft': bin/reward trains the whole model (LoRA with a "
                         "SEQ_CLS score head is not built yet); drop the key", ct_config_origin(c, "use_peft"));
-  if (ct_config_is_set(c, "num_vocab_tiling"))
+  if (c->num_vocab_tiling != 1)  // (base.yml sets every key: another value is the user's)
     return ct_set_error(CT_ECONFIG, "%s: key 'num_vocab_tiling' tiles the LM head, and a reward model has none "
                         "(its score head is one row); drop the key", ct_config_origin(c, "num_vocab_tiling"));
   if (c->data[0])
