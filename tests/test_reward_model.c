@@ -20,6 +20,7 @@
 #include "tokenizer.h"
 #include "matmul.h"
 #include "model.h"
+#include "prefs.h"
 #include "pool.h"
 #include "rng.h"
 #include "reward/loss.h"
@@ -350,6 +351,72 @@ static void test_bad_reward_model_dirs_fail_with_their_reason(void) {
   ct_model_free(&m);
 }
 
+// ---------------------------------------------------------------------------
+// Reward pairs (prefs.h's reward mode), with the byte tokenizer: ids are bytes, EOS 256.
+
+static const char *write_rows(const char *name, const char *text) {
+  const char *p = tmp_dir(name);
+  FILE *f = fopen(p, "w");
+  fputs(text, f);
+  fclose(f);
+  return p;
+}
+
+// ids[0, n) == the bytes of s, then `tail` (-1: nothing)
+static bool is_text(const int *ids, int n, const char *s, int tail) {
+  int k = (int)strlen(s);
+  if (n != k + (tail >= 0)) return false;
+  for (int i = 0; i < k; i++)
+    if (ids[i] != (unsigned char)s[i]) return false;
+  return tail < 0 || ids[k] == tail;
+}
+
+static void test_reward_pairs_are_whole_sequences_with_margin_and_long_pairs_dropped(void) {
+  ct_tokenizer *tok;
+  CHECK_OK(ct_tokenizer_bytes(&tok));
+  int eos = ct_tokenizer_eos(tok);
+  ct_pref_opts o = {.max_length = 12, .reward = true};
+  ct_pref_dataset ds;
+  CHECK_OK(ct_pref_load(&ds, write_rows("pairs.jsonl",
+      "{\"prompt\": \"Q: \", \"chosen\": \"yes\", \"rejected\": \"no\", \"margin\": 1.5}\n"  // prompt + answer
+      "{\"chosen\": \"abc\", \"rejected\": \"xyz\"}\n"                                       // no prompt, no shared start
+      "{\"prompt\": \"Q: \", \"chosen\": \"a very long answer\", \"rejected\": \"no\"}\n"    // 3 + 18 + 1 > 12: dropped
+      "{\"prompt_input_ids\": [5], \"chosen_input_ids\": [6, 7], \"rejected_input_ids\": [8]}\n"
+      "{\"chosen_ids\": [1, 2, 3], \"rejected_ids\": [4]}\n"), tok, &o));
+  CHECK(ds.n == 4 && ds.n_dropped == 1);
+  const int *p = ds.ids + ds.start[0];
+  CHECK(ds.p_len[0] == 0 && is_text(p, ds.c_len[0], "Q: yes", eos) && is_text(p + ds.c_len[0], ds.r_len[0], "Q: no", eos));
+  CHECK(ds.margin[0] == 1.5f && ds.margin[1] == 0 && ds.margin[2] == 0);
+  p = ds.ids + ds.start[1];
+  CHECK(is_text(p, ds.c_len[1], "abc", eos) && is_text(p + ds.c_len[1], ds.r_len[1], "xyz", eos));
+  p = ds.ids + ds.start[2];  // pre-tokenized: as given, after the prompt's ids
+  CHECK(ds.p_len[2] == 1 && ds.c_len[2] == 2 && ds.r_len[2] == 1 && p[0] == 5 && p[1] == 6 && p[2] == 7 && p[3] == 8);
+  p = ds.ids + ds.start[3];
+  CHECK(ds.p_len[3] == 0 && ds.c_len[3] == 3 && ds.r_len[3] == 1 && p[2] == 3 && p[3] == 4);
+  ct_pref_free(&ds);
+  // conversations: the prompt's messages + each answer's, one render without a generation prompt
+  o.max_length = 200;
+  CHECK_OK(ct_pref_load(&ds, write_rows("chat.jsonl",
+      "{\"prompt\": [{\"role\": \"user\", \"content\": \"hi\"}], \"chosen\": [{\"role\": \"assistant\", "
+      "\"content\": \"hello\"}], \"rejected\": [{\"role\": \"assistant\", \"content\": \"go\"}]}\n"), tok, &o));
+  const char *want = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n";
+  ct_ids w = {0};
+  CHECK_OK(ct_tokenizer_encode_doc(tok, want, strlen(want), &w));
+  CHECK(ds.n == 1 && ds.p_len[0] == 0 && ds.c_len[0] == w.n && !memcmp(ds.ids, w.v, sizeof(int) * w.n));
+  ct_ids_free(&w);
+  ct_pref_free(&ds);
+  // bad rows name the key
+  CHECK(ct_pref_load(&ds, write_rows("m.jsonl", "{\"chosen\": \"a\", \"rejected\": \"b\", \"margin\": \"x\"}\n"), tok, &o) ==
+        CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "m.jsonl:1: key 'margin'") != NULL);
+  CHECK(ct_pref_load(&ds, write_rows("i.jsonl", "{\"chosen_ids\": [1]}\n"), tok, &o) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "key 'rejected_ids' is missing") != NULL);
+  o.max_length = 3;  // every pair too long: an error that says so
+  CHECK(ct_pref_load(&ds, write_rows("all.jsonl", "{\"chosen\": \"abcd\", \"rejected\": \"b\"}\n"), tok, &o) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "longer than max_length") != NULL);
+  ct_tokenizer_free(tok);
+}
+
 int main(int argc, char **argv) {
   ct_blas_init(argc, argv);
   ct_pool_init(2);
@@ -361,6 +428,7 @@ int main(int argc, char **argv) {
   RUN(test_saved_reward_model_has_hf_seq_cls_layout_and_reloads_with_same_rewards);
   RUN(test_causal_lm_dir_loads_into_a_classifier_layout);
   RUN(test_bad_reward_model_dirs_fail_with_their_reason);
+  RUN(test_reward_pairs_are_whole_sequences_with_margin_and_long_pairs_dropped);
   ct_remove_tree(tmp_root);
   return test_summary();
 }
