@@ -195,9 +195,10 @@ static json_t *json_float(float f) {
 int ct_hf_config_write(const ct_model_config *c, const char *path, const char *torch_dtype) {
   json_t *j = json_object();
   json_object_set_new(j, "architectures", json_pack("[s]", architecture(c->model_type, c->num_labels > 0)));
-  if (c->num_labels == 1)  // what transformers writes for num_labels=1
-    json_object_set_new(j, "id2label", json_pack("{s:s}", "0", "LABEL_0")),
-        json_object_set_new(j, "label2id", json_pack("{s:i}", "LABEL_0", 0));
+  if (c->num_labels == 1) {  // what transformers writes for num_labels=1
+    json_object_set_new(j, "id2label", json_pack("{s:s}", "0", "LABEL_0"));
+    json_object_set_new(j, "label2id", json_pack("{s:i}", "LABEL_0", 0));
+  }
   json_object_set_new(j, "model_type", json_string(c->model_type));
   json_object_set_new(j, "vocab_size", json_integer(c->vocab_size));
   json_object_set_new(j, "hidden_size", json_integer(c->hidden_size));
