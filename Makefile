@@ -28,7 +28,7 @@ TRAINER_SRC := $(filter-out %/main.c,$(wildcard sft/*.c dpo/*.c grpo/*.c distill
 LIB_OBJ     := $(COMMON_SRC:%.c=$(B)/%.o) $(SAMPLER_SRC:%.c=$(B)/%.o) $(TRAINER_SRC:%.c=$(B)/%.o)
 LIB         := $(B)/libctune.a
 
-TRAINERS := $(patsubst %/main.c,%,$(wildcard sft/main.c dpo/main.c grpo/main.c distill/main.c sampler/main.c))
+TRAINERS := $(patsubst %/main.c,%,$(wildcard sft/main.c dpo/main.c grpo/main.c distill/main.c sampler/main.c reward/main.c))
 TOOLS    := $(patsubst tools/%.c,%,$(wildcard tools/*.c))
 PROGS    := $(TRAINERS:%=$(BIN)/%) $(TOOLS:%=$(BIN)/%)
 TESTS    := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/test_*.c))

@@ -38,7 +38,7 @@ typedef struct {
   unsigned trainers;  // CT_TRAINER_* mask of the trainers that accept the key
   size_t offset;      // of the field in ct_config
   const char *def;    // built-in default, written as in a yml
-  const char *per_trainer[5];  // default for sft, dpo, grpo, distill, sampler; NULL = def
+  const char *per_trainer[6];  // default for sft, dpo, grpo, distill, sampler, reward; NULL = def
   double lo, hi;               // range of numbers (and of float-list items)
   int lo_open, hi_open;
   int nonfinite;                // floats: inf and nan are allowed
@@ -52,11 +52,12 @@ typedef struct {
 
 #define ALL CT_TRAINER_ALL
 #define SAMPLER CT_TRAINER_SAMPLER
-#define NKINDS 5  // sft, dpo, grpo, distill, sampler
+#define NKINDS 6  // sft, dpo, grpo, distill, sampler, reward
 #define SFT CT_TRAINER_SFT
 #define DPO CT_TRAINER_DPO
 #define GRPO CT_TRAINER_GRPO
 #define DISTILL CT_TRAINER_DISTILL
+#define REWARD CT_TRAINER_REWARD
 #define OFF(field) offsetof(ct_config, field)
 // Ranges: IN [a, b]; FROM [a, inf); ABOVE (a, inf); OPEN (a, b); CLOPEN [a, b).
 #define IN(a, b) .lo = (a), .hi = (b)
@@ -78,6 +79,8 @@ const char *const ct_scale_rewards_names[] = {"group", "batch", "none", NULL};
 const char *const ct_advantage_estimator_names[] = {"group_norm", "rloo", "reinforce_baseline", NULL};
 const char *const ct_reward_failure_names[] = {"error", "nan", NULL};
 const char *const ct_reward_func_names[] = {"accuracy", "format", "length", "remote", NULL};
+// the frozen module's storages a reward model (with its score head) can use: CT_STORE_F32, _BF16
+const char *const ct_reward_model_dtype_names[] = {"float32", "bfloat16", NULL};
 const char *const ct_lora_module_names[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                             "down_proj", "all-linear", NULL};
 const char *const ct_lora_save_names[] = {"embed_tokens", "lm_head", NULL};
@@ -129,7 +132,7 @@ static const key_def KEYS[] = {
                 "is -1."},
     {"per_device_train_batch_size", K_INT, ALL, OFF(per_device_train_batch_size), "8",
      IN(1, 65536), .comment = "Rows per training micro-batch on each MPI rank."},
-    {"per_device_eval_batch_size", K_INT, SFT | DPO | DISTILL, OFF(per_device_eval_batch_size), "8",
+    {"per_device_eval_batch_size", K_INT, SFT | DPO | DISTILL | REWARD, OFF(per_device_eval_batch_size), "8",
      IN(1, 65536), .comment = "Rows per evaluation batch on each MPI rank."},
     {"gradient_accumulation_steps", K_INT, ALL, OFF(gradient_accumulation_steps), "1",
      IN(1, 65536),
@@ -145,7 +148,7 @@ static const key_def KEYS[] = {
     {"muon_momentum", K_FLOAT, ALL, OFF(muon_momentum), "0.95", CLOPEN(0, 1),
      .comment = "Muon's Nesterov momentum (the matrices' first moment)."},
     {"learning_rate", K_FLOAT, ALL, OFF(learning_rate), "5e-5", FROM(0),
-     .per_trainer = {"2e-5", "1e-6", "1e-6", "2e-5"},
+     .per_trainer = {"2e-5", "1e-6", "1e-6", "2e-5", NULL, "1e-4"},
      .comment = "Peak learning rate, reached at the end of warmup."},
     {"lr_scheduler_type", K_ENUM, ALL, OFF(lr_scheduler_type), "linear",
      .choices = ct_lr_scheduler_names, .comment = "Decay after warmup."},
@@ -171,9 +174,9 @@ static const key_def KEYS[] = {
                 "max_attention_logit (before clipping) and clipped_heads (summed over the logging window). "
                 "Not with use_peft (the q/k weights are the frozen base)."},
 
-    {"max_length", K_INT, SFT | DPO | DISTILL, OFF(max_length), "1024", IN(2, 1048576), .section = "Data",
+    {"max_length", K_INT, SFT | DPO | DISTILL | REWARD, OFF(max_length), "1024", IN(2, 1048576), .section = "Data",
      .comment = "Longest sequence in tokens; longer rows keep their first max_length "
-                "tokens."},
+                "tokens (reward: pairs with a longer answer are dropped and counted, as TRL does)."},
     {"packing", K_BOOL, SFT | DISTILL, OFF(packing), "false",
      .comment = "Pack several rows into each max_length sequence; attention never crosses "
                 "rows."},
@@ -185,8 +188,13 @@ static const key_def KEYS[] = {
      .comment = "The field that holds the text of plain-text rows."},
     {"shuffle_dataset", K_BOOL, ALL, OFF(shuffle_dataset), "true",
      .comment = "Shuffle the training rows every epoch."},
-    {"skip_bad_rows", K_BOOL, SFT | DPO | DISTILL, OFF(skip_bad_rows), "false",
+    {"skip_bad_rows", K_BOOL, SFT | DPO | DISTILL | REWARD, OFF(skip_bad_rows), "false",
      .comment = "Skip and count malformed rows instead of stopping at the first one."},
+
+    {"center_rewards_coefficient", K_FLOAT, REWARD, OFF(center_rewards_coefficient), "0.0", FROM(0),
+     .section = "Reward model",
+     .comment = "Adds this x mean((r_chosen + r_rejected)^2) to the pair loss, pulling rewards toward "
+                "0 (0 = off; 0.01 is the paper's value)."},
 
     {"logging_steps", K_INT, ALL, OFF(logging_steps), "10", FROM(1),
      .section = "Logging and checkpoints",
@@ -352,8 +360,13 @@ static const key_def KEYS[] = {
                 "completions (TRL's RLOO option)."},
     {"mask_truncated_completions", K_BOOL, GRPO, OFF(mask_truncated_completions), "false",
      .comment = "Completions that never reached an end-of-turn token get no loss."},
-    {"reward_funcs", K_STR_LIST, GRPO, OFF(reward_funcs), "accuracy", .choices = ct_reward_func_names,
-     .comment = "Reward functions, summed with reward_weights."},
+    {"reward_funcs", K_STR_LIST, GRPO, OFF(reward_funcs), "accuracy",
+     .comment = "Reward functions, summed with reward_weights: accuracy, format, length, remote, or "
+                "the directory of a sequence-classification reward model (e.g. one bin/reward "
+                "trained), run in-process; its metrics are named after the directory's last part."},
+    {"reward_model_dtype", K_ENUM, GRPO, OFF(reward_model_dtype), "float32", .choices = ct_reward_model_dtype_names,
+     .comment = "How reward models in reward_funcs store their weights: float32, or bfloat16 (half the "
+                "memory, widened a layer at a time)."},
     {"reward_weights", K_FLOAT_LIST, GRPO, OFF(reward_weights), "[]", ANY,
      .comment = "Weight of each reward function (negative: a penalty). Empty = 1 each."},
     {"answer_field", K_STR, GRPO, OFF(answer_field), "answer",
@@ -390,9 +403,9 @@ static const key_def KEYS[] = {
     {"prompts_path", K_STR, SAMPLER, OFF(prompts_path), "",
      .comment = "generate: JSONL rows with prompt (text), messages (chat template) or "
                 "prompt_input_ids."},
-    {"data", K_STR, SAMPLER, OFF(data), "",
+    {"data", K_STR, SAMPLER | REWARD, OFF(data), "",
      .comment = "score: JSONL rows with prompt and completion (or prompt_input_ids and "
-                "completion_input_ids)."},
+                "completion_input_ids; bin/reward score: or messages)."},
     {"n", K_INT, SAMPLER, OFF(n), "1", IN(1, 65536),
      .comment = "Completions per prompt; they share one prefill."},
     {"max_new_tokens", K_INT, SAMPLER, OFF(max_new_tokens), "256", IN(1, 1048576),
@@ -473,7 +486,7 @@ static const key_def KEYS[] = {
 #define MODEL_PREFIX "model."
 #define MAX_INCLUDE_DEPTH 16
 
-static const char *const TRAINER_NAMES[NKINDS] = {"sft", "dpo", "grpo", "distill", "sampler"};
+static const char *const TRAINER_NAMES[NKINDS] = {"sft", "dpo", "grpo", "distill", "sampler", "reward"};
 
 // ---------------------------------------------------------------------------------
 // Small helpers
@@ -491,7 +504,7 @@ int ct_trainer_from_name(const char *name, ct_trainer_kind *out) {
       *out = (ct_trainer_kind)(1u << i);
       return 0;
     }
-  return ct_set_error(CT_EINVAL, "unknown trainer '%s' (expected sft, dpo, grpo, distill or sampler)",
+  return ct_set_error(CT_EINVAL, "unknown trainer '%s' (expected sft, dpo, grpo, distill, sampler or reward)",
                       name);
 }
 
@@ -1063,6 +1076,10 @@ static const char *const USAGE[NKINDS] = {
     "  bench:    speed of prefill and decode, fp32 and int8\n"
     "config.yml may be a trainer's yml or a run's config.yml: the keys the sampler uses are\n"
     "taken, the others named and skipped.\n",
+    "usage: reward [score|eval] [config.yml] [key=value ...]\n"
+    "Reward-model training (TRL's RewardTrainer) on prompt?/chosen/rejected(/margin) rows.\n"
+    "  score: model_path=RM data=FILE.jsonl (prompt + completion, or messages): {row, reward} lines\n"
+    "  eval:  model_path=RM eval_dataset_path=PAIRS.jsonl: held-out pair accuracy\n",
 };
 
 // The keys --help lists for t: those not every trainer takes, or with a default of t's own.

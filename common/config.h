@@ -23,10 +23,11 @@ typedef enum {
   CT_TRAINER_GRPO = 4,
   CT_TRAINER_DISTILL = 8,
   CT_TRAINER_SAMPLER = 16,  // bin/sampler: not a trainer, but configured the same way
+  CT_TRAINER_REWARD = 32,   // bin/reward: a reward model from preference pairs
 } ct_trainer_kind;
-#define CT_TRAINER_ALL 15u  // mask: a key every trainer accepts
+#define CT_TRAINER_ALL 47u  // mask: a key every trainer accepts (all but the sampler)
 
-// "sft", "dpo", "grpo", "distill" (NULL for anything else).
+// "sft", "dpo", "grpo", "distill", "sampler", "reward" (NULL for anything else).
 const char *ct_trainer_name(ct_trainer_kind t);
 // Inverse of ct_trainer_name; returns 0, or CT_EINVAL for an unknown name.
 int ct_trainer_from_name(const char *name, ct_trainer_kind *out);
@@ -57,6 +58,7 @@ extern const char *const ct_reward_failure_names[];
 // The built-in reward functions (grpo/reward.c implements them).
 enum { CT_REWARD_ACCURACY, CT_REWARD_FORMAT, CT_REWARD_LENGTH, CT_REWARD_REMOTE, CT_REWARD_COUNT };
 extern const char *const ct_reward_func_names[];
+extern const char *const ct_reward_model_dtype_names[];  // float32, bfloat16 (CT_STORE_F32, _BF16)
 // lora_target_modules items (lora.h's names, and all-linear), lora_modules_to_save items.
 extern const char *const ct_lora_module_names[];
 extern const char *const ct_lora_save_names[];
@@ -194,6 +196,10 @@ typedef struct {
   double distill_alpha;
   double lmbda;
   int seq_kd;
+
+  // reward model (bin/reward) and GRPO's reward models
+  double center_rewards_coefficient;  // 0 = off
+  int reward_model_dtype;             // CT_STORE_* (model.h): GRPO's reward models
 
   // GRPO
   int64_t num_generations;

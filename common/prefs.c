@@ -19,6 +19,8 @@ typedef struct {
   const json_t *row;  // the row being read (its tools and chat_template_kwargs)
   long cap_tokens, cap_rows;
   ct_ids p, c, r;  // the row being built
+  float margin;    // its margin (reward pairs)
+  long cap_margin;
 } loader;
 
 // Row-level error: "path:line: message"; CT_EFORMAT lets the caller skip the row.
@@ -112,10 +114,72 @@ static int extract_prompt(loader *L, const json_t *c, const json_t *r, json_t *x
 
 static int pair(loader *L, const json_t *j, const json_t *p, const json_t *c, const json_t *r);
 
+// One whole reward-model answer: the prompt (NULL: none) and the answer as one text (with
+// EOS appended when missing) or one conversation through the chat template (no generation
+// prompt), tokenized as a document (one BOS).
+static int reward_answer(loader *L, const json_t *p, const json_t *a, const char *key, ct_ids *out) {
+  char *text = NULL;
+  int rc = 0;
+  if (json_is_string(a) && (!p || json_is_string(p))) {
+    const char *ps = p ? json_string_value(p) : "", *as = json_string_value(a);
+    if (!*as) return ROW_ERROR(L, "key '%s': the answer is empty", key);
+    size_t np = strlen(ps), na = strlen(as);
+    if (!(text = malloc(np + na + 1))) return ct_set_error(CT_ENOMEM, "preference data: out of memory");
+    memcpy(text, ps, np);
+    memcpy(text + np, as, na + 1);
+  } else if (json_is_array(a) && (!p || json_is_array(p))) {
+    if (!json_array_size(a)) return ROW_ERROR(L, "key '%s': the answer is empty", key);
+    json_t *all = p ? json_copy((json_t *)p) : json_array();
+    json_array_extend(all, (json_t *)a);
+    rc = ct_row_chat(L->tok, L->row, all, key, false, &text);
+    json_decref(all);
+    if (rc) return ROW_ERROR(L, "%s", ct_last_error());
+  } else {
+    return ROW_ERROR(L, "keys 'prompt' and '%s': expected strings or message lists (both of one kind)", key);
+  }
+  rc = ct_tokenizer_encode_doc(L->tok, text, strlen(text), out) ? CT_ENOMEM : 0;
+  int eos = ct_tokenizer_eos(L->tok);
+  if (!rc && json_is_string(a) && eos >= 0 && (out->n == 0 || out->v[out->n - 1] != eos)) rc = ct_ids_push(out, eos);
+  free(text);
+  return rc;
+}
+
+// A reward pair (TRL's RewardTrainer): the margin, then pre-tokenized answers (TRL's
+// chosen_ids / rejected_ids, or the older chosen_input_ids / rejected_input_ids, after
+// prompt_input_ids when given) or prompt + each answer as a whole sequence. The prompt
+// list stays empty: each answer holds the whole sequence.
+static int reward_row(loader *L, const json_t *j, const json_t *pi) {
+  const json_t *m = json_object_get(j, "margin");
+  if (m && !json_is_number(m)) return ROW_ERROR(L, "key 'margin': expected a number");
+  L->margin = m ? (float)json_number_value(m) : 0.0f;
+  const char *ck = json_object_get(j, "chosen_ids") ? "chosen_ids" : "chosen_input_ids";
+  const char *rk = json_object_get(j, "rejected_ids") ? "rejected_ids" : "rejected_input_ids";
+  const json_t *c = json_object_get(j, ck), *r = json_object_get(j, rk);
+  if (c || r) {
+    if (!c || !r) {  // the missing key, in the naming the present one uses
+      bool older = c ? !strcmp(ck, "chosen_input_ids") : !strcmp(rk, "rejected_input_ids");
+      const char *miss = c ? (older ? "rejected_input_ids" : "rejected_ids") : (older ? "chosen_input_ids" : "chosen_ids");
+      return ROW_ERROR(L, "key '%s' is missing (a pre-tokenized pair gives both answers)", miss);
+    }
+    int rc = pi ? ids_list(L, pi, "prompt_input_ids", &L->p) : 0;
+    if (!rc) rc = ids_list(L, c, ck, &L->c);
+    if (!rc) rc = ids_list(L, r, rk, &L->r);
+    return rc;
+  }
+  const json_t *p = json_object_get(j, "prompt");
+  c = json_object_get(j, "chosen"), r = json_object_get(j, "rejected");
+  const char *missing = !c ? "chosen" : !r ? "rejected" : NULL;
+  if (missing) return ROW_ERROR(L, "key '%s' is missing", missing);
+  int rc = reward_answer(L, p, c, "chosen", &L->c);
+  if (!rc) rc = reward_answer(L, p, r, "rejected", &L->r);
+  return rc;
+}
+
 static int row(loader *L, const json_t *j) {
   if (!json_is_object(j)) return ROW_ERROR(L, "expected a JSON object");
   L->row = j;
   const json_t *pi = json_object_get(j, "prompt_input_ids");
+  if (L->o->reward) return reward_row(L, j, pi);
   if (pi) {
     int rc = ids_list(L, pi, "prompt_input_ids", &L->p);
     if (!rc) rc = ids_list(L, json_object_get(j, "chosen_input_ids"), "chosen_input_ids", &L->c);
@@ -189,8 +253,12 @@ static int keep(loader *L) {
   }
   if (nc == 0 || nr == 0) return ROW_ERROR(L, "key '%s': the completion has no tokens", nc ? "rejected" : "chosen");
   // the first completion token is predicted from the token before it
-  if (np == 0) return ROW_ERROR(L, "key 'prompt': the prompt has no tokens, so nothing predicts "
+  if (np == 0 && !o->reward) return ROW_ERROR(L, "key 'prompt': the prompt has no tokens, so nothing predicts "
                                 "the first completion token");
+  if (o->reward && (np + nc > o->max_length || np + nr > o->max_length)) {  // TRL drops these
+    ds->n_dropped++;
+    return 0;
+  }
   if (o->max_completion_length > 0) {
     if (nc > o->max_completion_length) nc = o->max_completion_length, cut = true;
     if (nr > o->max_completion_length) nr = o->max_completion_length, cut = true;
@@ -211,6 +279,12 @@ static int keep(loader *L) {
       grow((void **)&ds->line, &c5, ds->n + 1, sizeof(int)))
     return CT_ENOMEM;
   L->cap_rows = cr;
+  if (o->reward) {
+    long cm = L->cap_margin;
+    if (grow((void **)&ds->margin, &cm, ds->n + 1, sizeof(float))) return CT_ENOMEM;
+    L->cap_margin = cm;
+    ds->margin[ds->n] = L->margin;
+  }
   int *dst = ds->ids + ds->n_tokens;
   if (np) memcpy(dst, pv, sizeof(int) * np);
   memcpy(dst + np, L->c.v, sizeof(int) * nc);
@@ -247,14 +321,14 @@ int ct_pref_load(ct_pref_dataset *ds, const char *path, const ct_tokenizer *tok,
   ct_ids_free(&L.c);
   ct_ids_free(&L.r);
   if (!rc && ds->n == 0)
-    rc = ct_set_error(CT_EFORMAT, "%s: no usable preference pairs (%d lines, %d malformed)", path,
-                      ds->n_lines, ds->n_bad);
+    rc = ct_set_error(CT_EFORMAT, "%s: no usable preference pairs (%d lines, %d malformed%s)", path,
+                      ds->n_lines, ds->n_bad, ds->n_dropped ? ", the rest longer than max_length" : "");
   if (rc) ct_pref_free(ds);  // frees only: the error message stays
   return rc;
 }
 
 void ct_pref_free(ct_pref_dataset *ds) {
-  ct_free_all(ds->path, ds->ids, ds->start, ds->p_len, ds->c_len, ds->r_len, ds->line);
+  ct_free_all(ds->path, ds->ids, ds->start, ds->p_len, ds->c_len, ds->r_len, ds->line, ds->margin);
   memset(ds, 0, sizeof *ds);
 }
 

@@ -15,6 +15,12 @@ typedef struct {
   int max_length, max_prompt_length, max_completion_length;  // 0 = no limit (the last two)
   bool skip_bad_rows;
   int model_vocab;  // the model's vocab_size, named in token-id errors (0 = unknown)
+  // Reward-model pairs (TRL's RewardTrainer): the prompt is optional (a row without one
+  // whose answers share no start holds two whole sequences), chosen_ids / rejected_ids
+  // (or chosen_input_ids / rejected_input_ids) alone are a pre-tokenized pair, a
+  // "margin" number is kept, and a pair with an answer longer than max_length (prompt
+  // included) is dropped and counted in n_dropped, never truncated.
+  bool reward;
 } ct_pref_opts;
 
 typedef struct {
@@ -25,7 +31,8 @@ typedef struct {
   long *start;           // (n) offset of the pair's prompt in ids
   int *p_len, *c_len, *r_len;  // (n) lengths; chosen follows the prompt, rejected the chosen
   int *line;             // (n) line in the file
-  int n_lines, n_bad, n_truncated;
+  float *margin;         // (n) reward pairs: the row's margin (0 without one); else NULL
+  int n_lines, n_bad, n_truncated, n_dropped;
   char first_bad[512];
 } ct_pref_dataset;
 

@@ -522,6 +522,20 @@ static int bf16_setup(ct_train *tr) {
   return 0;
 }
 
+// bin/reward trains a sequence classifier (a causal LM's backbone gets a new score head);
+// every other trainer trains causal LMs and refuses a reward model.
+static int model_kind(const ct_config *c, ct_model_config *mc, const char *dir) {
+  if (c->trainer == CT_TRAINER_REWARD) {
+    mc->num_labels = 1;
+    return 0;
+  }
+  if (mc->num_labels)
+    return ct_set_error(CT_ECONFIG, "%s: %s is a sequence-classification model (a reward model); %s trains "
+                        "causal language models (use it in GRPO's reward_funcs)", ct_config_origin(c, "model_path"),
+                        dir, ct_trainer_name(c->trainer));
+  return 0;
+}
+
 int ct_train_setup(ct_train *tr, ct_config *cfg) {
   memset(tr, 0, sizeof *tr);
   tr->cfg = cfg;
@@ -546,6 +560,7 @@ int ct_train_setup(ct_train *tr, ct_config *cfg) {
   const char *dir = tr->resumed_from[0] && !cfg->use_peft ? tr->resumed_from : cfg->model_path;
   rc = dir[0] ? ct_model_read_config(&mc, dir) : config_from_spec(&mc, cfg, tr->tok);
   if (!rc && dir[0]) rc = check_spec_keys(cfg, &mc, dir);
+  if (!rc) rc = model_kind(cfg, &mc, dir);
   if (!rc) rc = ct_model_layout(&tr->model, &mc);
   if (rc) return rc;
   if (cfg->optimizer == CT_OPT_MUON && !ct_muon_count(&(ct_layout){tr->model.n_tensors, tr->model.tensors, 0}))

@@ -345,7 +345,7 @@ int main(int argc, char **argv) {
   losses_from(&cfg, &d.loss);  // (checked by check_config)
   d.need_ref = ct_dpo_needs_reference(&d.loss);
   ct_pref_opts po = {(int)cfg.max_length, (int)cfg.max_prompt_length, (int)cfg.max_completion_length,
-                     cfg.skip_bad_rows, tr.model.cfg.vocab_size};
+                     cfg.skip_bad_rows, tr.model.cfg.vocab_size, false};
   ct_pref_dataset train, eval = {0};
   if (ct_pref_load(&train, cfg.dataset_path, tr.tok, &po)) fail(1, NULL);
   ct_log_info(&tr.log, "train: %s: %d pairs, %ld tokens%s", train.path, train.n, train.n_tokens,

@@ -32,6 +32,7 @@
 #include "mem.h"
 #include "pool.h"
 #include "prompts.h"
+#include "reward/model.h"
 #include "rng.h"
 #include "train.h"
 #include "weights.h"
@@ -50,7 +51,7 @@ static int agg_kind(const ct_config *c, int *kind) {
                       "dr_grpo or dapo", o, c->loss_type.v[0]);
 }
 
-static int reward_init(const ct_config *c, int k, ct_reward **out);
+static int reward_init(const ct_config *c, int k, bool check_only, ct_reward **out);
 
 // scale_rewards divides group_norm's advantages, normalize_advantages whitens rloo's:
 // either set for another estimator would do nothing.
@@ -97,7 +98,7 @@ static int check_config(const ct_config *c) {
                         ct_config_origin(c, "max_completion_length"));
   for (int k = 0; k < c->reward_funcs.n; k++) {  // each reward function builds
     ct_reward *r;
-    if ((rc = reward_init(c, k, &r))) return rc;
+    if ((rc = reward_init(c, k, true, &r))) return rc;
     ct_reward_free(r);
   }
   return 0;
@@ -158,24 +159,34 @@ typedef struct {
   int n_ro;             // this rank's completions
   int *step_prompts;
   double gen_s;         // seconds spent generating and scoring the current rollouts
+  double score_s;       // ... of which scoring them (reward functions, reward models)
   rollout_stats rs;     // metrics of the current rollouts
   length_range lens;    // their lengths' extremes
   reward_mean *func;    // (K) the same per reward function
   ct_completions log;   // completions.jsonl
 } grpo_t;
 
-// The reward function k of the config (bad names, regexes, URLs are config errors).
-static int reward_init(const ct_config *c, int k, ct_reward **out) {
+// Tokens a reward model scores per text: prompt + completion + what its template adds.
+static int reward_model_tokens(const ct_config *c) {
+  return (int)(c->max_prompt_length > 0 ? c->max_prompt_length : 1024) + (int)c->max_completion_length + 128;
+}
+
+// The reward function k of the config (bad names, regexes, URLs, reward-model directories
+// are config errors); check_only: a reward model is checked, not loaded.
+static int reward_init(const ct_config *c, int k, bool check_only, ct_reward **out) {
   ct_reward_opts o = {.answer_field = c->answer_field, .answer_regex = c->answer_regex,
                       .numeric = c->answer_numeric, .format_regex = c->format_regex,
                       .target_length = (int)c->length_target, .url = c->reward_url,
                       .api_key_env = c->reward_api_key_env,
                       .connect_timeout_s = c->reward_connect_timeout, .timeout_s = c->reward_timeout,
                       .retries = (int)c->reward_retries, .backoff_s = c->reward_backoff,
-                      .failure_nan = c->reward_failure == CT_REWARD_FAIL_NAN, .batch = (int)c->reward_batch};
+                      .failure_nan = c->reward_failure == CT_REWARD_FAIL_NAN, .batch = (int)c->reward_batch,
+                      .model_dir = c->reward_funcs.v[k], .model_dtype = c->reward_model_dtype,
+                      .model_batch = (int)c->per_device_train_batch_size,
+                      .model_max_length = reward_model_tokens(c), .check_only = check_only};
   int kind;
   if (ct_reward_kind(c->reward_funcs.v[k], &kind) || ct_reward_init(out, kind, &o))
-    return ct_wrap_error(CT_ECONFIG, "%s", ct_config_origin(c, "reward_funcs"));
+    return ct_wrap_error(CT_ECONFIG, "%s: key 'reward_funcs'", ct_config_origin(c, "reward_funcs"));
   return 0;
 }
 
@@ -187,7 +198,7 @@ static void init_rewards(grpo_t *g) {
   g->func = calloc(g->K, sizeof *g->func);
   if (!g->rewards || !g->weights || !g->func) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   for (int k = 0; k < g->K; k++) {
-    if (reward_init(c, k, &g->rewards[k])) fail(2, NULL);
+    if (reward_init(c, k, false, &g->rewards[k])) fail(2, NULL);
     g->weights[k] = c->reward_weights.n ? c->reward_weights.v[k] : 1.0;
   }
 }
@@ -574,6 +585,7 @@ static void log_step(grpo_t *g, const step_stats *st, double lr, double norm, bo
                         "learning_rate", lr, "grad_norm", norm, "num_tokens", tr->num_tokens,
                         "time/generation_s", new_rollouts ? g->gen_s : 0.0, "time/training_s", train_s);
   set_length_metrics(j, s, &g->lens);
+  json_object_set_new(j, "time/scoring_s", json_real(new_rollouts ? g->score_s : 0.0));
   char key[96];
   for (int k = 0; k < g->K; k++) {  // std as TRL's nanstd: Bessel-corrected, NaN (left out) below 2
     const reward_mean *f = &g->func[k];
@@ -623,6 +635,10 @@ int main(int argc, char **argv) {
   ct_plan_addf(&plan, ct_infer_pack_bytes(mc, g.pack), "sampler: the weights packed for decoding (%s)",
                g.pack == CT_PACK_BF16 ? "bfloat16" : "float32");
   if (g.use_ref) ct_train_plan_reference(&tr, &plan, B, T);
+  for (int k = 0; k < g.K; k++)
+    if (ct_reward_is_model(g.rewards[k]))
+      ct_plan_addf(&plan, ct_rm_bytes(cfg.reward_funcs.v[k], (int)cfg.reward_model_dtype, B, reward_model_tokens(&cfg)),
+                   "reward model %s (%s)", cfg.reward_funcs.v[k], ct_store_names[cfg.reward_model_dtype]);
   bool dry;
   if (ct_model_rope_reserve(&tr.model, T) ||
       ct_train_memory(&tr, &plan, "gradient_checkpointing=true, ref_dtype=bfloat16 or int8 (or beta=0: "
@@ -666,7 +682,9 @@ int main(int argc, char **argv) {
       ct_sample_params sp = {(float)cfg.temperature, (int)cfg.top_k, (float)cfg.top_p, (float)cfg.min_p,
                              (float)cfg.repetition_penalty};
       generate(&g, &g.prompts, g.step_prompts + lo, hi - lo, g.G, sp, g.ro, true);
+      double ts = ct_now();
       score(&g);
+      g.score_s = ct_now() - ts;
       if (g.use_ref) ref_logps(&g);
       g.gen_s = ct_now() - t0;
     }

@@ -14,8 +14,11 @@
 #include <string.h>
 #include <time.h>
 
+#include <sys/stat.h>
+
 #include "config.h"
 #include "error.h"
+#include "reward/model.h"
 #include "unicode.h"
 
 #define REPLY_MAX (16L << 20)  // bytes: a reward reply larger than this is malformed
@@ -43,6 +46,8 @@ struct ct_reward {
   bool reply_too_big;
   long failed_batches;
   char last_failure[512];
+  ct_rm *model;        // a reward model (NULL for the others)
+  char model_name[64];
 };
 
 int ct_reward_kind(const char *name, int *kind) {
@@ -51,12 +56,62 @@ int ct_reward_kind(const char *name, int *kind) {
       *kind = k;
       return 0;
     }
+  struct stat st;
+  if (name && (strchr(name, '/') || (stat(name, &st) == 0 && S_ISDIR(st.st_mode)))) {
+    *kind = CT_REWARD_MODEL;
+    return 0;
+  }
   return ct_set_error(CT_ECONFIG,
                       "reward function \"%s\" does not exist; choose accuracy, format, "
-                      "length or remote", name ? name : "(null)");
+                      "length, remote, or a reward model's directory (a path with a /)", name ? name : "(null)");
 }
 
-const char *ct_reward_name(const ct_reward *r) { return ct_reward_func_names[r->kind]; }
+const char *ct_reward_name(const ct_reward *r) {
+  return r->kind == CT_REWARD_MODEL ? r->model_name : ct_reward_func_names[r->kind];
+}
+
+bool ct_reward_is_model(const ct_reward *r) { return r->kind == CT_REWARD_MODEL; }
+
+// A reward model: checked (check_only) or opened. Its name is the directory's last part.
+static int init_model(ct_reward *r, const ct_reward_opts *o) {
+  if (!o->model_dir || !*o->model_dir) return ct_set_error(CT_ECONFIG, "reward model: no directory");
+  struct stat st;
+  if (stat(o->model_dir, &st) || !S_ISDIR(st.st_mode))
+    return ct_set_error(CT_ECONFIG, "reward model %s: not a directory", o->model_dir);
+  if (o->check_only) return ct_rm_check(o->model_dir);
+  if (o->model_batch < 1 || o->model_max_length < 2)
+    return ct_set_error(CT_EINVAL, "reward model %s: batch %d x %d tokens", o->model_dir, o->model_batch,
+                        o->model_max_length);
+  if (!(r->model = calloc(1, sizeof *r->model))) return ct_set_error(CT_ENOMEM, "out of memory");
+  int rc = ct_rm_open(r->model, o->model_dir, o->model_dtype, o->model_batch, o->model_max_length);
+  if (rc) {
+    free(r->model);
+    r->model = NULL;
+    return rc;
+  }
+  snprintf(r->model_name, sizeof r->model_name, "%s", r->model->name);
+  return 0;
+}
+
+// Each item's prompt (the row's own, messages or text) and completion through the reward
+// model's tokenizer and template, in batches.
+static int model_score(ct_reward *r, const ct_reward_item *items, int n, double *out) {
+  char **texts = calloc(n > 0 ? (size_t)n : 1, sizeof *texts);
+  bool *eos = calloc(n > 0 ? (size_t)n : 1, sizeof *eos);
+  int rc = texts && eos ? 0 : ct_set_error(CT_ENOMEM, "out of memory");
+  for (int i = 0; i < n && !rc; i++) {
+    const json_t *p = items[i].row ? json_object_get(items[i].row, "prompt") : NULL;
+    json_t *own = p ? NULL : json_string(items[i].prompt ? items[i].prompt : "");
+    rc = ct_rm_render(r->model, items[i].row, p ? p : own, items[i].completion, &texts[i], &eos[i]);
+    json_decref(own);
+    if (rc) ct_wrap_error(rc, "reward model %s", r->model_name);
+  }
+  if (!rc) rc = ct_rm_score_texts(r->model, texts, eos, n, out, NULL);
+  for (int i = 0; texts && i < n; i++) free(texts[i]);
+  free(texts);
+  free(eos);
+  return rc;
+}
 
 long ct_reward_failed_batches(const ct_reward *r) { return r->failed_batches; }
 
@@ -215,7 +270,7 @@ static int init_remote(ct_reward *r, const ct_reward_opts *o) {
 
 int ct_reward_init(ct_reward **out, int kind, const ct_reward_opts *o) {
   *out = NULL;
-  if (kind < CT_REWARD_ACCURACY || kind > CT_REWARD_REMOTE)
+  if (kind < CT_REWARD_ACCURACY || kind > CT_REWARD_MODEL)
     return ct_set_error(CT_EINVAL, "reward: unknown kind %d", kind);
   if (!o) return ct_set_error(CT_EINVAL, "reward: no options");
   ct_reward *r = calloc(1, sizeof *r);
@@ -238,6 +293,7 @@ int ct_reward_init(ct_reward **out, int kind, const ct_reward_opts *o) {
     r->target_length = o->target_length;
   }
   if (!rc && kind == CT_REWARD_REMOTE) rc = init_remote(r, o);
+  if (!rc && kind == CT_REWARD_MODEL) rc = init_model(r, o);
   if (rc) {
     ct_reward_free(r);
     return rc;
@@ -249,6 +305,8 @@ int ct_reward_init(ct_reward **out, int kind, const ct_reward_opts *o) {
 void ct_reward_free(ct_reward *r) {
   if (!r) return;
   if (r->has_re) regfree(&r->re);
+  if (r->model) ct_rm_free(r->model);
+  free(r->model);
   if (r->curl) curl_easy_cleanup(r->curl);
   for (struct curl_slist *h = r->headers; h; h = h->next) wipe(h->data);
   curl_slist_free_all(r->headers);
@@ -630,6 +688,7 @@ int ct_reward_score(ct_reward *r, const ct_reward_item *items, int n, double *ou
     return ct_set_error(CT_EINVAL, "reward %s: negative batch size %d", ct_reward_name(r), n);
   for (int i = 0; i < n; i++) out[i] = NAN;
   if (r->kind == CT_REWARD_REMOTE) return n ? remote(r, items, n, out) : 0;
+  if (r->kind == CT_REWARD_MODEL) return r->model ? model_score(r, items, n, out) : 0;
   for (int i = 0; i < n; i++)
     out[i] = r->kind == CT_REWARD_ACCURACY ? accuracy(r, &items[i])
              : r->kind == CT_REWARD_FORMAT ? format(r, &items[i])

@@ -3,12 +3,16 @@
 // leaves NaNs out. Built-in: accuracy (exact or numeric match of the completion's final
 // answer against a row field, optional extraction regex), format (regex match), length
 // (penalty for straying from a target length); remote: HTTP POST to a reward server
-// with OpenRLHF's JSON protocol.
+// with OpenRLHF's JSON protocol; a reward model: a sequence-classification model directory
+// run in-process (reward/model.h), as TRL's GRPOTrainer takes one in reward_funcs.
 #pragma once
 #include <jansson.h>
 #include <stdbool.h>
 
 #include "config.h"  // CT_REWARD_*
+
+// reward_funcs entries that name no built-in are reward-model directories.
+#define CT_REWARD_MODEL CT_REWARD_COUNT
 
 typedef struct {
   // accuracy
@@ -31,16 +35,25 @@ typedef struct {
   double backoff_s;           // first wait between attempts
   bool failure_nan;           // after the last retry: NaN rewards (true) or an error (false)
   int batch;                  // completions per request; <= 0: all in one request
+  // reward model
+  const char *model_dir;      // the directory
+  int model_dtype;            // CT_STORE_F32 or CT_STORE_BF16 (reward_model_dtype)
+  int model_batch, model_max_length;  // rows per forward; tokens per text (longer: NaN)
+  bool check_only;            // check the directory (config, score.weight, tokenizer), load nothing
 } ct_reward_opts;
 
 typedef struct ct_reward ct_reward;
 
-// Compiles regexes and checks options now, so that a bad name, regex or URL fails
-// before any rollout; the message names the option.
+// Compiles regexes and checks options now, so that a bad name, regex, URL or reward-model
+// directory fails before any rollout; the message names the option. A reward model is
+// loaded here (unless check_only).
 int ct_reward_init(ct_reward **r, int kind, const ct_reward_opts *o);
 void ct_reward_free(ct_reward *r);
-const char *ct_reward_name(const ct_reward *r);  // "accuracy", "format", "length", "remote"
-// Parses a name from configuration; CT_ECONFIG naming the choices otherwise.
+// "accuracy", "format", "length", "remote", or a reward model's directory's last part
+const char *ct_reward_name(const ct_reward *r);
+bool ct_reward_is_model(const ct_reward *r);  // a reward model (CT_REWARD_MODEL)
+// Parses a name from configuration: a built-in, or (CT_REWARD_MODEL) a path to a
+// directory; CT_ECONFIG naming the choices otherwise.
 int ct_reward_kind(const char *name, int *kind);
 
 // One completion to score: the prompt text, the completion text, and its dataset row

@@ -82,6 +82,22 @@ static int read_rope_scaling(const cfg_reader *r, ct_model_config *c) {
   return rc;
 }
 
+// A *ForSequenceClassification architecture has num_labels outputs: the key when written,
+// else id2label's size, else 2 (transformers' default). ctune runs reward models only: 1.
+static int read_num_labels(const cfg_reader *r, int *num_labels) {
+  json_t *a = json_object_get(r->j, "architectures");
+  const char *arch = json_string_value(json_array_get(a, 0));
+  *num_labels = 0;
+  if (!arch || !strstr(arch, "ForSequenceClassification")) return 0;
+  json_t *n = json_object_get(r->j, "num_labels"), *labels = json_object_get(r->j, "id2label");
+  int k = json_is_integer(n) ? (int)json_integer_value(n) : json_is_object(labels) ? (int)json_object_size(labels) : 2;
+  if (k != 1)
+    return ct_set_error(CT_EFORMAT, "%s: %s with num_labels %d (id2label): a reward model has one output, "
+                        "num_labels 1 (id2label {\"0\": \"LABEL_0\"})", r->path, arch, k);
+  *num_labels = 1;
+  return 0;
+}
+
 int ct_hf_config_read(ct_model_config *c, const char *path) {
   memset(c, 0, sizeof *c);
   json_error_t err;
@@ -150,17 +166,18 @@ int ct_hf_config_read(ct_model_config *c, const char *path) {
   get_token_id(&r, "bos_token_id", &c->bos_token_id);
   get_token_id(&r, "eos_token_id", &c->eos_token_id);
   get_token_id(&r, "pad_token_id", &c->pad_token_id);
+  if ((rc = read_num_labels(&r, &c->num_labels))) goto done;
   if (ct_model_config_check(c)) rc = ct_wrap_error(CT_EFORMAT, "%s", path);
 done:
   json_decref(j);
   return rc;
 }
 
-static const char *architecture(const char *type) {
-  if (strcmp(type, "qwen2") == 0) return "Qwen2ForCausalLM";
-  if (strcmp(type, "qwen3") == 0) return "Qwen3ForCausalLM";
-  if (strcmp(type, "mistral") == 0) return "MistralForCausalLM";
-  return "LlamaForCausalLM";
+static const char *architecture(const char *type, bool seq_cls) {
+  if (strcmp(type, "qwen2") == 0) return seq_cls ? "Qwen2ForSequenceClassification" : "Qwen2ForCausalLM";
+  if (strcmp(type, "qwen3") == 0) return seq_cls ? "Qwen3ForSequenceClassification" : "Qwen3ForCausalLM";
+  if (strcmp(type, "mistral") == 0) return seq_cls ? "MistralForSequenceClassification" : "MistralForCausalLM";
+  return seq_cls ? "LlamaForSequenceClassification" : "LlamaForCausalLM";
 }
 
 // A float field as the double whose shortest decimal reads back as that float (1e-6f ->
@@ -177,7 +194,11 @@ static json_t *json_float(float f) {
 
 int ct_hf_config_write(const ct_model_config *c, const char *path, const char *torch_dtype) {
   json_t *j = json_object();
-  json_object_set_new(j, "architectures", json_pack("[s]", architecture(c->model_type)));
+  json_object_set_new(j, "architectures", json_pack("[s]", architecture(c->model_type, c->num_labels > 0)));
+  if (c->num_labels == 1) {  // what transformers writes for num_labels=1
+    json_object_set_new(j, "id2label", json_pack("{s:s}", "0", "LABEL_0"));
+    json_object_set_new(j, "label2id", json_pack("{s:i}", "LABEL_0", 0));
+  }
   json_object_set_new(j, "model_type", json_string(c->model_type));
   json_object_set_new(j, "vocab_size", json_integer(c->vocab_size));
   json_object_set_new(j, "hidden_size", json_integer(c->hidden_size));
@@ -224,12 +245,15 @@ static void tensor_name(char *out, size_t n, const ct_tensor_info *t, const char
   snprintf(out, n, "%s%s", t->name, suffix ? suffix : "");
 }
 
-static int load_from_dir(const ct_model *m, float *buf, const ct_st_dir *d) {
+// new_score: d holds a causal LM read into a sequence classifier, whose score.weight is
+// new (left as buf has it) and whose LM head goes unread.
+static int load_from_dir(const ct_model *m, float *buf, const ct_st_dir *d, bool new_score) {
   for (int i = 0; i < m->n_tensors; i++) {
     const ct_tensor_info *ti = &m->tensors[i];
     const char *name = ti->name;
     const ct_safetensors *st;
     const ct_st_tensor *t;
+    if (new_score && strcmp(name, "score.weight") == 0) continue;
     int rc = ct_st_dir_find(d, name, &st, &t);
     if (rc) return rc;
     bool ok = t->ndim == ti->ndim && t->shape[0] == ti->shape[0] &&
@@ -250,7 +274,7 @@ static int load_from_dir(const ct_model *m, float *buf, const ct_st_dir *d) {
     const char *nm = d->entries[i].name;
     if (strstr(nm, "rotary_emb.inv_freq")) continue;
     // a tied head some checkpoints still store: the embedding is the head
-    if (m->cfg.tie_word_embeddings && strcmp(nm, "lm_head.weight") == 0) continue;
+    if ((m->cfg.tie_word_embeddings || new_score) && strcmp(nm, "lm_head.weight") == 0) continue;
     if (!ct_model_find_tensor(m, nm))
       return ct_set_error(CT_EFORMAT, "%s: tensor '%s' is not part of a %s model with this "
                           "config.json", d->path, nm, m->cfg.model_type);
@@ -260,8 +284,10 @@ static int load_from_dir(const ct_model *m, float *buf, const ct_st_dir *d) {
 
 int ct_model_load_weights(const ct_model *m, float *buf, const char *dir) {
   ct_st_dir d = {0};
-  int rc = ct_st_dir_open(&d, dir);
-  if (!rc) rc = load_from_dir(m, buf, &d);
+  ct_model_config have = {0};
+  int rc = m->cfg.num_labels ? ct_model_read_config(&have, dir) : 0;
+  if (!rc) rc = ct_st_dir_open(&d, dir);
+  if (!rc) rc = load_from_dir(m, buf, &d, m->cfg.num_labels && !have.num_labels);
   ct_st_dir_close(&d);
   return rc;
 }

@@ -19,7 +19,10 @@ int ct_hf_config_write(const ct_model_config *c, const char *path, const char *t
 // buffers and a tied model's lm_head.weight.
 int ct_model_load(ct_model *m, const char *dir, int max_pos);
 // Its two halves: dir/config.json alone, and every tensor of dir into buf (a buffer
-// with m's layout), with the same checks.
+// with m's layout), with the same checks. A *ForSequenceClassification config.json has
+// num_labels 1 (any other count is an error); a sequence classifier (num_labels 1) read
+// from a causal LM's directory takes its backbone, leaves score.weight as buf has it
+// (the caller initializes the new head) and skips its lm_head.weight.
 int ct_model_read_config(ct_model_config *c, const char *dir);
 int ct_model_load_weights(const ct_model *m, float *buf, const char *dir);
 

@@ -33,6 +33,7 @@ int ct_model_config_check(const ct_model_config *c) {
     return ct_set_error(CT_EINVAL, "model: head_dim (%d) must be positive and even", c->head_dim);
   if (!(c->rope_theta > 0)) return ct_set_error(CT_EINVAL, "model: rope_theta must be positive");
   if (!(c->rms_norm_eps > 0)) return ct_set_error(CT_EINVAL, "model: rms_norm_eps must be positive");
+  if (c->num_labels < 0) return ct_set_error(CT_EINVAL, "model: num_labels must not be negative");
   if (c->rope_type == 1 && !(c->rope_factor > 0 && c->rope_high_freq_factor > c->rope_low_freq_factor &&
                              c->rope_original_max_pos > 0))
     return ct_set_error(CT_EINVAL, "model: rope_scaling (llama3) needs factor > 0, "
@@ -107,7 +108,8 @@ static int build_layout(ct_model *m) {
 #undef ADD
   }
   if (rc == 0) rc = layout_add(&lo, "model.norm.weight", C, 0, false, true);
-  if (rc == 0 && !c->tie_word_embeddings) rc = layout_add(&lo, "lm_head.weight", V, C, true, true);
+  if (rc == 0 && !c->tie_word_embeddings && !c->num_labels) rc = layout_add(&lo, "lm_head.weight", V, C, true, true);
+  if (rc == 0 && c->num_labels) rc = layout_add(&lo, "score.weight", c->num_labels, C, true, true);
   if (rc) {
     free(lo.t);
     return rc;
@@ -153,7 +155,8 @@ int ct_weights_bind(ct_weights *w, const ct_model *m, float *base) {
     lw->wdown = NEXT();
   }
   w->norm = NEXT();
-  w->lm_head = c->tie_word_embeddings ? w->embed : NEXT();
+  w->lm_head = c->tie_word_embeddings || c->num_labels ? w->embed : NEXT();
+  w->score = c->num_labels ? NEXT() : NULL;
 #undef NEXT
   return 0;
 }

@@ -24,6 +24,10 @@ typedef struct {
   float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
   int rope_original_max_pos;
   int bos_token_id, eos_token_id, pad_token_id;  // -1 when absent
+  // 0: a causal LM (lm_head). 1: a sequence-classification model (reward model,
+  // *ForSequenceClassification): a score head (num_labels, C) = score.weight in place of
+  // the LM head, which it has none of (lm_head views the embedding, as when tied).
+  int num_labels;
 } ct_model_config;
 
 // Pointers into one flat buffer laid out like the parameters. The same layout serves
@@ -47,6 +51,7 @@ typedef struct {
   ct_layer_weights *layers;  // (L)
   float *norm;               // (C)
   float *lm_head;            // (V, C): embed when tied
+  float *score;              // (num_labels, C) score.weight of a sequence classifier, or NULL
 } ct_weights;
 
 // One named tensor of the flat layout.

@@ -1,14 +1,26 @@
 // The reward model's arithmetic (reward/loss, reward/score): the pair loss, its
 // derivatives and metric sums against hand values, and the gradient of the pair loss
 // through the score head (at each row's last real token) and the whole backbone against
-// central differences of the float64 reference model.
+// central differences of the float64 reference model; the reward pooled by sequence
+// length under right and left padding with pad == EOS; a reward model saved in Hugging
+// Face's sequence-classification layout reloads (reward/model) with the same rewards; and
+// the directories a reward model must not be (causal LM, num_labels 2, no score.weight,
+// no tokenizer) fail with their reason.
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "forward.h"
+#include "fs.h"
+#include "hf.h"
+#include "reward/model.h"
+#include "safetensors.h"
+#include "tokenizer.h"
 #include "matmul.h"
 #include "model.h"
+#include "prefs.h"
 #include "pool.h"
 #include "rng.h"
 #include "reward/loss.h"
@@ -138,11 +150,285 @@ static void test_score_head_and_backbone_gradients_match_reference(void) {
   ct_model_free(&m);
 }
 
+
+// ---------------------------------------------------------------------------
+// Pooling, saving, reloading.
+
+static ct_model_config rm_config(bool tied) {
+  return (ct_model_config){.model_type = "qwen2", .vocab_size = 260, .hidden_size = 16, .intermediate_size = 24,
+                           .num_layers = 2, .num_heads = 4, .num_kv_heads = 2, .head_dim = 4,
+                           .max_position_embeddings = 64, .rope_theta = 10000, .rms_norm_eps = 1e-6f,
+                           .tie_word_embeddings = tied, .qkv_bias = true, .bos_token_id = -1, .eos_token_id = 258,
+                           .pad_token_id = 258, .num_labels = 1};
+}
+
+// A random reward model (score head included: a matrix of the layout).
+static void rm_model(ct_model *m, bool tied) {
+  ct_model_config cfg = rm_config(tied);
+  CHECK_OK(ct_model_init(m, &cfg, 64));
+  ct_model_init_random(m, 11, 0.4f);
+}
+
+// Rewards of rows laid out by hand: row b holds len[b] real tokens from start[b] (pads
+// elsewhere, each its own segment, ids = pad), positions counted from the first real token.
+static void rewards_of(ct_model *m, int B, int T, const int *const *seq, const int *len, const int *start,
+                       double *r) {
+  ct_acts a;
+  CHECK_OK(ct_acts_init(&a, m, B, T, CT_ACTS_FORWARD));
+  int last[8];
+  for (int b = 0; b < B; b++) {
+    for (int t = 0; t < T; t++) {
+      int i = b * T + t, real = t >= start[b] && t < start[b] + len[b];
+      a.ids[i] = real ? seq[b][t - start[b]] : m->cfg.pad_token_id;
+      a.pos[i] = real ? t - start[b] : 0;
+      a.seg[i] = real ? start[b] : t;  // (pads: a segment of their own)
+    }
+    last[b] = start[b] + len[b] - 1;  // by length: the pad id plays no part
+  }
+  ct_forward(m, &a, B, T);
+  ct_score_forward(a.lnf, last, B, T, m->cfg.hidden_size, m->w.score, r);
+  ct_acts_free(&a);
+}
+
+// pad == EOS == 258, and the sequence ends in EOS: transformers' rule (the token before the
+// first pad) would pool at index 3 of "7 9 11 13 258"; pooling by length takes index 4, and
+// the reward is the unpadded one whatever the padding.
+static void test_reward_pooled_by_length_under_left_and_right_padding_with_pad_eq_eos(void) {
+  ct_model m;
+  rm_model(&m, true);
+  const int s[] = {7, 9, 11, 13, 258}, o[] = {5, 6, 7, 8, 9, 10, 11, 12};
+  const int *one[] = {s}, *two[] = {s, o};
+  double alone, right[2], left[2], first_pad;
+  rewards_of(&m, 1, 5, one, (int[]){5}, (int[]){0}, &alone);
+  rewards_of(&m, 2, 8, two, (int[]){5, 8}, (int[]){0, 0}, right);  // 3 pads after s
+  rewards_of(&m, 2, 8, two, (int[]){5, 8}, (int[]){3, 0}, left);   // 3 pads before s
+  rewards_of(&m, 1, 4, one, (int[]){4}, (int[]){0}, &first_pad);   // what the pad-id rule would pool
+  CHECK_NEAR(right[0], alone, 1e-5 * (1 + fabs(alone)));
+  CHECK_NEAR(left[0], alone, 1e-5 * (1 + fabs(alone)));
+  CHECK_NEAR(left[1], right[1], 1e-5 * (1 + fabs(right[1])));
+  CHECK(fabs(first_pad - alone) > 1e-3);  // the two rules differ on this row
+  ct_model_free(&m);
+}
+
+static char tmp_root[] = "/tmp/ct-test-rm-XXXXXX";
+
+static const char *tmp_dir(const char *name) {
+  static char buf[8][1024];
+  static int k;
+  char *b = buf[k++ % 8];
+  snprintf(b, 1024, "%s/%s", tmp_root, name);
+  return b;
+}
+
+// Writes m as Hugging Face writes a sequence classifier, with the byte tokenizer.
+static void save_model(const ct_model *m, const char *dir) {
+  char p[1100];
+  CHECK_OK(ct_mkdirs(dir));
+  snprintf(p, sizeof p, "%s/config.json", dir);
+  CHECK_OK(ct_hf_config_write(&m->cfg, p, "float32"));
+  snprintf(p, sizeof p, "%s/model.safetensors", dir);
+  const float *bufs[] = {m->params};
+  CHECK_OK(ct_save_tensors(&ct_model_tensors(m), 1, bufs, NULL, p, CT_DT_F32));
+  ct_tokenizer *tok;
+  CHECK_OK(ct_tokenizer_bytes(&tok));
+  CHECK_OK(ct_tokenizer_save(tok, dir));
+  ct_tokenizer_free(tok);
+}
+
+static void test_saved_reward_model_has_hf_seq_cls_layout_and_reloads_with_same_rewards(void) {
+  for (int tied = 0; tied < 2; tied++) {
+    ct_model m;
+    rm_model(&m, tied);
+    const char *dir = tmp_dir(tied ? "rm_tied" : "rm_untied");
+    save_model(&m, dir);
+    char p[1100];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    json_t *j = json_load_file(p, 0, NULL);
+    CHECK(j && !strcmp(json_string_value(json_array_get(json_object_get(j, "architectures"), 0)),
+                       "Qwen2ForSequenceClassification"));
+    CHECK(json_object_size(json_object_get(j, "id2label")) == 1 &&
+          !strcmp(json_string_value(json_object_get(json_object_get(j, "id2label"), "0")), "LABEL_0"));
+    CHECK(json_integer_value(json_object_get(j, "pad_token_id")) == 258);
+    json_decref(j);
+    ct_safetensors st;
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    CHECK_OK(ct_st_open(&st, p));
+    const ct_st_tensor *sw = ct_st_find(&st, "score.weight");
+    CHECK(sw && sw->ndim == 2 && sw->shape[0] == 1 && sw->shape[1] == 16);
+    CHECK(!ct_st_find(&st, "lm_head.weight"));  // a classifier has no LM head
+    CHECK(ct_st_find(&st, "model.embed_tokens.weight") && ct_st_find(&st, "model.norm.weight"));
+    ct_st_close(&st);
+
+    const int s0[] = {7, 9, 11, 13, 258}, s1[] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, s2[] = {40, 41};
+    const int *seq[] = {s0, s1, s2}, len[] = {5, 9, 2};
+    double want[3], got[3], got16[3];
+    for (int i = 0; i < 3; i++) rewards_of(&m, 1, len[i], &seq[i], &len[i], (int[]){0}, &want[i]);
+    CHECK_OK(ct_rm_check(dir));
+    ct_rm rm;
+    CHECK_OK(ct_rm_open(&rm, dir, CT_STORE_F32, 2, 16));  // batches of 2: one padded batch, then one row
+    CHECK(!strcmp(rm.name, tied ? "rm_tied" : "rm_untied"));
+    CHECK_OK(ct_rm_score_ids(&rm, seq, len, 3, got, NULL));
+    ct_rm_free(&rm);
+    CHECK_OK(ct_rm_open(&rm, dir, CT_STORE_BF16, 3, 16));
+    CHECK_OK(ct_rm_score_ids(&rm, seq, len, 3, got16, NULL));
+    ct_rm_free(&rm);
+    for (int i = 0; i < 3; i++) {
+      CHECK_NEAR(got[i], want[i], 1e-5 * (1 + fabs(want[i])));
+      CHECK_NEAR(got16[i], want[i], 0.05 * (1 + fabs(want[i])));  // weights rounded to bf16
+    }
+    // a text longer than the capacity is NaN, counted; the others are scored
+    const int *seq2[] = {s0, s1};
+    int too_long = 0;
+    CHECK_OK(ct_rm_open(&rm, dir, CT_STORE_F32, 2, 6));
+    CHECK_OK(ct_rm_score_ids(&rm, seq2, len, 2, got, &too_long));
+    CHECK(too_long == 1 && isnan(got[1]));
+    CHECK_NEAR(got[0], want[0], 1e-5 * (1 + fabs(want[0])));
+    ct_rm_free(&rm);
+    ct_model_free(&m);
+  }
+}
+
+// A causal LM's directory read into a classifier: its backbone, its LM head skipped, the
+// score left for the caller (zero here).
+static void test_causal_lm_dir_loads_into_a_classifier_layout(void) {
+  ct_model m;
+  ct_model_config cfg = rm_config(false);
+  cfg.num_labels = 0;
+  CHECK_OK(ct_model_init(&m, &cfg, 64));
+  ct_model_init_random(&m, 5, 0.3f);
+  const char *dir = tmp_dir("lm");
+  save_model(&m, dir);
+  cfg.num_labels = 1;
+  ct_model c;
+  CHECK_OK(ct_model_init(&c, &cfg, 64));
+  CHECK_OK(ct_model_load_weights(&c, c.params, dir));
+  CHECK(!memcmp(c.w.embed, m.w.embed, sizeof(float) * 260 * 16));
+  CHECK(!memcmp(c.w.norm, m.w.norm, sizeof(float) * 16));
+  float zero[16] = {0};
+  CHECK(!memcmp(c.w.score, zero, sizeof zero));
+  ct_model_free(&c);
+  ct_model_free(&m);
+}
+
+// The reason names what is wrong with the directory.
+static void check_refused(const char *dir, const char *want) {
+  int rc = ct_rm_check(dir);
+  CHECK(rc == CT_ECONFIG);
+  if (!strstr(ct_last_error(), want)) fprintf(stderr, "  message: %s (wanted '%s')\n", ct_last_error(), want);
+  CHECK(strstr(ct_last_error(), want) != NULL);
+}
+
+static void test_bad_reward_model_dirs_fail_with_their_reason(void) {
+  ct_model m;
+  rm_model(&m, true);
+  char p[1100];
+  check_refused(tmp_dir("lm"), "not a *ForSequenceClassification");
+  const char *two = tmp_dir("two_labels");
+  save_model(&m, two);
+  snprintf(p, sizeof p, "%s/config.json", two);
+  json_t *j = json_load_file(p, 0, NULL);
+  json_object_set_new(j, "id2label", json_pack("{s:s,s:s}", "0", "LABEL_0", "1", "LABEL_1"));
+  json_dump_file(j, p, 0);
+  json_decref(j);
+  check_refused(two, "num_labels 2");
+  const char *nohead = tmp_dir("no_score");
+  save_model(&m, nohead);
+  ct_model_config cfg = m.cfg;  // the same backbone without a head: a file with no score.weight
+  cfg.num_labels = 0;
+  ct_model b;
+  CHECK_OK(ct_model_init(&b, &cfg, 64));
+  snprintf(p, sizeof p, "%s/model.safetensors", nohead);
+  const float *bufs[] = {b.params};
+  CHECK_OK(ct_save_tensors(&ct_model_tensors(&b), 1, bufs, NULL, p, CT_DT_F32));
+  ct_model_free(&b);
+  check_refused(nohead, "has no score.weight");
+  const char *notok = tmp_dir("no_tokenizer");
+  save_model(&m, notok);
+  snprintf(p, sizeof p, "%s/tokenizer.json", notok);
+  CHECK(unlink(p) == 0);
+  check_refused(notok, "tokenizer cannot be loaded");
+  check_refused(tmp_dir("missing"), "reward model");
+  ct_model_free(&m);
+}
+
+// ---------------------------------------------------------------------------
+// Reward pairs (prefs.h's reward mode), with the byte tokenizer: ids are bytes, EOS 256.
+
+static const char *write_rows(const char *name, const char *text) {
+  const char *p = tmp_dir(name);
+  FILE *f = fopen(p, "w");
+  fputs(text, f);
+  fclose(f);
+  return p;
+}
+
+// ids[0, n) == the bytes of s, then `tail` (-1: nothing)
+static bool is_text(const int *ids, int n, const char *s, int tail) {
+  int k = (int)strlen(s);
+  if (n != k + (tail >= 0)) return false;
+  for (int i = 0; i < k; i++)
+    if (ids[i] != (unsigned char)s[i]) return false;
+  return tail < 0 || ids[k] == tail;
+}
+
+static void test_reward_pairs_are_whole_sequences_with_margin_and_long_pairs_dropped(void) {
+  ct_tokenizer *tok;
+  CHECK_OK(ct_tokenizer_bytes(&tok));
+  int eos = ct_tokenizer_eos(tok);
+  ct_pref_opts o = {.max_length = 12, .reward = true};
+  ct_pref_dataset ds;
+  CHECK_OK(ct_pref_load(&ds, write_rows("pairs.jsonl",
+      "{\"prompt\": \"Q: \", \"chosen\": \"yes\", \"rejected\": \"no\", \"margin\": 1.5}\n"  // prompt + answer
+      "{\"chosen\": \"abc\", \"rejected\": \"xyz\"}\n"                                       // no prompt, no shared start
+      "{\"prompt\": \"Q: \", \"chosen\": \"a very long answer\", \"rejected\": \"no\"}\n"    // 3 + 18 + 1 > 12: dropped
+      "{\"prompt_input_ids\": [5], \"chosen_input_ids\": [6, 7], \"rejected_input_ids\": [8]}\n"
+      "{\"chosen_ids\": [1, 2, 3], \"rejected_ids\": [4]}\n"), tok, &o));
+  CHECK(ds.n == 4 && ds.n_dropped == 1);
+  const int *p = ds.ids + ds.start[0];
+  CHECK(ds.p_len[0] == 0 && is_text(p, ds.c_len[0], "Q: yes", eos) && is_text(p + ds.c_len[0], ds.r_len[0], "Q: no", eos));
+  CHECK(ds.margin[0] == 1.5f && ds.margin[1] == 0 && ds.margin[2] == 0);
+  p = ds.ids + ds.start[1];
+  CHECK(is_text(p, ds.c_len[1], "abc", eos) && is_text(p + ds.c_len[1], ds.r_len[1], "xyz", eos));
+  p = ds.ids + ds.start[2];  // pre-tokenized: as given, after the prompt's ids
+  CHECK(ds.p_len[2] == 1 && ds.c_len[2] == 2 && ds.r_len[2] == 1 && p[0] == 5 && p[1] == 6 && p[2] == 7 && p[3] == 8);
+  p = ds.ids + ds.start[3];
+  CHECK(ds.p_len[3] == 0 && ds.c_len[3] == 3 && ds.r_len[3] == 1 && p[2] == 3 && p[3] == 4);
+  ct_pref_free(&ds);
+  // conversations: the prompt's messages + each answer's, one render without a generation prompt
+  o.max_length = 200;
+  CHECK_OK(ct_pref_load(&ds, write_rows("chat.jsonl",
+      "{\"prompt\": [{\"role\": \"user\", \"content\": \"hi\"}], \"chosen\": [{\"role\": \"assistant\", "
+      "\"content\": \"hello\"}], \"rejected\": [{\"role\": \"assistant\", \"content\": \"go\"}]}\n"), tok, &o));
+  const char *want = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n";
+  ct_ids w = {0};
+  CHECK_OK(ct_tokenizer_encode_doc(tok, want, strlen(want), &w));
+  CHECK(ds.n == 1 && ds.p_len[0] == 0 && ds.c_len[0] == w.n && !memcmp(ds.ids, w.v, sizeof(int) * w.n));
+  ct_ids_free(&w);
+  ct_pref_free(&ds);
+  // bad rows name the key
+  CHECK(ct_pref_load(&ds, write_rows("m.jsonl", "{\"chosen\": \"a\", \"rejected\": \"b\", \"margin\": \"x\"}\n"), tok, &o) ==
+        CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "m.jsonl:1: key 'margin'") != NULL);
+  CHECK(ct_pref_load(&ds, write_rows("i.jsonl", "{\"chosen_ids\": [1]}\n"), tok, &o) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "key 'rejected_ids' is missing") != NULL);
+  o.max_length = 3;  // every pair too long: an error that says so
+  CHECK(ct_pref_load(&ds, write_rows("all.jsonl", "{\"chosen\": \"abcd\", \"rejected\": \"b\"}\n"), tok, &o) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "longer than max_length") != NULL);
+  ct_tokenizer_free(tok);
+}
+
 int main(int argc, char **argv) {
   ct_blas_init(argc, argv);
   ct_pool_init(2);
   RUN(test_pair_loss_matches_hand_values);
   RUN(test_metric_sums);
   RUN(test_score_head_and_backbone_gradients_match_reference);
+  RUN(test_reward_pooled_by_length_under_left_and_right_padding_with_pad_eq_eos);
+  if (!mkdtemp(tmp_root)) return 1;
+  RUN(test_saved_reward_model_has_hf_seq_cls_layout_and_reloads_with_same_rewards);
+  RUN(test_causal_lm_dir_loads_into_a_classifier_layout);
+  RUN(test_bad_reward_model_dirs_fail_with_their_reason);
+  RUN(test_reward_pairs_are_whole_sequences_with_margin_and_long_pairs_dropped);
+  ct_remove_tree(tmp_root);
   return test_summary();
 }

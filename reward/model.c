@@ -1,0 +1,194 @@
+// reward/model: a reward model that only scores — the checks that make a bad directory a
+// clear error before any work, the rendering of (prompt, completion) with the model's own
+// tokenizer and template, and batched forwards pooled at each text's last token. Training
+// one is bin/reward's (reward/main.c).
+#include "reward/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "fs.h"
+#include "hf.h"
+#include "jsonl.h"
+#include "mem.h"
+#include "reward/score.h"
+#include "safetensors.h"
+
+static const char *last_part(const char *dir, char *buf, size_t n) {
+  size_t len = strlen(dir);
+  while (len > 1 && dir[len - 1] == '/') len--;
+  size_t start = len;
+  while (start > 0 && dir[start - 1] != '/') start--;
+  snprintf(buf, n, "%.*s", (int)(len - start), dir + start);
+  return buf;
+}
+
+// config.json: a sequence classifier with one label (hf refuses other counts).
+static int check_config(const char *dir, ct_model_config *mc) {
+  int rc = ct_model_read_config(mc, dir);
+  if (rc) return ct_wrap_error(CT_ECONFIG, "reward model %s", dir);
+  if (!mc->num_labels)
+    return ct_set_error(CT_ECONFIG, "reward model %s: config.json's architectures is not a "
+                        "*ForSequenceClassification (this is a causal LM; train a reward model from it "
+                        "with bin/reward)", dir);
+  return 0;
+}
+
+// score.weight [1, C] among the tensors (headers only: nothing big is read).
+static int check_score(const char *dir, int C) {
+  ct_st_dir d = {0};
+  const ct_st_tensor *t;
+  int rc = ct_st_dir_open(&d, dir);
+  if (rc) {
+    ct_wrap_error(CT_ECONFIG, "reward model %s", dir);
+    return CT_ECONFIG;
+  }
+  if (ct_st_dir_find(&d, "score.weight", NULL, &t))
+    rc = ct_set_error(CT_ECONFIG, "reward model %s has no score.weight (the classification head)", dir);
+  else if (t->ndim != 2 || t->shape[0] != 1 || t->shape[1] != C)
+    rc = ct_set_error(CT_ECONFIG, "reward model %s: score.weight must be [1, %d] (num_labels 1, hidden_size)",
+                      dir, C);
+  ct_st_dir_close(&d);
+  return rc;
+}
+
+static int load_tokenizer(const char *dir, ct_tokenizer **tok) {
+  char p[CT_PATH_MAX];
+  if (ct_path_join(p, sizeof p, dir, "tokenizer.json") || access(p, R_OK))
+    return ct_set_error(CT_ECONFIG, "reward model %s: its tokenizer cannot be loaded: no tokenizer.json", dir);
+  if (ct_tokenizer_load(tok, dir))
+    return ct_wrap_error(CT_ECONFIG, "reward model %s: its tokenizer cannot be loaded", dir);
+  return 0;
+}
+
+int ct_rm_check(const char *dir) {
+  ct_model_config mc;
+  ct_tokenizer *tok = NULL;
+  int rc = check_config(dir, &mc);
+  if (!rc) rc = check_score(dir, mc.hidden_size);
+  if (!rc) rc = load_tokenizer(dir, &tok);
+  if (tok) ct_tokenizer_free(tok);
+  return rc;
+}
+
+double ct_rm_bytes(const char *dir, int dtype, int B, int T) {
+  ct_model_config mc;
+  if (ct_model_read_config(&mc, dir)) return 0;
+  return ct_frozen_bytes(&mc, dtype, B, T) + sizeof(float) * ((double)mc.hidden_size * (B + 1)) +
+         4.0 * sizeof(int) * B * T;
+}
+
+int ct_rm_open(ct_rm *r, const char *dir, int dtype, int B, int T) {
+  memset(r, 0, sizeof *r);
+  snprintf(r->dir, sizeof r->dir, "%s", dir);
+  last_part(dir, r->name, sizeof r->name);
+  ct_model_config mc;
+  int rc = check_config(dir, &mc);
+  if (!rc) rc = check_score(dir, mc.hidden_size);
+  if (!rc) rc = load_tokenizer(dir, &r->tok);
+  if (rc) return rc;
+  r->B = B, r->T = T, r->C = mc.hidden_size;
+  ct_model m;
+  if ((rc = ct_model_load(&m, dir, T))) {
+    ct_rm_free(r);
+    return rc;
+  }
+  r->score = malloc(sizeof(float) * r->C);
+  if (r->score) memcpy(r->score, m.w.score, sizeof(float) * r->C);  // (bf16 storage drops m.w)
+  rc = r->score ? ct_frozen_init(&r->f, &m, dtype, B, T) : (ct_model_free(&m), CT_ENOMEM);
+  r->hidden = malloc(sizeof(float) * (size_t)B * r->C);
+  r->len = malloc(sizeof(int) * B);
+  if (!rc && (!r->hidden || !r->len)) rc = ct_set_error(CT_ENOMEM, "reward model %s: out of memory", dir);
+  if (!rc) rc = ct_batch_init(&r->batch, B, T);
+  if (rc) ct_rm_free(r);
+  return rc;
+}
+
+void ct_rm_free(ct_rm *r) {
+  if (r->tok) ct_tokenizer_free(r->tok);
+  if (r->f.B) ct_frozen_free(&r->f);
+  ct_batch_free(&r->batch);
+  ct_free_all(r->score, r->hidden, r->len);
+  memset(r, 0, sizeof *r);
+}
+
+int ct_rm_render(const ct_rm *r, const json_t *row, const json_t *prompt, const char *completion, char **out,
+                 bool *eos) {
+  *out = NULL;
+  *eos = !json_is_array(prompt);
+  if (json_is_array(prompt)) {
+    json_t *all = json_copy((json_t *)prompt);
+    int rc = all ? json_array_append_new(all, json_pack("{s:s,s:s}", "role", "assistant", "content", completion)) : -1;
+    rc = rc ? ct_set_error(CT_ENOMEM, "out of memory") : ct_row_chat(r->tok, row, all, "prompt", false, out);
+    json_decref(all);
+    return rc;
+  }
+  const char *p = json_is_string(prompt) ? json_string_value(prompt) : "";
+  size_t np = strlen(p), nc = strlen(completion);
+  if (!(*out = malloc(np + nc + 1))) return ct_set_error(CT_ENOMEM, "out of memory");
+  memcpy(*out, p, np);
+  memcpy(*out + np, completion, nc + 1);
+  return 0;
+}
+
+// One forward of rows [0, n) (ids[i], len[i] <= T): rewards into out.
+static int score_batch(ct_rm *r, const int *const *ids, const int *len, int n, double *out) {
+  ct_batch *b = &r->batch;
+  int T = 1, pad = ct_tokenizer_pad(r->tok);
+  for (int i = 0; i < n; i++) T = len[i] > T ? len[i] : T;
+  b->B = n, b->T = T, b->n_target = b->n_tokens = 0;
+  for (int i = 0; i < n; i++) {
+    ct_batch_row(b, i, ids[i], len[i], NULL, 0, pad);  // right-padded, no targets
+    b->target[(long)i * T + len[i] - 1] = 0;           // the one row the forward hands back
+  }
+  b->n_target = n;
+  int got = ct_frozen_hidden(&r->f, b, r->hidden);
+  if (got < 0) return got;
+  int zero[1] = {0};
+  for (int i = 0; i < n; i++) ct_score_forward(r->hidden + (long)i * r->C, zero, 1, 1, r->C, r->score, &out[i]);
+  return 0;
+}
+
+int ct_rm_score_ids(ct_rm *r, const int *const *ids, const int *len, int n, double *out, int *too_long) {
+  const int **bi = malloc(sizeof *bi * (size_t)r->B);
+  int *bl = r->len, *slot = malloc(sizeof(int) * (size_t)r->B), k = 0, rc = 0;
+  double *br = malloc(sizeof(double) * (size_t)r->B);
+  if (!bi || !slot || !br) rc = ct_set_error(CT_ENOMEM, "out of memory");
+  for (int i = 0; i < n && !rc; i++) {
+    if (len[i] > r->T || len[i] < 1) {
+      out[i] = NAN;
+      if (too_long) *too_long += len[i] > r->T;
+    } else {
+      bi[k] = ids[i], bl[k] = len[i], slot[k++] = i;
+    }
+    if (k == r->B || (i == n - 1 && k > 0)) {
+      if ((rc = score_batch(r, bi, bl, k, br))) break;
+      for (int j = 0; j < k; j++) out[slot[j]] = br[j];
+      k = 0;
+    }
+  }
+  ct_free_all(bi, slot, br);
+  return rc;
+}
+
+int ct_rm_score_texts(ct_rm *r, char *const *texts, const bool *eos, int n, double *out, int *too_long) {
+  int eos_id = ct_tokenizer_eos(r->tok);
+  ct_ids *t = calloc(n > 0 ? (size_t)n : 1, sizeof *t);
+  const int **ids = malloc(sizeof *ids * (size_t)(n > 0 ? n : 1));
+  int *len = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1)), rc = 0;
+  if (!t || !ids || !len) rc = ct_set_error(CT_ENOMEM, "out of memory");
+  for (int i = 0; i < n && !rc; i++) {
+    if (ct_tokenizer_encode_doc(r->tok, texts[i], strlen(texts[i]), &t[i])) rc = CT_ENOMEM;
+    if (!rc && eos && eos[i] && eos_id >= 0 && (t[i].n == 0 || t[i].v[t[i].n - 1] != eos_id))
+      rc = ct_ids_push(&t[i], eos_id);
+    ids[i] = t[i].v, len[i] = t[i].n;
+  }
+  if (!rc) rc = ct_rm_score_ids(r, ids, len, n, out, too_long);
+  for (int i = 0; t && i < n; i++) ct_ids_free(&t[i]);
+  ct_free_all(t, ids, len);
+  return rc;
+}
