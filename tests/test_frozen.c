@@ -91,6 +91,7 @@ static void test_f32_logps_equal_the_policy_bit_for_bit(void) {
   check_f32_logps_equal_the_policy_bit_for_bit("llama");
   check_f32_logps_equal_the_policy_bit_for_bit("qwen2");
   check_f32_logps_equal_the_policy_bit_for_bit("qwen3");
+  check_f32_logps_equal_the_policy_bit_for_bit("gemma3_text");
 }
 
 // int8: the log-probs are exactly those of the engine's own int8 logits (same rows, same

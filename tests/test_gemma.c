@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine.h"
 #include "error.h"
 #include "forward.h"
 #include "head.h"
@@ -19,6 +20,8 @@
 #include "rng.h"
 #include "test.h"
 #include "ref_model.h"
+#include "tiny_model.h"
+#include "weights.h"
 
 // ---------------------------------------------------------------------------
 // The float64 reference
@@ -294,6 +297,106 @@ static void test_gemma_window_changes_the_loss(void) {
 }
 
 // ---------------------------------------------------------------------------
+// The sampler's engine: a sliding layer keeps a ring of rows
+
+// Logits (T, V) of one causal row through the training forward.
+static float *train_logits(const ct_model *m, const int *ids, int T) {
+  ct_acts a;
+  CHECK_OK(ct_acts_init(&a, m, 1, T, CT_ACTS_FORWARD));
+  for (int t = 0; t < T; t++) a.ids[t] = ids[t], a.pos[t] = t, a.seg[t] = 0;
+  ct_forward(m, &a, 1, T);
+  int V = m->cfg.vocab_size, C = m->cfg.hidden_size;
+  float *lg = malloc(sizeof(float) * T * V);
+  ct_sgemm('N', 'T', T, V, C, 1, a.lnf, C, m->w.lm_head, C, 0, lg, V);
+  ct_acts_free(&a);
+  return lg;
+}
+
+enum { RT = 30, RP = 9, RMAX = 3 };  // tokens, prefilled (in passes of RMAX), tokens per pass
+
+// Prefill RP tokens into slot 1 in passes of RMAX, decode the rest one by one: the logits
+// (RT, V) of every position. The sliding layer's ring is window + RMAX - 1 = 6 rows, so
+// positions wrap around it five times.
+static float *engine_logits(const ct_infer_weights *w, const int *ids, ct_engine **keep) {
+  int V = w->cfg.vocab_size, slot[RMAX] = {1, 1, 1}, pos[RT], outs[RMAX] = {0, 1, 2};
+  for (int t = 0; t < RT; t++) pos[t] = t;
+  float *lg = malloc(sizeof(float) * RT * V);
+  ct_engine *e;
+  ct_engine_opts o = {.slots = 2, .max_len = RT + 4, .max_tokens = RMAX};
+  CHECK_OK(ct_engine_init(&e, w, &o));
+  for (int t = 0; t < RP; t += RMAX) CHECK_OK(ct_engine_forward(e, RMAX, ids + t, slot, pos + t, outs, RMAX, lg + (long)t * V));
+  for (int t = RP; t < RT; t++) CHECK_OK(ct_engine_forward(e, 1, ids + t, slot, pos + t, outs, 1, lg + (long)t * V));
+  if (keep) *keep = e;
+  else ct_engine_free(e);
+  return lg;
+}
+
+static double max_diff(const float *a, const float *b, long n, double *scale) {
+  double worst = 0;
+  *scale = 0;
+  for (long k = 0; k < n; k++) worst = fmax(worst, fabs(a[k] - b[k])), *scale = fmax(*scale, fabs(b[k]));
+  return worst;
+}
+
+static void test_gemma_engine_ring_decode_matches_training_forward(void) {
+  ct_model m;
+  tiny_model(&m, "gemma3_text");  // layer 0 slides over 4 positions, layer 1 sees all
+  int V = m.cfg.vocab_size, ids[RT];
+  for (int t = 0; t < RT; t++) ids[t] = (t * 11 + 5) % V;
+  float *want = train_logits(&m, ids, RT);
+  const char *names[] = {"rows", "fp32 panels", "bf16 panels"};
+  for (int pack = CT_PACK_NONE; pack <= CT_PACK_BF16; pack++) {
+    ct_infer_weights w;
+    CHECK_OK(ct_infer_from_model(&w, &m));
+    CHECK_OK(ct_infer_pack(&w, pack));
+    ct_engine *e;
+    float *got = engine_logits(&w, ids, &e);
+    double scale, worst = max_diff(got, want, (long)RT * V, &scale);
+    fprintf(stderr, "  %s: %d positions through a 6-row ring, max |logit diff| %.3g (max |logit| %.3g)\n",
+            names[pack], RT, worst, scale);
+    CHECK(worst < (pack == CT_PACK_BF16 ? 0.05 * scale : 2e-5));  // test_engine's bounds
+    // a slot copied after the ring wrapped decodes exactly like its source
+    int id = 3, s0 = 0, s1 = 1, p = RT, zero = 0;
+    float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
+    CHECK_OK(ct_engine_copy_slot(e, 1, 0, RT));
+    CHECK_OK(ct_engine_forward(e, 1, &id, &s1, &p, &zero, 1, a));
+    CHECK_OK(ct_engine_forward(e, 1, &id, &s0, &p, &zero, 1, b));
+    CHECK(!memcmp(a, b, sizeof(float) * V));
+    free(a), free(b), free(got);
+    ct_engine_free(e);
+    ct_infer_free(&w);
+  }
+  // the ring is what the sliding layer's cache costs: 6 rows, against 34 for a full layer
+  ct_engine_opts o = {.slots = 2, .max_len = RT + 4, .max_tokens = RMAX};
+  ct_model_config full = m.cfg;
+  full.sliding[0] = 0;  // (the window stays set: the same RoPE tables)
+  double KVd = m.cfg.num_kv_heads * m.cfg.head_dim;
+  CHECK_NEAR(ct_engine_bytes(&full, &o) - ct_engine_bytes(&m.cfg, &o), 2 * 4.0 * 2 * (34 - 6) * KVd, 0);
+  // int8 weights: close to fp32
+  ct_infer_weights w8;
+  CHECK_OK(ct_infer_quantize(&w8, &m));
+  CHECK_OK(ct_infer_pack(&w8, CT_PACK_INT8));
+  float *got8 = engine_logits(&w8, ids, NULL);
+  double scale, worst = max_diff(got8, want, (long)RT * V, &scale);
+  int agree = 0;
+  for (int t = 0; t < RT; t++) {
+    int a = 0, b = 0;
+    for (int v = 1; v < V; v++) {
+      if (got8[t * V + v] > got8[t * V + a]) a = v;
+      if (want[t * V + v] > want[t * V + b]) b = v;
+    }
+    agree += a == b;
+  }
+  fprintf(stderr, "  int8: max |logit diff| %.3g (max |logit| %.3g), greedy tokens agree %d/%d\n", worst, scale,
+          agree, RT);
+  CHECK(worst < 0.1 * scale && agree >= RT * 3 / 4);
+  free(got8);
+  ct_infer_free(&w8);
+  free(want);
+  ct_model_free(&m);
+}
+
+// ---------------------------------------------------------------------------
 // config.json
 
 static char dir[64];
@@ -394,6 +497,7 @@ int main(int argc, char **argv) {
   RUN(test_gemma_sliding_window_both_rope_bases_matches_float64_reference);
   RUN(test_gemma_attn_softcap_untied_linear_rope_matches_float64_reference);
   RUN(test_gemma_window_changes_the_loss);
+  RUN(test_gemma_engine_ring_decode_matches_training_forward);
   RUN(test_gemma_config_read_write_round_trip);
   RUN(test_gemma_config_sliding_window_pattern);
   RUN(test_gemma_config_refusals_name_the_key);
