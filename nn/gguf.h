@@ -1,5 +1,6 @@
 // gguf: writes GGUF v3 files, the format llama.cpp and Ollama load, and exports a model
-// of this project's layout (llama, mistral, qwen2, qwen3) into one.
+// of this project's layout (llama, mistral, qwen2, qwen3, gemma3_text) into one. Gemma's
+// norms are written as 1 + w, as convert_hf_to_gguf.py does (llama.cpp multiplies by the weight).
 //
 // File layout (little-endian): "GGUF", u32 version 3, u64 tensor count, u64 key/value
 // count; the key/values (u64-length string key, u32 value type, value; an array is u32

@@ -526,6 +526,17 @@ ct_model_config ct_model_config_smollm135m(int layers) {
                            .pad_token_id = 0};
 }
 
+ct_model_config ct_model_config_gemma3_270m(int layers) {
+  ct_model_config c = {.model_type = "gemma3_text", .vocab_size = 262144, .hidden_size = 640,
+                       .intermediate_size = 2048, .num_layers = layers, .num_heads = 4, .num_kv_heads = 1,
+                       .head_dim = 256, .max_position_embeddings = 32768, .rope_theta = 1e6f,
+                       .rms_norm_eps = 1e-6f, .tie_word_embeddings = true, .qk_norm = true,
+                       .bos_token_id = 2, .eos_token_id = 1, .pad_token_id = 0, .gemma = true,
+                       .query_pre_attn_scalar = 256, .sliding_window = 512, .rope_local_theta = 10000};
+  for (int l = 0; l < layers && l < CT_MAX_LAYERS; l++) c.sliding[l] = (l + 1) % 6 != 0;
+  return c;
+}
+
 double ct_model_train_flops_per_token(const ct_model_config *c, int T) {
   double C = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
   double H = c->num_heads, KV = c->num_kv_heads, V = c->vocab_size, L = c->num_layers;

@@ -208,6 +208,10 @@ const ct_tensor_info *ct_model_find_tensor(const ct_model *m, const char *name);
 // The SmolLM-135M shape (hidden 576, 30 layers, 9 heads, 3 kv heads, intermediate 1536,
 // vocab 49152, tied embeddings) with `layers` layers: what the benchmarks measure.
 ct_model_config ct_model_config_smollm135m(int layers);
+// The gemma-3-270m shape (hidden 640, 18 layers, 4 heads, 1 kv head, head_dim 256,
+// intermediate 2048, vocab 262144, sliding window 512 with every sixth layer full, RoPE
+// bases 1e6 / 1e4, tied) with `layers` layers.
+ct_model_config ct_model_config_gemma3_270m(int layers);
 
 // Matrix-multiply FLOPs of one training step per token (forward + backward), PaLM-style:
 // 6 x (parameters used in matmuls) + 12 x L x H x hd x T (attention), T the row length.
