@@ -1,9 +1,12 @@
 // Gemma 3 (gemma3_text) against a float64 reference written from transformers'
-// modeling_gemma3.py (ref_model.h's gemma_ref_loss; test_lora checks adapters with it too): embeddings × sqrt(C), RMSNorm with (1 + w), four norms per layer,
-// q/k norms before RoPE, gelu_tanh MLP, query_pre_attn_scalar, sliding-window layers
-// with their own RoPE base, attention logit softcapping. The float32 loss must match
+// modeling_gemma3.py (ref_model.h's gemma_ref_loss; test_lora checks adapters with it
+// too): embeddings × sqrt(C), RMSNorm with (1 + w), four norms per layer, q/k norms
+// before RoPE, gelu_tanh MLP, query_pre_attn_scalar, sliding-window layers with their
+// own RoPE base, attention logit softcapping. The float32 loss must match
 // the reference, and every parameter's gradient central differences of the reference.
-// Then config.json: read (layer_types, sliding_window_pattern), written back, refused keys.
+// Then the sampler's engine (a sliding layer's ring of KV rows) against the training
+// forward, and config.json: read (layer_types, sliding_window_pattern), written back,
+// refused keys.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
