@@ -95,9 +95,10 @@ void ct_gguf_abort(ct_gguf_writer *w);
 
 // ---- model export ----
 
-// llama.cpp's architecture name for a model_type: llama (llama, mistral), qwen2, qwen3;
-// NULL and CT_EINVAL naming the model_type for one without a mapping, or for a config
-// that architecture cannot hold (q/k norm on llama, biases on qwen3, ...).
+// llama.cpp's architecture name for a model_type: llama (llama, mistral), qwen2, qwen3,
+// gemma3 (gemma3_text); NULL and CT_EINVAL naming the model_type for one without a
+// mapping, or for a config that architecture cannot hold (q/k norm on llama, biases on
+// qwen3, a Gemma 3 off llama.cpp's fixed sliding pattern, ...).
 const char *ct_gguf_arch(const ct_model_config *c);
 
 // Reads the tensor t (Hugging Face name and shape, ct_model_layout) into dst (t->numel floats).
