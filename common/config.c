@@ -69,7 +69,7 @@ typedef struct {
 
 const char *const ct_save_dtype_names[] = {"float32", "bfloat16", NULL};
 const char *const ct_bf16_names[] = {"false", "true", "auto", NULL};
-const char *const ct_model_type_names[] = {"llama", "qwen2", "qwen3", "mistral", NULL};
+const char *const ct_model_type_names[] = {"llama", "qwen2", "qwen3", "mistral", "gemma3_text", NULL};
 const char *const ct_output_names[] = {"text", "json", NULL};
 const char *const ct_quantization_names[] = {"none", "int8", "bf16", NULL};
 const char *const ct_truncate_names[] = {"error", "left", NULL};
@@ -480,6 +480,10 @@ static const key_def KEYS[] = {
      FROM(1), .comment = "Longest position the model is built for."},
     {"model.initializer_range", K_FLOAT, ALL, OFF(model.initializer_range), "0.02", ABOVE(0),
      .comment = "Standard deviation of the normal initialization of new weights."},
+    {"model.sliding_window", K_INT, ALL, OFF(model.sliding_window), "0", FROM(0),
+     .comment = "gemma3_text: keys a sliding-window layer's query sees (itself included). 0 = every layer full."},
+    {"model.sliding_window_pattern", K_INT, ALL, OFF(model.sliding_window_pattern), "6", FROM(1),
+     .comment = "gemma3_text: layer l is a full-attention layer when (l + 1) % pattern == 0, else sliding."},
 };
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 

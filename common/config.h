@@ -40,7 +40,7 @@ extern const char *const ct_save_dtype_names[];
 // bf16: matmuls of the trained model in bfloat16 (oneDNN) or float32 (OpenBLAS)
 enum { CT_BF16_FALSE, CT_BF16_TRUE, CT_BF16_AUTO, CT_BF16_COUNT };
 extern const char *const ct_bf16_names[];
-enum { CT_MODEL_LLAMA, CT_MODEL_QWEN2, CT_MODEL_QWEN3, CT_MODEL_MISTRAL, CT_MODEL_COUNT };
+enum { CT_MODEL_LLAMA, CT_MODEL_QWEN2, CT_MODEL_QWEN3, CT_MODEL_MISTRAL, CT_MODEL_GEMMA3, CT_MODEL_COUNT };
 extern const char *const ct_model_type_names[];
 enum { CT_OUTPUT_TEXT, CT_OUTPUT_JSON, CT_OUTPUT_COUNT };
 extern const char *const ct_output_names[];
@@ -96,6 +96,8 @@ typedef struct {
   double rope_theta;
   double rms_norm_eps;
   double initializer_range;
+  int64_t sliding_window;          // gemma3_text: sliding layers' window (0 = every layer full)
+  int64_t sliding_window_pattern;  // gemma3_text: layer l is full when (l + 1) % pattern == 0
   // Which keys the user set (in a yml or on the command line), so that the model
   // module can tell "left at the default" from "chosen": model_type qwen2 implies
   // attention_bias unless attention_bias was set. Test with CT_MODEL_SPEC_IS_SET.

@@ -127,13 +127,25 @@ static int config_from_spec(ct_model_config *mc, const ct_config *cfg, const ct_
   mc->rms_norm_eps = (float)s->rms_norm_eps;
   mc->tie_word_embeddings = s->tie_word_embeddings;
   bool qwen2 = s->model_type == CT_MODEL_QWEN2, qwen3 = s->model_type == CT_MODEL_QWEN3;
+  bool gemma = s->model_type == CT_MODEL_GEMMA3;
   mc->qkv_bias = CT_MODEL_SPEC_IS_SET(s, attention_bias) ? s->attention_bias : qwen2;
-  mc->qk_norm = CT_MODEL_SPEC_IS_SET(s, use_qk_norm) ? s->use_qk_norm : qwen3;
+  mc->qk_norm = gemma || (CT_MODEL_SPEC_IS_SET(s, use_qk_norm) ? s->use_qk_norm : qwen3);
+  if (gemma) {  // Gemma 3's layer (model.h); scale head_dim^-0.5, local RoPE base 10000 as Gemma 3's
+    mc->gemma = true;
+    mc->query_pre_attn_scalar = (float)mc->head_dim;
+    mc->rope_local_theta = 10000;
+    mc->sliding_window = (int)s->sliding_window;
+    for (int l = 0; l < mc->num_layers && l < CT_MAX_LAYERS; l++)
+      mc->sliding[l] = mc->sliding_window > 0 && (l + 1) % s->sliding_window_pattern != 0;
+  } else if (CT_MODEL_SPEC_IS_SET(s, sliding_window) && s->sliding_window) {
+    return ct_set_error(CT_ECONFIG, "%s: key 'model.sliding_window': sliding-window layers exist only in "
+                        "model_type gemma3_text", ct_config_origin(cfg, "model.sliding_window"));
+  }
   if (mc->qkv_bias && !qwen2)
     return ct_set_error(CT_ECONFIG, "%s: key 'model.attention_bias': q/k/v biases without an "
                         "o_proj bias exist only in model_type qwen2; use model.model_type=qwen2",
                         ct_config_origin(cfg, "model.attention_bias"));
-  if (mc->qk_norm && !qwen3)
+  if (mc->qk_norm && !qwen3 && !gemma)
     return ct_set_error(CT_ECONFIG, "%s: key 'model.use_qk_norm': per-head q/k norms exist only "
                         "in model_type qwen3; use model.model_type=qwen3",
                         ct_config_origin(cfg, "model.use_qk_norm"));
@@ -158,6 +170,7 @@ static int check_spec_keys(const ct_config *cfg, const ct_model_config *mc, cons
       SPEC_ROW(attention_bias, mc->qkv_bias), SPEC_ROW(use_qk_norm, mc->qk_norm),
       SPEC_ROW(rope_theta, mc->rope_theta), SPEC_ROW(rms_norm_eps, mc->rms_norm_eps),
       SPEC_ROW(max_position_embeddings, mc->max_position_embeddings),
+      SPEC_ROW(sliding_window, mc->sliding_window),
 #undef SPEC_ROW
   };
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "fastmath.h"
+#include "kernels.h"
 #include "matmul.h"
 #include "pool.h"
 
@@ -17,7 +18,7 @@
 // row, so the causal mask wastes at most half of one QB x QB tile per block.
 #define QB 64
 
-long ct_attention_scratch_floats(int T) { return 2L * QB * T + QB; }
+long ct_attention_scratch_floats(int T) { return 3L * QB * T + QB; }
 
 typedef struct {
   float *out, *lse, *dqkv, *scratch, *head_max;
@@ -37,15 +38,34 @@ static void max_into(float *p, float v) {
   }
 }
 
-// Rows [q0, q1) of sequence b: first key index any of them may see.
-static int block_kstart(const int *seg_b, int q0) { return seg_b[q0]; }
+// The first key query t may see: its document start, or the window's start when later.
+static inline int key_lo(const int *seg_b, int t, int window) {
+  int w0 = window > 0 ? t - window + 1 : 0;
+  return seg_b[t] > w0 ? seg_b[t] : w0;
+}
+
+// Rows [q0, q1) of sequence b: first key index any of them may see (key_lo grows with t).
+static int block_kstart(const int *seg_b, int q0, int window) { return key_lo(seg_b, q0, window); }
+
+static float attn_scale(const ct_attn_dims *d) { return d->scale > 0 ? d->scale : 1.0f / sqrtf((float)d->hd); }
+
+// Scores s (n) become c·tanh(s/c); th (n, or NULL) keeps tanh for the backward.
+static void softcap_row(float *s, float *th, int n, float c) {
+  float ic = 1.0f / c;
+#pragma omp simd
+  for (int k = 0; k < n; k++) {
+    float t = ct_tanhf(s[k] * ic);
+    if (th) th[k] = t;
+    s[k] = c * t;
+  }
+}
 
 static void attn_fwd_task(void *ctx, int task, int thread) {
   const attn_job *j = ctx;
   const ct_attn_dims d = j->d;
   int b = task / d.H, h = task % d.H, g = h / (d.H / d.KV);
   int ld = (d.H + 2 * d.KV) * d.hd, ldo = d.H * d.hd;
-  float scale = 1.0f / sqrtf((float)d.hd);
+  float scale = attn_scale(&d);
   const float *base = j->qkv + (long)b * d.T * ld;
   const float *Q = base + h * d.hd, *K = base + (d.H + g) * d.hd, *V = base + (d.H + d.KV + g) * d.hd;
   float *O = j->out + (long)b * d.T * ldo + h * d.hd;
@@ -55,13 +75,14 @@ static void attn_fwd_task(void *ctx, int task, int thread) {
   float hmax = -INFINITY;  // this row's largest logit for head h
   for (int q0 = 0; q0 < d.T; q0 += QB) {
     int q1 = q0 + QB < d.T ? q0 + QB : d.T, nq = q1 - q0;
-    int k0 = block_kstart(seg, q0), nk = q1 - k0;
+    int k0 = block_kstart(seg, q0, d.window), nk = q1 - k0;
     // S (nq, nk) = Q[q0:q1] · K[k0:q1]ᵀ
     ct_sgemm_serial('N', 'T', nq, nk, d.hd, scale, Q + (long)q0 * ld, ld, K + (long)k0 * ld, ld,
                     0.0f, S, nk);
     for (int r = 0; r < nq; r++) {
-      int t = q0 + r, lo = seg[t] - k0, hi = t - k0;  // valid keys [lo, hi]
+      int t = q0 + r, lo = key_lo(seg, t, d.window) - k0, hi = t - k0;  // valid keys [lo, hi]
       float *s = S + (long)r * nk;
+      if (d.softcap > 0) softcap_row(s + lo, NULL, hi - lo + 1, d.softcap);
       float mx = -INFINITY;
       for (int k = lo; k <= hi; k++) mx = s[k] > mx ? s[k] : mx;
       hmax = mx > hmax ? mx : hmax;
@@ -98,7 +119,7 @@ static void attn_bwd_task(void *ctx, int task, int thread) {
   const ct_attn_dims d = j->d;
   int b = task / d.KV, g = task % d.KV, rep = d.H / d.KV;
   int ld = (d.H + 2 * d.KV) * d.hd, ldo = d.H * d.hd;
-  float scale = 1.0f / sqrtf((float)d.hd);
+  float scale = attn_scale(&d);
   const float *base = j->qkv + (long)b * d.T * ld;
   float *dbase = j->dqkv + (long)b * d.T * ld;
   const float *K = base + (d.H + g) * d.hd, *V = base + (d.H + d.KV + g) * d.hd;
@@ -106,7 +127,8 @@ static void attn_bwd_task(void *ctx, int task, int thread) {
   const int *seg = j->seg + (long)b * d.T;
   float *P = j->scratch + thread * j->scratch_per_thread;  // (QB, T)
   float *dP = P + (long)QB * d.T;                          // (QB, T)
-  float *D = dP + (long)QB * d.T;                          // (QB)
+  float *TH = dP + (long)QB * d.T;                         // (QB, T) tanh of capped scores
+  float *D = TH + (long)QB * d.T;                          // (QB)
   for (int t = 0; t < d.T; t++) {
     memset(dK + (long)t * ld, 0, sizeof(float) * d.hd);
     memset(dV + (long)t * ld, 0, sizeof(float) * d.hd);
@@ -119,12 +141,13 @@ static void attn_bwd_task(void *ctx, int task, int thread) {
     const float *L = j->clse + (long)b * d.T * d.H + h;
     for (int q0 = 0; q0 < d.T; q0 += QB) {
       int q1 = q0 + QB < d.T ? q0 + QB : d.T, nq = q1 - q0;
-      int k0 = block_kstart(seg, q0), nk = q1 - k0;
+      int k0 = block_kstart(seg, q0, d.window), nk = q1 - k0;
       ct_sgemm_serial('N', 'T', nq, nk, d.hd, scale, Q + (long)q0 * ld, ld, K + (long)k0 * ld,
                       ld, 0.0f, P, nk);
       for (int r = 0; r < nq; r++) {
-        int t = q0 + r, lo = seg[t] - k0, hi = t - k0;
+        int t = q0 + r, lo = key_lo(seg, t, d.window) - k0, hi = t - k0;
         float *p = P + (long)r * nk, l = L[(long)t * d.H];
+        if (d.softcap > 0) softcap_row(p + lo, TH + (long)r * nk + lo, hi - lo + 1, d.softcap);
         for (int k = 0; k < lo; k++) p[k] = 0;
 #pragma omp simd
         for (int k = lo; k <= hi; k++) p[k] = ct_expf(p[k] - l);
@@ -140,11 +163,16 @@ static void attn_bwd_task(void *ctx, int task, int thread) {
       // dP (nq, nk) = dO[q0:q1] · V[k0:q1]ᵀ
       ct_sgemm_serial('N', 'T', nq, nk, d.hd, 1.0f, dO + (long)q0 * ldo, ldo, V + (long)k0 * ld,
                       ld, 0.0f, dP, nk);
-      // dS = P ∘ (dP − D) · scale, written over dP
+      // dS = P ∘ (dP − D) · scale, written over dP; through a softcap also ∘ (1 − tanh²)
       for (int r = 0; r < nq; r++) {
         float *ds = dP + (long)r * nk;
         const float *p = P + (long)r * nk;
         for (int k = 0; k < nk; k++) ds[k] = p[k] * (ds[k] - D[r]) * scale;
+        if (d.softcap > 0) {
+          int t = q0 + r, lo = key_lo(seg, t, d.window) - k0, hi = t - k0;
+          const float *th = TH + (long)r * nk;
+          for (int k = lo; k <= hi; k++) ds[k] *= 1.0f - th[k] * th[k];
+        }
       }
       // dQ[q0:q1] = dS · K[k0:q1];  dK[k0:q1] += dSᵀ · Q[q0:q1]
       ct_sgemm_serial('N', 'N', nq, d.hd, nk, 1.0f, dP, nk, K + (long)k0 * ld, ld, 0.0f,

@@ -8,10 +8,16 @@
 //   lse  (N, H)
 //   seg  (N): index (within its row of T) of the first key the query may see; 0 for an
 //        ordinary causal row, the document start for packed rows (block-diagonal mask).
+// Options (zero = off, so {B, T, H, KV, hd} is plain causal attention): scale (scores
+// q·k · scale; 0 = hd^-0.5), window (query t sees keys t - window < j <= t as well),
+// softcap (scores c·tanh(s/c) before the softmax, Gemma 2's attn_logit_softcapping).
 #pragma once
 
 typedef struct {
   int B, T, H, KV, hd;
+  float scale;
+  int window;
+  float softcap;
 } ct_attn_dims;
 
 // Floats of scratch the attention needs per thread for sequences up to T.

@@ -30,13 +30,13 @@ static dims dims_of(const ct_model_config *c) {
 
 static long max3(long a, long b, long c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
-enum { N_SLOTS = 23 };  // buffers carved from ct_acts.mem, in this order (ids/pos/seg last)
+enum { N_SLOTS = 29 };  // buffers carved from ct_acts.mem, in this order (ids/pos/seg last)
 
 // Sizes in floats of every buffer of ct_acts for B x T tokens in `mode`.
 static void acts_sizes(const ct_model_config *c, int B, int T, int mode, long sizes[N_SLOTS]) {
   dims d = dims_of(c);
   long N = (long)B * T;
-  bool keep = mode == CT_ACTS_KEEP, back = mode != CT_ACTS_FORWARD, qkn = c->qk_norm;
+  bool keep = mode == CT_ACTS_KEEP, back = mode != CT_ACTS_FORWARD, qkn = c->qk_norm, gem = c->gemma;
   long Ls = keep ? d.L : 1, Lx = back ? d.L + 1 : 1;  // per-layer slots; residual slots
   // reductions: rmsnorm (C), head norm (hd <= QKV), qkv bias (QKV); attention blocks
   long scratch = max3(CT_RED_CHUNKS * (d.C > d.QKV ? d.C : d.QKV),
@@ -48,6 +48,8 @@ static void acts_sizes(const ct_model_config *c, int B, int T, int mode, long si
       N * d.C, N,
       back ? N * d.C : 0, back ? N * d.C : 0, back ? N * d.QKV : 0, back ? N * d.H * d.hd : 0,
       back ? N * 2 * d.F : 0, back ? N * d.F : 0, scratch,
+      gem ? Ls * N * d.C : 0, gem ? Ls * N : 0, gem ? Ls * N * d.C : 0, gem ? Ls * N : 0,
+      gem ? N * d.C : 0, d.C > d.hd ? d.C : d.hd,
       3 * ((N + 15) / 16 * 16)};  // ids, pos, seg (ints are float-sized)
   for (int i = 0; i < N_SLOTS; i++) sizes[i] = (v[i] + 15) / 16 * 16;
 }
@@ -99,7 +101,8 @@ int ct_acts_init(ct_acts *a, const ct_model *m, int B, int T, int mode) {
                         total * 4.0 / 1e6, B, T);
   float **slots[N_SLOTS - 1] = {&a->x, &a->ln1, &a->rstd1, &a->qkv, &a->qkv_pre, &a->qk_rstd, &a->att,
                                 &a->lse, &a->x2, &a->ln2, &a->rstd2, &a->gu, &a->h, &a->lnf, &a->rstdf,
-                                &a->dres, &a->dln, &a->dqkv, &a->datt, &a->dgu, &a->dh, &a->scratch};
+                                &a->dres, &a->dln, &a->dqkv, &a->datt, &a->dgu, &a->dh, &a->scratch,
+                                &a->ao, &a->rstd_ao, &a->mo, &a->rstd_mo, &a->tmp, &a->wn};
   float *p = a->mem;
   for (int i = 0; i < N_SLOTS - 1; i++) {
     *slots[i] = sizes[i] > 0 ? p : NULL;
@@ -143,6 +146,7 @@ typedef struct {
   float *ln1, *rstd1, *qkv, *qkv_pre, *qk_rstd, *att, *lse;
   float *x2;      // (N, C) residual after attention (x itself in CT_ACTS_FORWARD)
   float *ln2, *rstd2, *gu, *h;
+  float *ao, *rstd_ao, *mo, *rstd_mo;  // Gemma's post-norm inputs, else NULL
 } layer_acts;
 
 static layer_acts layer_slots(const ct_acts *a, const dims *d, int l) {
@@ -162,6 +166,10 @@ static layer_acts layer_slots(const ct_acts *a, const dims *d, int l) {
   la.ln2 = a->ln2 + s * Nc * d->C;
   la.rstd2 = a->rstd2 + s * Nc;
   la.gu = a->gu + s * Nc * 2 * d->F;
+  la.ao = a->ao ? a->ao + s * Nc * d->C : NULL;
+  la.rstd_ao = a->rstd_ao ? a->rstd_ao + s * Nc : NULL;
+  la.mo = a->mo ? a->mo + s * Nc * d->C : NULL;
+  la.rstd_mo = a->rstd_mo ? a->rstd_mo + s * Nc : NULL;
   la.h = a->h;  // one slot: backward recomputes h = swiglu(gu), cheaper than keeping L of them
   return la;
 }
@@ -198,6 +206,25 @@ static void proj_backward(const ct_model *m, const ct_acts *a, long N, int out, 
   ct_gemm_bf16('T', 'N', out, in, (int)N, a->dy16, out, a->x16, in, 1, gW, in);
 }
 
+// Layer l's attention options and RoPE tables (sliding layers: their window and base).
+static ct_attn_dims attn_dims(const ct_model *m, int l, int B, int T, const float **cos_t, const float **sin_t) {
+  const ct_model_config *c = &m->cfg;
+  int win = ct_layer_window(c, l);
+  *cos_t = win ? m->rope_cos_local : m->rope_cos;
+  *sin_t = win ? m->rope_sin_local : m->rope_sin;
+  return (ct_attn_dims){B, T, c->num_heads, c->num_kv_heads, c->head_dim, ct_attn_scale(c), win, c->attn_softcap};
+}
+
+// The weight a norm multiplies by (Gemma: 1 + w, in a->wn until the next call).
+#define NW(w, n) ct_norm_weight(c, (w), (int)(n), a->wn)
+
+// Gemma's sandwich norm: y (N, C) += rmsnorm(v) (rstd saved); a->tmp holds the norm's output.
+static void post_norm_add(const ct_model_config *c, const ct_acts *a, float *y, const float *v, const float *w,
+                          float *rstd, long N, bool add) {
+  ct_rmsnorm_forward(a->tmp, rstd, v, NW(w, c->hidden_size), (int)N, c->hidden_size, c->rms_norm_eps);
+  if (add) ct_add_rows(y, a->tmp, N, c->hidden_size);
+}
+
 // Layer forward from la->x. With `full` false it stops once what backward reads is
 // computed (recomputation: the layer's output la->xn is already there).
 static void layer_forward(const ct_model *m, int l, const ct_layer_weights *w, const layer_acts *la,
@@ -205,28 +232,43 @@ static void layer_forward(const ct_model *m, int l, const ct_layer_weights *w, c
   const ct_model_config *c = &m->cfg;
   dims d = dims_of(c);
   long N = (long)B * T;
-  ct_attn_dims ad = {B, T, (int)d.H, (int)d.KV, (int)d.hd};
-  ct_rmsnorm_forward(la->ln1, la->rstd1, la->x, w->ln1, (int)N, (int)d.C, c->rms_norm_eps);
+  const float *rc, *rs;
+  ct_attn_dims ad = attn_dims(m, l, B, T, &rc, &rs);
+  ct_rmsnorm_forward(la->ln1, la->rstd1, la->x, NW(w->ln1, d.C), (int)N, (int)d.C, c->rms_norm_eps);
   proj_forward(m, a, N, (int)d.QKV, (int)d.C, la->ln1, (int)d.C, w->wqkv, 0, la->qkv, (int)d.QKV);
   for (int t = CT_LORA_Q; t <= CT_LORA_V; t++) ct_adapter_forward(m, a, l, t, la->ln1, (int)d.C, la->qkv, (int)d.QKV, N);
   if (w->bqkv) ct_bias_forward(la->qkv, w->bqkv, (int)N, (int)d.QKV, (int)d.QKV);
   if (c->qk_norm) {
     // q heads and k heads have separate weights: two calls over the same rows
-    ct_headnorm_forward(la->qkv, la->qkv_pre, la->qk_rstd, w->qnorm, (int)N, (int)d.H, (int)d.hd,
+    ct_headnorm_forward(la->qkv, la->qkv_pre, la->qk_rstd, NW(w->qnorm, d.hd), (int)N, (int)d.H, (int)d.hd,
                         (int)d.QKV, c->rms_norm_eps);
-    ct_headnorm_forward(la->qkv + d.H * d.hd, la->qkv_pre + d.H * d.hd, la->qk_rstd + N * d.H, w->knorm,
-                        (int)N, (int)d.KV, (int)d.hd, (int)d.QKV, c->rms_norm_eps);
+    ct_headnorm_forward(la->qkv + d.H * d.hd, la->qkv_pre + d.H * d.hd, la->qk_rstd + N * d.H,
+                        NW(w->knorm, d.hd), (int)N, (int)d.KV, (int)d.hd, (int)d.QKV, c->rms_norm_eps);
   }
   // q and k heads are adjacent: rotate all H + KV of them in one pass
-  ct_rope(la->qkv, a->pos, m->rope_cos, m->rope_sin, (int)N, (int)(d.H + d.KV), (int)d.hd, (int)d.QKV, 0);
+  ct_rope(la->qkv, a->pos, rc, rs, (int)N, (int)(d.H + d.KV), (int)d.hd, (int)d.QKV, 0);
   ct_attention_forward(la->att, la->lse, la->qkv, a->seg, ad, a->scratch, a->qk_max ? a->qk_max + l * d.H : NULL);
   if (la->x2 != la->x) memcpy(la->x2, la->x, sizeof(float) * N * d.C);
-  proj_forward(m, a, N, (int)d.C, (int)(d.H * d.hd), la->att, (int)(d.H * d.hd), w->wo, 1, la->x2, (int)d.C);
-  ct_adapter_forward(m, a, l, CT_LORA_O, la->att, (int)(d.H * d.hd), la->x2, (int)d.C, N);
-  ct_rmsnorm_forward(la->ln2, la->rstd2, la->x2, w->ln2, (int)N, (int)d.C, c->rms_norm_eps);
+  if (c->gemma) {  // x2 = x + norm(att · Woᵀ)
+    proj_forward(m, a, N, (int)d.C, (int)(d.H * d.hd), la->att, (int)(d.H * d.hd), w->wo, 0, la->ao, (int)d.C);
+    ct_adapter_forward(m, a, l, CT_LORA_O, la->att, (int)(d.H * d.hd), la->ao, (int)d.C, N);
+    post_norm_add(c, a, la->x2, la->ao, w->post_attn, la->rstd_ao, N, true);
+  } else {
+    proj_forward(m, a, N, (int)d.C, (int)(d.H * d.hd), la->att, (int)(d.H * d.hd), w->wo, 1, la->x2, (int)d.C);
+    ct_adapter_forward(m, a, l, CT_LORA_O, la->att, (int)(d.H * d.hd), la->x2, (int)d.C, N);
+  }
+  ct_rmsnorm_forward(la->ln2, la->rstd2, la->x2, NW(w->ln2, d.C), (int)N, (int)d.C, c->rms_norm_eps);
   proj_forward(m, a, N, (int)(2 * d.F), (int)d.C, la->ln2, (int)d.C, w->wgu, 0, la->gu, (int)(2 * d.F));
   ct_adapter_forward(m, a, l, CT_LORA_GATE, la->ln2, (int)d.C, la->gu, (int)(2 * d.F), N);
   ct_adapter_forward(m, a, l, CT_LORA_UP, la->ln2, (int)d.C, la->gu, (int)(2 * d.F), N);
+  if (c->gemma) {  // xn = x2 + norm(h · Wdownᵀ); backward reads mo and its rstd
+    ct_geglu_forward(la->h, la->gu, (int)N, (int)d.F);
+    proj_forward(m, a, N, (int)d.C, (int)d.F, la->h, (int)d.F, w->wdown, 0, la->mo, (int)d.C);
+    ct_adapter_forward(m, a, l, CT_LORA_DOWN, la->h, (int)d.F, la->mo, (int)d.C, N);
+    if (full && la->xn != la->x2) memcpy(la->xn, la->x2, sizeof(float) * N * d.C);
+    post_norm_add(c, a, la->xn, la->mo, w->post_ff, la->rstd_mo, N, full);
+    return;
+  }
   ct_swiglu_forward(la->h, la->gu, (int)N, (int)d.F);
   if (!full) return;
   if (la->xn != la->x2) memcpy(la->xn, la->x2, sizeof(float) * N * d.C);
@@ -240,12 +282,16 @@ void ct_forward(const ct_model *m, ct_acts *a, int B, int T) {
   long N = (long)B * T;
   if (a->lora && a->lora->embed) ct_embed_forward(a->x, a->lora->embed, a->ids, (int)N, (int)d.C);
   else ct_model_embed(m, a->ids, (int)N, a->x);
+  if (c->gemma) {  // x (N, C) *= sqrt(C), a float32 scalar as in transformers
+    float es = ct_embed_scale(c);
+    for (long i = 0; i < N * d.C; i++) a->x[i] *= es;
+  }
   for (int l = 0; l < d.L; l++) {
     layer_acts la = layer_slots(a, &d, l);
     layer_forward(m, l, ct_model_layer(m, l), &la, a, B, T, true);
   }
   float *xl = a->mode == CT_ACTS_FORWARD ? a->x : a->x + d.L * (long)a->B * a->T * d.C;
-  ct_rmsnorm_forward(a->lnf, a->rstdf, xl, ct_model_norm(m), (int)N, (int)d.C, c->rms_norm_eps);
+  ct_rmsnorm_forward(a->lnf, a->rstdf, xl, NW(ct_model_norm(m), d.C), (int)N, (int)d.C, c->rms_norm_eps);
 }
 
 void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float *dlnf, int B,
@@ -254,9 +300,8 @@ void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float
   dims d = dims_of(c);
   long N = (long)B * T, Ncap = (long)a->B * a->T;
   int Hd = (int)(d.H * d.hd);
-  ct_attn_dims ad = {B, T, (int)d.H, (int)d.KV, (int)d.hd};
   float *dres = a->dres;  // (N, C) gradient of the residual stream, carried down the layers
-  ct_rmsnorm_backward(dres, g->norm, dlnf, a->x + d.L * Ncap * d.C, ct_model_norm(m), a->rstdf, (int)N,
+  ct_rmsnorm_backward(dres, g->norm, dlnf, a->x + d.L * Ncap * d.C, NW(ct_model_norm(m), d.C), a->rstdf, (int)N,
                       (int)d.C, 0, a->scratch);
   for (int l = (int)d.L - 1; l >= 0; l--) {
     const ct_layer_weights *w = ct_model_layer(m, l);
@@ -265,37 +310,58 @@ void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float
     if (a->mode == CT_ACTS_RECOMPUTE) layer_forward(m, l, w, &la, a, B, T, false);
     float *x = la.x, *ln1 = la.ln1, *rstd1 = la.rstd1, *qkv = la.qkv, *att = la.att, *lse = la.lse;
     float *x2 = la.x2, *ln2 = la.ln2, *rstd2 = la.rstd2, *gu = la.gu, *h = la.h;
-    if (a->mode == CT_ACTS_KEEP) ct_swiglu_forward(h, gu, (int)N, (int)d.F);  // (RECOMPUTE just did)
+    const float *rc, *rs;
+    ct_attn_dims ad = attn_dims(m, l, B, T, &rc, &rs);
+    if (a->mode == CT_ACTS_KEEP) {  // (RECOMPUTE just did)
+      if (c->gemma) ct_geglu_forward(h, gu, (int)N, (int)d.F);
+      else ct_swiglu_forward(h, gu, (int)N, (int)d.F);
+    }
 
-    // MLP: xn = x2 + h · Wdownᵀ
-    proj_backward(m, a, N, (int)d.C, (int)d.F, dres, h, w->wdown, gw->wdown, a->dh);  // dh (N, F)
-    ct_adapter_backward(m, a, l, CT_LORA_DOWN, h, (int)d.F, dres, (int)d.C, a->dh, (int)d.F, N);
-    ct_swiglu_backward(a->dgu, a->dh, gu, (int)N, (int)d.F);          // dgu (N, 2F)
+    // MLP: xn = x2 + h · Wdownᵀ (Gemma: x2 + norm(h · Wdownᵀ), dmo (N, C) into dln)
+    const float *dmo = dres;
+    if (c->gemma) {
+      ct_rmsnorm_backward(a->dln, gw->post_ff, dres, la.mo, NW(w->post_ff, d.C), la.rstd_mo, (int)N, (int)d.C,
+                          0, a->scratch);
+      dmo = a->dln;
+    }
+    proj_backward(m, a, N, (int)d.C, (int)d.F, dmo, h, w->wdown, gw->wdown, a->dh);  // dh (N, F)
+    ct_adapter_backward(m, a, l, CT_LORA_DOWN, h, (int)d.F, dmo, (int)d.C, a->dh, (int)d.F, N);
+    if (c->gemma) ct_geglu_backward(a->dgu, a->dh, gu, (int)N, (int)d.F);  // dgu (N, 2F)
+    else ct_swiglu_backward(a->dgu, a->dh, gu, (int)N, (int)d.F);
     proj_backward(m, a, N, (int)(2 * d.F), (int)d.C, a->dgu, ln2, w->wgu, gw->wgu, a->dln);  // dln2 (N, C)
     ct_adapter_backward(m, a, l, CT_LORA_GATE, ln2, (int)d.C, a->dgu, (int)(2 * d.F), a->dln, (int)d.C, N);
     ct_adapter_backward(m, a, l, CT_LORA_UP, ln2, (int)d.C, a->dgu, (int)(2 * d.F), a->dln, (int)d.C, N);
-    ct_rmsnorm_backward(dres, gw->ln2, a->dln, x2, w->ln2, rstd2, (int)N, (int)d.C, 1,
+    ct_rmsnorm_backward(dres, gw->ln2, a->dln, x2, NW(w->ln2, d.C), rstd2, (int)N, (int)d.C, 1,
                         a->scratch);                                  // dres is now dx2
 
-    // attention: x2 = x + att · Woᵀ
-    proj_backward(m, a, N, (int)d.C, Hd, dres, att, w->wo, gw->wo, a->datt);  // datt (N, H*hd)
-    ct_adapter_backward(m, a, l, CT_LORA_O, att, Hd, dres, (int)d.C, a->datt, Hd, N);
+    // attention: x2 = x + att · Woᵀ (Gemma: x + norm(att · Woᵀ), dao (N, C) into dln)
+    const float *dao = dres;
+    if (c->gemma) {
+      ct_rmsnorm_backward(a->dln, gw->post_attn, dres, la.ao, NW(w->post_attn, d.C), la.rstd_ao, (int)N,
+                          (int)d.C, 0, a->scratch);
+      dao = a->dln;
+    }
+    proj_backward(m, a, N, (int)d.C, Hd, dao, att, w->wo, gw->wo, a->datt);  // datt (N, H*hd)
+    ct_adapter_backward(m, a, l, CT_LORA_O, att, Hd, dao, (int)d.C, a->datt, Hd, N);
     ct_attention_backward(a->dqkv, a->datt, att, lse, qkv, a->seg, ad, a->scratch);
-    ct_rope(a->dqkv, a->pos, m->rope_cos, m->rope_sin, (int)N, (int)(d.H + d.KV), (int)d.hd,
-            (int)d.QKV, 1);
+    ct_rope(a->dqkv, a->pos, rc, rs, (int)N, (int)(d.H + d.KV), (int)d.hd, (int)d.QKV, 1);
     if (c->qk_norm) {
       float *pre = la.qkv_pre, *r = la.qk_rstd;
-      ct_headnorm_backward(a->dqkv, gw->qnorm, pre, w->qnorm, r, (int)N, (int)d.H, (int)d.hd,
+      ct_headnorm_backward(a->dqkv, gw->qnorm, pre, NW(w->qnorm, d.hd), r, (int)N, (int)d.H, (int)d.hd,
                            (int)d.QKV, a->scratch);
-      ct_headnorm_backward(a->dqkv + d.H * d.hd, gw->knorm, pre + d.H * d.hd, w->knorm,
+      ct_headnorm_backward(a->dqkv + d.H * d.hd, gw->knorm, pre + d.H * d.hd, NW(w->knorm, d.hd),
                            r + N * d.H, (int)N, (int)d.KV, (int)d.hd, (int)d.QKV, a->scratch);
     }
     if (gw->bqkv) ct_bias_backward(gw->bqkv, a->dqkv, (int)N, (int)d.QKV, (int)d.QKV, a->scratch);
     proj_backward(m, a, N, (int)d.QKV, (int)d.C, a->dqkv, ln1, w->wqkv, gw->wqkv, a->dln);  // dln1 (N, C)
     for (int t = CT_LORA_Q; t <= CT_LORA_V; t++)
       ct_adapter_backward(m, a, l, t, ln1, (int)d.C, a->dqkv, (int)d.QKV, a->dln, (int)d.C, N);
-    ct_rmsnorm_backward(dres, gw->ln1, a->dln, x, w->ln1, rstd1, (int)N, (int)d.C, 1,
+    ct_rmsnorm_backward(dres, gw->ln1, a->dln, x, NW(w->ln1, d.C), rstd1, (int)N, (int)d.C, 1,
                         a->scratch);                                  // dres is now dx
+  }
+  if (c->gemma) {  // through the embedding scale
+    float es = ct_embed_scale(c);
+    for (long i = 0; i < N * d.C; i++) dres[i] *= es;
   }
   float *gE = a->lora && a->lora->embed ? a->lora->g_embed : g->embed;
   if (gE) ct_embed_backward(gE, dres, a->ids, (int)N, (int)d.C);

@@ -51,6 +51,13 @@ typedef struct {
   float *dgu;    // (N, 2F)
   float *dh;     // (N, F)
   float *scratch;  // reductions and attention blocks
+  // Gemma (cfg.gemma): the outputs the post-attention / post-feedforward norms normalize
+  float *ao;     // (L, N, C) attention output projection
+  float *rstd_ao;  // (L, N)
+  float *mo;     // (L, N, C) MLP output (down projection)
+  float *rstd_mo;  // (L, N)
+  float *tmp;    // (N, C) a post-norm's output before the residual add
+  float *wn;     // (max(C, hd)) a norm's 1 + w
   // bf16 compute (the model has ct_model_bf16_compute): matmul inputs rounded to bf16
   uint16_t *mem16;  // one allocation holding:
   uint16_t *x16;    // (N, max(C, H*hd, F)) a projection's input

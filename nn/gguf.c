@@ -263,6 +263,23 @@ void ct_gguf_abort(ct_gguf_writer *w) {
 
 // ---- model export ----
 
+// llama.cpp's gemma3 reads only the window from the file and fixes the rest (llama-model.cpp):
+// layer l full when (l + 1) % 6 == 0, local RoPE base 10000, scale head_dim^-0.5 (62
+// layers, the 27B: (hidden / heads)^-0.5), no attention softcapping. A model otherwise
+// would run differently there, so it is refused.
+static bool gemma3_ok(const ct_model_config *c) {
+  const char *why = NULL;
+  float scalar = c->num_layers == 62 ? (float)(c->hidden_size / c->num_heads) : (float)c->head_dim;
+  if (c->attn_softcap > 0) why = "attn_logit_softcapping is set";
+  else if (c->rope_local_theta != 10000) why = "rope_local_base_freq is not 10000";
+  else if (c->query_pre_attn_scalar != scalar) why = "query_pre_attn_scalar is not the one llama.cpp assumes (head_dim)";
+  else if (c->sliding_window <= 0) why = "there is no sliding_window";
+  for (int l = 0; !why && l < c->num_layers; l++)
+    if ((bool)c->sliding[l] != ((l + 1) % 6 != 0)) why = "the sliding layers do not follow sliding_window_pattern 6";
+  if (why) ct_set_error(CT_EINVAL, "gemma3_text: llama.cpp's gemma3 cannot run this model: %s", why);
+  return !why;
+}
+
 const char *ct_gguf_arch(const ct_model_config *c) {
   const char *t = c->model_type;
   if (!strcmp(t, "llama") || !strcmp(t, "mistral")) {
@@ -288,7 +305,8 @@ const char *ct_gguf_arch(const ct_model_config *c) {
     }
     return "qwen3";
   }
-  ct_set_error(CT_EINVAL, "model_type '%s' has no GGUF mapping (llama, mistral, qwen2, qwen3)", t);
+  if (!strcmp(t, "gemma3_text")) return gemma3_ok(c) ? "gemma3" : NULL;
+  ct_set_error(CT_EINVAL, "model_type '%s' has no GGUF mapping (llama, mistral, qwen2, qwen3, gemma3_text)", t);
   return NULL;
 }
 
@@ -319,7 +337,17 @@ static int gguf_name(const ct_model_config *c, bool llama, const char *hf, char 
       {"mlp.up_proj.weight", "ffn_up.weight"},
       {"mlp.down_proj.weight", "ffn_down.weight"},
   };
+  // Gemma: the norm after attention has its own name, the norm before the MLP is ffn_norm
+  static const struct { const char *hf, *gg; } gemma[] = {
+      {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+      {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+      {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+  };
   *perm_heads = 0;
+  int gl, gat = 0;
+  if (c->gemma && sscanf(hf, "model.layers.%d.%n", &gl, &gat) == 1 && gat > 0)
+    for (size_t i = 0; i < sizeof gemma / sizeof gemma[0]; i++)
+      if (!strcmp(hf + gat, gemma[i].hf)) return snprintf(out, n, "blk.%d.%s", gl, gemma[i].gg), 0;
   if (!strcmp(hf, "model.embed_tokens.weight")) return snprintf(out, n, "token_embd.weight"), 0;
   if (!strcmp(hf, "model.norm.weight")) return snprintf(out, n, "output_norm.weight"), 0;
   if (!strcmp(hf, "lm_head.weight")) return snprintf(out, n, "output.weight"), 0;
@@ -376,6 +404,11 @@ static int arch_kv(ct_gguf_writer *w, const ct_model_config *c, const char *arch
   KV(ct_gguf_kv_u32, "rope.dimension_count", c->head_dim);
   KV(ct_gguf_kv_f32, "rope.freq_base", c->rope_theta);
   KV(ct_gguf_kv_f32, "attention.layer_norm_rms_epsilon", c->rms_norm_eps);
+  if (c->gemma) KV(ct_gguf_kv_u32, "attention.sliding_window", c->sliding_window);
+  if (c->rope_type == 2) {  // linear (Gemma 3 4B+: the full layers only, as llama.cpp applies it)
+    KV(ct_gguf_kv_str, "rope.scaling.type", "linear");
+    KV(ct_gguf_kv_f32, "rope.scaling.factor", c->rope_factor);
+  }
 #undef KV
   return rc;
 }
@@ -437,6 +470,9 @@ int ct_gguf_export(const ct_model_config *c, ct_gguf_type type, const char *name
     const float *x = buf;
     if (!it->t) llama3_rope_factors(c, buf);
     else if ((rc = rd(rctx, it->t, buf))) break;
+    if (c->gemma && it->t && strstr(it->t->name, "norm.weight")) {  // llama.cpp multiplies by w: 1 + w
+      for (long k = 0; k < it->t->numel; k++) buf[k] += 1.0f;
+    }
     if (it->perm_heads) {
       long cols = it->t->ndim == 1 ? 1 : it->t->shape[1];
       ct_gguf_permute_rows(buf, tmp, it->perm_heads, c->head_dim, cols);

@@ -1,5 +1,6 @@
 // gguf: writes GGUF v3 files, the format llama.cpp and Ollama load, and exports a model
-// of this project's layout (llama, mistral, qwen2, qwen3) into one.
+// of this project's layout (llama, mistral, qwen2, qwen3, gemma3_text) into one. Gemma's
+// norms are written as 1 + w, as convert_hf_to_gguf.py does (llama.cpp multiplies by the weight).
 //
 // File layout (little-endian): "GGUF", u32 version 3, u64 tensor count, u64 key/value
 // count; the key/values (u64-length string key, u32 value type, value; an array is u32
@@ -94,9 +95,10 @@ void ct_gguf_abort(ct_gguf_writer *w);
 
 // ---- model export ----
 
-// llama.cpp's architecture name for a model_type: llama (llama, mistral), qwen2, qwen3;
-// NULL and CT_EINVAL naming the model_type for one without a mapping, or for a config
-// that architecture cannot hold (q/k norm on llama, biases on qwen3, ...).
+// llama.cpp's architecture name for a model_type: llama (llama, mistral), qwen2, qwen3,
+// gemma3 (gemma3_text); NULL and CT_EINVAL naming the model_type for one without a
+// mapping, or for a config that architecture cannot hold (q/k norm on llama, biases on
+// qwen3, a Gemma 3 off llama.cpp's fixed sliding pattern, ...).
 const char *ct_gguf_arch(const ct_model_config *c);
 
 // Reads the tensor t (Hugging Face name and shape, ct_model_layout) into dst (t->numel floats).

@@ -70,10 +70,14 @@ static int read_rope_scaling(const cfg_reader *r, ct_model_config *c) {
   const char *type = json_string_value(json_object_get(rs, "rope_type"));
   if (!type) type = json_string_value(json_object_get(rs, "type"));
   if (type && strcmp(type, "default") == 0) return 0;
-  if (!type || strcmp(type, "llama3") != 0)
-    return ct_set_error(CT_EFORMAT, "%s: rope_scaling type '%s' is not supported (only llama3)",
-                        r->path, type ? type : "?");
   cfg_reader sub = {r->path, rs};
+  if (type && strcmp(type, "linear") == 0) {
+    c->rope_type = 2;
+    return get_float(&sub, "factor", 1, &c->rope_factor);
+  }
+  if (!type || strcmp(type, "llama3") != 0)
+    return ct_set_error(CT_EFORMAT, "%s: rope_scaling type '%s' is not supported (llama3, linear)",
+                        r->path, type ? type : "?");
   c->rope_type = 1;
   int rc = get_float(&sub, "factor", 8, &c->rope_factor);
   if (!rc) rc = get_float(&sub, "low_freq_factor", 1, &c->rope_low_freq_factor);
@@ -98,6 +102,52 @@ static int read_num_labels(const cfg_reader *r, int *num_labels) {
   return 0;
 }
 
+// Gemma 3's own keys: attention scale, sliding-window layers and their RoPE base,
+// softcapping, the MLP's activation.
+static int read_gemma(const cfg_reader *r, ct_model_config *c) {
+  json_t *j = r->j;
+  const char *act = json_string_value(json_object_get(j, "hidden_activation"));
+  if (!act) act = json_string_value(json_object_get(j, "hidden_act"));
+  if (act && strcmp(act, "gelu_pytorch_tanh") != 0)
+    return ct_set_error(CT_EFORMAT, "%s: hidden_activation '%s' is not supported (gelu_pytorch_tanh)", r->path, act);
+  bool bidir = false;
+  int rc = get_bool(r, "use_bidirectional_attention", false, &bidir);
+  if (!rc && bidir) return ct_set_error(CT_EFORMAT, "%s: use_bidirectional_attention is not supported", r->path);
+  json_t *fs = json_object_get(j, "final_logit_softcapping");
+  if (!rc && fs && !json_is_null(fs))
+    return ct_set_error(CT_EFORMAT, "%s: key 'final_logit_softcapping': softcapping the LM head's logits is "
+                        "not supported (Gemma 3 checkpoints set it to null)", r->path);
+  int pattern = 6;
+  if (rc || (rc = get_float(r, "query_pre_attn_scalar", 256, &c->query_pre_attn_scalar)) ||
+      (rc = get_float(r, "attn_logit_softcapping", 0, &c->attn_softcap)) ||
+      (rc = get_float(r, "rope_local_base_freq", 10000, &c->rope_local_theta)) ||
+      (rc = get_int(r, "sliding_window", 0, false, &c->sliding_window)) ||
+      (rc = get_int(r, "sliding_window_pattern", 6, false, &pattern)))
+    return rc;
+  if (c->num_layers > CT_MAX_LAYERS)
+    return ct_set_error(CT_EFORMAT, "%s: num_hidden_layers %d: at most %d for gemma3_text", r->path, c->num_layers,
+                        CT_MAX_LAYERS);
+  json_t *lt = json_object_get(j, "layer_types");
+  if (lt && !json_is_null(lt) && (!json_is_array(lt) || (int)json_array_size(lt) != c->num_layers))
+    return ct_set_error(CT_EFORMAT, "%s: key 'layer_types': expected a list of num_hidden_layers (%d) strings",
+                        r->path, c->num_layers);
+  if (pattern < 1) return ct_set_error(CT_EFORMAT, "%s: key 'sliding_window_pattern' must be positive", r->path);
+  for (int l = 0; l < c->num_layers; l++) {
+    if (!lt || json_is_null(lt)) {  // transformers' rule: layer l is full when (l + 1) % pattern == 0
+      c->sliding[l] = (l + 1) % pattern != 0;
+      continue;
+    }
+    const char *t = json_string_value(json_array_get(lt, l));
+    if (t && strcmp(t, "sliding_attention") == 0) c->sliding[l] = 1;
+    else if (!t || strcmp(t, "full_attention") != 0)
+      return ct_set_error(CT_EFORMAT, "%s: layer_types[%d] '%s': expected sliding_attention or full_attention",
+                          r->path, l, t ? t : "?");
+  }
+  if (c->sliding_window <= 0) memset(c->sliding, 0, sizeof c->sliding);  // no window: every layer full
+  c->gemma = c->qk_norm = true;
+  return 0;
+}
+
 int ct_hf_config_read(ct_model_config *c, const char *path) {
   memset(c, 0, sizeof *c);
   json_error_t err;
@@ -118,14 +168,15 @@ int ct_hf_config_read(ct_model_config *c, const char *path) {
     goto done;
   }
   bool qwen2 = strcmp(type, "qwen2") == 0, qwen3 = strcmp(type, "qwen3") == 0;
-  if (!qwen2 && !qwen3 && strcmp(type, "llama") && strcmp(type, "mistral")) {
-    rc = ct_set_error(CT_EFORMAT, "%s: model_type '%s' is not supported (llama, qwen2, qwen3, mistral)",
-                      path, type);
+  bool gemma = strcmp(type, "gemma3_text") == 0;
+  if (!qwen2 && !qwen3 && !gemma && strcmp(type, "llama") && strcmp(type, "mistral")) {
+    rc = ct_set_error(CT_EFORMAT, "%s: model_type '%s' is not supported (llama, qwen2, qwen3, mistral, "
+                      "gemma3_text)", path, type);
     goto done;
   }
   snprintf(c->model_type, sizeof c->model_type, "%s", type);
   const char *act = json_string_value(json_object_get(j, "hidden_act"));
-  if (act && strcmp(act, "silu") != 0) {
+  if (!gemma && act && strcmp(act, "silu") != 0) {
     rc = ct_set_error(CT_EFORMAT, "%s: hidden_act '%s' is not supported (silu)", path, act);
     goto done;
   }
@@ -137,10 +188,10 @@ int ct_hf_config_read(ct_model_config *c, const char *path) {
       (rc = get_int(&r, "num_key_value_heads", c->num_heads, false, &c->num_kv_heads)) ||
       (rc = get_int(&r, "head_dim", c->num_heads ? c->hidden_size / c->num_heads : 0, false, &c->head_dim)) ||
       (rc = get_int(&r, "max_position_embeddings", 2048, false, &c->max_position_embeddings)) ||
-      (rc = get_float(&r, "rope_theta", 10000, &c->rope_theta)) ||
+      (rc = get_float(&r, "rope_theta", gemma ? 1e6 : 10000, &c->rope_theta)) ||
       (rc = get_float(&r, "rms_norm_eps", 1e-6, &c->rms_norm_eps)) ||
-      (rc = get_bool(&r, "tie_word_embeddings", false, &c->tie_word_embeddings)) ||
-      (rc = read_rope_scaling(&r, c)))
+      (rc = get_bool(&r, "tie_word_embeddings", gemma, &c->tie_word_embeddings)) ||
+      (rc = read_rope_scaling(&r, c)) || (gemma && (rc = read_gemma(&r, c))))
     goto done;
   bool attention_bias = false, mlp_bias = false, sliding = false;
   if ((rc = get_bool(&r, "attention_bias", false, &attention_bias)) ||
@@ -156,13 +207,17 @@ int ct_hf_config_read(ct_model_config *c, const char *path) {
     goto done;
   }
   json_t *sw = json_object_get(j, "sliding_window");
+  if (!gemma && json_object_get(j, "attn_logit_softcapping") && !json_is_null(json_object_get(j, "attn_logit_softcapping"))) {
+    rc = ct_set_error(CT_EFORMAT, "%s: key 'attn_logit_softcapping' is only supported for gemma3_text", path);
+    goto done;
+  }
   if (sliding || (strcmp(type, "mistral") == 0 && json_is_integer(sw))) {
     rc = ct_set_error(CT_EFORMAT, "%s: key '%s': sliding-window attention is not supported", path,
                       sliding ? "use_sliding_window" : "sliding_window");
     goto done;
   }
   c->qkv_bias = qwen2;
-  c->qk_norm = qwen3;
+  c->qk_norm = qwen3 || gemma;
   get_token_id(&r, "bos_token_id", &c->bos_token_id);
   get_token_id(&r, "eos_token_id", &c->eos_token_id);
   get_token_id(&r, "pad_token_id", &c->pad_token_id);
@@ -177,6 +232,7 @@ static const char *architecture(const char *type, bool seq_cls) {
   if (strcmp(type, "qwen2") == 0) return seq_cls ? "Qwen2ForSequenceClassification" : "Qwen2ForCausalLM";
   if (strcmp(type, "qwen3") == 0) return seq_cls ? "Qwen3ForSequenceClassification" : "Qwen3ForCausalLM";
   if (strcmp(type, "mistral") == 0) return seq_cls ? "MistralForSequenceClassification" : "MistralForCausalLM";
+  if (strcmp(type, "gemma3_text") == 0) return seq_cls ? "Gemma3ForSequenceClassification" : "Gemma3ForCausalLM";
   return seq_cls ? "LlamaForSequenceClassification" : "LlamaForCausalLM";
 }
 
@@ -190,6 +246,30 @@ static json_t *json_float(float f) {
     if ((float)strtod(buf, NULL) == f) break;
   }
   return json_real(strtod(buf, NULL));
+}
+
+// Gemma 3's keys (read_gemma's), with layer_types and, when the layers follow it,
+// sliding_window_pattern (what transformers before layer_types reads).
+static void write_gemma(json_t *j, const ct_model_config *c) {
+  json_object_set_new(j, "hidden_activation", json_string("gelu_pytorch_tanh"));
+  json_object_set_new(j, "query_pre_attn_scalar", json_float(c->query_pre_attn_scalar));
+  json_object_set_new(j, "rope_local_base_freq", json_float(c->rope_local_theta));
+  json_object_set_new(j, "sliding_window", c->sliding_window > 0 ? json_integer(c->sliding_window) : json_null());
+  json_object_set_new(j, "final_logit_softcapping", json_null());
+  json_object_set_new(j, "attn_logit_softcapping", c->attn_softcap > 0 ? json_float(c->attn_softcap) : json_null());
+  json_object_set_new(j, "use_bidirectional_attention", json_false());
+  json_t *lt = json_array();
+  for (int l = 0; l < c->num_layers; l++)
+    json_array_append_new(lt, json_string(ct_layer_window(c, l) ? "sliding_attention" : "full_attention"));
+  json_object_set_new(j, "layer_types", lt);
+  for (int p = 1; p <= c->num_layers + 1 && c->sliding_window > 0; p++) {
+    bool fits = true;
+    for (int l = 0; l < c->num_layers; l++) fits &= (bool)c->sliding[l] == ((l + 1) % p != 0);
+    if (fits) {
+      json_object_set_new(j, "sliding_window_pattern", json_integer(p));
+      break;
+    }
+  }
 }
 
 int ct_hf_config_write(const ct_model_config *c, const char *path, const char *torch_dtype) {
@@ -207,7 +287,8 @@ int ct_hf_config_write(const ct_model_config *c, const char *path, const char *t
   json_object_set_new(j, "num_attention_heads", json_integer(c->num_heads));
   json_object_set_new(j, "num_key_value_heads", json_integer(c->num_kv_heads));
   json_object_set_new(j, "head_dim", json_integer(c->head_dim));
-  json_object_set_new(j, "hidden_act", json_string("silu"));
+  if (c->gemma) write_gemma(j, c);
+  else json_object_set_new(j, "hidden_act", json_string("silu"));
   json_object_set_new(j, "max_position_embeddings", json_integer(c->max_position_embeddings));
   json_object_set_new(j, "rms_norm_eps", json_float(c->rms_norm_eps));
   json_object_set_new(j, "rope_theta", json_float(c->rope_theta));
@@ -225,6 +306,9 @@ int ct_hf_config_write(const ct_model_config *c, const char *path, const char *t
                                   json_float(c->rope_low_freq_factor), "high_freq_factor",
                                   json_float(c->rope_high_freq_factor),
                                   "original_max_position_embeddings", c->rope_original_max_pos));
+  else if (c->rope_type == 2)
+    json_object_set_new(j, "rope_scaling", json_pack("{s:s,s:o}", "rope_type", "linear", "factor",
+                                                     json_float(c->rope_factor)));
   else
     json_object_set_new(j, "rope_scaling", json_null());
   const char *ids[] = {"bos_token_id", "eos_token_id", "pad_token_id"};

@@ -255,6 +255,80 @@ void ct_swiglu_backward(float *dgu, const float *dh, const float *gu, int N, int
 }
 
 // ---------------------------------------------------------------------------
+// GeGLU (tanh approximation)
+
+#define GELU_K 0.7978845608028654f  // sqrt(2/π)
+#define GELU_A 0.044715f
+
+static void geglu_fwd_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const swiglu_job *j = ctx;
+  ROWS(j->N, j->parts, part, lo, hi);
+  int F = j->F;
+  for (long n = lo; n < hi; n++) {
+    const float *g = j->gu + n * 2 * F, *u = g + F;
+    float *h = j->h + n * F;
+#pragma omp simd
+    for (int i = 0; i < F; i++) {
+      float x = g[i], t = ct_tanhf(GELU_K * (x + GELU_A * x * x * x));
+      h[i] = 0.5f * x * (1.0f + t) * u[i];
+    }
+  }
+}
+
+void ct_geglu_forward(float *h, const float *gu, int N, int F) {
+  swiglu_job j = {.h = h, .gu = gu, .N = N, .F = F, .parts = ct_pool_parts(N)};
+  ct_parallel_for(j.parts, geglu_fwd_task, &j);
+}
+
+static void geglu_bwd_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const swiglu_job *j = ctx;
+  ROWS(j->N, j->parts, part, lo, hi);
+  int F = j->F;
+  for (long n = lo; n < hi; n++) {
+    const float *g = j->gu + n * 2 * F, *u = g + F, *dh = j->dh + n * F;
+    float *dg = j->dgu + n * 2 * F, *du = dg + F;
+#pragma omp simd
+    for (int i = 0; i < F; i++) {
+      float x = g[i], t = ct_tanhf(GELU_K * (x + GELU_A * x * x * x));
+      float gelu = 0.5f * x * (1.0f + t);
+      float dgelu = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_A * x * x);
+      du[i] = dh[i] * gelu;
+      dg[i] = dh[i] * u[i] * dgelu;
+    }
+  }
+}
+
+void ct_geglu_backward(float *dgu, const float *dh, const float *gu, int N, int F) {
+  swiglu_job j = {.dgu = dgu, .dh = dh, .gu = gu, .N = N, .F = F, .parts = ct_pool_parts(N)};
+  ct_parallel_for(j.parts, geglu_bwd_task, &j);
+}
+
+typedef struct {
+  float *y;
+  const float *x;
+  long N;
+  int C, parts;
+} add_job;
+
+static void add_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const add_job *j = ctx;
+  ROWS(j->N, j->parts, part, lo, hi);
+  float *y = j->y + lo * j->C;
+  const float *x = j->x + lo * j->C;
+  long n = (hi - lo) * j->C;
+#pragma omp simd
+  for (long i = 0; i < n; i++) y[i] += x[i];
+}
+
+void ct_add_rows(float *y, const float *x, long N, int C) {
+  add_job j = {.y = y, .x = x, .N = N, .C = C, .parts = ct_pool_parts((int)N)};
+  ct_parallel_for(j.parts, add_task, &j);
+}
+
+// ---------------------------------------------------------------------------
 // Bias
 
 typedef struct {

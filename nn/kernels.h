@@ -9,6 +9,8 @@
 #pragma once
 #include <stdint.h>
 
+#include "fastmath.h"
+
 #define CT_RED_CHUNKS 32
 
 // y = x / rms(x) * w;  rstd (N) saved for backward.
@@ -37,6 +39,18 @@ void ct_rope(float *x, const int *pos, const float *cos_t, const float *sin_t, i
 void ct_swiglu_forward(float *h, const float *gu, int N, int F);
 // dgu = [dg | du] from dh.
 void ct_swiglu_backward(float *dgu, const float *dh, const float *gu, int N, int F);
+
+// tanh(x) = 1 - 2 / (e^(2x) + 1), vectorizable (ct_expf); absolute error ~1e-7.
+static inline float ct_tanhf(float x) { return 1.0f - 2.0f / (ct_expf(2.0f * x) + 1.0f); }
+
+// Gemma's MLP: h = gelu_tanh(g) * u where gu rows are [g (F) | u (F)]; h (N, F).
+// gelu_tanh(x) = x/2 · (1 + tanh(sqrt(2/π) · (x + 0.044715 x³))) (gelu_pytorch_tanh).
+void ct_geglu_forward(float *h, const float *gu, int N, int F);
+// dgu = [dg | du] from dh.
+void ct_geglu_backward(float *dgu, const float *dh, const float *gu, int N, int F);
+
+// y (N, C) += x (N, C) (a residual add), on the pool.
+void ct_add_rows(float *y, const float *x, long N, int C);
 
 // y[i,:] += b for bias b (C) over rows with stride ld; db += Σ_rows dy.
 void ct_bias_forward(float *y, const float *b, int N, int C, int ld);

@@ -34,6 +34,15 @@ int ct_model_config_check(const ct_model_config *c) {
   if (!(c->rope_theta > 0)) return ct_set_error(CT_EINVAL, "model: rope_theta must be positive");
   if (!(c->rms_norm_eps > 0)) return ct_set_error(CT_EINVAL, "model: rms_norm_eps must be positive");
   if (c->num_labels < 0) return ct_set_error(CT_EINVAL, "model: num_labels must not be negative");
+  if (c->rope_type == 2 && !(c->rope_factor > 0))
+    return ct_set_error(CT_EINVAL, "model: rope_scaling (linear) needs factor > 0");
+  if (c->sliding_window < 0) return ct_set_error(CT_EINVAL, "model: sliding_window must be positive");
+  if (c->sliding_window > 0 && c->num_layers > CT_MAX_LAYERS)
+    return ct_set_error(CT_EINVAL, "model: sliding-window layers need num_hidden_layers <= %d", CT_MAX_LAYERS);
+  if (c->sliding_window > 0 && !(c->rope_local_theta > 0))
+    return ct_set_error(CT_EINVAL, "model: rope_local_base_freq must be positive");
+  if (c->query_pre_attn_scalar < 0 || c->attn_softcap < 0)
+    return ct_set_error(CT_EINVAL, "model: query_pre_attn_scalar and attn_logit_softcapping must be positive");
   if (c->rope_type == 1 && !(c->rope_factor > 0 && c->rope_high_freq_factor > c->rope_low_freq_factor &&
                              c->rope_original_max_pos > 0))
     return ct_set_error(CT_EINVAL, "model: rope_scaling (llama3) needs factor > 0, "
@@ -102,6 +111,10 @@ static int build_layout(ct_model *m) {
     }
     ADD("self_attn.o_proj.weight", C, Hd, true, true);
     ADD("post_attention_layernorm.weight", C, 0, false, true);
+    if (c->gemma) {  // (inside the layer's span: layer_span runs from input_layernorm to down_proj)
+      ADD("pre_feedforward_layernorm.weight", C, 0, false, true);
+      ADD("post_feedforward_layernorm.weight", C, 0, false, true);
+    }
     ADD("mlp.gate_proj.weight", F, C, true, true);
     ADD("mlp.up_proj.weight", F, C, true, false);
     ADD("mlp.down_proj.weight", C, F, true, true);
@@ -149,7 +162,13 @@ int ct_weights_bind(ct_weights *w, const ct_model *m, float *base) {
       lw->knorm = NEXT();
     }
     lw->wo = NEXT();
-    lw->ln2 = NEXT();
+    if (c->gemma) {
+      lw->post_attn = NEXT();
+      lw->ln2 = NEXT();  // pre_feedforward_layernorm
+      lw->post_ff = NEXT();
+    } else {
+      lw->ln2 = NEXT();
+    }
     lw->wgu = NEXT();
     t++;  // up_proj follows gate_proj
     lw->wdown = NEXT();
@@ -176,6 +195,8 @@ static void rope_inv_freq(const ct_model_config *c, float *inv_freq) {
     float expo = (float)(2 * i) / (float)c->head_dim;
     inv_freq[i] = (float)(1.0 / pow((double)c->rope_theta, (double)expo));
   }
+  if (c->rope_type == 2)  // linear: positions divided by factor
+    for (int i = 0; i < half; i++) inv_freq[i] = (float)(inv_freq[i] / (double)c->rope_factor);
   if (c->rope_type != 1) return;
   // Llama 3.1 "llama3" scaling: long wavelengths divided by factor, short ones kept,
   // a smooth blend in between (transformers' _compute_llama3_parameters).
@@ -205,6 +226,28 @@ void ct_rope_fill(const ct_model_config *c, int max_pos, float *cos_t, float *si
     }
 }
 
+void ct_rope_fill_local(const ct_model_config *c, int max_pos, float *cos_t, float *sin_t) {
+  ct_model_config lc = *c;
+  lc.rope_theta = c->rope_local_theta;
+  lc.rope_type = 0;
+  ct_rope_fill(&lc, max_pos, cos_t, sin_t);
+}
+
+float ct_attn_scale(const ct_model_config *c) {
+  float s = c->query_pre_attn_scalar > 0 ? c->query_pre_attn_scalar : (float)c->head_dim;
+  return (float)(1.0 / sqrt((double)s));
+}
+
+const float *ct_norm_weight(const ct_model_config *c, const float *w, int n, float *buf) {
+  if (!c->gemma) return w;
+  for (int i = 0; i < n; i++) buf[i] = 1.0f + w[i];
+  return buf;
+}
+
+float ct_embed_scale(const ct_model_config *c) {
+  return c->gemma ? (float)sqrt((double)c->hidden_size) : 1.0f;
+}
+
 int ct_model_layout(ct_model *m, const ct_model_config *cfg) {
   memset(m, 0, sizeof *m);
   m->cfg = *cfg;
@@ -216,12 +259,15 @@ int ct_model_layout(ct_model *m, const ct_model_config *cfg) {
 int ct_model_rope_reserve(ct_model *m, int max_pos) {
   if (max_pos <= m->rope_max_pos) return 0;
   long half = m->cfg.head_dim / 2;
-  float *c = realloc(m->rope_cos, sizeof(float) * max_pos * half);
-  if (c) m->rope_cos = c;
-  float *s = c ? realloc(m->rope_sin, sizeof(float) * max_pos * half) : NULL;
-  if (s) m->rope_sin = s;
-  if (!c || !s) return ct_set_error(CT_ENOMEM, "model: cannot allocate a RoPE table of %d positions", max_pos);
+  bool local = ct_has_local_rope(&m->cfg);
+  float **tabs[4] = {&m->rope_cos, &m->rope_sin, &m->rope_cos_local, &m->rope_sin_local};
+  for (int i = 0; i < (local ? 4 : 2); i++) {
+    float *t = realloc(*tabs[i], sizeof(float) * max_pos * half);
+    if (!t) return ct_set_error(CT_ENOMEM, "model: cannot allocate a RoPE table of %d positions", max_pos);
+    *tabs[i] = t;
+  }
   ct_rope_fill(&m->cfg, max_pos, m->rope_cos, m->rope_sin);
+  if (local) ct_rope_fill_local(&m->cfg, max_pos, m->rope_cos_local, m->rope_sin_local);
   m->rope_max_pos = max_pos;
   return 0;
 }
@@ -265,6 +311,8 @@ void ct_model_free(ct_model *m) {
   free(m->off16);
   free(m->rope_cos);
   free(m->rope_sin);
+  free(m->rope_cos_local);
+  free(m->rope_sin_local);
   memset(m, 0, sizeof *m);
 }
 
@@ -320,7 +368,8 @@ static void init_task(void *ctx, int part, int thread) {
     const ct_tensor_info *t = &j->m->tensors[i];
     float *p = j->m->params + t->offset;
     if (t->ndim == 1) {  // norms 1, biases 0: the first part writes them
-      bool is_norm = strstr(t->name, "norm") != NULL;
+      // Gemma's norms apply 1 + w: its identity is w = 0, as transformers initializes it
+      bool is_norm = strstr(t->name, "norm") != NULL && !j->m->cfg.gemma;
       for (long k = 0; part == 0 && k < t->numel; k++) p[k] = is_norm ? 1.0f : 0.0f;
       continue;
     }
@@ -438,7 +487,8 @@ int ct_model_to_bf16(ct_model *m, bool keep_embeddings) {
   const ct_layer_weights *L = &m->w.layers[0];
   float *w = m->wide;
 #define REL(f) m->wide_layer.f = L->f ? w + (L->f - L->ln1) : NULL
-  REL(ln1); REL(wqkv); REL(bqkv); REL(qnorm); REL(knorm); REL(wo); REL(ln2); REL(wgu); REL(wdown);
+  REL(ln1); REL(wqkv); REL(bqkv); REL(qnorm); REL(knorm); REL(wo); REL(post_attn); REL(ln2); REL(post_ff);
+  REL(wgu); REL(wdown);
 #undef REL
   m->off16 = malloc(sizeof(long) * (m->cfg.num_layers + 3));
   if (!m->off16) return ct_set_error(CT_ENOMEM, "model: out of memory");
@@ -477,6 +527,17 @@ ct_model_config ct_model_config_smollm135m(int layers) {
                            .rope_theta = 10000, .rms_norm_eps = 1e-5f,
                            .tie_word_embeddings = true, .bos_token_id = 0, .eos_token_id = 0,
                            .pad_token_id = 0};
+}
+
+ct_model_config ct_model_config_gemma3_270m(int layers) {
+  ct_model_config c = {.model_type = "gemma3_text", .vocab_size = 262144, .hidden_size = 640,
+                       .intermediate_size = 2048, .num_layers = layers, .num_heads = 4, .num_kv_heads = 1,
+                       .head_dim = 256, .max_position_embeddings = 32768, .rope_theta = 1e6f,
+                       .rms_norm_eps = 1e-6f, .tie_word_embeddings = true, .qk_norm = true,
+                       .bos_token_id = 2, .eos_token_id = 1, .pad_token_id = 0, .gemma = true,
+                       .query_pre_attn_scalar = 256, .sliding_window = 512, .rope_local_theta = 10000};
+  for (int l = 0; l < layers && l < CT_MAX_LAYERS; l++) c.sliding[l] = (l + 1) % 6 != 0;
+  return c;
 }
 
 double ct_model_train_flops_per_token(const ct_model_config *c, int T) {
@@ -527,7 +588,8 @@ int ct_model_to_int8(ct_model *m) {
   const ct_layer_weights *L = &m->w.layers[0];
   float *w = m->wide;
 #define REL(f) m->wide_layer.f = L->f ? w + (L->f - L->ln1) : NULL
-  REL(ln1); REL(wqkv); REL(bqkv); REL(qnorm); REL(knorm); REL(wo); REL(ln2); REL(wgu); REL(wdown);
+  REL(ln1); REL(wqkv); REL(bqkv); REL(qnorm); REL(knorm); REL(wo); REL(post_attn); REL(ln2); REL(post_ff);
+  REL(wgu); REL(wdown);
 #undef REL
   for (int l = 0; l < m->cfg.num_layers; l++) m->off16[l] = layer_start(m, l);
   m->off16[m->cfg.num_layers] = m->off16[m->cfg.num_layers + 1] = 0;  // (the embeddings stay float32)

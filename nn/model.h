@@ -1,7 +1,10 @@
-// model: the Llama-family decoder (Llama 2/3, Qwen2/2.5, Qwen3, SmolLM, Mistral):
+// model: the Llama-family decoder (Llama 2/3, Qwen2/2.5, Qwen3, SmolLM, Mistral, Gemma 3):
 // token embedding, L x [RMSNorm -> GQA attention with rotate-half RoPE (optional q/k/v
 // bias, optional per-head q/k RMSNorm) -> residual -> RMSNorm -> SwiGLU MLP -> residual],
-// final RMSNorm, LM head (tied or separate). Parameters keep Hugging Face names and
+// final RMSNorm, LM head (tied or separate). Gemma 3 (cfg.gemma) differs in: embeddings
+// times sqrt(C); every RMSNorm applies (1 + w); a norm on the attention output and on the
+// MLP output before each residual add; MLP gelu_tanh(gate)·up; attention scale
+// query_pre_attn_scalar^-0.5; sliding-window layers with their own RoPE base. Parameters keep Hugging Face names and
 // [out, in] layouts; y = x · Wᵀ.
 //
 // Dimensions, named once: B batch rows, T tokens per row, N = B*T, C hidden size,
@@ -11,15 +14,18 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#define CT_MAX_LAYERS 256  // layers a config may mark sliding (ct_model_config.sliding)
+
 typedef struct {
-  char model_type[32];  // llama | qwen2 | qwen3 | mistral (written back to config.json)
+  char model_type[32];  // llama | qwen2 | qwen3 | mistral | gemma3_text (written back to config.json)
   int vocab_size, hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim;
   int max_position_embeddings;
   float rope_theta, rms_norm_eps;
   bool tie_word_embeddings;
   bool qkv_bias;  // q/k/v projections carry biases (Qwen2; Llama's attention_bias)
   bool qk_norm;   // per-head RMSNorm of q and k before RoPE (Qwen3)
-  // rope_scaling {"rope_type": "llama3", ...} (Llama 3.1+); rope_type 0 = none
+  // rope_scaling {"rope_type": "llama3", ...} (Llama 3.1+) or "linear" (Gemma 3 4B+):
+  // rope_type 0 = none, 1 = llama3, 2 = linear (inv_freq / rope_factor)
   int rope_type;
   float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
   int rope_original_max_pos;
@@ -28,7 +34,27 @@ typedef struct {
   // *ForSequenceClassification): a score head (num_labels, C) = score.weight in place of
   // the LM head, which it has none of (lm_head views the embedding, as when tied).
   int num_labels;
+  // Gemma 3 (gemma3_text): the layer differences listed at the top of this file
+  bool gemma;
+  float query_pre_attn_scalar;  // scores scaled by its ^-0.5; 0 = head_dim (Llama)
+  float attn_softcap;           // attn_logit_softcapping: scores c·tanh(s/c); 0 = none
+  // sliding-window layers: query i sees key j when 0 <= i - j < sliding_window, and
+  // RoPE uses rope_local_theta (no scaling) there
+  int sliding_window;           // 0 = every layer full
+  float rope_local_theta;
+  unsigned char sliding[CT_MAX_LAYERS];  // layer l is a sliding-window layer
 } ct_model_config;
+
+// Layer l's attention window: sliding_window for a sliding layer, 0 (all) otherwise.
+static inline int ct_layer_window(const ct_model_config *c, int l) {
+  return c->sliding_window > 0 && l < CT_MAX_LAYERS && c->sliding[l] ? c->sliding_window : 0;
+}
+// The attention score scale: query_pre_attn_scalar^-0.5, or head_dim^-0.5.
+float ct_attn_scale(const ct_model_config *c);
+// The weight (n) a norm multiplies by: w itself, or for Gemma 1 + w written into buf (n).
+const float *ct_norm_weight(const ct_model_config *c, const float *w, int n, float *buf);
+// Gemma's embedding scale sqrt(C) as transformers applies it (a float32 scalar), or 1.
+float ct_embed_scale(const ct_model_config *c);
 
 // Pointers into one flat buffer laid out like the parameters. The same layout serves
 // parameters, gradients and optimizer moments, so each of those is one allocation.
@@ -41,7 +67,9 @@ typedef struct {
   float *qnorm;  // (hd)       or NULL
   float *knorm;  // (hd)       or NULL
   float *wo;     // (C, H*hd)  o_proj
-  float *ln2;    // (C)        post_attention_layernorm
+  float *post_attn;  // (C)    Gemma: post_attention_layernorm (on the attention output), else NULL
+  float *ln2;    // (C)        post_attention_layernorm; Gemma: pre_feedforward_layernorm
+  float *post_ff;    // (C)    Gemma: post_feedforward_layernorm (on the MLP output), else NULL
   float *wgu;    // (2F, C)    gate_proj | up_proj
   float *wdown;  // (C, F)     down_proj
 } ct_layer_weights;
@@ -80,6 +108,7 @@ typedef struct {
   float *params;          // (n_floats) one allocation (ct_big_alloc); NULL when stored in bf16
   ct_weights w;           // views into params
   float *rope_cos, *rope_sin;  // (max_pos, hd/2)
+  float *rope_cos_local, *rope_sin_local;  // (max_pos, hd/2) sliding layers' (rope_local_theta), or NULL
   int rope_max_pos;
   // bfloat16 storage (ct_model_to_bf16: frozen models only, never trained)
   uint16_t *params16;     // (n_floats) the parameters in bf16, params == NULL
@@ -105,6 +134,10 @@ int ct_model_config_check(const ct_model_config *c);
 
 // RoPE tables (max_pos, hd/2) as Hugging Face computes them in float32 (incl. llama3 scaling).
 void ct_rope_fill(const ct_model_config *c, int max_pos, float *cos_t, float *sin_t);
+// The same for sliding-window layers: rope_local_theta, no scaling.
+void ct_rope_fill_local(const ct_model_config *c, int max_pos, float *cos_t, float *sin_t);
+// Whether the config has sliding layers with their own RoPE tables.
+static inline bool ct_has_local_rope(const ct_model_config *c) { return c->sliding_window > 0; }
 
 // The model's tensor table as a ct_layout.
 #define ct_model_tensors(m) ((ct_layout){(m)->n_tensors, (m)->tensors, (m)->n_floats})
@@ -180,6 +213,10 @@ const ct_tensor_info *ct_model_find_tensor(const ct_model *m, const char *name);
 // The SmolLM-135M shape (hidden 576, 30 layers, 9 heads, 3 kv heads, intermediate 1536,
 // vocab 49152, tied embeddings) with `layers` layers: what the benchmarks measure.
 ct_model_config ct_model_config_smollm135m(int layers);
+// The gemma-3-270m shape (hidden 640, 18 layers, 4 heads, 1 kv head, head_dim 256,
+// intermediate 2048, vocab 262144, sliding window 512 with every sixth layer full, RoPE
+// bases 1e6 / 1e4, tied) with `layers` layers.
+ct_model_config ct_model_config_gemma3_270m(int layers);
 
 // Matrix-multiply FLOPs of one training step per token (forward + backward), PaLM-style:
 // 6 x (parameters used in matmuls) + 12 x L x H x hd x T (attention), T the row length.

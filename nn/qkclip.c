@@ -38,6 +38,12 @@ static void scale(ct_model *m, float *x, long n, float s) {
   if (m->compute16 && m->params) ct_bf16_narrow(m->compute16 + (x - m->params), x, n);
 }
 
+// x (n) = (1 + x)·s − 1: a Gemma norm weight whose multiplier (1 + x) scales by s.
+static void shift_scale(ct_model *m, float *x, long n, float s) {
+  for (long i = 0; i < n; i++) x[i] = (1 + x[i]) * s - 1;
+  if (m->compute16 && m->params) ct_bf16_narrow(m->compute16 + (x - m->params), x, n);
+}
+
 // Head h's target factor η_h = min(1, τ / S_h) (1 when S_h <= τ or nothing was seen).
 static float eta(const ct_qkclip *q, int l, int h) {
   float s = q->max[(long)l * q->H + h];
@@ -73,6 +79,11 @@ static void clip_norms(const ct_qkclip *q, ct_model *m, int l) {
   for (int h = 0; h < q->H; h++) lo = fminf(lo, eta(q, l, h));
   if (lo == 1) return;
   float s = sqrtf(lo);
+  if (m->cfg.gemma) {  // Gemma's norms multiply by (1 + w): (1 + w)·s = 1 + (w·s + s − 1)
+    shift_scale(m, w->qnorm, m->cfg.head_dim, s);
+    shift_scale(m, w->knorm, m->cfg.head_dim, s);
+    return;
+  }
   scale(m, w->qnorm, m->cfg.head_dim, s);
   scale(m, w->knorm, m->cfg.head_dim, s);
 }

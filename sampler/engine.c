@@ -1,7 +1,9 @@
 // engine: the inference forward over (slot, position) tokens with a KV cache per slot.
 // The same layer recipe as nn/forward.c, but with fixed-order dot products (linear.c)
 // instead of sgemm, so that a token's result never depends on what shares the pass;
-// a change to the layer goes into both.
+// a change to the layer goes into both. A sliding-window layer (Gemma 3) keeps a ring of
+// its last positions only: position p in row p % R, R = min(max_len, window + max_tokens
+// - 1) so that no token of a pass overwrites a row another token of the pass still reads.
 #include "engine.h"
 
 #include <math.h>
@@ -19,8 +21,13 @@ struct ct_engine {
   const ct_infer_weights *w;
   ct_engine_opts o;
   int C, F, H, KV, hd, QKV, L, V;
-  float *kcache, *vcache;      // (L, S, T, KVd)
+  float *kcache, *vcache;      // per layer l: (S, kv_rows[l], KVd) at kv_off[l]
+  long kv_off[CT_MAX_LAYERS + 1];
+  int kv_rows[CT_MAX_LAYERS + 1];  // T, or a sliding layer's ring
   float *rope_cos, *rope_sin;  // (T, hd/2)
+  float *rope_cos_local, *rope_sin_local;  // (T, hd/2) sliding layers' (rope_local_theta)
+  float *wn;                   // (max(C, hd)) a Gemma norm's 1 + w
+  float attn_scale;
   // work buffers for up to max_tokens tokens
   float *x, *ln, *qkv, *qkv_save, *qk_rstd, *rstd, *att, *gu, *h, *xo;
   float *scores;               // (threads, H/KV, T)
@@ -30,16 +37,25 @@ struct ct_engine {
   long bytes;
 };
 
-enum { N_BUFS = 15 };  // float buffers, in engine_sizes' order
+enum { N_BUFS = 18 };  // float buffers, in engine_sizes' order
+
+// Cache rows per slot of layer l: max_len, or for a sliding layer the ring that holds its
+// window plus the positions one pass may add after a token.
+static int layer_rows(const ct_model_config *c, const ct_engine_opts *o, int l) {
+  long w = ct_layer_window(c, l), r = w + o->max_tokens - 1;
+  return w && r < o->max_len ? (int)r : o->max_len;
+}
 
 // Floats of each buffer for a model config and options: the KV caches, the RoPE tables,
 // then the work buffers for max_tokens tokens.
 static void engine_sizes(const ct_model_config *c, const ct_engine_opts *o, long n[N_BUFS]) {
   long N = o->max_tokens, T = o->max_len, C = c->hidden_size, F = c->intermediate_size;
-  long H = c->num_heads, KV = c->num_kv_heads, hd = c->head_dim, QKV = (H + 2 * KV) * hd;
-  long cache = (long)c->num_layers * o->slots * T * KV * hd;
+  long H = c->num_heads, KV = c->num_kv_heads, hd = c->head_dim, QKV = (H + 2 * KV) * hd, cache = 0;
+  for (int l = 0; l < c->num_layers; l++) cache += (long)o->slots * layer_rows(c, o, l) * KV * hd;
+  long local = ct_has_local_rope(c) ? T * (hd / 2) : 0;
   long v[N_BUFS] = {cache, cache, T * (hd / 2), T * (hd / 2), N * C, N * C, N * C, N * QKV, N * QKV,
-                    N * (H + KV), N, N * H * hd, N * 2 * F, N * F, (long)ct_pool_threads() * (H / KV) * T};
+                    N * (H + KV), N, N * H * hd, N * 2 * F, N * F, (long)ct_pool_threads() * (H / KV) * T,
+                    local, local, C > hd ? C : hd};
   for (int i = 0; i < N_BUFS; i++) n[i] = (v[i] + 15) / 16 * 16 + 16;
 }
 
@@ -55,6 +71,8 @@ int ct_engine_init(ct_engine **out, const ct_infer_weights *w, const ct_engine_o
   *out = NULL;
   if (o->slots < 1 || o->max_len < 1 || o->max_tokens < o->slots)
     return ct_set_error(CT_EINVAL, "engine: need slots >= 1, max_len >= 1, max_tokens >= slots");
+  if (w->cfg.num_layers > CT_MAX_LAYERS)
+    return ct_set_error(CT_EINVAL, "engine: %d layers (at most %d)", w->cfg.num_layers, CT_MAX_LAYERS);
   ct_engine *e = calloc(1, sizeof *e);
   if (!e) return ct_set_error(CT_ENOMEM, "engine: out of memory");
   const ct_model_config *c = &w->cfg;
@@ -62,10 +80,16 @@ int ct_engine_init(ct_engine **out, const ct_infer_weights *w, const ct_engine_o
                    .H = c->num_heads, .KV = c->num_kv_heads, .hd = c->head_dim,
                    .L = c->num_layers, .V = c->vocab_size};
   e->QKV = (e->H + 2 * e->KV) * e->hd;
+  e->attn_scale = ct_attn_scale(c);
+  for (int l = 0; l < e->L; l++) {
+    e->kv_rows[l] = layer_rows(c, o, l);
+    e->kv_off[l + 1] = e->kv_off[l] + (long)o->slots * e->kv_rows[l] * e->KV * e->hd;
+  }
   long n[N_BUFS], N = o->max_tokens;
   engine_sizes(c, o, n);
   float **bufs[N_BUFS] = {&e->kcache, &e->vcache, &e->rope_cos, &e->rope_sin, &e->x, &e->ln, &e->xo,
-                          &e->qkv, &e->qkv_save, &e->qk_rstd, &e->rstd, &e->att, &e->gu, &e->h, &e->scores};
+                          &e->qkv, &e->qkv_save, &e->qk_rstd, &e->rstd, &e->att, &e->gu, &e->h, &e->scores,
+                          &e->rope_cos_local, &e->rope_sin_local, &e->wn};
   bool ok = true;
   for (int i = 0; i < N_BUFS; i++) {
     *bufs[i] = ct_big_alloc(sizeof(float) * n[i]);  // zeroed, huge pages for the caches
@@ -93,6 +117,7 @@ int ct_engine_init(ct_engine **out, const ct_infer_weights *w, const ct_engine_o
                         "positions); lower slots or max_len", mb, o->slots, o->max_len);
   }
   ct_rope_fill(c, o->max_len, e->rope_cos, e->rope_sin);
+  if (ct_has_local_rope(c)) ct_rope_fill_local(c, o->max_len, e->rope_cos_local, e->rope_sin_local);
   *out = e;
   return 0;
 }
@@ -100,7 +125,8 @@ int ct_engine_init(ct_engine **out, const ct_infer_weights *w, const ct_engine_o
 void ct_engine_free(ct_engine *e) {
   if (!e) return;
   float *bufs[N_BUFS] = {e->kcache, e->vcache, e->rope_cos, e->rope_sin, e->x, e->ln, e->xo,
-                         e->qkv, e->qkv_save, e->qk_rstd, e->rstd, e->att, e->gu, e->h, e->scores};
+                         e->qkv, e->qkv_save, e->qk_rstd, e->rstd, e->att, e->gu, e->h, e->scores,
+                         e->rope_cos_local, e->rope_sin_local, e->wn};
   for (int i = 0; i < N_BUFS; i++) ct_big_free(bufs[i]);
   ct_free_all(e->ids, e->pos, e->slot, e->lora_u, e->lora_p, e);
 }
@@ -108,9 +134,10 @@ void ct_engine_free(ct_engine *e) {
 const ct_infer_weights *ct_engine_weights(const ct_engine *e) { return e->w; }
 ct_engine_opts ct_engine_options(const ct_engine *e) { return e->o; }
 
-// The cache row of (layer, slot, position).
+// The cache row of (layer, slot, position): row p % R of the slot's R rows.
 static inline long cache_row(const ct_engine *e, int l, int s, int p) {
-  return (((long)l * e->o.slots + s) * e->o.max_len + p) * (long)(e->KV * e->hd);
+  int R = e->kv_rows[l];
+  return e->kv_off[l] + ((long)s * R + p % R) * (long)(e->KV * e->hd);
 }
 
 typedef struct {
@@ -157,23 +184,24 @@ static inline __attribute__((always_inline)) void scores16(const float *q, const
   _mm512_storeu_ps(s, hsum16(v));
 }
 
-// o (16·nc) = Σ_p a[p]·v_p over P rows of V (row stride ld), accumulated in registers.
-static inline __attribute__((always_inline)) void weighted_sum(const float *a, const float *V, long ld, int P,
-                                                               float *o, const int nc) {
+// o (16·nc) = Σ_p a[p]·v_p over P1 rows of V1 then P2 rows of V2 (row stride ld), accumulated
+// in registers in that order.
+static inline __attribute__((always_inline)) void weighted_sum(const float *a, const float *V1, int P1,
+                                                               const float *V2, int P2, long ld, float *o,
+                                                               const int nc) {
   __m512 acc[8];
   for (int c = 0; c < nc; c++) acc[c] = _mm512_setzero_ps();
-  for (int p = 0; p < P; p++) {
+  for (int p = 0; p < P1 + P2; p++) {
     __m512 w = _mm512_set1_ps(a[p]);
-    for (int c = 0; c < nc; c++) acc[c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(V + p * ld + 16 * c), acc[c]);
+    const float *v = p < P1 ? V1 + p * ld : V2 + (p - P1) * ld;
+    for (int c = 0; c < nc; c++) acc[c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 16 * c), acc[c]);
   }
   for (int c = 0; c < nc; c++) _mm512_storeu_ps(o + 16 * c, acc[c]);
 }
 #endif
 
-// One query head over P cached positions: scores into s (scaled, then exp'd), its output
-// into o (hd).
-static void attend_head(const float *q, const float *K, const float *V, long ld, int P, int hd, float scale,
-                        float *s, float *o) {
+// Scores s[0, P) = scale · q·k_p of P rows of K (row stride ld).
+static void head_scores(const float *q, const float *K, long ld, int P, int hd, float *s) {
   int p = 0;
 #if defined(__AVX512F__)
   if (hd == 64)
@@ -188,32 +216,44 @@ static void attend_head(const float *q, const float *K, const float *V, long ld,
     for (int t = 0; t < hd; t++) d += q[t] * k[t];
     s[p] = d;
   }
+}
+
+// One query head over P1 cached positions in rows of K1/V1 then P2 in rows of K2/V2 (a
+// ring's two runs; P2 = 0 for a full layer): scores into s (scaled, softcapped, then
+// exp'd), its output into o (hd).
+static void attend_head(const float *q, const float *K1, const float *V1, int P1, const float *K2, const float *V2,
+                        int P2, long ld, int hd, float scale, float softcap, float *s, float *o) {
+  int P = P1 + P2;
+  head_scores(q, K1, ld, P1, hd, s);
+  head_scores(q, K2, ld, P2, hd, s + P1);
   float mx = -INFINITY;
-  for (p = 0; p < P; p++) {
-    s[p] *= scale;
-    mx = s[p] > mx ? s[p] : mx;
+  for (int p = 0; p < P; p++) s[p] *= scale;
+  if (softcap > 0) {
+    float ic = 1.0f / softcap;
+    for (int p = 0; p < P; p++) s[p] = softcap * ct_tanhf(s[p] * ic);
   }
+  for (int p = 0; p < P; p++) mx = s[p] > mx ? s[p] : mx;
   float sum = 0;
 #pragma omp simd reduction(+ : sum)
-  for (p = 0; p < P; p++) {
+  for (int p = 0; p < P; p++) {
     s[p] = ct_expf(s[p] - mx);
     sum += s[p];
   }
   float inv = 1.0f / sum;
-  for (p = 0; p < P; p++) s[p] *= inv;
+  for (int p = 0; p < P; p++) s[p] *= inv;
 #if defined(__AVX512F__)
   if (hd == 64) {
-    weighted_sum(s, V, ld, P, o, 4);
+    weighted_sum(s, V1, P1, V2, P2, ld, o, 4);
     return;
   }
   if (hd == 128) {
-    weighted_sum(s, V, ld, P, o, 8);
+    weighted_sum(s, V1, P1, V2, P2, ld, o, 8);
     return;
   }
 #endif
   memset(o, 0, sizeof(float) * hd);
-  for (p = 0; p < P; p++) {
-    const float *v = V + p * ld;
+  for (int p = 0; p < P; p++) {
+    const float *v = p < P1 ? V1 + p * ld : V2 + (p - P1) * ld;
 #pragma omp simd
     for (int t = 0; t < hd; t++) o[t] += s[p] * v[t];
   }
@@ -224,13 +264,17 @@ static void attend_head(const float *q, const float *K, const float *V, long ld,
 static void attend_task(void *ctx, int task, int thread) {
   const pass_job *j = ctx;
   ct_engine *e = j->e;
-  int i = task / e->KV, g = task % e->KV, rep = e->H / e->KV, hd = e->hd, P = e->pos[i] + 1;
-  long KVd = (long)e->KV * hd, base = cache_row(e, j->l, e->slot[i], 0) + (long)g * hd;
+  int i = task / e->KV, g = task % e->KV, rep = e->H / e->KV, hd = e->hd, pos = e->pos[i];
+  int win = ct_layer_window(&e->w->cfg, j->l), p0 = win && pos - win + 1 > 0 ? pos - win + 1 : 0;
+  // positions [p0, pos] sit in rows [p0 % R, ...) then, past the ring's end, from row 0
+  int R = e->kv_rows[j->l], r0 = p0 % R, P = pos - p0 + 1, P1 = P < R - r0 ? P : R - r0;
+  long KVd = (long)e->KV * hd, base = cache_row(e, j->l, e->slot[i], 0) + (long)g * hd, b1 = base + r0 * KVd;
   float *sc = e->scores + (long)thread * rep * e->o.max_len;
   for (int r = 0; r < rep; r++) {
     int h = g * rep + r;
-    attend_head(e->qkv + (long)i * e->QKV + (long)h * hd, e->kcache + base, e->vcache + base, KVd, P, hd,
-                1.0f / sqrtf((float)hd), sc + (long)r * e->o.max_len, e->att + (long)i * e->H * hd + (long)h * hd);
+    attend_head(e->qkv + (long)i * e->QKV + (long)h * hd, e->kcache + b1, e->vcache + b1, P1, e->kcache + base,
+                e->vcache + base, P - P1, KVd, hd, e->attn_scale, e->w->cfg.attn_softcap,
+                sc + (long)r * e->o.max_len, e->att + (long)i * e->H * hd + (long)h * hd);
   }
 }
 
@@ -280,27 +324,50 @@ static int pass(ct_engine *e, int n, const int *ids, const int *slot, const int 
   const ct_model_config *c = &e->w->cfg;
   int C = e->C, QKV = e->QKV, Hd = e->H * e->hd, F = e->F;
   embed_rows(e, n);
+  if (c->gemma) {  // x *= sqrt(C) (a float32 scalar, as the training forward)
+    float es = ct_embed_scale(c);
+    for (long i = 0; i < (long)n * C; i++) e->x[i] *= es;
+  }
+#define NW(w, k) ct_norm_weight(c, (w), (k), e->wn)
   for (int l = 0; l < e->L; l++) {
     const ct_infer_layer *w = &e->w->layers[l];
     pass_job j = {e, l, n};
-    ct_rmsnorm_forward(e->ln, e->rstd, e->x, w->ln1, n, C, c->rms_norm_eps);
+    bool win = ct_layer_window(c, l) > 0;
+    ct_rmsnorm_forward(e->ln, e->rstd, e->x, NW(w->ln1, C), n, C, c->rms_norm_eps);
     ct_linear_forward(&w->qkv, e->ln, C, n, e->qkv, QKV, 0);  // (n, QKV)
     for (int t = CT_LORA_Q; t <= CT_LORA_V; t++) lora_add(e, l, t, e->ln, C, n, e->qkv, QKV);
     if (w->bqkv) ct_bias_forward(e->qkv, w->bqkv, n, QKV, QKV);
     if (w->qnorm) {
-      ct_headnorm_forward(e->qkv, e->qkv_save, e->qk_rstd, w->qnorm, n, e->H, e->hd, QKV, c->rms_norm_eps);
-      ct_headnorm_forward(e->qkv + Hd, e->qkv_save + Hd, e->qk_rstd + (long)n * e->H, w->knorm,
+      ct_headnorm_forward(e->qkv, e->qkv_save, e->qk_rstd, NW(w->qnorm, e->hd), n, e->H, e->hd, QKV,
+                          c->rms_norm_eps);
+      ct_headnorm_forward(e->qkv + Hd, e->qkv_save + Hd, e->qk_rstd + (long)n * e->H, NW(w->knorm, e->hd),
                           n, e->KV, e->hd, QKV, c->rms_norm_eps);
     }
-    ct_rope(e->qkv, e->pos, e->rope_cos, e->rope_sin, n, e->H + e->KV, e->hd, QKV, 0);
+    ct_rope(e->qkv, e->pos, win ? e->rope_cos_local : e->rope_cos, win ? e->rope_sin_local : e->rope_sin, n,
+            e->H + e->KV, e->hd, QKV, 0);
     ct_parallel_for(n, store_kv_task, &j);         // every k/v of the pass is cached first,
     ct_parallel_for(n * e->KV, attend_task, &j);   // then each token reads its slot
-    ct_linear_forward(&w->o, e->att, Hd, n, e->x, C, 1);        // x += att · Woᵀ
-    lora_add(e, l, CT_LORA_O, e->att, Hd, n, e->x, C);
-    ct_rmsnorm_forward(e->ln, e->rstd, e->x, w->ln2, n, C, c->rms_norm_eps);
+    if (c->gemma) {  // x += norm(att · Woᵀ), the projection in ln (free now), the norm in xo
+      ct_linear_forward(&w->o, e->att, Hd, n, e->ln, C, 0);
+      lora_add(e, l, CT_LORA_O, e->att, Hd, n, e->ln, C);
+      ct_rmsnorm_forward(e->xo, e->rstd, e->ln, NW(w->post_attn, C), n, C, c->rms_norm_eps);
+      ct_add_rows(e->x, e->xo, n, C);
+    } else {
+      ct_linear_forward(&w->o, e->att, Hd, n, e->x, C, 1);        // x += att · Woᵀ
+      lora_add(e, l, CT_LORA_O, e->att, Hd, n, e->x, C);
+    }
+    ct_rmsnorm_forward(e->ln, e->rstd, e->x, NW(w->ln2, C), n, C, c->rms_norm_eps);
     ct_linear_forward(&w->gu, e->ln, C, n, e->gu, 2 * F, 0);    // (n, 2F)
     lora_add(e, l, CT_LORA_GATE, e->ln, C, n, e->gu, 2 * F);
     lora_add(e, l, CT_LORA_UP, e->ln, C, n, e->gu, 2 * F);
+    if (c->gemma) {  // x += norm(gelu_tanh(g)·u · Wdownᵀ)
+      ct_geglu_forward(e->h, e->gu, n, F);
+      ct_linear_forward(&w->down, e->h, F, n, e->ln, C, 0);
+      lora_add(e, l, CT_LORA_DOWN, e->h, F, n, e->ln, C);
+      ct_rmsnorm_forward(e->xo, e->rstd, e->ln, NW(w->post_ff, C), n, C, c->rms_norm_eps);
+      ct_add_rows(e->x, e->xo, n, C);
+      continue;
+    }
     ct_swiglu_forward(e->h, e->gu, n, F);
     ct_linear_forward(&w->down, e->h, F, n, e->x, C, 1);        // x += h · Wdownᵀ
     lora_add(e, l, CT_LORA_DOWN, e->h, F, n, e->x, C);
@@ -308,11 +375,12 @@ static int pass(ct_engine *e, int n, const int *ids, const int *slot, const int 
   if (nout == 0) return 0;
   if (hidden) {  // straight into the caller's buffer
     for (int k = 0; k < nout; k++) memcpy(e->xo + (long)k * C, e->x + (long)out[k] * C, sizeof(float) * C);
-    ct_rmsnorm_forward(hidden, e->rstd, e->xo, e->w->norm, nout, C, c->rms_norm_eps);
+    ct_rmsnorm_forward(hidden, e->rstd, e->xo, NW(e->w->norm, C), nout, C, c->rms_norm_eps);
     return 0;
   }
   for (int k = 0; k < nout; k++) memcpy(e->xo + (long)k * C, e->x + (long)out[k] * C, sizeof(float) * C);
-  ct_rmsnorm_forward(e->ln, e->rstd, e->xo, e->w->norm, nout, C, c->rms_norm_eps);
+  ct_rmsnorm_forward(e->ln, e->rstd, e->xo, NW(e->w->norm, C), nout, C, c->rms_norm_eps);
+#undef NW
   ct_linear_forward(&e->w->lm_head, e->ln, C, nout, logits, e->V, 0);
   return 0;
 }
@@ -331,8 +399,8 @@ int ct_engine_copy_slot(ct_engine *e, int src, int dst, int len) {
   if (src < 0 || src >= e->o.slots || dst < 0 || dst >= e->o.slots || len < 0 || len > e->o.max_len)
     return ct_set_error(CT_EINVAL, "engine: cannot copy %d positions from slot %d to slot %d", len, src, dst);
   if (src == dst || len == 0) return 0;
-  size_t bytes = sizeof(float) * (size_t)len * e->KV * e->hd;
-  for (int l = 0; l < e->L; l++) {
+  for (int l = 0; l < e->L; l++) {  // a ring shorter than len holds positions [len - R, len): all of it
+    size_t bytes = sizeof(float) * (size_t)(len < e->kv_rows[l] ? len : e->kv_rows[l]) * e->KV * e->hd;
     memcpy(e->kcache + cache_row(e, l, dst, 0), e->kcache + cache_row(e, l, src, 0), bytes);
     memcpy(e->vcache + cache_row(e, l, dst, 0), e->vcache + cache_row(e, l, src, 0), bytes);
   }

@@ -57,8 +57,16 @@ static int bind(ct_infer_weights *w, const ct_model *lay, const float *f32, cons
     }
     L->o = MAT(C);
     i++;
+    if (c->gemma) {
+      L->post_attn = VEC();
+      i++;
+    }
     L->ln2 = VEC();
     i++;
+    if (c->gemma) {
+      L->post_ff = VEC();
+      i++;
+    }
     L->gu = MAT(2 * F);
     i += 2;
     L->down = MAT(C);

@@ -17,7 +17,8 @@ typedef struct {
   ct_linear o;     // (C, H*hd)
   ct_linear gu;    // (2F, C)   gate_proj | up_proj
   ct_linear down;  // (C, F)
-  const float *ln1, *ln2;             // (C)
+  const float *ln1, *ln2;             // (C) (Gemma: ln2 is pre_feedforward_layernorm)
+  const float *post_attn, *post_ff;   // (C) Gemma's post-attention / post-feedforward norms, else NULL
   const float *bqkv;                  // (QKV) or NULL
   const float *qnorm, *knorm;         // (hd) or NULL
 } ct_infer_layer;

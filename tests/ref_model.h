@@ -147,8 +147,120 @@ static double ref_loss(const ref_t *r, int B, int T, const int *ids, const int *
   return total;
 }
 
+// ---------------------------------------------------------------------------
+// Gemma 3 (gemma3_text), from transformers' modeling_gemma3.py
+
+// y = x / rms(x) · (1 + w)
+static void rmsnorm1p(double *y, const double *x, const double *w, int n, double eps) {
+  double ss = 0;
+  for (int i = 0; i < n; i++) ss += x[i] * x[i];
+  double r = 1 / sqrt(ss / n + eps);
+  for (int i = 0; i < n; i++) y[i] = x[i] * r * (1 + w[i]);
+}
+
+static double gelu_tanh(double x) {
+  return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+// Rotate-half RoPE with base theta, positions divided by `factor` (linear scaling; 1 = none).
+static void rope_g(double *v, int pos, int hd, double theta, double factor) {
+  int half = hd / 2;
+  for (int i = 0; i < half; i++) {
+    double a = pos * pow(theta, -2.0 * i / hd) / factor, c = cos(a), s = sin(a);
+    double x1 = v[i], x2 = v[i + half];
+    v[i] = x1 * c - x2 * s;
+    v[i + half] = x2 * c + x1 * s;
+  }
+}
+
+// Mean over target tokens of cross-entropy + z·lse².
+__attribute__((unused)) static double gemma_ref_loss(const ref_t *r, int B, int T, const int *ids, const int *pos,
+                                                     const int *seg, const int *target, double z) {
+  const ct_model_config *c = &r->m->cfg;
+  int C = c->hidden_size, F = c->intermediate_size, H = c->num_heads, KV = c->num_kv_heads;
+  int hd = c->head_dim, N = B * T, Hd = H * hd, V = c->vocab_size, big = C + Hd + F;
+  double eps = c->rms_norm_eps, scale = 1 / sqrt(c->query_pre_attn_scalar);
+  double *x = calloc((size_t)N * C, 8), *xn = calloc(big, 8), *q = calloc((size_t)N * Hd, 8);
+  double *k = calloc((size_t)N * KV * hd, 8), *v = calloc((size_t)N * KV * hd, 8);
+  double *o = calloc((size_t)N * Hd, 8), *tmp = calloc(big, 8), *tmp2 = calloc(big, 8);
+  double *g = calloc(F, 8), *u = calloc(F, 8), *p = calloc(T, 8), *logits = calloc(V, 8);
+  const double *E = W(r, "model.embed_tokens.weight", 0);
+  for (int n = 0; n < N; n++)
+    for (int i = 0; i < C; i++) x[(long)n * C + i] = E[(long)ids[n] * C + i] * sqrt(C);
+  for (int l = 0; l < c->num_layers; l++) {
+    bool sliding = c->sliding_window > 0 && c->sliding[l];
+    double theta = sliding ? c->rope_local_theta : c->rope_theta;
+    double factor = !sliding && c->rope_type == 2 ? c->rope_factor : 1;
+    for (int n = 0; n < N; n++) {
+      rmsnorm1p(xn, x + (long)n * C, W(r, "model.layers.%d.input_layernorm.weight", l), C, eps);
+      linear(q + (long)n * Hd, xn, W(r, "model.layers.%d.self_attn.q_proj.weight", l), NULL, C, Hd);
+      linear(k + (long)n * KV * hd, xn, W(r, "model.layers.%d.self_attn.k_proj.weight", l), NULL, C, KV * hd);
+      linear(v + (long)n * KV * hd, xn, W(r, "model.layers.%d.self_attn.v_proj.weight", l), NULL, C, KV * hd);
+      for (int h = 0; h < H + KV; h++) {
+        double *vh = h < H ? q + (long)n * Hd + h * hd : k + ((long)n * KV + h - H) * hd;
+        memcpy(tmp, vh, 8 * hd);
+        rmsnorm1p(vh, tmp, W(r, h < H ? "model.layers.%d.self_attn.q_norm.weight" : "model.layers.%d.self_attn.k_norm.weight", l),
+                  hd, eps);
+        rope_g(vh, pos[n], hd, theta, factor);
+      }
+    }
+    for (int b = 0; b < B; b++)
+      for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+          int n = b * T + t, grp = h / (H / KV), j0 = seg[n];
+          if (sliding && t - c->sliding_window + 1 > j0) j0 = t - c->sliding_window + 1;  // 0 <= t - j < window
+          double mx = -INFINITY, sum = 0;
+          for (int j = j0; j <= t; j++) {
+            double s = 0;
+            for (int i = 0; i < hd; i++) s += q[(long)n * Hd + h * hd + i] * k[((long)(b * T + j) * KV + grp) * hd + i];
+            s *= scale;
+            if (c->attn_softcap > 0) s = c->attn_softcap * tanh(s / c->attn_softcap);
+            p[j] = s;
+            mx = fmax(mx, s);
+          }
+          for (int j = j0; j <= t; j++) sum += (p[j] = exp(p[j] - mx));
+          for (int i = 0; i < hd; i++) {
+            double acc = 0;
+            for (int j = j0; j <= t; j++) acc += p[j] / sum * v[((long)(b * T + j) * KV + grp) * hd + i];
+            o[(long)n * Hd + h * hd + i] = acc;
+          }
+        }
+    for (int n = 0; n < N; n++) {
+      double *xr = x + (long)n * C;
+      linear(tmp, o + (long)n * Hd, W(r, "model.layers.%d.self_attn.o_proj.weight", l), NULL, Hd, C);
+      rmsnorm1p(tmp2, tmp, W(r, "model.layers.%d.post_attention_layernorm.weight", l), C, eps);
+      for (int i = 0; i < C; i++) xr[i] += tmp2[i];
+      rmsnorm1p(xn, xr, W(r, "model.layers.%d.pre_feedforward_layernorm.weight", l), C, eps);
+      linear(g, xn, W(r, "model.layers.%d.mlp.gate_proj.weight", l), NULL, C, F);
+      linear(u, xn, W(r, "model.layers.%d.mlp.up_proj.weight", l), NULL, C, F);
+      for (int i = 0; i < F; i++) g[i] = gelu_tanh(g[i]) * u[i];
+      linear(tmp, g, W(r, "model.layers.%d.mlp.down_proj.weight", l), NULL, F, C);
+      rmsnorm1p(tmp2, tmp, W(r, "model.layers.%d.post_feedforward_layernorm.weight", l), C, eps);
+      for (int i = 0; i < C; i++) xr[i] += tmp2[i];
+    }
+  }
+  const double *head = c->tie_word_embeddings ? E : W(r, "lm_head.weight", 0);
+  double total = 0;
+  int count = 0;
+  for (int n = 0; n < N; n++) {
+    if (target[n] < 0) continue;
+    rmsnorm1p(xn, x + (long)n * C, W(r, "model.norm.weight", 0), C, eps);
+    linear(logits, xn, head, NULL, C, V);
+    double mx = -INFINITY, s = 0;
+    for (int i = 0; i < V; i++) mx = fmax(mx, logits[i]);
+    for (int i = 0; i < V; i++) s += exp(logits[i] - mx);
+    double lse = mx + log(s);
+    total += lse - logits[target[n]] + z * lse * lse;
+    count++;
+  }
+  free(x); free(xn); free(q); free(k); free(v); free(o); free(tmp); free(tmp2); free(g); free(u); free(p);
+  free(logits);
+  return total / count;
+}
+
 __attribute__((unused)) static double ref_mean_loss(const ref_t *r, int B, int T, const int *ids, const int *pos,
                             const int *seg, const int *target, double z) {
+  if (r->m->cfg.gemma) return gemma_ref_loss(r, B, T, ids, pos, seg, target, z);
   int count;
   double total = ref_loss(r, B, T, ids, pos, seg, target, z, &count);
   return total / count;

@@ -126,8 +126,8 @@ static double norm_diff(const float *x, const float *y, long lo, long hi, double
 }
 
 static void test_bf16_loss_and_every_gradient_tensor_within_bf16_rounding_of_fp32(void) {
-  for (int f = 0; f < 3; f++) {
-    const char *type = (const char *[]){"llama", "qwen2", "qwen3"}[f];
+  for (int f = 0; f < 4; f++) {
+    const char *type = (const char *[]){"llama", "qwen2", "qwen3", "gemma3_text"}[f];
     ct_model m;
     tiny_model(&m, type);
     float *g32 = malloc(4 * m.n_floats), *g16 = malloc(4 * m.n_floats);
@@ -197,6 +197,7 @@ static void check_finite_differences(const char *type) {
 static void test_bf16_gradients_match_finite_differences_of_the_fp32_model(void) {
   check_finite_differences("llama");  // tied embeddings: the head's dW lands in the embedding
   check_finite_differences("qwen2");  // untied lm_head
+  check_finite_differences("gemma3_text");  // four norms per layer, sliding window, gelu_tanh
 }
 
 // ---------------------------------------------------------------------------

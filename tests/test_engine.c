@@ -82,6 +82,12 @@ static void test_kv_cache_decode_matches_training_forward_qwen3_qk_norm(void) {
   for (int p = CT_PACK_NONE; p <= CT_PACK_BF16; p++) check_decode_matches_training_forward("qwen3", p);
 }
 
+// Gemma 3: layer 0 slides (window 4) over 14 positions, so the window is crossed; its ring
+// is max_tokens + 3 rows, longer than the 14, so rows do not wrap here (test_gemma does).
+static void test_kv_cache_decode_matches_training_forward_gemma3(void) {
+  for (int p = CT_PACK_NONE; p <= CT_PACK_BF16; p++) check_decode_matches_training_forward("gemma3_text", p);
+}
+
 // Heads of 64 and 128 (the vectorized attention's sizes) over 40 positions (two blocks of
 // 16 and a tail): prefill + decode equal the training forward to float rounding.
 static void test_wide_head_attention_matches_training_forward(void) {
@@ -305,6 +311,7 @@ int main(int argc, char **argv) {
   RUN(test_kv_cache_decode_matches_training_forward_llama);
   RUN(test_kv_cache_decode_matches_training_forward_qwen2_bias);
   RUN(test_kv_cache_decode_matches_training_forward_qwen3_qk_norm);
+  RUN(test_kv_cache_decode_matches_training_forward_gemma3);
   RUN(test_wide_head_attention_matches_training_forward);
   RUN(test_packing_batching_and_slot_copies_change_no_bit);
   RUN(test_bf16_tracks_fp32);

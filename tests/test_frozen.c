@@ -91,6 +91,7 @@ static void test_f32_logps_equal_the_policy_bit_for_bit(void) {
   check_f32_logps_equal_the_policy_bit_for_bit("llama");
   check_f32_logps_equal_the_policy_bit_for_bit("qwen2");
   check_f32_logps_equal_the_policy_bit_for_bit("qwen3");
+  check_f32_logps_equal_the_policy_bit_for_bit("gemma3_text");
 }
 
 // int8: the log-probs are exactly those of the engine's own int8 logits (same rows, same
@@ -99,9 +100,9 @@ static void test_f32_logps_equal_the_policy_bit_for_bit(void) {
 // input row, which moves this model's logits by up to ~0.06 (test_engine); at
 // temperature 0.7 a log-prob moves by up to about twice that / 0.7, so 0.3 nat bounds
 // it, while a misplaced or unscaled row is off by whole nats.
-static void test_int8_logps_are_close_to_f32_and_use_the_same_rows(void) {
+static void check_int8_logps(const char *type) {
   pair_t p;
-  pair_init(&p, "qwen2", CT_STORE_INT8, 3);  // the int8 head in 3 vocabulary chunks
+  pair_init(&p, type, CT_STORE_INT8, 3);  // the int8 head in 3 vocabulary chunks
   CHECK(ct_frozen_params(&p.f) == NULL && p.f.model.params == NULL);  // the fp32 copy is gone
   uint64_t sum = ct_frozen_checksum(&p.f);
   int n1 = ct_lm_forward(&p.m, &p.a, &p.h1, &p.b), n2 = ct_frozen_logps(&p.f, &p.b, &p.h2);
@@ -122,8 +123,8 @@ static void test_int8_logps_are_close_to_f32_and_use_the_same_rows(void) {
     exact = fmax(exact, fabs(l[p.h2.target[q]] / 0.7 - mx - log(z) - p.h2.logp[q]));
     worst = fmax(worst, fabs((double)p.h1.logp[q] - p.h2.logp[q]));
   }
-  fprintf(stderr, "    int8 vs fp32: max |Δ log-prob| %.4f over %d tokens; vs the engine's logits %.2g\n",
-          worst, n1, exact);
+  fprintf(stderr, "    %s int8 vs fp32: max |Δ log-prob| %.4f over %d tokens; vs the engine's logits %.2g\n",
+          type, worst, n1, exact);
   CHECK(exact < 1e-5);
   CHECK(worst < 0.3 && worst > 0);
   CHECK(ct_frozen_checksum(&p.f) == sum);
@@ -131,12 +132,17 @@ static void test_int8_logps_are_close_to_f32_and_use_the_same_rows(void) {
   pair_free(&p);
 }
 
+static void test_int8_logps_are_close_to_f32_and_use_the_same_rows(void) {
+  check_int8_logps("qwen2");
+  check_int8_logps("gemma3_text");  // the engine's sliding-window ring, four norms per layer
+}
+
 // bfloat16 storage widens each layer exactly: its log-probs equal, bit for bit, those of a
 // float32 model whose weights were rounded to bf16 beforehand (same kernels, same order),
 // and stay close to the unrounded model's (weights move by at most 2^-9 relative).
-static void test_bf16_equals_a_float32_model_of_rounded_weights(void) {
+static void check_bf16_rounded(const char *type) {
   pair_t p;
-  pair_init(&p, "qwen3", CT_STORE_BF16, 2);
+  pair_init(&p, type, CT_STORE_BF16, 2);
   CHECK(p.f.model.params == NULL && p.f.model.params16 != NULL);
   ct_model r;  // the policy's weights rounded to bf16, kept in fp32
   copy_model(&r, &p.m);
@@ -150,7 +156,7 @@ static void test_bf16_equals_a_float32_model_of_rounded_weights(void) {
   CHECK(!memcmp(h3.logp, p.h2.logp, sizeof(float) * n1));
   double worst = 0;
   for (int q = 0; q < n1; q++) worst = fmax(worst, fabs((double)p.h1.logp[q] - p.h2.logp[q]));
-  fprintf(stderr, "    bf16 vs fp32: max |Δ log-prob| %.4f over %d tokens\n", worst, n1);
+  fprintf(stderr, "    %s bf16 vs fp32: max |Δ log-prob| %.4f over %d tokens\n", type, worst, n1);
   CHECK(worst > 0 && worst < 0.05);
   // hidden states and logits chunks agree with the rounded model's too
   int C = r.cfg.hidden_size, V = r.cfg.vocab_size;
@@ -163,6 +169,11 @@ static void test_bf16_equals_a_float32_model_of_rounded_weights(void) {
   ct_head_free(&h3);
   ct_model_free(&r);
   pair_free(&p);
+}
+
+static void test_bf16_equals_a_float32_model_of_rounded_weights(void) {
+  check_bf16_rounded("qwen3");
+  check_bf16_rounded("gemma3_text");  // Gemma's extra norms widen with the layer
 }
 
 // A batch past the capacity, or a position past T, is an error, not a write out of bounds.

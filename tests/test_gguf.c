@@ -314,6 +314,62 @@ static void test_export_qwen_q8(void) {
   ct_model_free(&lay);
 }
 
+// Gemma 3 the way llama.cpp's gemma3 runs it: 6 layers, the last full (pattern 6).
+static ct_model_config gemma_tiny(void) {
+  ct_model_config c = tiny("qwen3");
+  snprintf(c.model_type, sizeof c.model_type, "gemma3_text");
+  c.num_layers = 6, c.gemma = true, c.tie_word_embeddings = true, c.query_pre_attn_scalar = 16;
+  c.sliding_window = 8, c.rope_local_theta = 10000, c.rope_theta = 1e6f;
+  for (int l = 0; l < 6; l++) c.sliding[l] = (l + 1) % 6 != 0;
+  return c;
+}
+
+static void test_export_gemma3(void) {
+  // names: the four norms of a layer; norms written as 1 + w; the window in the metadata
+  ct_model_config c = gemma_tiny();
+  c.rope_type = 2, c.rope_factor = 8;
+  ct_model lay;
+  CHECK_OK(ct_model_layout(&lay, &c));
+  CHECK_OK(ct_gguf_export(&c, CT_GGUF_F32, "tiny", fill, &lay, tok_kv, NULL, path));
+  rd r = slurp(path);
+  char keys[40][64];
+  info t[100];
+  size_t data;
+  int nt = read_header(&r, keys, 40, t, 100, &data);
+  CHECK(nt == lay.n_tensors && nt == 1 + 6 * 13 + 1);
+  CHECK(!strcmp(keys[0], "general.architecture"));
+  bool win = false, scal = false;
+  for (int k = 0; k < 40; k++) {
+    win |= !strcmp(keys[k], "gemma3.attention.sliding_window");
+    scal |= !strcmp(keys[k], "gemma3.rope.scaling.type");
+  }
+  CHECK(win && scal);
+  const char *want[] = {"blk.2.attn_norm.weight", "blk.2.post_attention_norm.weight", "blk.2.ffn_norm.weight",
+                        "blk.2.post_ffw_norm.weight", "blk.2.attn_q_norm.weight", "output_norm.weight"};
+  const char *hf[] = {"model.layers.2.input_layernorm.weight", "model.layers.2.post_attention_layernorm.weight",
+                      "model.layers.2.pre_feedforward_layernorm.weight", "model.layers.2.post_feedforward_layernorm.weight",
+                      "model.layers.2.self_attn.q_norm.weight", "model.norm.weight"};
+  for (int k = 0; k < 6; k++) {
+    int i = 0;
+    while (i < nt && strcmp(t[i].name, want[k])) i++;
+    CHECK(i < nt);
+    if (i == nt) continue;
+    long src = ct_model_find_tensor(&lay, hf[k]) - lay.tensors;
+    const float *x = (const float *)(r.b + data + t[i].offset);
+    CHECK(x[0] == (float)(src * 1000) + 1 && x[3] == (float)(src * 1000 + 3) + 1);  // 1 + w
+  }
+  for (int i = 0; i < nt; i++) {  // matrices as they are (no permutation, no shift)
+    CHECK(strcmp(t[i].name, "output.weight") != 0);
+    if (strcmp(t[i].name, "blk.1.attn_q.weight")) continue;
+    long src = ct_model_find_tensor(&lay, "model.layers.1.self_attn.q_proj.weight") - lay.tensors;
+    const float *x = (const float *)(r.b + data + t[i].offset);
+    CHECK(x[32] == (float)(src * 1000 + 32));
+  }
+  free(r.b);
+  unlink(path);
+  ct_model_free(&lay);
+}
+
 static void test_bad_input(void) {
   ct_gguf_type t;
   CHECK(ct_gguf_type_parse("q4_k", &t) == CT_EINVAL && strstr(ct_last_error(), "'q4_k'"));
@@ -323,8 +379,22 @@ static void test_bad_input(void) {
   CHECK(!strcmp(ct_gguf_arch(&c), "llama"));
   snprintf(c.model_type, sizeof c.model_type, "mistral");
   CHECK(!strcmp(ct_gguf_arch(&c), "llama"));
-  snprintf(c.model_type, sizeof c.model_type, "gemma3_text");
-  CHECK(!ct_gguf_arch(&c) && strstr(ct_last_error(), "model_type 'gemma3_text' has no GGUF mapping"));
+  snprintf(c.model_type, sizeof c.model_type, "phi3");
+  CHECK(!ct_gguf_arch(&c) && strstr(ct_last_error(), "model_type 'phi3' has no GGUF mapping"));
+  // Gemma 3: what llama.cpp's gemma3 fixes must hold
+  c = gemma_tiny();
+  CHECK(!strcmp(ct_gguf_arch(&c), "gemma3"));
+  c.sliding[5] = 1;
+  CHECK(!ct_gguf_arch(&c) && strstr(ct_last_error(), "sliding_window_pattern 6"));
+  c = gemma_tiny();
+  c.query_pre_attn_scalar = 8;
+  CHECK(!ct_gguf_arch(&c) && strstr(ct_last_error(), "query_pre_attn_scalar"));
+  c = gemma_tiny();
+  c.rope_local_theta = 500;
+  CHECK(!ct_gguf_arch(&c) && strstr(ct_last_error(), "rope_local_base_freq"));
+  c = gemma_tiny();
+  c.attn_softcap = 50;
+  CHECK(!ct_gguf_arch(&c) && strstr(ct_last_error(), "attn_logit_softcapping"));
   c = tiny("qwen3");
   c.qk_norm = false;
   CHECK(!ct_gguf_arch(&c) && strstr(ct_last_error(), "without q/k norm"));
@@ -335,7 +405,7 @@ static void test_bad_input(void) {
   c.qk_norm = true;
   CHECK(!ct_gguf_arch(&c));
   // a failed export leaves no file
-  snprintf(c.model_type, sizeof c.model_type, "gemma3_text");
+  snprintf(c.model_type, sizeof c.model_type, "phi3");
   CHECK(ct_gguf_export(&c, CT_GGUF_F32, "x", fill, NULL, tok_kv, NULL, path) == CT_EINVAL);
   CHECK(access(path, F_OK) != 0);
 }
@@ -350,6 +420,7 @@ int main(void) {
   RUN(test_permute);
   RUN(test_export_llama);
   RUN(test_export_qwen_q8);
+  RUN(test_export_gemma3);
   RUN(test_bad_input);
   rmdir(dir);
   return test_summary();

@@ -170,6 +170,7 @@ static void test_adapter_gradients_match_float64_reference_of_merged_weights(voi
   check_gradients_against_reference("llama");
   check_gradients_against_reference("qwen2");
   check_gradients_against_reference("qwen3");
+  check_gradients_against_reference("gemma3_text");  // o_proj and down_proj feed the post norms
 }
 
 // The sampler's engine applies the adapters too: its logits (KV cache, fixed-order

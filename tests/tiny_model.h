@@ -8,7 +8,8 @@
 #include "model.h"
 #include "rng.h"
 
-// llama: tied, GQA 4/2; qwen2: + q/k/v biases, untied; qwen3: + q/k norms, head_dim 10.
+// llama: tied, GQA 4/2; qwen2: + q/k/v biases, untied; qwen3: + q/k norms, head_dim 10;
+// gemma3_text: Gemma 3's layer, layer 0 sliding (window 4, RoPE base 100), layer 1 full.
 static inline ct_model_config tiny_config(const char *type) {
   ct_model_config c = {.vocab_size = 37, .hidden_size = 24, .intermediate_size = 40,
                        .num_layers = 2, .num_heads = 4, .num_kv_heads = 2, .head_dim = 8,
@@ -18,11 +19,19 @@ static inline ct_model_config tiny_config(const char *type) {
   snprintf(c.model_type, sizeof c.model_type, "%s", type);
   if (!strcmp(type, "qwen2")) c.qkv_bias = true, c.tie_word_embeddings = false;
   if (!strcmp(type, "qwen3")) c.qk_norm = true, c.head_dim = 10;
+  if (!strcmp(type, "gemma3_text")) {
+    c.gemma = c.qk_norm = true;
+    c.query_pre_attn_scalar = 12;
+    c.sliding_window = 4;
+    c.rope_local_theta = 100;
+    c.sliding[0] = 1;
+  }
   return c;
 }
 
 // A tiny_config model with RoPE tables for 64 positions: matrices normal(0, 0.3),
-// vectors (norms, biases) 1 + normal(0, 0.2), from fixed seeds.
+// vectors (norms, biases) 1 + normal(0, 0.2), from fixed seeds; Gemma's norms, which
+// apply 1 + w, normal(0, 0.2) (the same scales).
 static inline void tiny_model(ct_model *m, const char *type) {
   ct_model_config c = tiny_config(type);
   if (ct_model_init(m, &c, 64)) exit(1);
@@ -32,5 +41,5 @@ static inline void tiny_model(ct_model *m, const char *type) {
   for (int i = 0; i < m->n_tensors; i++)
     if (m->tensors[i].ndim == 1)
       for (long k = 0; k < m->tensors[i].numel; k++)
-        m->params[m->tensors[i].offset + k] = (float)(1 + 0.2 * ct_rng_normal(&r));
+        m->params[m->tensors[i].offset + k] = (float)(!c.gemma + 0.2 * ct_rng_normal(&r));
 }

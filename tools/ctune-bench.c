@@ -1,11 +1,12 @@
 // ctune-bench: training throughput against this machine's own sgemm rate, measured in
 // the same run.
 //
-//   ctune-bench [train] [layers=30] [batch=4] [seq=256] [steps=4] [threads=0] [tiling=1]
+//   ctune-bench [train] [layers=30] [batch=4] [seq=256] [steps=4] [threads=0] [tiling=1] [gemma=0]
 //   ctune-bench kd [rows=512] [hidden=1024] [vocab=151936] [tiling=8] [steps=3]
 //
 // The model is SmolLM-135M-shaped (hidden 576, 30 layers, 9 heads, 3 kv heads,
-// intermediate 1536, vocab 49152, tied embeddings), randomly initialized, fp32. One step
+// intermediate 1536, vocab 49152, tied embeddings), or with gemma=1 gemma-3-270m-shaped
+// (layers=18 for the full model), randomly initialized, fp32. One step
 // is forward + LM head + backward + AdamW over batch x seq tokens. Achieved GFLOP/s
 // counts 6 x (matmul parameters) + causal attention per token
 // (ct_model_train_flops_per_token); the reference is a square sgemm on the same threads.
@@ -195,7 +196,7 @@ int main(int argc, char **argv) {
   if (kd) return bench_kd(argc, argv, peak);
   if (argc > 1 && !strcmp(argv[1], "gemm")) return bench_gemm((int)arg(argc, argv, "tokens", 1024));
 
-  ct_model_config c = ct_model_config_smollm135m(L);
+  ct_model_config c = arg(argc, argv, "gemma", 0) ? ct_model_config_gemma3_270m(L) : ct_model_config_smollm135m(L);
   ct_model m;
   ct_acts a;
   ct_head h;
