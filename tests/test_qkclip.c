@@ -176,9 +176,9 @@ static void test_mha_heads_clip_independently(void) { clip_and_remeasure("llama"
 
 // q/k norms: the layer's shared norm weights carry the factor, so a layer with a head above
 // τ scales all its heads by τ / (its largest maximum): that head lands on τ.
-static void test_qk_norm_layers_scale_as_a_whole_to_put_their_hottest_head_on_tau(void) {
+static void check_qk_norm_layers(const char *type) {
   ct_model m;
-  model_of(&m, "qwen3", 1, 2, 3);
+  model_of(&m, type, 1, 2, 3);
   probe p;
   probe_init(&p, &m);
   int L = m.cfg.num_layers, H = m.cfg.num_heads;
@@ -202,6 +202,12 @@ static void test_qk_norm_layers_scale_as_a_whole_to_put_their_hottest_head_on_ta
   ct_qkclip_free(&q);
   ct_acts_free(&p.a);
   ct_model_free(&m);
+}
+
+// Qwen3's norms multiply by w; Gemma 3's by (1 + w), which is what must scale.
+static void test_qk_norm_layers_scale_as_a_whole_to_put_their_hottest_head_on_tau(void) {
+  check_qk_norm_layers("qwen3");
+  check_qk_norm_layers("gemma3_text");
 }
 
 // The bf16 compute copy the matmuls read follows the rescaled weights.
