@@ -67,6 +67,11 @@ int ct_frozen_open(ct_frozen *f, const char *dir, int dtype, int B, int T) {
   if (dtype != CT_STORE_INT8) {
     ct_model m;
     int rc = ct_model_load(&m, dir, T);
+    if (!rc && m.cfg.num_labels > 0) {
+      ct_model_free(&m);
+      return ct_set_error(CT_EINVAL, "%s is a reward model (*ForSequenceClassification): a reference or teacher "
+                          "must be a causal language model", dir);
+    }
     return rc ? rc : ct_frozen_init(f, &m, dtype, B, T);
   }
   // int8: the engine's loader reads a ctune int8 directory as it is, or quantizes a

@@ -421,6 +421,9 @@ typedef struct {
 
 int ct_gguf_export(const ct_model_config *c, ct_gguf_type type, const char *name, ct_gguf_read_fn rd,
                    void *rctx, ct_gguf_kv_fn tok, void *tctx, const char *path) {
+  if (c->num_labels > 0)
+    return ct_set_error(CT_EINVAL, "gguf: a reward model (*ForSequenceClassification) has no LM head; llama.cpp "
+                        "runs causal language models");
   const char *arch = ct_gguf_arch(c);
   if (!arch) return CT_EINVAL;
   bool llama = !strcmp(arch, "llama");

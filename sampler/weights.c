@@ -356,6 +356,11 @@ int ct_infer_load(ct_infer_weights *w, const char *dir, bool int8) {
     ct_model *m = calloc(1, sizeof *m);
     if (!m) return ct_set_error(CT_ENOMEM, "sampler: out of memory");
     rc = ct_model_load(m, dir, 1);
+    if (!rc && m->cfg.num_labels > 0) {
+      ct_model_free(m);
+      rc = ct_set_error(CT_EINVAL, "%s is a reward model (*ForSequenceClassification, a score head and no LM "
+                        "head): the sampler runs causal language models", dir);
+    }
     if (rc) {
       free(m);
       return rc;

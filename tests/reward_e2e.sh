@@ -139,6 +139,11 @@ expect 2 "has no score.weight" "$G" $gcommon output_dir="$T/x" reward_funcs="$T/
 expect 2 "tokenizer cannot be loaded" "$G" $gcommon output_dir="$T/x" reward_funcs="$T/notok"
 expect 2 "not a directory" "$G" $gcommon output_dir="$T/x" reward_funcs="$T/nothing/"
 expect 2 "reward_funcs" "$G" $gcommon output_dir="$T/x" reward_funcs=magic
+# a reward model where a causal LM belongs: the sampler, GGUF export, a DPO reference
+for q in "$BIN/sampler generate model_path=$T/rm prompt=hi" "$BIN/ctune-ckpt gguf in=$T/rm out=$T/rm.gguf"; do
+  $q >"$T/lm.log" 2>&1 && fail "accepted a reward model: $q"
+  grep -q "reward model" "$T/lm.log" || { cat "$T/lm.log"; fail "no reason given: $q"; }
+done
 expect 2 "use_peft" "$R" $common output_dir="$T/x" use_peft=true
 expect 2 "num_vocab_tiling" "$R" $common output_dir="$T/x" num_vocab_tiling=4
 "$R" --help | grep -q "^usage: reward" || fail "reward --help"
