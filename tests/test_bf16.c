@@ -389,18 +389,24 @@ static void lora_train(const ct_model *m, ct_lora *lo, const float *start, doubl
   }
 }
 
+// All-linear adapters of rank r (alpha 2r) on m, PEFT-initialized from seed, then B drawn
+// normal(0, 0.1) from seed + 1 so that dA is not 0.
+static void adapters_of(ct_lora *lo, const ct_model *m, int r, double dropout, uint64_t seed) {
+  ct_lora_config lc = {.r = r, .alpha = 2 * r, .dropout = dropout, .targets = (1u << CT_LORA_TARGETS) - 1};
+  CHECK_OK(ct_lora_init(lo, &lc, &m->cfg));
+  ct_lora_init_weights(lo, m, seed);
+  ct_rng rng;
+  ct_rng_seed(&rng, seed + 1);
+  for (int i = 0; i < lo->n_tensors; i++)
+    if (strstr(lo->tensors[i].name, "lora_B"))
+      for (long k = 0; k < lo->tensors[i].numel; k++) lo->params[lo->tensors[i].offset + k] = (float)(0.1 * ct_rng_normal(&rng));
+}
+
 static void test_lora_with_a_bf16_base_trains_as_fp32(void) {
   ct_model m;
   tiny_model(&m, "llama");
   ct_lora lo;
-  ct_lora_config lc = {.r = 2, .alpha = 4, .dropout = 0, .targets = (1u << CT_LORA_TARGETS) - 1};
-  CHECK_OK(ct_lora_init(&lo, &lc, &m.cfg));
-  ct_lora_init_weights(&lo, &m, 3);
-  ct_rng r;
-  ct_rng_seed(&r, 4);
-  for (int i = 0; i < lo.n_tensors; i++)  // B non-zero, so that dA is not 0
-    if (strstr(lo.tensors[i].name, "lora_B"))
-      for (long k = 0; k < lo.tensors[i].numel; k++) lo.params[lo.tensors[i].offset + k] = (float)(0.1 * ct_rng_normal(&r));
+  adapters_of(&lo, &m, 2, 0, 3);
   long n = lo.n_floats;
   float *start = malloc(4 * n), *grads = calloc(n, 4), *g[3];
   memcpy(start, lo.params, 4 * n);
@@ -450,14 +456,7 @@ static void test_lora_dropout_in_bf16_matches_fp32(void) {
   ct_model m;
   tiny_model(&m, "qwen2");
   ct_lora lo;
-  ct_lora_config lc = {.r = 4, .alpha = 8, .dropout = 0.3, .targets = (1u << CT_LORA_TARGETS) - 1};
-  CHECK_OK(ct_lora_init(&lo, &lc, &m.cfg));
-  ct_lora_init_weights(&lo, &m, 7);
-  ct_rng r;
-  ct_rng_seed(&r, 8);
-  for (int i = 0; i < lo.n_tensors; i++)
-    if (strstr(lo.tensors[i].name, "lora_B"))
-      for (long k = 0; k < lo.tensors[i].numel; k++) lo.params[lo.tensors[i].offset + k] = (float)(0.1 * ct_rng_normal(&r));
+  adapters_of(&lo, &m, 4, 0.3, 7);
   long n = lo.n_floats;
   float *grads = calloc(n, 4), *g32 = malloc(4 * n);
   CHECK_OK(ct_lora_bind_grads(&lo, grads));
