@@ -785,6 +785,15 @@ double ct_train_acts_bytes(const ct_train *tr, int B, int T, int mode) {
   return b;
 }
 
+void ct_train_plan_acts(const ct_train *tr, ct_plan *plan, int rows, int eval_rows, int T) {
+  bool ckpt = tr->cfg->gradient_checkpointing;
+  ct_plan_addf(plan, ct_train_acts_bytes(tr, rows, T, ckpt ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP),
+               "activations, %d x %d tokens (%s)", rows, T, ckpt ? "layer inputs + one layer" : "every layer");
+  if (eval_rows > 0)
+    ct_plan_addf(plan, ct_train_acts_bytes(tr, eval_rows, T, CT_ACTS_FORWARD), "evaluation activations, %d x %d tokens",
+                 eval_rows, T);
+}
+
 void ct_train_dropout_key(ct_train *tr, int micro) {
   tr->lora.dropout_key = ((uint64_t)tr->cfg->seed * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)tr->step << 20) ^
                          ((uint64_t)micro << 4) ^ (uint64_t)tr->rank;

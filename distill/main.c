@@ -372,11 +372,8 @@ int main(int argc, char **argv) {
   int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
   ct_engine_opts geo = {B, T, T > B ? T : B};  // on-policy generation
   ct_plan plan = {0};
-  ct_plan_addf(&plan, ct_train_acts_bytes(&tr, B, T, mode), "activations, %d x %d tokens (%s)", B, T,
-               cfg.gradient_checkpointing ? "layer inputs + one layer" : "every layer");
   int Be = have_eval ? (int)cfg.per_device_eval_batch_size : 0, Bmax = B > Be ? B : Be;
-  if (have_eval)
-    ct_plan_addf(&plan, ct_train_acts_bytes(&tr, Be, T, CT_ACTS_FORWARD), "evaluation activations, %d x %d tokens", Be, T);
+  ct_train_plan_acts(&tr, &plan, B, Be, T);
   ct_plan_addf(&plan, ct_head_bytes(Bmax * T, B * T, mc->vocab_size, C, tiles) + ct_kd_bytes(B * T, V, C, tiles),
                "LM head and soft loss: %d x %d tokens / %d chunks", B, T, tiles);
   if (!offline)

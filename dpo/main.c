@@ -365,11 +365,7 @@ int main(int argc, char **argv) {
   int V = mc->vocab_size, C = mc->hidden_size, tiles = (int)cfg.num_vocab_tiling;
   int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
   ct_plan plan = {0};
-  ct_plan_addf(&plan, ct_train_acts_bytes(&tr, 2 * B, T, mode), "activations, %d x %d tokens (%s)", 2 * B, T,
-               cfg.gradient_checkpointing ? "layer inputs + one layer" : "every layer");
-  if (have_eval)
-    ct_plan_addf(&plan, ct_train_acts_bytes(&tr, 2 * Be, T, CT_ACTS_FORWARD), "evaluation activations, %d x %d tokens",
-                 2 * Be, T);
+  ct_train_plan_acts(&tr, &plan, 2 * B, have_eval ? 2 * Be : 0, T);
   ct_plan_addf(&plan, ct_head_bytes(2 * Bmax * T, 2 * B * T, V, C, tiles), "LM head: logits of %d x %d tokens / %d chunks",
                2 * B, T, tiles);
   if (d.need_ref) ct_train_plan_reference(&tr, &plan, 2 * Bmax, T);

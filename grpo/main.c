@@ -626,8 +626,7 @@ int main(int argc, char **argv) {
   g.use_ref = cfg.beta > 0;
   ct_engine_opts eo = {(int)cfg.decode_slots, T, max_prompt > (int)cfg.decode_slots ? max_prompt : (int)cfg.decode_slots};
   ct_plan plan = {0};
-  ct_plan_addf(&plan, ct_train_acts_bytes(&tr, B, T, mode), "activations, %d x %d tokens (%s)", B, T,
-               cfg.gradient_checkpointing ? "layer inputs + one layer" : "every layer");
+  ct_train_plan_acts(&tr, &plan, B, 0, T);
   ct_plan_addf(&plan, ct_head_bytes(B * T, B * T, V, C, tiles), "LM head: logits of %d x %d tokens / %d chunks",
                B, T, tiles);
   ct_plan_addf(&plan, ct_engine_bytes(mc, &eo), "sampler: KV cache of %d slots x %d positions", eo.slots, T);

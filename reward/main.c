@@ -206,11 +206,7 @@ static int train_main(int argc, char **argv) {
   if (ct_train_plan(&tr, train.n, global, ct_pref_fingerprint(&train))) fail(1, NULL);
   int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
   ct_plan plan = {0};
-  ct_plan_addf(&plan, ct_train_acts_bytes(&tr, 2 * B, T, mode), "activations, %d x %d tokens (%s)", 2 * B, T,
-               cfg.gradient_checkpointing ? "layer inputs + one layer" : "every layer");
-  if (have_eval)
-    ct_plan_addf(&plan, ct_train_acts_bytes(&tr, 2 * Be, T, CT_ACTS_FORWARD), "evaluation activations, %d x %d tokens",
-                 2 * Be, T);
+  ct_train_plan_acts(&tr, &plan, 2 * B, have_eval ? 2 * Be : 0, T);
   bool dry;
   if (ct_train_memory(&tr, &plan, "gradient_checkpointing=true, a smaller per_device_train_batch_size or max_length",
                       &dry))

@@ -87,10 +87,7 @@ int main(int argc, char **argv) {
   int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP, tiles = (int)cfg.num_vocab_tiling;
   if (ct_train_plan(&tr, train.n_seq, global, ct_dataset_fingerprint(&train))) fail(1, NULL);
   ct_plan plan = {0};
-  ct_plan_addf(&plan, ct_train_acts_bytes(&tr, B, T, mode), "activations, %d x %d tokens (%s)", B, T,
-               cfg.gradient_checkpointing ? "layer inputs + one layer" : "every layer");
-  if (have_eval)
-    ct_plan_addf(&plan, ct_train_acts_bytes(&tr, Be, T, CT_ACTS_FORWARD), "evaluation activations, %d x %d tokens", Be, T);
+  ct_train_plan_acts(&tr, &plan, B, have_eval ? Be : 0, T);
   ct_plan_addf(&plan, ct_head_bytes(Bmax * T, B * T, V, C, tiles), "LM head: logits of %d x %d tokens / %d chunks",
                B, T, tiles);
   bool dry;
