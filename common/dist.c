@@ -18,6 +18,11 @@ static int rank_ = 0, world_ = 1, local_ = 1, inited_ = 0;
 // pieces. Each element is still summed the same way.
 #define CHUNK (1L << 22)
 static double sent_;  // bytes, ring-algorithm count (ct_dist_bytes_sent)
+// The non-blocking sums' communicator (a copy of the world's: their order is their own)
+// and their pending requests.
+static MPI_Comm isum_comm_ = MPI_COMM_NULL;
+static MPI_Request *reqs_;
+static int nreq_, capreq_;
 
 // What a ring sends of `bytes` in `passes` passes over the buffer (N-1)/N each.
 static void count_ring(double bytes, int passes) {
@@ -35,11 +40,18 @@ int ct_dist_init(int *argc, char ***argv) {
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
   MPI_Comm_size(local, &local_);
   MPI_Comm_free(&local);
+  // made here, where every rank is, since MPI_Comm_dup is itself a collective
+  if (world_ > 1 && MPI_Comm_dup(MPI_COMM_WORLD, &isum_comm_) != MPI_SUCCESS)
+    return ct_set_error(CT_EMPI, "MPI_Comm_dup failed");
   inited_ = 1;
   return 0;
 }
 
 void ct_dist_finalize(void) {
+  free(reqs_);
+  reqs_ = NULL;
+  nreq_ = capreq_ = 0;
+  if (inited_ && isum_comm_ != MPI_COMM_NULL) MPI_Comm_free(&isum_comm_);
   if (inited_) MPI_Finalize();
   inited_ = 0;
 }
@@ -57,6 +69,35 @@ int ct_dist_sum_f32(float *buf, long n) {
       return ct_set_error(CT_EMPI, "MPI_Allreduce failed");
   }
   return 0;
+}
+
+int ct_dist_isum_f32(float *buf, long n) {
+  if (world_ == 1 || n == 0) return 0;
+  if (n > INT_MAX) return ct_set_error(CT_EINVAL, "ct_dist_isum_f32: %ld floats in one sum", n);
+  if (nreq_ == capreq_) {
+    int cap = capreq_ ? 2 * capreq_ : 64;
+    MPI_Request *r = realloc(reqs_, sizeof *r * (size_t)cap);
+    if (!r) return ct_set_error(CT_ENOMEM, "out of memory");
+    reqs_ = r, capreq_ = cap;
+  }
+  count_ring(4.0 * n, 2);
+  if (MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, isum_comm_, &reqs_[nreq_]) != MPI_SUCCESS)
+    return ct_set_error(CT_EMPI, "MPI_Iallreduce failed");
+  nreq_++;
+  return 0;
+}
+
+int ct_dist_progress(void) {
+  int done;
+  if (nreq_ && MPI_Testall(nreq_, reqs_, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+    return ct_set_error(CT_EMPI, "MPI_Testall failed");
+  return 0;
+}
+
+int ct_dist_wait_all(void) {
+  int rc = nreq_ && MPI_Waitall(nreq_, reqs_, MPI_STATUSES_IGNORE) != MPI_SUCCESS;
+  nreq_ = 0;
+  return rc ? ct_set_error(CT_EMPI, "MPI_Waitall failed") : 0;
 }
 
 int ct_dist_sum_f64(double *buf, int n) {

@@ -397,7 +397,9 @@ void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float
       lora_backward(a, l, t, ln1, (int)d.C, a->dqkv, (int)d.QKV, a->dln, (int)d.C, N);
     ct_rmsnorm_backward(dres, gw->ln1, a->dln, x, w->ln1, rstd1, (int)N, (int)d.C, 1,
                         a->scratch);                                  // dres is now dx
+    if (a->grad_ready) a->grad_ready(a->grad_ready_ctx, l);
   }
   float *gE = a->lora && a->lora->embed ? a->lora->g_embed : g->embed;
   if (gE) ct_embed_backward(gE, dres, a->ids, (int)N, (int)d.C);
+  if (a->grad_ready) a->grad_ready(a->grad_ready_ctx, -1);
 }

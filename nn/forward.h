@@ -61,6 +61,11 @@ typedef struct {
   float *lora_x;    // (N + 1, max in) the dropped-out input, and backward's temporaries
   float *lora_u;    // (N, r)
   float *lora_v;    // (N, r)
+  // Called by ct_backward once layer l's parameter gradients are complete (l = L-1 down
+  // to 0), then with l = -1 after the embedding's (the last); NULL: none. For starting
+  // each layer's gradient sum across ranks while backward goes on (ct_train_overlap_arm).
+  void (*grad_ready)(void *ctx, int l);
+  void *grad_ready_ctx;
 } ct_acts;
 
 // Bytes ct_acts_init allocates for B x T tokens in `mode` (the memory plan uses it).
