@@ -1013,8 +1013,8 @@ static int overlap_setup(ct_train *tr, long cap) {
   free(ts);
   qsort(o->b, (size_t)o->n, sizeof *o->b, by_start);
   tr->overlap = o;
-  ct_log_info(&tr->log, "overlap: the gradient sum in %d buckets of at most %.1f MB, started as backward "
-              "finishes their layers", o->n, cap * 4.0 / (1 << 20));
+  ct_log_info(&tr->log, "overlap: the gradient sum in %d buckets of at most %.1f MB, each handed to MPI as "
+              "backward finishes its layers", o->n, cap * 4.0 / (1 << 20));
   return 0;
 }
 
@@ -1054,7 +1054,7 @@ void ct_train_overlap_arm(ct_train *tr, ct_acts *a) {
 static int overlap_finish(ct_train *tr) {
   struct ct_overlap *o = tr->overlap;
   if (!o->told) {
-    ct_log_info(&tr->log, "overlap: step %ld started %d of %d bucket sums during backward", tr->step + 1,
+    ct_log_info(&tr->log, "overlap: step %ld handed %d of %d bucket sums to MPI during backward", tr->step + 1,
                 o->next, o->n);
     o->told = true;
   }
