@@ -6,7 +6,8 @@
 # one micro-batch per step and with gradient accumulation (the hook armed for the last
 # micro-batch only); the log shows the buckets started during backward. Clipping on. At 3
 # ranks (where MPI's non-blocking and blocking sums may add in another order) the losses
-# agree to float rounding.
+# agree to float rounding. dpo, which does not arm the hook, sums the same buckets after
+# backward: the same steps.
 . tests/lib/common.sh
 mpi_test mpi_overlap
 args="configs/sft.yml dataset_path=$T/train.jsonl model.hidden_size=64 model.intermediate_size=128
@@ -48,3 +49,21 @@ losses "$T/overlap3/metrics.jsonl" >"$T/b"
 paste "$T/a" "$T/b" | awk '{ d = $2 - $4; if (d < 0) d = -d; if (d > 1e-5 * $2) { print "step " $1 ": " $2 " vs " $4; bad = 1 } }
                            END { exit bad }' || fail "3 ranks: losses differ beyond float rounding"
 echo "overlap: at 3 ranks the losses match the blocking sum's to float rounding"
+
+# dpo never arms the hook: every bucket is handed over in ct_train_update, the same sums
+"$BIN/ctune-demo-data" reverse-prefs "$T/prefs.jsonl" "$T/prefs_eval.jsonl" 200 10 22 6
+"$BIN/sft" $args output_dir="$T/base" max_steps=2 >"$T/base.log" 2>&1 || { cat "$T/base.log"; fail "sft base"; }
+dpo_args="configs/dpo.yml model_path=$T/base dataset_path=$T/prefs.jsonl max_length=24 logging_steps=1
+          per_device_train_batch_size=4 max_steps=3 save_steps=0 num_threads=1 max_grad_norm=0.5"
+for cap in 0 0.01; do
+  # shellcheck disable=SC2086
+  $MPIRUN -np 2 "$BIN/dpo" $dpo_args output_dir="$T/dpo$cap" ddp_bucket_cap_mb=$cap >"$T/dpo$cap.log" 2>&1 ||
+    { cat "$T/dpo$cap.log"; fail "dpo at 2 ranks, ddp_bucket_cap_mb=$cap"; }
+done
+set -- $(sed -n 's/.*overlap: step 1 handed \([0-9]*\) of \([0-9]*\) bucket sums.*/\1 \2/p' "$T/dpo0.01.log")
+[ "${1:-x}" = 0 ] && [ "${2:-0}" -ge 4 ] || { cat "$T/dpo0.01.log"; fail "dpo: expected 0 of several buckets during backward"; }
+grep '"loss"' "$T/dpo0/metrics.jsonl" | sed 's/,"learning_rate.*//' >"$T/a"
+grep '"loss"' "$T/dpo0.01/metrics.jsonl" | sed 's/,"learning_rate.*//' >"$T/b"
+[ "$(wc -l <"$T/a")" = 3 ] && cmp -s "$T/a" "$T/b" || { paste "$T/a" "$T/b"; fail "dpo: losses differ with the buckets"; }
+cmp -s "$T/dpo0/model.safetensors" "$T/dpo0.01/model.safetensors" || fail "dpo: weights differ with the buckets"
+echo "overlap: dpo (buckets handed over after backward) takes the same steps as the blocking sum"
