@@ -1342,6 +1342,12 @@ static int check_common_keys(const ct_config *c) {
     return ct_set_error(CT_ECONFIG, "%s: key 'optimizer_sharding': DiLoCo's ranks step their own weights "
                         "with their own AdamW moments, which cannot be split between them; drop one of "
                         "optimizer_sharding and diloco_inner_steps", ct_config_origin(c, "optimizer_sharding"));
+  if (c->ddp_bucket_cap_mb > 0 && (c->optimizer_sharding || c->diloco_inner_steps > 0)) {
+    const char *k = c->optimizer_sharding ? "optimizer_sharding" : "diloco_inner_steps";
+    return ct_set_error(CT_ECONFIG, "%s: key 'ddp_bucket_cap_mb' overlaps data parallel's gradient all-reduce, "
+                        "which %s has none of; drop one of ddp_bucket_cap_mb and %s",
+                        ct_config_origin(c, "ddp_bucket_cap_mb"), k, k);
+  }
   if (c->optimizer == CT_OPT_MUON && (c->use_peft || c->optimizer_sharding)) {
     const char *k = c->use_peft ? "use_peft" : "optimizer_sharding";
     return ct_set_error(CT_ECONFIG, "%s: key 'optimizer': muon orthogonalizes whole matrices, and %s; use "

@@ -67,3 +67,10 @@ grep '"loss"' "$T/dpo0.01/metrics.jsonl" | sed 's/,"learning_rate.*//' >"$T/b"
 [ "$(wc -l <"$T/a")" = 3 ] && cmp -s "$T/a" "$T/b" || { paste "$T/a" "$T/b"; fail "dpo: losses differ with the buckets"; }
 cmp -s "$T/dpo0/model.safetensors" "$T/dpo0.01/model.safetensors" || fail "dpo: weights differ with the buckets"
 echo "overlap: dpo (buckets handed over after backward) takes the same steps as the blocking sum"
+
+# the buckets overlap plain data parallel's all-reduce: with ZeRO-1 or DiLoCo the key is refused
+expect 2 "key 'ddp_bucket_cap_mb' overlaps .* optimizer_sharding" "$BIN/sft" $args output_dir="$T/x" \
+  ddp_bucket_cap_mb=25 optimizer_sharding=true
+expect 2 "key 'ddp_bucket_cap_mb' overlaps .* diloco_inner_steps" "$BIN/sft" $args output_dir="$T/x" \
+  ddp_bucket_cap_mb=25 diloco_inner_steps=4
+echo "overlap: refused with optimizer_sharding and with DiLoCo"
