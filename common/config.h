@@ -176,6 +176,7 @@ typedef struct {
   // across ranks (MPI)
   int optimizer_sharding;        // ZeRO-1: each rank holds 1/N of the AdamW moments
   int64_t diloco_inner_steps;    // DiLoCo's H: local steps between syncs (0 = off)
+  double ddp_bucket_cap_mb;      // overlapped gradient sum's bucket size (0 = blocking sum)
   double diloco_outer_lr;
   double diloco_outer_momentum;  // Nesterov
 

@@ -18,6 +18,19 @@ static int rank_ = 0, world_ = 1, local_ = 1, inited_ = 0;
 // pieces. Each element is still summed the same way.
 #define CHUNK (1L << 22)
 static double sent_;  // bytes, ring-algorithm count (ct_dist_bytes_sent)
+// The non-blocking sums' communicator (a copy of the world's: their order is their own)
+// and their queue: one MPI_Iallreduce in flight at a time (req_), the others waiting in
+// start order (q_[head_ .. n_)). Open MPI's schedule-based Iallreduce (libnbc) moves only
+// inside MPI calls, and with many in flight each call walks them all: 21 sums of 25 MB
+// between 2 ranks took 30 s started together, 4.8 s one after another (3.7 s blocking).
+typedef struct {
+  float *buf;
+  int n;
+} isum;
+static MPI_Comm isum_comm_ = MPI_COMM_NULL;
+static MPI_Request req_ = MPI_REQUEST_NULL;
+static isum *q_;
+static int head_, n_, cap_;
 
 // What a ring sends of `bytes` in `passes` passes over the buffer (N-1)/N each.
 static void count_ring(double bytes, int passes) {
@@ -35,11 +48,18 @@ int ct_dist_init(int *argc, char ***argv) {
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
   MPI_Comm_size(local, &local_);
   MPI_Comm_free(&local);
+  // made here, where every rank is, since MPI_Comm_dup is itself a collective
+  if (world_ > 1 && MPI_Comm_dup(MPI_COMM_WORLD, &isum_comm_) != MPI_SUCCESS)
+    return ct_set_error(CT_EMPI, "MPI_Comm_dup failed");
   inited_ = 1;
   return 0;
 }
 
 void ct_dist_finalize(void) {
+  free(q_);
+  q_ = NULL;
+  head_ = n_ = cap_ = 0;
+  if (inited_ && isum_comm_ != MPI_COMM_NULL) MPI_Comm_free(&isum_comm_);
   if (inited_) MPI_Finalize();
   inited_ = 0;
 }
@@ -57,6 +77,47 @@ int ct_dist_sum_f32(float *buf, long n) {
       return ct_set_error(CT_EMPI, "MPI_Allreduce failed");
   }
   return 0;
+}
+
+// Starts the next queued sum when none is in flight.
+static int isum_next(void) {
+  if (req_ != MPI_REQUEST_NULL || head_ == n_) return 0;
+  isum *x = &q_[head_++];
+  if (MPI_Iallreduce(MPI_IN_PLACE, x->buf, x->n, MPI_FLOAT, MPI_SUM, isum_comm_, &req_) != MPI_SUCCESS)
+    return ct_set_error(CT_EMPI, "MPI_Iallreduce failed");
+  return 0;
+}
+
+int ct_dist_isum_f32(float *buf, long n) {
+  if (world_ == 1 || n == 0) return 0;
+  if (n > INT_MAX) return ct_set_error(CT_EINVAL, "ct_dist_isum_f32: %ld floats in one sum", n);
+  if (n_ == cap_) {
+    int cap = cap_ ? 2 * cap_ : 64;
+    isum *q = realloc(q_, sizeof *q * (size_t)cap);
+    if (!q) return ct_set_error(CT_ENOMEM, "out of memory");
+    q_ = q, cap_ = cap;
+  }
+  count_ring(4.0 * n, 2);
+  q_[n_++] = (isum){buf, (int)n};
+  return isum_next();
+}
+
+int ct_dist_progress(void) {
+  int done = 0;
+  if (req_ != MPI_REQUEST_NULL && MPI_Test(&req_, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+    return ct_set_error(CT_EMPI, "MPI_Test failed");
+  return isum_next();
+}
+
+int ct_dist_wait_all(void) {
+  int rc = 0;
+  while (!rc && (req_ != MPI_REQUEST_NULL || head_ < n_)) {
+    if (req_ != MPI_REQUEST_NULL && MPI_Wait(&req_, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      rc = ct_set_error(CT_EMPI, "MPI_Wait failed");
+    if (!rc) rc = isum_next();
+  }
+  head_ = n_ = 0;
+  return rc;
 }
 
 int ct_dist_sum_f64(double *buf, int n) {

@@ -53,6 +53,18 @@ int ct_dist_gather_f32(const float *shard, float *full, const ct_shard *s);
 // Rank `from`'s buf (n floats) into rank 0's buf; the other ranks do nothing.
 int ct_dist_fetch_f32(float *buf, long n, int from);
 
+// Non-blocking in-place sums (MPI_Iallreduce), for overlapping the gradient sum with
+// backward. They run on a communicator of their own (made by ct_dist_init), so the
+// blocking collectives above may run while they are pending; every rank must start the
+// same sums in the same order. ct_dist_isum_f32 starts one (n floats, at most INT_MAX;
+// counted as ct_dist_sum_f32); ct_dist_progress lets MPI advance the pending ones (Open
+// MPI moves them only inside MPI calls); ct_dist_wait_all waits for them all. Each
+// element is the same sum as ct_dist_sum_f32's (bit for bit at 2 ranks, where a sum of
+// two has one order; at more ranks MPI's choice of algorithm may order it differently).
+int ct_dist_isum_f32(float *buf, long n);
+int ct_dist_progress(void);
+int ct_dist_wait_all(void);
+
 // Bytes this rank has sent in the float collectives above and in ct_dist_sum_f32 /
 // ct_dist_sum_f64, counted as a ring algorithm sends them (what the network must carry
 // whatever algorithm MPI picks): all-reduce 2(N-1)/N of the buffer, reduce-scatter and

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -549,6 +550,9 @@ static int model_kind(const ct_config *c, ct_model_config *mc, const char *dir) 
   return 0;
 }
 
+static int overlap_setup(ct_train *tr, long cap);  // (with ct_train_update)
+static void overlap_free(ct_train *tr);
+
 int ct_train_setup(ct_train *tr, ct_config *cfg) {
   memset(tr, 0, sizeof *tr);
   tr->cfg = cfg;
@@ -765,6 +769,10 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   } else if ((rc = ct_weights_bind(&tr->g, m, tr->grads))) {
     return rc;
   }
+  long cap = (long)(cfg->ddp_bucket_cap_mb * (1 << 20) / sizeof(float));
+  if (cap > 0 && tr->world > 1 && !cfg->optimizer_sharding && cfg->diloco_inner_steps == 0 &&
+      (rc = overlap_setup(tr, cap)))
+    return rc;
   return tr->resumed_from[0] ? load_optimizer(tr) : 0;
 }
 
@@ -812,6 +820,7 @@ void ct_train_free(ct_train *tr) {
   ct_big_free(tr->outer_start);
   ct_big_free(tr->outer_mom);
   ct_dist_shard_free(&tr->shard);
+  overlap_free(tr);
   free(tr->order);
   if (tr->tok) ct_tokenizer_free(tr->tok);
   if (tr->lock_fd1) close(tr->lock_fd1 - 1);  // (the lock goes with it)
@@ -1002,11 +1011,136 @@ static int update_diloco(ct_train *tr, double *grad_norm, double *lr) {
   return 0;
 }
 
+// ---------------------------------------------------------------------------------
+// Overlap (ddp_bucket_cap_mb): the gradient sum in buckets started during backward
+// ---------------------------------------------------------------------------------
+
+// A bucket: grads[lo, hi), final once backward is done with layer `ready` (the lowest
+// layer it holds; -1: it holds a tensor outside the layers, final only at the end).
+typedef struct {
+  long lo, hi;
+  int ready;
+} ov_bucket;
+
+struct ct_overlap {
+  int n, next;     // buckets; the next one to start
+  ov_bucket *b;    // (n) in the order their sums start: by ready, top layer first
+  ct_acts *armed;  // the activations whose backward starts them (NULL: none)
+  int rc;          // the hook's first failure, returned by ct_train_update
+  bool told;       // the first step's count of sums started during backward is logged
+};
+
+// The decoder layer a tensor belongs to ("...layers.<l>...."), or -1.
+static int tensor_layer(const char *name) {
+  const char *p = strstr(name, "layers.");
+  return p ? atoi(p + 7) : -1;
+}
+
+static int by_offset(const void *a, const void *b) {
+  long x = (*(const ct_tensor_info *const *)a)->offset, y = (*(const ct_tensor_info *const *)b)->offset;
+  return (x > y) - (x < y);
+}
+
+// Start order: the bucket final first (higher `ready`), then the higher offsets.
+static int by_start(const void *a, const void *b) {
+  const ov_bucket *x = a, *y = b;
+  if (x->ready != y->ready) return y->ready - x->ready;
+  return (y->lo > x->lo) - (y->lo < x->lo);
+}
+
+// Cuts the whole gradient buffer into buckets of at most cap floats, each ending at a
+// tensor's end or at the cap (a tensor larger than cap spans several); the gaps between
+// tensors go with the tensor after them.
+static int overlap_setup(ct_train *tr, long cap) {
+  const ct_layout *t = &tr->trained;
+  const ct_tensor_info **ts = malloc(sizeof *ts * (size_t)(t->n_tensors ? t->n_tensors : 1));
+  struct ct_overlap *o = calloc(1, sizeof *o);
+  long most = t->n_floats / cap + t->n_tensors + 2;
+  if (o) o->b = malloc(sizeof *o->b * (size_t)most);
+  if (!ts || !o || !o->b) {
+    free(ts);
+    if (o) free(o->b);
+    free(o);
+    return ct_set_error(CT_ENOMEM, "out of memory");
+  }
+  for (int i = 0; i < t->n_tensors; i++) ts[i] = &t->tensors[i];
+  qsort(ts, (size_t)t->n_tensors, sizeof *ts, by_offset);
+  ov_bucket cur = {0, 0, INT_MAX};
+  for (int i = 0; i <= t->n_tensors; i++) {
+    long end = i < t->n_tensors ? ts[i]->offset + ts[i]->numel : t->n_floats;
+    int layer = i < t->n_tensors ? tensor_layer(ts[i]->name) : INT_MAX;
+    while (cur.hi < end) {
+      long take = end - cur.hi < cap - (cur.hi - cur.lo) ? end - cur.hi : cap - (cur.hi - cur.lo);
+      cur.hi += take;
+      if (layer < cur.ready) cur.ready = layer;
+      if (cur.hi - cur.lo == cap || (cur.hi == end && i == t->n_tensors)) {
+        if (cur.ready == INT_MAX) cur.ready = -1;
+        o->b[o->n++] = cur;
+        cur = (ov_bucket){cur.hi, cur.hi, INT_MAX};
+      }
+    }
+  }
+  if (cur.hi > cur.lo) o->b[o->n++] = (ov_bucket){cur.lo, cur.hi, cur.ready == INT_MAX ? -1 : cur.ready};
+  free(ts);
+  qsort(o->b, (size_t)o->n, sizeof *o->b, by_start);
+  tr->overlap = o;
+  ct_log_info(&tr->log, "overlap: the gradient sum in %d buckets of at most %.1f MB, each handed to MPI as "
+              "backward finishes its layers", o->n, cap * 4.0 / (1 << 20));
+  return 0;
+}
+
+static void overlap_free(ct_train *tr) {
+  if (tr->overlap) free(tr->overlap->b);
+  free(tr->overlap);
+  tr->overlap = NULL;
+}
+
+// Starts every bucket not yet started that is final once layer l is done.
+static void overlap_start(ct_train *tr, int l) {
+  struct ct_overlap *o = tr->overlap;
+  while (!o->rc && o->next < o->n && o->b[o->next].ready >= l) {
+    const ov_bucket *b = &o->b[o->next++];
+    o->rc = ct_dist_isum_f32(tr->grads + b->lo, b->hi - b->lo);
+  }
+}
+
+// The backward hook (ct_acts.grad_ready): starts what layer l completed, and lets MPI
+// move the sums already under way.
+static void overlap_ready(void *ctx, int l) {
+  ct_train *tr = ctx;
+  struct ct_overlap *o = tr->overlap;
+  overlap_start(tr, l);
+  if (!o->rc) o->rc = ct_dist_progress();
+  if (l < 0 && o->armed) o->armed->grad_ready = NULL, o->armed = NULL;
+}
+
+void ct_train_overlap_arm(ct_train *tr, ct_acts *a) {
+  if (!tr->overlap) return;
+  a->grad_ready = overlap_ready;
+  a->grad_ready_ctx = tr;
+  tr->overlap->armed = a;
+}
+
+// The rest of the buckets started, all of them waited for.
+static int overlap_finish(ct_train *tr) {
+  struct ct_overlap *o = tr->overlap;
+  if (!o->told) {
+    ct_log_info(&tr->log, "overlap: step %ld handed %d of %d bucket sums to MPI during backward", tr->step + 1,
+                o->next, o->n);
+    o->told = true;
+  }
+  overlap_start(tr, INT_MIN);
+  int rc = o->rc, w = ct_dist_wait_all();
+  if (o->armed) o->armed->grad_ready = NULL, o->armed = NULL;  // armed, but no backward ran
+  o->next = 0, o->rc = 0;
+  return rc ? rc : w;
+}
+
 int ct_train_update(ct_train *tr, double *grad_norm, double *lr) {
   if (tr->shard.n) return update_sharded(tr, grad_norm, lr);
   if (tr->cfg->diloco_inner_steps > 0) return update_diloco(tr, grad_norm, lr);
   long n = tr->trained.n_floats;
-  int rc = ct_dist_sum_f32(tr->grads, n);
+  int rc = tr->overlap ? overlap_finish(tr) : ct_dist_sum_f32(tr->grads, n);
   float clip;
   if (rc || (rc = step_scalars(tr, ct_sum_squares(tr->grads, n), grad_norm, &clip, lr))) return rc;
   optimizer_step(tr, *lr, clip);
@@ -1279,6 +1413,12 @@ static int check_common_keys(const ct_config *c) {
     return ct_set_error(CT_ECONFIG, "%s: key 'optimizer_sharding': DiLoCo's ranks step their own weights "
                         "with their own AdamW moments, which cannot be split between them; drop one of "
                         "optimizer_sharding and diloco_inner_steps", ct_config_origin(c, "optimizer_sharding"));
+  if (c->ddp_bucket_cap_mb > 0 && (c->optimizer_sharding || c->diloco_inner_steps > 0)) {
+    const char *k = c->optimizer_sharding ? "optimizer_sharding" : "diloco_inner_steps";
+    return ct_set_error(CT_ECONFIG, "%s: key 'ddp_bucket_cap_mb' overlaps data parallel's gradient all-reduce, "
+                        "which %s has none of; drop one of ddp_bucket_cap_mb and %s",
+                        ct_config_origin(c, "ddp_bucket_cap_mb"), k, k);
+  }
   if (c->optimizer == CT_OPT_MUON && (c->use_peft || c->optimizer_sharding)) {
     const char *k = c->use_peft ? "use_peft" : "optimizer_sharding";
     return ct_set_error(CT_ECONFIG, "%s: key 'optimizer': muon orthogonalizes whole matrices, and %s; use "

@@ -72,6 +72,7 @@ typedef struct {
   // Optional: writes a trainer's own files into a checkpoint directory being saved.
   int (*save_extra)(void *ctx, const char *dir);
   void *save_extra_ctx;
+  struct ct_overlap *overlap;  // ddp_bucket_cap_mb's buckets (NULL: one blocking sum)
 } ct_train;
 
 // A trainer's start, all of it: OpenBLAS and MPI set-up, the config from the command line
@@ -152,6 +153,14 @@ int ct_train_next_seqs(ct_train *tr, int *seqs, int global);
 // diloco_inner_steps steps and at the last step the ranks average θ_start − θ and take
 // the outer Nesterov step (ct_nesterov_outer_step); the reported norm is this rank's.
 int ct_train_update(ct_train *tr, double *grad_norm, double *lr);
+
+// Overlap (ddp_bucket_cap_mb > 0, plain data parallel, more than one rank): called
+// before this rank's last backward of the step (after which its gradients are final)
+// with the activations that backward runs through, it makes that backward start each
+// bucket's sum across ranks as soon as the layers it holds are done; ct_train_update
+// then starts the rest and waits. Without it (or when off: a no-op) every sum starts in
+// ct_train_update. The sums are the same either way.
+void ct_train_overlap_arm(ct_train *tr, ct_acts *a);
 
 // Saves output_dir/checkpoint-<step> atomically and rotates old ones (rank 0 writes every
 // file). optimizer_sharding: rank 0 writes optimizer.safetensors whole (zeros), then

@@ -8,6 +8,9 @@
 #
 # usage: fuzz/run.sh BUILD_DIR [libFuzzer flags, e.g. -runs=1000000 or -max_total_time=10]
 #        FUZZ_TARGETS="jinja chat" fuzz/run.sh ...   runs only those targets
+#        FUZZ_TIMEOUT=300 fuzz/run.sh ...   seconds one input may take (default 30). libFuzzer
+#        counts wall time: under `nice -n 19` on a busy machine a process can stall that long
+#        (a 213-byte safetensors input that replays in 0.1 s timed out after 43 s, in free()).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 B=${1:-build-fuzz}
@@ -61,7 +64,7 @@ run_one() {
   [ "$t" = config ] && sed -n 's/^[# ]*\([a-z_][a-z0-9_]*\):.*/"\1"/p' configs/base.yml | sort -u >>"$dict"
   t0=$(date +%s)
   # shellcheck disable=SC2086
-  "$F/fuzz_$t" -dict="$dict" -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 \
+  "$F/fuzz_$t" -dict="$dict" -timeout="${FUZZ_TIMEOUT:-30}" -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$F/crash/$t/" "$@" "$F/corpus/$t" "$F/seeds/$t" >"$F/$t.log" 2>&1
   rc=$?
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$F/$t.log" | tail -n 1)

@@ -358,6 +358,7 @@ void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float
       ct_adapter_backward(m, a, l, t, ln1, (int)d.C, a->dqkv, (int)d.QKV, a->dln, (int)d.C, N);
     ct_rmsnorm_backward(dres, gw->ln1, a->dln, x, NW(w->ln1, d.C), rstd1, (int)N, (int)d.C, 1,
                         a->scratch);                                  // dres is now dx
+    if (a->grad_ready) a->grad_ready(a->grad_ready_ctx, l);
   }
   if (c->gemma) {  // through the embedding scale
     float es = ct_embed_scale(c);
@@ -365,4 +366,5 @@ void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float
   }
   float *gE = a->lora && a->lora->embed ? a->lora->g_embed : g->embed;
   if (gE) ct_embed_backward(gE, dres, a->ids, (int)N, (int)d.C);
+  if (a->grad_ready) a->grad_ready(a->grad_ready_ctx, -1);
 }

@@ -68,6 +68,11 @@ typedef struct {
   // QK-Clip (qkclip.h): (L, H) each head's largest attention logit, max-accumulated by
   // every forward through these activations; NULL = not recorded
   float *qk_max;
+  // Called by ct_backward once layer l's parameter gradients are complete (l = L-1 down
+  // to 0), then with l = -1 after the embedding's (the last); NULL: none. For starting
+  // each layer's gradient sum across ranks while backward goes on (ct_train_overlap_arm).
+  void (*grad_ready)(void *ctx, int l);
+  void *grad_ready_ctx;
 } ct_acts;
 
 // Bytes ct_acts_init allocates for B x T tokens in `mode` (the memory plan uses it).

@@ -127,6 +127,7 @@ int main(int argc, char **argv) {
       int count = n - first < B ? n - first : B;
       ct_batch_fill(&w.batch, &train, w.seqs + first, count, ct_tokenizer_pad(tr.tok));
       ct_train_dropout_key(&tr, k);
+      if (k == accum - 1 || ((k + 1) * tr.world + tr.rank) * B >= n) ct_train_overlap_arm(&tr, &w.acts);  // last
       if (ct_lm_step(&tr.model, &w.acts, &w.head, &w.batch, &tr.g, scale, (float)cfg.z_loss_multiplier, &st))
         fail(1, NULL);
       ct_log_phase(&tr.log, tr.step + 1, "training", k + 1, accum, "micro-batches", st.tokens, NULL);
