@@ -1,10 +1,9 @@
 // adapter: the LoRA term of a projection in training forwards and backwards (adapter.h).
 #include "adapter.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
-#include "bf16.h"
-#include "dnnl.h"
 #include "lora.h"
 #include "matmul.h"
 #include "pool.h"
@@ -13,42 +12,29 @@
 // Work space: one allocation (a->lora_mem), carved here for capacity Nc = a->B · a->T.
 
 typedef struct {
-  float *x;         // (Nc, max in) fp32: the dropped-out input; bf16: s·v·A before masking
-  float *u, *v;     // (Nc, r)
-  uint16_t *x16;    // (Nc, max in) the dropped-out input in bf16
-  uint16_t *u16;    // (Nc, r) s·u in bf16
-  uint16_t *v16;    // (Nc, r) s·v in bf16
-  uint16_t *A16;    // (r, max in)
-  uint16_t *B16;    // (max out, r)
+  float *x;      // (Nc, max in) the dropped-out input; in backward, then s·v·A before masking
+  float *u, *v;  // (Nc, r)
 } work;
 
-static void max_dims(const ct_lora_config *lc, const ct_model_config *c, long *in, long *out) {
-  *in = *out = 1;
+static long max_in(const ct_lora_config *lc, const ct_model_config *c) {
+  long m = 1;
   for (int t = 0; t < CT_LORA_TARGETS; t++) {
-    int i, o, row0;
-    ct_lora_dims(c, t, &i, &o, &row0);
-    if (!(lc->targets >> t & 1)) continue;
-    if (i > *in) *in = i;
-    if (o > *out) *out = o;
+    int in, out, row0;
+    ct_lora_dims(c, t, &in, &out, &row0);
+    if (lc->targets >> t & 1 && in > m) m = in;
   }
+  return m;
 }
 
 // Lays the work space out from p; returns its size in floats.
 static long carve(const ct_lora_config *lc, const ct_model_config *c, long Nc, float *p, work *w) {
-  long mx, mo, r = lc->r;
-  max_dims(lc, c, &mx, &mo);
-  long f32 = Nc * mx + 2 * Nc * r, n16 = Nc * mx + 2 * Nc * r + r * mx + mo * r;
+  long mx = max_in(lc, c), r = lc->r;
   if (p) {
     w->x = p;
     w->u = w->x + Nc * mx;
     w->v = w->u + Nc * r;
-    w->x16 = (uint16_t *)(p + f32);
-    w->u16 = w->x16 + Nc * mx;
-    w->v16 = w->u16 + Nc * r;
-    w->A16 = w->v16 + Nc * r;
-    w->B16 = w->A16 + r * mx;
   }
-  return f32 + (n16 + 1) / 2;
+  return Nc * mx + 2 * Nc * r;
 }
 
 long ct_adapter_work_floats(const ct_lora_config *lc, const ct_model_config *c, long N) {
@@ -101,8 +87,7 @@ typedef struct {
   const float *x;  // (N, ldx)
   int ldx, in, parts;
   long N;
-  float *xd;       // (N, in) fp32 output, or
-  uint16_t *xd16;  // (N, in) bf16 output
+  float *xd;       // (N, in) the masked input
   float *dx;       // masked_add: dx (N, lddx) += xd ⊙ mask
   int lddx;
 } rows_job;
@@ -115,19 +100,9 @@ static void input_task(void *ctx, int part, int thread) {
   for (long n = lo; n < hi; n++) {
     const float *x = j->x + n * j->ldx;
     uint32_t i0 = (uint32_t)(n * j->in);
-    if (j->xd16) {
-      uint16_t *o = j->xd16 + n * j->in;
-      if (!j->d.on) {
-        ct_bf16_narrow(o, x, j->in);
-        continue;
-      }
+    float *o = j->xd + n * j->in;
 #pragma omp simd
-      for (int k = 0; k < j->in; k++) o[k] = ct_f32_to_bf16(x[k] * mask_at(&j->d, i0 + (uint32_t)k));
-    } else {
-      float *o = j->xd + n * j->in;
-#pragma omp simd
-      for (int k = 0; k < j->in; k++) o[k] = x[k] * mask_at(&j->d, i0 + (uint32_t)k);
-    }
+    for (int k = 0; k < j->in; k++) o[k] = x[k] * mask_at(&j->d, i0 + (uint32_t)k);
   }
 }
 
@@ -152,100 +127,54 @@ static void run_rows(rows_job *j, ct_task_fn task) {
 
 // ---------------------------------------------------------------------------
 
-void ct_adapter_forward(const ct_model *m, const ct_acts *a, int l, int t, const float *x, int ldx,
-                        float *y, int ldy, long N) {
+// The adapter's input: x, or dropout(x) in the work space. *ld gets its row stride.
+static const float *masked_input(rows_job *j, const work *w, int *ld) {
+  if (!j->d.on) {
+    *ld = j->ldx;
+    return j->x;
+  }
+  j->xd = w->x;
+  run_rows(j, input_task);
+  *ld = j->in;
+  return w->x;
+}
+
+void ct_adapter_forward(const ct_acts *a, int l, int t, const float *x, int ldx, float *y, int ldy, long N) {
   const ct_lora *lo = a->lora;
   if (!lo || !lo->w[l][t].A) return;
   const ct_lora_ab *ab = &lo->w[l][t];
-  int in, out, row0, r = lo->cfg.r;
+  int in, out, row0, ld, r = lo->cfg.r;
   ct_lora_dims(&lo->mc, t, &in, &out, &row0);
   work w = work_of(a);
-  rows_job j = {dropout_of(a, l, t), x, ldx, in, 0, N, NULL, NULL, NULL, 0};
-  if (m->compute16) {
-    const uint16_t *x16 = a->x16;  // x as its projection rounded it
-    if (j.d.on) {
-      j.xd16 = w.x16;
-      run_rows(&j, input_task);
-      x16 = w.x16;
-    }
-    ct_bf16_narrow(w.A16, ab->A, (long)r * in);
-    ct_gemm_bf16('N', 'T', (int)N, r, in, x16, in, w.A16, in, 0, w.u, r);  // u (N, r)
-  } else {
-    const float *xd = x;
-    int ld = ldx;
-    if (j.d.on) {
-      j.xd = w.x;
-      run_rows(&j, input_task);
-      xd = w.x, ld = in;
-    }
-    ct_sgemm('N', 'T', (int)N, r, in, 1, xd, ld, ab->A, in, 0, w.u, r);  // u (N, r)
-  }
+  rows_job j = {dropout_of(a, l, t), x, ldx, in, 0, N, NULL, NULL, 0};
+  const float *xd = masked_input(&j, &w, &ld);
+  ct_sgemm('N', 'T', (int)N, r, in, 1, xd, ld, ab->A, in, 0, w.u, r);                   // u (N, r)
   ct_sgemm('N', 'T', (int)N, out, r, lo->scale, w.u, r, ab->B, r, 1, y + row0, ldy);  // y += s·u·Bᵀ
 }
 
-// fp32: u = xd·Aᵀ, v = dy·B, dB += s·dyᵀ·u, dA += s·vᵀ·xd, dx += s·(v·A) ⊙ mask.
-static void backward_f32(const ct_lora *lo, const ct_lora_ab *ab, const ct_lora_ab *gab, work *w,
-                         rows_job *j, int out, const float *dy, int ldy, float *dx, int lddx) {
-  int in = j->in, r = lo->cfg.r, N = (int)j->N;
-  const float *xd = j->x;
-  int ld = j->ldx;
-  if (j->d.on) {
-    j->xd = w->x;
-    run_rows(j, input_task);
-    xd = w->x, ld = in;
-  }
-  ct_sgemm('N', 'T', N, r, in, 1, xd, ld, ab->A, in, 0, w->u, r);  // u (N, r)
-  ct_sgemm('N', 'N', N, r, out, 1, dy, ldy, ab->B, r, 0, w->v, r);  // v = dy·B (N, r)
-  if (gab) {
-    ct_sgemm('T', 'N', out, r, N, lo->scale, dy, ldy, w->u, r, 1, gab->B, r);  // dB += s·dyᵀ·u
-    ct_sgemm('T', 'N', r, in, N, lo->scale, w->v, r, xd, ld, 1, gab->A, in);   // dA += s·vᵀ·xd
-  }
-  if (!j->d.on) {
-    ct_sgemm('N', 'N', N, in, r, lo->scale, w->v, r, ab->A, in, 1, dx, lddx);  // dx += s·v·A
-    return;
-  }
-  ct_sgemm('N', 'N', N, in, r, lo->scale, w->v, r, ab->A, in, 0, w->x, in);  // s·v·A, then
-  j->xd = w->x, j->dx = dx, j->lddx = lddx;                                 // ⊙ the mask
-  run_rows(j, masked_add_task);
-}
-
-// bf16: the same products from bf16 inputs (dy16 = dy rounded, row stride ldy), with s
-// folded into u16 = bf16(s·u) and v16 = bf16(s·v).
-static void backward_bf16(const ct_lora *lo, const ct_lora_ab *ab, const ct_lora_ab *gab, work *w,
-                          rows_job *j, int out, const uint16_t *dy16, int ldy, float *dx, int lddx) {
-  int in = j->in, r = lo->cfg.r, N = (int)j->N;
-  long Nr = (long)N * r;
-  j->xd16 = w->x16;
-  run_rows(j, input_task);  // x16 (N, in) = bf16(x ⊙ mask)
-  ct_bf16_narrow(w->A16, ab->A, (long)r * in);
-  ct_bf16_narrow(w->B16, ab->B, (long)out * r);
-  ct_gemm_bf16('N', 'T', N, r, in, w->x16, in, w->A16, in, 0, w->u, r);  // u (N, r)
-  ct_gemm_bf16('N', 'N', N, r, out, dy16, ldy, w->B16, r, 0, w->v, r);   // v = dy·B (N, r)
-  for (long i = 0; i < Nr; i++) w->u[i] *= lo->scale, w->v[i] *= lo->scale;
-  ct_bf16_narrow(w->u16, w->u, Nr);
-  ct_bf16_narrow(w->v16, w->v, Nr);
-  if (gab) {
-    ct_gemm_bf16('T', 'N', out, r, N, dy16, ldy, w->u16, r, 1, gab->B, r);   // dB += dyᵀ·(s·u)
-    ct_gemm_bf16('T', 'N', r, in, N, w->v16, r, w->x16, in, 1, gab->A, in);  // dA += (s·v)ᵀ·xd
-  }
-  if (!j->d.on) {
-    ct_gemm_bf16('N', 'N', N, in, r, w->v16, r, w->A16, in, 1, dx, lddx);  // dx += (s·v)·A
-    return;
-  }
-  ct_gemm_bf16('N', 'N', N, in, r, w->v16, r, w->A16, in, 0, w->x, in);  // (s·v)·A, then
-  j->xd = w->x, j->dx = dx, j->lddx = lddx;                             // ⊙ the mask
-  run_rows(j, masked_add_task);
-}
-
-void ct_adapter_backward(const ct_model *m, const ct_acts *a, int l, int t, const float *x, int ldx,
-                         const float *dy, int ldy, float *dx, int lddx, long N) {
+// u = xd·Aᵀ, v = dy·B, dB += s·dyᵀ·u, dA += s·vᵀ·xd, dx += s·(v·A) ⊙ mask.
+void ct_adapter_backward(const ct_acts *a, int l, int t, const float *x, int ldx, const float *dy, int ldy,
+                         float *dx, int lddx, long N) {
   const ct_lora *lo = a->lora;
   if (!lo || !lo->w[l][t].A) return;
   const ct_lora_ab *ab = &lo->w[l][t], *gab = lo->grads ? &lo->g[l][t] : NULL;
-  int in, out, row0;
+  int in, out, row0, ld, r = lo->cfg.r, n = (int)N;
   ct_lora_dims(&lo->mc, t, &in, &out, &row0);
   work w = work_of(a);
-  rows_job j = {dropout_of(a, l, t), x, ldx, in, 0, N, NULL, NULL, NULL, 0};
-  if (m->compute16) backward_bf16(lo, ab, gab, &w, &j, out, a->dy16 + row0, ldy, dx, lddx);
-  else backward_f32(lo, ab, gab, &w, &j, out, dy + row0, ldy, dx, lddx);
+  rows_job j = {dropout_of(a, l, t), x, ldx, in, 0, N, NULL, NULL, 0};
+  const float *xd = masked_input(&j, &w, &ld);
+  dy += row0;
+  ct_sgemm('N', 'T', n, r, in, 1, xd, ld, ab->A, in, 0, w.u, r);   // u (N, r)
+  ct_sgemm('N', 'N', n, r, out, 1, dy, ldy, ab->B, r, 0, w.v, r);  // v = dy·B (N, r)
+  if (gab) {
+    ct_sgemm('T', 'N', out, r, n, lo->scale, dy, ldy, w.u, r, 1, gab->B, r);  // dB += s·dyᵀ·u
+    ct_sgemm('T', 'N', r, in, n, lo->scale, w.v, r, xd, ld, 1, gab->A, in);   // dA += s·vᵀ·xd
+  }
+  if (!j.d.on) {
+    ct_sgemm('N', 'N', n, in, r, lo->scale, w.v, r, ab->A, in, 1, dx, lddx);  // dx += s·v·A
+    return;
+  }
+  ct_sgemm('N', 'N', n, in, r, lo->scale, w.v, r, ab->A, in, 0, w.x, in);  // s·v·A, then
+  j.xd = w.x, j.dx = dx, j.lddx = lddx;                                  // ⊙ the mask
+  run_rows(&j, masked_add_task);
 }
