@@ -119,30 +119,40 @@ static void ref_layers(const ref_t *r, int B, int T, const int *ids, const int *
   free(xn); free(q); free(k); free(v); free(o); free(tmp); free(g); free(u); free(p);
 }
 
-// Sum over target tokens of cross-entropy + z·lse²; *count gets the number of targets.
-static double ref_loss(const ref_t *r, int B, int T, const int *ids, const int *pos,
-                       const int *seg, const int *target, double z, int *count_out) {
+// Sum over target tokens of cross-entropy + z·lse² of the final hidden states x (N, C),
+// through the final norm (Gemma's applies 1 + w) and the head; *count gets the targets.
+static void rmsnorm1p(double *y, const double *x, const double *w, int n, double eps);
+static double ref_head_sum(const ref_t *r, const double *x, int N, const int *target, double z, int *count) {
   const ct_model_config *c = &r->m->cfg;
-  int C = c->hidden_size, V = c->vocab_size, N = B * T;
-  double eps = c->rms_norm_eps;
-  double *x = calloc((size_t)N * C, 8), *xn = calloc(C, 8), *logits = calloc(V, 8);
-  const double *E = W(r, "model.embed_tokens.weight", 0);
-  ref_layers(r, B, T, ids, pos, seg, x);
-  const double *head = c->tie_word_embeddings ? E : W(r, "lm_head.weight", 0);
+  int C = c->hidden_size, V = c->vocab_size;
+  double *xn = calloc(C, 8), *logits = calloc(V, 8);
+  const double *head = c->tie_word_embeddings ? W(r, "model.embed_tokens.weight", 0) : W(r, "lm_head.weight", 0);
+  const double *norm = W(r, "model.norm.weight", 0);
   double total = 0;
-  int count = 0;
+  *count = 0;
   for (int n = 0; n < N; n++) {
     if (target[n] < 0) continue;
-    rmsnorm(xn, x + (long)n * C, W(r, "model.norm.weight", 0), C, eps);
+    (c->gemma ? rmsnorm1p : rmsnorm)(xn, x + (long)n * C, norm, C, c->rms_norm_eps);
     linear(logits, xn, head, NULL, C, V);
     double mx = -INFINITY, s = 0;
     for (int i = 0; i < V; i++) mx = fmax(mx, logits[i]);
     for (int i = 0; i < V; i++) s += exp(logits[i] - mx);
     double lse = mx + log(s);
     total += lse - logits[target[n]] + z * lse * lse;
-    count++;
+    (*count)++;
   }
-  free(x); free(xn); free(logits);
+  free(xn); free(logits);
+  return total;
+}
+
+// Sum over target tokens of cross-entropy + z·lse²; *count gets the number of targets.
+static double ref_loss(const ref_t *r, int B, int T, const int *ids, const int *pos,
+                       const int *seg, const int *target, double z, int *count_out) {
+  int N = B * T, count;
+  double *x = calloc((size_t)N * r->m->cfg.hidden_size, 8);
+  ref_layers(r, B, T, ids, pos, seg, x);
+  double total = ref_head_sum(r, x, N, target, z, &count);
+  free(x);
   if (count_out) *count_out = count;
   return total;
 }
@@ -178,12 +188,12 @@ __attribute__((unused)) static double gemma_ref_loss(const ref_t *r, int B, int 
                                                      const int *seg, const int *target, double z) {
   const ct_model_config *c = &r->m->cfg;
   int C = c->hidden_size, F = c->intermediate_size, H = c->num_heads, KV = c->num_kv_heads;
-  int hd = c->head_dim, N = B * T, Hd = H * hd, V = c->vocab_size, big = C + Hd + F;
+  int hd = c->head_dim, N = B * T, Hd = H * hd, big = C + Hd + F;
   double eps = c->rms_norm_eps, scale = 1 / sqrt(c->query_pre_attn_scalar);
   double *x = calloc((size_t)N * C, 8), *xn = calloc(big, 8), *q = calloc((size_t)N * Hd, 8);
   double *k = calloc((size_t)N * KV * hd, 8), *v = calloc((size_t)N * KV * hd, 8);
   double *o = calloc((size_t)N * Hd, 8), *tmp = calloc(big, 8), *tmp2 = calloc(big, 8);
-  double *g = calloc(F, 8), *u = calloc(F, 8), *p = calloc(T, 8), *logits = calloc(V, 8);
+  double *g = calloc(F, 8), *u = calloc(F, 8), *p = calloc(T, 8);
   const double *E = W(r, "model.embed_tokens.weight", 0);
   for (int n = 0; n < N; n++)
     for (int i = 0; i < C; i++) x[(long)n * C + i] = E[(long)ids[n] * C + i] * sqrt(C);
@@ -239,22 +249,9 @@ __attribute__((unused)) static double gemma_ref_loss(const ref_t *r, int B, int 
       for (int i = 0; i < C; i++) xr[i] += tmp2[i];
     }
   }
-  const double *head = c->tie_word_embeddings ? E : W(r, "lm_head.weight", 0);
-  double total = 0;
-  int count = 0;
-  for (int n = 0; n < N; n++) {
-    if (target[n] < 0) continue;
-    rmsnorm1p(xn, x + (long)n * C, W(r, "model.norm.weight", 0), C, eps);
-    linear(logits, xn, head, NULL, C, V);
-    double mx = -INFINITY, s = 0;
-    for (int i = 0; i < V; i++) mx = fmax(mx, logits[i]);
-    for (int i = 0; i < V; i++) s += exp(logits[i] - mx);
-    double lse = mx + log(s);
-    total += lse - logits[target[n]] + z * lse * lse;
-    count++;
-  }
+  int count;
+  double total = ref_head_sum(r, x, N, target, z, &count);
   free(x); free(xn); free(q); free(k); free(v); free(o); free(tmp); free(tmp2); free(g); free(u); free(p);
-  free(logits);
   return total / count;
 }
 
