@@ -263,3 +263,34 @@ __attribute__((unused)) static double ref_mean_loss(const ref_t *r, int B, int T
   return total / count;
 }
 
+// Every parameter's gradient grads (m's layout) against central finite differences of
+// ref_mean_loss on ref's float64 copy P of the parameters (restored after each one).
+// Returns how many are off by more than 1e-5 + 1e-3·|fd| (the first five printed);
+// *checked gets how many were checked.
+__attribute__((unused)) static int ref_check_gradients(const ref_t *ref, double *P, const float *grads, int B, int T,
+                                                       const int *ids, const int *pos, const int *seg,
+                                                       const int *target, double z, int *checked) {
+  const ct_model *m = ref->m;
+  int bad = 0;
+  double worst = 0;
+  *checked = 0;
+  for (int ti = 0; ti < m->n_tensors; ti++) {
+    const ct_tensor_info *t = &m->tensors[ti];
+    for (long k = 0; k < t->numel; k++) {
+      long i = t->offset + k;
+      double keep = P[i], e = 1e-5;
+      P[i] = keep + e;
+      double lp = ref_mean_loss(ref, B, T, ids, pos, seg, target, z);
+      P[i] = keep - e;
+      double lm = ref_mean_loss(ref, B, T, ids, pos, seg, target, z);
+      P[i] = keep;
+      double fd = (lp - lm) / (2 * e), err = fabs(grads[i] - fd);
+      (*checked)++;
+      worst = err > worst ? err : worst;
+      if (err > 1e-5 + 1e-3 * fabs(fd) && bad++ < 5)
+        fprintf(stderr, "  %s[%ld]: analytic %.8g, finite difference %.8g\n", t->name, k, grads[i], fd);
+    }
+  }
+  fprintf(stderr, "  %d gradients checked, worst |diff| %.3g\n", *checked, worst);
+  return bad;
+}

@@ -113,30 +113,11 @@ static void check_gemma(ct_model_config cfg) {
   double *P = calloc(m.n_floats, sizeof(double));
   for (long i = 0; i < m.n_floats; i++) P[i] = m.params[i];
   ref_t ref = {&m, P};
-  double want = gemma_ref_loss(&ref, b.B, b.T, b.ids, b.pos, b.seg, b.target, 0);
+  double want = ref_mean_loss(&ref, b.B, b.T, b.ids, b.pos, b.seg, b.target, 0);
   CHECK_NEAR(loss, want, 2e-5 * fabs(want));
 
-  int bad = 0, checked = 0;
-  double worst = 0;
-  for (int ti = 0; ti < m.n_tensors; ti++) {
-    const ct_tensor_info *t = &m.tensors[ti];
-    for (long k = 0; k < t->numel; k++) {
-      long i = t->offset + k;
-      double keep = P[i], e = 1e-5;
-      P[i] = keep + e;
-      double lp = gemma_ref_loss(&ref, b.B, b.T, b.ids, b.pos, b.seg, b.target, 0);
-      P[i] = keep - e;
-      double lm = gemma_ref_loss(&ref, b.B, b.T, b.ids, b.pos, b.seg, b.target, 0);
-      P[i] = keep;
-      double fd = (lp - lm) / (2 * e), err = fabs(grads[i] - fd);
-      checked++;
-      worst = err > worst ? err : worst;
-      if (err > 1e-5 + 1e-3 * fabs(fd) && bad++ < 5)
-        fprintf(stderr, "  %s[%ld]: analytic %.8g, finite difference %.8g\n", t->name, k, grads[i], fd);
-    }
-  }
-  fprintf(stderr, "  %d gradients checked, worst |diff| %.3g\n", checked, worst);
-  CHECK(bad == 0);
+  int checked;
+  CHECK(ref_check_gradients(&ref, P, grads, b.B, b.T, b.ids, b.pos, b.seg, b.target, 0, &checked) == 0);
   // every parameter, counted from the config by hand: 4 norms per layer and q/k norms
   long V = cfg.vocab_size, C = cfg.hidden_size, F = cfg.intermediate_size, hd = cfg.head_dim;
   long QKV = (cfg.num_heads + 2L * cfg.num_kv_heads) * hd;

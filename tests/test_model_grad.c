@@ -102,29 +102,8 @@ static void check_model(ct_model_config cfg, double z) {
   double want = ref_mean_loss(&ref, b.B, b.T, b.ids, b.pos, b.seg, b.target, z);
   CHECK_NEAR(loss, want, 2e-5 * fabs(want));
 
-  int bad = 0, checked = 0;
-  double worst = 0;
-  for (int ti = 0; ti < m.n_tensors; ti++) {
-    const ct_tensor_info *t = &m.tensors[ti];
-    for (long k = 0; k < t->numel; k++) {
-      long i = t->offset + k;
-      double keep = P[i], e = 1e-5;
-      P[i] = keep + e;
-      double lp = ref_mean_loss(&ref, b.B, b.T, b.ids, b.pos, b.seg, b.target, z);
-      P[i] = keep - e;
-      double lm = ref_mean_loss(&ref, b.B, b.T, b.ids, b.pos, b.seg, b.target, z);
-      P[i] = keep;
-      double fd = (lp - lm) / (2 * e), err = fabs(grads[i] - fd);
-      checked++;
-      if (err > worst) worst = err;
-      if (err > 1e-5 + 1e-3 * fabs(fd)) {
-        if (bad++ < 5)
-          fprintf(stderr, "  %s[%ld]: analytic %.8g, finite difference %.8g\n", t->name, k, grads[i], fd);
-      }
-    }
-  }
-  fprintf(stderr, "  %d gradients checked, worst |diff| %.3g\n", checked, worst);
-  CHECK(bad == 0);
+  int checked;
+  CHECK(ref_check_gradients(&ref, P, grads, b.B, b.T, b.ids, b.pos, b.seg, b.target, z, &checked) == 0);
   long numel = 0;
   for (int ti = 0; ti < m.n_tensors; ti++) numel += m.tensors[ti].numel;
   CHECK(checked == numel && numel > 2000);
