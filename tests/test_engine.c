@@ -16,19 +16,6 @@
 #include "tiny_model.h"
 #include "weights.h"
 
-// Logits (T, V) of one causal row through the training forward.
-static float *train_logits(const ct_model *m, const int *ids, int T) {
-  ct_acts a;
-  if (ct_acts_init(&a, m, 1, T, CT_ACTS_FORWARD)) exit(1);
-  for (int t = 0; t < T; t++) a.ids[t] = ids[t], a.pos[t] = t, a.seg[t] = 0;
-  ct_forward(m, &a, 1, T);
-  int V = m->cfg.vocab_size, C = m->cfg.hidden_size;
-  float *lg = malloc(sizeof(float) * T * V);
-  ct_sgemm('N', 'T', T, V, C, 1, a.lnf, C, m->w.lm_head, C, 0, lg, V);
-  ct_acts_free(&a);
-  return lg;
-}
-
 static const char *pack_names[] = {"rows", "fp32 panels", "bf16 panels"};
 
 // Prefills the first P of T tokens into a slot, decodes the rest one at a time with m's

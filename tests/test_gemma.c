@@ -173,19 +173,6 @@ static void test_gemma_window_changes_the_loss(void) {
 // ---------------------------------------------------------------------------
 // The sampler's engine: a sliding layer keeps a ring of rows
 
-// Logits (T, V) of one causal row through the training forward.
-static float *train_logits(const ct_model *m, const int *ids, int T) {
-  ct_acts a;
-  CHECK_OK(ct_acts_init(&a, m, 1, T, CT_ACTS_FORWARD));
-  for (int t = 0; t < T; t++) a.ids[t] = ids[t], a.pos[t] = t, a.seg[t] = 0;
-  ct_forward(m, &a, 1, T);
-  int V = m->cfg.vocab_size, C = m->cfg.hidden_size;
-  float *lg = malloc(sizeof(float) * T * V);
-  ct_sgemm('N', 'T', T, V, C, 1, a.lnf, C, m->w.lm_head, C, 0, lg, V);
-  ct_acts_free(&a);
-  return lg;
-}
-
 enum { RT = 30, RP = 9, RMAX = 3 };  // tokens, prefilled (in passes of RMAX), tokens per pass
 
 // Prefill RP tokens into slot 1 in passes of RMAX, decode the rest one by one: the logits

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "forward.h"
+#include "matmul.h"
 #include "model.h"
 #include "rng.h"
 
@@ -42,4 +44,18 @@ static inline void tiny_model(ct_model *m, const char *type) {
     if (m->tensors[i].ndim == 1)
       for (long k = 0; k < m->tensors[i].numel; k++)
         m->params[m->tensors[i].offset + k] = (float)(!c.gemma + 0.2 * ct_rng_normal(&r));
+}
+
+// Logits (T, V) of one causal row through the training forward (what the sampler's engine
+// must reproduce).
+__attribute__((unused)) static float *train_logits(const ct_model *m, const int *ids, int T) {
+  ct_acts a;
+  if (ct_acts_init(&a, m, 1, T, CT_ACTS_FORWARD)) exit(1);
+  for (int t = 0; t < T; t++) a.ids[t] = ids[t], a.pos[t] = t, a.seg[t] = 0;
+  ct_forward(m, &a, 1, T);
+  int V = m->cfg.vocab_size, C = m->cfg.hidden_size;
+  float *lg = malloc(sizeof(float) * T * V);
+  ct_sgemm('N', 'T', T, V, C, 1, a.lnf, C, m->w.lm_head, C, 0, lg, V);
+  ct_acts_free(&a);
+  return lg;
 }
