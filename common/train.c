@@ -793,6 +793,14 @@ double ct_train_acts_bytes(const ct_train *tr, int B, int T, int mode) {
   return b;
 }
 
+void ct_train_log_fields(const ct_train *tr, json_t *j, double lr, double grad_norm, double tokens_per_s) {
+  json_object_set_new(j, "epoch", json_real(tr->epoch + (double)tr->epoch_pos / tr->n_seq));
+  json_object_set_new(j, "learning_rate", json_real(lr));
+  json_object_set_new(j, "grad_norm", json_real(grad_norm));
+  json_object_set_new(j, "num_tokens", json_real(tr->num_tokens));
+  json_object_set_new(j, "tokens_per_s", json_real(tokens_per_s));
+}
+
 void ct_train_plan_acts(const ct_train *tr, ct_plan *plan, int rows, int eval_rows, int T) {
   bool ckpt = tr->cfg->gradient_checkpointing;
   ct_plan_addf(plan, ct_train_acts_bytes(tr, rows, T, ckpt ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP),

@@ -113,6 +113,9 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry);
 int ct_train_attach(const ct_train *tr, ct_acts *a);
 // Bytes of a policy's activations in `mode` for B x T tokens (+ the adapters' work space).
 double ct_train_acts_bytes(const ct_train *tr, int B, int T, int mode);
+// Adds a training metrics line's common fields to j: epoch, learning_rate, grad_norm,
+// num_tokens, tokens_per_s.
+void ct_train_log_fields(const ct_train *tr, json_t *j, double lr, double grad_norm, double tokens_per_s);
 // Adds the activations' rows to a memory plan: rows x T training tokens in the mode
 // gradient_checkpointing picks, and eval_rows x T forward-only ones (none when 0).
 void ct_train_plan_acts(const ct_train *tr, ct_plan *plan, int rows, int eval_rows, int T);

@@ -451,11 +451,7 @@ int main(int argc, char **argv) {
     if (ct_train_log_due(&tr)) {
       json_t *j = stats_json(&win, "", ct_dpo_sft_weight(&d.loss) != 0);
       json_object_set_new(j, "step", json_integer(tr.step));
-      json_object_set_new(j, "epoch", json_real(tr.epoch + (double)tr.epoch_pos / tr.n_seq));
-      json_object_set_new(j, "learning_rate", json_real(lr));
-      json_object_set_new(j, "grad_norm", json_real(win_norm / win_steps));
-      json_object_set_new(j, "num_tokens", json_real(tr.num_tokens));
-      json_object_set_new(j, "tokens_per_s", json_real(tok_s));
+      ct_train_log_fields(&tr, j, lr, win_norm / win_steps, tok_s);
       if (ct_log_metrics(&tr.log, j)) fail(1, NULL);
       memset(&win, 0, sizeof win);
       win_norm = 0;
