@@ -2,7 +2,7 @@
 // a directory that also holds base.yml, so that `base_config: base.yml` chains (every
 // seed has one) resolve. Each trainer kind loads it; what loads must dump to yml that
 // reloads into an identical config (config.h's contract), checked for one kind per input
-// (the dump and reload cost more than the five loads).
+// (the dump and reload cost more than the six loads).
 //
 // base.yml here is short: a few keys of every kind of value (string, integer, number,
 // enum with a TRL bool spelling, list, a `model:` block), so that the input's keys
@@ -13,8 +13,8 @@
 #include "config.h"
 #include "fuzz.h"
 
-static const ct_trainer_kind kinds[] = {CT_TRAINER_SFT, CT_TRAINER_DPO, CT_TRAINER_GRPO,
-                                        CT_TRAINER_DISTILL, CT_TRAINER_SAMPLER};
+static const ct_trainer_kind kinds[] = {CT_TRAINER_SFT,     CT_TRAINER_DPO,    CT_TRAINER_GRPO,
+                                        CT_TRAINER_DISTILL, CT_TRAINER_REWARD, CT_TRAINER_SAMPLER};
 
 static const char small_base[] =
     "# a short base: the input's keys override these\n"
