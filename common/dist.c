@@ -142,6 +142,13 @@ int ct_dist_max_f64(double *buf, int n) {
   return 0;
 }
 
+int ct_dist_max_f32(float *buf, int n) {
+  if (world_ == 1) return 0;
+  if (MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
+    return ct_set_error(CT_EMPI, "MPI_Allreduce failed");
+  return 0;
+}
+
 int ct_dist_gather_text(const char *s, size_t n, char **out, size_t *len) {
   *out = NULL;
   *len = 0;

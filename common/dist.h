@@ -27,6 +27,7 @@ static inline void ct_f64_add(double *dst, const double *src, int n) {
 // The largest value across ranks: error codes agree before anyone stops.
 int ct_dist_max_int(int v);
 // In-place element-wise maxima across ranks (a minimum is the max of the negated values).
+int ct_dist_max_f32(float *buf, int n);
 int ct_dist_max_f64(double *buf, int n);
 // Every rank's n bytes of text, concatenated in rank order, into *out on rank 0 (malloc'd,
 // NUL-terminated, *len bytes without the NUL); *out is NULL on the other ranks. At world

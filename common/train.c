@@ -945,15 +945,7 @@ static int qk_clip_step(ct_train *tr) {
   ct_qkclip *q = &tr->qkclip;
   if (!q->max) return 0;
   long n = (long)q->L * q->H;
-  if (tr->world > 1 && tr->cfg->diloco_inner_steps == 0) {
-    double *d = malloc(sizeof(double) * (size_t)n);
-    if (!d) return ct_set_error(CT_ENOMEM, "out of memory");
-    for (long i = 0; i < n; i++) d[i] = q->max[i];
-    int rc = ct_dist_max_f64(d, (int)n);
-    for (long i = 0; i < n; i++) q->max[i] = (float)d[i];
-    free(d);
-    if (rc) return rc;
-  }
+  if (tr->cfg->diloco_inner_steps == 0 && ct_dist_max_f32(q->max, (int)n)) return 1;
   float top = ct_qkclip_max(q);
   int clipped = ct_qkclip_apply(q, &tr->model);
   ct_qkclip_reset(q);
