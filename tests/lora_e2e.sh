@@ -35,13 +35,7 @@ CT_STOP_AFTER_STEP=12 "$BIN/sft" $sft output_dir="$T/r2" max_steps=30 save_steps
 cmp -s "$T/r1/adapter_model.safetensors" "$T/r2/adapter_model.safetensors" || fail "resumed adapters differ"
 
 echo "== merge-lora: the merged model samples exactly as base + adapter_path"
-"$BIN/ctune-ckpt" merge-lora base="$T/base" adapter="$T/s" out="$T/merged" >"$T/m.log" 2>&1 || { cat "$T/m.log"; fail "merge"; }
-head -8 "$T/eval.jsonl" >"$T/p.jsonl"
-"$BIN/sampler" generate model_path="$T/merged" prompts_path="$T/p.jsonl" temperature=0 output=json \
-  max_new_tokens=8 2>/dev/null | sed 's/"logprobs":\[[^]]*\]//' >"$T/g1"
-"$BIN/sampler" generate model_path="$T/base" adapter_path="$T/s" prompts_path="$T/p.jsonl" temperature=0 \
-  output=json max_new_tokens=8 2>/dev/null | sed 's/"logprobs":\[[^]]*\]//' >"$T/g2"
-[ -s "$T/g1" ] && cmp -s "$T/g1" "$T/g2" || { diff "$T/g1" "$T/g2"; fail "merged != base + adapter"; }
+merge_matches_adapter "$T/base" "$T/s" "$T/eval.jsonl"
 
 echo "== DPO: the base (adapters off) is the reference; reward accuracy rises"
 "$BIN/ctune-demo-data" reverse-prefs "$T/prefs.jsonl" "$T/prefs_eval.jsonl" 800 100 22 6

@@ -82,3 +82,15 @@ small_sft() {
     per_device_train_batch_size=32 learning_rate=2e-3 lr_scheduler_type=cosine warmup_steps=5 \
     save_steps=0 >"$2.log" 2>&1 || { cat "$2.log"; fail "training the model in $2"; }
 }
+
+# merge_matches_adapter BASE ADAPTER EVAL: merges ADAPTER into BASE as $T/merged and fails
+# unless the merged model's greedy completions of EVAL's first 8 rows equal base + adapter.
+merge_matches_adapter() {
+  "$BIN/ctune-ckpt" merge-lora base="$1" adapter="$2" out="$T/merged" >"$T/m.log" 2>&1 || { cat "$T/m.log"; fail "merge"; }
+  head -8 "$3" >"$T/p.jsonl"
+  "$BIN/sampler" generate model_path="$T/merged" prompts_path="$T/p.jsonl" temperature=0 output=json \
+    max_new_tokens=8 2>/dev/null | sed 's/"logprobs":\[[^]]*\]//' >"$T/g1"
+  "$BIN/sampler" generate model_path="$1" adapter_path="$2" prompts_path="$T/p.jsonl" temperature=0 \
+    output=json max_new_tokens=8 2>/dev/null | sed 's/"logprobs":\[[^]]*\]//' >"$T/g2"
+  [ -s "$T/g1" ] && cmp -s "$T/g1" "$T/g2" || { diff "$T/g1" "$T/g2"; fail "merged != base + adapter"; }
+}
