@@ -226,37 +226,34 @@ static void attend_head(const float *q, const float *K1, const float *V1, int P1
   int P = P1 + P2;
   head_scores(q, K1, ld, P1, hd, s);
   head_scores(q, K2, ld, P2, hd, s + P1);
-  float mx = -INFINITY;
-  for (int p = 0; p < P; p++) s[p] *= scale;
-  if (softcap > 0) {
-    float ic = 1.0f / softcap;
-    for (int p = 0; p < P; p++) s[p] = softcap * ct_tanhf(s[p] * ic);
+  float mx = -INFINITY, ic = softcap > 0 ? 1.0f / softcap : 0;
+  for (int p = 0; p < P; p++) {  // scaled (and softcapped) in the pass that finds the max
+    float v = s[p] * scale;
+    s[p] = softcap > 0 ? softcap * ct_tanhf(v * ic) : v;
+    mx = s[p] > mx ? s[p] : mx;
   }
-  for (int p = 0; p < P; p++) mx = s[p] > mx ? s[p] : mx;
   float sum = 0;
 #pragma omp simd reduction(+ : sum)
   for (int p = 0; p < P; p++) {
     s[p] = ct_expf(s[p] - mx);
     sum += s[p];
   }
-  float inv = 1.0f / sum;
-  for (int p = 0; p < P; p++) s[p] *= inv;
+  // o = Σ_p s_p·v_p / sum: the normalization applied to the hd outputs, not the P weights
+  int done = 0;
 #if defined(__AVX512F__)
-  if (hd == 64) {
-    weighted_sum(s, V1, P1, V2, P2, ld, o, 4);
-    return;
-  }
-  if (hd == 128) {
-    weighted_sum(s, V1, P1, V2, P2, ld, o, 8);
-    return;
-  }
+  if (hd == 64) weighted_sum(s, V1, P1, V2, P2, ld, o, 4), done = 1;
+  if (hd == 128) weighted_sum(s, V1, P1, V2, P2, ld, o, 8), done = 1;
 #endif
-  memset(o, 0, sizeof(float) * hd);
-  for (int p = 0; p < P; p++) {
-    const float *v = p < P1 ? V1 + p * ld : V2 + (p - P1) * ld;
+  if (!done) {
+    memset(o, 0, sizeof(float) * hd);
+    for (int p = 0; p < P; p++) {
+      const float *v = p < P1 ? V1 + p * ld : V2 + (p - P1) * ld;
 #pragma omp simd
-    for (int t = 0; t < hd; t++) o[t] += s[p] * v[t];
+      for (int t = 0; t < hd; t++) o[t] += s[p] * v[t];
+    }
   }
+  float inv = 1.0f / sum;
+  for (int t = 0; t < hd; t++) o[t] *= inv;
 }
 
 // Attention of token i's query heads of kv group g over its slot's positions 0..pos. A
