@@ -18,7 +18,7 @@
 // row, so the causal mask wastes at most half of one QB x QB tile per block.
 #define QB 64
 
-long ct_attention_scratch_floats(int T) { return 3L * QB * T + QB; }
+long ct_attention_scratch_floats(int T, bool softcap) { return (softcap ? 3L : 2L) * QB * T + QB; }
 
 typedef struct {
   float *out, *lse, *dqkv, *scratch, *head_max;
@@ -108,7 +108,7 @@ static void attn_fwd_task(void *ctx, int task, int thread) {
 void ct_attention_forward(float *out, float *lse, const float *qkv, const int *seg,
                           ct_attn_dims d, float *scratch, float *head_max) {
   attn_job j = {.out = out, .lse = lse, .qkv = qkv, .seg = seg, .d = d, .scratch = scratch,
-                .head_max = head_max, .scratch_per_thread = ct_attention_scratch_floats(d.T)};
+                .head_max = head_max, .scratch_per_thread = ct_attention_scratch_floats(d.T, d.softcap > 0)};
   ct_parallel_for(d.B * d.H, attn_fwd_task, &j);
 }
 
@@ -127,8 +127,8 @@ static void attn_bwd_task(void *ctx, int task, int thread) {
   const int *seg = j->seg + (long)b * d.T;
   float *P = j->scratch + thread * j->scratch_per_thread;  // (QB, T)
   float *dP = P + (long)QB * d.T;                          // (QB, T)
-  float *TH = dP + (long)QB * d.T;                         // (QB, T) tanh of capped scores
-  float *D = TH + (long)QB * d.T;                          // (QB)
+  float *TH = d.softcap > 0 ? dP + (long)QB * d.T : NULL;  // (QB, T) tanh of capped scores
+  float *D = (TH ? TH : dP) + (long)QB * d.T;               // (QB)
   for (int t = 0; t < d.T; t++) {
     memset(dK + (long)t * ld, 0, sizeof(float) * d.hd);
     memset(dV + (long)t * ld, 0, sizeof(float) * d.hd);
@@ -187,6 +187,6 @@ void ct_attention_backward(float *dqkv, const float *dout, const float *out, con
                            const float *qkv, const int *seg, ct_attn_dims d, float *scratch) {
   attn_job j = {.dqkv = dqkv, .dout = dout, .cout = out, .clse = lse, .qkv = qkv, .seg = seg,
                 .d = d, .scratch = scratch,
-                .scratch_per_thread = ct_attention_scratch_floats(d.T)};
+                .scratch_per_thread = ct_attention_scratch_floats(d.T, d.softcap > 0)};
   ct_parallel_for(d.B * d.KV, attn_bwd_task, &j);
 }

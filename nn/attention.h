@@ -12,6 +12,7 @@
 // q·k · scale; 0 = hd^-0.5), window (query t sees keys t - window < j <= t as well),
 // softcap (scores c·tanh(s/c) before the softmax, Gemma 2's attn_logit_softcapping).
 #pragma once
+#include <stdbool.h>
 
 typedef struct {
   int B, T, H, KV, hd;
@@ -20,8 +21,9 @@ typedef struct {
   float softcap;
 } ct_attn_dims;
 
-// Floats of scratch the attention needs per thread for sequences up to T.
-long ct_attention_scratch_floats(int T);
+// Floats of scratch the attention needs per thread for sequences up to T (softcapped
+// scores keep their tanh for the backward: a third block).
+long ct_attention_scratch_floats(int T, bool softcap);
 
 // head_max (H), or NULL: max-accumulated (atomically; = max(itself, ...)) with each head's
 // largest pre-softmax logit (scaled by 1/sqrt(hd), over the keys each query sees) — QK-Clip's

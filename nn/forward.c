@@ -40,7 +40,7 @@ static void acts_sizes(const ct_model_config *c, int B, int T, int mode, long si
   long Ls = keep ? d.L : 1, Lx = back ? d.L + 1 : 1;  // per-layer slots; residual slots
   // reductions: rmsnorm (C), head norm (hd <= QKV), qkv bias (QKV); attention blocks
   long scratch = max3(CT_RED_CHUNKS * (d.C > d.QKV ? d.C : d.QKV),
-                      (long)ct_pool_threads() * ct_attention_scratch_floats(T), 1);
+                      (long)ct_pool_threads() * ct_attention_scratch_floats(T, c->attn_softcap > 0), 1);
   long v[N_SLOTS] = {
       Lx * N * d.C, Ls * N * d.C, Ls * N, Ls * N * d.QKV,
       qkn ? Ls * N * d.QKV : 0, qkn ? Ls * N * (d.H + d.KV) : 0, Ls * N * d.H * d.hd,

@@ -557,7 +557,7 @@ static void test_embed_backward_matches_central_differences_with_repeated_ids(vo
 // Attention
 
 static float *attn_scratch(int T) {
-  return falloc((long)MAX_THREADS * ct_attention_scratch_floats(T));
+  return falloc((long)MAX_THREADS * ct_attention_scratch_floats(T, true));
 }
 
 // Random qkv with q and k in [-2, 2] (scores of order one, so that softmax is far from
