@@ -347,7 +347,7 @@ static void test_bad_reward_model_dirs_fail_with_their_reason(void) {
   snprintf(p, sizeof p, "%s/tokenizer.json", notok);
   CHECK(unlink(p) == 0);
   check_refused(notok, "tokenizer cannot be loaded");
-  check_refused(tmp_dir("missing"), "reward model");
+  check_refused(tmp_dir("missing"), "config.json: unable to open");
   ct_model_free(&m);
 }
 
