@@ -603,8 +603,7 @@ int main(int argc, char **argv) {
   ct_train tr;
   ct_train_start(&tr, &cfg, CT_TRAINER_GRPO, argc, argv, check_config);
   grpo_t g = {.cfg = &cfg, .tr = &tr, .G = (int)cfg.num_generations};
-  agg_kind(&cfg, &g.agg);  // (checked by check_config)
-  init_rewards(&g);
+  agg_kind(&cfg, &g.agg);  // (checked by check_config, which also checked every reward function)
   int B = (int)cfg.per_device_train_batch_size, accum = (int)cfg.gradient_accumulation_steps;
   ct_prompt_opts po = {true, (int)cfg.max_prompt_length, cfg.truncate_prompt == CT_TRUNCATE_LEFT,
                        "max_prompt_length", tr.model.cfg.vocab_size};
@@ -634,8 +633,8 @@ int main(int argc, char **argv) {
   ct_plan_addf(&plan, ct_infer_pack_bytes(mc, g.pack), "sampler: the weights packed for decoding (%s)",
                g.pack == CT_PACK_BF16 ? "bfloat16" : "float32");
   if (g.use_ref) ct_train_plan_reference(&tr, &plan, B, T);
-  for (int k = 0; k < g.K; k++)
-    if (ct_reward_is_model(g.rewards[k]))
+  for (int k = 0, kind; k < cfg.reward_funcs.n; k++)
+    if (!ct_reward_kind(cfg.reward_funcs.v[k], &kind) && kind == CT_REWARD_MODEL)
       ct_plan_addf(&plan, ct_rm_bytes(cfg.reward_funcs.v[k], (int)cfg.reward_model_dtype, B, reward_model_tokens(&cfg)),
                    "reward model %s (%s)", cfg.reward_funcs.v[k], ct_store_names[cfg.reward_model_dtype]);
   bool dry;
@@ -649,6 +648,7 @@ int main(int argc, char **argv) {
     ct_train_release(&tr);
     return 0;
   }
+  init_rewards(&g);  // (a reward model is loaded here: after the plan said it fits)
   if (ct_completions_open(&g.log, cfg.output_dir, cfg.log_completions, (int)cfg.num_completions_to_print, tr.step,
                           &tr.log))
     fail(1, NULL);

@@ -70,7 +70,6 @@ const char *ct_reward_name(const ct_reward *r) {
   return r->kind == CT_REWARD_MODEL ? r->model_name : ct_reward_func_names[r->kind];
 }
 
-bool ct_reward_is_model(const ct_reward *r) { return r->kind == CT_REWARD_MODEL; }
 
 // A reward model: checked (check_only) or opened. Its name is the directory's last part.
 static int init_model(ct_reward *r, const ct_reward_opts *o) {

@@ -51,7 +51,6 @@ int ct_reward_init(ct_reward **r, int kind, const ct_reward_opts *o);
 void ct_reward_free(ct_reward *r);
 // "accuracy", "format", "length", "remote", or a reward model's directory's last part
 const char *ct_reward_name(const ct_reward *r);
-bool ct_reward_is_model(const ct_reward *r);  // a reward model (CT_REWARD_MODEL)
 // Parses a name from configuration: a built-in, or (CT_REWARD_MODEL) a path to a
 // directory; CT_ECONFIG naming the choices otherwise.
 int ct_reward_kind(const char *name, int *kind);
