@@ -65,12 +65,19 @@ static int load_tokenizer(const char *dir, ct_tokenizer **tok) {
   return 0;
 }
 
+// Every check of a reward-model directory, without loading its weights: its config, its
+// score head, and its tokenizer (loaded into *tok).
+static int checks(const char *dir, ct_model_config *mc, ct_tokenizer **tok) {
+  int rc = check_config(dir, mc);
+  if (!rc) rc = check_score(dir, mc->hidden_size);
+  if (!rc) rc = load_tokenizer(dir, tok);
+  return rc;
+}
+
 int ct_rm_check(const char *dir) {
   ct_model_config mc;
   ct_tokenizer *tok = NULL;
-  int rc = check_config(dir, &mc);
-  if (!rc) rc = check_score(dir, mc.hidden_size);
-  if (!rc) rc = load_tokenizer(dir, &tok);
+  int rc = checks(dir, &mc, &tok);
   if (tok) ct_tokenizer_free(tok);
   return rc;
 }
@@ -87,9 +94,7 @@ int ct_rm_open(ct_rm *r, const char *dir, int dtype, int B, int T) {
   snprintf(r->dir, sizeof r->dir, "%s", dir);
   last_part(dir, r->name, sizeof r->name);
   ct_model_config mc;
-  int rc = check_config(dir, &mc);
-  if (!rc) rc = check_score(dir, mc.hidden_size);
-  if (!rc) rc = load_tokenizer(dir, &r->tok);
+  int rc = checks(dir, &mc, &r->tok);
   if (rc) return rc;
   r->B = B, r->T = T, r->C = mc.hidden_size;
   ct_model m;
