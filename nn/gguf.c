@@ -473,9 +473,8 @@ int ct_gguf_export(const ct_model_config *c, ct_gguf_type type, const char *name
     const float *x = buf;
     if (!it->t) llama3_rope_factors(c, buf);
     else if ((rc = rd(rctx, it->t, buf))) break;
-    if (c->gemma && it->t && strstr(it->t->name, "norm.weight")) {  // llama.cpp multiplies by w: 1 + w
-      for (long k = 0; k < it->t->numel; k++) buf[k] += 1.0f;
-    }
+    if (it->t && strstr(it->t->name, "norm.weight"))  // Gemma: llama.cpp multiplies by w, so 1 + w
+      ct_norm_weight(c, buf, (int)it->t->numel, buf);
     if (it->perm_heads) {
       long cols = it->t->ndim == 1 ? 1 : it->t->shape[1];
       ct_gguf_permute_rows(buf, tmp, it->perm_heads, c->head_dim, cols);
