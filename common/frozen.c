@@ -88,6 +88,18 @@ int ct_frozen_open(ct_frozen *f, const char *dir, int dtype, int B, int T) {
   return rc;
 }
 
+int ct_frozen_reserve(ct_frozen *f, int T) {
+  if (T <= f->T) return 0;
+  if (f->view || f->dtype == CT_STORE_INT8)
+    return ct_set_error(CT_EINVAL, "frozen model: cannot grow a view's or an int8 model's buffers");
+  int rc = ct_model_rope_reserve(&f->model, T);
+  if (rc) return rc;
+  ct_acts_free(&f->acts);
+  if ((rc = ct_acts_init(&f->acts, &f->model, f->B, T, CT_ACTS_FORWARD))) return rc;
+  f->T = T;
+  return 0;
+}
+
 int ct_frozen_view(ct_frozen *f, const ct_model *m, int B, int T) {
   memset(f, 0, sizeof *f);
   f->view = true;

@@ -48,6 +48,9 @@ int ct_frozen_init(ct_frozen *f, ct_model *m, int dtype, int B, int T);
 int ct_frozen_view(ct_frozen *f, const ct_model *m, int B, int T);
 // Loads a Hugging Face model directory (a ctune int8 directory loads as int8).
 int ct_frozen_open(ct_frozen *f, const char *dir, int dtype, int B, int T);
+// Grows an owned float32/bfloat16 model's forward buffers to rows of T tokens (no-op when
+// they hold T already): its RoPE table and activations are allocated again.
+int ct_frozen_reserve(ct_frozen *f, int T);
 void ct_frozen_free(ct_frozen *f);
 
 // bf16 compute (the trainer's bf16: true): a float32 or bfloat16 model multiplies in

@@ -158,7 +158,28 @@ static int score_batch(ct_rm *r, const int *const *ids, const int *len, int n, d
   return 0;
 }
 
+// Grows the forward buffers to rows of T tokens (rounded up to 64), saying so: the memory
+// plan counted r->T.
+static int grow(ct_rm *r, int T) {
+  T = (T + 63) / 64 * 64;
+  fprintf(stderr, "ctune: reward model %s: a text of more than %d tokens; its buffers grow to %d tokens "
+          "(%.0f MiB more than the memory plan counted)\n", r->name, r->T, T,
+          (ct_frozen_bytes(&r->f.cfg, r->f.dtype, r->B, T) - ct_frozen_bytes(&r->f.cfg, r->f.dtype, r->B, r->T)) /
+              1048576.0);
+  int rc = ct_frozen_reserve(&r->f, T);
+  ct_batch_free(&r->batch);
+  if (!rc) rc = ct_batch_init(&r->batch, r->B, T);
+  if (!rc) r->T = T;
+  return rc ? ct_wrap_error(rc, "reward model %s: growing to %d tokens", r->dir, T) : 0;
+}
+
 int ct_rm_score_ids(ct_rm *r, const int *const *ids, const int *len, int n, double *out, int *too_long) {
+  int longest = 0;
+  for (int i = 0; i < n; i++) longest = len[i] > longest ? len[i] : longest;
+  if (!too_long && longest > r->T) {
+    int rc = grow(r, longest);
+    if (rc) return rc;
+  }
   const int **bi = malloc(sizeof *bi * (size_t)r->B);
   int *bl = r->len, *slot = malloc(sizeof(int) * (size_t)r->B), k = 0, rc = 0;
   double *br = malloc(sizeof(double) * (size_t)r->B);

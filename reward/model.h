@@ -48,7 +48,8 @@ int ct_rm_render(const ct_rm *r, const json_t *row, const json_t *prompt, const 
 
 // The rewards of n texts into out: each tokenized as one document (one BOS), EOS appended
 // where eos[i] (eos may be NULL: none) and not already last, then run in batches of B rows;
-// a text longer than T tokens gets NaN (and counts in *too_long when not NULL).
+// a text longer than T tokens gets NaN and counts in *too_long; with too_long NULL the
+// buffers grow to the longest text instead (one line on stderr says by how much).
 int ct_rm_score_texts(ct_rm *r, char *const *texts, const bool *eos, int n, double *out, int *too_long);
 // The same for n token sequences (ids[i], len[i] tokens each).
 int ct_rm_score_ids(ct_rm *r, const int *const *ids, const int *len, int n, double *out, int *too_long);

@@ -283,6 +283,10 @@ static void test_saved_reward_model_has_hf_seq_cls_layout_and_reloads_with_same_
     CHECK_OK(ct_rm_score_ids(&rm, seq2, len, 2, got, &too_long));
     CHECK(too_long == 1 && isnan(got[1]));
     CHECK_NEAR(got[0], want[0], 1e-5 * (1 + fabs(want[0])));
+    // without a counter (GRPO) the buffers grow instead: every text gets its reward
+    CHECK_OK(ct_rm_score_ids(&rm, seq2, len, 2, got, NULL));
+    CHECK(rm.T >= 9);
+    for (int i = 0; i < 2; i++) CHECK_NEAR(got[i], want[i], 1e-5 * (1 + fabs(want[i])));
     ct_rm_free(&rm);
     ct_model_free(&m);
   }
