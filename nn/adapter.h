@@ -3,8 +3,9 @@
 //   y (N, ldy) += s · dropout(x) · Aᵀ · Bᵀ     into the target's columns [row0, row0 + out)
 //
 // with A (r, in), B (out, r) the adapters of layer l, target t (lora.h). Dropout masks
-// (training forwards only) are a hash of (dropout_key, layer, target, element), so backward
-// and a recomputed forward draw the same ones without storing them.
+// (training forwards only) are a hash of (dropout_key, layer, target, element), so a
+// recomputed forward draws the same ones; the forward keeps them as bits (one per input
+// element, in the work space) and backward reads them back instead of hashing again.
 //
 // The products run in fp32 on OpenBLAS, also under bf16 compute: in bf16 through oneDNN
 // they measured faster alone (single-threaded, N 2240, r 16) but made the GRPO job's
