@@ -26,6 +26,9 @@ echo
 echo "== LoRA against full fine-tuning (SmolLM-135M and Qwen2.5-0.5B shapes)"
 sh scripts/bench-lora.sh "$BIN"
 echo
+echo "== beyond one process: 2 ranks x 1 thread vs 1 rank x 2 threads, ZeRO-1 memory, DiLoCo bytes (SmolLM-135M shape)"
+sh scripts/bench-dist.sh "$BIN"
+echo
 echo "== the job we measure ourselves by: one GRPO step, 0.5B shape, LoRA (bf16: true, then float32)"
 sh scripts/bench-grpo.sh "$BIN" bf16=true
 sh scripts/bench-grpo.sh "$BIN"
