@@ -7,6 +7,7 @@
 // run with a two-thread memcpy: bound = (bytes copied per second) / (bytes of weights).
 // A copy moves each byte twice (read, then write); counting that traffic instead
 // doubles the bound, and the second percentage is taken against it.
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,14 @@ static long arg(int argc, char **argv, const char *key, long def) {
   size_t n = strlen(key);
   for (int i = 1; i < argc; i++)
     if (strncmp(argv[i], key, n) == 0 && argv[i][n] == '=') return atol(argv[i] + n + 1);
+  return def;
+}
+
+// The value of key=VALUE in argv, or def.
+static const char *sarg(int argc, char **argv, const char *key, const char *def) {
+  size_t n = strlen(key);
+  for (int i = 1; i < argc; i++)
+    if (strncmp(argv[i], key, n) == 0 && argv[i][n] == '=') return argv[i] + n + 1;
   return def;
 }
 
@@ -90,56 +99,71 @@ static double decode_rate(ct_engine *e, int batch, int prompt, int steps, float 
   return (double)n * steps / (ct_now() - t);
 }
 
-static double prefill_rate(ct_engine *e, int prompts, int len, float *logits) {
+// One timed pass of ct_forward over the bench's 4 x 256 tokens (no LM head): the
+// training forward a prefill should at least match.
+static double train_forward_once(const ct_model *m, ct_acts *a, int prompts, int len) {
+  double t = ct_now();
+  ct_forward(m, a, prompts, len);
+  return prompts * len / (ct_now() - t);
+}
+
+// tokens/s of prefilling `prompts` prompts of `len` tokens in one pass (the last token's
+// logits of each), best of `reps`; each repetition is followed by one training forward
+// over the same tokens (best kept in *fwd), so the two see the same machine load.
+static double prefill_rate(ct_engine *e, const ct_model *m, ct_acts *a, int prompts, int len, int reps,
+                           float *logits, double *fwd) {
   int n = prompts * len;
   int *ids = malloc(sizeof(int) * n), *slot = malloc(sizeof(int) * n), *pos = malloc(sizeof(int) * n), outs[64];
   for (int i = 0; i < n; i++) ids[i] = (i * 17) % 49152, slot[i] = i / len, pos[i] = i % len;
   for (int p = 0; p < prompts; p++) outs[p] = p * len + len - 1;
   double best = 0;
-  for (int r = 0; r < 2; r++) {
+  for (int r = 0; r < reps; r++) {
     double t = ct_now();
     ct_engine_forward(e, n, ids, slot, pos, outs, prompts, logits);
     t = ct_now() - t;
     if (n / t > best) best = n / t;
+    double f = train_forward_once(m, a, prompts, len);
+    if (f > *fwd) *fwd = f;
   }
   free(ids); free(slot); free(pos);
   return best;
 }
 
-// tokens/s of the training forward (ct_forward, no LM head) over the same 4 x 256 tokens
-// as the prefill: the rate a prefill should at least match.
-static double train_forward_rate(const ct_model *m, int prompts, int len) {
-  ct_acts a;
-  if (ct_acts_init(&a, m, prompts, len, CT_ACTS_FORWARD)) return 0;
-  for (int i = 0; i < prompts * len; i++) a.ids[i] = (i * 17) % 49152, a.pos[i] = i % len, a.seg[i] = i / len;
-  double best = 0;
-  for (int r = 0; r < 2; r++) {
-    double t = ct_now();
-    ct_forward(m, &a, prompts, len);
-    t = ct_now() - t;
-    if (prompts * len / t > best) best = prompts * len / t;
-  }
-  ct_acts_free(&a);
-  return best;
-}
-
+// Options: threads=N, layers=N, steps=N (decode steps), reps=N (prefill repetitions), quant=fp32|bf16|int8 (one
+// precision; all three by default), only=prefill|decode (one of the two measurements;
+// profiling one kernel at a time).
 int ct_sampler_bench(int argc, char **argv) {
   if (ct_pool_init((int)arg(argc, argv, "threads", 0))) return 1;
   int L = (int)arg(argc, argv, "layers", 30), steps = (int)arg(argc, argv, "steps", 32);
+  int reps = (int)arg(argc, argv, "reps", 3);
+  const char *quant = sarg(argc, argv, "quant", "all"), *only = sarg(argc, argv, "only", "all");
+  bool do_prefill = strcmp(only, "decode") != 0, do_decode = strcmp(only, "prefill") != 0;
   ct_model_config c = ct_model_config_smollm135m(L);
   ct_model m;
   if (ct_model_init(&m, &c, 1)) return 1;
   ct_model_init_random(&m, 1, 0.02f);
-  double bw = memcpy_rate();
-  printf("machine: %d threads; memcpy copies %.1f GB/s (%.1f GB/s read + written)\n",
-         ct_pool_threads(), bw / 1e9, 2 * bw / 1e9);
+  double bw = do_decode ? memcpy_rate() : 0;
+  if (do_decode)
+    printf("machine: %d threads; memcpy copies %.1f GB/s (%.1f GB/s read + written)\n",
+           ct_pool_threads(), bw / 1e9, 2 * bw / 1e9);
   printf("model: SmolLM-135M shape, %d layers; prefill 4 prompts x 256 tokens; decode after a "
          "128-token prompt\n", L);
   if (ct_model_rope_reserve(&m, 512)) return 1;
-  double fwd = train_forward_rate(&m, 4, 256);
-  printf("training forward (fp32 sgemm, same 4 x 256 tokens): %.0f tokens/s\n", fwd);
+  ct_acts acts;  // the training forward's, over the prefill's tokens
+  if (ct_acts_init(&acts, &m, 4, 256, CT_ACTS_FORWARD)) return 1;
+  for (int i = 0; i < 4 * 256; i++) acts.ids[i] = (i * 17) % 49152, acts.pos[i] = i % 256, acts.seg[i] = i / 256;
+  double fwd = 0;
+  if (do_prefill) {
+    for (int r = 0; r < reps; r++) {
+      double f = train_forward_once(&m, &acts, 4, 256);
+      if (f > fwd) fwd = f;
+    }
+    printf("training forward (fp32 sgemm, same 4 x 256 tokens, best of %d): %.0f tokens/s\n", reps, fwd);
+  }
   float *logits = malloc(sizeof(float) * 64 * c.vocab_size);
   for (int q = 0; q < 3; q++) {  // fp32, bf16, int8
+    const char *name = q == 0 ? "fp32" : q == 1 ? "bf16" : "int8";
+    if (strcmp(quant, "all") != 0 && strcmp(quant, name) != 0) continue;
     ct_infer_weights w;
     if (q == 1 && !ct_panel16_native()) {
       printf("bf16: skipped (no AVX512_BF16 kernel in this build)\n");
@@ -152,18 +176,25 @@ int ct_sampler_bench(int argc, char **argv) {
     ct_engine *e;
     if (ct_engine_init(&e, &w, &o)) return 1;
     double wb = weight_bytes(&w), bound = bw / wb;
-    double pre = prefill_rate(e, 4, 256, logits);
-    double d1 = decode_rate(e, 1, 128, steps, logits);
-    double d16 = decode_rate(e, 16, 128, steps, logits);
-    const char *name = q == 0 ? "fp32" : q == 1 ? "bf16" : "int8";
-    printf("%s: weights %.0f MB; prefill %.0f tokens/s (%.2fx the training forward); decode batch 16: %.1f tokens/s; batch 1: "
-           "%.1f tokens/s = %.0f%% of the memcpy bound (%.1f tokens/s; %.0f%% counting read + "
-           "write traffic)\n", name, wb / 1e6, pre, pre / fwd, d16, d1, 100 * d1 / bound, bound,
-           50 * d1 / bound);
+    printf("%s: weights %.0f MB", name, wb / 1e6);
+    if (do_prefill) {
+      double f = 0, pre = prefill_rate(e, &m, &acts, 4, 256, reps, logits, &f);
+      printf("; prefill %.0f tokens/s (%.2fx the training forward's %.0f, each the best of %d runs "
+             "alternating with the other)", pre, pre / f, f, reps);
+    }
+    if (do_decode) {
+      double d1 = decode_rate(e, 1, 128, steps, logits);
+      double d16 = decode_rate(e, 16, 128, steps, logits);
+      printf("; decode batch 16: %.1f tokens/s; batch 1: %.1f tokens/s = %.0f%% of the memcpy bound "
+             "(%.1f tokens/s; %.0f%% counting read + write traffic)", d16, d1, 100 * d1 / bound, bound,
+             50 * d1 / bound);
+    }
+    printf("\n");
     ct_engine_free(e);
     ct_infer_free(&w);
   }
   free(logits);
+  ct_acts_free(&acts);
   ct_model_free(&m);
   return 0;
 }
