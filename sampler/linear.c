@@ -199,6 +199,27 @@ static int narrow_x(const float *x, int ldx, int S, int K) {
   return 0;
 }
 
+// x packed for fp32 panels (ct_panel_pack_x): (S, K) in tiles of CT_PANEL_MR tokens.
+static struct {
+  float *xp;
+  long cap;
+} PX;
+
+static void pack_x_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const rows_job *j = ctx;
+  long s0, s1;
+  ct_chunk_range(j->S, CT_PANEL_MR, j->parts, part, &s0, &s1);
+  if (s1 > s0) ct_panel_pack_x(j->x, j->ldx, j->S, j->K, (int)s0, (int)s1, PX.xp);
+}
+
+static int pack_x(const float *x, int ldx, int S, int K) {
+  if (!(PX.xp = reserve(PX.xp, &PX.cap, (long)S * K, sizeof(float)))) return -1;
+  rows_job j = {x, ldx, S, K, ct_pool_parts((S + CT_PANEL_MR - 1) / CT_PANEL_MR)};
+  ct_parallel_for(j.parts, pack_x_task, &j);
+  return 0;
+}
+
 // Panels [p0, p1) for tokens [s0, s1).
 static void panel_range(const lin_job *j, long p0, long p1, long s0, long s1) {
   const ct_linear *w = j->w;
@@ -211,7 +232,7 @@ static void panel_range(const lin_job *j, long p0, long p1, long s0, long s1) {
     long ld = 2 * ((w->cols + 1) / 2);
     ct_panel16_gemm(w->p16, w->rows, w->cols, BX.x16 + s0 * ld, (int)ld, S, y, j->ldy, j->acc, (int)p0, (int)p1);
   } else
-    ct_panel_gemm(w->p32, w->rows, w->cols, j->x + s0 * j->ldx, j->ldx, S, y, j->ldy, j->acc, (int)p0, (int)p1);
+    ct_panel_gemm_px(w->p32, w->rows, w->cols, PX.xp + s0 * w->cols, S, y, j->ldy, j->acc, (int)p0, (int)p1);
 }
 
 // Parts are ranges of panels, or — when there are fewer panels than threads (an
@@ -222,7 +243,7 @@ static void panel_task(void *ctx, int part, int thread) {
   const lin_job *j = ctx;
   long np = (j->w->rows + CT_PANEL - 1) / CT_PANEL, a, b;
   if (np < ct_pool_threads()) {
-    ct_chunk_range(j->S, 12, j->parts, part, &a, &b);
+    ct_chunk_range(j->S, CT_PANEL_MR, j->parts, part, &a, &b);
     if (b > a) panel_range(j, 0, np, a, b);
     return;
   }
@@ -249,6 +270,7 @@ void ct_linear_forward(const ct_linear *w, const float *x, int ldx, int S, float
   lin_job j = {w, x, y, ldx, ldy, S, accumulate, 0};
   if (!w->q && (w->p8 || w->p16 || w->p32)) {
     if (w->p16 && narrow_x(x, ldx, S, w->cols)) return;  // out of memory: y as it was
+    if (!w->p8 && !w->p16 && pack_x(x, ldx, S, w->cols)) return;
     long np = (w->rows + CT_PANEL - 1) / CT_PANEL;
     j.parts = np < ct_pool_threads() ? (S >= 24 ? ct_pool_threads() : 1) : ct_pool_parts(np);
     ct_parallel_for(j.parts, panel_task, &j);
