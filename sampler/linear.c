@@ -12,6 +12,10 @@
 #include "pool.h"
 #include "quant.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 // Rows of W are handled four at a time (each x element loaded once for four dot
 // products); blocks are aligned to 4 in every thread split, so a given output row is
 // always computed by the same code path.
@@ -148,6 +152,35 @@ typedef struct {
   int ldx, S, K, parts;
 } rows_job;
 
+// max_k |x[k]| (from 0; a NaN is skipped, as fmaxf does). libm's fmaxf is a call per
+// element (GCC does not inline it): 4% of an int8 decode's time went there.
+static float absmax(const float *x, int K) {
+  float mx = 0;
+  int k = 0;
+#if defined(__AVX512F__)
+  __m512 m = _mm512_setzero_ps();  // max(a, m) returns m when a is NaN
+  for (; k + 16 <= K; k += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + k)), m);
+  mx = _mm512_reduce_max_ps(m);
+#endif
+  for (; k < K; k++) mx = fmaxf(mx, fabsf(x[k]));
+  return mx;
+}
+
+// xu[k] = rint(x[k]·inv) + 128 as a byte (round to nearest even, as rintf in the default
+// rounding mode; |x·inv| <= 127).
+static void quantize_row(const float *x, int K, float inv, uint8_t *xu) {
+  int k = 0;
+#if defined(__AVX512F__)
+  const __m512 vi = _mm512_set1_ps(inv);
+  const __m512i off = _mm512_set1_epi32(128);
+  for (; k + 16 <= K; k += 16) {
+    __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + k), vi)), off);
+    _mm_storeu_si128((__m128i *)(xu + k), _mm512_cvtepi32_epi8(q));
+  }
+#endif
+  for (; k < K; k++) xu[k] = (uint8_t)((int)rintf(x[k] * inv) + 128);
+}
+
 static void quantize_task(void *ctx, int part, int thread) {
   (void)thread;
   const rows_job *j = ctx;
@@ -155,12 +188,9 @@ static void quantize_task(void *ctx, int part, int thread) {
   ct_chunk_range(j->S, 1, j->parts, part, &s0, &s1);
   for (long s = s0; s < s1; s++) {
     const float *xs = j->x + s * j->ldx;
-    float mx = 0;
-    for (int k = 0; k < j->K; k++) mx = fmaxf(mx, fabsf(xs[k]));
-    float sx = mx > 0 ? mx / 127.0f : 1.0f, inv = 1.0f / sx;
+    float mx = absmax(xs, j->K), sx = mx > 0 ? mx / 127.0f : 1.0f, inv = 1.0f / sx;
     QX.sx[s] = sx;
-    uint8_t *xu = QX.xu + s * j->K;
-    for (int k = 0; k < j->K; k++) xu[k] = (uint8_t)((int)rintf(xs[k] * inv) + 128);
+    quantize_row(xs, j->K, inv, QX.xu + s * j->K);
   }
 }
 
