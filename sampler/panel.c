@@ -308,12 +308,17 @@ static inline void tile_q8(const tile8 *q, const int8_t *Pk, const int mr) {
 static inline int tiles(int S, int s0) { return ((S - s0 < TB ? S - s0 : TB) + MR - 1) / MR; }
 
 void ct_panel_pack_x(const float *x, int ldx, int S, int K, int s0, int s1, float *xp) {
-  for (int s = s0; s < s1; s += MR) {
+  for (int s = s0; s < s1; s += MR) {  // writes in order, 12 rows read side by side
     int mr = S - s < MR ? S - s : MR;
     float *d = xp + (long)s * K;
-    for (int m = 0; m < mr; m++) {
-      const float *r = x + (long)(s + m) * ldx;
-      for (int k = 0; k < K; k++) d[(long)k * mr + m] = r[k];
+    const float *r = x + (long)s * ldx;
+    if (mr == MR) {
+      for (int k = 0; k < K; k++, d += MR)
+#pragma GCC unroll 12
+        for (int m = 0; m < MR; m++) d[m] = r[(long)m * ldx + k];
+    } else {
+      for (int k = 0; k < K; k++, d += mr)
+        for (int m = 0; m < mr; m++) d[m] = r[(long)m * ldx + k];
     }
   }
 }
