@@ -161,9 +161,11 @@ static void store_kv_task(void *ctx, int i, int thread) {
 
 // v[j] (16 vectors) -> one vector whose lane j is the sum of v[j]'s lanes.
 static inline __m512 hsum16(const __m512 v[16]) {
-  __m512 t[8], u[4];
+  __m512 t[8], u[4];  // unrolled loops: in registers (not through the stack)
+#pragma GCC unroll 8
   for (int i = 0; i < 8; i++)  // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3]
     t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+#pragma GCC unroll 4
   for (int i = 0; i < 4; i++)  // per 128-bit lane: the lane's sum of v[4i .. 4i+3]
     u[i] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0x44), _mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0xEE));
   __m512 x01 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xDD));
@@ -175,28 +177,63 @@ static inline __m512 hsum16(const __m512 v[16]) {
 static inline __attribute__((always_inline)) void scores16(const float *q, const float *K, long ld, float *s,
                                                            const int nc) {
   __m512 v[16];
+#pragma GCC unroll 16
   for (int j = 0; j < 16; j++) {
     const float *k = K + j * ld;
     __m512 a = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));
+#pragma GCC unroll 8
     for (int c = 1; c < nc; c++) a = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * c), _mm512_loadu_ps(k + 16 * c), a);
     v[j] = a;
   }
   _mm512_storeu_ps(s, hsum16(v));
 }
 
-// o (16·nc) = Σ_p a[p]·v_p over P1 rows of V1 then P2 rows of V2 (row stride ld), accumulated
-// in registers in that order.
-static inline __attribute__((always_inline)) void weighted_sum(const float *a, const float *V1, int P1,
-                                                               const float *V2, int P2, long ld, float *o,
-                                                               const int nc) {
-  __m512 acc[8];
-  for (int c = 0; c < nc; c++) acc[c] = _mm512_setzero_ps();
+// o_r (16·nc, at o + r·16·nc) = Σ_p a_r[p]·v_p for nh heads r (weights a_r at a + r·lda)
+// over P1 rows of V1 then P2 rows of V2 (row stride ld), each accumulated in registers in
+// that order; every V row is loaded once for all nh heads.
+static inline __attribute__((always_inline)) void weighted_sum(const float *a, long lda, const int nh,
+                                                               const float *V1, int P1, const float *V2, int P2,
+                                                               long ld, float *o, const int nc) {
+  __m512 acc[4][8];
+#pragma GCC unroll 4
+  for (int r = 0; r < nh; r++)
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++) acc[r][c] = _mm512_setzero_ps();
   for (int p = 0; p < P1 + P2; p++) {
-    __m512 w = _mm512_set1_ps(a[p]);
     const float *v = p < P1 ? V1 + p * ld : V2 + (p - P1) * ld;
-    for (int c = 0; c < nc; c++) acc[c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 16 * c), acc[c]);
+#pragma GCC unroll 8  // acc in registers: a loop kept in memory chains every FMA through a store
+    for (int c = 0; c < nc; c++) {
+      __m512 vc = _mm512_loadu_ps(v + 16 * c);
+#pragma GCC unroll 4
+      for (int r = 0; r < nh; r++) acc[r][c] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p]), vc, acc[r][c]);
+    }
   }
-  for (int c = 0; c < nc; c++) _mm512_storeu_ps(o + 16 * c, acc[c]);
+#pragma GCC unroll 4
+  for (int r = 0; r < nh; r++)
+#pragma GCC unroll 8
+    for (int c = 0; c < nc; c++) _mm512_storeu_ps(o + (r * nc + c) * 16, acc[r][c]);
+}
+
+// weighted_sum for nh (any) heads of 64 or 128: as many at a time as keep 16 accumulators.
+static void weighted_sums(const float *a, long lda, int nh, const float *V1, int P1, const float *V2, int P2,
+                          long ld, float *o, int hd) {
+  int at = hd == 64 ? 4 : 2;
+  for (int r = 0; r < nh; r += at) {
+    int k = nh - r < at ? nh - r : at;
+    const float *ar = a + r * lda;
+    float *orr = o + (long)r * hd;
+    if (hd == 128) {
+      if (k == 2) weighted_sum(ar, lda, 2, V1, P1, V2, P2, ld, orr, 8);
+      else weighted_sum(ar, lda, 1, V1, P1, V2, P2, ld, orr, 8);
+    } else {
+      switch (k) {
+        case 4: weighted_sum(ar, lda, 4, V1, P1, V2, P2, ld, orr, 4); break;
+        case 3: weighted_sum(ar, lda, 3, V1, P1, V2, P2, ld, orr, 4); break;
+        case 2: weighted_sum(ar, lda, 2, V1, P1, V2, P2, ld, orr, 4); break;
+        default: weighted_sum(ar, lda, 1, V1, P1, V2, P2, ld, orr, 4); break;
+      }
+    }
+  }
 }
 #endif
 
@@ -218,42 +255,75 @@ static void head_scores(const float *q, const float *K, long ld, int P, int hd, 
   }
 }
 
-// One query head over P1 cached positions in rows of K1/V1 then P2 in rows of K2/V2 (a
-// ring's two runs; P2 = 0 for a full layer): scores into s (scaled, softcapped, then
-// exp'd), its output into o (hd).
-static void attend_head(const float *q, const float *K1, const float *V1, int P1, const float *K2, const float *V2,
-                        int P2, long ld, int hd, float scale, float softcap, float *s, float *o) {
-  int P = P1 + P2;
-  head_scores(q, K1, ld, P1, hd, s);
-  head_scores(q, K2, ld, P2, hd, s + P1);
-  float mx = -INFINITY, ic = softcap > 0 ? 1.0f / softcap : 0;
-  for (int p = 0; p < P; p++) {  // scaled (and softcapped) in the pass that finds the max
-    float v = s[p] * scale;
-    s[p] = softcap > 0 ? softcap * ct_tanhf(v * ic) : v;
-    mx = s[p] > mx ? s[p] : mx;
+// Scores of nh query heads (q: nh consecutive rows of hd) over P rows of K (row stride
+// ld) into s + r·lds for head r: 16 positions for every head before the next 16 (the
+// block's K rows come from L2 once, then from L1), each score exactly as head_scores
+// computes it over the whole run (blocks of 16 from the run's first row, then the tail).
+static void group_scores(const float *q, int nh, const float *K, long ld, int P, int hd, float *s, long lds) {
+  for (int p = 0; p < P; p += 16) {
+    int np = P - p < 16 ? P - p : 16;
+    for (int r = 0; r < nh; r++) head_scores(q + (long)r * hd, K + p * ld, ld, np, hd, s + r * lds + p);
   }
+}
+
+// s[0, P) scaled (and softcapped), then exp(s − max); returns their sum.
+static float softmax_weights(float *s, int P, float scale, float softcap) {
+  if (softcap > 0) {
+    float ic = 1.0f / softcap;
+    for (int p = 0; p < P; p++) s[p] = softcap * ct_tanhf(s[p] * scale * ic);
+  } else {
+#pragma omp simd
+    for (int p = 0; p < P; p++) s[p] = s[p] * scale;
+  }
+  // the max of any order is the same value (a ±0 tie changes no exp below)
+  float mx = -INFINITY;
+  int p = 0;
+#if defined(__AVX512F__)
+  __m512 m = _mm512_set1_ps(-INFINITY);
+  for (; p + 16 <= P; p += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(s + p));
+  mx = _mm512_reduce_max_ps(m);
+#endif
+  for (; p < P; p++) mx = s[p] > mx ? s[p] : mx;
   float sum = 0;
 #pragma omp simd reduction(+ : sum)
   for (int p = 0; p < P; p++) {
     s[p] = ct_expf(s[p] - mx);
     sum += s[p];
   }
+  return sum;
+}
+
+// nh query heads (q: nh rows of hd) sharing one kv group, over P1 cached positions in rows
+// of K1/V1 then P2 in rows of K2/V2 (a ring's two runs; P2 = 0 for a full layer): head r's
+// scores into s + r·lds (scaled, softcapped, then exp'd), its output into o + r·hd. Each
+// head's arithmetic is the same as alone; the heads share the reads of the cache rows.
+static void attend_group(const float *q, int nh, const float *K1, const float *V1, int P1, const float *K2,
+                         const float *V2, int P2, long ld, int hd, float scale, float softcap, float *s, long lds,
+                         float *o) {
+  int P = P1 + P2;
+  float sum[nh];
+  group_scores(q, nh, K1, ld, P1, hd, s, lds);
+  group_scores(q, nh, K2, ld, P2, hd, s + P1, lds);
+  for (int r = 0; r < nh; r++) sum[r] = softmax_weights(s + r * lds, P, scale, softcap);
   // o = Σ_p s_p·v_p / sum: the normalization applied to the hd outputs, not the P weights
   int done = 0;
 #if defined(__AVX512F__)
-  if (hd == 64) weighted_sum(s, V1, P1, V2, P2, ld, o, 4), done = 1;
-  if (hd == 128) weighted_sum(s, V1, P1, V2, P2, ld, o, 8), done = 1;
+  if (hd == 64 || hd == 128) weighted_sums(s, lds, nh, V1, P1, V2, P2, ld, o, hd), done = 1;
 #endif
-  if (!done) {
-    memset(o, 0, sizeof(float) * hd);
+  for (int r = 0; r < nh && !done; r++) {
+    float *or = o + (long)r * hd;
+    const float *sr = s + r * lds;
+    memset(or, 0, sizeof(float) * hd);
     for (int p = 0; p < P; p++) {
       const float *v = p < P1 ? V1 + p * ld : V2 + (p - P1) * ld;
 #pragma omp simd
-      for (int t = 0; t < hd; t++) o[t] += s[p] * v[t];
+      for (int t = 0; t < hd; t++) or[t] += sr[p] * v[t];
     }
   }
-  float inv = 1.0f / sum;
-  for (int t = 0; t < hd; t++) o[t] *= inv;
+  for (int r = 0; r < nh; r++) {
+    float inv = 1.0f / sum[r], *or = o + (long)r * hd;
+    for (int t = 0; t < hd; t++) or[t] *= inv;
+  }
 }
 
 // Attention of token i's query heads of kv group g over its slot's positions 0..pos. A
@@ -267,12 +337,9 @@ static void attend_task(void *ctx, int task, int thread) {
   int R = e->kv_rows[j->l], r0 = p0 % R, P = pos - p0 + 1, P1 = P < R - r0 ? P : R - r0;
   long KVd = (long)e->KV * hd, base = cache_row(e, j->l, e->slot[i], 0) + (long)g * hd, b1 = base + r0 * KVd;
   float *sc = e->scores + (long)thread * rep * e->o.max_len;
-  for (int r = 0; r < rep; r++) {
-    int h = g * rep + r;
-    attend_head(e->qkv + (long)i * e->QKV + (long)h * hd, e->kcache + b1, e->vcache + b1, P1, e->kcache + base,
-                e->vcache + base, P - P1, KVd, hd, e->attn_scale, e->w->cfg.attn_softcap,
-                sc + (long)r * e->o.max_len, e->att + (long)i * e->H * hd + (long)h * hd);
-  }
+  attend_group(e->qkv + (long)i * e->QKV + (long)g * rep * hd, rep, e->kcache + b1, e->vcache + b1, P1,
+               e->kcache + base, e->vcache + base, P - P1, KVd, hd, e->attn_scale, e->w->cfg.attn_softcap, sc,
+               e->o.max_len, e->att + (long)i * e->H * hd + (long)g * rep * hd);
 }
 
 static void embed_rows(ct_engine *e, int n) {

@@ -12,7 +12,7 @@
 #endif
 
 #define P CT_PANEL
-#define MR 12  // tokens per register tile: 12 x 2 accumulators of 16 lanes
+#define MR CT_PANEL_MR  // tokens per register tile: 12 x 2 accumulators of 16 lanes
 
 static inline int panel_w(int N, int p) { return N - p * P < P ? N - p * P : P; }
 
@@ -104,8 +104,10 @@ typedef struct {
 // Each tile of a panel asks for its share of the next panel's lines (one per k step), so
 // the weights stream from memory while the current panel computes, instead of the next
 // panel's first tile stalling on all of them.
+// (always_inline: GCC deems a separate function that only prefetches free of effects and
+// drops its calls — no prefetch was ever issued while this was a plain static inline.)
 #if defined(__AVX512F__)
-static inline void prefetch_step(const tile *t, int k) {
+static inline __attribute__((always_inline)) void prefetch_step(const tile *t, int k) {
   if (k < t->pf_lines) _mm_prefetch(t->pf + 64L * k, _MM_HINT_T1);
 }
 #endif
@@ -141,20 +143,21 @@ static inline __attribute__((always_inline)) void tile_store(const tile *t, cons
   }
 }
 
+// fp32 tiles read x packed (ct_panel_pack_x): the tile's mr values of step k at x + k·mr.
 static inline __attribute__((always_inline)) void tile_f32(const tile *t, const float *Pk, const int mr) {
   __m512 c[MR][2];
 #pragma GCC unroll 12
   for (int m = 0; m < MR; m++) c[m][0] = c[m][1] = _mm512_setzero_ps();
   const __mmask16 m0 = lanes(t->w), m1 = lanes(t->w - 16);
   const float *x = t->x;
-  for (int k = 0; k < t->K; k++) {
+  for (int k = 0; k < t->K; k++, x += mr) {
     const float *b = Pk + (long)k * t->w;
     prefetch_step(t, k);
     __m512 b0 = _mm512_maskz_loadu_ps(m0, b), b1 = _mm512_maskz_loadu_ps(m1, b + 16);
 #pragma GCC unroll 12
     for (int m = 0; m < MR; m++)
       if (m < mr) {
-        __m512 a = _mm512_set1_ps(x[(long)m * t->ldx + k]);
+        __m512 a = _mm512_set1_ps(x[m]);
         c[m][0] = _mm512_fmadd_ps(a, b0, c[m][0]);
         c[m][1] = _mm512_fmadd_ps(a, b1, c[m][1]);
       }
@@ -167,7 +170,7 @@ static inline void tile_f32(const tile *t, const float *Pk, const int mr) {
   for (int m = 0; m < mr; m++)
     for (int j = 0; j < t->w; j++) {
       float c = 0;
-      for (int k = 0; k < t->K; k++) c = fmaf(x[(long)m * t->ldx + k], Pk[(long)k * t->w + j], c);
+      for (int k = 0; k < t->K; k++) c = fmaf(x[(long)k * mr + m], Pk[(long)k * t->w + j], c);
       float *y = t->y + (long)m * t->ldy + j;
       *y = t->acc ? *y + c : c;
     }
@@ -304,17 +307,45 @@ static inline void tile_q8(const tile8 *q, const int8_t *Pk, const int mr) {
 // Register tiles in the token block starting at s0.
 static inline int tiles(int S, int s0) { return ((S - s0 < TB ? S - s0 : TB) + MR - 1) / MR; }
 
-void ct_panel_gemm(const float *Pk, int N, int K, const float *x, int ldx, int S, float *y, int ldy,
-                   int acc, int p0, int p1) {
+void ct_panel_pack_x(const float *x, int ldx, int S, int K, int s0, int s1, float *xp) {
+  for (int s = s0; s < s1; s += MR) {  // writes in order, 12 rows read side by side
+    int mr = S - s < MR ? S - s : MR;
+    float *d = xp + (long)s * K;
+    const float *r = x + (long)s * ldx;
+    if (mr == MR) {
+      for (int k = 0; k < K; k++, d += MR)
+#pragma GCC unroll 12
+        for (int m = 0; m < MR; m++) d[m] = r[(long)m * ldx + k];
+    } else {
+      for (int k = 0; k < K; k++, d += mr)
+        for (int m = 0; m < mr; m++) d[m] = r[(long)m * ldx + k];
+    }
+  }
+}
+
+void ct_panel_gemm_px(const float *Pk, int N, int K, const float *xp, int S, float *y, int ldy, int acc, int p0,
+                      int p1) {
   for (int s0 = 0; s0 < S; s0 += TB)
     for (int p = p0; p < p1; p++)
       for (int s = s0; s < S && s < s0 + TB; s += MR) {
         int mr = S - s < MR ? S - s : MR;
-        tile t = {x + (long)s * ldx, ldx, y + (long)s * ldy + p * P, ldy, acc, panel_w(N, p), K, NULL, 0};
+        tile t = {xp + (long)s * K, 0, y + (long)s * ldy + p * P, ldy, acc, panel_w(N, p), K, NULL, 0};
         prefetch_share(&t, p + 1 < p1 ? Pk + (long)(p + 1) * P * K : NULL, 4L * panel_w(N, p + 1) * K,
                        (s - s0) / MR, tiles(S, s0));
         TILE_SWITCH(tile_f32, &t, Pk + (long)p * P * K, mr);
       }
+}
+
+void ct_panel_gemm(const float *Pk, int N, int K, const float *x, int ldx, int S, float *y, int ldy,
+                   int acc, int p0, int p1) {
+  float *xp = malloc(sizeof(float) * (size_t)(TB < S ? TB : S) * (K ? K : 1));
+  if (!xp) abort();  // a test helper's few KB; the engine packs into its own buffer
+  for (int s0 = 0; s0 < S; s0 += TB) {
+    int n = S - s0 < TB ? S - s0 : TB;
+    ct_panel_pack_x(x + (long)s0 * ldx, ldx, n, K, 0, n, xp);
+    ct_panel_gemm_px(Pk, N, K, xp, n, y + (long)s0 * ldy, ldy, acc, p0, p1);
+  }
+  free(xp);
 }
 
 void ct_panel8_gemm(const int8_t *Pk, int N, int K, const uint8_t *xu, int ldx, const float *sx,

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #define CT_PANEL 32
+#define CT_PANEL_MR 12  // tokens per register tile
 
 // uint16 values of a bf16-packed (N, K) matrix: N · 2⌈K/2⌉.
 long ct_panel16_size(int N, int K);
@@ -48,9 +49,18 @@ void ct_panel_row(const float *P, int N, int K, int n, float *out);
 void ct_panel16_row(const uint16_t *P, int N, int K, int n, float *out);
 
 // y[s, 32p + j] for s < S and panels p in [p0, p1): x (S, K; row stride ldx) times the
-// packed P's rows; acc != 0 adds the product to y instead of overwriting it.
+// packed P's rows; acc != 0 adds the product to y instead of overwriting it. (Packs x
+// through a buffer it allocates: the tests' entry; the engine packs x once per product.)
 void ct_panel_gemm(const float *P, int N, int K, const float *x, int ldx, int S, float *y, int ldy,
                    int acc, int p0, int p1);
+// x (S, K; row stride ldx) packed for the fp32 kernel: tiles of CT_PANEL_MR tokens, the tile
+// of tokens [s, s + mr) (mr = min(CT_PANEL_MR, S − s)) at xp + s·K, k-major: x[s + m, k] at
+// k·mr + m, so one k step of a register tile reads its mr values from one place. Packs
+// the tiles of tokens [s0, s1) (s0 a multiple of CT_PANEL_MR) of xp (S·K floats).
+void ct_panel_pack_x(const float *x, int ldx, int S, int K, int s0, int s1, float *xp);
+// ct_panel_gemm from x packed by ct_panel_pack_x (the same bits).
+void ct_panel_gemm_px(const float *P, int N, int K, const float *xp, int S, float *y, int ldy, int acc, int p0,
+                      int p1);
 // The same with bf16 panels and x16 (S, 2K2; row stride ldx16) = x rounded to bf16, padded
 // with a 0 column when K is odd; products summed in fp32.
 void ct_panel16_gemm(const uint16_t *P, int N, int K, const uint16_t *x16, int ldx16, int S, float *y,

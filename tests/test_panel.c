@@ -189,6 +189,43 @@ static void test_int8_panels_equal_the_row_kernel(void) {
   CHECK(rows_ok);
 }
 
+// int8 activations: each row quantized as documented (scale max|x|/127, 1 for a zero row;
+// rint(x/scale) + 128, ties to even), the product the exact integer sum: every output equals
+// the scalar formula bit for bit — for widths with and without a vector tail, a zero row,
+// a row whose largest magnitude is negative, and values exactly between two steps.
+static void test_int8_activations_quantize_as_documented(void) {
+  static const int K8[] = {4, 16, 20, 68, 576};
+  int bad = 0;
+  for (int b = 0; b < LEN(K8); b++) {
+    int N = 33, K = K8[b], S = 5;
+    float *W = randn(N * K, 40 + K), *x = randn(S * K, 41 + K), *scale = malloc(sizeof(float) * N);
+    float *y = malloc(sizeof(float) * S * N);
+    int8_t *q = malloc((size_t)N * K);
+    int32_t *rs = malloc(sizeof(int32_t) * N);
+    ct_quantize_rows(W, N, K, q, scale, rs);
+    for (int k = 0; k < K; k++) x[1 * K + k] = 0;                  // row 1: zero (scale 1)
+    x[2 * K + K - 1] = -9;                                          // row 2: max |x| negative, last
+    for (int k = 0; k < K; k++) x[3 * K + k] = (float)(k % 5) - 1.5f;  // row 3: scale 1 (max 127),
+    x[3 * K] = 127;                                                      // halves: ties to even
+    ct_linear L = {.rows = N, .cols = K, .q = q, .scale = scale, .rowsum = rs};
+    ct_linear_forward(&L, x, K, S, y, N, 0);
+    for (int s = 0; s < S; s++) {
+      const float *xs = x + (long)s * K;
+      float mx = 0;
+      for (int k = 0; k < K; k++) mx = fmaxf(mx, fabsf(xs[k]));
+      float sx = mx > 0 ? mx / 127.0f : 1.0f, inv = 1.0f / sx;
+      for (int n = 0; n < N; n++) {
+        int32_t d = 0;
+        for (int k = 0; k < K; k++) d += ((int)rintf(xs[k] * inv) + 128) * q[(long)n * K + k];
+        float want = sx * scale[n] * (float)(d - 128 * rs[n]);
+        bad += memcmp(&want, &y[s * N + n], 4) != 0;
+      }
+    }
+    free(W); free(x); free(scale); free(y); free(q); free(rs);
+  }
+  CHECK(bad == 0);
+}
+
 int main(void) {
   ct_pool_init(2);
   RUN(test_fp32_is_the_fma_chain_for_every_shape_and_tail);
@@ -196,6 +233,7 @@ int main(void) {
   RUN(test_batch_split_and_inplace_change_no_bit);
   RUN(test_linear_forward_on_panels_is_thread_count_invariant);
   RUN(test_int8_panels_equal_the_row_kernel);
+  RUN(test_int8_activations_quantize_as_documented);
   fprintf(stderr, "  bf16 kernel: %s\n", ct_panel16_native() ? "AVX512_BF16" : "plain C emulation");
   return test_summary();
 }
