@@ -25,6 +25,7 @@ sh scripts/bench-tokenizer.sh "$BIN"
 echo
 echo "== LoRA against full fine-tuning (SmolLM-135M and Qwen2.5-0.5B shapes)"
 sh scripts/bench-lora.sh "$BIN"
+sh scripts/bench-reward.sh "$BIN" header
 echo
 echo "== the job we measure ourselves by: one GRPO step, 0.5B shape, LoRA (bf16: true, then float32)"
 sh scripts/bench-grpo.sh "$BIN" bf16=true
