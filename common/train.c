@@ -493,6 +493,7 @@ static ct_lora_config lora_config_of(const ct_config *c) {
     lc.save_embed |= !strcmp(c->lora_modules_to_save.v[i], "embed_tokens");
     lc.save_head |= !strcmp(c->lora_modules_to_save.v[i], "lm_head");
   }
+  lc.save_score = c->trainer == CT_TRAINER_REWARD;  // PEFT's SEQ_CLS: the score head trains in full, saved
   return lc;
 }
 

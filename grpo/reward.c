@@ -72,17 +72,19 @@ const char *ct_reward_name(const ct_reward *r) {
 
 
 // A reward model: checked (check_only) or opened. Its name is the directory's last part.
+// The directory may be a SEQ_CLS LoRA adapter (bin/reward with use_peft): its
+// adapter_config.json's base_model_name_or_path is the base (reward/model.h).
 static int init_model(ct_reward *r, const ct_reward_opts *o) {
   if (!o->model_dir || !*o->model_dir) return ct_set_error(CT_ECONFIG, "reward model: no directory");
   struct stat st;
   if (stat(o->model_dir, &st) || !S_ISDIR(st.st_mode))
     return ct_set_error(CT_ECONFIG, "reward model %s: not a directory", o->model_dir);
-  if (o->check_only) return ct_rm_check(o->model_dir);
+  if (o->check_only) return ct_rm_check(o->model_dir, NULL);
   if (o->model_batch < 1 || o->model_max_length < 2)
     return ct_set_error(CT_EINVAL, "reward model %s: batch %d x %d tokens", o->model_dir, o->model_batch,
                         o->model_max_length);
   if (!(r->model = calloc(1, sizeof *r->model))) return ct_set_error(CT_ENOMEM, "out of memory");
-  int rc = ct_rm_open(r->model, o->model_dir, o->model_dtype, o->model_batch, o->model_max_length);
+  int rc = ct_rm_open(r->model, o->model_dir, NULL, o->model_dtype, o->model_batch, o->model_max_length);
   if (rc) {
     free(r->model);
     r->model = NULL;

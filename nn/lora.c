@@ -23,6 +23,7 @@ static const char *const module_of[CT_LORA_TARGETS] = {"self_attn", "self_attn",
                                                        "mlp", "mlp", "mlp"};
 #define EMBED_NAME "base_model.model.model.embed_tokens.weight"
 #define HEAD_NAME "base_model.model.lm_head.weight"
+#define SCORE_NAME "base_model.model.score.weight"
 
 void ct_lora_dims(const ct_model_config *c, int t, int *in, int *out, int *row0) {
   int C = c->hidden_size, F = c->intermediate_size, Hd = c->num_heads * c->head_dim;
@@ -39,7 +40,10 @@ int ct_lora_config_check(const ct_lora_config *lc, const ct_model_config *mc) {
   if (lc->r < 1) return ct_set_error(CT_ECONFIG, "lora: r must be at least 1 (it is %d)", lc->r);
   if (!(lc->alpha > 0)) return ct_set_error(CT_ECONFIG, "lora: lora_alpha must be positive");
   if (!(lc->dropout >= 0 && lc->dropout < 1)) return ct_set_error(CT_ECONFIG, "lora: lora_dropout must be in [0, 1)");
-  if (!lc->targets && !lc->save_embed && !lc->save_head)
+  if (lc->save_score && !mc->num_labels)
+    return ct_set_error(CT_ECONFIG, "lora: modules_to_save score is a sequence classifier's head (a SEQ_CLS "
+                        "adapter), and this %s model is a causal LM: load it as a reward model", mc->model_type);
+  if (!lc->targets && !lc->save_embed && !lc->save_head && !lc->save_score)
     return ct_set_error(CT_ECONFIG, "lora: no target module and no module to save: nothing would train");
   if (mc->tie_word_embeddings && (lc->save_embed || lc->save_head))
     return ct_set_error(CT_ECONFIG, "lora: modules_to_save with tied embeddings (%s): the embedding is "
@@ -94,6 +98,7 @@ static int build_table(table *tb, const ct_lora_config *lc, const ct_model_confi
     }
   if (!rc && lc->save_embed) rc = table_add(tb, EMBED_NAME, mc->vocab_size, mc->hidden_size);
   if (!rc && lc->save_head) rc = table_add(tb, HEAD_NAME, mc->vocab_size, mc->hidden_size);
+  if (!rc && lc->save_score) rc = table_add(tb, SCORE_NAME, mc->num_labels, mc->hidden_size);
   return rc;
 }
 
@@ -105,7 +110,8 @@ double ct_lora_bytes(const ct_lora_config *lc, const ct_model_config *mc) {
 }
 
 // Views of buf (params or grads) for every adapted projection and saved module.
-static void bind(const ct_lora *lo, float *buf, ct_lora_ab (*v)[CT_LORA_TARGETS], float **embed, float **head) {
+static void bind(const ct_lora *lo, float *buf, ct_lora_ab (*v)[CT_LORA_TARGETS], float **embed, float **head,
+                 float **score) {
   int k = 0;
   for (int l = 0; l < lo->mc.num_layers; l++)
     for (int t = 0; t < CT_LORA_TARGETS; t++) {
@@ -118,6 +124,7 @@ static void bind(const ct_lora *lo, float *buf, ct_lora_ab (*v)[CT_LORA_TARGETS]
     }
   *embed = lo->cfg.save_embed ? buf + lo->tensors[k++].offset : NULL;
   *head = lo->cfg.save_head ? buf + lo->tensors[k++].offset : NULL;
+  *score = lo->cfg.save_score ? buf + lo->tensors[k++].offset : NULL;
 }
 
 int ct_lora_init(ct_lora *lo, const ct_lora_config *lc, const ct_model_config *mc) {
@@ -142,7 +149,7 @@ int ct_lora_init(ct_lora *lo, const ct_lora_config *lc, const ct_model_config *m
     ct_lora_free(lo);
     return ct_set_error(CT_ENOMEM, "lora: cannot allocate %.1f MB of adapters", lo->n_floats * 4e-6);
   }
-  bind(lo, lo->params, lo->w, &lo->embed, &lo->head);
+  bind(lo, lo->params, lo->w, &lo->embed, &lo->head, &lo->score);
   return 0;
 }
 
@@ -154,7 +161,7 @@ void ct_lora_free(ct_lora *lo) {
 
 int ct_lora_bind_grads(ct_lora *lo, float *grads) {
   lo->grads = grads;
-  bind(lo, grads, lo->g, &lo->g_embed, &lo->g_head);
+  bind(lo, grads, lo->g, &lo->g_embed, &lo->g_head, &lo->g_score);
   return 0;
 }
 
@@ -165,6 +172,7 @@ void ct_lora_attach(const ct_lora *lo, ct_model *m) {
     if (tied) m->w.lm_head = lo->embed;  // (config_check refuses this; kept consistent)
   }
   if (lo->head) m->w.lm_head = lo->head;
+  if (lo->score) m->w.score = lo->score;
 }
 
 // Kaiming-uniform with a = sqrt(5), as torch.nn.init.kaiming_uniform_ gives nn.Linear:
@@ -193,6 +201,8 @@ void ct_lora_init_weights(ct_lora *lo, const ct_model *base, uint64_t seed) {
   long VC = (long)lo->mc.vocab_size * lo->mc.hidden_size;
   if (lo->embed) memcpy(lo->embed, base->w.embed, sizeof(float) * VC);
   if (lo->head) memcpy(lo->head, base->w.lm_head, sizeof(float) * VC);
+  long SC = (long)lo->mc.num_labels * lo->mc.hidden_size;  // (num_labels, C)
+  if (lo->score && base->w.score) memcpy(lo->score, base->w.score, sizeof(float) * SC);
 }
 
 // ---------------------------------------------------------------------------
@@ -243,7 +253,10 @@ int ct_lora_read_config(ct_lora_config *lc, const char *dir) {
       const char *nm = json_string_value(json_array_get(ms, i));
       if (nm && !strcmp(nm, "embed_tokens")) lc->save_embed = true;
       else if (nm && !strcmp(nm, "lm_head")) lc->save_head = true;
-      else rc = ct_set_error(CT_EFORMAT, "%s: modules_to_save '%s': only embed_tokens and lm_head", path, nm ? nm : "?");
+      else if (nm && !strcmp(nm, "score")) lc->save_score = true;
+      else if (nm && !strcmp(nm, "classifier")) continue;  // PEFT's SEQ_CLS lists it; our classifiers have none
+      else rc = ct_set_error(CT_EFORMAT, "%s: modules_to_save '%s': only embed_tokens, lm_head and score", path,
+                             nm ? nm : "?");
     }
   }
   json_decref(j);
@@ -256,8 +269,13 @@ int ct_lora_save(const ct_lora *lo, const char *dir, const char *base_name) {
     if (lo->cfg.targets >> t & 1) json_array_append_new(tm, json_string(ct_lora_target_names[t]));
   if (lo->cfg.save_embed) json_array_append_new(ms, json_string("embed_tokens"));
   if (lo->cfg.save_head) json_array_append_new(ms, json_string("lm_head"));
+  if (lo->cfg.save_score) {  // as PeftModelForSequenceClassification extends the list
+    json_array_append_new(ms, json_string("classifier"));
+    json_array_append_new(ms, json_string("score"));
+  }
   json_t *j = json_pack("{s:s,s:s,s:s?,s:i,s:f,s:f,s:o,s:b,s:o,s:s,s:b,s:b,s:b,s:b}", "peft_type", "LORA",
-                        "task_type", "CAUSAL_LM", "base_model_name_or_path", base_name, "r", lo->cfg.r,
+                        "task_type", lo->cfg.save_score ? "SEQ_CLS" : "CAUSAL_LM", "base_model_name_or_path",
+                        base_name, "r", lo->cfg.r,
                         "lora_alpha", lo->cfg.alpha, "lora_dropout", lo->cfg.dropout, "target_modules", tm,
                         "use_rslora", lo->cfg.rslora, "modules_to_save",
                         json_array_size(ms) ? ms : (json_decref(ms), json_null()), "bias", "none",
@@ -327,5 +345,6 @@ int ct_lora_merge(const ct_lora *lo, ct_model *base) {
   long VC = (long)c->vocab_size * c->hidden_size;
   if (lo->embed) memcpy(base->w.embed, lo->embed, sizeof(float) * VC);
   if (lo->head) memcpy(base->w.lm_head, lo->head, sizeof(float) * VC);
+  if (lo->score && base->w.score) memcpy(base->w.score, lo->score, sizeof(float) * c->num_labels * c->hidden_size);
   return 0;
 }

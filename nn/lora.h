@@ -3,11 +3,14 @@
 //   y = x·Wᵀ + s · dropout(x)·Aᵀ·Bᵀ,   A [r, in], B [out, r],
 // s = lora_alpha / r (use_rslora: lora_alpha / sqrt(r)). A starts kaiming-uniform
 // (a = sqrt(5): U(−1/sqrt(in), 1/sqrt(in))) and B at zero, so step 0 equals the base.
-// modules_to_save (embed_tokens, lm_head of an untied model) are full trainable copies.
+// modules_to_save (embed_tokens, lm_head of an untied model; score, the head of a
+// sequence classifier, as PEFT's SEQ_CLS task saves it) are full trainable copies.
 //
 // Tensors keep PEFT's names, so adapter_model.safetensors loads with
 // PeftModel.from_pretrained: base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight,
-// ... and base_model.model.lm_head.weight / base_model.model.model.embed_tokens.weight.
+// ... and base_model.model.lm_head.weight / base_model.model.model.embed_tokens.weight /
+// base_model.model.score.weight (PEFT's get_peft_model_state_dict drops the
+// ModulesToSaveWrapper's "modules_to_save.default" from the wrapped module's keys).
 // The forward and backward that use them are forward.c's (ct_acts.lora).
 #pragma once
 #include <stdbool.h>
@@ -27,6 +30,7 @@ typedef struct {
   unsigned targets;   // bit t set: CT_LORA_* t is adapted in every layer
   bool save_embed;    // modules_to_save: embed_tokens
   bool save_head;     // modules_to_save: lm_head (untied models)
+  bool save_score;    // modules_to_save: score (a sequence classifier; adapter_config's task_type SEQ_CLS)
 } ct_lora_config;
 
 // A and B of one adapted projection (NULL when the projection is not a target).
@@ -48,6 +52,7 @@ typedef struct {
   ct_lora_ab (*g)[CT_LORA_TARGETS];  // (L) views into grads
   float *embed, *head;    // modules_to_save copies in params (NULL when not saved)
   float *g_embed, *g_head;  // their gradients
+  float *score, *g_score;   // save_score: the head (num_labels, C) and its gradient
   uint64_t dropout_key;   // which dropout masks the next training forward draws
 } ct_lora;
 
@@ -71,7 +76,7 @@ void ct_lora_init_weights(ct_lora *lo, const ct_model *base, uint64_t seed);
 int ct_lora_bind_grads(ct_lora *lo, float *grads);
 
 // The base's weights with the modules_to_save copies in place of its own (the model
-// a LoRA policy runs): m->w's embed / lm_head are pointed at the copies.
+// a LoRA policy runs): m->w's embed / lm_head / score are pointed at the copies.
 void ct_lora_attach(const ct_lora *lo, ct_model *m);
 
 // adapter_config.json <-> config; `base_name` is written as base_model_name_or_path.

@@ -3,6 +3,8 @@
 //   bin/reward configs/reward.yml model_path=DIR dataset_path=pairs.jsonl output_dir=out
 //   bin/reward score model_path=RM data=rows.jsonl       {"row", "reward"} per row, stdout
 //   bin/reward eval model_path=RM eval_dataset_path=pairs.jsonl   held-out pair accuracy
+// (score and eval take a LoRA reward model as model_path=BASE adapter_path=ADAPTER, as
+// bin/sampler does, or as the adapter directory alone: its base_model_name_or_path.)
 //
 // The model is a causal LM's backbone with a score head (1, C) (new: normal(0,
 // initializer_range)), or a *ForSequenceClassification directory to continue. A
@@ -11,7 +13,10 @@
 // gradient_accumulation_steps x ranks pairs, a micro-batch of m pairs being 2m rows
 // (chosen, then rejected); the loss is the step's mean of reward/loss.h's pair loss.
 // Checkpoints, resume, MPI, bf16 and gradient_checkpointing are the train state's.
-// Not here: LoRA (use_peft is a config error).
+// use_peft: as PEFT's SEQ_CLS task, LoRA adapters on the backbone's projections
+// (lora_target_modules) and the score head trained in full as a modules_to_save copy
+// (the train state's adapters: nn/lora.h); output_dir holds adapter_config.json
+// (task_type SEQ_CLS) and adapter_model.safetensors (base_model.model.score.weight).
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -40,12 +45,14 @@
 static int fail(int code, const char *what) { ct_dist_die("reward", code, what); }
 
 static int check_config(const ct_config *c) {
-  if (c->use_peft)
-    return ct_set_error(CT_ECONFIG, "%s: key 'use_peft': bin/reward trains the whole model (LoRA with a "
-                        "SEQ_CLS score head is not built yet); drop the key", ct_config_origin(c, "use_peft"));
   if (c->num_vocab_tiling != 1)  // (base.yml sets every key: another value is the user's)
     return ct_set_error(CT_ECONFIG, "%s: key 'num_vocab_tiling' tiles the LM head, and a reward model has none "
                         "(its score head is one row); drop the key", ct_config_origin(c, "num_vocab_tiling"));
+  for (int i = 0; i < c->lora_modules_to_save.n; i++)
+    if (!strcmp(c->lora_modules_to_save.v[i], "lm_head"))
+      return ct_set_error(CT_ECONFIG, "%s: key 'lora_modules_to_save': a reward model has no lm_head (with "
+                          "use_peft its score head is saved with the adapters already); drop lm_head",
+                          ct_config_origin(c, "lora_modules_to_save"));
   if (c->data[0])
     return ct_set_error(CT_ECONFIG, "%s: key 'data' is what `bin/reward score` scores; training reads "
                         "dataset_path", ct_config_origin(c, "data"));
@@ -151,7 +158,8 @@ static void evaluate(rm_t *d, const ct_pref_dataset *ev) {
 // config.json, 0.02 without), seeded (every rank draws the same).
 static void init_score(ct_train *tr) {
   const ct_config *c = tr->cfg;
-  if (tr->resumed_from[0] || !c->model_path[0]) return;  // a checkpoint's, or the seeded init's
+  // a checkpoint's head, an adapter's (adapter_path), or the seeded initialization's
+  if (tr->resumed_from[0] || !c->model_path[0] || c->adapter_path[0]) return;
   ct_model_config have;
   if (ct_model_read_config(&have, c->model_path)) fail(1, NULL);
   if (have.num_labels) return;  // continuing a reward model
@@ -217,15 +225,21 @@ static int train_main(int argc, char **argv) {
     ct_train_release(&tr);
     return 0;
   }
+  if (cfg.use_peft) {  // the head that trains is the adapters' copy (its base's, or the adapter's)
+    ct_lora_attach(&tr.lora, &tr.model);
+    tr.g.score = tr.lora.g_score;
+  }
   init_score(&tr);
-  if (tr.bf16) ct_model_bf16_refresh(&tr.model);  // (the new head is not a matmul weight, but keep the copy exact)
+  if (tr.bf16 && !cfg.use_peft)  // (the new head is not a matmul weight, but keep the copy exact)
+    ct_model_bf16_refresh(&tr.model);
   d.pairs = malloc(sizeof(int) * (global > Bmax ? global : Bmax));
   d.last = malloc(sizeof(int) * 2 * Bmax);
   d.r = malloc(sizeof(double) * 2 * Bmax);
   d.d = malloc(sizeof(double) * 2 * Bmax);
   if (!d.pairs || !d.last || !d.r || !d.d || ct_batch_init(&d.batch, 2 * Bmax, T) ||
-      ct_acts_init(&d.acts, &tr.model, 2 * B, T, mode) ||
-      (have_eval && ct_acts_init(&d.eval_acts, &tr.model, 2 * Be, T, CT_ACTS_FORWARD)))
+      ct_acts_init(&d.acts, &tr.model, 2 * B, T, mode) || ct_train_attach(&tr, &d.acts) ||
+      (have_eval && (ct_acts_init(&d.eval_acts, &tr.model, 2 * Be, T, CT_ACTS_FORWARD) ||
+                     ct_train_attach(&tr, &d.eval_acts))))
     fail(1, NULL);
   ct_train_log_plan(&tr, train.n, global, B, accum, "pair");
   ct_train_watch_signals();
@@ -340,7 +354,7 @@ static int score_main(int argc, char **argv) {
   if (!cfg.data[0]) fail(2, (ct_set_error(CT_ECONFIG, "score: data=FILE.jsonl (rows to score) is required"), NULL));
   ct_rm rm;
   int B = (int)cfg.per_device_eval_batch_size;
-  if (ct_rm_open(&rm, cfg.model_path, CT_STORE_F32, B, (int)cfg.max_length)) fail(1, NULL);
+  if (ct_rm_open(&rm, cfg.model_path, cfg.adapter_path, CT_STORE_F32, B, (int)cfg.max_length)) fail(1, NULL);
   score_rows s = {.rm = &rm, .path = cfg.data};
   ct_jsonl_stats js;
   if (ct_jsonl_read(cfg.data, cfg.skip_bad_rows, score_row, &s, &js)) fail(1, NULL);
@@ -367,7 +381,8 @@ static int eval_main(int argc, char **argv) {
   const char *path = cfg.eval_dataset_path[0] ? cfg.eval_dataset_path : cfg.dataset_path;
   if (!path[0]) fail(2, (ct_set_error(CT_ECONFIG, "eval: eval_dataset_path=PAIRS.jsonl is required"), NULL));
   ct_rm rm;
-  if (ct_rm_open(&rm, cfg.model_path, CT_STORE_F32, (int)cfg.per_device_eval_batch_size, (int)cfg.max_length))
+  if (ct_rm_open(&rm, cfg.model_path, cfg.adapter_path, CT_STORE_F32, (int)cfg.per_device_eval_batch_size,
+                 (int)cfg.max_length))
     fail(1, NULL);
   ct_pref_opts po = {.max_length = (int)cfg.max_length, .skip_bad_rows = cfg.skip_bad_rows, .reward = true};
   ct_pref_dataset ds;

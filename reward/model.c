@@ -1,19 +1,22 @@
-// reward/model: a reward model that only scores — the checks that make a bad directory a
-// clear error before any work, the rendering of (prompt, completion) with the model's own
-// tokenizer and template, and batched forwards pooled at each text's last token. Training
-// one is bin/reward's (reward/main.c).
+// reward/model: a reward model that only scores — where it is (a model, or a LoRA adapter
+// and its base), the checks that make a bad directory a clear error before any work, the
+// rendering of (prompt, completion) with the model's own tokenizer and template, and
+// batched forwards pooled at each text's last token. Training one is bin/reward's
+// (reward/main.c).
 #include "reward/model.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "error.h"
 #include "fs.h"
 #include "hf.h"
 #include "jsonl.h"
+#include "lora.h"
 #include "mem.h"
 #include "reward/score.h"
 #include "safetensors.h"
@@ -27,78 +30,160 @@ static const char *last_part(const char *dir, char *buf, size_t n) {
   return buf;
 }
 
-// config.json: a sequence classifier with one label (hf refuses other counts).
-static int check_config(const char *dir, ct_model_config *mc) {
-  int rc = ct_model_read_config(mc, dir);
-  if (rc) return ct_wrap_error(CT_ECONFIG, "reward model %s", dir);
+// The directories a reward model loads from: the base's weights, and an adapter ("":
+// none) merged into them.
+typedef struct {
+  char base[CT_PATH_MAX], adapter[CT_PATH_MAX];
+} rm_dirs;
+
+static bool has_file(const char *dir, const char *name) {
+  char p[CT_PATH_MAX];
+  return !ct_path_join(p, sizeof p, dir, name) && access(p, R_OK) == 0;
+}
+
+// dir + adapter, or dir alone: a model, or an adapter naming its base.
+static int resolve(const char *dir, const char *adapter, rm_dirs *d) {
+  memset(d, 0, sizeof *d);
+  snprintf(d->base, sizeof d->base, "%s", dir);
+  if (adapter && adapter[0]) {
+    snprintf(d->adapter, sizeof d->adapter, "%s", adapter);
+    return 0;
+  }
+  if (!has_file(dir, "adapter_config.json")) return 0;
+  snprintf(d->adapter, sizeof d->adapter, "%s", dir);
+  char p[CT_PATH_MAX];
+  struct stat st;
+  json_t *j = ct_path_join(p, sizeof p, dir, "adapter_config.json") ? NULL : json_load_file(p, 0, NULL);
+  const char *b = json_string_value(json_object_get(j, "base_model_name_or_path"));
+  int rc = 0;
+  if (!b || !b[0])
+    rc = ct_set_error(CT_ECONFIG, "reward model %s: an adapter whose adapter_config.json names no "
+                      "base_model_name_or_path; give model_path=BASE adapter_path=%s", dir, dir);
+  else if (stat(b, &st) || !S_ISDIR(st.st_mode))
+    rc = ct_set_error(CT_ECONFIG, "reward model %s: its adapter's base_model_name_or_path %s is not a "
+                      "directory here; give model_path=BASE adapter_path=%s", dir, b, dir);
+  else
+    snprintf(d->base, sizeof d->base, "%s", b);
+  json_decref(j);
+  return rc;
+}
+
+// config.json: a sequence classifier with one label (hf refuses other counts); with an
+// adapter, the base may be a causal LM (read as a classifier: the adapter brings the head).
+static int check_config(const rm_dirs *d, ct_model_config *mc) {
+  int rc = ct_model_read_config(mc, d->base);
+  if (rc) return ct_wrap_error(CT_ECONFIG, "reward model %s", d->base);
+  if (d->adapter[0]) {
+    mc->num_labels = 1;
+    return 0;
+  }
   if (!mc->num_labels)
     return ct_set_error(CT_ECONFIG, "reward model %s: config.json's architectures is not a "
                         "*ForSequenceClassification (this is a causal LM; train a reward model from it "
-                        "with bin/reward)", dir);
+                        "with bin/reward)", d->base);
   return 0;
 }
 
-// score.weight [1, C] among the tensors (headers only: nothing big is read).
-static int check_score(const char *dir, int C) {
-  ct_st_dir d = {0};
+// score.weight [1, C] among the tensors (headers only: nothing big is read); with an
+// adapter, its score among the adapter's tensors (all read: they are small) and every
+// tensor fitting the base.
+static int check_score(const rm_dirs *d, const ct_model_config *mc) {
+  const char *dir = d->base;
+  int C = mc->hidden_size;
+  if (d->adapter[0]) {
+    ct_lora_config lc;
+    ct_lora probe;
+    if (ct_lora_read_config(&lc, d->adapter)) return ct_wrap_error(CT_ECONFIG, "reward model %s", d->adapter);
+    if (!lc.save_score)
+      return ct_set_error(CT_ECONFIG, "reward model %s: the adapter has no score head (its adapter_config.json's "
+                          "modules_to_save lacks score: not a SEQ_CLS adapter)", d->adapter);
+    if (ct_lora_load(&probe, d->adapter, mc)) return ct_wrap_error(CT_ECONFIG, "reward model %s", d->adapter);
+    ct_lora_free(&probe);
+    return 0;
+  }
+  ct_st_dir sd = {0};
   const ct_st_tensor *t;
-  int rc = ct_st_dir_open(&d, dir);
+  int rc = ct_st_dir_open(&sd, dir);
   if (rc) {
     ct_wrap_error(CT_ECONFIG, "reward model %s", dir);
     return CT_ECONFIG;
   }
-  if (ct_st_dir_find(&d, "score.weight", NULL, &t))
+  if (ct_st_dir_find(&sd, "score.weight", NULL, &t))
     rc = ct_set_error(CT_ECONFIG, "reward model %s has no score.weight (the classification head)", dir);
   else if (t->ndim != 2 || t->shape[0] != 1 || t->shape[1] != C)
     rc = ct_set_error(CT_ECONFIG, "reward model %s: score.weight must be [1, %d] (num_labels 1, hidden_size)",
                       dir, C);
-  ct_st_dir_close(&d);
+  ct_st_dir_close(&sd);
   return rc;
 }
 
-static int load_tokenizer(const char *dir, ct_tokenizer **tok) {
-  char p[CT_PATH_MAX];
-  if (ct_path_join(p, sizeof p, dir, "tokenizer.json") || access(p, R_OK))
+// The tokenizer: an adapter directory's own when it has one (bin/reward saves it), else the base's.
+static int load_tokenizer(const rm_dirs *d, ct_tokenizer **tok) {
+  const char *dir = d->adapter[0] && has_file(d->adapter, "tokenizer.json") ? d->adapter : d->base;
+  if (!has_file(dir, "tokenizer.json"))
     return ct_set_error(CT_ECONFIG, "reward model %s: its tokenizer cannot be loaded: no tokenizer.json", dir);
   if (ct_tokenizer_load(tok, dir))
     return ct_wrap_error(CT_ECONFIG, "reward model %s: its tokenizer cannot be loaded", dir);
   return 0;
 }
 
-// Every check of a reward-model directory, without loading its weights: its config, its
-// score head, and its tokenizer (loaded into *tok).
-static int checks(const char *dir, ct_model_config *mc, ct_tokenizer **tok) {
-  int rc = check_config(dir, mc);
-  if (!rc) rc = check_score(dir, mc->hidden_size);
-  if (!rc) rc = load_tokenizer(dir, tok);
+// Every check of a reward model, without loading its weights: where it is, its config,
+// its score head, and its tokenizer (loaded into *tok).
+static int checks(const char *dir, const char *adapter, rm_dirs *d, ct_model_config *mc, ct_tokenizer **tok) {
+  int rc = resolve(dir, adapter, d);
+  if (!rc) rc = check_config(d, mc);
+  if (!rc) rc = check_score(d, mc);
+  if (!rc) rc = load_tokenizer(d, tok);
   return rc;
 }
 
-int ct_rm_check(const char *dir) {
+int ct_rm_check(const char *dir, const char *adapter) {
+  rm_dirs d;
   ct_model_config mc;
   ct_tokenizer *tok = NULL;
-  int rc = checks(dir, &mc, &tok);
+  int rc = checks(dir, adapter, &d, &mc, &tok);
   if (tok) ct_tokenizer_free(tok);
   return rc;
 }
 
 double ct_rm_bytes(const char *dir, int dtype, int B, int T) {
+  rm_dirs d;
   ct_model_config mc;
-  if (ct_model_read_config(&mc, dir)) return 0;
+  if (resolve(dir, NULL, &d) || ct_model_read_config(&mc, d.base)) return 0;
   return ct_frozen_bytes(&mc, dtype, B, T) + sizeof(float) * ((double)mc.hidden_size * (B + 1)) +
          4.0 * sizeof(int) * B * T;
 }
 
-int ct_rm_open(ct_rm *r, const char *dir, int dtype, int B, int T) {
-  memset(r, 0, sizeof *r);
-  snprintf(r->dir, sizeof r->dir, "%s", dir);
-  last_part(dir, r->name, sizeof r->name);
-  ct_model_config mc;
-  int rc = checks(dir, &mc, &r->tok);
+// The float32 classifier: the base's weights (a causal LM's backbone with a zero head),
+// with the adapter merged in and its head in place.
+static int load_model(const rm_dirs *d, const ct_model_config *mc, int T, ct_model *m) {
+  int rc = ct_model_init(m, mc, T);
   if (rc) return rc;
+  if (!(rc = ct_model_load_weights(m, m->params, d->base)) && d->adapter[0]) {
+    ct_lora lo;
+    if (!(rc = ct_lora_load(&lo, d->adapter, &m->cfg))) {
+      rc = ct_lora_merge(&lo, m);
+      ct_lora_free(&lo);
+    }
+  }
+  if (rc) ct_model_free(m);
+  return rc;
+}
+
+int ct_rm_open(ct_rm *r, const char *dir, const char *adapter, int dtype, int B, int T) {
+  memset(r, 0, sizeof *r);
+  rm_dirs d;
+  ct_model_config mc;
+  int rc = checks(dir, adapter, &d, &mc, &r->tok);
+  if (rc) {
+    ct_rm_free(r);
+    return rc;
+  }
+  snprintf(r->dir, sizeof r->dir, "%s", d.adapter[0] ? d.adapter : d.base);
+  last_part(r->dir, r->name, sizeof r->name);
   r->B = B, r->T = T, r->C = mc.hidden_size;
   ct_model m;
-  if ((rc = ct_model_load(&m, dir, T))) {
+  if ((rc = load_model(&d, &mc, T, &m))) {
     ct_rm_free(r);
     return rc;
   }
@@ -107,7 +192,7 @@ int ct_rm_open(ct_rm *r, const char *dir, int dtype, int B, int T) {
   rc = r->score ? ct_frozen_init(&r->f, &m, dtype, B, T) : (ct_model_free(&m), CT_ENOMEM);
   r->hidden = malloc(sizeof(float) * (size_t)B * r->C);
   r->len = malloc(sizeof(int) * B);
-  if (!rc && (!r->hidden || !r->len)) rc = ct_set_error(CT_ENOMEM, "reward model %s: out of memory", dir);
+  if (!rc && (!r->hidden || !r->len)) rc = ct_set_error(CT_ENOMEM, "reward model %s: out of memory", r->dir);
   if (!rc) rc = ct_batch_init(&r->batch, B, T);
   if (rc) ct_rm_free(r);
   return rc;

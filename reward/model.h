@@ -25,16 +25,28 @@ typedef struct {
   int *len;            // (B) scratch
 } ct_rm;
 
-// What opening dir needs, without reading the weights: a *ForSequenceClassification
-// config.json with num_labels 1, a score.weight [1, hidden] among the tensors, and a
-// tokenizer that loads. Each failure is CT_ECONFIG naming dir and what is wrong.
-int ct_rm_check(const char *dir);
+// A reward model is a directory, one of:
+//   - a *ForSequenceClassification model (config.json, score.weight);
+//   - a PEFT LoRA adapter with task_type SEQ_CLS (adapter_config.json, the head under
+//     modules_to_save: what bin/reward writes with use_peft), whose base is its
+//     adapter_config.json's base_model_name_or_path (a directory: a causal LM, or a
+//     classifier whose head the adapter's replaces);
+// or, as bin/sampler takes model_path + adapter_path, a base directory and `adapter`
+// (NULL or "": none). The adapter is merged into the base's weights when it opens
+// (W + s·B·A, as PEFT's merge_and_unload), so scoring costs what the plain model does.
+//
+// What opening needs, without reading the weights: a *ForSequenceClassification
+// config.json with num_labels 1, a score.weight [1, hidden] among the tensors (or an
+// adapter's score that fits the base), and a tokenizer that loads (an adapter directory's
+// own, else the base's). Each failure is CT_ECONFIG naming the directory and what is wrong.
+int ct_rm_check(const char *dir, const char *adapter);
 
-// Opens dir for forwards of B rows x T tokens, its backbone stored as dtype (CT_STORE_F32
-// or CT_STORE_BF16), after ct_rm_check's checks.
-int ct_rm_open(ct_rm *r, const char *dir, int dtype, int B, int T);
+// Opens dir (+ adapter) for forwards of B rows x T tokens, its backbone stored as dtype
+// (CT_STORE_F32 or CT_STORE_BF16), after ct_rm_check's checks.
+int ct_rm_open(ct_rm *r, const char *dir, const char *adapter, int dtype, int B, int T);
 void ct_rm_free(ct_rm *r);
-// Bytes ct_rm_open takes for a model of dir (0 when dir cannot be read): a memory-plan row.
+// Bytes ct_rm_open takes for a model of dir, an adapter directory sized by its base (0
+// when it cannot be read): a memory-plan row.
 double ct_rm_bytes(const char *dir, int dtype, int B, int T);
 
 // The text a reward model scores for a prompt and a completion, as TRL's GRPOTrainer

@@ -6,7 +6,9 @@
 # column enters the loss; pre-tokenized pairs train as their text does; long pairs are
 # dropped and counted; resume and gradient_checkpointing are bit-identical; GRPO with the
 # reward model raises its mean reward (and reward_weights and bfloat16 storage act);
-# bad reward models and settings fail before any work.
+# use_peft (LoRA + the score head, saved as PEFT's SEQ_CLS adapter) reaches 90% too, its
+# adapter reloads to training's rewards (alone or as model_path + adapter_path), resumes
+# bit for bit and scores GRPO's rollouts; bad reward models and settings fail before any work.
 . tests/lib/common.sh
 start_test reward
 
@@ -103,6 +105,51 @@ echo "== a reward model continues from its own directory (its head is kept)"
 "$R" $common model_path="$T/rm" output_dir="$T/cont" max_steps=1 >"$T/cont.log" 2>&1 || { cat "$T/cont.log"; fail "continue"; }
 ! grep -q "score head: new" "$T/cont.log" || fail "the head of a reward model was replaced"
 
+echo "== use_peft: LoRA on every projection + the score head in full (PEFT's SEQ_CLS) reaches 90%"
+"$R" $common output_dir="$T/lora" use_peft=true learning_rate=2e-3 num_train_epochs=2 logging_steps=50 \
+  eval_dataset_path="$T/pairs_eval.jsonl" >"$T/lora.log" 2>&1 || { cat "$T/lora.log"; fail "LoRA reward run"; }
+la=$(grep eval_accuracy "$T/lora/metrics.jsonl" | tail -1 | field eval_accuracy)
+lm=$(grep eval_accuracy "$T/lora/metrics.jsonl" | tail -1 | field eval_margin)
+ll=$(grep eval_accuracy "$T/lora/metrics.jsonl" | tail -1 | field eval_loss)
+echo "LoRA held-out pair accuracy $la (margin $lm, loss $ll)"
+awk -v a="$la" 'BEGIN { exit !(a >= 0.9) }' || { cat "$T/lora.log"; fail "LoRA held-out accuracy $la < 0.9"; }
+grep -q "score head: new, \[1, 128\]" "$T/lora.log" || fail "no new score head under LoRA"
+grep -q '"task_type": "SEQ_CLS"' "$T/lora/adapter_config.json" || fail "task_type"
+tr -d ' \n' <"$T/lora/adapter_config.json" | grep -q '"modules_to_save":\["classifier","score"\]' || fail "modules_to_save"
+grep -q "\"base_model_name_or_path\": \"$T/sft\"" "$T/lora/adapter_config.json" || fail "base_model_name_or_path"
+head -c 20000 "$T/lora/adapter_model.safetensors" | grep -q '"base_model.model.score.weight":{"dtype":"F32","shape":\[1,128\]' \
+  || fail "base_model.model.score.weight [1, 128]"
+head -c 20000 "$T/lora/adapter_model.safetensors" | grep -q 'layers.1.mlp.down_proj.lora_B.weight' || fail "adapters"
+[ ! -e "$T/lora/model.safetensors" ] || fail "a LoRA run saves the adapters only"
+
+echo "== the saved adapter reloads to training's rewards: alone (its base_model_name_or_path) or model_path + adapter_path"
+for how in "model_path=$T/lora" "model_path=$T/sft adapter_path=$T/lora"; do
+  "$R" eval $how eval_dataset_path="$T/pairs_eval.jsonl" max_length=24 >"$T/le.out" 2>"$T/le.log" \
+    || { cat "$T/le.log"; fail "reward eval $how"; }
+  e=$(sed -n 's/.*"eval_accuracy": \([0-9.]*\).*/\1/p' "$T/le.out")
+  m=$(sed -n 's/.*"eval_margin": \([-0-9.e]*\).*/\1/p' "$T/le.out")
+  l=$(sed -n 's/.*"eval_loss": \([-0-9.e]*\).*/\1/p' "$T/le.out")
+  echo "bin/reward eval $how: accuracy $e, margin $m, loss $l"
+  awk -v a="$la" -v e="$e" -v m="$m" -v lm="$lm" -v l="$l" -v ll="$ll" 'BEGIN { d = a - e; dm = m - lm; dl = l - ll
+    exit !(d * d < 1e-12 && dm * dm <= 1e-8 * lm * lm + 1e-10 && dl * dl <= 1e-8 * ll * ll + 1e-10) }' \
+    || fail "reloaded adapter: accuracy $e margin $m loss $l, training's $la $lm $ll"
+done
+"$R" score model_path="$T/lora" data="$T/rows.jsonl" max_length=24 >"$T/ls1.jsonl" 2>"$T/ls.log" || { cat "$T/ls.log"; fail "score"; }
+"$R" score model_path="$T/sft" adapter_path="$T/lora" data="$T/rows.jsonl" max_length=24 >"$T/ls2.jsonl" 2>"$T/ls.log" \
+  || { cat "$T/ls.log"; fail "score with adapter_path"; }
+cmp "$T/ls1.jsonl" "$T/ls2.jsonl" || fail "the two ways of naming the adapter score differently"
+
+echo "== use_peft: resume is bit-identical; an adapter continues with its own head"
+largs="$common use_peft=true learning_rate=2e-3 max_steps=6 save_steps=3 logging_steps=1"
+"$R" $largs output_dir="$T/ls1" >"$T/ls1.log" 2>&1 || { cat "$T/ls1.log"; fail "LoRA straight run"; }
+rc=0
+CT_STOP_AFTER_STEP=4 "$R" $largs output_dir="$T/ls2" >"$T/ls2.log" 2>&1 || rc=$?
+[ "$rc" = 130 ] || { cat "$T/ls2.log"; fail "interrupted LoRA run exited $rc"; }
+"$R" $largs output_dir="$T/ls2" resume_from_checkpoint=latest >"$T/ls3.log" 2>&1 || { cat "$T/ls3.log"; fail "LoRA resume"; }
+cmp "$T/ls1/adapter_model.safetensors" "$T/ls2/adapter_model.safetensors" || fail "adapters differ after resuming"
+"$R" $common use_peft=true adapter_path="$T/lora" output_dir="$T/lc" max_steps=1 >"$T/lc.log" 2>&1 || { cat "$T/lc.log"; fail "continue adapter"; }
+! grep -q "score head: new" "$T/lc.log" || fail "the head of a LoRA reward model was replaced"
+
 echo "== GRPO with the reward model raises its mean reward"
 G="$BIN/grpo"
 gcommon="configs/grpo.yml model_path=$T/sft dataset_path=$T/we.jsonl per_device_train_batch_size=32 num_generations=8
@@ -114,6 +161,11 @@ echo "rewards/rm/mean: first 5 steps $r0, last 5 steps $r1"
 awk -v a="$r0" -v b="$r1" 'BEGIN { exit !(b > a + 0.3) }' || fail "the reward model's mean reward did not rise"
 for k in 'rewards/rm/std' 'time/scoring_s'; do grep -q "\"$k\"" "$T/g/metrics.jsonl" || fail "metrics lack $k"; done
 grep -q "reward model $T/rm (float32)" "$T/g.log" || fail "the memory plan has no reward-model row"
+
+echo "== GRPO scores with a LoRA reward model named by its adapter directory"
+"$G" $gcommon output_dir="$T/gl" max_steps=1 reward_funcs="$T/lora" >"$T/gl.log" 2>&1 || { cat "$T/gl.log"; fail "grpo with a LoRA reward model"; }
+grep -q '"rewards/lora/mean"' "$T/gl/metrics.jsonl" || fail "metrics lack rewards/lora/mean"
+grep -q "reward model $T/lora (float32)" "$T/gl.log" || fail "the memory plan has no row for the LoRA reward model"
 
 echo "== reward_weights applies; bfloat16 storage scores the same rollouts within rounding"
 "$G" $gcommon output_dir="$T/gw" max_steps=1 reward_funcs="$T/rm,length" reward_weights=0.5,0 length_target=3 \
@@ -143,7 +195,9 @@ for q in "$BIN/sampler generate model_path=$T/rm prompt=hi" "$BIN/ctune-ckpt ggu
   $q >"$T/lm.log" 2>&1 && fail "accepted a reward model: $q"
   grep -q "reward model" "$T/lm.log" || { cat "$T/lm.log"; fail "no reason given: $q"; }
 done
-expect 2 "use_peft" "$R" $common output_dir="$T/x" use_peft=true
+expect 2 "'foo_proj' is not one of q_proj" "$R" $common output_dir="$T/x" use_peft=true lora_target_modules=foo_proj
+expect 2 "a reward model has no lm_head" "$R" $common output_dir="$T/x" use_peft=true lora_modules_to_save=lm_head
+expect 1 "sequence classifier's head" "$BIN/sampler" generate model_path="$T/sft" adapter_path="$T/lora" prompt=hi
 expect 2 "num_vocab_tiling" "$R" $common output_dir="$T/x" num_vocab_tiling=4
 "$R" --help | grep -q "^usage: reward" || fail "reward --help"
 expect 2 "sequence-classification model" "$BIN/sft" configs/sft.yml model_path="$T/rm" dataset_path="$T/sft.jsonl" output_dir="$T/x"

@@ -5,7 +5,11 @@
 // length under right and left padding with pad == EOS; a reward model saved in Hugging
 // Face's sequence-classification layout reloads (reward/model) with the same rewards; and
 // the directories a reward model must not be (causal LM, num_labels 2, no score.weight,
-// no tokenizer) fail with their reason.
+// no tokenizer) fail with their reason. With LoRA (use_peft): the gradient through the
+// score head (a modules_to_save copy) and every adapter factor against central
+// differences of the reference over the merged weights; an adapter saved as PEFT's
+// SEQ_CLS reloads (alone, or as base + adapter) with the training forward's rewards, and
+// adapters that are not a reward model's are refused.
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -15,6 +19,7 @@
 #include "forward.h"
 #include "fs.h"
 #include "hf.h"
+#include "lora.h"
 #include "reward/model.h"
 #include "safetensors.h"
 #include "tokenizer.h"
@@ -151,6 +156,111 @@ static void test_score_head_and_backbone_gradients_match_reference(void) {
 }
 
 
+// use_peft: the base frozen, adapters on every projection, the score head a trained copy
+// (modules_to_save). The reference runs the merged weights W + s·B·A in float64.
+static const char *const lora_mod[CT_LORA_TARGETS] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                                      "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
+                                                      "mlp.down_proj"};
+
+static void merged(double *P, double *w, const ct_model *m, const ct_lora *lo) {
+  for (long i = 0; i < m->n_floats; i++) P[i] = m->params[i];
+  for (int i = 0; i < m->cfg.hidden_size; i++) w[i] = lo->score[i];
+  char nm[96];
+  for (int l = 0; l < m->cfg.num_layers; l++)
+    for (int t = 0; t < CT_LORA_TARGETS; t++) {
+      const ct_lora_ab *ab = &lo->w[l][t];
+      int in, out, row0, r = lo->cfg.r;
+      ct_lora_dims(&m->cfg, t, &in, &out, &row0);
+      snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, lora_mod[t]);
+      double *Wt = P + ct_model_find_tensor(m, nm)->offset;
+      for (int o = 0; o < out; o++)
+        for (int i = 0; i < in; i++) {
+          double s = 0;
+          for (int j = 0; j < r; j++) s += (double)ab->B[(long)o * r + j] * ab->A[(long)j * in + i];
+          Wt[(long)o * in + i] += lo->scale * s;
+        }
+    }
+}
+
+static void test_lora_score_head_and_adapter_gradients_match_reference(void) {
+  ct_model_config cfg = {.model_type = "llama", .vocab_size = 17, .hidden_size = 12, .intermediate_size = 20,
+                         .num_layers = 2, .num_heads = 4, .num_kv_heads = 2, .head_dim = 4,
+                         .max_position_embeddings = 16, .rope_theta = 10000, .rms_norm_eps = 1e-6f,
+                         .tie_word_embeddings = true, .bos_token_id = -1, .eos_token_id = -1,
+                         .pad_token_id = -1, .num_labels = 1};
+  int C = cfg.hidden_size, N = B * T;
+  ct_model m;
+  CHECK_OK(ct_model_init(&m, &cfg, 16));
+  ct_model_init_random(&m, 3, 0.3f);
+  ct_lora_config lc = {.r = 2, .alpha = 4, .targets = (1u << CT_LORA_TARGETS) - 1, .save_score = true};
+  ct_lora lo;
+  CHECK_OK(ct_lora_init(&lo, &lc, &m.cfg));
+  ct_lora_init_weights(&lo, &m, 7);
+  CHECK(!memcmp(lo.score, m.w.score, sizeof(float) * C));  // the copy starts as the base's head
+  ct_rng r;
+  ct_rng_seed(&r, 5);
+  for (int i = 0; i < lo.n_tensors; i++)  // B and the head non-zero: every gradient is live
+    if (strstr(lo.tensors[i].name, "lora_B") || strstr(lo.tensors[i].name, "score"))
+      for (long k = 0; k < lo.tensors[i].numel; k++)
+        lo.params[lo.tensors[i].offset + k] = (float)(0.4 * ct_rng_normal(&r));
+  float *grads = calloc(lo.n_floats, sizeof(float));
+  ct_lora_bind_grads(&lo, grads);
+  ct_weights g = {0};  // the base frozen: no gradient views
+  g.layers = calloc(cfg.num_layers, sizeof *g.layers);
+  ct_acts a;
+  CHECK_OK(ct_acts_init(&a, &m, B, T, CT_ACTS_KEEP));
+  CHECK_OK(ct_acts_attach_lora(&a, &lo));
+  for (int n = 0; n < N; n++) {
+    a.ids[n] = (int)ct_rng_below(&r, cfg.vocab_size);
+    a.pos[n] = n % T;
+    a.seg[n] = 0;
+  }
+  ct_forward(&m, &a, B, T);
+  double rew[B], d[B];
+  ct_score_forward(a.lnf, last, B, T, C, lo.score, rew);
+  double loss = ct_rm_pair_loss(rew[0], rew[1], margin, center, &d[0], &d[1]);
+  memset(a.dln, 0, sizeof(float) * N * C);
+  ct_score_backward(a.lnf, last, B, T, C, lo.score, d, a.dln, lo.g_score);
+  ct_backward(&m, &g, &a, a.dln, B, T);
+
+  double *P = calloc(m.n_floats, sizeof(double)), wd[12];
+  ref_t ref = {&m, P};
+  merged(P, wd, &m, &lo);
+  double want = ref_pair_loss(&ref, wd, a.ids, a.pos, a.seg);
+  CHECK_NEAR(loss, want, 2e-5 * fabs(want) + 1e-6);
+  int bad = 0, checked = 0;
+  double worst = 0;
+  for (int k = 0; k < lo.n_tensors; k++)  // every adapter factor and the head
+    for (long i = lo.tensors[k].offset; i < lo.tensors[k].offset + lo.tensors[k].numel; i++) {
+      float keep = lo.params[i], up = keep + 1e-3f, dn = keep - 1e-3f;
+      lo.params[i] = up;
+      merged(P, wd, &m, &lo);
+      double lp = ref_pair_loss(&ref, wd, a.ids, a.pos, a.seg);
+      lo.params[i] = dn;
+      merged(P, wd, &m, &lo);
+      double lm = ref_pair_loss(&ref, wd, a.ids, a.pos, a.seg);
+      lo.params[i] = keep;
+      double fd = (lp - lm) / ((double)up - dn), err = fabs(grads[i] - fd);
+      worst = fmax(worst, err);
+      bad += err > 1e-4 + 2e-3 * fabs(fd);
+      checked++;
+    }
+  fprintf(stderr, "  %d adapter and head gradients checked, worst |diff| %.3g\n", checked, worst);
+  long numel = 0;
+  for (int k = 0; k < lo.n_tensors; k++) numel += lo.tensors[k].numel;
+  CHECK(bad == 0 && checked == numel && checked > 400);
+  float gs = 0;
+  for (int i = 0; i < C; i++) gs += fabsf(lo.g_score[i]);
+  CHECK(gs > 0);  // the head did get a gradient
+  free(P);
+  free(grads);
+  ct_weights_free(&g);
+  ct_acts_free(&a);
+  ct_lora_free(&lo);
+  ct_model_free(&m);
+}
+
+
 // ---------------------------------------------------------------------------
 // Pooling, saving, reloading.
 
@@ -171,10 +281,11 @@ static void rm_model(ct_model *m, bool tied) {
 
 // Rewards of rows laid out by hand: row b holds len[b] real tokens from start[b] (pads
 // elsewhere, each its own segment, ids = pad), positions counted from the first real token.
-static void rewards_of(ct_model *m, int B, int T, const int *const *seq, const int *len, const int *start,
-                       double *r) {
+static void rewards_lora(ct_model *m, const ct_lora *lo, int B, int T, const int *const *seq, const int *len,
+                         const int *start, double *r) {
   ct_acts a;
   CHECK_OK(ct_acts_init(&a, m, B, T, CT_ACTS_FORWARD));
+  CHECK_OK(ct_acts_attach_lora(&a, lo));
   int last[8];
   for (int b = 0; b < B; b++) {
     for (int t = 0; t < T; t++) {
@@ -186,8 +297,13 @@ static void rewards_of(ct_model *m, int B, int T, const int *const *seq, const i
     last[b] = start[b] + len[b] - 1;  // by length: the pad id plays no part
   }
   ct_forward(m, &a, B, T);
-  ct_score_forward(a.lnf, last, B, T, m->cfg.hidden_size, m->w.score, r);
+  ct_score_forward(a.lnf, last, B, T, m->cfg.hidden_size, lo ? lo->score : m->w.score, r);
   ct_acts_free(&a);
+}
+
+static void rewards_of(ct_model *m, int B, int T, const int *const *seq, const int *len, const int *start,
+                       double *r) {
+  rewards_lora(m, NULL, B, T, seq, len, start, r);
 }
 
 // pad == EOS == 258, and the sequence ends in EOS: transformers' rule (the token before the
@@ -263,13 +379,13 @@ static void test_saved_reward_model_has_hf_seq_cls_layout_and_reloads_with_same_
     const int *seq[] = {s0, s1, s2}, len[] = {5, 9, 2};
     double want[3], got[3], got16[3];
     for (int i = 0; i < 3; i++) rewards_of(&m, 1, len[i], &seq[i], &len[i], (int[]){0}, &want[i]);
-    CHECK_OK(ct_rm_check(dir));
+    CHECK_OK(ct_rm_check(dir, NULL));
     ct_rm rm;
-    CHECK_OK(ct_rm_open(&rm, dir, CT_STORE_F32, 2, 16));  // batches of 2: one padded batch, then one row
+    CHECK_OK(ct_rm_open(&rm, dir, NULL, CT_STORE_F32, 2, 16));  // batches of 2: one padded batch, then one row
     CHECK(!strcmp(rm.name, tied ? "rm_tied" : "rm_untied"));
     CHECK_OK(ct_rm_score_ids(&rm, seq, len, 3, got, NULL));
     ct_rm_free(&rm);
-    CHECK_OK(ct_rm_open(&rm, dir, CT_STORE_BF16, 3, 16));
+    CHECK_OK(ct_rm_open(&rm, dir, NULL, CT_STORE_BF16, 3, 16));
     CHECK_OK(ct_rm_score_ids(&rm, seq, len, 3, got16, NULL));
     ct_rm_free(&rm);
     for (int i = 0; i < 3; i++) {
@@ -279,7 +395,7 @@ static void test_saved_reward_model_has_hf_seq_cls_layout_and_reloads_with_same_
     // a text longer than the capacity is NaN, counted; the others are scored
     const int *seq2[] = {s0, s1};
     int too_long = 0;
-    CHECK_OK(ct_rm_open(&rm, dir, CT_STORE_F32, 2, 6));
+    CHECK_OK(ct_rm_open(&rm, dir, NULL, CT_STORE_F32, 2, 6));
     CHECK_OK(ct_rm_score_ids(&rm, seq2, len, 2, got, &too_long));
     CHECK(too_long == 1 && isnan(got[1]));
     CHECK_NEAR(got[0], want[0], 1e-5 * (1 + fabs(want[0])));
@@ -314,9 +430,99 @@ static void test_causal_lm_dir_loads_into_a_classifier_layout(void) {
   ct_model_free(&m);
 }
 
+// A LoRA reward model as bin/reward writes it (use_peft): a causal LM's directory as the
+// base, and an adapter directory (PEFT's SEQ_CLS files) naming it. It opens both as the
+// adapter directory alone and as base + adapter, with the rewards of the training
+// forward (adapters applied unmerged); the files carry PEFT's names and task type.
+static void test_lora_reward_model_saved_as_peft_seq_cls_reloads_with_same_rewards(void) {
+  ct_model m;
+  rm_model(&m, true);
+  ct_model_config lm_cfg = m.cfg;
+  lm_cfg.num_labels = 0;
+  ct_model base;  // the causal LM the reward model was trained from: m without the head
+  CHECK_OK(ct_model_init(&base, &lm_cfg, 64));
+  for (int i = 0; i < base.n_tensors; i++) {
+    const ct_tensor_info *t = &base.tensors[i], *f = ct_model_find_tensor(&m, t->name);
+    memcpy(base.params + t->offset, m.params + f->offset, sizeof(float) * t->numel);
+  }
+  const char *bdir = tmp_dir("lora_base"), *adir = tmp_dir("lora_rm");
+  save_model(&base, bdir);
+  ct_lora_config lc = {.r = 4, .alpha = 8, .targets = 1u << CT_LORA_Q | 1u << CT_LORA_V | 1u << CT_LORA_DOWN,
+                       .save_score = true};
+  ct_lora lo;
+  CHECK_OK(ct_lora_init(&lo, &lc, &m.cfg));
+  ct_lora_init_weights(&lo, &m, 9);
+  ct_rng r;
+  ct_rng_seed(&r, 13);
+  for (int i = 0; i < lo.n_tensors; i++)  // trained-looking adapters and head
+    if (!strstr(lo.tensors[i].name, "lora_A"))
+      for (long k = 0; k < lo.tensors[i].numel; k++)
+        lo.params[lo.tensors[i].offset + k] = (float)(0.3 * ct_rng_normal(&r));
+  CHECK_OK(ct_mkdirs(adir));
+  CHECK_OK(ct_lora_save(&lo, adir, bdir));
+  char p[1100];
+  snprintf(p, sizeof p, "%s/adapter_config.json", adir);
+  json_t *j = json_load_file(p, 0, NULL);
+  CHECK(j && !strcmp(json_string_value(json_object_get(j, "task_type")), "SEQ_CLS"));
+  json_t *ms = json_object_get(j, "modules_to_save");
+  CHECK(json_array_size(ms) == 2 && !strcmp(json_string_value(json_array_get(ms, 1)), "score"));
+  json_decref(j);
+  ct_safetensors st;
+  snprintf(p, sizeof p, "%s/adapter_model.safetensors", adir);
+  CHECK_OK(ct_st_open(&st, p));
+  const ct_st_tensor *sw = ct_st_find(&st, "base_model.model.score.weight");
+  CHECK(sw && sw->ndim == 2 && sw->shape[0] == 1 && sw->shape[1] == 16);
+  CHECK(ct_st_find(&st, "base_model.model.model.layers.1.mlp.down_proj.lora_B.weight") != NULL);
+  ct_st_close(&st);
+
+  const int s0[] = {7, 9, 11, 13, 258}, s1[] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, s2[] = {40, 41};
+  const int *seq[] = {s0, s1, s2}, len[] = {5, 9, 2};
+  double want[3], got[3], got2[3], plain[3];
+  for (int i = 0; i < 3; i++) {
+    rewards_lora(&m, &lo, 1, len[i], &seq[i], &len[i], (int[]){0}, &want[i]);
+    rewards_lora(&m, NULL, 1, len[i], &seq[i], &len[i], (int[]){0}, &plain[i]);
+  }
+  ct_rm rm;
+  CHECK_OK(ct_rm_check(adir, NULL));
+  CHECK_OK(ct_rm_open(&rm, adir, NULL, CT_STORE_F32, 2, 16));  // the adapter directory alone
+  CHECK(!strcmp(rm.name, "lora_rm"));
+  CHECK_OK(ct_rm_score_ids(&rm, seq, len, 3, got, NULL));
+  ct_rm_free(&rm);
+  CHECK_OK(ct_rm_open(&rm, bdir, adir, CT_STORE_F32, 2, 16));  // model_path + adapter_path
+  CHECK_OK(ct_rm_score_ids(&rm, seq, len, 3, got2, NULL));
+  ct_rm_free(&rm);
+  for (int i = 0; i < 3; i++) {
+    CHECK_NEAR(got[i], want[i], 1e-5 * (1 + fabs(want[i])));  // merged W + s·B·A: rounding only
+    CHECK(got2[i] == got[i]);
+    CHECK(fabs(want[i] - plain[i]) > 1e-2);  // the adapters change the rewards
+  }
+  CHECK(ct_rm_bytes(adir, CT_STORE_F32, 2, 16) == ct_rm_bytes(bdir, CT_STORE_F32, 2, 16));  // sized by its base
+
+  // an adapter that is not a reward model's: a causal LM's (no score), a base that is not there
+  const char *cdir = tmp_dir("lora_causal");
+  ct_lora lc_lo;
+  ct_lora_config clc = {.r = 2, .alpha = 4, .targets = 1u << CT_LORA_Q};
+  CHECK_OK(ct_lora_init(&lc_lo, &clc, &lm_cfg));
+  CHECK_OK(ct_mkdirs(cdir));
+  CHECK_OK(ct_lora_save(&lc_lo, cdir, bdir));
+  ct_lora_free(&lc_lo);
+  CHECK(ct_rm_check(cdir, NULL) == CT_ECONFIG && strstr(ct_last_error(), "the adapter has no score head"));
+  CHECK(ct_rm_check(bdir, cdir) == CT_ECONFIG && strstr(ct_last_error(), "not a SEQ_CLS adapter"));
+  const char *odir = tmp_dir("lora_orphan");
+  CHECK_OK(ct_mkdirs(odir));
+  CHECK_OK(ct_lora_save(&lo, odir, tmp_dir("gone")));
+  CHECK(ct_rm_check(odir, NULL) == CT_ECONFIG && strstr(ct_last_error(), "is not a directory here"));
+  // the SEQ_CLS adapter over a causal LM where a causal LM is meant (the sampler): refused
+  ct_lora back;
+  CHECK(ct_lora_load(&back, adir, &lm_cfg) != 0 && strstr(ct_last_error(), "sequence classifier's head"));
+  ct_lora_free(&lo);
+  ct_model_free(&base);
+  ct_model_free(&m);
+}
+
 // The reason names what is wrong with the directory.
 static void check_refused(const char *dir, const char *want) {
-  int rc = ct_rm_check(dir);
+  int rc = ct_rm_check(dir, NULL);
   CHECK(rc == CT_ECONFIG);
   if (!strstr(ct_last_error(), want)) fprintf(stderr, "  message: %s (wanted '%s')\n", ct_last_error(), want);
   CHECK(strstr(ct_last_error(), want) != NULL);
@@ -427,10 +633,12 @@ int main(int argc, char **argv) {
   RUN(test_pair_loss_matches_hand_values);
   RUN(test_metric_sums);
   RUN(test_score_head_and_backbone_gradients_match_reference);
+  RUN(test_lora_score_head_and_adapter_gradients_match_reference);
   RUN(test_reward_pooled_by_length_under_left_and_right_padding_with_pad_eq_eos);
   if (!mkdtemp(tmp_root)) return 1;
   RUN(test_saved_reward_model_has_hf_seq_cls_layout_and_reloads_with_same_rewards);
   RUN(test_causal_lm_dir_loads_into_a_classifier_layout);
+  RUN(test_lora_reward_model_saved_as_peft_seq_cls_reloads_with_same_rewards);
   RUN(test_bad_reward_model_dirs_fail_with_their_reason);
   RUN(test_reward_pairs_are_whole_sequences_with_margin_and_long_pairs_dropped);
   ct_remove_tree(tmp_root);
