@@ -168,6 +168,8 @@ typedef struct {
   // loss and compute
   int64_t num_vocab_tiling;
   double z_loss_multiplier;
+  int64_t mtp_num_layers;          // multi-token prediction depths D (0 = off)
+  double mtp_loss_scaling_factor;  // λ: the loss adds λ · mean_k CE_k
   int64_t num_threads;  // 0 = all cores, divided among local MPI ranks
   int gradient_checkpointing;
   int bf16;                  // CT_BF16_*
