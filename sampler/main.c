@@ -20,12 +20,14 @@
 #include "data.h"
 #include "engine.h"
 #include "error.h"
+#include "fs.h"
 #include "generate.h"
 #include "jsonl.h"
 #include "matmul.h"
 #include "panel.h"
 #include "pool.h"
 #include "prompts.h"
+#include "speculative.h"
 #include "tokenizer.h"
 #include "unicode.h"
 #include "weights.h"
@@ -217,6 +219,28 @@ static void on_token(void *ctx, int request, int sample, int token) {
   fflush(stdout);
 }
 
+// speculative=mtp: greedy decoding drafted by the model's multi-token prediction depths.
+static int speculate(const setup_t *s, const ct_engine_opts *eo, const ct_gen_request *reqs, int np,
+                     const ct_gen_callbacks *cb) {
+  const ct_config *c = s->cfg;
+  const char *key = c->temperature > 0 ? "temperature" : c->n != 1 ? "n" : c->adapter_path[0] ? "adapter_path" : NULL;
+  if (key)
+    fail(2, (ct_set_error(CT_ECONFIG, "%s: key '%s': speculative=mtp decodes greedily, one sample, without adapters "
+                          "(temperature=0, n=1, no adapter_path)", ct_config_origin(c, key), key), NULL));
+  ct_spec_model sm;
+  ct_spec_stats st = {0};
+  int rc = ct_spec_load(&sm, &s->w, c->model_path);
+  double t0 = ct_now();
+  if (!rc) rc = ct_spec_generate(&sm, eo, s->tok, reqs, np, cb, &st);
+  if (!rc)
+    fprintf(stderr, "sampler: speculative=mtp (%d depths): %ld tokens in %ld passes of the model after %d prefills, "
+            "%ld of %ld guesses kept (%.1f%% of those checked), %.1f tokens/s\n", sm.D, st.tokens, st.rounds, np,
+            st.accepted, st.drafted, 100.0 * st.accepted / (st.accepted + st.rejected > 0 ? st.accepted + st.rejected : 1),
+            st.tokens / (ct_now() - t0));
+  ct_spec_free(&sm);
+  return rc;
+}
+
 static int cmd_generate(const ct_config *cfg) {
   setup_t s;
   setup(&s, cfg);
@@ -235,13 +259,17 @@ static int cmd_generate(const ct_config *cfg) {
   int slots = (int)cfg->decode_slots;
   ct_engine_opts eo = {slots, (int)cfg->max_target_length,
                        (int)(cfg->max_prefill_length > slots ? cfg->max_prefill_length : slots)};
-  ct_engine *e;
-  if (ct_engine_init(&e, &s.w, &eo)) fail(1, NULL);
+  ct_engine *e = NULL;  // (speculative=mtp runs its own)
+  if (cfg->speculative != CT_SPEC_MTP && ct_engine_init(&e, &s.w, &eo)) fail(1, NULL);
   out_t o = {.s = &s, .n_per = (int)cfg->n, .total = np * (int)cfg->n};
   o.done = calloc(o.total, sizeof *o.done);
   o.stream = cfg->output == CT_OUTPUT_TEXT && o.total == 1;
   ct_gen_callbacks cb = {on_done, on_token, &o};
-  if (ct_generate(e, s.tok, reqs, np, &cb)) fail(1, NULL);
+  if (cfg->speculative == CT_SPEC_MTP) {
+    if (speculate(&s, &eo, reqs, np, &cb)) fail(1, NULL);
+  } else if (ct_generate(e, s.tok, reqs, np, &cb)) {
+    fail(1, NULL);
+  }
   ct_engine_free(e);
   for (int i = 0; i < np; i++) ct_ids_free(&ps[i].ids);
   free(ps);

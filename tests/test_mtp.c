@@ -16,7 +16,9 @@
 #include "pool.h"
 #include "ref_model.h"
 #include "rng.h"
+#include "speculative.h"
 #include "test.h"
+#include "tokenizer.h"
 
 typedef struct {
   int B, T;
@@ -407,6 +409,176 @@ static void test_mtp_safetensors_round_trip_and_refusals(void) {
   ct_model_free(&m3);
 }
 
+
+// ---------------------------------------------------------------------------
+// Self-speculative decoding (sampler/speculative.h): greedy output identical to plain
+// decoding, token for token and log-prob for log-prob.
+
+typedef struct {
+  int n;
+  int len[16], finish[16];
+  int ids[16][64];
+  float lps[16][64];
+  char text[16][256];
+} results_t;
+
+static int collect(void *ctx, const ct_gen_result *r) {
+  results_t *R = ctx;
+  int k = r->request;
+  R->n++;
+  R->len[k] = r->n;
+  R->finish[k] = r->finish;
+  for (int i = 0; i < r->n && i < 64; i++) R->ids[k][i] = r->ids[i], R->lps[k][i] = r->logprobs[i];
+  snprintf(R->text[k], sizeof R->text[k], "%.*s", (int)r->text_len, r->text);
+  return 0;
+}
+
+// Plain ct_generate against ct_spec_generate on the same requests; returns the stats.
+static ct_spec_stats spec_matches_plain(const ct_model *m, const char *dir, const ct_tokenizer *tok,
+                                        const ct_gen_request *reqs, int nreq, int max_len, int max_tokens,
+                                        results_t *out) {
+  ct_infer_weights w;
+  ct_spec_model sm;
+  CHECK_OK(ct_infer_from_model(&w, m));
+  CHECK_OK(ct_infer_pack(&w, CT_PACK_F32));
+  CHECK_OK(ct_spec_load(&sm, &w, dir));
+  CHECK(sm.D == m->cfg.mtp_layers);
+  results_t *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
+  ct_engine *e;
+  ct_engine_opts o = {.slots = 4, .max_len = max_len, .max_tokens = max_tokens};
+  CHECK_OK(ct_engine_init(&e, &w, &o));
+  ct_gen_callbacks ca = {collect, NULL, a}, cbb = {collect, NULL, b};
+  CHECK_OK(ct_generate(e, tok, reqs, nreq, &ca));
+  ct_spec_stats st = {0};
+  CHECK_OK(ct_spec_generate(&sm, &o, tok, reqs, nreq, &cbb, &st));
+  CHECK(a->n == nreq && b->n == nreq);
+  for (int r = 0; r < nreq; r++) {
+    CHECK(a->len[r] == b->len[r] && a->finish[r] == b->finish[r]);
+    CHECK(!memcmp(a->ids[r], b->ids[r], sizeof(int) * a->len[r]));
+    CHECK(!memcmp(a->lps[r], b->lps[r], sizeof(float) * a->len[r]));
+    CHECK(!strcmp(a->text[r], b->text[r]));
+  }
+  long total = 0;
+  for (int r = 0; r < nreq; r++) total += a->len[r];
+  CHECK(st.tokens == total);
+  CHECK(st.rounds + nreq + st.accepted == total);  // a prefill's token, then each pass's own + kept guesses
+  CHECK(st.accepted + st.rejected <= st.drafted && st.rejected <= st.rounds);
+  fprintf(stderr, "  %ld tokens in %ld verifying passes (+%d prefills): %ld of %ld guesses kept, %ld wrong\n",
+          st.tokens, st.rounds, nreq, st.accepted, st.drafted, st.rejected);
+  ct_engine_free(e);
+  ct_spec_free(&sm);
+  ct_infer_free(&w);
+  if (out) *out = *a;
+  free(a);
+  free(b);
+  return st;
+}
+
+static int sprompts[5][40];
+
+// Five greedy requests of various lengths; stop_id (or -1) ends a sample.
+static void spec_requests(ct_gen_request *reqs, int V, const int *stop_id) {
+  const int plens[5] = {3, 9, 1, 17, 33};
+  for (int r = 0; r < 5; r++) {
+    for (int i = 0; i < plens[r]; i++) sprompts[r][i] = (r * 37 + i * 11) % V;
+    reqs[r] = (ct_gen_request){.prompt = sprompts[r], .prompt_len = plens[r], .n = 1, .seed = 7,
+                               .sp = {0, 0, 1.0f, 0.0f, r == 1 ? 1.3f : 1.0f}, .max_new_tokens = 20 + 7 * r,
+                               .stop_ids = stop_id, .n_stop_ids = stop_id ? 1 : 0};
+  }
+}
+
+static void save_depths(const ct_model *m, char *dir) {
+  strcpy(dir + strlen(dir) - 6, "XXXXXX");
+  CHECK(mkdtemp(dir) != NULL);
+  CHECK_OK(ct_mtp_save(m, m->params, dir, CT_DT_F32));
+}
+
+static void remove_depths(const char *dir) {
+  char p[CT_PATH_MAX];
+  snprintf(p, sizeof p, "%s/mtp.safetensors", dir);
+  unlink(p);
+  rmdir(dir);
+}
+
+// Random depths: almost every guess is wrong (the rejection path), output unchanged.
+static void test_speculative_greedy_equals_plain_with_random_depths(void) {
+  ct_tokenizer *tok;
+  CHECK_OK(ct_tokenizer_bytes(&tok));
+  ct_model_config c = tiny();
+  c.vocab_size = ct_tokenizer_vocab_size(tok);
+  c.hidden_size = 32, c.intermediate_size = 48, c.head_dim = 8, c.max_position_embeddings = 128;
+  c.mtp_layers = 2;
+  ct_model m;
+  CHECK_OK(ct_model_init(&m, &c, 1));
+  ct_model_init_random(&m, 8, 0.4f);
+  char dir[] = "/tmp/ctune-spec-XXXXXX";
+  save_depths(&m, dir);
+  ct_gen_request reqs[5];
+  spec_requests(reqs, 256, NULL);
+  spec_matches_plain(&m, dir, tok, reqs, 5, 96, 64, NULL);
+  spec_matches_plain(&m, dir, tok, reqs, 5, 60, 8, NULL);  // prefills in chunks; guesses cut at the cache's end
+  remove_depths(dir);
+  ct_model_free(&m);
+  ct_tokenizer_free(tok);
+}
+
+// Depths built to agree with the model: with o_proj and down_proj zero every layer (the
+// depths' too) passes its input through, so the model's greedy token after t is f(t) =
+// argmax head · norm(emb(t)), and depth k, whose eh_proj reads the embedding of token
+// p + k only, guesses f(token p + k): the model's own next choice. Every guess is kept
+// (the acceptance path); a small weight on the hidden-state half makes some guesses
+// wrong again (a mix of both), and a stop id ends samples inside a round.
+static void test_speculative_greedy_equals_plain_when_guesses_are_kept(void) {
+  ct_tokenizer *tok;
+  CHECK_OK(ct_tokenizer_bytes(&tok));
+  ct_model_config c = tiny();
+  c.vocab_size = ct_tokenizer_vocab_size(tok);
+  c.hidden_size = 32, c.intermediate_size = 48, c.head_dim = 8, c.max_position_embeddings = 128;
+  c.tie_word_embeddings = false;
+  c.mtp_layers = 3;
+  ct_model m;
+  CHECK_OK(ct_model_init(&m, &c, 1));
+  ct_model_init_random(&m, 9, 0.5f);
+  int C = c.hidden_size;
+  for (int l = 0; l < c.num_layers + c.mtp_layers; l++) {
+    const ct_layer_weights *L = l < c.num_layers ? &m.w.layers[l] : &m.w.mtp[l - c.num_layers].block;
+    memset(L->wo, 0, sizeof(float) * C * c.num_heads * c.head_dim);
+    memset(L->wdown, 0, sizeof(float) * C * c.intermediate_size);
+  }
+  for (int k = 0; k < c.mtp_layers; k++) {
+    float *M = m.w.mtp[k].eh_proj;  // (C, 2C) = [I | 0]
+    memset(M, 0, sizeof(float) * 2 * C * C);
+    for (int i = 0; i < C; i++) M[(long)i * 2 * C + i] = 1;
+  }
+  char dir[] = "/tmp/ctune-spec-XXXXXX";
+  save_depths(&m, dir);
+  ct_gen_request reqs[5];
+  spec_requests(reqs, 256, NULL);
+  reqs[1].sp.repetition_penalty = 1.0f;  // (a penalty changes the model's choice, not the guess)
+  ct_spec_stats st = spec_matches_plain(&m, dir, tok, reqs, 5, 96, 64, NULL);
+  CHECK(st.rejected == 0 && st.accepted > 100);
+  // some guesses wrong: the hidden-state half weighs in
+  ct_rng r;
+  ct_rng_seed(&r, 4);
+  for (int k = 0; k < c.mtp_layers; k++)
+    for (int i = 0; i < C; i++)
+      for (int j = 0; j < C; j++) m.w.mtp[k].eh_proj[(long)i * 2 * C + C + j] = (float)(0.05 * ct_rng_normal(&r));
+  remove_depths(dir);
+  save_depths(&m, dir);
+  results_t *res = malloc(sizeof *res);
+  st = spec_matches_plain(&m, dir, tok, reqs, 5, 96, 64, res);
+  CHECK(st.accepted > 10 && st.rejected > 10);
+  int stop = res->ids[3][6], stopped = 0;  // a token the samples reach
+  spec_requests(reqs, 256, &stop);
+  spec_matches_plain(&m, dir, tok, reqs, 5, 96, 64, res);
+  for (int q = 0; q < 5; q++) stopped += res->finish[q] == CT_FINISH_STOP;
+  CHECK(stopped >= 1 && res->ids[3][res->len[3] - 1] == stop);
+  free(res);
+  remove_depths(dir);
+  ct_model_free(&m);
+  ct_tokenizer_free(tok);
+}
+
 int main(int argc, char **argv) {
   ct_blas_init(argc, argv);
   ct_pool_init(2);
@@ -416,5 +588,7 @@ int main(int argc, char **argv) {
   RUN(test_lambda_changes_trunk_gradients_linearly);
   RUN(test_one_depth_llama_tied_loss_and_gradients_match_float64_reference);
   RUN(test_two_depths_qwen3_untied_loss_and_gradients_match_float64_reference);
+  RUN(test_speculative_greedy_equals_plain_with_random_depths);
+  RUN(test_speculative_greedy_equals_plain_when_guesses_are_kept);
   return test_summary();
 }
