@@ -69,7 +69,7 @@ static void depth_weights(ct_infer_weights *dw, ct_infer_layer *L, const ct_spec
   dw->packed = CT_PACK_F32;
 }
 
-int ct_spec_load(ct_spec_model *sm, const ct_infer_weights *w, const char *dir) {
+int ct_spec_load(ct_spec_model *sm, const ct_infer_weights *w, const char *dir, const ct_engine_opts *o) {
   memset(sm, 0, sizeof *sm);
   sm->w = w;
   if (w->lora) return ct_set_error(CT_EINVAL, "speculative=mtp: not with adapters (adapter_path)");
@@ -95,10 +95,18 @@ int ct_spec_load(ct_spec_model *sm, const ct_infer_weights *w, const char *dir) 
   }
   float *at = sm->panels;
   for (int k = 0; k < sm->D; k++) depth_weights(&sm->dw[k], &layers[k], sm, k, &at);
-  return 0;
+  sm->o = (ct_engine_opts){1, o->max_len, o->max_tokens > sm->D + 1 ? o->max_tokens : sm->D + 1};
+  if (!(sm->de = calloc(sm->D, sizeof *sm->de))) rc = ct_set_error(CT_ENOMEM, "speculative: out of memory");
+  if (!rc) rc = ct_engine_init(&sm->e, w, &sm->o);
+  for (int k = 0; !rc && k < sm->D; k++) rc = ct_engine_init(&sm->de[k], &sm->dw[k], &sm->o);
+  if (rc) ct_spec_free(sm);
+  return rc;
 }
 
 void ct_spec_free(ct_spec_model *sm) {
+  for (int k = 0; sm->de && k < sm->D; k++) ct_engine_free(sm->de[k]);
+  free(sm->de);
+  ct_engine_free(sm->e);
   if (sm->dw) free(sm->dw[0].layers);  // (one allocation for every depth's layer)
   free(sm->dw);
   free(sm->panels);
@@ -308,8 +316,47 @@ static int run_request(run_t *g, const ct_gen_request *r, ct_spec_stats *st) {
   return rc;
 }
 
-int ct_spec_generate(const ct_spec_model *sm, const ct_engine_opts *o, const ct_tokenizer *tok,
-                     const ct_gen_request *reqs, int nreq, const ct_gen_callbacks *cb, ct_spec_stats *st) {
+static void run_free(run_t *g) {
+  ct_sampler_ws_free(&g->ws);
+  free(g->tok_ids), free(g->guess), free(g->valid), free(g->h), free(g->x), free(g->logits), free(g->en);
+  free(g->ids), free(g->out_ids), free(g->seen), free(g->lps), free(g->text);
+}
+
+static int run_init(run_t *g, ct_spec_model *sm, const ct_tokenizer *tok, const ct_gen_callbacks *cb) {
+  const ct_model_config *c = &sm->w->cfg;
+  *g = (run_t){.sm = sm, .tok = tok, .cb = cb, .e = sm->e, .de = sm->de, .D = sm->D, .C = c->hidden_size,
+               .V = c->vocab_size, .max_len = sm->o.max_len, .cap = sm->o.max_tokens};
+  long T = g->max_len + sm->D + 1;
+  g->tok_ids = malloc(sizeof(int) * T);
+  g->guess = calloc(sm->D + 1, sizeof(int));
+  g->valid = calloc(sm->D + 1, sizeof(int));
+  g->h = malloc(sizeof(float) * sm->D * T * g->C);
+  g->x = malloc(sizeof(float) * g->cap * g->C);
+  g->logits = malloc(sizeof(float) * g->cap * g->V);
+  g->en = malloc(sizeof(float) * 3 * g->C);
+  g->ids = malloc(sizeof(int) * 4 * g->cap);
+  g->out_ids = malloc(sizeof(int) * T);
+  g->seen = malloc(sizeof(int) * T);
+  g->lps = malloc(sizeof(float) * T);
+  if (!g->tok_ids || !g->guess || !g->valid || !g->h || !g->x || !g->logits || !g->en || !g->ids || !g->out_ids ||
+      !g->seen || !g->lps) {
+    run_free(g);
+    memset(g, 0, sizeof *g);
+    return ct_set_error(CT_ENOMEM, "speculative: out of memory");
+  }
+  g->hn = g->en + g->C, g->row = g->hn + g->C;
+  g->pos = g->ids + g->cap, g->slot = g->pos + g->cap, g->outs = g->slot + g->cap;
+  int rc = ct_sampler_ws_init(&g->ws, g->V);
+  if (rc) {
+    run_free(g);
+    memset(g, 0, sizeof *g);
+  }
+  return rc;
+}
+
+int ct_spec_generate(ct_spec_model *sm, const ct_tokenizer *tok, const ct_gen_request *reqs, int nreq,
+                     const ct_gen_callbacks *cb, ct_spec_stats *st) {
+  const ct_engine_opts *o = &sm->o;
   for (int r = 0; r < nreq; r++) {
     if (reqs[r].n != 1 || reqs[r].sp.temperature > 0)
       return ct_set_error(CT_EINVAL, "request %d: speculative=mtp decodes greedily: needs n = 1 and temperature 0", r);
@@ -317,43 +364,30 @@ int ct_spec_generate(const ct_spec_model *sm, const ct_engine_opts *o, const ct_
       return ct_set_error(CT_EINVAL, "request %d: a prompt of %d tokens, %d new tokens, in a cache of %d positions",
                           r, reqs[r].prompt_len, reqs[r].max_new_tokens, o->max_len);
   }
-  const ct_model_config *c = &sm->w->cfg;
-  run_t g = {.sm = sm, .tok = tok, .cb = cb, .D = sm->D, .C = c->hidden_size, .V = c->vocab_size,
-             .max_len = o->max_len};
-  g.cap = o->max_tokens > sm->D + 1 ? o->max_tokens : sm->D + 1;
-  ct_engine_opts eo = {1, o->max_len, g.cap};
-  long T = o->max_len + sm->D + 1;
-  g.de = calloc(sm->D, sizeof *g.de);
-  g.tok_ids = malloc(sizeof(int) * T);
-  g.guess = calloc(sm->D + 1, sizeof(int));
-  g.valid = calloc(sm->D + 1, sizeof(int));
-  g.h = malloc(sizeof(float) * sm->D * T * g.C);
-  g.x = malloc(sizeof(float) * g.cap * g.C);
-  g.logits = malloc(sizeof(float) * g.cap * g.V);
-  g.en = malloc(sizeof(float) * 3 * g.C);
-  g.ids = malloc(sizeof(int) * 4 * g.cap);
-  g.out_ids = malloc(sizeof(int) * T);
-  g.seen = malloc(sizeof(int) * T);
-  g.lps = malloc(sizeof(float) * T);
-  int rc = 0;
-  if (!g.de || !g.tok_ids || !g.guess || !g.valid || !g.h || !g.x || !g.logits || !g.en || !g.ids || !g.out_ids ||
-      !g.seen || !g.lps)
-    rc = ct_set_error(CT_ENOMEM, "speculative: out of memory");
-  if (!rc) {
-    g.hn = g.en + g.C, g.row = g.hn + g.C;
-    g.pos = g.ids + g.cap, g.slot = g.pos + g.cap, g.outs = g.slot + g.cap;
-    rc = ct_sampler_ws_init(&g.ws, g.V);
-  }
-  if (!rc) rc = ct_engine_init(&g.e, sm->w, &eo);
-  for (int k = 0; !rc && k < sm->D; k++) rc = ct_engine_init(&g.de[k], &sm->dw[k], &eo);
+  run_t g;
+  int rc = run_init(&g, sm, tok, cb);
   for (int r = 0; !rc && r < nreq; r++) {
     g.req = r;
     rc = run_request(&g, &reqs[r], st);
   }
-  for (int k = 0; g.de && k < sm->D; k++) ct_engine_free(g.de[k]);
-  ct_engine_free(g.e);
-  ct_sampler_ws_free(&g.ws);
-  free(g.de), free(g.tok_ids), free(g.guess), free(g.valid), free(g.h), free(g.x), free(g.logits), free(g.en);
-  free(g.ids), free(g.out_ids), free(g.seen), free(g.lps), free(g.text);
+  run_free(&g);  // (zeroed when run_init failed)
+  return rc;
+}
+
+int ct_spec_guess(ct_spec_model *sm, const int *tokens, int n, int *guesses) {
+  if (n < 2 || n + sm->D > sm->o.max_len)
+    return ct_set_error(CT_EINVAL, "speculative: %d tokens to guess after (2 to %d)", n, sm->o.max_len - sm->D);
+  run_t g;
+  int rc = run_init(&g, sm, NULL, NULL);
+  if (rc) return rc;
+  memcpy(g.tok_ids, tokens, sizeof(int) * n);
+  for (int start = 0; start < n - 1 && !rc; start += g.cap) {  // the main model over tokens [0, n - 1)
+    int m = n - 1 - start < g.cap ? n - 1 - start : g.cap;
+    for (int i = 0; i < m; i++) g.pos[i] = start + i, g.slot[i] = 0;
+    rc = ct_engine_forward_top(g.e, m, tokens + start, NULL, g.slot, g.pos, NULL, 0, NULL, g.h + (long)start * g.C);
+  }
+  for (int k = 1; k <= sm->D && !rc; k++) rc = draft_depth(&g, k, n - 1);
+  for (int k = 1; k <= sm->D && !rc; k++) guesses[k - 1] = g.guess[k];
+  run_free(&g);
   return rc;
 }

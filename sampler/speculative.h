@@ -20,12 +20,16 @@ typedef struct {
   ct_model mtp;             // the depths' float32 weights (a layout whose Hugging Face part stays untouched)
   ct_infer_weights *dw;     // (D) each depth's block as a one-layer model
   float *panels;            // the blocks' matrices packed (panel.h)
+  ct_engine_opts o;         // one slot; max_tokens bounds a prefill pass (at least D + 1)
+  ct_engine *e;             // the main model's engine
+  ct_engine **de;           // (D) each depth's
 } ct_spec_model;
 
 // The depths of the model in dir (dir/mtp.safetensors, written by training with
-// mtp_num_layers) on top of w, the engine weights of dir's model. An error names the file
+// mtp_num_layers) on top of w, the engine weights of dir's model, and the engines for
+// o's max_len and max_tokens (o.slots is ignored: one slot). An error names the file
 // when it is missing.
-int ct_spec_load(ct_spec_model *sm, const ct_infer_weights *w, const char *dir);
+int ct_spec_load(ct_spec_model *sm, const ct_infer_weights *w, const char *dir, const ct_engine_opts *o);
 void ct_spec_free(ct_spec_model *sm);
 
 typedef struct {
@@ -38,7 +42,12 @@ typedef struct {
 } ct_spec_stats;
 
 // ct_generate for greedy requests (temperature 0, n = 1), one at a time, each sample's
-// result through cb as ct_generate reports it; max_tokens of o bounds a prefill pass
-// (o.slots is ignored: one slot). Adds to st. Errors for sampled or multi-sample requests.
-int ct_spec_generate(const ct_spec_model *sm, const ct_engine_opts *o, const ct_tokenizer *tok,
-                     const ct_gen_request *reqs, int nreq, const ct_gen_callbacks *cb, ct_spec_stats *st);
+// result through cb as ct_generate reports it. Adds to st. Errors for sampled or
+// multi-sample requests.
+int ct_spec_generate(ct_spec_model *sm, const ct_tokenizer *tok, const ct_gen_request *reqs, int nreq,
+                     const ct_gen_callbacks *cb, ct_spec_stats *st);
+
+// The depths' guesses for tokens n .. n + D - 1 after tokens[0, n): the main model runs
+// over tokens [0, n - 1), depth 1 guesses token n from position n - 2, depth k token
+// n + k - 1 from depth k - 1's guess (a round's draft, for tests and evaluation).
+int ct_spec_guess(ct_spec_model *sm, const int *tokens, int n, int *guesses);

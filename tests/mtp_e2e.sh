@@ -24,6 +24,24 @@ grep -q '"eval_mtp_acceptance_rate_2"' "$T/learn/metrics.jsonl" || fail "no per-
 grep -aq 'mtp\.layers\.1\.eh_proj\.weight' "$T/learn/mtp.safetensors" || fail "mtp.safetensors lacks depth 2"
 ! grep -q mtp "$T/learn/config.json" || fail "config.json mentions MTP"
 
+echo "== bin/sampler speculative=mtp: the depths draft, one pass verifies; the same greedy output"
+head -40 "$T/eval.jsonl" >"$T/p.jsonl"
+gen() { "$BIN/sampler" generate model_path="$T/learn" prompts_path="$T/p.jsonl" temperature=0 output=json \
+  max_new_tokens=12 "$@"; }
+for q in none int8; do
+  gen quantization=$q >"$T/plain.$q" 2>"$T/plain.err" || { cat "$T/plain.err"; fail "plain generate ($q)"; }
+  gen quantization=$q speculative=mtp >"$T/spec.$q" 2>"$T/spec.err" || { cat "$T/spec.err"; fail "speculative generate ($q)"; }
+  [ "$(wc -l <"$T/plain.$q")" = 40 ] || fail "plain generate wrote $(wc -l <"$T/plain.$q") lines"
+  cmp "$T/plain.$q" "$T/spec.$q" || { diff "$T/plain.$q" "$T/spec.$q" | head; fail "speculative=mtp changed the output ($q)"; }
+  grep "guesses kept" "$T/spec.err"
+done
+"$BIN/sampler" bench speculative=mtp model_path="$T/learn" prompts_path="$T/p.jsonl" max_new_tokens=12 \
+  max_target_length=64 max_prefill_length=32 >"$T/bench.out" 2>&1 || { cat "$T/bench.out"; fail "bench speculative=mtp"; }
+cat "$T/bench.out" | grep -v OPENBLAS
+grep -q "identical tokens" "$T/bench.out" || fail "bench speculative=mtp did not compare the outputs"
+expect 2 "key 'temperature': speculative=mtp decodes greedily" gen temperature=0.7 speculative=mtp
+expect 2 "key 'n'" gen n=2 speculative=mtp
+
 echo "== reload: the saved depths are read back (same eval), or dropped with mtp_num_layers 0"
 "$BIN/sft" "$T/tiny.yml" model_path="$T/learn" output_dir="$T/reload" max_steps=1 learning_rate=0 \
   mtp_num_layers=2 eval_on_start=true >"$T/reload.log" 2>&1 || { cat "$T/reload.log"; fail "reloading with MTP"; }
@@ -39,6 +57,7 @@ acc2=$(grep eval_mtp_acceptance_rate "$T/reload/metrics.jsonl" | head -1 | field
   >"$T/fresh.log" 2>&1 || { cat "$T/fresh.log"; fail "adding MTP to a plain model"; }
 grep -q "has no mtp.safetensors; 1 new depth initialized" "$T/fresh.log" || { cat "$T/fresh.log"; fail "no word of new depths"; }
 [ -s "$T/fresh/mtp.safetensors" ] || fail "the new depths were not saved"
+expect 1 "mtp.safetensors" "$BIN/sampler" generate model_path="$T/off" prompt=abc temperature=0 speculative=mtp
 
 echo "== mtp_num_layers 0 is byte-identical to no MTP at all"
 common="max_steps=4 save_steps=2 eval_dataset_path= logging_steps=1"

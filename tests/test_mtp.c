@@ -119,6 +119,7 @@ typedef struct {
   double loss[CT_MTP_MAX];  // Σ CE of depth k
   int count[CT_MTP_MAX];
   int accepted[CT_MTP_MAX];
+  int arg1[64];  // depth 1's argmax at every position
 } ref_out;
 
 static int argmax_logits(const ref_t *r, const double *x, double *lg) {
@@ -187,6 +188,7 @@ static ref_out ref_total(const ref_t *r, const batch_t *b, double lambda) {
     ref_t rb = {&blk, Pb};
     ref_layers(&rb, B, T, iota, b->pos, b->seg, hk);
     o.loss[k - 1] = ref_head_sum(r, hk, N, tk, 0, &o.count[k - 1]);
+    for (int n = 0; k == 1 && n < N; n++) o.arg1[n] = argmax_logits(r, hk + (long)n * C, lg);
     for (int n = 0; n < N; n++)
       if (tk[n] >= 0) o.accepted[k - 1] += argmax_logits(r, hk + (long)n * C, lg) == main_arg[n + k];
     mean += o.loss[k - 1] / o.count[k - 1] / D;
@@ -441,16 +443,16 @@ static ct_spec_stats spec_matches_plain(const ct_model *m, const char *dir, cons
   ct_spec_model sm;
   CHECK_OK(ct_infer_from_model(&w, m));
   CHECK_OK(ct_infer_pack(&w, CT_PACK_F32));
-  CHECK_OK(ct_spec_load(&sm, &w, dir));
+  ct_engine_opts o = {.slots = 4, .max_len = max_len, .max_tokens = max_tokens};
+  CHECK_OK(ct_spec_load(&sm, &w, dir, &o));
   CHECK(sm.D == m->cfg.mtp_layers);
   results_t *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
   ct_engine *e;
-  ct_engine_opts o = {.slots = 4, .max_len = max_len, .max_tokens = max_tokens};
   CHECK_OK(ct_engine_init(&e, &w, &o));
   ct_gen_callbacks ca = {collect, NULL, a}, cbb = {collect, NULL, b};
   CHECK_OK(ct_generate(e, tok, reqs, nreq, &ca));
   ct_spec_stats st = {0};
-  CHECK_OK(ct_spec_generate(&sm, &o, tok, reqs, nreq, &cbb, &st));
+  CHECK_OK(ct_spec_generate(&sm, tok, reqs, nreq, &cbb, &st));
   CHECK(a->n == nreq && b->n == nreq);
   for (int r = 0; r < nreq; r++) {
     CHECK(a->len[r] == b->len[r] && a->finish[r] == b->finish[r]);
@@ -579,6 +581,46 @@ static void test_speculative_greedy_equals_plain_when_guesses_are_kept(void) {
   ct_tokenizer_free(tok);
 }
 
+// The sampler's depth-1 guess after each prefix is the trained depth's argmax (the float64
+// reference of the training path) at that position: the draft runs the depths as trained.
+static void test_speculative_guesses_are_the_trained_depths_argmax(void) {
+  ct_model_config c = tiny();
+  c.mtp_layers = 2;
+  c.qk_norm = true;
+  c.tie_word_embeddings = false;
+  ct_model m;
+  make_model(&m, c);
+  batch_t b = {.B = 1, .T = 14};
+  ct_rng r;
+  ct_rng_seed(&r, 21);
+  for (int t = 0; t < 14; t++) b.ids[t] = (int)ct_rng_below(&r, c.vocab_size), b.pos[t] = t, b.seg[t] = 0;
+  for (int t = 0; t < 14; t++) b.target[t] = t + 1 < 14 ? b.ids[t + 1] : -1;
+  double *P = calloc(m.n_floats, 8);
+  for (long i = 0; i < m.n_floats; i++) P[i] = m.params[i];
+  ref_t ref = {&m, P};
+  ref_out want = ref_total(&ref, &b, 0.1);
+  char dir[] = "/tmp/ctune-spec-XXXXXX";
+  save_depths(&m, dir);
+  ct_infer_weights w;
+  ct_spec_model sm;
+  ct_engine_opts o = {1, 16, 5};  // (prefixes run in chunks of 5)
+  CHECK_OK(ct_infer_from_model(&w, &m));
+  CHECK_OK(ct_infer_pack(&w, CT_PACK_F32));
+  CHECK_OK(ct_spec_load(&sm, &w, dir, &o));
+  int agree = 0;
+  for (int p = 0; p + 2 <= 14; p++) {  // depth 1 at position p reads token p + 1
+    int g[2];
+    CHECK_OK(ct_spec_guess(&sm, b.ids, p + 2, g));
+    agree += g[0] == want.arg1[p];
+  }
+  CHECK(agree == 13);
+  ct_spec_free(&sm);
+  ct_infer_free(&w);
+  remove_depths(dir);
+  free(P);
+  ct_model_free(&m);
+}
+
 int main(int argc, char **argv) {
   ct_blas_init(argc, argv);
   ct_pool_init(2);
@@ -588,6 +630,7 @@ int main(int argc, char **argv) {
   RUN(test_lambda_changes_trunk_gradients_linearly);
   RUN(test_one_depth_llama_tied_loss_and_gradients_match_float64_reference);
   RUN(test_two_depths_qwen3_untied_loss_and_gradients_match_float64_reference);
+  RUN(test_speculative_guesses_are_the_trained_depths_argmax);
   RUN(test_speculative_greedy_equals_plain_with_random_depths);
   RUN(test_speculative_greedy_equals_plain_when_guesses_are_kept);
   return test_summary();
