@@ -277,6 +277,51 @@ static void test_two_depths_qwen3_untied_loss_and_gradients_match_float64_refere
   check_against_reference(c, 2, 0.5f);
 }
 
+// Gemma 3's layer (1 + w norms, sandwich norms, embedding scale, a sliding layer 0):
+// directional derivatives of our own loss along the gradient's MTP part and its Hugging
+// Face part match the gradient (no float64 Gemma reference of the depths here).
+static void test_gemma_directional_derivatives_match_the_gradient(void) {
+  ct_model_config c = tiny();
+  c.gemma = c.qk_norm = true;
+  c.query_pre_attn_scalar = 12;
+  c.sliding_window = 3;
+  c.rope_local_theta = 100;
+  c.sliding[0] = 1;
+  snprintf(c.model_type, sizeof c.model_type, "gemma3_text");
+  c.mtp_layers = 2;
+  ct_model m;
+  CHECK_OK(ct_model_init(&m, &c, 16));
+  ct_model_init_random(&m, 3, 0.3f);
+  ct_rng r;
+  ct_rng_seed(&r, 5);
+  for (int i = 0; i < m.n_tensors; i++)  // Gemma's norms apply 1 + w
+    if (m.tensors[i].ndim == 1)
+      for (long k = 0; k < m.tensors[i].numel; k++) m.params[m.tensors[i].offset + k] = (float)(0.2 * ct_rng_normal(&r));
+  batch_t b = make_batch(c.vocab_size);
+  long n = m.n_floats, hf_end = m.tensors[m.n_hf_tensors].offset;
+  float *g = aligned_alloc(64, 4 * n), *keep = malloc(4 * n), *tmp = aligned_alloc(64, 4 * n);
+  ours(&m, &b, 0.5f, CT_ACTS_KEEP, g, NULL);
+  memcpy(keep, m.params, 4 * n);
+  long parts[2][2] = {{0, hf_end}, {hf_end, n}};
+  for (int part = 0; part < 2; part++) {
+    double norm2 = 0;
+    for (long i = parts[part][0]; i < parts[part][1]; i++) norm2 += (double)g[i] * g[i];
+    double h = 1e-2 / sqrt(norm2), lp, lm;
+    for (long i = parts[part][0]; i < parts[part][1]; i++) m.params[i] = keep[i] + (float)(h * g[i]);
+    lp = ours(&m, &b, 0.5f, CT_ACTS_KEEP, tmp, NULL);
+    for (long i = parts[part][0]; i < parts[part][1]; i++) m.params[i] = keep[i] - (float)(h * g[i]);
+    lm = ours(&m, &b, 0.5f, CT_ACTS_KEEP, tmp, NULL);
+    memcpy(m.params, keep, 4 * n);
+    double fd = (lp - lm) / (2 * h);
+    fprintf(stderr, "  %s part: |g|^2 %.6g, directional difference %.6g\n", part ? "MTP" : "Hugging Face", norm2, fd);
+    CHECK_NEAR(fd, norm2, 5e-3 * norm2);
+  }
+  free(g);
+  free(keep);
+  free(tmp);
+  ct_model_free(&m);
+}
+
 // The MTP loss reaches the trunk: its gradient moves with λ, linearly, and λ = 0 leaves
 // exactly the gradient of a model without MTP.
 static void test_lambda_changes_trunk_gradients_linearly(void) {
@@ -629,6 +674,7 @@ int main(int argc, char **argv) {
   RUN(test_mtp_safetensors_round_trip_and_refusals);
   RUN(test_lambda_changes_trunk_gradients_linearly);
   RUN(test_one_depth_llama_tied_loss_and_gradients_match_float64_reference);
+  RUN(test_gemma_directional_derivatives_match_the_gradient);
   RUN(test_two_depths_qwen3_untied_loss_and_gradients_match_float64_reference);
   RUN(test_speculative_guesses_are_the_trained_depths_argmax);
   RUN(test_speculative_greedy_equals_plain_with_random_depths);
