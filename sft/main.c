@@ -5,6 +5,8 @@
 // Each optimizer step takes per_device_train_batch_size x gradient_accumulation_steps x
 // ranks sequences. Loss = Σ cross-entropy over labeled tokens (+ z_loss_multiplier·lse²)
 // ÷ the number of labeled tokens in the WHOLE step, counted before any backward pass.
+// With mtp_num_layers D > 0 (nn/mtp.h) it adds mtp_loss_scaling_factor · mean_k CE_k, each
+// depth's cross-entropy ÷ that depth's targets in the whole step, counted the same way.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
