@@ -37,8 +37,10 @@ static int count_depths(const char *dir, int *D) {
   return rc;
 }
 
-// A depth's block as a one-layer engine model: its matrices packed into panels at *at.
-static void depth_weights(ct_infer_weights *dw, ct_infer_layer *L, const ct_spec_model *sm, int k, float **at) {
+// A depth's block as a one-layer engine model, and its eh_proj: the matrices packed into
+// panels at *at.
+static void depth_weights(ct_infer_weights *dw, ct_infer_layer *L, ct_linear *eh, const ct_spec_model *sm, int k,
+                          float **at) {
   const ct_model_config *c = &sm->w->cfg;
   const ct_layer_weights *b = &sm->mtp.w.mtp[k].block;
   int C = c->hidden_size, F = c->intermediate_size, Hd = c->num_heads * c->head_dim;
@@ -47,8 +49,9 @@ static void depth_weights(ct_infer_weights *dw, ct_infer_layer *L, const ct_spec
     ct_linear *dst;
     const float *src;
     int rows, cols;
-  } m[4] = {{&L->qkv, b->wqkv, QKV, C}, {&L->o, b->wo, C, Hd}, {&L->gu, b->wgu, 2 * F, C}, {&L->down, b->wdown, C, F}};
-  for (int i = 0; i < 4; i++) {
+  } m[5] = {{&L->qkv, b->wqkv, QKV, C}, {&L->o, b->wo, C, Hd}, {&L->gu, b->wgu, 2 * F, C}, {&L->down, b->wdown, C, F},
+              {eh, sm->mtp.w.mtp[k].eh_proj, C, 2 * C}};
+  for (int i = 0; i < 5; i++) {
     ct_panel_pack(m[i].src, m[i].rows, m[i].cols, *at);
     *m[i].dst = (ct_linear){.rows = m[i].rows, .cols = m[i].cols, .p32 = *at};
     *at += (long)m[i].rows * m[i].cols;
@@ -84,17 +87,18 @@ int ct_spec_load(ct_spec_model *sm, const ct_infer_weights *w, const char *dir, 
     return rc;
   }
   long C = c.hidden_size, F = c.intermediate_size, Hd = (long)c.num_heads * c.head_dim;
-  long QKV = (long)(c.num_heads + 2 * c.num_kv_heads) * c.head_dim, per = QKV * C + C * Hd + 3 * F * C;
+  long QKV = (long)(c.num_heads + 2 * c.num_kv_heads) * c.head_dim, per = QKV * C + C * Hd + 3 * F * C + 2 * C * C;
   sm->dw = calloc(sm->D, sizeof *sm->dw);
+  sm->eh = calloc(sm->D, sizeof *sm->eh);
   ct_infer_layer *layers = calloc(sm->D, sizeof *layers);
   sm->panels = malloc(sizeof(float) * per * sm->D);
-  if (!sm->dw || !layers || !sm->panels) {
+  if (!sm->dw || !sm->eh || !layers || !sm->panels) {
     free(layers);
     ct_spec_free(sm);
     return ct_set_error(CT_ENOMEM, "speculative: out of memory");
   }
   float *at = sm->panels;
-  for (int k = 0; k < sm->D; k++) depth_weights(&sm->dw[k], &layers[k], sm, k, &at);
+  for (int k = 0; k < sm->D; k++) depth_weights(&sm->dw[k], &layers[k], &sm->eh[k], sm, k, &at);
   sm->o = (ct_engine_opts){1, o->max_len, o->max_tokens > sm->D + 1 ? o->max_tokens : sm->D + 1};
   if (!(sm->de = calloc(sm->D, sizeof *sm->de))) rc = ct_set_error(CT_ENOMEM, "speculative: out of memory");
   if (!rc) rc = ct_engine_init(&sm->e, w, &sm->o);
@@ -109,6 +113,7 @@ void ct_spec_free(ct_spec_model *sm) {
   ct_engine_free(sm->e);
   if (sm->dw) free(sm->dw[0].layers);  // (one allocation for every depth's layer)
   free(sm->dw);
+  free(sm->eh);
   free(sm->panels);
   ct_model_free(&sm->mtp);
   memset(sm, 0, sizeof *sm);
@@ -129,7 +134,7 @@ typedef struct {
   int *guess;         // (D + 1) guess[k] of depth k
   int *valid;         // (D + 1) depth k's cache holds committed inputs at positions [0, valid[k])
   float *h;           // (D, max_len, C) h_k[p]: the main model's last layer (k = 0), depth k's block
-  float *x, *logits, *en, *hn, *row;  // (cap, C), (cap, V), (C) x 3
+  float *x, *cat, *logits, *row;  // (cap, C), (cap, 2C), (cap, V), (C)
   int *ids, *pos, *slot, *outs;       // (cap)
   // the sample being generated (as generate.c's slot)
   int req, n, n_seen, *out_ids, *seen;
@@ -217,8 +222,8 @@ static int argmax(const float *v, int n) {
   return b;
 }
 
-// Depth k's block input at position p: eh_proj · [enorm(emb(token p + k)); hnorm(h_{k-1}[p])].
-static void depth_row(run_t *g, int k, int p, float *x) {
+// Depth k's projection input at position p: [enorm(emb(token p + k)); hnorm(h_{k-1}[p])] into cat (2C).
+static void depth_row(run_t *g, int k, int p, float *cat) {
   const ct_model_config *c = &g->sm->w->cfg;
   const ct_mtp_weights *w = &g->sm->mtp.w.mtp[k - 1];
   int C = g->C;
@@ -228,15 +233,9 @@ static void depth_row(run_t *g, int k, int p, float *x) {
     for (int i = 0; i < C; i++) g->row[i] *= es;
   }
   float rstd, wn[C];
-  ct_rmsnorm_forward(g->en, &rstd, g->row, ct_norm_weight(c, w->enorm, C, wn), 1, C, c->rms_norm_eps);
-  ct_rmsnorm_forward(g->hn, &rstd, g->h + ((long)(k - 1) * g->max_len + p) * C, ct_norm_weight(c, w->hnorm, C, wn), 1,
-                     C, c->rms_norm_eps);
-  for (int o = 0; o < C; o++) {
-    const float *m = w->eh_proj + (long)o * 2 * C;
-    float s = 0;
-    for (int i = 0; i < C; i++) s += m[i] * g->en[i] + m[C + i] * g->hn[i];
-    x[o] = s;
-  }
+  ct_rmsnorm_forward(cat, &rstd, g->row, ct_norm_weight(c, w->enorm, C, wn), 1, C, c->rms_norm_eps);
+  ct_rmsnorm_forward(cat + C, &rstd, g->h + ((long)(k - 1) * g->max_len + p) * C, ct_norm_weight(c, w->hnorm, C, wn),
+                     1, C, c->rms_norm_eps);
 }
 
 // Depth k over positions [valid[k], n) — committed tokens up to index n, this round's
@@ -246,10 +245,11 @@ static int draft_depth(run_t *g, int k, int n) {
   for (int start = p0; start < n && !rc; start += g->cap) {
     int m = n - start < g->cap ? n - start : g->cap, last = m - 1, end = start + m == n;
     for (int i = 0; i < m; i++) {
-      depth_row(g, k, start + i, g->x + (long)i * g->C);
+      depth_row(g, k, start + i, g->cat + (long)i * 2 * g->C);
       g->pos[i] = start + i;
       g->slot[i] = 0;
     }
+    ct_linear_forward(&g->sm->eh[k - 1], g->cat, 2 * g->C, m, g->x, g->C, 0);  // x (m, C) = cat · eh_projᵀ
     float *top = k < g->D ? g->h + ((long)k * g->max_len + start) * g->C : NULL;
     rc = ct_engine_forward_top(g->de[k - 1], m, NULL, g->x, g->slot, g->pos, &last, end, g->logits, top);
   }
@@ -318,7 +318,7 @@ static int run_request(run_t *g, const ct_gen_request *r, ct_spec_stats *st) {
 
 static void run_free(run_t *g) {
   ct_sampler_ws_free(&g->ws);
-  free(g->tok_ids), free(g->guess), free(g->valid), free(g->h), free(g->x), free(g->logits), free(g->en);
+  free(g->tok_ids), free(g->guess), free(g->valid), free(g->h), free(g->x), free(g->cat), free(g->logits), free(g->row);
   free(g->ids), free(g->out_ids), free(g->seen), free(g->lps), free(g->text);
 }
 
@@ -333,18 +333,18 @@ static int run_init(run_t *g, ct_spec_model *sm, const ct_tokenizer *tok, const 
   g->h = malloc(sizeof(float) * sm->D * T * g->C);
   g->x = malloc(sizeof(float) * g->cap * g->C);
   g->logits = malloc(sizeof(float) * g->cap * g->V);
-  g->en = malloc(sizeof(float) * 3 * g->C);
+  g->cat = malloc(sizeof(float) * 2 * g->cap * g->C);
+  g->row = malloc(sizeof(float) * g->C);
   g->ids = malloc(sizeof(int) * 4 * g->cap);
   g->out_ids = malloc(sizeof(int) * T);
   g->seen = malloc(sizeof(int) * T);
   g->lps = malloc(sizeof(float) * T);
-  if (!g->tok_ids || !g->guess || !g->valid || !g->h || !g->x || !g->logits || !g->en || !g->ids || !g->out_ids ||
+  if (!g->tok_ids || !g->guess || !g->valid || !g->h || !g->x || !g->cat || !g->logits || !g->row || !g->ids || !g->out_ids ||
       !g->seen || !g->lps) {
     run_free(g);
     memset(g, 0, sizeof *g);
     return ct_set_error(CT_ENOMEM, "speculative: out of memory");
   }
-  g->hn = g->en + g->C, g->row = g->hn + g->C;
   g->pos = g->ids + g->cap, g->slot = g->pos + g->cap, g->outs = g->slot + g->cap;
   int rc = ct_sampler_ws_init(&g->ws, g->V);
   if (rc) {

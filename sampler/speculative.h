@@ -19,6 +19,7 @@ typedef struct {
   const ct_infer_weights *w;  // the main model's (its embedding, final norm and head are shared)
   ct_model mtp;             // the depths' float32 weights (a layout whose Hugging Face part stays untouched)
   ct_infer_weights *dw;     // (D) each depth's block as a one-layer model
+  ct_linear *eh;            // (D) each depth's eh_proj (C, 2C), packed
   float *panels;            // the blocks' matrices packed (panel.h)
   ct_engine_opts o;         // one slot; max_tokens bounds a prefill pass (at least D + 1)
   ct_engine *e;             // the main model's engine
