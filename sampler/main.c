@@ -4,7 +4,9 @@
 //   bin/sampler generate model_path=DIR prompts_path=prompts.jsonl n=4 output=json
 //   bin/sampler score    model_path=DIR data=rows.jsonl     (prompt/completion rows)
 //   bin/sampler accuracy model_path=DIR data=eval.jsonl   (greedy exact match)
+//   bin/sampler generate model_path=DIR prompt=... temperature=0 speculative=mtp   (MTP self-draft)
 //   bin/sampler bench
+//   bin/sampler bench speculative=mtp model_path=DIR prompts_path=prompts.jsonl
 //
 // Options are config keys (configs/base.yml, "Sampler" section); an optional yml file
 // may come right after the command.
