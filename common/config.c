@@ -73,6 +73,7 @@ const char *const ct_model_type_names[] = {"llama", "qwen2", "qwen3", "mistral",
 const char *const ct_output_names[] = {"text", "json", NULL};
 const char *const ct_quantization_names[] = {"none", "int8", "bf16", NULL};
 const char *const ct_truncate_names[] = {"error", "left", NULL};
+const char *const ct_speculative_names[] = {"none", "mtp", NULL};
 const char *const ct_loss_type_names[] = {"sigmoid", "hinge", "ipo", "robust", "sft", "simpo",
                                           "grpo", "bnpo", "dr_grpo", "dapo", NULL};
 const char *const ct_scale_rewards_names[] = {"group", "batch", "none", NULL};
@@ -92,6 +93,7 @@ NAMES_MATCH(ct_bf16_names, CT_BF16_COUNT);
 NAMES_MATCH(ct_output_names, CT_OUTPUT_COUNT);
 NAMES_MATCH(ct_quantization_names, CT_QUANT_COUNT);
 NAMES_MATCH(ct_truncate_names, CT_TRUNCATE_COUNT);
+NAMES_MATCH(ct_speculative_names, CT_SPEC_COUNT);
 NAMES_MATCH(ct_scale_rewards_names, CT_SCALE_COUNT);
 NAMES_MATCH(ct_advantage_estimator_names, CT_ADV_COUNT);
 NAMES_MATCH(ct_reward_failure_names, CT_REWARD_FAIL_COUNT);
@@ -226,6 +228,15 @@ static const key_def KEYS[] = {
     {"z_loss_multiplier", K_FLOAT, SFT, OFF(z_loss_multiplier), "0.0", FROM(0),
      .comment = "Add this x log(Z)^2 per token to keep the softmax normalizer near 1. "
                 "0 = off."},
+    {"mtp_num_layers", K_INT, ALL, OFF(mtp_num_layers), "0", IN(0, 16),
+     .comment = "Multi-token prediction (DeepSeek-V3, MaxText's key): this many extra depths, depth k a "
+                "projection of [norm(embedding of token i+k); norm(depth k-1's hidden state)] through one "
+                "extra decoder layer, predicting token i+k+1 with the shared final norm and LM head. Saved "
+                "apart in mtp.safetensors (model.safetensors stays a plain Hugging Face model). Metrics "
+                "mtp_loss, eval_mtp_acceptance_rate. 0 = off. sft only, not with use_peft."},
+    {"mtp_loss_scaling_factor", K_FLOAT, ALL, OFF(mtp_loss_scaling_factor), "0.1", FROM(0),
+     .comment = "lambda: the loss adds lambda x the mean over depths of each depth's mean cross-entropy "
+                "(MaxText's default 0.1)."},
     {"num_threads", K_INT, ALL | SAMPLER, OFF(num_threads), "0", IN(0, 4096),
      .comment = "Compute threads per process. 0 = all cores, divided among the MPI ranks "
                 "on each machine."},
@@ -452,6 +463,10 @@ static const key_def KEYS[] = {
      .comment = "Longest prompt, in tokens; also the tokens one packed prefill pass holds."},
     {"max_target_length", K_INT, SAMPLER, OFF(max_target_length), "2048", IN(2, 1048576),
      .comment = "KV-cache positions per slot: prompt + completion."},
+    {"speculative", K_ENUM, SAMPLER, OFF(speculative), "none", .choices = ct_speculative_names,
+     .comment = "generate: mtp drafts with the model's multi-token prediction depths (mtp.safetensors, "
+                "trained with mtp_num_layers) and verifies each round's guesses in one pass: the same "
+                "greedy output in fewer passes. Needs temperature 0 and n 1; requests run one at a time."},
     {"truncate_prompt", K_ENUM, GRPO | SAMPLER, OFF(truncate_prompt), "error",
      .choices = ct_truncate_names,
      .comment = "A prompt longer than max_prefill_length (GRPO: max_prompt_length): error, or "

@@ -46,6 +46,8 @@ enum { CT_OUTPUT_TEXT, CT_OUTPUT_JSON, CT_OUTPUT_COUNT };
 extern const char *const ct_output_names[];
 enum { CT_QUANT_NONE, CT_QUANT_INT8, CT_QUANT_BF16, CT_QUANT_COUNT };
 extern const char *const ct_quantization_names[];
+enum { CT_SPEC_NONE, CT_SPEC_MTP, CT_SPEC_COUNT };  // the sampler's speculative decoding
+extern const char *const ct_speculative_names[];
 enum { CT_TRUNCATE_ERROR, CT_TRUNCATE_LEFT, CT_TRUNCATE_COUNT };
 extern const char *const ct_truncate_names[];
 enum { CT_SCALE_GROUP, CT_SCALE_BATCH, CT_SCALE_NONE, CT_SCALE_COUNT };
@@ -168,6 +170,8 @@ typedef struct {
   // loss and compute
   int64_t num_vocab_tiling;
   double z_loss_multiplier;
+  int64_t mtp_num_layers;          // multi-token prediction depths D (0 = off)
+  double mtp_loss_scaling_factor;  // λ: the loss adds λ · mean_k CE_k
   int64_t num_threads;  // 0 = all cores, divided among local MPI ranks
   int gradient_checkpointing;
   int bf16;                  // CT_BF16_*
@@ -252,6 +256,7 @@ typedef struct {
   int64_t max_prefill_length;
   int64_t max_target_length;
   int truncate_prompt;    // CT_TRUNCATE_*
+  int speculative;        // CT_SPEC_*
 
   // DPO and GRPO
   double beta;

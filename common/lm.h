@@ -10,6 +10,7 @@
 #include "forward.h"
 #include "head.h"
 #include "model.h"
+#include "mtp.h"
 
 typedef struct {
   double loss;     // Σ cross-entropy over targets (nats)
@@ -20,6 +21,7 @@ typedef struct {
   double tokens;   // non-padding input tokens
   double seq_ok;   // rows whose every target is the argmax (= greedy decoding reproduces them)
   double seqs;     // rows
+  ct_mtp_stats mtp;  // multi-token prediction's depths (a->mtp set), else zeros
 } ct_lm_stats;
 
 
@@ -43,5 +45,7 @@ void ct_lm_backward(const ct_model *m, const ct_weights *g, ct_acts *a, ct_head 
 
 // Runs batch b through the model. With grads != NULL, accumulates the gradient of
 // scale·Σ(CE + z_loss·lse²) into grads. Fails only if b is larger than a and h allow.
+// With a->mtp, multi-token prediction's depths run too (ct_mtp_step: their statistics
+// into st->mtp, and their coef-weighted loss's gradient).
 int ct_lm_step(const ct_model *m, ct_acts *a, ct_head *h, const ct_batch *b,
                 const ct_weights *grads, float scale, float z_loss, ct_lm_stats *st);

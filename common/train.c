@@ -27,6 +27,7 @@
 #include "lm.h"
 #include "matmul.h"
 #include "mem.h"
+#include "mtp.h"
 #include "fs.h"
 #include "pool.h"
 #include "safetensors.h"
@@ -314,9 +315,22 @@ int ct_train_eval_lm(ct_train *tr, ct_acts *a, ct_head *h, ct_batch *b, int *seq
   double t = st.targets > 0 ? st.targets : 1, seq = st.seq_ok / (st.seqs > 0 ? st.seqs : 1);
   ct_log_info(&tr->log, "eval at step %ld: loss %.4f, token accuracy %.4f, sequence accuracy %.4f", tr->step,
               st.loss / t, st.correct / t, seq);
-  return ct_log_metrics(&tr->log, json_pack("{s:I,s:f,s:f,s:f,s:f}", "step", (json_int_t)tr->step, "eval_loss",
-                                            st.loss / t, "eval_mean_token_accuracy", st.correct / t,
-                                            "eval_entropy", st.entropy / t, "eval_sequence_accuracy", seq));
+  json_t *j = json_pack("{s:I,s:f,s:f,s:f,s:f}", "step", (json_int_t)tr->step, "eval_loss", st.loss / t,
+                        "eval_mean_token_accuracy", st.correct / t, "eval_entropy", st.entropy / t,
+                        "eval_sequence_accuracy", seq);
+  int D = a->mtp ? tr->model.cfg.mtp_layers : 0;
+  if (D) {  // multi-token prediction: depth k's predictions that equal the main model's greedy token
+    ct_log_info(&tr->log, "eval at step %ld: mtp loss %.4f, acceptance rate %.4f", tr->step,
+                ct_mtp_mean_loss(&st.mtp, D), ct_mtp_acceptance(&st.mtp, D, 0));
+    json_object_set_new(j, "eval_mtp_loss", json_real(ct_mtp_mean_loss(&st.mtp, D)));
+    json_object_set_new(j, "eval_mtp_acceptance_rate", json_real(ct_mtp_acceptance(&st.mtp, D, 0)));
+    for (int k = 1; k <= D && D > 1; k++) {
+      char key[64];
+      snprintf(key, sizeof key, "eval_mtp_acceptance_rate_%d", k);
+      json_object_set_new(j, key, json_real(ct_mtp_acceptance(&st.mtp, D, k)));
+    }
+  }
+  return ct_log_metrics(&tr->log, j);
 }
 
 int ct_train_check_reference(const ct_config *c) {
@@ -579,6 +593,7 @@ int ct_train_setup(ct_train *tr, ct_config *cfg) {
   rc = dir[0] ? ct_model_read_config(&mc, dir) : config_from_spec(&mc, cfg, tr->tok);
   if (!rc && dir[0]) rc = check_spec_keys(cfg, &mc, dir);
   if (!rc) rc = model_kind(cfg, &mc, dir);
+  mc.mtp_layers = (int)cfg->mtp_num_layers;  // (not in config.json: mtp.h)
   if (!rc) rc = ct_model_layout(&tr->model, &mc);
   if (rc) return rc;
   if (cfg->optimizer == CT_OPT_MUON && !ct_muon_count(&(ct_layout){tr->model.n_tensors, tr->model.tensors, 0}))
@@ -688,6 +703,23 @@ static int load_optimizer(ct_train *tr) {
   return 0;
 }
 
+// Multi-token prediction's weights beside a model read from dir: its mtp.safetensors, or
+// (a model trained without MTP) new ones from the seeded initialization, as a model built
+// from scratch gets them; a checkpoint must have them (its moments do).
+static int mtp_weights(ct_train *tr, const char *dir) {
+  ct_model *m = &tr->model;
+  bool found;
+  int rc = ct_mtp_load(m, m->params, dir, &found);
+  if (rc || found) return rc;
+  if (tr->resumed_from[0])
+    return ct_set_error(CT_ECONFIG, "%s has no mtp.safetensors: it was saved by a run without multi-token "
+                        "prediction; resume it with mtp_num_layers: 0", dir);
+  ct_model_init_random_from(m, m->n_hf_tensors, (uint64_t)tr->cfg->seed, (float)tr->cfg->model.initializer_range);
+  ct_log_info(&tr->log, "multi-token prediction: %s has no mtp.safetensors; %d new depth%s initialized", dir,
+              m->cfg.mtp_layers, m->cfg.mtp_layers > 1 ? "s" : "");
+  return 0;
+}
+
 int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   const ct_config *cfg = tr->cfg;
   ct_model *m = &tr->model;
@@ -721,6 +753,7 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   const char *dir = tr->resumed_from[0] && !peft ? tr->resumed_from : cfg->model_path;
   if (dir[0]) rc = ct_model_load_weights(m, m->params, dir);
   else ct_model_init_random(m, (uint64_t)cfg->seed, (float)cfg->model.initializer_range);
+  if (!rc && dir[0] && m->cfg.mtp_layers) rc = mtp_weights(tr, dir);
   if (rc) return rc;
   if (dir[0])
     ct_log_info(&tr->log, "weights read from %s in %.2f s", dir, ct_now() - t0);
@@ -1218,7 +1251,8 @@ static int write_model_files(const ct_train *tr, const char *dir, ct_dtype dtype
   if (!rc) rc = ct_hf_config_write(&m->cfg, p, dtype == CT_DT_BF16 ? "bfloat16" : "float32");
   if (!rc) rc = ct_path_join(p, sizeof p, dir, "model.safetensors");
   const float *bufs[] = {m->params};
-  if (!rc) rc = ct_save_tensors(&ct_model_tensors(m), 1, bufs, NULL, p, dtype);
+  if (!rc) rc = ct_save_tensors(&ct_model_hf_tensors(m), 1, bufs, NULL, p, dtype);
+  if (!rc && m->cfg.mtp_layers) rc = ct_mtp_save(m, m->params, dir, dtype);  // beside it (mtp.h)
   if (!rc) rc = ct_tokenizer_save(tr->tok, dir);
   return rc;
 }
@@ -1375,8 +1409,9 @@ int ct_train_save_final(ct_train *tr) {
     ct_dtype dt = tr->cfg->save_dtype == CT_DTYPE_BFLOAT16 ? CT_DT_BF16 : CT_DT_F32;
     if (!rc) rc = write_model_files(tr, tmp, dt);
     const char *files[] = {"config.json", "model.safetensors", "adapter_config.json",
-                           "adapter_model.safetensors", "tokenizer.json", "tokenizer_config.json"};
-    for (int i = 0; i < 6 && !rc; i++) {
+                           "adapter_model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                           "mtp.safetensors"};
+    for (int i = 0; i < 7 && !rc; i++) {
       rc = ct_path_join(p, sizeof p, tmp, files[i]);
       if (!rc && access(p, R_OK) == 0) rc = ct_publish_file(p, out, files[i]);
     }
@@ -1437,6 +1472,22 @@ static int check_common_keys(const ct_config *c) {
                         "which with use_peft are the frozen base (shared with the reference, not saved), and an "
                         "adapter's low-rank update cannot express a rescaling of W; drop one of the two",
                         ct_config_origin(c, "qk_clip_threshold"));
+  if (c->mtp_num_layers > 0 && c->trainer != CT_TRAINER_SFT)
+    return ct_set_error(CT_ECONFIG, "%s: key 'mtp_num_layers': multi-token prediction (mtp_num_layers) is "
+                        "supported by sft only; drop the key", ct_config_origin(c, "mtp_num_layers"));
+  if (c->mtp_num_layers == 0 && c->mtp_loss_scaling_factor != 0.1)
+    return ct_set_error(CT_ECONFIG, "%s: key 'mtp_loss_scaling_factor' weighs multi-token prediction's loss, and "
+                        "mtp_num_layers is 0; set mtp_num_layers or drop the key",
+                        ct_config_origin(c, "mtp_loss_scaling_factor"));
+  if (c->mtp_num_layers > 0 && c->use_peft)
+    return ct_set_error(CT_ECONFIG, "%s: key 'mtp_num_layers': multi-token prediction trains new weights beside "
+                        "the model, and use_peft trains adapters only; drop one of the two",
+                        ct_config_origin(c, "mtp_num_layers"));
+  if (c->mtp_num_layers > 0 && c->mtp_num_layers > c->max_length - 2)
+    return ct_set_error(CT_ECONFIG, "%s: key 'mtp_num_layers': depth %ld predicts the token %ld places ahead, "
+                        "which no sequence of max_length %ld tokens has a target for; use at most %ld",
+                        ct_config_origin(c, "mtp_num_layers"), (long)c->mtp_num_layers, (long)c->mtp_num_layers + 1,
+                        (long)c->max_length, (long)(c->max_length - 2 > 0 ? c->max_length - 2 : 0));
   const char *ev = c->eval_dataset_path[0] ? NULL : c->eval_steps > 0 ? "eval_steps" : c->eval_on_start ? "eval_on_start" : NULL;
   if (ev)
     return ct_set_error(CT_ECONFIG, "%s: key '%s' evaluates on eval_dataset_path, which is not set; set it or "

@@ -226,14 +226,15 @@ static void post_norm_add(const ct_model_config *c, const ct_acts *a, float *y, 
 }
 
 // Layer forward from la->x. With `full` false it stops once what backward reads is
-// computed (recomputation: the layer's output la->xn is already there).
-static void layer_forward(const ct_model *m, int l, const ct_layer_weights *w, const layer_acts *la,
+// computed (recomputation: the layer's output la->xn is already there). l indexes the
+// adapters and QK-Clip's maxima; the attention (window, RoPE base) is layer `kind`'s.
+static void layer_forward(const ct_model *m, int l, int kind, const ct_layer_weights *w, const layer_acts *la,
                           const ct_acts *a, int B, int T, bool full) {
   const ct_model_config *c = &m->cfg;
   dims d = dims_of(c);
   long N = (long)B * T;
   const float *rc, *rs;
-  ct_attn_dims ad = attn_dims(m, l, B, T, &rc, &rs);
+  ct_attn_dims ad = attn_dims(m, kind, B, T, &rc, &rs);
   ct_rmsnorm_forward(la->ln1, la->rstd1, la->x, NW(w->ln1, d.C), (int)N, (int)d.C, c->rms_norm_eps);
   proj_forward(m, a, N, (int)d.QKV, (int)d.C, la->ln1, (int)d.C, w->wqkv, 0, la->qkv, (int)d.QKV);
   for (int t = CT_LORA_Q; t <= CT_LORA_V; t++) ct_adapter_forward(a, l, t, la->ln1, (int)d.C, la->qkv, (int)d.QKV, N);
@@ -288,10 +289,73 @@ void ct_forward(const ct_model *m, ct_acts *a, int B, int T) {
   }
   for (int l = 0; l < d.L; l++) {
     layer_acts la = layer_slots(a, &d, l);
-    layer_forward(m, l, ct_model_layer(m, l), &la, a, B, T, true);
+    layer_forward(m, l, l, ct_model_layer(m, l), &la, a, B, T, true);
   }
   float *xl = a->mode == CT_ACTS_FORWARD ? a->x : a->x + d.L * (long)a->B * a->T * d.C;
   ct_rmsnorm_forward(a->lnf, a->rstdf, xl, NW(ct_model_norm(m), d.C), (int)N, (int)d.C, c->rms_norm_eps);
+}
+
+// Layer backward: a->dres holds the gradient of the layer's output on entry and of its
+// input on exit; parameter gradients accumulate into gw. l and kind as layer_forward's.
+static void layer_backward(const ct_model *m, int l, int kind, const ct_layer_weights *w,
+                         const ct_layer_weights *gw, ct_acts *a, int B, int T) {
+  const ct_model_config *c = &m->cfg;
+  dims d = dims_of(c);
+  long N = (long)B * T;
+  int Hd = (int)(d.H * d.hd);
+  float *dres = a->dres;  // (N, C)
+  layer_acts la = layer_slots(a, &d, l);
+  if (a->mode == CT_ACTS_RECOMPUTE) layer_forward(m, l, kind, w, &la, a, B, T, false);
+  float *x = la.x, *ln1 = la.ln1, *rstd1 = la.rstd1, *qkv = la.qkv, *att = la.att, *lse = la.lse;
+  float *x2 = la.x2, *ln2 = la.ln2, *rstd2 = la.rstd2, *gu = la.gu, *h = la.h;
+  const float *rc, *rs;
+  ct_attn_dims ad = attn_dims(m, kind, B, T, &rc, &rs);
+  if (a->mode == CT_ACTS_KEEP) {  // (RECOMPUTE just did)
+    if (c->gemma) ct_geglu_forward(h, gu, (int)N, (int)d.F);
+    else ct_swiglu_forward(h, gu, (int)N, (int)d.F);
+  }
+
+  // MLP: xn = x2 + h · Wdownᵀ (Gemma: x2 + norm(h · Wdownᵀ), dmo (N, C) into dln)
+  const float *dmo = dres;
+  if (c->gemma) {
+    ct_rmsnorm_backward(a->dln, gw->post_ff, dres, la.mo, NW(w->post_ff, d.C), la.rstd_mo, (int)N, (int)d.C,
+                        0, a->scratch);
+    dmo = a->dln;
+  }
+  proj_backward(m, a, N, (int)d.C, (int)d.F, dmo, h, w->wdown, gw->wdown, a->dh);  // dh (N, F)
+  ct_adapter_backward(a, l, CT_LORA_DOWN, h, (int)d.F, dmo, (int)d.C, a->dh, (int)d.F, N);
+  if (c->gemma) ct_geglu_backward(a->dgu, a->dh, gu, (int)N, (int)d.F);  // dgu (N, 2F)
+  else ct_swiglu_backward(a->dgu, a->dh, gu, (int)N, (int)d.F);
+  proj_backward(m, a, N, (int)(2 * d.F), (int)d.C, a->dgu, ln2, w->wgu, gw->wgu, a->dln);  // dln2 (N, C)
+  ct_adapter_backward(a, l, CT_LORA_GATE, ln2, (int)d.C, a->dgu, (int)(2 * d.F), a->dln, (int)d.C, N);
+  ct_adapter_backward(a, l, CT_LORA_UP, ln2, (int)d.C, a->dgu, (int)(2 * d.F), a->dln, (int)d.C, N);
+  ct_rmsnorm_backward(dres, gw->ln2, a->dln, x2, NW(w->ln2, d.C), rstd2, (int)N, (int)d.C, 1,
+                      a->scratch);                                  // dres is now dx2
+
+  // attention: x2 = x + att · Woᵀ (Gemma: x + norm(att · Woᵀ), dao (N, C) into dln)
+  const float *dao = dres;
+  if (c->gemma) {
+    ct_rmsnorm_backward(a->dln, gw->post_attn, dres, la.ao, NW(w->post_attn, d.C), la.rstd_ao, (int)N,
+                        (int)d.C, 0, a->scratch);
+    dao = a->dln;
+  }
+  proj_backward(m, a, N, (int)d.C, Hd, dao, att, w->wo, gw->wo, a->datt);  // datt (N, H*hd)
+  ct_adapter_backward(a, l, CT_LORA_O, att, Hd, dao, (int)d.C, a->datt, Hd, N);
+  ct_attention_backward(a->dqkv, a->datt, att, lse, qkv, a->seg, ad, a->scratch);
+  ct_rope(a->dqkv, a->pos, rc, rs, (int)N, (int)(d.H + d.KV), (int)d.hd, (int)d.QKV, 1);
+  if (c->qk_norm) {
+    float *pre = la.qkv_pre, *r = la.qk_rstd;
+    ct_headnorm_backward(a->dqkv, gw->qnorm, pre, NW(w->qnorm, d.hd), r, (int)N, (int)d.H, (int)d.hd,
+                         (int)d.QKV, a->scratch);
+    ct_headnorm_backward(a->dqkv + d.H * d.hd, gw->knorm, pre + d.H * d.hd, NW(w->knorm, d.hd),
+                         r + N * d.H, (int)N, (int)d.KV, (int)d.hd, (int)d.QKV, a->scratch);
+  }
+  if (gw->bqkv) ct_bias_backward(gw->bqkv, a->dqkv, (int)N, (int)d.QKV, (int)d.QKV, a->scratch);
+  proj_backward(m, a, N, (int)d.QKV, (int)d.C, a->dqkv, ln1, w->wqkv, gw->wqkv, a->dln);  // dln1 (N, C)
+  for (int t = CT_LORA_Q; t <= CT_LORA_V; t++)
+    ct_adapter_backward(a, l, t, ln1, (int)d.C, a->dqkv, (int)d.QKV, a->dln, (int)d.C, N);
+  ct_rmsnorm_backward(dres, gw->ln1, a->dln, x, NW(w->ln1, d.C), rstd1, (int)N, (int)d.C, 1,
+                      a->scratch);                                  // dres is now dx
 }
 
 void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float *dlnf, int B,
@@ -299,65 +363,12 @@ void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float
   const ct_model_config *c = &m->cfg;
   dims d = dims_of(c);
   long N = (long)B * T, Ncap = (long)a->B * a->T;
-  int Hd = (int)(d.H * d.hd);
   float *dres = a->dres;  // (N, C) gradient of the residual stream, carried down the layers
   ct_rmsnorm_backward(dres, g->norm, dlnf, a->x + d.L * Ncap * d.C, NW(ct_model_norm(m), d.C), a->rstdf, (int)N,
                       (int)d.C, 0, a->scratch);
+  if (a->dx_top) ct_add_rows(dres, a->dx_top, N, (int)d.C);  // (multi-token prediction's)
   for (int l = (int)d.L - 1; l >= 0; l--) {
-    const ct_layer_weights *w = ct_model_layer(m, l);
-    const ct_layer_weights *gw = &g->layers[l];
-    layer_acts la = layer_slots(a, &d, l);
-    if (a->mode == CT_ACTS_RECOMPUTE) layer_forward(m, l, w, &la, a, B, T, false);
-    float *x = la.x, *ln1 = la.ln1, *rstd1 = la.rstd1, *qkv = la.qkv, *att = la.att, *lse = la.lse;
-    float *x2 = la.x2, *ln2 = la.ln2, *rstd2 = la.rstd2, *gu = la.gu, *h = la.h;
-    const float *rc, *rs;
-    ct_attn_dims ad = attn_dims(m, l, B, T, &rc, &rs);
-    if (a->mode == CT_ACTS_KEEP) {  // (RECOMPUTE just did)
-      if (c->gemma) ct_geglu_forward(h, gu, (int)N, (int)d.F);
-      else ct_swiglu_forward(h, gu, (int)N, (int)d.F);
-    }
-
-    // MLP: xn = x2 + h · Wdownᵀ (Gemma: x2 + norm(h · Wdownᵀ), dmo (N, C) into dln)
-    const float *dmo = dres;
-    if (c->gemma) {
-      ct_rmsnorm_backward(a->dln, gw->post_ff, dres, la.mo, NW(w->post_ff, d.C), la.rstd_mo, (int)N, (int)d.C,
-                          0, a->scratch);
-      dmo = a->dln;
-    }
-    proj_backward(m, a, N, (int)d.C, (int)d.F, dmo, h, w->wdown, gw->wdown, a->dh);  // dh (N, F)
-    ct_adapter_backward(a, l, CT_LORA_DOWN, h, (int)d.F, dmo, (int)d.C, a->dh, (int)d.F, N);
-    if (c->gemma) ct_geglu_backward(a->dgu, a->dh, gu, (int)N, (int)d.F);  // dgu (N, 2F)
-    else ct_swiglu_backward(a->dgu, a->dh, gu, (int)N, (int)d.F);
-    proj_backward(m, a, N, (int)(2 * d.F), (int)d.C, a->dgu, ln2, w->wgu, gw->wgu, a->dln);  // dln2 (N, C)
-    ct_adapter_backward(a, l, CT_LORA_GATE, ln2, (int)d.C, a->dgu, (int)(2 * d.F), a->dln, (int)d.C, N);
-    ct_adapter_backward(a, l, CT_LORA_UP, ln2, (int)d.C, a->dgu, (int)(2 * d.F), a->dln, (int)d.C, N);
-    ct_rmsnorm_backward(dres, gw->ln2, a->dln, x2, NW(w->ln2, d.C), rstd2, (int)N, (int)d.C, 1,
-                        a->scratch);                                  // dres is now dx2
-
-    // attention: x2 = x + att · Woᵀ (Gemma: x + norm(att · Woᵀ), dao (N, C) into dln)
-    const float *dao = dres;
-    if (c->gemma) {
-      ct_rmsnorm_backward(a->dln, gw->post_attn, dres, la.ao, NW(w->post_attn, d.C), la.rstd_ao, (int)N,
-                          (int)d.C, 0, a->scratch);
-      dao = a->dln;
-    }
-    proj_backward(m, a, N, (int)d.C, Hd, dao, att, w->wo, gw->wo, a->datt);  // datt (N, H*hd)
-    ct_adapter_backward(a, l, CT_LORA_O, att, Hd, dao, (int)d.C, a->datt, Hd, N);
-    ct_attention_backward(a->dqkv, a->datt, att, lse, qkv, a->seg, ad, a->scratch);
-    ct_rope(a->dqkv, a->pos, rc, rs, (int)N, (int)(d.H + d.KV), (int)d.hd, (int)d.QKV, 1);
-    if (c->qk_norm) {
-      float *pre = la.qkv_pre, *r = la.qk_rstd;
-      ct_headnorm_backward(a->dqkv, gw->qnorm, pre, NW(w->qnorm, d.hd), r, (int)N, (int)d.H, (int)d.hd,
-                           (int)d.QKV, a->scratch);
-      ct_headnorm_backward(a->dqkv + d.H * d.hd, gw->knorm, pre + d.H * d.hd, NW(w->knorm, d.hd),
-                           r + N * d.H, (int)N, (int)d.KV, (int)d.hd, (int)d.QKV, a->scratch);
-    }
-    if (gw->bqkv) ct_bias_backward(gw->bqkv, a->dqkv, (int)N, (int)d.QKV, (int)d.QKV, a->scratch);
-    proj_backward(m, a, N, (int)d.QKV, (int)d.C, a->dqkv, ln1, w->wqkv, gw->wqkv, a->dln);  // dln1 (N, C)
-    for (int t = CT_LORA_Q; t <= CT_LORA_V; t++)
-      ct_adapter_backward(a, l, t, ln1, (int)d.C, a->dqkv, (int)d.QKV, a->dln, (int)d.C, N);
-    ct_rmsnorm_backward(dres, gw->ln1, a->dln, x, NW(w->ln1, d.C), rstd1, (int)N, (int)d.C, 1,
-                        a->scratch);                                  // dres is now dx
+    layer_backward(m, l, l, ct_model_layer(m, l), &g->layers[l], a, B, T);
     if (a->grad_ready) a->grad_ready(a->grad_ready_ctx, l);
   }
   if (c->gemma) {  // through the embedding scale
@@ -367,4 +378,24 @@ void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float
   float *gE = a->lora && a->lora->embed ? a->lora->g_embed : g->embed;
   if (gE) ct_embed_backward(gE, dres, a->ids, (int)N, (int)d.C);
   if (a->grad_ready) a->grad_ready(a->grad_ready_ctx, -1);
+}
+
+// ---------------------------------------------------------------------------
+// One layer outside the model's stack (multi-token prediction's blocks)
+
+int ct_acts_init_layer(ct_acts *a, const ct_model *m, int B, int T, int mode) {
+  ct_model one = *m;  // (ct_acts_init reads the config and whether bf16 compute is on)
+  one.cfg.num_layers = 1;
+  return ct_acts_init(a, &one, B, T, mode);
+}
+
+void ct_layer_forward(const ct_model *m, int kind, const ct_layer_weights *w, ct_acts *a, int B, int T) {
+  dims d = dims_of(&m->cfg);
+  layer_acts la = layer_slots(a, &d, 0);
+  layer_forward(m, 0, kind, w, &la, a, B, T, true);
+}
+
+void ct_layer_backward(const ct_model *m, int kind, const ct_layer_weights *w, const ct_layer_weights *g,
+                       ct_acts *a, int B, int T) {
+  layer_backward(m, 0, kind, w, g, a, B, T);
 }

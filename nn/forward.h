@@ -73,6 +73,10 @@ typedef struct {
   // each layer's gradient sum across ranks while backward goes on (ct_train_overlap_arm).
   void (*grad_ready)(void *ctx, int l);
   void *grad_ready_ctx;
+  // Multi-token prediction (mtp.h): the depths ct_lm_step runs after this forward, or NULL;
+  // and a gradient (N, C) ct_backward adds to the last layer's output's (their h_0), or NULL
+  struct ct_mtp *mtp;
+  const float *dx_top;
 } ct_acts;
 
 // Bytes ct_acts_init allocates for B x T tokens in `mode` (the memory plan uses it).
@@ -100,3 +104,21 @@ void ct_forward(const ct_model *m, ct_acts *a, int B, int T);
 // layer's forward again from its kept input). dlnf may be a->dln.
 void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float *dlnf, int B,
                  int T);
+
+// One decoder layer outside m's stack (multi-token prediction's blocks), run through
+// activations a sized for one layer (ct_acts_init_layer): input a->x (N, C), output
+// ct_acts_layer_out(a). Its attention is layer `kind`'s of m (window, RoPE base); a's
+// adapters and QK-Clip maxima must be off (NULL). The backward takes the output's
+// gradient in a->dres and leaves the input's there, accumulating (+=) into g.
+int ct_acts_init_layer(ct_acts *a, const ct_model *m, int B, int T, int mode);
+void ct_layer_forward(const ct_model *m, int kind, const ct_layer_weights *w, ct_acts *a, int B, int T);
+void ct_layer_backward(const ct_model *m, int kind, const ct_layer_weights *w, const ct_layer_weights *g,
+                       ct_acts *a, int B, int T);
+// Where a layer's output is: the input slot itself (CT_ACTS_FORWARD, in place) or the next.
+static inline float *ct_acts_layer_out(const ct_acts *a, int C) {
+  return a->mode == CT_ACTS_FORWARD ? a->x : a->x + (long)a->B * a->T * C;
+}
+// The last decoder layer's output (N, C) after ct_forward: the final norm's input.
+static inline float *ct_acts_top(const ct_acts *a, const ct_model_config *c) {
+  return a->mode == CT_ACTS_FORWARD ? a->x : a->x + (long)c->num_layers * a->B * a->T * c->hidden_size;
+}

@@ -332,7 +332,7 @@ static void tensor_name(char *out, size_t n, const ct_tensor_info *t, const char
 // new_score: d holds a causal LM read into a sequence classifier, whose score.weight is
 // new (left as buf has it) and whose LM head goes unread.
 static int load_from_dir(const ct_model *m, float *buf, const ct_st_dir *d, bool new_score) {
-  for (int i = 0; i < m->n_tensors; i++) {
+  for (int i = 0; i < m->n_hf_tensors; i++) {  // (multi-token prediction's are mtp.h's)
     const ct_tensor_info *ti = &m->tensors[i];
     const char *name = ti->name;
     const ct_safetensors *st;

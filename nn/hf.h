@@ -24,6 +24,8 @@ int ct_model_load(ct_model *m, const char *dir, int max_pos);
 // from a causal LM's directory takes its backbone, leaves score.weight as buf has it
 // (the caller initializes the new head) and skips its lm_head.weight.
 int ct_model_read_config(ct_model_config *c, const char *dir);
+// Only the Hugging Face tensors: multi-token prediction's (cfg.mtp_layers) are mtp.h's,
+// in mtp.safetensors.
 int ct_model_load_weights(const ct_model *m, float *buf, const char *dir);
 
 // Writes buffers with m's layout to one file with Hugging Face names, as `dtype`

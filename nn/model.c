@@ -34,6 +34,7 @@ int ct_model_config_check(const ct_model_config *c) {
   if (!(c->rope_theta > 0)) return ct_set_error(CT_EINVAL, "model: rope_theta must be positive");
   if (!(c->rms_norm_eps > 0)) return ct_set_error(CT_EINVAL, "model: rms_norm_eps must be positive");
   if (c->num_labels < 0) return ct_set_error(CT_EINVAL, "model: num_labels must not be negative");
+  if (c->mtp_layers < 0) return ct_set_error(CT_EINVAL, "model: mtp_num_layers must not be negative");
   if (c->rope_type == 2 && !(c->rope_factor > 0))
     return ct_set_error(CT_EINVAL, "model: rope_scaling (linear) needs factor > 0");
   if (c->sliding_window < 0) return ct_set_error(CT_EINVAL, "model: sliding_window must be positive");
@@ -83,52 +84,82 @@ static int layout_add(layout *lo, const char *name, long d0, long d1, bool decay
   return 0;
 }
 
-static int build_layout(ct_model *m) {
-  const ct_model_config *c = &m->cfg;
+// One decoder layer's tensors, named prefix + the Hugging Face suffix.
+static int add_layer(layout *lo, const ct_model_config *c, const char *prefix) {
   long C = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
-  long Hd = c->num_heads * hd, KVd = c->num_kv_heads * hd, V = c->vocab_size;
-  layout lo = {0};
+  long Hd = c->num_heads * hd, KVd = c->num_kv_heads * hd;
   char nm[96];
-  int rc = layout_add(&lo, "model.embed_tokens.weight", V, C, true, true);
-  for (int l = 0; l < c->num_layers && rc == 0; l++) {
+  int rc = 0;
 #define ADD(suffix, d0, d1, decay, group)                                  \
   do {                                                                     \
-    snprintf(nm, sizeof nm, "model.layers.%d.%s", l, suffix);              \
-    if (rc == 0) rc = layout_add(&lo, nm, d0, d1, decay, group);           \
+    snprintf(nm, sizeof nm, "%s%s", prefix, suffix);                       \
+    if (rc == 0) rc = layout_add(lo, nm, d0, d1, decay, group);            \
   } while (0)
-    ADD("input_layernorm.weight", C, 0, false, true);
-    ADD("self_attn.q_proj.weight", Hd, C, true, true);
-    ADD("self_attn.k_proj.weight", KVd, C, true, false);
-    ADD("self_attn.v_proj.weight", KVd, C, true, false);
-    if (c->qkv_bias) {
-      ADD("self_attn.q_proj.bias", Hd, 0, false, true);
-      ADD("self_attn.k_proj.bias", KVd, 0, false, false);
-      ADD("self_attn.v_proj.bias", KVd, 0, false, false);
-    }
-    if (c->qk_norm) {
-      ADD("self_attn.q_norm.weight", hd, 0, false, true);
-      ADD("self_attn.k_norm.weight", hd, 0, false, true);
-    }
-    ADD("self_attn.o_proj.weight", C, Hd, true, true);
-    ADD("post_attention_layernorm.weight", C, 0, false, true);
-    if (c->gemma) {  // (inside the layer's span: layer_span runs from input_layernorm to down_proj)
-      ADD("pre_feedforward_layernorm.weight", C, 0, false, true);
-      ADD("post_feedforward_layernorm.weight", C, 0, false, true);
-    }
-    ADD("mlp.gate_proj.weight", F, C, true, true);
-    ADD("mlp.up_proj.weight", F, C, true, false);
-    ADD("mlp.down_proj.weight", C, F, true, true);
+  ADD("input_layernorm.weight", C, 0, false, true);
+  ADD("self_attn.q_proj.weight", Hd, C, true, true);
+  ADD("self_attn.k_proj.weight", KVd, C, true, false);
+  ADD("self_attn.v_proj.weight", KVd, C, true, false);
+  if (c->qkv_bias) {
+    ADD("self_attn.q_proj.bias", Hd, 0, false, true);
+    ADD("self_attn.k_proj.bias", KVd, 0, false, false);
+    ADD("self_attn.v_proj.bias", KVd, 0, false, false);
+  }
+  if (c->qk_norm) {
+    ADD("self_attn.q_norm.weight", hd, 0, false, true);
+    ADD("self_attn.k_norm.weight", hd, 0, false, true);
+  }
+  ADD("self_attn.o_proj.weight", C, Hd, true, true);
+  ADD("post_attention_layernorm.weight", C, 0, false, true);
+  if (c->gemma) {  // (inside the layer's span: layer_span runs from input_layernorm to down_proj)
+    ADD("pre_feedforward_layernorm.weight", C, 0, false, true);
+    ADD("post_feedforward_layernorm.weight", C, 0, false, true);
+  }
+  ADD("mlp.gate_proj.weight", F, C, true, true);
+  ADD("mlp.up_proj.weight", F, C, true, false);
+  ADD("mlp.down_proj.weight", C, F, true, true);
 #undef ADD
+  return rc;
+}
+
+// Multi-token prediction depth k's tensors (mtp.h), after every Hugging Face tensor:
+// mtp.layers.<k>.{enorm, hnorm, eh_proj} then its decoder layer's, named as a layer's.
+static int add_mtp_depth(layout *lo, const ct_model_config *c, int k) {
+  long C = c->hidden_size;
+  char pre[64], nm[96];
+  snprintf(pre, sizeof pre, "mtp.layers.%d.", k);
+  const char *norms[] = {"enorm.weight", "hnorm.weight"};
+  int rc = 0;
+  for (int i = 0; i < 2 && !rc; i++) {
+    snprintf(nm, sizeof nm, "%s%s", pre, norms[i]);
+    rc = layout_add(lo, nm, C, 0, false, true);
+  }
+  snprintf(nm, sizeof nm, "%seh_proj.weight", pre);
+  if (!rc) rc = layout_add(lo, nm, C, 2 * C, true, true);
+  return rc ? rc : add_layer(lo, c, pre);
+}
+
+static int build_layout(ct_model *m) {
+  const ct_model_config *c = &m->cfg;
+  long C = c->hidden_size, V = c->vocab_size;
+  layout lo = {0};
+  char pre[64];
+  int rc = layout_add(&lo, "model.embed_tokens.weight", V, C, true, true);
+  for (int l = 0; l < c->num_layers && rc == 0; l++) {
+    snprintf(pre, sizeof pre, "model.layers.%d.", l);
+    rc = add_layer(&lo, c, pre);
   }
   if (rc == 0) rc = layout_add(&lo, "model.norm.weight", C, 0, false, true);
   if (rc == 0 && !c->tie_word_embeddings && !c->num_labels) rc = layout_add(&lo, "lm_head.weight", V, C, true, true);
   if (rc == 0 && c->num_labels) rc = layout_add(&lo, "score.weight", c->num_labels, C, true, true);
+  int n_hf = lo.n;
+  for (int k = 0; k < c->mtp_layers && rc == 0; k++) rc = add_mtp_depth(&lo, c, k);
   if (rc) {
     free(lo.t);
     return rc;
   }
   m->tensors = lo.t;
   m->n_tensors = lo.n;
+  m->n_hf_tensors = n_hf;
   m->n_floats = (lo.off + 15) / 16 * 16;
   return 0;
 }
@@ -139,50 +170,68 @@ const ct_tensor_info *ct_model_find_tensor(const ct_model *m, const char *name) 
   return NULL;
 }
 
+// Views of one decoder layer's tensors, which start at *t (add_layer's order); advances *t.
+static void bind_layer(ct_layer_weights *lw, const ct_tensor_info **tp, const ct_model_config *c, float *base) {
+  const ct_tensor_info *t = *tp;
+#define NEXT() (base + (t++)->offset)
+  lw->ln1 = NEXT();
+  lw->wqkv = NEXT();
+  t += 2;  // k_proj, v_proj follow q_proj in the same matrix
+  if (c->qkv_bias) {
+    lw->bqkv = NEXT();
+    t += 2;
+  }
+  if (c->qk_norm) {
+    lw->qnorm = NEXT();
+    lw->knorm = NEXT();
+  }
+  lw->wo = NEXT();
+  if (c->gemma) {
+    lw->post_attn = NEXT();
+    lw->ln2 = NEXT();  // pre_feedforward_layernorm
+    lw->post_ff = NEXT();
+  } else {
+    lw->ln2 = NEXT();
+  }
+  lw->wgu = NEXT();
+  t++;  // up_proj follows gate_proj
+  lw->wdown = NEXT();
+#undef NEXT
+  *tp = t;
+}
+
 int ct_weights_bind(ct_weights *w, const ct_model *m, float *base) {
   const ct_model_config *c = &m->cfg;
   memset(w, 0, sizeof *w);
   w->layers = calloc(c->num_layers, sizeof *w->layers);
-  if (!w->layers) return ct_set_error(CT_ENOMEM, "model: out of memory");
+  if (c->mtp_layers > 0) w->mtp = calloc(c->mtp_layers, sizeof *w->mtp);
+  if (!w->layers || (c->mtp_layers > 0 && !w->mtp)) {
+    ct_weights_free(w);
+    return ct_set_error(CT_ENOMEM, "model: out of memory");
+  }
   // Tensors come in the order build_layout appended them.
   const ct_tensor_info *t = m->tensors;
 #define NEXT() (base + (t++)->offset)
   w->embed = NEXT();
-  for (int l = 0; l < c->num_layers; l++) {
-    ct_layer_weights *lw = &w->layers[l];
-    lw->ln1 = NEXT();
-    lw->wqkv = NEXT();
-    t += 2;  // k_proj, v_proj follow q_proj in the same matrix
-    if (c->qkv_bias) {
-      lw->bqkv = NEXT();
-      t += 2;
-    }
-    if (c->qk_norm) {
-      lw->qnorm = NEXT();
-      lw->knorm = NEXT();
-    }
-    lw->wo = NEXT();
-    if (c->gemma) {
-      lw->post_attn = NEXT();
-      lw->ln2 = NEXT();  // pre_feedforward_layernorm
-      lw->post_ff = NEXT();
-    } else {
-      lw->ln2 = NEXT();
-    }
-    lw->wgu = NEXT();
-    t++;  // up_proj follows gate_proj
-    lw->wdown = NEXT();
-  }
+  for (int l = 0; l < c->num_layers; l++) bind_layer(&w->layers[l], &t, c, base);
   w->norm = NEXT();
   w->lm_head = c->tie_word_embeddings || c->num_labels ? w->embed : NEXT();
   w->score = c->num_labels ? NEXT() : NULL;
+  for (int k = 0; k < c->mtp_layers; k++) {
+    w->mtp[k].enorm = NEXT();
+    w->mtp[k].hnorm = NEXT();
+    w->mtp[k].eh_proj = NEXT();
+    bind_layer(&w->mtp[k].block, &t, c, base);
+  }
 #undef NEXT
   return 0;
 }
 
 void ct_weights_free(ct_weights *w) {
   free(w->layers);
+  free(w->mtp);
   w->layers = NULL;
+  w->mtp = NULL;
 }
 
 // ---------------------------------------------------------------------------
@@ -356,6 +405,7 @@ typedef struct {
   uint64_t seed;
   float std;
   int parts;
+  int first;  // the first tensor initialized
 } init_job;
 
 enum { INIT_BLOCK = 4096 };  // values per block: a block is the unit of work and of the counter
@@ -364,7 +414,7 @@ static void init_task(void *ctx, int part, int thread) {
   (void)thread;
   const init_job *j = ctx;
   float buf[INIT_BLOCK];
-  for (int i = 0; i < j->m->n_tensors; i++) {
+  for (int i = j->first; i < j->m->n_tensors; i++) {
     const ct_tensor_info *t = &j->m->tensors[i];
     float *p = j->m->params + t->offset;
     if (t->ndim == 1) {  // norms 1, biases 0: the first part writes them
@@ -384,8 +434,10 @@ static void init_task(void *ctx, int part, int thread) {
   }
 }
 
-void ct_model_init_random(ct_model *m, uint64_t seed, float std) {
-  init_job j = {m, seed, std, ct_pool_threads() * 4};
+void ct_model_init_random(ct_model *m, uint64_t seed, float std) { ct_model_init_random_from(m, 0, seed, std); }
+
+void ct_model_init_random_from(ct_model *m, int first, uint64_t seed, float std) {
+  init_job j = {m, seed, std, ct_pool_threads() * 4, first};
   ct_parallel_for(j.parts, init_task, &j);
 }
 

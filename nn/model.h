@@ -43,6 +43,9 @@ typedef struct {
   int sliding_window;           // 0 = every layer full
   float rope_local_theta;
   unsigned char sliding[CT_MAX_LAYERS];  // layer l is a sliding-window layer
+  // Multi-token prediction depths D (mtp.h): not in config.json (the trainer's key
+  // mtp_num_layers sets it); their tensors follow the Hugging Face ones in the layout
+  int mtp_layers;
 } ct_model_config;
 
 // Layer l's attention window: sliding_window for a sliding layer, 0 (all) otherwise.
@@ -74,12 +77,21 @@ typedef struct {
   float *wdown;  // (C, F)     down_proj
 } ct_layer_weights;
 
+// One multi-token prediction depth (mtp.h): h_k = block(eh_proj · [enorm(emb); hnorm(h_{k-1})]).
+typedef struct {
+  float *enorm;    // (C)      RMSNorm of the embedding of token i+k
+  float *hnorm;    // (C)      RMSNorm of the previous depth's hidden state
+  float *eh_proj;  // (C, 2C)  over [enorm(emb) | hnorm(h)], DeepSeek-V3's order
+  ct_layer_weights block;  // one decoder layer of the model's own kind
+} ct_mtp_weights;
+
 typedef struct {
   float *embed;              // (V, C)
   ct_layer_weights *layers;  // (L)
   float *norm;               // (C)
   float *lm_head;            // (V, C): embed when tied
   float *score;              // (num_labels, C) score.weight of a sequence classifier, or NULL
+  ct_mtp_weights *mtp;       // (cfg.mtp_layers) multi-token prediction depths, or NULL
 } ct_weights;
 
 // One named tensor of the flat layout.
@@ -104,6 +116,8 @@ typedef struct {
   ct_model_config cfg;
   int n_tensors;
   ct_tensor_info *tensors;
+  int n_hf_tensors;       // the first n_hf_tensors are the Hugging Face model's (model.safetensors);
+                          // the rest, cfg.mtp_layers > 0, are multi-token prediction's (mtp.safetensors)
   long n_floats;          // size of the flat buffer
   float *params;          // (n_floats) one allocation (ct_big_alloc); NULL when stored in bf16
   ct_weights w;           // views into params
@@ -141,6 +155,10 @@ static inline bool ct_has_local_rope(const ct_model_config *c) { return c->slidi
 
 // The model's tensor table as a ct_layout.
 #define ct_model_tensors(m) ((ct_layout){(m)->n_tensors, (m)->tensors, (m)->n_floats})
+// Its Hugging Face part (without multi-token prediction's tensors), and MTP's part.
+#define ct_model_hf_tensors(m) ((ct_layout){(m)->n_hf_tensors, (m)->tensors, (m)->n_floats})
+#define ct_model_mtp_tensors(m) \
+  ((ct_layout){(m)->n_tensors - (m)->n_hf_tensors, (m)->tensors + (m)->n_hf_tensors, (m)->n_floats})
 
 // Only the tensor table and n_floats (no parameters): the layout other stores share.
 int ct_model_layout(ct_model *m, const ct_model_config *cfg);
@@ -207,6 +225,9 @@ void ct_weights_free(ct_weights *w);
 // function of (seed, tensor, index) alone (counter-based), so the result does not
 // depend on the thread count, and the work runs on the pool.
 void ct_model_init_random(ct_model *m, uint64_t seed, float std);
+// The same for tensors first.. only (each value as ct_model_init_random gives it): MTP's
+// tensors of a model whose Hugging Face part was read from a file.
+void ct_model_init_random_from(ct_model *m, int first, uint64_t seed, float std);
 
 const ct_tensor_info *ct_model_find_tensor(const ct_model *m, const char *name);
 

@@ -369,26 +369,29 @@ static void lora_add(ct_engine *e, int l, int t, const float *x, int ldx, int n,
   ct_linear_forward(&m, e->lora_u, r, n, y + row0, ldy, 1);
 }
 
-static int pass(ct_engine *e, int n, const int *ids, const int *slot, const int *pos,
-                const int *out, int nout, float *logits, float *hidden) {
+// x_in (n, C): the first layer's input rows instead of ids' embeddings (ids unused then);
+// top (n, C): where the last layer's output (before the final norm) of every token goes.
+static int pass(ct_engine *e, int n, const int *ids, const float *x_in, const int *slot, const int *pos,
+                const int *out, int nout, float *logits, float *hidden, float *top) {
   if (n < 1 || n > e->o.max_tokens)
     return ct_set_error(CT_EINVAL, "engine: %d tokens in one pass (capacity %d)", n, e->o.max_tokens);
   for (int i = 0; i < n; i++) {
     if (slot[i] < 0 || slot[i] >= e->o.slots || pos[i] < 0 || pos[i] >= e->o.max_len)
       return ct_set_error(CT_EINVAL, "engine: token %d at slot %d position %d is outside %d slots "
                           "x %d positions", i, slot[i], pos[i], e->o.slots, e->o.max_len);
-    if (ids[i] < 0 || ids[i] >= e->V)
+    if (!x_in && (ids[i] < 0 || ids[i] >= e->V))
       return ct_set_error(CT_EINVAL, "engine: token id %d is outside the vocabulary of %d", ids[i], e->V);
   }
   for (int k = 0; k < nout; k++)
     if (out[k] < 0 || out[k] >= n) return ct_set_error(CT_EINVAL, "engine: output row %d is not a token of the pass", out[k]);
-  memcpy(e->ids, ids, sizeof(int) * n);
+  if (!x_in) memcpy(e->ids, ids, sizeof(int) * n);
   memcpy(e->pos, pos, sizeof(int) * n);
   memcpy(e->slot, slot, sizeof(int) * n);
   const ct_model_config *c = &e->w->cfg;
   int C = e->C, QKV = e->QKV, Hd = e->H * e->hd, F = e->F;
-  embed_rows(e, n);
-  if (c->gemma) {  // x *= sqrt(C) (a float32 scalar, as the training forward)
+  if (x_in) memcpy(e->x, x_in, sizeof(float) * n * C);
+  else embed_rows(e, n);
+  if (c->gemma && !x_in) {  // x *= sqrt(C) (a float32 scalar, as the training forward)
     float es = ct_embed_scale(c);
     for (long i = 0; i < (long)n * C; i++) e->x[i] *= es;
   }
@@ -436,6 +439,7 @@ static int pass(ct_engine *e, int n, const int *ids, const int *slot, const int 
     ct_linear_forward(&w->down, e->h, F, n, e->x, C, 1);        // x += h · Wdownᵀ
     lora_add(e, l, CT_LORA_DOWN, e->h, F, n, e->x, C);
   }
+  if (top) memcpy(top, e->x, sizeof(float) * n * C);
   if (nout == 0) return 0;
   if (hidden) {  // straight into the caller's buffer
     for (int k = 0; k < nout; k++) memcpy(e->xo + (long)k * C, e->x + (long)out[k] * C, sizeof(float) * C);
@@ -451,12 +455,17 @@ static int pass(ct_engine *e, int n, const int *ids, const int *slot, const int 
 
 int ct_engine_forward(ct_engine *e, int n, const int *ids, const int *slot, const int *pos,
                       const int *out, int nout, float *logits) {
-  return pass(e, n, ids, slot, pos, out, nout, logits, NULL);
+  return pass(e, n, ids, NULL, slot, pos, out, nout, logits, NULL, NULL);
+}
+
+int ct_engine_forward_top(ct_engine *e, int n, const int *ids, const float *x_in, const int *slot, const int *pos,
+                          const int *out, int nout, float *logits, float *top) {
+  return pass(e, n, ids, x_in, slot, pos, out, nout, logits, NULL, top);
 }
 
 int ct_engine_forward_hidden(ct_engine *e, int n, const int *ids, const int *slot, const int *pos,
                              const int *out, int nout, float *hidden) {
-  return pass(e, n, ids, slot, pos, out, nout, NULL, hidden);
+  return pass(e, n, ids, NULL, slot, pos, out, nout, NULL, hidden, NULL);
 }
 
 int ct_engine_copy_slot(ct_engine *e, int src, int dst, int len) {

@@ -36,6 +36,13 @@ int ct_engine_forward(ct_engine *e, int n, const int *ids, const int *slot, cons
 int ct_engine_forward_hidden(ct_engine *e, int n, const int *ids, const int *slot, const int *pos,
                              const int *out, int nout, float *hidden);
 
+// ct_engine_forward that also writes every token's last-layer output before the final norm
+// into top (n, C) (multi-token prediction's h_0), and that takes the first layer's input
+// rows x_in (n, C) instead of ids' embeddings when x_in is not NULL (an MTP depth's
+// block run as a one-layer engine; top may be NULL, nout 0).
+int ct_engine_forward_top(ct_engine *e, int n, const int *ids, const float *x_in, const int *slot, const int *pos,
+                          const int *out, int nout, float *logits, float *top);
+
 // Copies positions [0, len) of slot src's cache into slot dst (multisampling).
 int ct_engine_copy_slot(ct_engine *e, int src, int dst, int len);
 

@@ -4,7 +4,9 @@
 //   bin/sampler generate model_path=DIR prompts_path=prompts.jsonl n=4 output=json
 //   bin/sampler score    model_path=DIR data=rows.jsonl     (prompt/completion rows)
 //   bin/sampler accuracy model_path=DIR data=eval.jsonl   (greedy exact match)
+//   bin/sampler generate model_path=DIR prompt=... temperature=0 speculative=mtp   (MTP self-draft)
 //   bin/sampler bench
+//   bin/sampler bench speculative=mtp model_path=DIR prompts_path=prompts.jsonl
 //
 // Options are config keys (configs/base.yml, "Sampler" section); an optional yml file
 // may come right after the command.
@@ -20,12 +22,14 @@
 #include "data.h"
 #include "engine.h"
 #include "error.h"
+#include "fs.h"
 #include "generate.h"
 #include "jsonl.h"
 #include "matmul.h"
 #include "panel.h"
 #include "pool.h"
 #include "prompts.h"
+#include "speculative.h"
 #include "tokenizer.h"
 #include "unicode.h"
 #include "weights.h"
@@ -217,6 +221,28 @@ static void on_token(void *ctx, int request, int sample, int token) {
   fflush(stdout);
 }
 
+// speculative=mtp: greedy decoding drafted by the model's multi-token prediction depths.
+static int speculate(const setup_t *s, const ct_engine_opts *eo, const ct_gen_request *reqs, int np,
+                     const ct_gen_callbacks *cb) {
+  const ct_config *c = s->cfg;
+  const char *key = c->temperature > 0 ? "temperature" : c->n != 1 ? "n" : c->adapter_path[0] ? "adapter_path" : NULL;
+  if (key)
+    fail(2, (ct_set_error(CT_ECONFIG, "%s: key '%s': speculative=mtp decodes greedily, one sample, without adapters "
+                          "(temperature=0, n=1, no adapter_path)", ct_config_origin(c, key), key), NULL));
+  ct_spec_model sm;
+  ct_spec_stats st = {0};
+  int rc = ct_spec_load(&sm, &s->w, c->model_path, eo);
+  double t0 = ct_now();
+  if (!rc) rc = ct_spec_generate(&sm, s->tok, reqs, np, cb, &st);
+  if (!rc)
+    fprintf(stderr, "sampler: speculative=mtp (%d depths): %ld tokens in %ld passes of the model after %d prefills, "
+            "%ld of %ld guesses kept (%.1f%% of those checked), %.1f tokens/s\n", sm.D, st.tokens, st.rounds, np,
+            st.accepted, st.drafted, 100.0 * st.accepted / (st.accepted + st.rejected > 0 ? st.accepted + st.rejected : 1),
+            st.tokens / (ct_now() - t0));
+  ct_spec_free(&sm);
+  return rc;
+}
+
 static int cmd_generate(const ct_config *cfg) {
   setup_t s;
   setup(&s, cfg);
@@ -235,13 +261,17 @@ static int cmd_generate(const ct_config *cfg) {
   int slots = (int)cfg->decode_slots;
   ct_engine_opts eo = {slots, (int)cfg->max_target_length,
                        (int)(cfg->max_prefill_length > slots ? cfg->max_prefill_length : slots)};
-  ct_engine *e;
-  if (ct_engine_init(&e, &s.w, &eo)) fail(1, NULL);
+  ct_engine *e = NULL;  // (speculative=mtp runs its own)
+  if (cfg->speculative != CT_SPEC_MTP && ct_engine_init(&e, &s.w, &eo)) fail(1, NULL);
   out_t o = {.s = &s, .n_per = (int)cfg->n, .total = np * (int)cfg->n};
   o.done = calloc(o.total, sizeof *o.done);
   o.stream = cfg->output == CT_OUTPUT_TEXT && o.total == 1;
   ct_gen_callbacks cb = {on_done, on_token, &o};
-  if (ct_generate(e, s.tok, reqs, np, &cb)) fail(1, NULL);
+  if (cfg->speculative == CT_SPEC_MTP) {
+    if (speculate(&s, &eo, reqs, np, &cb)) fail(1, NULL);
+  } else if (ct_generate(e, s.tok, reqs, np, &cb)) {
+    fail(1, NULL);
+  }
   ct_engine_free(e);
   for (int i = 0; i < np; i++) ct_ids_free(&ps[i].ids);
   free(ps);
@@ -395,19 +425,101 @@ static int cmd_score(const ct_config *cfg) {
   return 0;
 }
 
+// ---------------------------------------------------------------------------
+// bench speculative=mtp model_path=DIR prompts_path=FILE: plain greedy decoding (one
+// slot, as speculative=mtp decodes) against speculative=mtp on the same prompts, best of
+// three runs each; the two outputs must be identical.
+
+typedef struct {
+  int *ids;
+  long n, cap;
+} ids_log;
+
+static int log_ids(void *ctx, const ct_gen_result *r) {
+  ids_log *l = ctx;
+  if (l->n + r->n + 1 > l->cap) {
+    long cap = 2 * (l->n + r->n + 1) + 1024;
+    int *p = realloc(l->ids, sizeof(int) * cap);
+    if (!p) return ct_set_error(CT_ENOMEM, "out of memory");
+    l->ids = p, l->cap = cap;
+  }
+  memcpy(l->ids + l->n, r->ids, sizeof(int) * r->n);
+  l->n += r->n;
+  l->ids[l->n++] = -1 - r->request;  // (a separator)
+  return 0;
+}
+
+static int cmd_bench_speculative(const ct_config *cfg) {
+  setup_t s;
+  setup(&s, cfg);
+  prompt_t *ps = NULL;
+  int np = 0;
+  if (read_prompts(&s, &ps, &np)) fail(1, NULL);
+  const int *stop_ids;
+  int n_stop = ct_tokenizer_stop_ids(s.tok, &stop_ids);
+  ct_gen_request *reqs = calloc(np, sizeof *reqs);
+  for (int i = 0; i < np; i++)
+    reqs[i] = (ct_gen_request){ps[i].ids.v, ps[i].ids.n, 1, ps[i].seed, {0, 0, 1.0f, 0.0f, 1.0f},
+                               (int)cfg->max_new_tokens, stop_ids, n_stop, (const char *const *)cfg->stop.v, cfg->stop.n};
+  ct_engine_opts eo = {1, (int)cfg->max_target_length, (int)cfg->max_prefill_length};
+  ct_engine *e;
+  ct_spec_model sm;
+  if (ct_engine_init(&e, &s.w, &eo) || ct_spec_load(&sm, &s.w, cfg->model_path, &eo)) fail(1, NULL);
+  ids_log a = {0}, b = {0};
+  ct_spec_stats st = {0};
+  double plain = 1e30, spec = 1e30;
+  for (int rep = 0; rep < 3; rep++) {
+    a.n = b.n = 0;
+    st = (ct_spec_stats){0};
+    ct_gen_callbacks ca = {log_ids, NULL, &a}, cb = {log_ids, NULL, &b};
+    double t0 = ct_now();
+    if (ct_generate(e, s.tok, reqs, np, &ca)) fail(1, NULL);
+    double t1 = ct_now();
+    if (ct_spec_generate(&sm, s.tok, reqs, np, &cb, &st)) fail(1, NULL);
+    double t2 = ct_now();
+    plain = t1 - t0 < plain ? t1 - t0 : plain;
+    spec = t2 - t1 < spec ? t2 - t1 : spec;
+  }
+  if (a.n != b.n || memcmp(a.ids, b.ids, sizeof(int) * a.n))
+    fail(1, (ct_set_error(CT_EINVAL, "speculative=mtp's tokens differ from plain greedy decoding's"), "bench"));
+  double toks = (double)st.tokens;
+  printf("greedy decoding of %d prompts, %.0f new tokens, one slot, %d threads (best of 3)\n", np, toks,
+         ct_pool_threads());
+  printf("  plain:            %8.1f tokens/s  (%.0f passes of the model after the prefills)\n", toks / plain,
+         toks - np);
+  printf("  speculative=mtp:  %8.1f tokens/s  (%ld passes; %d depths; %ld of %ld guesses kept, %.1f%% of those "
+         "checked)\n", toks / spec, st.rounds, sm.D, st.accepted, st.drafted,
+         100.0 * st.accepted / (st.accepted + st.rejected > 0 ? st.accepted + st.rejected : 1));
+  printf("  speed-up:         %8.2fx  (identical tokens)\n", plain / spec);
+  free(a.ids), free(b.ids);
+  ct_spec_free(&sm);
+  ct_engine_free(e);
+  for (int i = 0; i < np; i++) ct_ids_free(&ps[i].ids);
+  free(ps);
+  free(reqs);
+  ct_infer_free(&s.w);
+  ct_lora_free(&s.lora);
+  ct_tokenizer_free(s.tok);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int help = ct_config_usage(CT_TRAINER_SAMPLER, argc, argv);  // --help, -h, or nothing
   if (help >= 0) return help;
   ct_blas_init(argc, argv);
   const char *cmd = argv[1];
-  if (strcmp(cmd, "bench") == 0) return ct_sampler_bench(argc - 1, argv + 1);
-  if (strcmp(cmd, "generate") && strcmp(cmd, "score") && strcmp(cmd, "accuracy")) return usage();
+  bool spec_bench = false;  // bench speculative=mtp: on a model, not the synthetic shape
+  for (int i = 2; i < argc; i++) spec_bench |= !strcmp(argv[i], "speculative=mtp");
+  if (strcmp(cmd, "bench") == 0 && !spec_bench) return ct_sampler_bench(argc - 1, argv + 1);
+  if (strcmp(cmd, "generate") && strcmp(cmd, "score") && strcmp(cmd, "accuracy") && strcmp(cmd, "bench")) return usage();
   ct_config cfg;
   if (ct_config_from_args(&cfg, CT_TRAINER_SAMPLER, argc - 1, argv + 1)) fail(2, NULL);
   if (ct_config_ignored(&cfg)[0])  // a trainer's yml or a run's config.yml
     fprintf(stderr, "sampler: %s: skipped keys the sampler does not use: %s\n", argv[2], ct_config_ignored(&cfg));
-  int rc = !strcmp(cmd, "generate") ? cmd_generate(&cfg) : !strcmp(cmd, "score") ? cmd_score(&cfg)
-                                                                                  : cmd_accuracy(&cfg);
+  int rc = !strcmp(cmd, "generate") ? cmd_generate(&cfg)
+           : !strcmp(cmd, "score")  ? cmd_score(&cfg)
+           : !strcmp(cmd, "bench")  ? cmd_bench_speculative(&cfg)
+                                    : cmd_accuracy(&cfg);
   ct_config_free(&cfg);
   ct_pool_free();
   return rc;

@@ -5,6 +5,8 @@
 // Each optimizer step takes per_device_train_batch_size x gradient_accumulation_steps x
 // ranks sequences. Loss = Σ cross-entropy over labeled tokens (+ z_loss_multiplier·lse²)
 // ÷ the number of labeled tokens in the WHOLE step, counted before any backward pass.
+// With mtp_num_layers D > 0 (nn/mtp.h) it adds mtp_loss_scaling_factor · mean_k CE_k, each
+// depth's cross-entropy ÷ that depth's targets in the whole step, counted the same way.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 #include "error.h"
 #include "lm.h"
 #include "matmul.h"
+#include "mtp.h"
 #include "pool.h"
 #include "train.h"
 
@@ -50,6 +53,7 @@ typedef struct {
   ct_head head;
   ct_batch batch;
   int *seqs;
+  ct_mtp mtp, eval_mtp;  // multi-token prediction's depths (mtp_num_layers > 0)
 } workspace;
 
 static void workspace_free(workspace *w) {
@@ -58,6 +62,27 @@ static void workspace_free(workspace *w) {
   ct_head_free(&w->head);
   ct_batch_free(&w->batch);
   free(w->seqs);
+  if (w->mtp.D) ct_mtp_free(&w->mtp);
+  if (w->eval_mtp.D) ct_mtp_free(&w->eval_mtp);
+}
+
+// Multi-token prediction's work space, attached to the activations ct_lm_step runs through.
+static int mtp_setup(ct_train *tr, workspace *w, int B, int Be, int T) {
+  int rc = ct_mtp_init(&w->mtp, &tr->model, B, T, true);
+  if (!rc && Be) rc = ct_mtp_init(&w->eval_mtp, &tr->model, Be, T, false);
+  w->acts.mtp = &w->mtp;
+  if (Be) w->eval_acts.mtp = &w->eval_mtp;
+  return rc;
+}
+
+// Each depth's weight for this step's n sequences: λ / (D · its targets in the whole step).
+static void mtp_scale(ct_train *tr, workspace *w, const ct_dataset *ds, int n) {
+  double counts[CT_MTP_MAX] = {0};
+  for (int i = 0; i < n; i++) {  // (the batch is filled again for training)
+    ct_batch_fill(&w->batch, ds, w->seqs + i, 1, ct_tokenizer_pad(tr->tok));
+    ct_mtp_count(w->batch.target, w->batch.seg, 1, w->batch.T, w->mtp.D, counts);
+  }
+  ct_mtp_set_scale(&w->mtp, (float)tr->cfg->mtp_loss_scaling_factor, counts);
 }
 
 static void evaluate(ct_train *tr, workspace *w, const ct_dataset *ev) {
@@ -90,6 +115,10 @@ int main(int argc, char **argv) {
   ct_train_plan_acts(&tr, &plan, B, have_eval ? Be : 0, T);
   ct_plan_addf(&plan, ct_head_bytes(Bmax * T, B * T, V, C, tiles), "LM head: logits of %d x %d tokens / %d chunks",
                B, T, tiles);
+  int D = mc->mtp_layers;
+  if (D)
+    ct_plan_addf(&plan, ct_mtp_bytes(&tr.model, B, T, true) + (have_eval ? ct_mtp_bytes(&tr.model, Be, T, false) : 0),
+                 "multi-token prediction: activations of %d depth%s", D, D > 1 ? "s" : "");
   bool dry;
   if (ct_train_memory(&tr, &plan, "gradient_checkpointing=true, num_vocab_tiling (more chunks), a smaller "
                       "per_device_train_batch_size or max_length", &dry))
@@ -105,7 +134,8 @@ int main(int argc, char **argv) {
   if (!w.seqs || ct_acts_init(&w.acts, &tr.model, B, T, mode) || ct_train_attach(&tr, &w.acts) ||
       (have_eval && (ct_acts_init(&w.eval_acts, &tr.model, Be, T, CT_ACTS_FORWARD) ||
                      ct_train_attach(&tr, &w.eval_acts))) ||
-      ct_head_init(&w.head, Bmax * T, B * T, V, C, tiles) || ct_batch_init(&w.batch, Bmax, T))
+      ct_head_init(&w.head, Bmax * T, B * T, V, C, tiles) || ct_batch_init(&w.batch, Bmax, T) ||
+      (D && mtp_setup(&tr, &w, B, Be, T)))
     fail(1, NULL);
   ct_train_log_plan(&tr, train.n_seq, global, B, accum, "sequence");
   ct_train_watch_signals();
@@ -120,6 +150,7 @@ int main(int argc, char **argv) {
     long labels = 0;  // the denominator: every labeled token of this optimizer step
     for (int i = 0; i < n; i++) labels += ct_seq_labels(&train, w.seqs[i]);
     float scale = labels ? 1.0f / (float)labels : 0.0f;
+    if (D) mtp_scale(&tr, &w, &train, n);
     ct_lm_stats st = {0};
     for (int k = 0; k < accum; k++) {
       int first = (k * tr.world + tr.rank) * B;  // this rank's k-th micro-batch
@@ -136,7 +167,8 @@ int main(int argc, char **argv) {
     double norm, lr;
     if (ct_train_update(&tr, &norm, &lr)) fail(1, NULL);
     tr.num_tokens += st.tokens;
-    double step_loss = (st.loss + cfg.z_loss_multiplier * st.z) / (st.targets > 0 ? st.targets : 1);
+    double step_loss = (st.loss + cfg.z_loss_multiplier * st.z) / (st.targets > 0 ? st.targets : 1) +
+                       cfg.mtp_loss_scaling_factor * ct_mtp_mean_loss(&st.mtp, D);
     win_loss += step_loss;
     win_norm += norm;
     win_steps++;
@@ -153,6 +185,7 @@ int main(int argc, char **argv) {
                             win_norm / win_steps, "mean_token_accuracy", win.correct / t, "entropy",
                             win.entropy / t, "num_tokens", tr.num_tokens, "tokens_per_s", tok_s);
       if (cfg.z_loss_multiplier > 0) json_object_set_new(m, "z_loss", json_real(cfg.z_loss_multiplier * win.z / t));
+      if (D) json_object_set_new(m, "mtp_loss", json_real(ct_mtp_mean_loss(&win.mtp, D)));
       if (ct_log_metrics(&tr.log, m)) fail(1, NULL);
       memset(&win, 0, sizeof win);
       win_loss = win_norm = 0;

@@ -1,0 +1,393 @@
+// speculative: greedy decoding drafted by the model's own multi-token prediction depths
+// and verified in one engine pass per round (speculative.h). Not here: sampled decoding
+// (it needs rejection sampling against the draft's distribution) and several samples or
+// requests at once (one slot, requests in turn).
+#include "speculative.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "kernels.h"
+#include "matmul.h"
+#include "mtp.h"
+#include "panel.h"
+#include "safetensors.h"
+#include "fs.h"
+
+// Depths in dir/mtp.safetensors: 1 + the largest k of mtp.layers.<k>.eh_proj.weight.
+static int count_depths(const char *dir, int *D) {
+  char p[CT_PATH_MAX];
+  int rc = ct_path_join(p, sizeof p, dir, "mtp.safetensors");
+  ct_safetensors st = {0};
+  if (!rc && (rc = ct_st_open(&st, p)))
+    return ct_wrap_error(rc, "speculative=mtp needs the depths a run with mtp_num_layers > 0 saves beside the model");
+  *D = 0;
+  for (int i = 0; i < st.n; i++) {
+    int k;
+    char tail[64];
+    if (sscanf(st.tensors[i].name, "mtp.layers.%d.%63s", &k, tail) == 2 && !strcmp(tail, "eh_proj.weight") &&
+        k + 1 > *D)
+      *D = k + 1;
+  }
+  ct_st_close(&st);
+  if (!rc && (*D < 1 || *D > CT_MTP_MAX))
+    rc = ct_set_error(CT_EFORMAT, "%s: %d multi-token prediction depths (1 to %d)", p, *D, CT_MTP_MAX);
+  return rc;
+}
+
+// A depth's block as a one-layer engine model, and its eh_proj: the matrices packed into
+// panels at *at.
+static void depth_weights(ct_infer_weights *dw, ct_infer_layer *L, ct_linear *eh, const ct_spec_model *sm, int k,
+                          float **at) {
+  const ct_model_config *c = &sm->w->cfg;
+  const ct_layer_weights *b = &sm->mtp.w.mtp[k].block;
+  int C = c->hidden_size, F = c->intermediate_size, Hd = c->num_heads * c->head_dim;
+  int QKV = (c->num_heads + 2 * c->num_kv_heads) * c->head_dim;
+  struct {
+    ct_linear *dst;
+    const float *src;
+    int rows, cols;
+  } m[5] = {{&L->qkv, b->wqkv, QKV, C}, {&L->o, b->wo, C, Hd}, {&L->gu, b->wgu, 2 * F, C}, {&L->down, b->wdown, C, F},
+              {eh, sm->mtp.w.mtp[k].eh_proj, C, 2 * C}};
+  for (int i = 0; i < 5; i++) {
+    ct_panel_pack(m[i].src, m[i].rows, m[i].cols, *at);
+    *m[i].dst = (ct_linear){.rows = m[i].rows, .cols = m[i].cols, .p32 = *at};
+    *at += (long)m[i].rows * m[i].cols;
+  }
+  L->ln1 = b->ln1, L->ln2 = b->ln2, L->post_attn = b->post_attn, L->post_ff = b->post_ff;
+  L->bqkv = b->bqkv, L->qnorm = b->qnorm, L->knorm = b->knorm;
+  memset(dw, 0, sizeof *dw);
+  dw->cfg = *c;
+  dw->cfg.num_layers = 1;  // (its attention: a full layer's, as training runs the last layer's kind)
+  dw->cfg.sliding_window = ct_layer_window(c, c->num_layers - 1);
+  memset(dw->cfg.sliding, 0, sizeof dw->cfg.sliding);
+  dw->cfg.sliding[0] = dw->cfg.sliding_window > 0;
+  dw->int8 = sm->w->int8;
+  dw->embed = sm->w->embed;
+  dw->lm_head = sm->w->lm_head;
+  dw->norm = sm->w->norm;
+  dw->layers = L;
+  dw->packed = CT_PACK_F32;
+}
+
+int ct_spec_load(ct_spec_model *sm, const ct_infer_weights *w, const char *dir, const ct_engine_opts *o) {
+  memset(sm, 0, sizeof *sm);
+  sm->w = w;
+  if (w->lora) return ct_set_error(CT_EINVAL, "speculative=mtp: not with adapters (adapter_path)");
+  ct_model_config c = w->cfg;
+  int rc = count_depths(dir, &c.mtp_layers);
+  if (rc) return rc;
+  sm->D = c.mtp_layers;
+  bool found;
+  // the whole layout is mapped but only the depths' pages are ever written (ct_big_alloc)
+  if ((rc = ct_model_init(&sm->mtp, &c, 1)) || (rc = ct_mtp_load(&sm->mtp, sm->mtp.params, dir, &found))) {
+    ct_spec_free(sm);
+    return rc;
+  }
+  long C = c.hidden_size, F = c.intermediate_size, Hd = (long)c.num_heads * c.head_dim;
+  long QKV = (long)(c.num_heads + 2 * c.num_kv_heads) * c.head_dim, per = QKV * C + C * Hd + 3 * F * C + 2 * C * C;
+  sm->dw = calloc(sm->D, sizeof *sm->dw);
+  sm->eh = calloc(sm->D, sizeof *sm->eh);
+  ct_infer_layer *layers = calloc(sm->D, sizeof *layers);
+  sm->panels = malloc(sizeof(float) * per * sm->D);
+  if (!sm->dw || !sm->eh || !layers || !sm->panels) {
+    free(layers);
+    ct_spec_free(sm);
+    return ct_set_error(CT_ENOMEM, "speculative: out of memory");
+  }
+  float *at = sm->panels;
+  for (int k = 0; k < sm->D; k++) depth_weights(&sm->dw[k], &layers[k], &sm->eh[k], sm, k, &at);
+  sm->o = (ct_engine_opts){1, o->max_len, o->max_tokens > sm->D + 1 ? o->max_tokens : sm->D + 1};
+  if (!(sm->de = calloc(sm->D, sizeof *sm->de))) rc = ct_set_error(CT_ENOMEM, "speculative: out of memory");
+  if (!rc) rc = ct_engine_init(&sm->e, w, &sm->o);
+  for (int k = 0; !rc && k < sm->D; k++) rc = ct_engine_init(&sm->de[k], &sm->dw[k], &sm->o);
+  if (rc) ct_spec_free(sm);
+  return rc;
+}
+
+void ct_spec_free(ct_spec_model *sm) {
+  for (int k = 0; sm->de && k < sm->D; k++) ct_engine_free(sm->de[k]);
+  free(sm->de);
+  ct_engine_free(sm->e);
+  if (sm->dw) free(sm->dw[0].layers);  // (one allocation for every depth's layer)
+  free(sm->dw);
+  free(sm->eh);
+  free(sm->panels);
+  ct_model_free(&sm->mtp);
+  memset(sm, 0, sizeof *sm);
+}
+
+// ---------------------------------------------------------------------------
+// One request
+
+typedef struct {
+  const ct_spec_model *sm;
+  const ct_tokenizer *tok;
+  const ct_gen_callbacks *cb;
+  ct_engine *e;       // the main model, one slot
+  ct_engine **de;     // (D) the depths, one slot each
+  int D, C, V, max_len, cap;
+  ct_sampler_ws ws;
+  int *tok_ids;       // (max_len + D + 1) prompt, committed tokens, then this round's guesses
+  int *guess;         // (D + 1) guess[k] of depth k
+  int *valid;         // (D + 1) depth k's cache holds committed inputs at positions [0, valid[k])
+  float *h;           // (D, max_len, C) h_k[p]: the main model's last layer (k = 0), depth k's block
+  float *x, *cat, *logits, *row;  // (cap, C), (cap, 2C), (cap, V), (C)
+  int *ids, *pos, *slot, *outs;       // (cap)
+  // the sample being generated (as generate.c's slot)
+  int req, n, n_seen, *out_ids, *seen;
+  float *lps;
+  char *text;
+  size_t tlen, tcap;
+  bool done;
+} run_t;
+
+static bool is_stop_id(const ct_gen_request *r, int t) {
+  for (int i = 0; i < r->n_stop_ids; i++)
+    if (r->stop_ids[i] == t) return true;
+  return false;
+}
+
+static int text_append(run_t *g, const char *b, size_t n) {
+  if (g->tlen + n + 1 > g->tcap) {
+    size_t cap = g->tcap ? g->tcap : 256;
+    while (cap < g->tlen + n + 1) cap *= 2;
+    char *t = realloc(g->text, cap);
+    if (!t) return ct_set_error(CT_ENOMEM, "speculative: out of memory");
+    g->text = t;
+    g->tcap = cap;
+  }
+  memcpy(g->text + g->tlen, b, n);
+  g->tlen += n;
+  g->text[g->tlen] = 0;
+  return 0;
+}
+
+// generate.c's stop-string rule: truncates the text where one now appears.
+static bool hit_stop_string(const ct_gen_request *r, run_t *g, size_t added) {
+  for (int i = 0; i < r->n_stop_strings; i++) {
+    const char *ss = r->stop_strings[i];
+    size_t m = strlen(ss);
+    if (m == 0 || m > g->tlen) continue;
+    size_t from = g->tlen - added >= m ? g->tlen - added - m + 1 : 0;
+    for (size_t k = from; k + m <= g->tlen; k++)
+      if (memcmp(g->text + k, ss, m) == 0) {
+        g->tlen = k;
+        g->text[k] = 0;
+        return true;
+      }
+  }
+  return false;
+}
+
+static int finish(run_t *g, int why) {
+  const char *text = g->text ? g->text : "";
+  size_t lead = ct_tokenizer_decode_lead(g->tok, text, g->tlen);
+  ct_gen_result res = {g->req, 0, g->out_ids, g->lps, g->n, why, text + lead, g->tlen - lead};
+  g->done = true;
+  int rc = g->cb->on_done(g->cb->ctx, &res);
+  if (rc < 0) return rc;
+  return rc ? ct_set_error(CT_EINVAL, "generate: stopped by the caller") : 0;
+}
+
+// The greedy choice from logits as the token at index at (generate.c's choose: same
+// sampler, same stops); sets g->done when the sample ends.
+static int commit(run_t *g, const ct_gen_request *r, const float *logits, int at, int *t_out) {
+  float lp;
+  int t = ct_sample_token(&r->sp, logits, g->V, g->seen, g->n_seen, NULL, &g->ws, &lp);
+  if (t < 0) return t;
+  *t_out = t;
+  g->tok_ids[at] = t;
+  g->out_ids[g->n] = t;
+  g->lps[g->n] = lp;
+  g->n++;
+  if (g->n_seen < g->max_len) g->seen[g->n_seen++] = t;
+  if (g->cb->on_token) g->cb->on_token(g->cb->ctx, g->req, 0, t);
+  if (is_stop_id(r, t)) return finish(g, CT_FINISH_STOP);
+  size_t len;
+  const char *b = ct_tokenizer_token_bytes(g->tok, t, &len);
+  int rc = text_append(g, b ? b : "", b ? len : 0);
+  if (rc) return rc;
+  if (hit_stop_string(r, g, len)) return finish(g, CT_FINISH_STOP);
+  if (g->n >= r->max_new_tokens || at >= g->max_len) return finish(g, CT_FINISH_LENGTH);
+  return 0;
+}
+
+static int argmax(const float *v, int n) {
+  int b = 0;
+  for (int i = 1; i < n; i++)
+    if (v[i] > v[b]) b = i;
+  return b;
+}
+
+// Depth k's projection input at position p: [enorm(emb(token p + k)); hnorm(h_{k-1}[p])] into cat (2C).
+static void depth_row(run_t *g, int k, int p, float *cat) {
+  const ct_model_config *c = &g->sm->w->cfg;
+  const ct_mtp_weights *w = &g->sm->mtp.w.mtp[k - 1];
+  int C = g->C;
+  ct_linear_row(&g->sm->w->embed, g->tok_ids[p + k], g->row);
+  if (c->gemma) {
+    float es = ct_embed_scale(c);
+    for (int i = 0; i < C; i++) g->row[i] *= es;
+  }
+  float rstd, wn[C];
+  ct_rmsnorm_forward(cat, &rstd, g->row, ct_norm_weight(c, w->enorm, C, wn), 1, C, c->rms_norm_eps);
+  ct_rmsnorm_forward(cat + C, &rstd, g->h + ((long)(k - 1) * g->max_len + p) * C, ct_norm_weight(c, w->hnorm, C, wn),
+                     1, C, c->rms_norm_eps);
+}
+
+// Depth k over positions [valid[k], n) — committed tokens up to index n, this round's
+// guesses past it — then its guess for token n + k from position n - 1.
+static int draft_depth(run_t *g, int k, int n) {
+  int p0 = g->valid[k], rc = 0;
+  for (int start = p0; start < n && !rc; start += g->cap) {
+    int m = n - start < g->cap ? n - start : g->cap, last = m - 1, end = start + m == n;
+    for (int i = 0; i < m; i++) {
+      depth_row(g, k, start + i, g->cat + (long)i * 2 * g->C);
+      g->pos[i] = start + i;
+      g->slot[i] = 0;
+    }
+    ct_linear_forward(&g->sm->eh[k - 1], g->cat, 2 * g->C, m, g->x, g->C, 0);  // x (m, C) = cat · eh_projᵀ
+    float *top = k < g->D ? g->h + ((long)k * g->max_len + start) * g->C : NULL;
+    rc = ct_engine_forward_top(g->de[k - 1], m, NULL, g->x, g->slot, g->pos, &last, end, g->logits, top);
+  }
+  if (rc) return rc;
+  g->guess[k] = argmax(g->logits, g->V);
+  g->tok_ids[n + k] = g->guess[k];
+  if (n - k + 1 > g->valid[k]) g->valid[k] = n - k + 1;  // positions whose token p + k is committed
+  return 0;
+}
+
+// The prompt through the main model (h_0 of every position kept) and the first token.
+static int prefill(run_t *g, const ct_gen_request *r) {
+  int rc = 0;
+  memcpy(g->tok_ids, r->prompt, sizeof(int) * r->prompt_len);
+  for (int start = 0; start < r->prompt_len && !rc; start += g->cap) {
+    int m = r->prompt_len - start < g->cap ? r->prompt_len - start : g->cap, last = m - 1;
+    int end = start + m == r->prompt_len;
+    for (int i = 0; i < m; i++) g->pos[i] = start + i, g->slot[i] = 0;
+    rc = ct_engine_forward_top(g->e, m, r->prompt + start, NULL, g->slot, g->pos, &last, end, g->logits,
+                               g->h + (long)start * g->C);
+  }
+  int t;
+  return rc ? rc : commit(g, r, g->logits, r->prompt_len, &t);
+}
+
+static int run_request(run_t *g, const ct_gen_request *r, ct_spec_stats *st) {
+  g->n = 0;
+  g->tlen = 0;
+  g->done = false;
+  if (g->text) g->text[0] = 0;
+  int ns = r->prompt_len < g->max_len ? r->prompt_len : g->max_len;
+  memcpy(g->seen, r->prompt + r->prompt_len - ns, sizeof(int) * ns);
+  g->n_seen = ns;
+  memset(g->valid, 0, sizeof(int) * (g->D + 1));
+  int rc = prefill(g, r), n = r->prompt_len;  // tok_ids[n] is the newest token, not yet fed
+  while (!rc && !g->done) {
+    int Dn = g->max_len - 1 - n < g->D ? g->max_len - 1 - n : g->D;  // guesses whose positions fit
+    for (int k = 1; k <= Dn && !rc; k++) rc = draft_depth(g, k, n);
+    if (rc) break;
+    for (int j = 0; j <= Dn; j++) {  // one pass verifies every guess
+      g->ids[j] = g->tok_ids[n + j];
+      g->pos[j] = n + j;
+      g->slot[j] = 0;
+      g->outs[j] = j;
+    }
+    rc = ct_engine_forward_top(g->e, Dn + 1, g->ids, NULL, g->slot, g->pos, g->outs, Dn + 1, g->logits,
+                               g->h + (long)n * g->C);
+    st->rounds++;
+    st->drafted += Dn;
+    int kept = 0;
+    for (int j = 0; !rc && j <= Dn && !g->done; j++) {
+      int t;
+      rc = commit(g, r, g->logits + (long)j * g->V, n + 1 + j, &t);
+      kept++;
+      if (j < Dn && t != g->guess[j + 1]) {
+        st->rejected++;
+        break;
+      }
+      st->accepted += j < Dn && !g->done;
+    }
+    n += kept;
+  }
+  st->tokens += g->n;
+  return rc;
+}
+
+static void run_free(run_t *g) {
+  ct_sampler_ws_free(&g->ws);
+  free(g->tok_ids), free(g->guess), free(g->valid), free(g->h), free(g->x), free(g->cat), free(g->logits), free(g->row);
+  free(g->ids), free(g->out_ids), free(g->seen), free(g->lps), free(g->text);
+}
+
+static int run_init(run_t *g, ct_spec_model *sm, const ct_tokenizer *tok, const ct_gen_callbacks *cb) {
+  const ct_model_config *c = &sm->w->cfg;
+  *g = (run_t){.sm = sm, .tok = tok, .cb = cb, .e = sm->e, .de = sm->de, .D = sm->D, .C = c->hidden_size,
+               .V = c->vocab_size, .max_len = sm->o.max_len, .cap = sm->o.max_tokens};
+  long T = g->max_len + sm->D + 1;
+  g->tok_ids = malloc(sizeof(int) * T);
+  g->guess = calloc(sm->D + 1, sizeof(int));
+  g->valid = calloc(sm->D + 1, sizeof(int));
+  g->h = malloc(sizeof(float) * sm->D * T * g->C);
+  g->x = malloc(sizeof(float) * g->cap * g->C);
+  g->logits = malloc(sizeof(float) * g->cap * g->V);
+  g->cat = malloc(sizeof(float) * 2 * g->cap * g->C);
+  g->row = malloc(sizeof(float) * g->C);
+  g->ids = malloc(sizeof(int) * 4 * g->cap);
+  g->out_ids = malloc(sizeof(int) * T);
+  g->seen = malloc(sizeof(int) * T);
+  g->lps = malloc(sizeof(float) * T);
+  if (!g->tok_ids || !g->guess || !g->valid || !g->h || !g->x || !g->cat || !g->logits || !g->row || !g->ids || !g->out_ids ||
+      !g->seen || !g->lps) {
+    run_free(g);
+    memset(g, 0, sizeof *g);
+    return ct_set_error(CT_ENOMEM, "speculative: out of memory");
+  }
+  g->pos = g->ids + g->cap, g->slot = g->pos + g->cap, g->outs = g->slot + g->cap;
+  int rc = ct_sampler_ws_init(&g->ws, g->V);
+  if (rc) {
+    run_free(g);
+    memset(g, 0, sizeof *g);
+  }
+  return rc;
+}
+
+int ct_spec_generate(ct_spec_model *sm, const ct_tokenizer *tok, const ct_gen_request *reqs, int nreq,
+                     const ct_gen_callbacks *cb, ct_spec_stats *st) {
+  const ct_engine_opts *o = &sm->o;
+  for (int r = 0; r < nreq; r++) {
+    if (reqs[r].n != 1 || reqs[r].sp.temperature > 0)
+      return ct_set_error(CT_EINVAL, "request %d: speculative=mtp decodes greedily: needs n = 1 and temperature 0", r);
+    if (reqs[r].prompt_len < 1 || reqs[r].prompt_len >= o->max_len || reqs[r].max_new_tokens < 1)
+      return ct_set_error(CT_EINVAL, "request %d: a prompt of %d tokens, %d new tokens, in a cache of %d positions",
+                          r, reqs[r].prompt_len, reqs[r].max_new_tokens, o->max_len);
+  }
+  run_t g;
+  int rc = run_init(&g, sm, tok, cb);
+  for (int r = 0; !rc && r < nreq; r++) {
+    g.req = r;
+    rc = run_request(&g, &reqs[r], st);
+  }
+  run_free(&g);  // (zeroed when run_init failed)
+  return rc;
+}
+
+int ct_spec_guess(ct_spec_model *sm, const int *tokens, int n, int *guesses) {
+  if (n < 2 || n + sm->D > sm->o.max_len)
+    return ct_set_error(CT_EINVAL, "speculative: %d tokens to guess after (2 to %d)", n, sm->o.max_len - sm->D);
+  run_t g;
+  int rc = run_init(&g, sm, NULL, NULL);
+  if (rc) return rc;
+  memcpy(g.tok_ids, tokens, sizeof(int) * n);
+  for (int start = 0; start < n - 1 && !rc; start += g.cap) {  // the main model over tokens [0, n - 1)
+    int m = n - 1 - start < g.cap ? n - 1 - start : g.cap;
+    for (int i = 0; i < m; i++) g.pos[i] = start + i, g.slot[i] = 0;
+    rc = ct_engine_forward_top(g.e, m, tokens + start, NULL, g.slot, g.pos, NULL, 0, NULL, g.h + (long)start * g.C);
+  }
+  for (int k = 1; k <= sm->D && !rc; k++) rc = draft_depth(&g, k, n - 1);
+  for (int k = 1; k <= sm->D && !rc; k++) guesses[k - 1] = g.guess[k];
+  run_free(&g);
+  return rc;
+}
