@@ -12,26 +12,23 @@ trap 'rm -rf "$T"' EXIT
 echo "OpenBLAS kernel: ${OPENBLAS_CORETYPE:-chosen by ctune for this CPU}"
 "$BIN/ctune-demo-data" reverse "$T/sft.jsonl" "$T/eval.jsonl" 400 10 3 12 >/dev/null
 
-now() { date +%s.%N; }
-# run NAME PROGRAM ARGS...: the log with each line's seconds since launch, in $T/NAME.log
-run() {
-  name=$1
-  shift
-  t0=$(now)
-  "$@" 2>&1 | while IFS= read -r l; do echo "$(awk -v a="$(now)" -v b="$t0" 'BEGIN { printf "%.2f", a - b }') $l"; done >"$T/$name.log"
-  grep -q "peak memory" "$T/$name.log" || { echo "bench-dist: $name failed:"; tail -5 "$T/$name.log"; exit 1; }
+. scripts/bench-run.sh
+# run_ok NAME PROGRAM ARGS...: run, then stop the bench when the run did not finish
+run_ok() {
+  run "$@"
+  grep -q "peak memory" "$T/$1.log" || { echo "bench-dist: $1 failed:"; tail -5 "$T/$1.log"; exit 1; }
 }
-steps=${BENCH_DIST_STEPS:-8}
+steps=8
 smol="configs/sft.yml dataset_path=$T/sft.jsonl model.hidden_size=576 model.intermediate_size=1536
       model.num_hidden_layers=30 model.num_attention_heads=9 model.num_key_value_heads=3
       model.vocab_size=49152 model.tie_word_embeddings=true max_length=256 packing=true
       completion_only_loss=false max_steps=$steps logging_steps=1 save_steps=0"
 mpi="mpirun --oversubscribe --allow-run-as-root -np 2 --bind-to none"
 
-run one "$BIN/sft" $smol output_dir="$T/one" per_device_train_batch_size=4 num_threads=2
-run dp2 $mpi "$BIN/sft" $smol output_dir="$T/dp2" per_device_train_batch_size=2 num_threads=1
-run z2 $mpi "$BIN/sft" $smol output_dir="$T/z2" per_device_train_batch_size=2 num_threads=1 optimizer_sharding=true
-run dl2 $mpi "$BIN/sft" $smol output_dir="$T/dl2" per_device_train_batch_size=2 num_threads=1 diloco_inner_steps=8
+run_ok one "$BIN/sft" $smol output_dir="$T/one" per_device_train_batch_size=4 num_threads=2
+run_ok dp2 $mpi "$BIN/sft" $smol output_dir="$T/dp2" per_device_train_batch_size=2 num_threads=1
+run_ok z2 $mpi "$BIN/sft" $smol output_dir="$T/z2" per_device_train_batch_size=2 num_threads=1 optimizer_sharding=true
+run_ok dl2 $mpi "$BIN/sft" $smol output_dir="$T/dl2" per_device_train_batch_size=2 num_threads=1 diloco_inner_steps=8
 
 # step NAME: mean seconds per step over steps 3..$steps (steps 1-2 pay for fresh pages)
 step() {

@@ -19,14 +19,7 @@ sft_args="configs/sft.yml dataset_path=$T/sft.jsonl model.tie_word_embeddings=tr
 dpo_args="configs/dpo.yml dataset_path=$T/prefs.jsonl max_length=512 per_device_train_batch_size=1
           save_steps=0 logging_steps=1"
 
-now() { date +%s.%N; }
-# run NAME PROGRAM ARGS...: the log with each line's seconds since launch, in $T/NAME.log
-run() {
-  name=$1
-  shift
-  t0=$(now)
-  "$@" 2>&1 | while IFS= read -r l; do echo "$(awk -v a="$(now)" -v b="$t0" 'BEGIN { printf "%.2f", a - b }') $l"; done >"$T/$name.log"
-}
+. scripts/bench-run.sh
 field() { sed -n "s/.*$1.*/\1/p" "$T/$2.log" | tail -1; }
 # tokens/s of a run: the mean over its steps after the first (which pays for fresh pages);
 # the first step's when it is the only one

@@ -1,0 +1,11 @@
+# Sourced by the bench scripts: run a program with each log line stamped by the seconds
+# since its launch. $T must be a temporary directory.
+
+now() { date +%s.%N; }
+# run NAME PROGRAM ARGS...: the log with each line's seconds since launch, in $T/NAME.log
+run() {
+  name=$1
+  shift
+  t0=$(now)
+  "$@" 2>&1 | while IFS= read -r l; do echo "$(awk -v a="$(now)" -v b="$t0" 'BEGIN { printf "%.2f", a - b }') $l"; done >"$T/$name.log"
+}
