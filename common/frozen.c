@@ -88,14 +88,20 @@ int ct_frozen_open(ct_frozen *f, const char *dir, int dtype, int B, int T) {
   return rc;
 }
 
+// f's forward activations allocated again for rows of T tokens (after a change of T or of
+// the model's compute dtype).
+static int acts_again(ct_frozen *f, int T) {
+  ct_acts_free(&f->acts);
+  return ct_acts_init(&f->acts, &f->model, f->B, T, CT_ACTS_FORWARD);
+}
+
 int ct_frozen_reserve(ct_frozen *f, int T) {
   if (T <= f->T) return 0;
   if (f->view || f->dtype == CT_STORE_INT8)
     return ct_set_error(CT_EINVAL, "frozen model: cannot grow a view's or an int8 model's buffers");
   int rc = ct_model_rope_reserve(&f->model, T);
   if (rc) return rc;
-  ct_acts_free(&f->acts);
-  if ((rc = ct_acts_init(&f->acts, &f->model, f->B, T, CT_ACTS_FORWARD))) return rc;
+  if ((rc = acts_again(f, T))) return rc;
   f->T = T;
   return 0;
 }
@@ -149,8 +155,7 @@ int ct_frozen_compute_bf16(ct_frozen *f) {
   if (f->dtype == CT_STORE_INT8 || f->view || f->model.compute16) return 0;  // a view shares the policy's
   int rc = ct_model_bf16_compute(&f->model);
   if (rc) return rc;
-  ct_acts_free(&f->acts);  // again, now with the bf16 inputs of the matmuls
-  return ct_acts_init(&f->acts, &f->model, f->B, f->T, CT_ACTS_FORWARD);
+  return acts_again(f, f->T);  // now with the bf16 inputs of the matmuls
 }
 
 uint64_t ct_frozen_checksum(const ct_frozen *f) {
