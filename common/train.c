@@ -822,7 +822,7 @@ double ct_train_acts_bytes(const ct_train *tr, int B, int T, int mode) {
   if (c->use_peft) {
     ct_lora_config lc = lora_config_of(c);
     if (c->adapter_path[0]) ct_lora_read_config(&lc, c->adapter_path);
-    b += ct_lora_acts_bytes(&lc, &tr->model.cfg, B, T);
+    b += ct_lora_acts_bytes(&lc, &tr->model.cfg, B, T, mode);
   }
   return b;
 }

@@ -41,8 +41,9 @@ static long bits_before(const ct_lora_config *lc, const ct_model_config *c, long
   return l * per_layer + before_t;
 }
 
-// Lays the work space out from p; returns its size in floats.
-static long carve(const ct_lora_config *lc, const ct_model_config *c, long Nc, float *p, work *w) {
+// Lays the work space out from p; returns its size in floats. Mask bits only for training
+// activations (mode): evaluation forwards draw no masks.
+static long carve(const ct_lora_config *lc, const ct_model_config *c, long Nc, int mode, float *p, work *w) {
   long mx = max_in(lc, c), r = lc->r;
   if (p) {
     w->x = p;
@@ -50,24 +51,24 @@ static long carve(const ct_lora_config *lc, const ct_model_config *c, long Nc, f
     w->v = w->u + Nc * r;
     w->bits = (uint32_t *)(w->v + Nc * r);
   }
-  long bits = lc->dropout > 0 ? bits_before(lc, c, Nc, c->num_layers, 0) : 0;
+  long bits = lc->dropout > 0 && mode != CT_ACTS_FORWARD ? bits_before(lc, c, Nc, c->num_layers, 0) : 0;
   return Nc * mx + 2 * Nc * r + bits;
 }
 
-long ct_adapter_work_floats(const ct_lora_config *lc, const ct_model_config *c, long N) {
-  return carve(lc, c, N, NULL, NULL);
+long ct_adapter_work_floats(const ct_lora_config *lc, const ct_model_config *c, long N, int mode) {
+  return carve(lc, c, N, mode, NULL, NULL);
 }
 
 static work work_of(const ct_acts *a) {
   work w;
-  carve(&a->lora->cfg, &a->lora->mc, (long)a->B * a->T, a->lora_mem, &w);
+  carve(&a->lora->cfg, &a->lora->mc, (long)a->B * a->T, a->mode, a->lora_mem, &w);
   return w;
 }
 
 // ---------------------------------------------------------------------------
 // Dropout: element i = n·in + k of target t's input is kept (times 1/(1 − p)) or zeroed.
-// The hash is murmur3's 32-bit finalizer over (i ^ a per-(key, layer, target) seed): cheap
-// in 32-bit vector lanes, which matters because backward draws every mask again.
+// The hash is murmur3's 32-bit finalizer over (i ^ a per-(key, layer, target) seed), cheap
+// in 32-bit vector lanes; the forward draws each mask once and keeps it as bits.
 
 typedef struct {
   uint32_t key, cut;  // drop when the hash's top 24 bits are below cut

@@ -23,5 +23,6 @@ void ct_adapter_forward(const ct_acts *a, int l, int t, const float *x, int ldx,
 void ct_adapter_backward(const ct_acts *a, int l, int t, const float *x, int ldx,
                          const float *dy, int ldy, float *dx, int lddx, long N);
 
-// Floats of work space the adapters need for N tokens (ct_acts_attach_lora).
-long ct_adapter_work_floats(const ct_lora_config *lc, const ct_model_config *c, long N);
+// Floats of work space the adapters need for N tokens of activations in `mode`
+// (ct_acts_attach_lora).
+long ct_adapter_work_floats(const ct_lora_config *lc, const ct_model_config *c, long N, int mode);

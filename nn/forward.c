@@ -115,8 +115,8 @@ int ct_acts_init(ct_acts *a, const ct_model *m, int B, int T, int mode) {
   return m->compute16 ? acts_bf16_init(a, m) : 0;
 }
 
-double ct_lora_acts_bytes(const ct_lora_config *lc, const ct_model_config *c, int B, int T) {
-  return sizeof(float) * (double)ct_adapter_work_floats(lc, c, (long)B * T);
+double ct_lora_acts_bytes(const ct_lora_config *lc, const ct_model_config *c, int B, int T, int mode) {
+  return sizeof(float) * (double)ct_adapter_work_floats(lc, c, (long)B * T, mode);
 }
 
 int ct_acts_attach_lora(ct_acts *a, const ct_lora *lo) {
@@ -124,7 +124,7 @@ int ct_acts_attach_lora(ct_acts *a, const ct_lora *lo) {
   a->lora_mem = NULL;
   a->lora = lo;
   if (!lo) return 0;
-  a->lora_mem = ct_big_alloc((size_t)ct_lora_acts_bytes(&lo->cfg, &lo->mc, a->B, a->T));
+  a->lora_mem = ct_big_alloc((size_t)ct_lora_acts_bytes(&lo->cfg, &lo->mc, a->B, a->T, a->mode));
   if (!a->lora_mem) return ct_set_error(CT_ENOMEM, "cannot allocate the LoRA work space");
   return 0;
 }

@@ -93,7 +93,7 @@ void ct_acts_free(ct_acts *a);
 // lo's dropout with lo->dropout_key.
 int ct_acts_attach_lora(ct_acts *a, const ct_lora *lo);
 // Bytes of that work space for B x T tokens.
-double ct_lora_acts_bytes(const ct_lora_config *lc, const ct_model_config *c, int B, int T);
+double ct_lora_acts_bytes(const ct_lora_config *lc, const ct_model_config *c, int B, int T, int mode);
 
 // Runs the decoder over a->ids/pos/seg (B*T each, filled by the caller) for B rows of
 // T tokens (B, T within capacity). Leaves the LM head's input in a->lnf (N, C).
