@@ -90,10 +90,7 @@ grep -q "train: $want pairs dropped: longer than max_length 16" "$T/dr.log" || {
 echo "== resume and gradient_checkpointing: the same steps, bit for bit"
 args="$common max_steps=8 save_steps=3 logging_steps=1"
 "$R" $args output_dir="$T/s1" >"$T/s1.log" 2>&1 || { cat "$T/s1.log"; fail "straight run"; }
-rc=0
-CT_STOP_AFTER_STEP=4 "$R" $args output_dir="$T/s2" >"$T/s2.log" 2>&1 || rc=$?
-[ "$rc" = 130 ] || { cat "$T/s2.log"; fail "interrupted run exited $rc"; }
-"$R" $args output_dir="$T/s2" resume_from_checkpoint=latest >"$T/s3.log" 2>&1 || { cat "$T/s3.log"; fail "resume"; }
+stop_and_resume "$T/s2" "$R" $args
 losses "$T/s1/metrics.jsonl" >"$T/r1"
 losses "$T/s2/metrics.jsonl" >"$T/r2"
 diff "$T/r1" "$T/r2" || fail "losses differ after resuming"
@@ -142,10 +139,7 @@ cmp "$T/ls1.jsonl" "$T/ls2.jsonl" || fail "the two ways of naming the adapter sc
 echo "== use_peft: resume is bit-identical; an adapter continues with its own head"
 largs="$common use_peft=true learning_rate=2e-3 max_steps=6 save_steps=3 logging_steps=1"
 "$R" $largs output_dir="$T/ls1" >"$T/ls1.log" 2>&1 || { cat "$T/ls1.log"; fail "LoRA straight run"; }
-rc=0
-CT_STOP_AFTER_STEP=4 "$R" $largs output_dir="$T/ls2" >"$T/ls2.log" 2>&1 || rc=$?
-[ "$rc" = 130 ] || { cat "$T/ls2.log"; fail "interrupted LoRA run exited $rc"; }
-"$R" $largs output_dir="$T/ls2" resume_from_checkpoint=latest >"$T/ls3.log" 2>&1 || { cat "$T/ls3.log"; fail "LoRA resume"; }
+stop_and_resume "$T/ls2" "$R" $largs
 cmp "$T/ls1/adapter_model.safetensors" "$T/ls2/adapter_model.safetensors" || fail "adapters differ after resuming"
 "$R" $common use_peft=true adapter_path="$T/lora" output_dir="$T/lc" max_steps=1 >"$T/lc.log" 2>&1 || { cat "$T/lc.log"; fail "continue adapter"; }
 ! grep -q "score head: new" "$T/lc.log" || fail "the head of a LoRA reward model was replaced"

@@ -69,6 +69,17 @@ mpi_sft() {
     { cat "$T/$name.log"; fail "$name ($np ranks)"; }
 }
 
+# stop_and_resume DIR PROGRAM ARGS...: PROGRAM ARGS output_dir=DIR stopped after step 4
+# (CT_STOP_AFTER_STEP: exit 130), then resumed from its latest checkpoint.
+stop_and_resume() {
+  d=$1
+  shift
+  rc=0
+  CT_STOP_AFTER_STEP=4 "$@" output_dir="$d" >"$d.stop.log" 2>&1 || rc=$?
+  [ "$rc" = 130 ] || { cat "$d.stop.log"; fail "interrupted run exited $rc"; }
+  "$@" output_dir="$d" resume_from_checkpoint=latest >"$d.resume.log" 2>&1 || { cat "$d.resume.log"; fail "resume of $d"; }
+}
+
 # losses FILE: "step loss" for each logged step of a metrics.jsonl.
 losses() { grep '"loss"' "$1" | sed 's/.*"step":\([0-9]*\).*"loss":\([-0-9.e+]*\).*/\1 \2/'; }
 
