@@ -228,13 +228,13 @@ static const key_def KEYS[] = {
     {"z_loss_multiplier", K_FLOAT, SFT, OFF(z_loss_multiplier), "0.0", FROM(0),
      .comment = "Add this x log(Z)^2 per token to keep the softmax normalizer near 1. "
                 "0 = off."},
-    {"mtp_num_layers", K_INT, ALL, OFF(mtp_num_layers), "0", IN(0, 16),
+    {"mtp_num_layers", K_INT, SFT, OFF(mtp_num_layers), "0", IN(0, 16),
      .comment = "Multi-token prediction (DeepSeek-V3, MaxText's key): this many extra depths, depth k a "
                 "projection of [norm(embedding of token i+k); norm(depth k-1's hidden state)] through one "
                 "extra decoder layer, predicting token i+k+1 with the shared final norm and LM head. Saved "
                 "apart in mtp.safetensors (model.safetensors stays a plain Hugging Face model). Metrics "
                 "mtp_loss, eval_mtp_acceptance_rate. 0 = off. sft only, not with use_peft."},
-    {"mtp_loss_scaling_factor", K_FLOAT, ALL, OFF(mtp_loss_scaling_factor), "0.1", FROM(0),
+    {"mtp_loss_scaling_factor", K_FLOAT, SFT, OFF(mtp_loss_scaling_factor), "0.1", FROM(0),
      .comment = "lambda: the loss adds lambda x the mean over depths of each depth's mean cross-entropy "
                 "(MaxText's default 0.1)."},
     {"num_threads", K_INT, ALL | SAMPLER, OFF(num_threads), "0", IN(0, 4096),

@@ -1472,10 +1472,7 @@ static int check_common_keys(const ct_config *c) {
                         "which with use_peft are the frozen base (shared with the reference, not saved), and an "
                         "adapter's low-rank update cannot express a rescaling of W; drop one of the two",
                         ct_config_origin(c, "qk_clip_threshold"));
-  if (c->mtp_num_layers > 0 && c->trainer != CT_TRAINER_SFT)
-    return ct_set_error(CT_ECONFIG, "%s: key 'mtp_num_layers': multi-token prediction (mtp_num_layers) is "
-                        "supported by sft only; drop the key", ct_config_origin(c, "mtp_num_layers"));
-  if (c->mtp_num_layers == 0 && c->mtp_loss_scaling_factor != 0.1)
+  if (c->mtp_num_layers == 0 && ct_config_is_set(c, "mtp_loss_scaling_factor"))
     return ct_set_error(CT_ECONFIG, "%s: key 'mtp_loss_scaling_factor' weighs multi-token prediction's loss, and "
                         "mtp_num_layers is 0; set mtp_num_layers or drop the key",
                         ct_config_origin(c, "mtp_loss_scaling_factor"));
