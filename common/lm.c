@@ -76,13 +76,9 @@ int ct_lm_step(const ct_model *m, ct_acts *a, ct_head *h, const ct_batch *b,
   st->seqs += b->B;
   st->targets += n;
   st->tokens += b->n_tokens;
-  if (!a->mtp) {
-    if (grads) ct_lm_backward(m, grads, a, h, b);
-    return 0;
-  }
-  // the depths reuse h once the main head's backward is done, and leave a->dx_top
+  // the head's backward, then the depths (they reuse h, and leave a->dx_top), then the trunk
   if (grads) ct_head_backward(h, ct_lm_head_weight(m, a), ct_lm_head_grad(grads, a), a->dln, b->B * b->T);
-  int rc = ct_mtp_step(a->mtp, m, a, h, b->target, b->B, b->T, grads, &st->mtp);
+  int rc = a->mtp ? ct_mtp_step(a->mtp, m, a, h, b->target, b->B, b->T, grads, &st->mtp) : 0;
   if (!rc && grads) ct_backward(m, grads, a, a->dln, b->B, b->T);
   return rc;
 }
