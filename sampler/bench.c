@@ -20,13 +20,6 @@
 #include "pool.h"
 #include "weights.h"
 
-static long arg(int argc, char **argv, const char *key, long def) {
-  size_t n = strlen(key);
-  for (int i = 1; i < argc; i++)
-    if (strncmp(argv[i], key, n) == 0 && argv[i][n] == '=') return atol(argv[i] + n + 1);
-  return def;
-}
-
 // The value of key=VALUE in argv, or def.
 static const char *sarg(int argc, char **argv, const char *key, const char *def) {
   size_t n = strlen(key);
@@ -34,6 +27,13 @@ static const char *sarg(int argc, char **argv, const char *key, const char *def)
     if (strncmp(argv[i], key, n) == 0 && argv[i][n] == '=') return argv[i] + n + 1;
   return def;
 }
+
+static long arg(int argc, char **argv, const char *key, long def) {
+  const char *v = sarg(argc, argv, key, NULL);
+  return v ? atol(v) : def;
+}
+
+static const char *const quant_names[3] = {"fp32", "bf16", "int8"};
 
 typedef struct {
   char *dst;
@@ -156,6 +156,14 @@ int ct_sampler_bench(int argc, char **argv) {
   int reps = (int)arg(argc, argv, "reps", 3);
   const char *quant = sarg(argc, argv, "quant", "all"), *only = sarg(argc, argv, "only", "all");
   bool do_prefill = strcmp(only, "decode") != 0, do_decode = strcmp(only, "prefill") != 0;
+  if (strcmp(quant, "all") && strcmp(quant, "fp32") && strcmp(quant, "bf16") && strcmp(quant, "int8")) {
+    fprintf(stderr, "sampler bench: quant=%s: expected fp32, bf16 or int8\n", quant);
+    return 2;
+  }
+  if (do_prefill && do_decode && strcmp(only, "all")) {
+    fprintf(stderr, "sampler bench: only=%s: expected prefill or decode\n", only);
+    return 2;
+  }
   ct_model_config c = ct_model_config_smollm135m(L);
   ct_model m;
   if (ct_model_init(&m, &c, 1)) return 1;
@@ -171,18 +179,10 @@ int ct_sampler_bench(int argc, char **argv) {
   ct_acts acts;  // the training forward's, over the prefill's tokens
   if (ct_acts_init(&acts, &m, 4, 256, CT_ACTS_FORWARD)) return 1;
   for (int i = 0; i < 4 * 256; i++) acts.ids[i] = (i * 17) % 49152, acts.pos[i] = i % 256, acts.seg[i] = i / 256;
-  double fwd = 0;
-  if (do_prefill) {
-    for (int r = 0; r < reps; r++) {
-      double f = train_forward_once(&m, &acts, 4, 256);
-      if (f > fwd) fwd = f;
-    }
-    printf("training forward (fp32 sgemm, same 4 x 256 tokens, best of %d): %.0f tokens/s\n", reps, fwd);
-  }
   float *logits = malloc(sizeof(float) * 64 * c.vocab_size);
   double d1[3] = {0}, wbytes[3] = {0};
   for (int q = 0; q < 3; q++) {  // fp32, bf16, int8
-    const char *name = q == 0 ? "fp32" : q == 1 ? "bf16" : "int8";
+    const char *name = quant_names[q];
     if (strcmp(quant, "all") != 0 && strcmp(quant, name) != 0) continue;
     ct_infer_weights w;
     if (q == 1 && !ct_panel16_native()) {
@@ -223,7 +223,7 @@ int ct_sampler_bench(int argc, char **argv) {
       if (d1[q] > 0) {
         double bound = bw / wbytes[q];
         printf("%s decode batch 1: %.1f tokens/s = %.0f%% of the memcpy bound (%.1f tokens/s; %.0f%% counting "
-               "read + write traffic)\n", q == 0 ? "fp32" : q == 1 ? "bf16" : "int8", d1[q], 100 * d1[q] / bound,
+               "read + write traffic)\n", quant_names[q], d1[q], 100 * d1[q] / bound,
                bound, 50 * d1[q] / bound);
       }
     free(cp.a);

@@ -300,7 +300,7 @@ void ct_linear_forward(const ct_linear *w, const float *x, int ldx, int S, float
   lin_job j = {w, x, y, ldx, ldy, S, accumulate, 0};
   if (!w->q && (w->p8 || w->p16 || w->p32)) {
     if (w->p16 && narrow_x(x, ldx, S, w->cols)) return;  // out of memory: y as it was
-    if (!w->p8 && !w->p16 && pack_x(x, ldx, S, w->cols)) return;
+    if (w->p32 && pack_x(x, ldx, S, w->cols)) return;
     long np = (w->rows + CT_PANEL - 1) / CT_PANEL;
     j.parts = np < ct_pool_threads() ? (S >= 24 ? ct_pool_threads() : 1) : ct_pool_parts(np);
     ct_parallel_for(j.parts, panel_task, &j);
