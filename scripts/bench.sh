@@ -25,7 +25,9 @@ sh scripts/bench-tokenizer.sh "$BIN"
 echo
 echo "== LoRA against full fine-tuning (SmolLM-135M and Qwen2.5-0.5B shapes)"
 sh scripts/bench-lora.sh "$BIN"
-sh scripts/bench-reward.sh "$BIN" header
+echo
+echo "== reward models: a GRPO step scored by a same-shape reward model; reward vs SFT training (SmolLM-135M shape)"
+sh scripts/bench-reward.sh "$BIN"
 echo
 echo "== beyond one process: 2 ranks x 1 thread vs 1 rank x 2 threads, ZeRO-1 memory, DiLoCo bytes (SmolLM-135M shape)"
 sh scripts/bench-dist.sh "$BIN"
