@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "error.h"
 #include "fs.h"
@@ -347,4 +348,11 @@ int ct_lora_merge(const ct_lora *lo, ct_model *base) {
   if (lo->head) memcpy(base->w.lm_head, lo->head, sizeof(float) * VC);
   if (lo->score && base->w.score) memcpy(base->w.score, lo->score, sizeof(float) * c->num_labels * c->hidden_size);
   return 0;
+}
+
+const char *ct_lora_tokenizer_dir(const char *adapter, const char *base) {
+  char p[CT_PATH_MAX];
+  return adapter && adapter[0] && ct_path_join(p, sizeof p, adapter, "tokenizer.json") == 0 && access(p, R_OK) == 0
+             ? adapter
+             : base;
 }

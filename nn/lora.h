@@ -90,3 +90,7 @@ int ct_lora_load(ct_lora *lo, const char *dir, const ct_model_config *mc);
 // W += s·B·A for every adapted projection, and the modules_to_save copies into the base
 // (fp32 parameters): a plain model equal to base + adapters.
 int ct_lora_merge(const ct_lora *lo, ct_model *base);
+
+// The directory whose tokenizer goes with base + adapter: the adapter's when it holds a
+// tokenizer.json (the trainers save one beside the adapter), else the base's.
+const char *ct_lora_tokenizer_dir(const char *adapter, const char *base);

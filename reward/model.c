@@ -119,7 +119,7 @@ static int check_score(const rm_dirs *d, const ct_model_config *mc) {
 
 // The tokenizer: an adapter directory's own when it has one (bin/reward saves it), else the base's.
 static int load_tokenizer(const rm_dirs *d, ct_tokenizer **tok) {
-  const char *dir = d->adapter[0] && has_file(d->adapter, "tokenizer.json") ? d->adapter : d->base;
+  const char *dir = ct_lora_tokenizer_dir(d->adapter, d->base);
   if (!has_file(dir, "tokenizer.json"))
     return ct_set_error(CT_ECONFIG, "reward model %s: its tokenizer cannot be loaded: no tokenizer.json", dir);
   if (ct_tokenizer_load(tok, dir))

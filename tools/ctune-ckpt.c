@@ -101,12 +101,6 @@ static int load_merged(ct_model *m, ct_lora *lo, const char *base, const char *a
   return rc;
 }
 
-// the directory whose tokenizer goes with a merge: the adapter's when it has one
-static const char *tokenizer_dir(const char *adapter, const char *base) {
-  char p[CT_PATH_MAX];
-  return adapter && access((ct_path_join(p, sizeof p, adapter, "tokenizer.json"), p), R_OK) == 0 ? adapter : base;
-}
-
 static int merge_lora(int argc, char **argv) {
   static const char *const known[] = {"base=", "adapter=", "out=", "dtype=", NULL};
   if (check_args(argc, argv, known)) return 2;
@@ -123,7 +117,7 @@ static int merge_lora(int argc, char **argv) {
   ct_tokenizer *tok;
   char p[CT_PATH_MAX];
   if (load_merged(&m, &lo, base, adapter)) die(1);
-  const char *tdir = tokenizer_dir(adapter, base);
+  const char *tdir = ct_lora_tokenizer_dir(adapter, base);
   const float *bufs[] = {m.params};
   if (ct_mkdirs(out) || ct_tokenizer_load(&tok, tdir) || ct_path_join(p, sizeof p, out, "config.json") ||
       ct_hf_config_write(&m.cfg, p, bf16 ? "bfloat16" : "float32") ||
@@ -478,7 +472,7 @@ static int gguf(int argc, char **argv) {
   } else if (ct_st_dir_open(&src.dir, in)) {
     die(1);
   }
-  const char *tdir = tokenizer_dir(adapter, in);
+  const char *tdir = ct_lora_tokenizer_dir(adapter, in);
   ct_tokenizer *tok;
   gguf_tok g;
   if (!name) name = strrchr(in, '/') && strrchr(in, '/')[1] ? strrchr(in, '/') + 1 : in;
