@@ -199,19 +199,21 @@ static int check_dir(const ct_config *c, const char *key, const char *dir) {
   return 0;
 }
 
-// dir's tokenizer; a big tokenizer.json (one with tens of thousands of added tokens takes
-// seconds) is announced first, and a slow read says how long it took.
-static int load_tokenizer_dir(ct_train *tr, const char *dir) {
+int ct_tokenizer_load_said(ct_log *log, ct_tokenizer **tok, const char *dir) {
+  ct_log stderr_log = {.active = ct_dist_rank() == 0};
+  if (!log) log = &stderr_log;
   char p[CT_PATH_MAX];
   struct stat st;
   double t0 = ct_now();
-  if (!ct_path_join(p, sizeof p, dir, "tokenizer.json") && stat(p, &st) == 0 && st.st_size >= (8 << 20))
-    ct_log_info(&tr->log, "reading the tokenizer: %s (%.1f MB)", p, st.st_size / 1e6);
-  int rc = ct_tokenizer_load(&tr->tok, dir);
+  if (!ct_path_join(p, sizeof p, dir, "tokenizer.json") && stat(p, &st) == 0 && st.st_size >= (2 << 20))
+    ct_log_info(log, "reading the tokenizer: %s (%.1f MB)", p, st.st_size / 1e6);
+  int rc = ct_tokenizer_load(tok, dir);
   if (!rc && ct_now() - t0 >= 1.0)
-    ct_log_info(&tr->log, "tokenizer: %d tokens, read in %.1f s", ct_tokenizer_vocab_size(tr->tok), ct_now() - t0);
+    ct_log_info(log, "tokenizer: %d tokens, read in %.1f s", ct_tokenizer_vocab_size(*tok), ct_now() - t0);
   return rc;
 }
+
+static int load_tokenizer_dir(ct_train *tr, const char *dir) { return ct_tokenizer_load_said(&tr->log, &tr->tok, dir); }
 
 static int load_tokenizer_files(ct_train *tr) {
   const ct_config *c = tr->cfg;
