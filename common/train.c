@@ -756,6 +756,9 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   if (dir[0]) rc = ct_model_load_weights(m, m->params, dir);
   else ct_model_init_random(m, (uint64_t)cfg->seed, (float)cfg->model.initializer_range);
   if (!rc && dir[0] && m->cfg.mtp_layers) rc = mtp_weights(tr, dir);
+  if (!rc && dir[0] && !m->cfg.mtp_layers && file_exists(dir, "mtp.safetensors"))
+    ct_log_info(&tr->log, "%s has multi-token prediction depths (mtp.safetensors); mtp_num_layers is 0, so "
+                "they are neither trained nor saved", dir);
   if (rc) return rc;
   if (dir[0])
     ct_log_info(&tr->log, "weights read from %s in %.2f s", dir, ct_now() - t0);
