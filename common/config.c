@@ -81,7 +81,6 @@ const char *const ct_advantage_estimator_names[] = {"group_norm", "rloo", "reinf
 const char *const ct_reward_failure_names[] = {"error", "nan", NULL};
 const char *const ct_reward_func_names[] = {"accuracy", "format", "length", "remote", NULL};
 // the frozen module's storages a reward model (with its score head) can use: CT_STORE_F32, _BF16
-const char *const ct_reward_model_dtype_names[] = {"float32", "bfloat16", NULL};
 const char *const ct_lora_module_names[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                             "down_proj", "all-linear", NULL};
 const char *const ct_lora_save_names[] = {"embed_tokens", "lm_head", NULL};
@@ -383,9 +382,9 @@ static const key_def KEYS[] = {
      .comment = "Reward functions, summed with reward_weights: accuracy, format, length, remote, or "
                 "the directory of a sequence-classification reward model (e.g. one bin/reward "
                 "trained), run in-process; its metrics are named after the directory's last part."},
-    {"reward_model_dtype", K_ENUM, GRPO, OFF(reward_model_dtype), "float32", .choices = ct_reward_model_dtype_names,
-     .comment = "How reward models in reward_funcs store their weights: float32, or bfloat16 (half the "
-                "memory, widened a layer at a time)."},
+    {"reward_model_dtype", K_ENUM, GRPO, OFF(reward_model_dtype), "float32", .choices = ct_store_names,
+     .comment = "How reward models in reward_funcs store their weights: float32, bfloat16 (half the "
+                "memory, widened a layer at a time) or int8 (a quarter: the sampler's engine, as ref_dtype)."},
     {"reward_weights", K_FLOAT_LIST, GRPO, OFF(reward_weights), "[]", ANY,
      .comment = "Weight of each reward function (negative: a penalty). Empty = 1 each."},
     {"answer_field", K_STR, GRPO, OFF(answer_field), "answer",
