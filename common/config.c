@@ -83,7 +83,7 @@ const char *const ct_reward_func_names[] = {"accuracy", "format", "length", "rem
 // the frozen module's storages a reward model (with its score head) can use: CT_STORE_F32, _BF16
 const char *const ct_lora_module_names[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                             "down_proj", "all-linear", NULL};
-const char *const ct_lora_save_names[] = {"embed_tokens", "lm_head", NULL};
+const char *const ct_lora_save_names[] = {"embed_tokens", "lm_head", "score", "classifier", NULL};
 #define NAMES_MATCH(names, count) \
   _Static_assert(sizeof(names) / sizeof(names[0]) == (count) + 1, #names " must name every value of its enum")
 NAMES_MATCH(ct_save_dtype_names, CT_DTYPE_COUNT);
@@ -288,7 +288,8 @@ static const key_def KEYS[] = {
     {"use_rslora", K_BOOL, ALL, OFF(use_rslora), "false", .comment = "Rank-stabilized scale alpha / sqrt(r)."},
     {"lora_modules_to_save", K_STR_LIST, ALL, OFF(lora_modules_to_save), "", .choices = ct_lora_save_names,
      .comment = "Modules trained in full and saved with the adapter: embed_tokens, lm_head (models "
-                "with untied embeddings)."},
+                "with untied embeddings); score or classifier (PEFT's SEQ_CLS names: bin/reward's head, "
+                "which it saves so anyway)."},
     {"adapter_path", K_STR, ALL | SAMPLER, OFF(adapter_path), "",
      .comment = "A PEFT LoRA adapter directory: training continues it (its adapter_config.json "
                 "decides r, alpha and targets); bin/sampler serves base + adapter."},

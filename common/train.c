@@ -1443,6 +1443,12 @@ static int check_common_keys(const ct_config *c) {
                                                                        : NULL;
   if (key)
     return ct_set_error(CT_ECONFIG, "%s: key '%s' needs use_peft: true", ct_config_origin(c, key), key);
+  for (int i = 0; i < c->lora_modules_to_save.n && c->trainer != CT_TRAINER_REWARD; i++) {
+    const char *nm = c->lora_modules_to_save.v[i];
+    if (!strcmp(nm, "score") || !strcmp(nm, "classifier"))
+      return ct_set_error(CT_ECONFIG, "%s: key 'lora_modules_to_save': '%s' is a sequence classifier's head; "
+                          "only bin/reward trains one", ct_config_origin(c, "lora_modules_to_save"), nm);
+  }
   // (base.yml sets every key: a value other than the default is what the user asked for)
   const char *outer = c->diloco_outer_lr != 0.7        ? "diloco_outer_lr"
                       : c->diloco_outer_momentum != 0.9 ? "diloco_outer_momentum"

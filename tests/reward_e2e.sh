@@ -137,7 +137,7 @@ done
 cmp "$T/ls1.jsonl" "$T/ls2.jsonl" || fail "the two ways of naming the adapter score differently"
 
 echo "== use_peft: resume is bit-identical; an adapter continues with its own head"
-largs="$common use_peft=true learning_rate=2e-3 max_steps=6 save_steps=3 logging_steps=1"
+largs="$common use_peft=true lora_modules_to_save=score learning_rate=2e-3 max_steps=6 save_steps=3 logging_steps=1"
 "$R" $largs output_dir="$T/ls1" >"$T/ls1.log" 2>&1 || { cat "$T/ls1.log"; fail "LoRA straight run"; }
 stop_and_resume "$T/ls2" "$R" $largs
 cmp "$T/ls1/adapter_model.safetensors" "$T/ls2/adapter_model.safetensors" || fail "adapters differ after resuming"
@@ -197,6 +197,8 @@ for q in "$BIN/sampler generate model_path=$T/rm prompt=hi" "$BIN/ctune-ckpt ggu
 done
 expect 2 "'foo_proj' is not one of q_proj" "$R" $common output_dir="$T/x" use_peft=true lora_target_modules=foo_proj
 expect 2 "a reward model has no lm_head" "$R" $common output_dir="$T/x" use_peft=true lora_modules_to_save=lm_head
+expect 2 "'score' is a sequence classifier's head; only bin/reward trains one" "$BIN/sft" configs/sft.yml \
+  model_path="$T/sft" dataset_path="$T/sft.jsonl" output_dir="$T/x" use_peft=true lora_modules_to_save=score
 expect 1 "sequence classifier's head" "$BIN/sampler" generate model_path="$T/sft" adapter_path="$T/lora" prompt=hi
 expect 2 "num_vocab_tiling" "$R" $common output_dir="$T/x" num_vocab_tiling=4
 "$R" --help | grep -q "^usage: reward" || fail "reward --help"
