@@ -104,7 +104,9 @@ int ct_frozen_reserve(ct_frozen *f, int T) {
     ct_free_all(f->slot, f->pos, f->outs);
     f->slot = f->pos = f->outs = NULL;
     f->T = T;
-    return engine_init(f);
+    int rc = engine_init(f);
+    if (rc) f->T = 0;  // no engine: any later batch must fail, not find a NULL one
+    return rc;
   }
   int rc = ct_model_rope_reserve(&f->model, T);
   if (rc) return rc;

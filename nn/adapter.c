@@ -54,10 +54,10 @@ static long carve(const ct_lora_config *lc, const ct_model_config *c, long Nc, i
     w->u = w->x + Nc * mx;
     w->v = w->u + Nc * r;
     w->t = w->v + Nc * r;
-    w->bits = (uint32_t *)(w->t + mx * r);
+    w->bits = (uint32_t *)(w->t + (ct_thin_takes(lc->r) ? mx * r : 0));
   }
   long bits = lc->dropout > 0 && mode != CT_ACTS_FORWARD ? bits_before(lc, c, Nc, c->num_layers, 0) : 0;
-  return Nc * mx + 2 * Nc * r + mx * r + bits;
+  return Nc * mx + 2 * Nc * r + (ct_thin_takes(lc->r) ? mx * r : 0) + bits;
 }
 
 long ct_adapter_work_floats(const ct_lora_config *lc, const ct_model_config *c, long N, int mode) {
@@ -200,7 +200,7 @@ static const float *masked_input(rows_job *j, const work *w, int *ld) {
 
 // u (N, r) = xd · Aᵀ
 static void times_at(const ct_lora_ab *ab, int r, int in, const float *xd, int ld, const work *w, long N) {
-  if (r != CT_THIN_R) {
+  if (!ct_thin_takes(r)) {
     ct_sgemm('N', 'T', (int)N, r, in, 1, xd, ld, ab->A, in, 0, w->u, r);
     return;
   }
@@ -211,7 +211,7 @@ static void times_at(const ct_lora_ab *ab, int r, int in, const float *xd, int l
 
 // v (N, r) = dy · B
 static void times_b(const ct_lora_ab *ab, int r, int out, const float *dy, int ldy, const work *w, long N) {
-  if (r == CT_THIN_R) ct_thin_out((int)N, out, 1, dy, ldy, ab->B, w->v);
+  if (ct_thin_takes(r)) ct_thin_out((int)N, out, 1, dy, ldy, ab->B, w->v);
   else ct_sgemm('N', 'N', (int)N, r, out, 1, dy, ldy, ab->B, r, 0, w->v, r);
 }
 
@@ -219,7 +219,7 @@ static void times_b(const ct_lora_ab *ab, int r, int out, const float *dy, int l
 static void weight_grads(const ct_lora_ab *gab, int r, int in, int out, float s, const float *dy, int ldy,
                          const float *xd, int ld, const work *w, long N) {
   int n = (int)N;
-  if (r != CT_THIN_R) {
+  if (!ct_thin_takes(r)) {
     ct_sgemm('T', 'N', out, r, n, s, dy, ldy, w->u, r, 1, gab->B, r);
     ct_sgemm('T', 'N', r, in, n, s, w->v, r, xd, ld, 1, gab->A, in);
     return;

@@ -4,6 +4,7 @@
 #include "thin.h"
 
 #include <math.h>
+#include <stddef.h>
 
 #include "pool.h"
 

