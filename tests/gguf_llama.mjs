@@ -9,7 +9,10 @@
 //    "stopped": true when the last id is the stop token sampler ended on,
 //    "tensors": names the file must hold, "absent": names it must not, "chat_template",
 //    "chat_text", "chat_ids": a conversation rendered with it and ctune's ids of that,
-//    "texts", "texts_ids": more texts and ctune's ids of them (no special tokens)}
+//    "texts", "texts_ids": more texts and ctune's ids of them (no special tokens),
+//    "meta": optional {key: value} the header must hold exactly (arrays: their length),
+//    "token_types": optional {token: tokenizer.ggml.token_type} (1 normal, 2 unknown,
+//    3 control, 4 user-defined, 6 byte)}
 // Prints one summary line per case. Exits 1 when the header is wrong (tensors, alignment, chat
 // template) or llama.cpp tokenizes the prompt, the texts or the chat text otherwise than ctune; with strict (f32)
 // also unless llama.cpp continues it greedily with the same tokens, each token's
@@ -45,6 +48,15 @@ async function check(c) {
   for (const t of hf.tensorInfos) {
     if (t.offset % 32n) errors.push(`${t.name} at offset ${t.offset}, not 32-aligned`);
     if (hf.tensorDataOffset + t.offset > size) errors.push(`${t.name} starts past the end of the file`);
+  }
+  for (const [k, want] of Object.entries(c.meta ?? {})) {
+    const v = hf.metadata[k], got = Array.isArray(v) ? v.length : typeof v === "bigint" ? Number(v) : v;
+    if ((got ?? null) !== want) errors.push(`${k} is ${JSON.stringify(got ?? null)}, expected ${JSON.stringify(want)}`);
+  }
+  const tokens = hf.metadata["tokenizer.ggml.tokens"] ?? [], types = hf.metadata["tokenizer.ggml.token_type"] ?? [];
+  for (const [t, want] of Object.entries(c.token_types ?? {})) {
+    const i = tokens.indexOf(t);
+    if (i < 0 || types[i] !== want) errors.push(`token ${t} has type ${i < 0 ? "(absent)" : types[i]}, expected ${want}`);
   }
   if (c.chat_template !== undefined && (hf.metadata["tokenizer.chat_template"] ?? null) !== c.chat_template)
     errors.push("tokenizer.chat_template differs from the tokenizer's");
