@@ -35,6 +35,17 @@ cat >"$texts_file" <<'EOF2'
 {"text": "rare: 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ꙮ ⅷ"}
 {"text": "added tokens that are not special: <unused0> and [multimodal] <mask>"}
 EOF2
+# (not "</s>": llama.cpp makes any token spelled so a control, end-of-generation token
+# (llama-vocab.cpp, "paddleocr"), which Gemma 3's plain added token 212 is not; the corpus
+# below, tokenized with special tokens matched as ctune and transformers match them, has it)
+# The SentencePiece files' scores and token types decide llama.cpp's merging: 300 kB of
+# tests/fixtures/tokenizer's multilingual corpus (special-looking text included), one row
+# per paragraph, must tokenize as ctune does.
+node tests/fixtures/tokenizer/gen-corpus.mjs "$T/corpus.txt" 300000 7
+node -e '
+  const fs = require("fs"), t = fs.readFileSync(process.argv[1], "utf8");
+  fs.writeFileSync(process.argv[2], t.split(/(?<=\n\n)/).map((text) => JSON.stringify({ text }) + "\n").join(""));
+' "$T/corpus.txt" "$T/corpus.jsonl"
 
 # rows cycling through twelve number words (longer than max_length, so no end-of-text is
 # learned and greedy runs the full 32 tokens): a model this small learns it in a few dozen
@@ -56,13 +67,19 @@ train() {
     || { cat "$T/$name.log"; fail "training $name"; }
 }
 
-# add_case NAME TYPE STRICT TENSORS ABSENT [META [TOKEN_TYPES]]: exports $T/NAME as TYPE and
-# writes a case for tests/gguf_llama.mjs: bin/sampler's float32 greedy continuation and the
-# tokenizer's ids of the prompt (TENSORS/ABSENT: names the file must and must not hold;
-# META, TOKEN_TYPES: JSON objects of header values and token types it must hold)
+# add_case NAME TYPE STRICT TENSORS ABSENT [META [TOKEN_TYPES [CORPUS]]]: exports $T/NAME as
+# TYPE and writes a case for tests/gguf_llama.mjs: bin/sampler's float32 greedy continuation
+# and the tokenizer's ids of the prompt (TENSORS/ABSENT: names the file must and must not
+# hold; META, TOKEN_TYPES: JSON objects of header values and token types it must hold;
+# CORPUS=1: the corpus and ctune's ids of it too)
 cases=""
 add_case() {
   name=$1 type=$2 strict=$3 meta=${6:-"{}"} types=${7:-"{}"}
+  : >"$T/$name.$type.corpus.json"
+  if [ "${8:-0}" = 1 ]; then
+    "$BIN/ctune-tokenize" encode tokenizer_path="$T/$name" add_special_tokens=false <"$T/corpus.jsonl" \
+      >"$T/$name.$type.corpus.json" 2>"$T/x.log" || { cat "$T/x.log"; fail "tokenize the corpus $name"; }
+  fi
   "$C" gguf in="$T/$name" out="$T/$name.$type.gguf" type="$type" >"$T/x.log" 2>&1 || { cat "$T/x.log"; fail "gguf $name $type"; }
   [ -f "$T/$name.gen.json" ] || {
     "$BIN/sampler" generate model_path="$T/$name" prompt="$prompt" temperature=0 max_new_tokens=32 output=json \
@@ -78,8 +95,8 @@ add_case() {
   }
   node -e '
     const fs = require("fs");
-    const [gen, ids, chat, texts, tids, cfg, file, label, strict, prompt, tensors, absent, meta, types, out] =
-      process.argv.slice(1);
+    const [gen, ids, chat, texts, tids, cfg, file, label, strict, prompt, tensors, absent, meta, types, corpus, cids,
+      out] = process.argv.slice(1);
     const lines = (f) => fs.readFileSync(f, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l));
     const g = JSON.parse(fs.readFileSync(gen, "utf8")), c = JSON.parse(fs.readFileSync(cfg, "utf8"));
     const ch = JSON.parse(fs.readFileSync(chat, "utf8"));
@@ -89,9 +106,12 @@ add_case() {
       tensors: tensors.split(/\s+/).filter(Boolean), absent: absent.split(/\s+/).filter(Boolean),
       chat_template: c.chat_template ?? null, chat_text: ch.text, chat_ids: ch.input_ids,
       texts: lines(texts).map((r) => r.text), texts_ids: lines(tids).map((r) => r.input_ids),
-      meta: JSON.parse(meta), token_types: JSON.parse(types) }));
+      meta: JSON.parse(meta), token_types: JSON.parse(types),
+      corpus: lines(cids).length ? lines(corpus).map((r) => r.text) : [],
+      corpus_ids: lines(cids).map((r) => r.input_ids) }));
   ' "$T/$name.gen.json" "$T/$name.ids.json" "$T/$name.chat.json" "$texts_file" "$T/$name.texts.json" "$T/$name/tokenizer_config.json" "$T/$name.$type.gguf" "$name $type" \
-    "$strict" "$prompt" "$4" "$5" "$meta" "$types" "$T/$name.$type.json"
+    "$strict" "$prompt" "$4" "$5" "$meta" "$types" "$T/corpus.jsonl" \
+    "$T/$name.$type.corpus.json" "$T/$name.$type.json"
   cases="$cases $T/$name.$type.json"
 }
 
@@ -116,7 +136,7 @@ add_case llama3 f32 1 "$common output.weight" "blk.0.attn_q.bias blk.0.attn_q_no
 add_case llama2 f32 1 "$common" "output.weight" \
   '{"tokenizer.ggml.model": "llama", "tokenizer.ggml.add_space_prefix": true, "tokenizer.ggml.add_bos_token": true,
     "tokenizer.ggml.tokens": 32000, "tokenizer.ggml.scores": 32000, "tokenizer.ggml.bos_token_id": 1}' \
-  '{"<s>": 3, "<unk>": 2, "<0x41>": 6, "▁the": 1}'
+  '{"<s>": 3, "<unk>": 2, "<0x41>": 6, "▁the": 1}' 1
 add_case qwen2 f32 1 "$common blk.0.attn_q.bias blk.1.attn_k.bias blk.1.attn_v.bias" "output.weight blk.0.attn_q_norm.weight"
 add_case qwen3 f32 1 "$common blk.0.attn_q_norm.weight blk.1.attn_k_norm.weight" "output.weight blk.0.attn_q.bias"
 add_case gemma3 f32 1 "$common blk.0.attn_q_norm.weight blk.5.post_attention_norm.weight blk.5.post_ffw_norm.weight" \
@@ -124,7 +144,7 @@ add_case gemma3 f32 1 "$common blk.0.attn_q_norm.weight blk.5.post_attention_nor
   '{"tokenizer.ggml.model": "llama", "tokenizer.ggml.add_space_prefix": false, "tokenizer.ggml.add_bos_token": true,
     "tokenizer.ggml.tokens": 262145, "tokenizer.ggml.scores": 262145, "tokenizer.ggml.token_type": 262145,
     "tokenizer.ggml.bos_token_id": 2, "tokenizer.ggml.eos_token_id": 106, "tokenizer.ggml.pre": null}' \
-  '{"<bos>": 3, "<start_of_turn>": 3, "<unk>": 2, "<unused0>": 4, "<0x41>": 6, "▁three": 1}'
+  '{"<bos>": 3, "<start_of_turn>": 3, "<unk>": 2, "<unused0>": 4, "<0x41>": 6, "▁three": 1}' 1
 for name in llama3 llama2 qwen2 qwen3 gemma3; do add_case $name q8_0 0 "$common" ""; done
 add_case qwen3 f16 0 "$common" ""
 add_case qwen3 bf16 0 "$common" ""
