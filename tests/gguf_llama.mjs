@@ -9,7 +9,12 @@
 //    "stopped": true when the last id is the stop token sampler ended on,
 //    "tensors": names the file must hold, "absent": names it must not, "chat_template",
 //    "chat_text", "chat_ids": a conversation rendered with it and ctune's ids of that,
-//    "texts", "texts_ids": more texts and ctune's ids of them (no special tokens)}
+//    "texts", "texts_ids": more texts and ctune's ids of them (no special tokens),
+//    "corpus", "corpus_ids": optional texts and ctune's ids of them (special tokens matched,
+//    as ctune and transformers match them in any text: llama.cpp's parse_special),
+//    "meta": optional {key: value} the header must hold exactly (arrays: their length),
+//    "token_types": optional {token: tokenizer.ggml.token_type} (1 normal, 2 unknown,
+//    3 control, 4 user-defined, 6 byte)}
 // Prints one summary line per case. Exits 1 when the header is wrong (tensors, alignment, chat
 // template) or llama.cpp tokenizes the prompt, the texts or the chat text otherwise than ctune; with strict (f32)
 // also unless llama.cpp continues it greedily with the same tokens, each token's
@@ -46,6 +51,15 @@ async function check(c) {
     if (t.offset % 32n) errors.push(`${t.name} at offset ${t.offset}, not 32-aligned`);
     if (hf.tensorDataOffset + t.offset > size) errors.push(`${t.name} starts past the end of the file`);
   }
+  for (const [k, want] of Object.entries(c.meta ?? {})) {
+    const v = hf.metadata[k], got = Array.isArray(v) ? v.length : typeof v === "bigint" ? Number(v) : v;
+    if ((got ?? null) !== want) errors.push(`${k} is ${JSON.stringify(got ?? null)}, expected ${JSON.stringify(want)}`);
+  }
+  const tokens = hf.metadata["tokenizer.ggml.tokens"] ?? [], types = hf.metadata["tokenizer.ggml.token_type"] ?? [];
+  for (const [t, want] of Object.entries(c.token_types ?? {})) {
+    const i = tokens.indexOf(t);
+    if (i < 0 || types[i] !== want) errors.push(`token ${t} has type ${i < 0 ? "(absent)" : types[i]}, expected ${want}`);
+  }
   if (c.chat_template !== undefined && (hf.metadata["tokenizer.chat_template"] ?? null) !== c.chat_template)
     errors.push("tokenizer.chat_template differs from the tokenizer's");
 
@@ -58,6 +72,17 @@ async function check(c) {
     const got = Array.from(model.tokenize(t, false));
     if (!same(got, c.texts_ids[i])) errors.push(`llama.cpp tokenizes ${JSON.stringify(t)} as [${got}], ctune as [${c.texts_ids[i]}]`);
   });
+  let corpusBad = 0, corpusTokens = 0;
+  (c.corpus ?? []).forEach((t, i) => {
+    const got = Array.from(model.tokenize(t, true));
+    corpusTokens += got.length;
+    if (!same(got, c.corpus_ids[i]) && corpusBad++ < 3) {
+      let k = 0;
+      while (got[k] === c.corpus_ids[i][k]) k++;
+      errors.push(`corpus row ${i}: llama.cpp's token ${k} on is [${got.slice(k, k + 6)}], ctune's [${c.corpus_ids[i].slice(k, k + 6)}]`);
+    }
+  });
+  if (corpusBad) errors.push(`${corpusBad} of ${c.corpus.length} corpus rows tokenize otherwise`);
   if (c.chat_text !== undefined) {  // the rendered template: special tokens are matched
     const ct = Array.from(model.tokenize(c.chat_text, true));
     if (model.tokens.shouldPrependBosToken && model.tokens.bos !== null && ct[0] !== model.tokens.bos) ct.unshift(model.tokens.bos);
@@ -85,7 +110,8 @@ async function check(c) {
   }
   console.log(`${c.label}: ${agree}/${want.length} greedy tokens agree${c.stopped ? " (then both stop)" : ""}, ` +
     `max |dlogp| ${maxd.toFixed(4)}, top-2 log margin >= ${minMargin.toFixed(2)}; ` +
-    `${hf.tensorInfos.length} tensors, ${Object.keys(hf.metadata).length} keys`);
+    `${hf.tensorInfos.length} tensors, ${Object.keys(hf.metadata).length} keys` +
+    (c.corpus?.length ? `; corpus: ${c.corpus.length} rows, ${corpusTokens} tokens` : ""));
   for (const e of [...errors, ...strictErrors]) console.log(`  ${c.label}: ${e}`);
   await ctx.dispose();
   await model.dispose();

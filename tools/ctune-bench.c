@@ -1,15 +1,21 @@
 // ctune-bench: training throughput against this machine's own sgemm rate, measured in
 // the same run.
 //
-//   ctune-bench [train] [layers=30] [batch=4] [seq=256] [steps=4] [threads=0] [tiling=1] [gemma=0]
+//   ctune-bench [train] [layers=30] [batch=4] [seq=256] [steps=4] [threads=0] [tiling=1] [gemma=0|1|1b]
+//               [lora=0]
 //   ctune-bench kd [rows=512] [hidden=1024] [vocab=151936] [tiling=8] [steps=3]
 //
 // The model is SmolLM-135M-shaped (hidden 576, 30 layers, 9 heads, 3 kv heads,
 // intermediate 1536, vocab 49152, tied embeddings), or with gemma=1 gemma-3-270m-shaped
-// (layers=18 for the full model), randomly initialized, fp32. One step
-// is forward + LM head + backward + AdamW over batch x seq tokens. Achieved GFLOP/s
-// counts 6 x (matmul parameters) + causal attention per token
+// (layers=18 for the full model), or with gemma=1b gemma-3-1b-shaped (hidden 1152,
+// intermediate 6912, 4/1 heads of 256; layers=26 for the full model), randomly initialized,
+// fp32. One step is forward + LM head + backward + AdamW over batch x seq tokens. Achieved
+// GFLOP/s counts 6 x (matmul parameters) + causal attention per token
 // (ct_model_train_flops_per_token); the reference is a square sgemm on the same threads.
+// lora=R trains LoRA adapters of rank R (alpha 2R) on every linear layer of a frozen base
+// instead (gemma-3-1b's full fine-tune does not fit 24 GB): its backward computes no base
+// weight gradient, so a step counts 4 x (matmul parameters) + the adapters' 6 x r x (in +
+// out) per token + attention; AdamW updates the adapters only.
 //
 // `kd` times the distillation soft loss (distill/kd.c: teacher and student logits in
 // vocabulary chunks, JSD, gradient) against the plain cross-entropy head (common/loss.c)
@@ -30,16 +36,51 @@
 #include "error.h"
 #include "lm.h"
 #include "log.h"
+#include "lora.h"
 #include "matmul.h"
 #include "optim.h"
 #include "pool.h"
 #include "rng.h"
 
-static long arg(int argc, char **argv, const char *key, long def) {
+static const char *str_arg(int argc, char **argv, const char *key, const char *def) {
   size_t n = strlen(key);
   for (int i = 1; i < argc; i++)
-    if (strncmp(argv[i], key, n) == 0 && argv[i][n] == '=') return atol(argv[i] + n + 1);
+    if (strncmp(argv[i], key, n) == 0 && argv[i][n] == '=') return argv[i] + n + 1;
   return def;
+}
+
+static long arg(int argc, char **argv, const char *key, long def) {
+  const char *v = str_arg(argc, argv, key, NULL);
+  return v ? atol(v) : def;
+}
+
+// gemma=0: SmolLM-135M; 1 (or 270m): gemma-3-270m; 1b: gemma-3-1b (the 270m's layer kinds
+// and heads, wider); anything else is an error
+static int bench_config(int argc, char **argv, int L, ct_model_config *c) {
+  const char *g = str_arg(argc, argv, "gemma", "0");
+  if (!strcmp(g, "0")) *c = ct_model_config_smollm135m(L);
+  else if (!strcmp(g, "1") || !strcmp(g, "270m")) *c = ct_model_config_gemma3_270m(L);
+  else if (!strcmp(g, "1b")) {
+    *c = ct_model_config_gemma3_270m(L);
+    c->hidden_size = 1152, c->intermediate_size = 6912;
+  } else {
+    return fprintf(stderr, "ctune-bench: gemma=%s is not 0, 1 (270m) or 1b\n", g), 1;
+  }
+  return 0;
+}
+
+// Training FLOPs per token of LoRA rank r on every linear layer: the base's forward and
+// input gradient (4 x its matmul parameters, ct_model_train_flops_per_token at T = 0 being
+// 6 x), the attention's as in full training, and the adapters' forward + both gradients.
+static double lora_flops_per_token(const ct_model_config *c, int T, int r) {
+  double matmul6 = ct_model_train_flops_per_token(c, 0), attn = ct_model_train_flops_per_token(c, T) - matmul6;
+  double ad = 0;
+  for (int t = 0; t < CT_LORA_TARGETS; t++) {
+    int in, out, row0;
+    ct_lora_dims(c, t, &in, &out, &row0);
+    ad += (double)r * (in + out);
+  }
+  return matmul6 / 6 * 4 + attn + 6 * ad * c->num_layers;
 }
 
 // Best of `reps` runs of an n x n x n sgemm, GFLOP/s.
@@ -175,6 +216,7 @@ static int bench_gemm(int n) {
 
 static int usage(FILE *f) {
   fputs("usage: ctune-bench [train] [bf16=0|1] [layers=30] [batch=4] [seq=256] [steps=4] [threads=0] [tiling=1]\n"
+        "                   [gemma=0|1|1b] [lora=0]\n"
         "       ctune-bench kd [rows=512] [hidden=1024] [vocab=151936] [tiling=8] [steps=3]\n"
         "  train: training throughput of a SmolLM-135M-shaped model against this machine's sgemm\n"
         "  kd:    the distillation soft loss against the plain cross-entropy head\n", f);
@@ -196,7 +238,9 @@ int main(int argc, char **argv) {
   if (kd) return bench_kd(argc, argv, peak);
   if (argc > 1 && !strcmp(argv[1], "gemm")) return bench_gemm((int)arg(argc, argv, "tokens", 1024));
 
-  ct_model_config c = arg(argc, argv, "gemma", 0) ? ct_model_config_gemma3_270m(L) : ct_model_config_smollm135m(L);
+  ct_model_config c;
+  if (bench_config(argc, argv, L, &c)) return 2;
+  int rank = (int)arg(argc, argv, "lora", 0);
   ct_model m;
   ct_acts a;
   ct_head h;
@@ -214,13 +258,29 @@ int main(int argc, char **argv) {
     peak = gemm_gflops(true, 'N', 'T', 2048, 2048, 2048, 10);
     printf("oneDNN bf16 2048x2048x2048: %.1f GFLOP/s (the peak below)\n", peak);
   }
-  size_t bytes = sizeof(float) * m.n_floats;
+  // what AdamW trains: the model, or (lora=R) the adapters over the frozen model
+  ct_lora lo = {0};
+  ct_lora_config lc = {.r = rank, .alpha = 2.0 * rank, .targets = (1u << CT_LORA_TARGETS) - 1};
+  if (rank > 0 && (ct_lora_init(&lo, &lc, &c) || ct_acts_attach_lora(&a, &lo)))
+    return fprintf(stderr, "ctune-bench: %s\n", ct_last_error()), 1;
+  if (rank > 0) ct_lora_init_weights(&lo, &m, 1);
+  ct_layout trained = rank > 0 ? ct_lora_tensors(&lo) : ct_model_tensors(&m);
+  float *tparams = rank > 0 ? lo.params : m.params;
+  uint16_t *tparams16 = rank > 0 ? NULL : m.compute16;
+  size_t bytes = sizeof(float) * trained.n_floats;
   float *g = aligned_alloc(64, bytes), *m1 = aligned_alloc(64, bytes), *m2 = aligned_alloc(64, bytes);
+  if (!g || !m1 || !m2) return fprintf(stderr, "ctune-bench: cannot allocate 3 x %.1f MB\n", bytes / 1e6), 1;
   memset(g, 0, bytes);
   memset(m1, 0, bytes);
   memset(m2, 0, bytes);
-  ct_weights gw;
-  ct_weights_bind(&gw, &m, g);
+  ct_weights gw = {0};
+  if (rank > 0) {  // every base weight frozen: no gradient views
+    gw.layers = calloc(c.num_layers, sizeof *gw.layers);
+    if (!gw.layers) return fprintf(stderr, "ctune-bench: out of memory\n"), 1;
+    ct_lora_bind_grads(&lo, g);
+  } else {
+    ct_weights_bind(&gw, &m, g);
+  }
   ct_rng r;
   ct_rng_seed(&r, 5);
   b.B = B;
@@ -233,14 +293,17 @@ int main(int argc, char **argv) {
   }
   for (int n = 0; n < B * T; n++) b.target[n] = (n + 1) % T ? b.ids[n + 1] : -1;
   ct_adamw adam = {0.9, 0.999, 1e-8, 0.0};
-  double flops = ct_model_train_flops_per_token(&c, T) * B * T, best = 1e30;
+  double flops = (rank > 0 ? lora_flops_per_token(&c, T, rank) : ct_model_train_flops_per_token(&c, T)) * B * T;
+  double best = 1e30;
   printf("model: %.1fM parameters, %d layers; step = %d x %d tokens, %.1f GFLOP\n",
          m.n_floats / 1e6, L, B, T, flops / 1e9);
+  if (rank > 0) printf("LoRA r %d, alpha %d, all linear layers: %.2fM trained parameters, the base frozen\n", rank, 2 * rank,
+                    lo.n_floats / 1e6);
   for (int s = 0; s <= steps; s++) {  // step 0 warms up (page faults)
     ct_lm_stats st = {0};
     double t = ct_now();
     if (ct_lm_step(&m, &a, &h, &b, &gw, 1.0f / (B * T), 0, &st)) return 1;
-    ct_adamw_step(&ct_model_tensors(&m), m.params, m.compute16, g, m1, m2, s + 1, 1e-4, 1.0f, &adam);
+    ct_adamw_step(&trained, tparams, tparams16, g, m1, m2, s + 1, 1e-4, 1.0f, &adam);
     t = ct_now() - t;
     if (s > 0 && t < best) best = t;
     if (s > 0)

@@ -252,6 +252,12 @@ static int tok_vocab(gguf_tok *g) {
     const char *s = json_string_value(json_object_get(v, "content"));
     if (!s) return ct_set_error(CT_EFORMAT, "%s: added_tokens[%zu].content is not a string", g->file, i);
     int id = (int)json_integer_value(json_object_get(v, "id"));
+    if (id >= g->V) {  // the model has no row for it (Gemma 3's <image_soft_token> 262144 in a 262,144-token
+      // model): left out, as llama.cpp's convert_hf_to_gguf.py does
+      fprintf(stderr, "ctune-ckpt: gguf: %s: added token %d '%s' is past the model's vocab_size %d: left out\n",
+              g->file, id, s, g->V);
+      continue;
+    }
     int type = unk && !strcmp(s, unk) ? CT_TOK_UNKNOWN
                : json_is_true(json_object_get(v, "special")) ? CT_TOK_CONTROL : CT_TOK_USER_DEFINED;
     int rc = tok_set(g, id, s, strlen(s), type);
