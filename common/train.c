@@ -602,9 +602,13 @@ int ct_train_setup(ct_train *tr, ct_config *cfg) {
     return ct_set_error(CT_ECONFIG, "%s: key 'optimizer': muon trains the decoder layers' matrices, and this "
                         "model has none (%d layers); use optimizer: adamw", ct_config_origin(cfg, "optimizer"),
                         mc.num_layers);
-  if (ct_tokenizer_vocab_size(tr->tok) > mc.vocab_size)
-    return ct_set_error(CT_EINVAL, "the tokenizer has %d tokens but the model's vocab_size is %d",
-                        ct_tokenizer_vocab_size(tr->tok), mc.vocab_size);
+  int dropped, had = ct_tokenizer_vocab_size(tr->tok);
+  if (ct_tokenizer_fit(tr->tok, mc.vocab_size, &dropped))
+    return ct_wrap_error(CT_EINVAL, "the tokenizer has %d tokens but the model's vocab_size is %d", had,
+                         mc.vocab_size);
+  if (dropped)
+    ct_log_info(&tr->log, "tokenizer: %d added token%s past the model's vocab_size %d left out (read as plain text)",
+                dropped, dropped > 1 ? "s" : "", mc.vocab_size);
   if (cfg->use_peft && !cfg->adapter_path[0] && !tr->resumed_from[0]) {  // the adapters' keys vs this base
     ct_lora_config lc = lora_config_of(cfg);
     if (ct_lora_config_check(&lc, &mc))

@@ -77,9 +77,13 @@ static void setup(setup_t *s, const ct_config *cfg) {
   if (cfg->quantization == CT_QUANT_BF16 && !s->w.int8 && !ct_panel16_native())
     fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'quantization': bf16 needs a CPU with AVX512_BF16 (and a build "
                           "for it: -march=native); use none or int8", ct_config_origin(cfg, "quantization")), NULL));
-  if (ct_tokenizer_vocab_size(s->tok) > s->w.cfg.vocab_size)
-    fail(1, (ct_set_error(CT_EINVAL, "the tokenizer has %d tokens, the model only %d",
-                          ct_tokenizer_vocab_size(s->tok), s->w.cfg.vocab_size), NULL));
+  int dropped, had = ct_tokenizer_vocab_size(s->tok);
+  if (ct_tokenizer_fit(s->tok, s->w.cfg.vocab_size, &dropped))
+    fail(1, (ct_wrap_error(CT_EINVAL, "the tokenizer has %d tokens, the model only %d", had, s->w.cfg.vocab_size),
+             NULL));
+  if (dropped)
+    fprintf(stderr, "sampler: %d added token%s past the model's vocab_size %d left out (read as plain text)\n",
+            dropped, dropped > 1 ? "s" : "", s->w.cfg.vocab_size);
   if (cfg->save_quantized[0]) {
     if (!s->w.int8)
       fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'save_quantized' needs quantization=int8",

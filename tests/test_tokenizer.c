@@ -232,6 +232,26 @@ static void test_added_tokens_follow_special_lstrip_rstrip_and_single_word() {
   ct_tokenizer_free(t);
 }
 
+// A model with fewer rows than the tokenizer has ids (Gemma 3's <image_soft_token> at
+// 262144 in a 262,144-row model): added tokens past it are dropped and read as text;
+// a model.vocab id past it is an error.
+static void test_fit_drops_added_tokens_past_the_model_and_refuses_vocabulary_ones() {
+  ct_tokenizer *t = load_tiny("tiny_fit", merges_json, false, NULL);
+  CHECK(t != NULL);
+  if (!t) return;
+  int dropped = -1;
+  CHECK_OK(ct_tokenizer_fit(t, 500, &dropped));
+  CHECK(dropped == 0 && ct_tokenizer_vocab_size(t) == 404);
+  CHECK_OK(ct_tokenizer_fit(t, 402, &dropped));
+  CHECK(dropped == 2 && ct_tokenizer_vocab_size(t) == 402);
+  CHECK(!strcmp(encode_str(t, "<think>", false), "400"));  // still an added token
+  CHECK(!strcmp(encode_str(t, "a<R>", true), "97 60 82 62"));  // now plain text
+  CHECK(ct_tokenizer_token_bytes(t, 402, &(size_t){0}) == NULL);
+  CHECK(ct_tokenizer_fit(t, 310, &dropped) == CT_EINVAL);  // 310..314 are merges' tokens
+  CHECK(strstr(ct_last_error(), "id 310") && strstr(ct_last_error(), "vocab_size 310"));
+  ct_tokenizer_free(t);
+}
+
 static void test_nfc_normalizer_composes_and_offsets_point_into_the_original_text() {
   ct_tokenizer *t = load_tiny("tiny_nfc", merges_json, false, NULL);
   CHECK(t != NULL);
@@ -1020,6 +1040,7 @@ int main(void) {
   RUN(test_byte_tokenizer_saved_files_load_back_as_the_same_mapping);
   RUN(test_bpe_merges_by_rank_with_string_and_pair_merges_alike);
   RUN(test_ignore_merges_takes_whole_words_from_the_vocabulary);
+  RUN(test_fit_drops_added_tokens_past_the_model_and_refuses_vocabulary_ones);
   RUN(test_added_tokens_follow_special_lstrip_rstrip_and_single_word);
   RUN(test_many_added_tokens_match_by_content);
   RUN(test_nfc_normalizer_composes_and_offsets_point_into_the_original_text);

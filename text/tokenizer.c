@@ -1305,6 +1305,37 @@ int ct_tokenizer_save(const ct_tokenizer *t, const char *dir) {
 // ===========================================================================
 // Queries
 
+int ct_tokenizer_fit(ct_tokenizer *t, int V, int *dropped) {
+  *dropped = 0;
+  if (t->vocab_size <= V) return 0;
+  for (int id = V; id < t->vocab_size; id++)
+    if (t->tok_kind[id] == TOK_VOCAB)
+      return ct_set_error(CT_EINVAL, "the tokenizer's vocabulary has id %d ('%.*s'), past the model's vocab_size %d",
+                          id, (int)t->tok_len[id], t->bytes + t->tok_off[id], V);
+  int specials[] = {t->bos, t->eos, t->pad, t->unk};
+  for (int i = 0; i < 4; i++)
+    if (specials[i] >= V)
+      return ct_set_error(CT_EINVAL, "the tokenizer's special token %d is past the model's vocab_size %d",
+                          specials[i], V);
+  int k = 0;
+  for (int i = 0; i < t->nadded; i++)
+    if (t->added[i].id < V) t->added[k++] = t->added[i];
+  *dropped = t->nadded - k;
+  t->nadded = k;
+  free(t->bucket_list);
+  free(t->bucket_lens);
+  free(t->aslot);
+  free(t->anext);
+  t->bucket_list = t->bucket_lens = t->anext = NULL;
+  t->aslot = NULL;
+  int n = 0;
+  for (int i = 0; i < t->nstops; i++)
+    if (t->stops[i] < V) t->stops[n++] = t->stops[i];
+  t->nstops = n;
+  t->vocab_size = V;
+  return index_added(t);
+}
+
 int ct_tokenizer_vocab_size(const ct_tokenizer *t) { return t->vocab_size; }
 int ct_tokenizer_bos(const ct_tokenizer *t) { return t->bos; }
 int ct_tokenizer_eos(const ct_tokenizer *t) { return t->eos; }

@@ -44,6 +44,12 @@ void ct_tokenizer_free(ct_tokenizer *t);
 int ct_tokenizer_save(const ct_tokenizer *t, const char *dir);
 
 int ct_tokenizer_vocab_size(const ct_tokenizer *t);  // largest id + 1
+// Fits t to a model of V rows: added tokens with ids >= V are dropped (*dropped of them)
+// and are plain text from then on, as Hugging Face's convert scripts leave them out
+// (Gemma 3's tokenizer.json has <image_soft_token> at 262144; gemma-3-270m and 1b have
+// 262,144 rows). A vocabulary (model.vocab) id or a special token id >= V is an error.
+// The saved tokenizer.json stays the file that was loaded.
+int ct_tokenizer_fit(ct_tokenizer *t, int V, int *dropped);
 int ct_tokenizer_bos(const ct_tokenizer *t);         // -1 when none
 int ct_tokenizer_eos(const ct_tokenizer *t);
 int ct_tokenizer_pad(const ct_tokenizer *t);         // falls back to eos
