@@ -37,10 +37,49 @@ static int count_depths(const char *dir, int *D) {
   return rc;
 }
 
-// A depth's block as a one-layer engine model, and its eh_proj: the matrices packed into
-// panels at *at.
+// Bytes of one (rows, cols) matrix in the main model's format (mode CT_PACK_*): fp32 or
+// bf16 panels, or int8 panels (rows as they are when cols % 4) with row scales and row
+// sums; each piece 64-byte aligned.
+static long matrix_bytes(int mode, long rows, long cols) {
+  long a = 64;
+  if (mode == CT_PACK_BF16) return (2 * ct_panel16_size((int)rows, (int)cols) + a - 1) / a * a;
+  if (mode == CT_PACK_INT8) return (rows * cols + a - 1) / a * a + 2 * ((4 * rows + a - 1) / a * a);
+  return (4 * rows * cols + a - 1) / a * a;
+}
+
+// W (rows, cols) in the main model's format at *at (advanced): the depths cost what a layer
+// of the main model costs to read (a draft in float32 beside an int8 model read 4x its
+// bytes). Only the guesses see the rounding: every kept token is the main model's own.
+// scratch: one panel of int8 rows (CT_PANEL · cols bytes).
+static void pack_matrix(ct_linear *L, const float *W, int rows, int cols, int mode, int8_t *scratch, char **at) {
+  *L = (ct_linear){.rows = rows, .cols = cols};
+  long a = 64, n = (long)rows * cols;
+  if (mode == CT_PACK_BF16) {
+    ct_panel_pack16(W, rows, cols, (uint16_t *)*at);
+    L->p16 = (const uint16_t *)*at;
+  } else if (mode == CT_PACK_INT8) {
+    int8_t *q = (int8_t *)*at;
+    float *scale = (float *)(*at + (n + a - 1) / a * a);
+    int32_t *rowsum = (int32_t *)((char *)scale + (4L * rows + a - 1) / a * a);
+    ct_quantize_rows(W, rows, cols, q, scale, rowsum);
+    L->scale = scale, L->rowsum = rowsum;
+    if (cols % 4) {
+      L->q = q;  // (as ct_infer_pack leaves such a matrix)
+    } else {
+      ct_panel8_pack_inplace(q, rows, cols, scratch);
+      L->p8 = q;
+    }
+  } else {
+    ct_panel_pack(W, rows, cols, (float *)*at);
+    L->p32 = (const float *)*at;
+  }
+  *at += matrix_bytes(mode, rows, cols);
+}
+
+// A depth's block as a one-layer engine model, and its eh_proj, the matrices packed at *at
+// in the main model's format (mode).
 static void depth_weights(ct_infer_weights *dw, ct_infer_layer *L, ct_linear *eh, const ct_spec_model *sm, int k,
-                          float **at) {
+                          int mode, int8_t *scratch, char **at) {
   const ct_model_config *c = &sm->w->cfg;
   const ct_layer_weights *b = &sm->mtp.w.mtp[k].block;
   int C = c->hidden_size, F = c->intermediate_size, Hd = c->num_heads * c->head_dim;
@@ -51,11 +90,7 @@ static void depth_weights(ct_infer_weights *dw, ct_infer_layer *L, ct_linear *eh
     int rows, cols;
   } m[5] = {{&L->qkv, b->wqkv, QKV, C}, {&L->o, b->wo, C, Hd}, {&L->gu, b->wgu, 2 * F, C}, {&L->down, b->wdown, C, F},
               {eh, sm->mtp.w.mtp[k].eh_proj, C, 2 * C}};
-  for (int i = 0; i < 5; i++) {
-    ct_panel_pack(m[i].src, m[i].rows, m[i].cols, *at);
-    *m[i].dst = (ct_linear){.rows = m[i].rows, .cols = m[i].cols, .p32 = *at};
-    *at += (long)m[i].rows * m[i].cols;
-  }
+  for (int i = 0; i < 5; i++) pack_matrix(m[i].dst, m[i].src, m[i].rows, m[i].cols, mode, scratch, at);
   L->ln1 = b->ln1, L->ln2 = b->ln2, L->post_attn = b->post_attn, L->post_ff = b->post_ff;
   L->bqkv = b->bqkv, L->qnorm = b->qnorm, L->knorm = b->knorm;
   memset(dw, 0, sizeof *dw);
@@ -69,7 +104,7 @@ static void depth_weights(ct_infer_weights *dw, ct_infer_layer *L, ct_linear *eh
   dw->lm_head = sm->w->lm_head;
   dw->norm = sm->w->norm;
   dw->layers = L;
-  dw->packed = CT_PACK_F32;
+  dw->packed = mode;
 }
 
 int ct_spec_load(ct_spec_model *sm, const ct_infer_weights *w, const char *dir, const ct_engine_opts *o) {
@@ -87,18 +122,26 @@ int ct_spec_load(ct_spec_model *sm, const ct_infer_weights *w, const char *dir, 
     return rc;
   }
   long C = c.hidden_size, F = c.intermediate_size, Hd = (long)c.num_heads * c.head_dim;
-  long QKV = (long)(c.num_heads + 2 * c.num_kv_heads) * c.head_dim, per = QKV * C + C * Hd + 3 * F * C + 2 * C * C;
+  long QKV = (long)(c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
+  // the depths in the main model's format (an unpacked float32 model: fp32 panels)
+  int mode = w->int8 ? CT_PACK_INT8 : w->packed == CT_PACK_BF16 ? CT_PACK_BF16 : CT_PACK_F32;
+  long per = matrix_bytes(mode, QKV, C) + matrix_bytes(mode, C, Hd) + matrix_bytes(mode, 2 * F, C) +
+             matrix_bytes(mode, C, F) + matrix_bytes(mode, C, 2 * C);
   sm->dw = calloc(sm->D, sizeof *sm->dw);
   sm->eh = calloc(sm->D, sizeof *sm->eh);
   ct_infer_layer *layers = calloc(sm->D, sizeof *layers);
-  sm->panels = malloc(sizeof(float) * per * sm->D);
-  if (!sm->dw || !sm->eh || !layers || !sm->panels) {
+  sm->panels = aligned_alloc(64, (size_t)per * sm->D);
+  long widest = 2 * C > F ? 2 * C : F;  // (the widest matrix's columns)
+  int8_t *scratch = malloc((size_t)CT_PANEL * widest);
+  if (!sm->dw || !sm->eh || !layers || !sm->panels || !scratch) {
     free(layers);
+    free(scratch);
     ct_spec_free(sm);
     return ct_set_error(CT_ENOMEM, "speculative: out of memory");
   }
-  float *at = sm->panels;
-  for (int k = 0; k < sm->D; k++) depth_weights(&sm->dw[k], &layers[k], &sm->eh[k], sm, k, &at);
+  char *at = sm->panels;
+  for (int k = 0; k < sm->D; k++) depth_weights(&sm->dw[k], &layers[k], &sm->eh[k], sm, k, mode, scratch, &at);
+  free(scratch);
   sm->o = (ct_engine_opts){1, o->max_len, o->max_tokens > sm->D + 1 ? o->max_tokens : sm->D + 1};
   if (!(sm->de = calloc(sm->D, sizeof *sm->de))) rc = ct_set_error(CT_ENOMEM, "speculative: out of memory");
   if (!rc) rc = ct_engine_init(&sm->e, w, &sm->o);
