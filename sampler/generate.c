@@ -13,17 +13,10 @@ const char *const ct_finish_names[] = {"stop", "length", NULL};
 
 typedef struct {
   bool active;
-  int req, sample;
   int pos;        // cache position where `last` goes next
   int last;       // the newest token, not yet fed to the model
   ct_rng rng;
-  int n;          // tokens generated
-  int *ids;       // (max_len)
-  float *lps;     // (max_len)
-  int *seen;      // (max_len) prompt + completion, for the repetition penalty
-  int n_seen;
-  char *text;     // completion text so far (stop strings, results)
-  size_t tlen, tcap;
+  ct_gen_sample gs;  // ids (max_len), lps, seen, text
 } slot_t;
 
 typedef struct {
@@ -39,13 +32,16 @@ typedef struct {
   int *ids, *slot, *pos;  // one pass, (max_tokens)
 } gen_t;
 
+// ---------------------------------------------------------------------------
+// A sample's finishing step (shared with speculative.c)
+
 static bool is_stop_id(const ct_gen_request *r, int t) {
   for (int i = 0; i < r->n_stop_ids; i++)
     if (r->stop_ids[i] == t) return true;
   return false;
 }
 
-static int text_append(slot_t *s, const char *b, size_t n) {
+static int text_append(ct_gen_sample *s, const char *b, size_t n) {
   if (s->tlen + n + 1 > s->tcap) {
     size_t cap = s->tcap ? s->tcap : 256;
     while (cap < s->tlen + n + 1) cap *= 2;
@@ -62,7 +58,7 @@ static int text_append(slot_t *s, const char *b, size_t n) {
 
 // A stop string that now appears in the text, searched only where the new bytes could
 // complete one; truncates the text there and returns true.
-static bool hit_stop_string(const ct_gen_request *r, slot_t *s, size_t added) {
+static bool hit_stop_string(const ct_gen_request *r, ct_gen_sample *s, size_t added) {
   for (int i = 0; i < r->n_stop_strings; i++) {
     const char *ss = r->stop_strings[i];
     size_t m = strlen(ss);
@@ -78,35 +74,63 @@ static bool hit_stop_string(const ct_gen_request *r, slot_t *s, size_t added) {
   return false;
 }
 
-static int finish(gen_t *g, slot_t *s, int why) {
+// The result to cb->on_done; 1 (the sample ended) or an error.
+static int finish(const ct_gen_sample *s, const ct_tokenizer *tok, const ct_gen_callbacks *cb, int why) {
   const char *text = s->text ? s->text : "";
-  size_t lead = ct_tokenizer_decode_lead(g->tok, text, s->tlen);  // as a decode of the ids
+  size_t lead = ct_tokenizer_decode_lead(tok, text, s->tlen);  // as a decode of the ids
   ct_gen_result res = {s->req, s->sample, s->ids, s->lps, s->n, why, text + lead, s->tlen - lead};
-  s->active = false;
-  int rc = g->cb->on_done(g->cb->ctx, &res);
+  int rc = cb->on_done(cb->ctx, &res);
   if (rc < 0) return rc;  // the callback's own error and message
-  return rc ? ct_set_error(CT_EINVAL, "generate: stopped by the caller") : 0;
+  return rc ? ct_set_error(CT_EINVAL, "generate: stopped by the caller") : 1;
 }
 
-// Chooses the next token of slot s from logits and decides whether the sample is done.
-static int choose(gen_t *g, slot_t *s, const float *logits) {
-  const ct_gen_request *r = &g->reqs[s->req];
-  float lp;
-  int t = ct_sample_token(&r->sp, logits, g->V, s->seen, s->n_seen, &s->rng, &g->ws, &lp);
-  if (t < 0) return t;
+void ct_gen_sample_start(ct_gen_sample *s, const ct_gen_request *r, int req, int sample) {
+  s->req = req;
+  s->sample = sample;
+  s->n = 0;
+  s->tlen = 0;
+  if (s->text) s->text[0] = 0;
+  int ns = r->prompt_len < s->cap ? r->prompt_len : s->cap;
+  memcpy(s->seen, r->prompt + r->prompt_len - ns, sizeof(int) * ns);
+  s->n_seen = ns;
+}
+
+int ct_gen_sample_add(ct_gen_sample *s, const ct_gen_request *r, const ct_tokenizer *tok,
+                      const ct_gen_callbacks *cb, int t, float lp, bool full) {
   s->ids[s->n] = t;
   s->lps[s->n] = lp;
   s->n++;
-  if (s->n_seen < g->o.max_len) s->seen[s->n_seen++] = t;
-  if (g->cb->on_token) g->cb->on_token(g->cb->ctx, s->req, s->sample, t);
-  if (is_stop_id(r, t)) return finish(g, s, CT_FINISH_STOP);
+  if (s->n_seen < s->cap) s->seen[s->n_seen++] = t;
+  if (cb->on_token) cb->on_token(cb->ctx, s->req, s->sample, t);
+  if (is_stop_id(r, t)) return finish(s, tok, cb, CT_FINISH_STOP);
   size_t len;
-  const char *b = ct_tokenizer_token_bytes(g->tok, t, &len);
+  const char *b = ct_tokenizer_token_bytes(tok, t, &len);
   int rc = text_append(s, b ? b : "", b ? len : 0);
   if (rc) return rc;
-  if (hit_stop_string(r, s, len)) return finish(g, s, CT_FINISH_STOP);
+  if (hit_stop_string(r, s, len)) return finish(s, tok, cb, CT_FINISH_STOP);
+  if (s->n >= r->max_new_tokens || full) return finish(s, tok, cb, CT_FINISH_LENGTH);
+  return 0;
+}
+
+void ct_gen_sample_free(ct_gen_sample *s) {
+  free(s->text);
+  s->text = NULL;
+  s->tlen = s->tcap = 0;
+}
+
+// ---------------------------------------------------------------------------
+// Continuous batching
+
+// Chooses the next token of slot s from logits and decides whether the sample is done.
+static int choose(gen_t *g, slot_t *s, const float *logits) {
+  const ct_gen_request *r = &g->reqs[s->gs.req];
+  float lp;
+  int t = ct_sample_token(&r->sp, logits, g->V, s->gs.seen, s->gs.n_seen, &s->rng, &g->ws, &lp);
+  if (t < 0) return t;
+  int rc = ct_gen_sample_add(&s->gs, r, g->tok, g->cb, t, lp, s->pos >= g->o.max_len);
+  if (rc < 0) return rc;
+  s->active = rc == 0;
   s->last = t;
-  if (s->n >= r->max_new_tokens || s->pos >= g->o.max_len) return finish(g, s, CT_FINISH_LENGTH);
   return 0;
 }
 
@@ -124,16 +148,9 @@ static int start_group(gen_t *g, const group_t *grp, const float *logits) {
     if (rc) return rc;
     slot_t *s = &g->slots[grp->slots[k]];
     s->active = true;
-    s->req = grp->req;
-    s->sample = grp->first_sample + k;
     s->pos = r->prompt_len;
-    s->n = 0;
-    s->tlen = 0;
-    if (s->text) s->text[0] = 0;
-    int ns = r->prompt_len < g->o.max_len ? r->prompt_len : g->o.max_len;
-    memcpy(s->seen, r->prompt + r->prompt_len - ns, sizeof(int) * ns);
-    s->n_seen = ns;
-    ct_sample_rng(&s->rng, r->seed, s->sample);
+    ct_gen_sample_start(&s->gs, r, grp->req, grp->first_sample + k);
+    ct_sample_rng(&s->rng, r->seed, s->gs.sample);
     if ((rc = choose(g, s, logits))) return rc;
   }
   return 0;
@@ -189,10 +206,11 @@ int ct_generate(ct_engine *e, const ct_tokenizer *tok, const ct_gen_request *req
   if (!g.slots || !g.logits || !g.ids || !g.slot || !g.pos || !freel || !outs || !groups)
     rc = ct_set_error(CT_ENOMEM, "generate: out of memory");
   for (int i = 0; !rc && i < S; i++) {
-    slot_t *s = &g.slots[i];
+    ct_gen_sample *s = &g.slots[i].gs;
     s->ids = malloc(sizeof(int) * g.o.max_len);
     s->lps = malloc(sizeof(float) * g.o.max_len);
     s->seen = malloc(sizeof(int) * g.o.max_len);
+    s->cap = g.o.max_len;
     if (!s->ids || !s->lps || !s->seen) rc = ct_set_error(CT_ENOMEM, "generate: out of memory");
   }
   if (!rc) rc = ct_sampler_ws_init(&g.ws, g.V);
@@ -259,10 +277,10 @@ int ct_generate(ct_engine *e, const ct_tokenizer *tok, const ct_gen_request *req
     }
   }
   for (int i = 0; g.slots && i < S; i++) {
-    free(g.slots[i].ids);
-    free(g.slots[i].lps);
-    free(g.slots[i].seen);
-    free(g.slots[i].text);
+    free(g.slots[i].gs.ids);
+    free(g.slots[i].gs.lps);
+    free(g.slots[i].gs.seen);
+    ct_gen_sample_free(&g.slots[i].gs);
   }
   free(g.slots);
   free(g.logits);
