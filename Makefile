@@ -46,7 +46,7 @@ deps:
 	@sh scripts/install-deps.sh
 
 test: deps
-	@sh scripts/install-deps.sh fuzz
+	@sh scripts/install-deps.sh test
 	@$(MAKE) --no-print-directory -j$(NPROC) all
 	@$(MAKE) --no-print-directory test-run
 

@@ -81,10 +81,9 @@ const char *const ct_advantage_estimator_names[] = {"group_norm", "rloo", "reinf
 const char *const ct_reward_failure_names[] = {"error", "nan", NULL};
 const char *const ct_reward_func_names[] = {"accuracy", "format", "length", "remote", NULL};
 // the frozen module's storages a reward model (with its score head) can use: CT_STORE_F32, _BF16
-const char *const ct_reward_model_dtype_names[] = {"float32", "bfloat16", NULL};
 const char *const ct_lora_module_names[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                             "down_proj", "all-linear", NULL};
-const char *const ct_lora_save_names[] = {"embed_tokens", "lm_head", NULL};
+const char *const ct_lora_save_names[] = {"embed_tokens", "lm_head", "score", "classifier", NULL};
 #define NAMES_MATCH(names, count) \
   _Static_assert(sizeof(names) / sizeof(names[0]) == (count) + 1, #names " must name every value of its enum")
 NAMES_MATCH(ct_save_dtype_names, CT_DTYPE_COUNT);
@@ -289,7 +288,8 @@ static const key_def KEYS[] = {
     {"use_rslora", K_BOOL, ALL, OFF(use_rslora), "false", .comment = "Rank-stabilized scale alpha / sqrt(r)."},
     {"lora_modules_to_save", K_STR_LIST, ALL, OFF(lora_modules_to_save), "", .choices = ct_lora_save_names,
      .comment = "Modules trained in full and saved with the adapter: embed_tokens, lm_head (models "
-                "with untied embeddings)."},
+                "with untied embeddings); score or classifier (PEFT's SEQ_CLS names: bin/reward's head, "
+                "which it saves so anyway)."},
     {"adapter_path", K_STR, ALL | SAMPLER, OFF(adapter_path), "",
      .comment = "A PEFT LoRA adapter directory: training continues it (its adapter_config.json "
                 "decides r, alpha and targets); bin/sampler serves base + adapter."},
@@ -383,9 +383,9 @@ static const key_def KEYS[] = {
      .comment = "Reward functions, summed with reward_weights: accuracy, format, length, remote, or "
                 "the directory of a sequence-classification reward model (e.g. one bin/reward "
                 "trained), run in-process; its metrics are named after the directory's last part."},
-    {"reward_model_dtype", K_ENUM, GRPO, OFF(reward_model_dtype), "float32", .choices = ct_reward_model_dtype_names,
-     .comment = "How reward models in reward_funcs store their weights: float32, or bfloat16 (half the "
-                "memory, widened a layer at a time)."},
+    {"reward_model_dtype", K_ENUM, GRPO, OFF(reward_model_dtype), "float32", .choices = ct_store_names,
+     .comment = "How reward models in reward_funcs store their weights: float32, bfloat16 (half the "
+                "memory, widened a layer at a time) or int8 (a quarter: the sampler's engine, as ref_dtype)."},
     {"reward_weights", K_FLOAT_LIST, GRPO, OFF(reward_weights), "[]", ANY,
      .comment = "Weight of each reward function (negative: a penalty). Empty = 1 each."},
     {"answer_field", K_STR, GRPO, OFF(answer_field), "answer",

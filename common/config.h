@@ -60,7 +60,6 @@ extern const char *const ct_reward_failure_names[];
 // The built-in reward functions (grpo/reward.c implements them).
 enum { CT_REWARD_ACCURACY, CT_REWARD_FORMAT, CT_REWARD_LENGTH, CT_REWARD_REMOTE, CT_REWARD_COUNT };
 extern const char *const ct_reward_func_names[];
-extern const char *const ct_reward_model_dtype_names[];  // float32, bfloat16 (CT_STORE_F32, _BF16)
 // lora_target_modules items (lora.h's names, and all-linear), lora_modules_to_save items.
 extern const char *const ct_lora_module_names[];
 extern const char *const ct_lora_save_names[];

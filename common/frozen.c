@@ -97,8 +97,15 @@ static int acts_again(ct_frozen *f, int T) {
 
 int ct_frozen_reserve(ct_frozen *f, int T) {
   if (T <= f->T) return 0;
-  if (f->view || f->dtype == CT_STORE_INT8)
-    return ct_set_error(CT_EINVAL, "frozen model: cannot grow a view's or an int8 model's buffers");
+  if (f->view) return ct_set_error(CT_EINVAL, "frozen model: cannot grow a view's buffers");
+  if (f->dtype == CT_STORE_INT8) {  // a new engine for rows of T; the int8 weights stay
+    ct_engine_free(f->engine);
+    f->engine = NULL;
+    ct_free_all(f->slot, f->pos, f->outs);
+    f->slot = f->pos = f->outs = NULL;
+    f->T = T;
+    return engine_init(f);
+  }
   int rc = ct_model_rope_reserve(&f->model, T);
   if (rc) return rc;
   if ((rc = acts_again(f, T))) return rc;

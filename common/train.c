@@ -199,19 +199,21 @@ static int check_dir(const ct_config *c, const char *key, const char *dir) {
   return 0;
 }
 
-// dir's tokenizer; a big tokenizer.json (one with tens of thousands of added tokens takes
-// seconds) is announced first, and a slow read says how long it took.
-static int load_tokenizer_dir(ct_train *tr, const char *dir) {
+int ct_tokenizer_load_said(ct_log *log, ct_tokenizer **tok, const char *dir) {
+  ct_log stderr_log = {.active = ct_dist_rank() == 0};
+  if (!log) log = &stderr_log;
   char p[CT_PATH_MAX];
   struct stat st;
   double t0 = ct_now();
-  if (!ct_path_join(p, sizeof p, dir, "tokenizer.json") && stat(p, &st) == 0 && st.st_size >= (8 << 20))
-    ct_log_info(&tr->log, "reading the tokenizer: %s (%.1f MB)", p, st.st_size / 1e6);
-  int rc = ct_tokenizer_load(&tr->tok, dir);
+  if (!ct_path_join(p, sizeof p, dir, "tokenizer.json") && stat(p, &st) == 0 && st.st_size >= (2 << 20))
+    ct_log_info(log, "reading the tokenizer: %s (%.1f MB)", p, st.st_size / 1e6);
+  int rc = ct_tokenizer_load(tok, dir);
   if (!rc && ct_now() - t0 >= 1.0)
-    ct_log_info(&tr->log, "tokenizer: %d tokens, read in %.1f s", ct_tokenizer_vocab_size(tr->tok), ct_now() - t0);
+    ct_log_info(log, "tokenizer: %d tokens, read in %.1f s", ct_tokenizer_vocab_size(*tok), ct_now() - t0);
   return rc;
 }
+
+static int load_tokenizer_dir(ct_train *tr, const char *dir) { return ct_tokenizer_load_said(&tr->log, &tr->tok, dir); }
 
 static int load_tokenizer_files(ct_train *tr) {
   const ct_config *c = tr->cfg;
@@ -754,6 +756,9 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   if (dir[0]) rc = ct_model_load_weights(m, m->params, dir);
   else ct_model_init_random(m, (uint64_t)cfg->seed, (float)cfg->model.initializer_range);
   if (!rc && dir[0] && m->cfg.mtp_layers) rc = mtp_weights(tr, dir);
+  if (!rc && dir[0] && !m->cfg.mtp_layers && file_exists(dir, "mtp.safetensors"))
+    ct_log_info(&tr->log, "%s has multi-token prediction depths (mtp.safetensors); mtp_num_layers is 0, so "
+                "they are neither trained nor saved", dir);
   if (rc) return rc;
   if (dir[0])
     ct_log_info(&tr->log, "weights read from %s in %.2f s", dir, ct_now() - t0);
@@ -1438,6 +1443,12 @@ static int check_common_keys(const ct_config *c) {
                                                                        : NULL;
   if (key)
     return ct_set_error(CT_ECONFIG, "%s: key '%s' needs use_peft: true", ct_config_origin(c, key), key);
+  for (int i = 0; i < c->lora_modules_to_save.n && c->trainer != CT_TRAINER_REWARD; i++) {
+    const char *nm = c->lora_modules_to_save.v[i];
+    if (!strcmp(nm, "score") || !strcmp(nm, "classifier"))
+      return ct_set_error(CT_ECONFIG, "%s: key 'lora_modules_to_save': '%s' is a sequence classifier's head; "
+                          "only bin/reward trains one", ct_config_origin(c, "lora_modules_to_save"), nm);
+  }
   // (base.yml sets every key: a value other than the default is what the user asked for)
   const char *outer = c->diloco_outer_lr != 0.7        ? "diloco_outer_lr"
                       : c->diloco_outer_momentum != 0.9 ? "diloco_outer_momentum"

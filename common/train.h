@@ -113,6 +113,10 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry);
 int ct_train_attach(const ct_train *tr, ct_acts *a);
 // Bytes of a policy's activations in `mode` for B x T tokens (+ the adapters' work space).
 double ct_train_acts_bytes(const ct_train *tr, int B, int T, int mode);
+// Loads dir's tokenizer.json, saying so for a big file (2 MB and up, as every real model's
+// is: one with tens of thousands of added tokens takes seconds) and, for a read of 1 s or
+// more, how long it took. log NULL: the messages go to stderr from rank 0.
+int ct_tokenizer_load_said(ct_log *log, ct_tokenizer **tok, const char *dir);
 // Adds a training metrics line's common fields to j: epoch, learning_rate, grad_norm,
 // num_tokens, tokens_per_s.
 void ct_train_log_fields(const ct_train *tr, json_t *j, double lr, double grad_norm, double tokens_per_s);

@@ -192,7 +192,7 @@ static void load_topk(const ct_config *cfg, const ct_dataset *ds, topk_t *tk) {
 
 static void check_vocabularies(const ct_config *cfg, const ct_tokenizer *student) {
   ct_tokenizer *tt;
-  if (ct_tokenizer_load(&tt, cfg->teacher_path))
+  if (ct_tokenizer_load_said(NULL, &tt, cfg->teacher_path))
     fail(1, (ct_wrap_error(CT_EIO, "%s: key 'teacher_path'", ct_config_origin(cfg, "teacher_path")), NULL));
   int V = ct_tokenizer_vocab_size(student);
   if (ct_tokenizer_vocab_size(tt) != V)

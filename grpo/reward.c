@@ -259,6 +259,10 @@ static int init_remote(ct_reward *r, const ct_reward_opts *o) {
   // libcurl's defaults, said out loud: an https server must prove it is the host named
   bad |= curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L) != CURLE_OK;
   bad |= curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L) != CURLE_OK;
+  // a private CA (a reward server inside a company network): CURL_CA_BUNDLE names the
+  // certificates to trust instead of the system's, as it does for curl and Python requests
+  const char *ca = getenv("CURL_CA_BUNDLE");
+  if (ca && ca[0]) bad |= curl_easy_setopt(c, CURLOPT_CAINFO, ca) != CURLE_OK;
 #if LIBCURL_VERSION_NUM >= 0x075500
   bad |= curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK;
 #else

@@ -4,9 +4,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <string.h>
+
 #include "lora.h"
 #include "matmul.h"
 #include "pool.h"
+#include "thin.h"
 
 // ---------------------------------------------------------------------------
 // Work space: one allocation (a->lora_mem), carved here for capacity Nc = a->B · a->T.
@@ -14,6 +17,7 @@
 typedef struct {
   float *x;        // (Nc, max in) the dropped-out input; in backward, then s·v·A before masking
   float *u, *v;    // (Nc, r)
+  float *t;        // (max in, r) A transposed for the thin kernels, then dA's sums (thin.h)
   uint32_t *bits;  // the training forward's dropout masks, a bit per input element: per layer
                    // and target, Nc rows of ceil(in / 32) words; backward reads them back
 } work;
@@ -49,10 +53,11 @@ static long carve(const ct_lora_config *lc, const ct_model_config *c, long Nc, i
     w->x = p;
     w->u = w->x + Nc * mx;
     w->v = w->u + Nc * r;
-    w->bits = (uint32_t *)(w->v + Nc * r);
+    w->t = w->v + Nc * r;
+    w->bits = (uint32_t *)(w->t + mx * r);
   }
   long bits = lc->dropout > 0 && mode != CT_ACTS_FORWARD ? bits_before(lc, c, Nc, c->num_layers, 0) : 0;
-  return Nc * mx + 2 * Nc * r + bits;
+  return Nc * mx + 2 * Nc * r + mx * r + bits;
 }
 
 long ct_adapter_work_floats(const ct_lora_config *lc, const ct_model_config *c, long N, int mode) {
@@ -189,6 +194,43 @@ static const float *masked_input(rows_job *j, const work *w, int *ld) {
   return w->x;
 }
 
+// ---------------------------------------------------------------------------
+// The products. At rank 16 those whose other side is a whole activation matrix run on
+// thin.h's kernels (no packing copy of that matrix); other ranks on ct_sgemm.
+
+// u (N, r) = xd · Aᵀ
+static void times_at(const ct_lora_ab *ab, int r, int in, const float *xd, int ld, const work *w, long N) {
+  if (r != CT_THIN_R) {
+    ct_sgemm('N', 'T', (int)N, r, in, 1, xd, ld, ab->A, in, 0, w->u, r);
+    return;
+  }
+  for (int j = 0; j < r; j++)
+    for (int k = 0; k < in; k++) w->t[(long)k * r + j] = ab->A[(long)j * in + k];
+  ct_thin_out((int)N, in, 1, xd, ld, w->t, w->u);
+}
+
+// v (N, r) = dy · B
+static void times_b(const ct_lora_ab *ab, int r, int out, const float *dy, int ldy, const work *w, long N) {
+  if (r == CT_THIN_R) ct_thin_out((int)N, out, 1, dy, ldy, ab->B, w->v);
+  else ct_sgemm('N', 'N', (int)N, r, out, 1, dy, ldy, ab->B, r, 0, w->v, r);
+}
+
+// dB += s·dyᵀ·u, dA += s·vᵀ·xd
+static void weight_grads(const ct_lora_ab *gab, int r, int in, int out, float s, const float *dy, int ldy,
+                         const float *xd, int ld, const work *w, long N) {
+  int n = (int)N;
+  if (r != CT_THIN_R) {
+    ct_sgemm('T', 'N', out, r, n, s, dy, ldy, w->u, r, 1, gab->B, r);
+    ct_sgemm('T', 'N', r, in, n, s, w->v, r, xd, ld, 1, gab->A, in);
+    return;
+  }
+  ct_thin_grad(n, out, s, dy, ldy, w->u, gab->B);
+  memset(w->t, 0, sizeof(float) * in * r);  // (in, r): dA transposed
+  ct_thin_grad(n, in, s, xd, ld, w->v, w->t);
+  for (int j = 0; j < r; j++)
+    for (int k = 0; k < in; k++) gab->A[(long)j * in + k] += w->t[(long)k * r + j];
+}
+
 void ct_adapter_forward(const ct_acts *a, int l, int t, const float *x, int ldx, float *y, int ldy, long N) {
   const ct_lora *lo = a->lora;
   if (!lo || !lo->w[l][t].A) return;
@@ -198,7 +240,7 @@ void ct_adapter_forward(const ct_acts *a, int l, int t, const float *x, int ldx,
   work w = work_of(a);
   rows_job j = {dropout_of(a, l, t), x, ldx, in, 0, N, NULL, NULL, 0, mask_bits(a, &w, l, t), true};
   const float *xd = masked_input(&j, &w, &ld);
-  ct_sgemm('N', 'T', (int)N, r, in, 1, xd, ld, ab->A, in, 0, w.u, r);                   // u (N, r)
+  times_at(ab, r, in, xd, ld, &w, N);                                                   // u (N, r)
   ct_sgemm('N', 'T', (int)N, out, r, lo->scale, w.u, r, ab->B, r, 1, y + row0, ldy);  // y += s·u·Bᵀ
 }
 
@@ -214,12 +256,9 @@ void ct_adapter_backward(const ct_acts *a, int l, int t, const float *x, int ldx
   rows_job j = {dropout_of(a, l, t), x, ldx, in, 0, N, NULL, NULL, 0, mask_bits(a, &w, l, t), false};
   const float *xd = masked_input(&j, &w, &ld);
   dy += row0;
-  ct_sgemm('N', 'T', n, r, in, 1, xd, ld, ab->A, in, 0, w.u, r);   // u (N, r)
-  ct_sgemm('N', 'N', n, r, out, 1, dy, ldy, ab->B, r, 0, w.v, r);  // v = dy·B (N, r)
-  if (gab) {
-    ct_sgemm('T', 'N', out, r, n, lo->scale, dy, ldy, w.u, r, 1, gab->B, r);  // dB += s·dyᵀ·u
-    ct_sgemm('T', 'N', r, in, n, lo->scale, w.v, r, xd, ld, 1, gab->A, in);   // dA += s·vᵀ·xd
-  }
+  times_at(ab, r, in, xd, ld, &w, N);   // u (N, r)
+  times_b(ab, r, out, dy, ldy, &w, N);  // v = dy·B (N, r)
+  if (gab) weight_grads(gab, r, in, out, lo->scale, dy, ldy, xd, ld, &w, N);
   if (!j.d.on) {
     ct_sgemm('N', 'N', n, in, r, lo->scale, w.v, r, ab->A, in, 1, dx, lddx);  // dx += s·v·A
     return;

@@ -227,6 +227,8 @@ int ct_mtp_step(ct_mtp *t, const ct_model *m, ct_acts *a, ct_head *h, const int 
   for (int k = 1; k <= t->D; k++) {
     int s = t->train ? k - 1 : 0;
     depth_input(t, m, a, k, s, hprev, B, T);
+    // QK-Clip's maxima (qkclip.h): depth k's block is row L + k - 1, after the decoder's
+    t->acts[s].qk_max = a->qk_max ? a->qk_max + (long)(c->num_layers + k - 1) * c->num_heads : NULL;
     ct_layer_forward(m, kind, &m->w.mtp[k - 1].block, &t->acts[s], B, T);
     int rc = depth_head(t, m, h, target, k, s, B, T, g, st);
     if (rc) return rc;

@@ -70,8 +70,10 @@ const char *const ct_optimizer_names[] = {"adamw", "muon", NULL};
 _Static_assert(sizeof ct_optimizer_names / sizeof *ct_optimizer_names == CT_OPT_COUNT + 1,
                "ct_optimizer_names must name every CT_OPT_* value");
 
+// The hidden matrices: the decoder layers' and the multi-token prediction depths' (their
+// blocks and eh_proj, the 2C -> C projection), never the embeddings or the head.
 bool ct_muon_takes(const ct_tensor_info *ti) {
-  return ti->ndim == 2 && !strncmp(ti->name, "model.layers.", 13);
+  return ti->ndim == 2 && (!strncmp(ti->name, "model.layers.", 13) || !strncmp(ti->name, "mtp.layers.", 11));
 }
 
 int ct_muon_count(const ct_layout *m) {

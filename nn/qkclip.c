@@ -10,7 +10,7 @@
 #include "error.h"
 
 int ct_qkclip_init(ct_qkclip *q, const ct_model_config *c, float tau) {
-  *q = (ct_qkclip){.tau = tau, .L = c->num_layers, .H = c->num_heads, .KV = c->num_kv_heads};
+  *q = (ct_qkclip){.tau = tau, .L = c->num_layers + c->mtp_layers, .H = c->num_heads, .KV = c->num_kv_heads};
   if (!(tau > 0) || !isfinite(tau)) return ct_set_error(CT_EINVAL, "qk_clip: threshold %g is not a number > 0", tau);
   if (!(q->max = malloc(sizeof(float) * (size_t)q->L * q->H))) return ct_set_error(CT_ENOMEM, "qk_clip: out of memory");
   ct_qkclip_reset(q);
@@ -50,10 +50,16 @@ static float eta(const ct_qkclip *q, int l, int h) {
   return s > q->tau ? q->tau / s : 1.0f;
 }
 
+// Block l's weights: a decoder layer, or past them a multi-token prediction depth's block.
+static ct_layer_weights *block(ct_model *m, int l) {
+  int L = m->cfg.num_layers;
+  return l < L ? &m->w.layers[l] : &m->w.mtp[l - L].block;
+}
+
 // Layer l without q/k norms: k_g by sqrt(min η of its group), q_h by η_h / that.
 static void clip_projections(const ct_qkclip *q, ct_model *m, int l) {
   const ct_model_config *c = &m->cfg;
-  ct_layer_weights *w = &m->w.layers[l];
+  ct_layer_weights *w = block(m, l);
   long hd = c->head_dim, C = c->hidden_size;
   int rep = q->H / q->KV;
   for (int g = 0; g < q->KV; g++) {
@@ -74,7 +80,7 @@ static void clip_projections(const ct_qkclip *q, ct_model *m, int l) {
 
 // Layer l with q/k norms: the shared norm weights by sqrt(min η of the layer) each.
 static void clip_norms(const ct_qkclip *q, ct_model *m, int l) {
-  ct_layer_weights *w = &m->w.layers[l];
+  ct_layer_weights *w = block(m, l);
   float lo = 1;
   for (int h = 0; h < q->H; h++) lo = fminf(lo, eta(q, l, h));
   if (lo == 1) return;

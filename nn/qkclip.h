@@ -21,12 +21,15 @@
 // then impossible; the layer is scaled as a whole by η_l = min over its heads of η_h
 // (sqrt(η_l) on g_q and g_k): its hottest head lands exactly on τ and the other heads'
 // logits shrink by the same factor (they stay below τ, but they do change).
+//
+// Multi-token prediction depths (mtp.h) are decoder blocks too: rows L .. L + D - 1 of the
+// maxima are theirs, recorded by ct_mtp_step and clipped the same way.
 #pragma once
 #include "model.h"
 
 typedef struct {
   float tau;    // the threshold τ (> 0)
-  int L, H, KV;
+  int L, H, KV;  // L: the decoder layers, then the multi-token prediction depths' blocks
   float *max;   // (L, H) the largest logit each head produced in this step's forwards;
                 // -inf before any forward of the step
 } ct_qkclip;

@@ -20,6 +20,7 @@
 #include "mem.h"
 #include "reward/score.h"
 #include "safetensors.h"
+#include "train.h"
 
 static const char *last_part(const char *dir, char *buf, size_t n) {
   size_t len = strlen(dir);
@@ -122,7 +123,7 @@ static int load_tokenizer(const rm_dirs *d, ct_tokenizer **tok) {
   const char *dir = ct_lora_tokenizer_dir(d->adapter, d->base);
   if (!has_file(dir, "tokenizer.json"))
     return ct_set_error(CT_ECONFIG, "reward model %s: its tokenizer cannot be loaded: no tokenizer.json", dir);
-  if (ct_tokenizer_load(tok, dir))
+  if (ct_tokenizer_load_said(NULL, tok, dir))
     return ct_wrap_error(CT_ECONFIG, "reward model %s: its tokenizer cannot be loaded", dir);
   return 0;
 }

@@ -10,7 +10,8 @@
 #   3. GRPO from the SFT         reward per step, accuracy before / after; then a short
 #                                run scored by the bundled remote reward server
 #   4. distillation              teacher / distilled student / undistilled student
-#   then each run's curves as a page: bin/ctune-report DIR -> DIR/report.html
+#   then the four runs' curves on one page: demo-out/report.html (and, when chromium is
+#   installed, a screenshot of it: demo-out/report.png)
 # Accuracy = exact answers on 500 held-out words: greedy, and sampled at temperature 1.
 # Every figure in the results table is measured by this run; the last line is its
 # wall-clock time.
@@ -81,6 +82,11 @@ row "4. distilled student, $(steps "$out/distill") steps" "$(pct "$kd_g")   (tea
 echo "     (half the layers and half the width: $(params "$out/student-sft.log") parameters; the teacher $(params "$out/init.log"))"
 row "   the same student without a teacher" "$(pct "$und_g")"
 echo "models (Hugging Face format) and metrics.jsonl in $out/{sft,dpo,grpo,distill}"
-for r in sft dpo grpo distill; do "$BIN/ctune-report" "$out/$r" >/dev/null; done
-echo "training curves (one HTML page per run, no script): $out/{sft,dpo,grpo,distill}/report.html"
+"$BIN/ctune-report" "$out/sft" "$out/dpo" "$out/grpo" "$out/distill" out="$out/report.html" >/dev/null
+echo "training curves of the four runs (one HTML page, no script): $out/report.html"
+if command -v chromium >/dev/null; then  # optional: a picture of the page
+  timeout 60 chromium --headless --no-sandbox --disable-gpu --user-data-dir="$out/.chromium" --window-size=1200,3000 \
+    --screenshot="$out/report.png" "file://$(pwd)/$out/report.html" >/dev/null 2>&1 && echo "a screenshot of it: $out/report.png"
+  rm -rf "$out/.chromium"
+fi
 echo "demo time: $(( $(date +%s) - start )) s wall clock"

@@ -51,6 +51,8 @@ acc2=$(grep eval_mtp_acceptance_rate "$T/reload/metrics.jsonl" | head -1 | field
   >"$T/off.log" 2>&1 || { cat "$T/off.log"; fail "reloading with MTP off"; }
 ! grep -q mtp "$T/off/metrics.jsonl" || fail "MTP metrics with mtp_num_layers 0"
 [ ! -e "$T/off/mtp.safetensors" ] || fail "mtp.safetensors written with mtp_num_layers 0"
+grep -q "has multi-token prediction depths (mtp.safetensors); mtp_num_layers is 0, so they are neither trained nor saved" \
+  "$T/off.log" || { cat "$T/off.log"; fail "depths dropped without a word"; }
 # a plain model (no mtp.safetensors) gets new depths, seeded
 "$BIN/sft" "$T/tiny.yml" model_path="$T/off" output_dir="$T/fresh" max_steps=1 mtp_num_layers=1 \
   >"$T/fresh.log" 2>&1 || { cat "$T/fresh.log"; fail "adding MTP to a plain model"; }

@@ -132,5 +132,7 @@ if command -v chromium >/dev/null; then
     --screenshot="$T/sft.png" "file://$T/sft.html" >"$T/chromium.log" 2>&1 || true
   [ "$(head -c 4 "$T/sft.png" 2>/dev/null | tail -c 3)" = PNG ] && [ "$(wc -c <"$T/sft.png")" -gt 20000 ] \
     || { cat "$T/chromium.log"; fail "chromium did not draw the page"; }
+else
+  echo "SKIP: chromium is not installed, the page was not drawn (scripts/install-deps.sh test installs it)"
 fi
 echo "report: all checks passed"

@@ -137,7 +137,7 @@ done
 cmp "$T/ls1.jsonl" "$T/ls2.jsonl" || fail "the two ways of naming the adapter score differently"
 
 echo "== use_peft: resume is bit-identical; an adapter continues with its own head"
-largs="$common use_peft=true learning_rate=2e-3 max_steps=6 save_steps=3 logging_steps=1"
+largs="$common use_peft=true lora_modules_to_save=score learning_rate=2e-3 max_steps=6 save_steps=3 logging_steps=1"
 "$R" $largs output_dir="$T/ls1" >"$T/ls1.log" 2>&1 || { cat "$T/ls1.log"; fail "LoRA straight run"; }
 stop_and_resume "$T/ls2" "$R" $largs
 cmp "$T/ls1/adapter_model.safetensors" "$T/ls2/adapter_model.safetensors" || fail "adapters differ after resuming"
@@ -161,7 +161,7 @@ echo "== GRPO scores with a LoRA reward model named by its adapter directory"
 grep -q '"rewards/lora/mean"' "$T/gl/metrics.jsonl" || fail "metrics lack rewards/lora/mean"
 grep -q "reward model $T/lora (float32)" "$T/gl.log" || fail "the memory plan has no row for the LoRA reward model"
 
-echo "== reward_weights applies; bfloat16 storage scores the same rollouts within rounding"
+echo "== reward_weights applies; bfloat16 and int8 storage score the same rollouts within rounding"
 "$G" $gcommon output_dir="$T/gw" max_steps=1 reward_funcs="$T/rm,length" reward_weights=0.5,0 length_target=3 \
   >"$T/gw.log" 2>&1 || { cat "$T/gw.log"; fail "grpo weighted"; }
 rw=$(field reward <"$T/gw/metrics.jsonl" | head -1)
@@ -172,6 +172,12 @@ awk -v r="$rw" -v m="$rm_mean" 'BEGIN { d = r - 0.5 * m; if (d < 0) d = -d; exit
 b=$(field 'rewards\/rm\/mean' <"$T/gb/metrics.jsonl")
 echo "step-1 rewards/rm/mean: float32 $rm_mean, bfloat16 $b"
 awk -v a="$rm_mean" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 0.05 * (1 + (a < 0 ? -a : a))) }' || fail "bf16 rewards"
+"$G" $gcommon output_dir="$T/g8" max_steps=1 reward_funcs="$T/rm" reward_model_dtype=int8 >"$T/g8.log" 2>&1 \
+  || { cat "$T/g8.log"; fail "grpo int8 reward model"; }
+grep -q "reward model $T/rm (int8)" "$T/g8.log" || fail "the memory plan has no int8 row for the reward model"
+i8=$(field 'rewards\/rm\/mean' <"$T/g8/metrics.jsonl")
+echo "step-1 rewards/rm/mean: float32 $rm_mean, int8 $i8"
+awk -v a="$rm_mean" -v b="$i8" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 0.1 * (1 + (a < 0 ? -a : a))) }' || fail "int8 rewards"
 
 echo "== bad inputs fail before any work"
 mkdir -p "$T/bad2" "$T/nohead" "$T/notok"
@@ -191,11 +197,13 @@ for q in "$BIN/sampler generate model_path=$T/rm prompt=hi" "$BIN/ctune-ckpt ggu
 done
 expect 2 "'foo_proj' is not one of q_proj" "$R" $common output_dir="$T/x" use_peft=true lora_target_modules=foo_proj
 expect 2 "a reward model has no lm_head" "$R" $common output_dir="$T/x" use_peft=true lora_modules_to_save=lm_head
+expect 2 "'score' is a sequence classifier's head; only bin/reward trains one" "$BIN/sft" configs/sft.yml \
+  model_path="$T/sft" dataset_path="$T/sft.jsonl" output_dir="$T/x" use_peft=true lora_modules_to_save=score
 expect 1 "sequence classifier's head" "$BIN/sampler" generate model_path="$T/sft" adapter_path="$T/lora" prompt=hi
 expect 2 "num_vocab_tiling" "$R" $common output_dir="$T/x" num_vocab_tiling=4
 "$R" --help | grep -q "^usage: reward" || fail "reward --help"
 expect 2 "sequence-classification model" "$BIN/sft" configs/sft.yml model_path="$T/rm" dataset_path="$T/sft.jsonl" output_dir="$T/x"
-expect 2 "reward_model_dtype" "$G" $gcommon output_dir="$T/x" reward_funcs="$T/rm" reward_model_dtype=int8
+expect 2 "reward_model_dtype" "$G" $gcommon output_dir="$T/x" reward_funcs="$T/rm" reward_model_dtype=int4
 expect 1 "no usable preference pairs" "$R" $common output_dir="$T/x" max_length=8
 echo '{"prompt": "a", "chosen": "b", "rejected": "c", "margin": "big"}' >"$T/badm.jsonl"
 expect 1 "margin" "$R" $common output_dir="$T/x" dataset_path="$T/badm.jsonl"

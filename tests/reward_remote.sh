@@ -4,7 +4,8 @@
 # the run with a one-line error; the key is never in a log or in output_dir/config.yml;
 # an unset variable is a config error before any rollout; a reply with the wrong count,
 # a string or a non-finite reward is a clear error (or NaN with reward_failure=nan); an
-# https URL to a server without a trusted certificate fails with a TLS error.
+# https URL to a server without a trusted certificate fails with a TLS error, and one whose
+# certificate is trusted through CURL_CA_BUNDLE scores the run.
 . tests/lib/common.sh
 start_test reward_remote
 
@@ -110,6 +111,40 @@ if command -v openssl >/dev/null; then
   one_line "TLS certificate"
   secret_free "$T/expect.log"
   stop_server
+  # the same certificate trusted through CURL_CA_BUNDLE: a node https server that checks
+  # the key and scores every completion 1 answers, and the run trains on its rewards
+  cat >"$T/https.mjs" <<'EOF2'
+import https from "node:https";
+import fs from "node:fs";
+const [cert, key, portFile, keyEnv] = process.argv.slice(2);
+const server = https.createServer({ cert: fs.readFileSync(cert), key: fs.readFileSync(key) }, (req, res) => {
+  let body = "";
+  req.on("data", (d) => (body += d));
+  req.on("end", () => {
+    const ok = req.headers.authorization === `Bearer ${process.env[keyEnv]}`;
+    res.writeHead(ok ? 200 : 401, { "Content-Type": "application/json" });
+    res.end(ok ? JSON.stringify({ rewards: JSON.parse(body).query.map(() => 1) }) : "{}");
+    console.error(`POST ${req.url} ${ok ? 200 : 401}`);
+  });
+});
+server.listen(0, "127.0.0.1", () => fs.writeFileSync(portFile, `${server.address().port}\n`));
+EOF2
+  if command -v node >/dev/null; then
+    node "$T/https.mjs" "$T/cert.pem" "$T/key.pem" "$T/port" CT_REWARD_KEY 2>"$T/https.log" &
+    server=$!
+    i=0
+    while [ ! -s "$T/port" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+    port=$(head -1 "$T/port")
+    [ -n "$port" ] || { cat "$T/https.log"; fail "the node https server did not start"; }
+    CURL_CA_BUNDLE="$T/cert.pem" "$G" $common output_dir="$T/https" reward_url="https://127.0.0.1:$port/score" \
+      reward_api_key_env=CT_REWARD_KEY >"$T/https-run.log" 2>&1 || { cat "$T/https-run.log"; fail "https with a trusted certificate"; }
+    grep -q '"rewards/remote/mean":1[,}.]' "$T/https/metrics.jsonl" || { cat "$T/https/metrics.jsonl"; fail "the https server's rewards (all 1) are not in the metrics"; }
+    grep -q "POST /score 200" "$T/https.log" || { cat "$T/https.log"; fail "the https server saw no accepted request"; }
+    secret_free "$T/https-run.log" "$T/https/config.yml" "$T/https/metrics.jsonl"
+    stop_server
+  else
+    echo "(no node: the trusted https case is skipped)"
+  fi
 else
   echo "(no openssl command: the self-signed certificate case is skipped)"
 fi

@@ -162,6 +162,16 @@ static void test_muon_takes_the_decoder_matrices_only(void) {
   CHECK(!ct_muon_takes(ct_model_find_tensor(&m, "lm_head.weight")));
   CHECK(!ct_muon_takes(ct_model_find_tensor(&m, "model.layers.0.self_attn.q_proj.bias")));
   ct_model_free(&m);
+  // multi-token prediction: each depth's block matrices and its eh_proj are hidden matrices
+  ct_model_config c = tiny_config("qwen3");
+  c.mtp_layers = 2;
+  if (ct_model_init(&m, &c, 64)) exit(1);
+  L = ct_model_tensors(&m);
+  CHECK(ct_muon_count(&L) == 7 * c.num_layers + 8 * c.mtp_layers);
+  CHECK(ct_muon_takes(ct_model_find_tensor(&m, "mtp.layers.1.eh_proj.weight")));
+  CHECK(ct_muon_takes(ct_model_find_tensor(&m, "mtp.layers.0.mlp.down_proj.weight")));
+  CHECK(!ct_muon_takes(ct_model_find_tensor(&m, "mtp.layers.0.enorm.weight")));
+  ct_model_free(&m);
 }
 
 // Two Muon steps (grad_scale 0.5, weight decay 0.1, μ 0.9) on every matrix of a qwen2 tiny

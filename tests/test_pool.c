@@ -1,7 +1,10 @@
 // pool: every item runs exactly once, on a thread index below ct_pool_threads(), also
-// for a job published right after the workers are (re)started.
+// for a job published right after the workers are (re)started, and for short jobs back
+// to back while workers are late (a worker that wakes after the caller has done every
+// item must not run anything of the next job twice or read its fields half-written).
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "pool.h"
 #include "test.h"
@@ -47,6 +50,54 @@ static void test_job_right_after_restart_completes(void) {
   CHECK(ct_pool_threads() == 1);
 }
 
+// Short jobs back to back: items write plain ints (the caller must see them after the
+// loop returns) and workers are slowed now and then, so they join late, join the next
+// job instead of the one they woke for, or find the gate closed.
+typedef struct {
+  int out[16];
+  int job;
+  atomic_int worker_items;
+} short_job_t;
+
+static double now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+}
+
+// The caller's items take ~10 us so that workers get to join; a worker's item
+// sometimes sleeps 20 us so that the caller has to wait for it.
+static void short_task(void *ctx, int i, int thread) {
+  short_job_t *j = ctx;
+  if (thread == 0) {
+    double t0 = now_us();
+    while (now_us() - t0 < 10) {
+    }
+  } else {
+    atomic_fetch_add(&j->worker_items, 1);
+    if ((j->job + i) % 7 == 0) nanosleep(&(struct timespec){0, 20000}, NULL);
+  }
+  j->out[i] += j->job + 1;
+}
+
+static void test_short_jobs_back_to_back_with_late_workers(void) {
+  static short_job_t j;
+  for (int n = 2; n <= 3; n++) {
+    CHECK_OK(ct_pool_init(n));
+    memset(&j, 0, sizeof j);
+    int ref[16] = {0}, wrong = 0;  // what a serial loop would hold
+    for (j.job = 0; j.job < 10000; j.job++) {
+      int items = 1 + j.job % 5;
+      ct_parallel_for(items, short_task, &j);
+      for (int i = 0; i < items; i++) ref[i] += j.job + 1;
+      for (int i = 0; i < 16; i++) wrong += j.out[i] != ref[i];
+    }
+    CHECK(wrong == 0);
+    CHECK(atomic_load(&j.worker_items) > 100);  // the workers did take part
+  }
+  ct_pool_free();
+}
+
 static void test_chunk_range_tiles_exactly(void) {
   for (long n = 0; n < 300; n += 7)
     for (int parts = 1; parts < 9; parts++)
@@ -66,6 +117,7 @@ static void test_chunk_range_tiles_exactly(void) {
 int main(void) {
   RUN(test_every_item_runs_once_on_a_valid_thread);
   RUN(test_job_right_after_restart_completes);
+  RUN(test_short_jobs_back_to_back_with_late_workers);
   RUN(test_chunk_range_tiles_exactly);
   return test_summary();
 }

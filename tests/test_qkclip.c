@@ -10,6 +10,8 @@
 #include "attention.h"
 #include "bf16.h"
 #include "forward.h"
+#include "lm.h"
+#include "mtp.h"
 #include "pool.h"
 #include "qkclip.h"
 #include "rng.h"
@@ -231,6 +233,83 @@ static void test_bf16_compute_copy_follows_the_rescaled_weights(void) {
   ct_model_free(&m);
 }
 
+// Multi-token prediction: one decoder layer and one depth whose block's q/k weights are
+// larger, so its heads are the hottest. A step through ct_lm_step (the production path:
+// trunk, then ct_mtp_step) records the block's maxima in row L; clipping at a τ between
+// them (above every decoder head) brings the block's clipped heads to τ on the same
+// batch and leaves the decoder layer bit for bit.
+static void mtp_maxima(const ct_model *m, float *max) {  // max ((L + D) * H)
+  const ct_model_config *c = &m->cfg;
+  int Bm = 2, Tm = 8, N = Bm * Tm;
+  ct_acts a;
+  ct_head h;
+  ct_mtp t;
+  ct_batch b;
+  if (ct_acts_init(&a, m, Bm, Tm, CT_ACTS_FORWARD) || ct_head_init(&h, N, N, c->vocab_size, c->hidden_size, 1) ||
+      ct_batch_init(&b, Bm, Tm) || ct_mtp_init(&t, m, Bm, Tm, false))
+    exit(1);
+  b.B = Bm, b.T = Tm, b.n_target = 0;
+  ct_rng r;
+  ct_rng_seed(&r, 12);
+  for (int n = 0; n < N; n++) {
+    b.ids[n] = (int)ct_rng_below(&r, (uint64_t)c->vocab_size);
+    b.pos[n] = n % Tm, b.seg[n] = 0;
+  }
+  for (int n = 0; n < N; n++) b.target[n] = n % Tm < Tm - 1 ? b.ids[n + 1] : -1, b.n_target += b.target[n] >= 0;
+  double nk[CT_MTP_MAX] = {0};
+  ct_mtp_count(b.target, b.seg, Bm, Tm, c->mtp_layers, nk);
+  ct_mtp_set_scale(&t, 0.1f, nk);
+  a.mtp = &t;
+  for (int i = 0; i < (c->num_layers + c->mtp_layers) * c->num_heads; i++) max[i] = -INFINITY;
+  a.qk_max = max;
+  ct_lm_stats st = {0};
+  CHECK_OK(ct_lm_step(m, &a, &h, &b, NULL, 1.0f / (float)b.n_target, 0, &st));
+  ct_mtp_free(&t);
+  ct_batch_free(&b);
+  ct_head_free(&h);
+  ct_acts_free(&a);
+}
+
+static void test_mtp_blocks_are_clipped_like_decoder_layers(void) {
+  ct_model_config c = tiny_config("llama");
+  c.num_layers = 1, c.mtp_layers = 1;
+  ct_model m;
+  if (ct_model_init(&m, &c, 64)) exit(1);
+  ct_model_init_random(&m, 5, 0.3f);
+  ct_layer_weights *w = &m.w.mtp[0].block;
+  for (long i = 0; i < (long)(c.num_heads + c.num_kv_heads) * c.head_dim * c.hidden_size; i++) w->wqkv[i] *= 3;
+  int H = c.num_heads, n = 2 * H;
+  float s[16], s2[16];
+  mtp_maxima(&m, s);
+  float main_top = -INFINITY;
+  for (int h = 0; h < H; h++) {
+    main_top = fmaxf(main_top, s[h]);
+    CHECK(isfinite(s[h]) && isfinite(s[H + h]));
+  }
+  float tau = fmaxf(main_top, 0.5f * (s[H] + s[H + 1]));
+  int expect = 0;
+  for (int h = 0; h < H; h++) expect += s[H + h] > tau;
+  CHECK(expect > 0 && expect < H);  // the block has heads on both sides of τ; the decoder none above
+  ct_qkclip q;
+  CHECK_OK(ct_qkclip_init(&q, &m.cfg, tau));
+  CHECK(q.L == 2);
+  memcpy(q.max, s, sizeof(float) * n);
+  float *before = malloc(sizeof(float) * m.n_floats);
+  memcpy(before, m.params, sizeof(float) * m.n_floats);
+  CHECK(ct_qkclip_apply(&q, &m) == expect);
+  mtp_maxima(&m, s2);
+  for (int i = 0; i < n; i++) {
+    float want = s[i] > tau ? tau : s[i];
+    CHECK_NEAR(s2[i], want, 2e-5 * fabs(want));
+  }
+  long moved = 0, mtp0 = m.w.mtp[0].enorm - m.params;
+  for (long i = 0; i < mtp0; i++) moved += before[i] != m.params[i];
+  CHECK(moved == 0);
+  free(before);
+  ct_qkclip_free(&q);
+  ct_model_free(&m);
+}
+
 static void test_init_rejects_thresholds_that_are_not_positive(void) {
   ct_model_config c = tiny_config("llama");
   ct_qkclip q;
@@ -255,6 +334,7 @@ int main(void) {
   RUN(test_mha_heads_clip_independently);
   RUN(test_qk_norm_layers_scale_as_a_whole_to_put_their_hottest_head_on_tau);
   RUN(test_bf16_compute_copy_follows_the_rescaled_weights);
+  RUN(test_mtp_blocks_are_clipped_like_decoder_layers);
   RUN(test_init_rejects_thresholds_that_are_not_positive);
   ct_pool_free();
   return test_summary();

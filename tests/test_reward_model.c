@@ -377,7 +377,7 @@ static void test_saved_reward_model_has_hf_seq_cls_layout_and_reloads_with_same_
 
     const int s0[] = {7, 9, 11, 13, 258}, s1[] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, s2[] = {40, 41};
     const int *seq[] = {s0, s1, s2}, len[] = {5, 9, 2};
-    double want[3], got[3], got16[3];
+    double want[3], got[3], got16[3], got8[3];
     for (int i = 0; i < 3; i++) rewards_of(&m, 1, len[i], &seq[i], &len[i], (int[]){0}, &want[i]);
     CHECK_OK(ct_rm_check(dir, NULL));
     ct_rm rm;
@@ -388,9 +388,16 @@ static void test_saved_reward_model_has_hf_seq_cls_layout_and_reloads_with_same_
     CHECK_OK(ct_rm_open(&rm, dir, NULL, CT_STORE_BF16, 3, 16));
     CHECK_OK(ct_rm_score_ids(&rm, seq, len, 3, got16, NULL));
     ct_rm_free(&rm);
+    // int8: the sampler's engine (per-row int8 matrices, int8 activations); its buffers
+    // grow past their first 6 tokens as the float paths' do
+    CHECK_OK(ct_rm_open(&rm, dir, NULL, CT_STORE_INT8, 2, 6));
+    CHECK_OK(ct_rm_score_ids(&rm, seq, len, 3, got8, NULL));
+    CHECK(rm.T >= 9);
+    ct_rm_free(&rm);
     for (int i = 0; i < 3; i++) {
       CHECK_NEAR(got[i], want[i], 1e-5 * (1 + fabs(want[i])));
       CHECK_NEAR(got16[i], want[i], 0.05 * (1 + fabs(want[i])));  // weights rounded to bf16
+      CHECK_NEAR(got8[i], want[i], 0.1 * (1 + fabs(want[i])));    // and to int8
     }
     // a text longer than the capacity is NaN, counted; the others are scored
     const int *seq2[] = {s0, s1};

@@ -118,6 +118,14 @@ if grep -q "reading the tokenizer: .*tokenizer-qwen3/models/tokenizer.json ([0-9
 else
   cat "$tmp/announce.log"; echo "FAIL: sft did not announce reading a big tokenizer.json"; fail=1
 fi
+# ... and so does bin/sampler, which reads the tokenizer before the model (none here)
+"$BIN/sampler" generate model_path="$tmp" tokenizer_path="$models/tokenizer-qwen3/models" \
+  prompt=a >"$tmp/announce2.log" 2>&1 || true
+if grep -q "reading the tokenizer: .*tokenizer-qwen3/models/tokenizer.json ([0-9.]* MB)" "$tmp/announce2.log"; then
+  echo "bin/sampler announces a big tokenizer.json: ok"
+else
+  cat "$tmp/announce2.log"; echo "FAIL: bin/sampler did not announce reading a big tokenizer.json"; fail=1
+fi
 
 # End to end with Llama 2's tokenizer: bin/sft learns a completion that ends in a
 # character Llama 2 lacks (byte-fallback tokens), saves the tokenizer.json unchanged, and

@@ -1,0 +1,124 @@
+// thin: rank-16 products streaming the big operand once, register-blocked (see thin.h).
+// The AVX-512 paths and the scalar ones (tails, other CPUs) compute the same fmaf chains,
+// so a row's result does not depend on which path or thread took it.
+#include "thin.h"
+
+#include <math.h>
+
+#include "pool.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#define R CT_THIN_R
+
+// ---------------------------------------------------------------------------
+// Y = alpha · X · W, rows [n0, n1) (n0 a multiple of 8)
+
+static void out_rows_scalar(long n, int K, float alpha, const float *X, int ldx, const float *W, float *Y) {
+  const float *x = X + n * ldx;
+  float acc[R] = {0};
+  for (int k = 0; k < K; k++)
+    for (int j = 0; j < R; j++) acc[j] = fmaf(x[k], W[(long)k * R + j], acc[j]);
+  for (int j = 0; j < R; j++) Y[n * R + j] = alpha * acc[j];
+}
+
+static void out_rows(long n0, long n1, int K, float alpha, const float *X, int ldx, const float *W, float *Y) {
+  long n = n0;
+#if defined(__AVX512F__)
+  for (; n + 8 <= n1; n += 8) {  // 8 rows share each load of W's row k
+    const float *x = X + n * ldx;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int k = 0; k < K; k++) {
+      __m512 w = _mm512_loadu_ps(W + (long)k * R);
+      a0 = _mm512_fmadd_ps(_mm512_set1_ps(x[k]), w, a0);
+      a1 = _mm512_fmadd_ps(_mm512_set1_ps(x[ldx + k]), w, a1);
+      a2 = _mm512_fmadd_ps(_mm512_set1_ps(x[2L * ldx + k]), w, a2);
+      a3 = _mm512_fmadd_ps(_mm512_set1_ps(x[3L * ldx + k]), w, a3);
+      a4 = _mm512_fmadd_ps(_mm512_set1_ps(x[4L * ldx + k]), w, a4);
+      a5 = _mm512_fmadd_ps(_mm512_set1_ps(x[5L * ldx + k]), w, a5);
+      a6 = _mm512_fmadd_ps(_mm512_set1_ps(x[6L * ldx + k]), w, a6);
+      a7 = _mm512_fmadd_ps(_mm512_set1_ps(x[7L * ldx + k]), w, a7);
+    }
+    __m512 s = _mm512_set1_ps(alpha);
+    float *y = Y + n * R;
+    _mm512_storeu_ps(y, _mm512_mul_ps(s, a0));
+    _mm512_storeu_ps(y + R, _mm512_mul_ps(s, a1));
+    _mm512_storeu_ps(y + 2 * R, _mm512_mul_ps(s, a2));
+    _mm512_storeu_ps(y + 3 * R, _mm512_mul_ps(s, a3));
+    _mm512_storeu_ps(y + 4 * R, _mm512_mul_ps(s, a4));
+    _mm512_storeu_ps(y + 5 * R, _mm512_mul_ps(s, a5));
+    _mm512_storeu_ps(y + 6 * R, _mm512_mul_ps(s, a6));
+    _mm512_storeu_ps(y + 7 * R, _mm512_mul_ps(s, a7));
+  }
+#endif
+  for (; n < n1; n++) out_rows_scalar(n, K, alpha, X, ldx, W, Y);
+}
+
+typedef struct {
+  int N, K, ldx, parts;
+  float alpha;
+  const float *X, *W, *U;
+  float *Y, *G;
+} thin_job;
+
+static void out_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const thin_job *j = ctx;
+  long lo, hi;
+  ct_chunk_range(j->N, 8, j->parts, part, &lo, &hi);
+  if (hi > lo) out_rows(lo, hi, j->K, j->alpha, j->X, j->ldx, j->W, j->Y);
+}
+
+void ct_thin_out(int N, int K, float alpha, const float *X, int ldx, const float *W, float *Y) {
+  thin_job j = {N, K, ldx, ct_pool_parts((N + 7) / 8), alpha, X, W, NULL, Y, NULL};
+  ct_parallel_for(j.parts, out_task, &j);
+}
+
+// ---------------------------------------------------------------------------
+// G += alpha · Xᵀ · U, inputs [k0, k1) (k0 a multiple of 16)
+
+static void grad_cols_scalar(int k, int N, float alpha, const float *X, int ldx, const float *U, float *G) {
+  float acc[R] = {0};
+  for (long n = 0; n < N; n++)
+    for (int j = 0; j < R; j++) acc[j] = fmaf(X[n * ldx + k], U[n * R + j], acc[j]);
+  for (int j = 0; j < R; j++) G[(long)k * R + j] = fmaf(alpha, acc[j], G[(long)k * R + j]);
+}
+
+static void grad_cols(int k0, int k1, int N, float alpha, const float *X, int ldx, const float *U, float *G) {
+  int k = k0;
+#if defined(__AVX512F__)
+  for (; k + 16 <= k1; k += 16) {  // 16 inputs share each load of U's row n
+    __m512 a[16];
+    for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
+    for (long n = 0; n < N; n++) {
+      // rows are far apart (a row of X is K floats): no hardware prefetcher follows that stride
+      if (n + 16 < N) _mm_prefetch((const char *)(X + (n + 16) * ldx + k), _MM_HINT_T0);
+      __m512 u = _mm512_loadu_ps(U + n * R);
+      const float *x = X + n * ldx + k;
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; i++) a[i] = _mm512_fmadd_ps(_mm512_set1_ps(x[i]), u, a[i]);
+    }
+    __m512 s = _mm512_set1_ps(alpha);
+    for (int i = 0; i < 16; i++) {
+      float *g = G + (long)(k + i) * R;
+      _mm512_storeu_ps(g, _mm512_fmadd_ps(s, a[i], _mm512_loadu_ps(g)));
+    }
+  }
+#endif
+  for (; k < k1; k++) grad_cols_scalar(k, N, alpha, X, ldx, U, G);
+}
+
+static void grad_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const thin_job *j = ctx;
+  long lo, hi;
+  ct_chunk_range(j->K, 16, j->parts, part, &lo, &hi);
+  if (hi > lo) grad_cols((int)lo, (int)hi, j->N, j->alpha, j->X, j->ldx, j->U, j->G);
+}
+
+void ct_thin_grad(int N, int K, float alpha, const float *X, int ldx, const float *U, float *G) {
+  thin_job j = {N, K, ldx, ct_pool_parts((K + 15) / 16), alpha, X, NULL, U, NULL, G};
+  ct_parallel_for(j.parts, grad_task, &j);
+}

@@ -1,0 +1,14 @@
+// thin: the products of a rank-16 LoRA adapter whose other side is a whole activation
+// matrix (N tokens by K features), without the packing copies a general sgemm makes of
+// that big operand (for these shapes OpenBLAS spent as long copying as multiplying).
+// Each output element is one fixed-order sum, so results do not depend on the thread count.
+#pragma once
+
+#define CT_THIN_R 16  // the one rank these kernels serve; other ranks use ct_sgemm
+
+// Y (N, 16) = alpha · X (N, K; row stride ldx) · W (K, 16): W is k-major (row k holds the
+// 16 outputs' weights for input k).
+void ct_thin_out(int N, int K, float alpha, const float *X, int ldx, const float *W, float *Y);
+
+// G (K, 16) += alpha · Σ_n X[n][k] · U[n][:]: X (N, K; row stride ldx), U (N, 16).
+void ct_thin_grad(int N, int K, float alpha, const float *X, int ldx, const float *U, float *G);
