@@ -16,6 +16,7 @@
 #include "mem.h"
 #include "panel.h"
 #include "pool.h"
+#include "thin.h"
 
 struct ct_engine {
   const ct_infer_weights *w;
@@ -352,7 +353,8 @@ static void embed_rows(ct_engine *e, int n) {
 }
 
 // Adapter t of layer l on the n rows of x (n, ldx): y (n, ldy) += s · (x·Aᵀ)·Bᵀ in the
-// target's columns. A and B are packed into panels on every call (they train between
+// target's columns. At rank 16 x·Aᵀ runs on thin.h's kernel (A transposed on every call);
+// otherwise A, and B always, are packed into panels on every call (they train between
 // generations; packing is r·(in + out) values next to a pass's n·r·(in + out) products), so
 // each output is a fixed-order chain (panel.h) and batching changes no bit here either.
 static void lora_add(ct_engine *e, int l, int t, const float *x, int ldx, int n, float *y, int ldy) {
@@ -360,12 +362,19 @@ static void lora_add(ct_engine *e, int l, int t, const float *x, int ldx, int n,
   if (!lo || !lo->w[l][t].A) return;
   int in, out, row0, r = lo->cfg.r;
   ct_lora_dims(&lo->mc, t, &in, &out, &row0);
-  ct_panel_pack(lo->w[l][t].A, r, in, e->lora_p);
-  ct_linear m = {.rows = r, .cols = in, .p32 = e->lora_p};
-  ct_linear_forward(&m, x, ldx, n, e->lora_u, r, 0);
-  for (long i = 0; i < (long)n * r; i++) e->lora_u[i] *= lo->scale;
+  const float *A = lo->w[l][t].A;
+  if (r == CT_THIN_R) {  // thin.h: the same fmaf chains as a panel's, without 16-row panels
+    for (int j = 0; j < r; j++)
+      for (int k = 0; k < in; k++) e->lora_p[(long)k * r + j] = A[(long)j * in + k];
+    ct_thin_out(n, in, lo->scale, x, ldx, e->lora_p, e->lora_u);
+  } else {
+    ct_panel_pack(A, r, in, e->lora_p);
+    ct_linear m = {.rows = r, .cols = in, .p32 = e->lora_p};
+    ct_linear_forward(&m, x, ldx, n, e->lora_u, r, 0);
+    for (long i = 0; i < (long)n * r; i++) e->lora_u[i] *= lo->scale;
+  }
   ct_panel_pack(lo->w[l][t].B, out, r, e->lora_p);
-  m = (ct_linear){.rows = out, .cols = r, .p32 = e->lora_p};
+  ct_linear m = {.rows = out, .cols = r, .p32 = e->lora_p};
   ct_linear_forward(&m, e->lora_u, r, n, y + row0, ldy, 1);
 }
 

@@ -5,6 +5,7 @@
 // packed pass; every step advances all active slots by one token; a finished sample
 // frees its slot for the next request at once.
 #pragma once
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "engine.h"
@@ -48,6 +49,33 @@ typedef struct {
   ct_gen_token_fn on_token;  // may be NULL
   void *ctx;
 } ct_gen_callbacks;
+
+// One sample's completion as it grows, and the rule that ends it: the finishing step
+// ct_generate and speculative decoding (speculative.h) share. ids, lps and seen are the
+// caller's, cap entries each.
+typedef struct {
+  int req, sample;
+  int n;          // tokens generated
+  int *ids;       // (cap)
+  float *lps;     // (cap)
+  int *seen;      // (cap) prompt + completion, for the repetition penalty
+  int n_seen, cap;
+  char *text;     // completion text so far (stop strings, results); owned
+  size_t tlen, tcap;
+} ct_gen_sample;
+
+// Starts sample `sample` of request `req` (r): no tokens, no text, the prompt's last cap
+// tokens seen.
+void ct_gen_sample_start(ct_gen_sample *s, const ct_gen_request *r, int req, int sample);
+// Adds the chosen token t (log-prob lp) and reports it (cb->on_token). Ends the sample
+// when t is a stop id (kept as the last token), a stop string now appears in the text
+// (cut there), max_new_tokens are reached, or `full` (no cache position left for the
+// next token): cb->on_done gets the result and 1 is returned. 0: the sample goes on;
+// negative: an error (cb->on_done's own, out of memory, or a nonzero on_done's stop).
+int ct_gen_sample_add(ct_gen_sample *s, const ct_gen_request *r, const ct_tokenizer *tok,
+                      const ct_gen_callbacks *cb, int t, float lp, bool full);
+// Frees the text (not the caller's arrays).
+void ct_gen_sample_free(ct_gen_sample *s);
 
 // Runs every request to completion. tok decodes text for stop strings and results.
 // A prompt that leaves no room in a slot's cache (prompt_len >= max_len) is an error

@@ -37,10 +37,49 @@ static int count_depths(const char *dir, int *D) {
   return rc;
 }
 
-// A depth's block as a one-layer engine model, and its eh_proj: the matrices packed into
-// panels at *at.
+// Bytes of one (rows, cols) matrix in the main model's format (mode CT_PACK_*): fp32 or
+// bf16 panels, or int8 panels (rows as they are when cols % 4) with row scales and row
+// sums; each piece 64-byte aligned.
+static long matrix_bytes(int mode, long rows, long cols) {
+  long a = 64;
+  if (mode == CT_PACK_BF16) return (2 * ct_panel16_size((int)rows, (int)cols) + a - 1) / a * a;
+  if (mode == CT_PACK_INT8) return (rows * cols + a - 1) / a * a + 2 * ((4 * rows + a - 1) / a * a);
+  return (4 * rows * cols + a - 1) / a * a;
+}
+
+// W (rows, cols) in the main model's format at *at (advanced): the depths cost what a layer
+// of the main model costs to read (a draft in float32 beside an int8 model read 4x its
+// bytes). Only the guesses see the rounding: every kept token is the main model's own.
+// scratch: one panel of int8 rows (CT_PANEL · cols bytes).
+static void pack_matrix(ct_linear *L, const float *W, int rows, int cols, int mode, int8_t *scratch, char **at) {
+  *L = (ct_linear){.rows = rows, .cols = cols};
+  long a = 64, n = (long)rows * cols;
+  if (mode == CT_PACK_BF16) {
+    ct_panel_pack16(W, rows, cols, (uint16_t *)*at);
+    L->p16 = (const uint16_t *)*at;
+  } else if (mode == CT_PACK_INT8) {
+    int8_t *q = (int8_t *)*at;
+    float *scale = (float *)(*at + (n + a - 1) / a * a);
+    int32_t *rowsum = (int32_t *)((char *)scale + (4L * rows + a - 1) / a * a);
+    ct_quantize_rows(W, rows, cols, q, scale, rowsum);
+    L->scale = scale, L->rowsum = rowsum;
+    if (cols % 4) {
+      L->q = q;  // (as ct_infer_pack leaves such a matrix)
+    } else {
+      ct_panel8_pack_inplace(q, rows, cols, scratch);
+      L->p8 = q;
+    }
+  } else {
+    ct_panel_pack(W, rows, cols, (float *)*at);
+    L->p32 = (const float *)*at;
+  }
+  *at += matrix_bytes(mode, rows, cols);
+}
+
+// A depth's block as a one-layer engine model, and its eh_proj, the matrices packed at *at
+// in the main model's format (mode).
 static void depth_weights(ct_infer_weights *dw, ct_infer_layer *L, ct_linear *eh, const ct_spec_model *sm, int k,
-                          float **at) {
+                          int mode, int8_t *scratch, char **at) {
   const ct_model_config *c = &sm->w->cfg;
   const ct_layer_weights *b = &sm->mtp.w.mtp[k].block;
   int C = c->hidden_size, F = c->intermediate_size, Hd = c->num_heads * c->head_dim;
@@ -51,11 +90,7 @@ static void depth_weights(ct_infer_weights *dw, ct_infer_layer *L, ct_linear *eh
     int rows, cols;
   } m[5] = {{&L->qkv, b->wqkv, QKV, C}, {&L->o, b->wo, C, Hd}, {&L->gu, b->wgu, 2 * F, C}, {&L->down, b->wdown, C, F},
               {eh, sm->mtp.w.mtp[k].eh_proj, C, 2 * C}};
-  for (int i = 0; i < 5; i++) {
-    ct_panel_pack(m[i].src, m[i].rows, m[i].cols, *at);
-    *m[i].dst = (ct_linear){.rows = m[i].rows, .cols = m[i].cols, .p32 = *at};
-    *at += (long)m[i].rows * m[i].cols;
-  }
+  for (int i = 0; i < 5; i++) pack_matrix(m[i].dst, m[i].src, m[i].rows, m[i].cols, mode, scratch, at);
   L->ln1 = b->ln1, L->ln2 = b->ln2, L->post_attn = b->post_attn, L->post_ff = b->post_ff;
   L->bqkv = b->bqkv, L->qnorm = b->qnorm, L->knorm = b->knorm;
   memset(dw, 0, sizeof *dw);
@@ -69,7 +104,7 @@ static void depth_weights(ct_infer_weights *dw, ct_infer_layer *L, ct_linear *eh
   dw->lm_head = sm->w->lm_head;
   dw->norm = sm->w->norm;
   dw->layers = L;
-  dw->packed = CT_PACK_F32;
+  dw->packed = mode;
 }
 
 int ct_spec_load(ct_spec_model *sm, const ct_infer_weights *w, const char *dir, const ct_engine_opts *o) {
@@ -87,18 +122,26 @@ int ct_spec_load(ct_spec_model *sm, const ct_infer_weights *w, const char *dir, 
     return rc;
   }
   long C = c.hidden_size, F = c.intermediate_size, Hd = (long)c.num_heads * c.head_dim;
-  long QKV = (long)(c.num_heads + 2 * c.num_kv_heads) * c.head_dim, per = QKV * C + C * Hd + 3 * F * C + 2 * C * C;
+  long QKV = (long)(c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
+  // the depths in the main model's format (an unpacked float32 model: fp32 panels)
+  int mode = w->int8 ? CT_PACK_INT8 : w->packed == CT_PACK_BF16 ? CT_PACK_BF16 : CT_PACK_F32;
+  long per = matrix_bytes(mode, QKV, C) + matrix_bytes(mode, C, Hd) + matrix_bytes(mode, 2 * F, C) +
+             matrix_bytes(mode, C, F) + matrix_bytes(mode, C, 2 * C);
   sm->dw = calloc(sm->D, sizeof *sm->dw);
   sm->eh = calloc(sm->D, sizeof *sm->eh);
   ct_infer_layer *layers = calloc(sm->D, sizeof *layers);
-  sm->panels = malloc(sizeof(float) * per * sm->D);
-  if (!sm->dw || !sm->eh || !layers || !sm->panels) {
+  sm->panels = aligned_alloc(64, (size_t)per * sm->D);
+  long widest = 2 * C > F ? 2 * C : F;  // (the widest matrix's columns)
+  int8_t *scratch = malloc((size_t)CT_PANEL * widest);
+  if (!sm->dw || !sm->eh || !layers || !sm->panels || !scratch) {
     free(layers);
+    free(scratch);
     ct_spec_free(sm);
     return ct_set_error(CT_ENOMEM, "speculative: out of memory");
   }
-  float *at = sm->panels;
-  for (int k = 0; k < sm->D; k++) depth_weights(&sm->dw[k], &layers[k], &sm->eh[k], sm, k, &at);
+  char *at = sm->panels;
+  for (int k = 0; k < sm->D; k++) depth_weights(&sm->dw[k], &layers[k], &sm->eh[k], sm, k, mode, scratch, &at);
+  free(scratch);
   sm->o = (ct_engine_opts){1, o->max_len, o->max_tokens > sm->D + 1 ? o->max_tokens : sm->D + 1};
   if (!(sm->de = calloc(sm->D, sizeof *sm->de))) rc = ct_set_error(CT_ENOMEM, "speculative: out of memory");
   if (!rc) rc = ct_engine_init(&sm->e, w, &sm->o);
@@ -136,83 +179,21 @@ typedef struct {
   float *h;           // (D, max_len, C) h_k[p]: the main model's last layer (k = 0), depth k's block
   float *x, *cat, *logits, *row;  // (cap, C), (cap, 2C), (cap, V), (C)
   int *ids, *pos, *slot, *outs;       // (cap)
-  // the sample being generated (as generate.c's slot)
-  int req, n, n_seen, *out_ids, *seen;
-  float *lps;
-  char *text;
-  size_t tlen, tcap;
+  ct_gen_sample gs;    // the sample being generated: ids, lps, seen (max_len + D + 1), text
   bool done;
 } run_t;
 
-static bool is_stop_id(const ct_gen_request *r, int t) {
-  for (int i = 0; i < r->n_stop_ids; i++)
-    if (r->stop_ids[i] == t) return true;
-  return false;
-}
-
-static int text_append(run_t *g, const char *b, size_t n) {
-  if (g->tlen + n + 1 > g->tcap) {
-    size_t cap = g->tcap ? g->tcap : 256;
-    while (cap < g->tlen + n + 1) cap *= 2;
-    char *t = realloc(g->text, cap);
-    if (!t) return ct_set_error(CT_ENOMEM, "speculative: out of memory");
-    g->text = t;
-    g->tcap = cap;
-  }
-  memcpy(g->text + g->tlen, b, n);
-  g->tlen += n;
-  g->text[g->tlen] = 0;
-  return 0;
-}
-
-// generate.c's stop-string rule: truncates the text where one now appears.
-static bool hit_stop_string(const ct_gen_request *r, run_t *g, size_t added) {
-  for (int i = 0; i < r->n_stop_strings; i++) {
-    const char *ss = r->stop_strings[i];
-    size_t m = strlen(ss);
-    if (m == 0 || m > g->tlen) continue;
-    size_t from = g->tlen - added >= m ? g->tlen - added - m + 1 : 0;
-    for (size_t k = from; k + m <= g->tlen; k++)
-      if (memcmp(g->text + k, ss, m) == 0) {
-        g->tlen = k;
-        g->text[k] = 0;
-        return true;
-      }
-  }
-  return false;
-}
-
-static int finish(run_t *g, int why) {
-  const char *text = g->text ? g->text : "";
-  size_t lead = ct_tokenizer_decode_lead(g->tok, text, g->tlen);
-  ct_gen_result res = {g->req, 0, g->out_ids, g->lps, g->n, why, text + lead, g->tlen - lead};
-  g->done = true;
-  int rc = g->cb->on_done(g->cb->ctx, &res);
-  if (rc < 0) return rc;
-  return rc ? ct_set_error(CT_EINVAL, "generate: stopped by the caller") : 0;
-}
-
 // The greedy choice from logits as the token at index at (generate.c's choose: same
-// sampler, same stops); sets g->done when the sample ends.
+// sampler, same finishing step); sets g->done when the sample ends.
 static int commit(run_t *g, const ct_gen_request *r, const float *logits, int at, int *t_out) {
   float lp;
-  int t = ct_sample_token(&r->sp, logits, g->V, g->seen, g->n_seen, NULL, &g->ws, &lp);
+  int t = ct_sample_token(&r->sp, logits, g->V, g->gs.seen, g->gs.n_seen, NULL, &g->ws, &lp);
   if (t < 0) return t;
   *t_out = t;
   g->tok_ids[at] = t;
-  g->out_ids[g->n] = t;
-  g->lps[g->n] = lp;
-  g->n++;
-  if (g->n_seen < g->max_len) g->seen[g->n_seen++] = t;
-  if (g->cb->on_token) g->cb->on_token(g->cb->ctx, g->req, 0, t);
-  if (is_stop_id(r, t)) return finish(g, CT_FINISH_STOP);
-  size_t len;
-  const char *b = ct_tokenizer_token_bytes(g->tok, t, &len);
-  int rc = text_append(g, b ? b : "", b ? len : 0);
-  if (rc) return rc;
-  if (hit_stop_string(r, g, len)) return finish(g, CT_FINISH_STOP);
-  if (g->n >= r->max_new_tokens || at >= g->max_len) return finish(g, CT_FINISH_LENGTH);
-  return 0;
+  int rc = ct_gen_sample_add(&g->gs, r, g->tok, g->cb, t, lp, at >= g->max_len);
+  g->done = rc != 0;
+  return rc < 0 ? rc : 0;
 }
 
 static int argmax(const float *v, int n) {
@@ -276,13 +257,7 @@ static int prefill(run_t *g, const ct_gen_request *r) {
 }
 
 static int run_request(run_t *g, const ct_gen_request *r, ct_spec_stats *st) {
-  g->n = 0;
-  g->tlen = 0;
   g->done = false;
-  if (g->text) g->text[0] = 0;
-  int ns = r->prompt_len < g->max_len ? r->prompt_len : g->max_len;
-  memcpy(g->seen, r->prompt + r->prompt_len - ns, sizeof(int) * ns);
-  g->n_seen = ns;
   memset(g->valid, 0, sizeof(int) * (g->D + 1));
   int rc = prefill(g, r), n = r->prompt_len;  // tok_ids[n] is the newest token, not yet fed
   while (!rc && !g->done) {
@@ -312,14 +287,15 @@ static int run_request(run_t *g, const ct_gen_request *r, ct_spec_stats *st) {
     }
     n += kept;
   }
-  st->tokens += g->n;
+  st->tokens += g->gs.n;
   return rc;
 }
 
 static void run_free(run_t *g) {
   ct_sampler_ws_free(&g->ws);
   free(g->tok_ids), free(g->guess), free(g->valid), free(g->h), free(g->x), free(g->cat), free(g->logits), free(g->row);
-  free(g->ids), free(g->out_ids), free(g->seen), free(g->lps), free(g->text);
+  free(g->ids), free(g->gs.ids), free(g->gs.seen), free(g->gs.lps);
+  ct_gen_sample_free(&g->gs);
 }
 
 static int run_init(run_t *g, ct_spec_model *sm, const ct_tokenizer *tok, const ct_gen_callbacks *cb) {
@@ -336,11 +312,12 @@ static int run_init(run_t *g, ct_spec_model *sm, const ct_tokenizer *tok, const 
   g->cat = malloc(sizeof(float) * 2 * g->cap * g->C);
   g->row = malloc(sizeof(float) * g->C);
   g->ids = malloc(sizeof(int) * 4 * g->cap);
-  g->out_ids = malloc(sizeof(int) * T);
-  g->seen = malloc(sizeof(int) * T);
-  g->lps = malloc(sizeof(float) * T);
-  if (!g->tok_ids || !g->guess || !g->valid || !g->h || !g->x || !g->cat || !g->logits || !g->row || !g->ids || !g->out_ids ||
-      !g->seen || !g->lps) {
+  g->gs.ids = malloc(sizeof(int) * T);
+  g->gs.seen = malloc(sizeof(int) * T);
+  g->gs.lps = malloc(sizeof(float) * T);
+  g->gs.cap = g->max_len;  // (the seen tokens: as generate.c keeps them)
+  if (!g->tok_ids || !g->guess || !g->valid || !g->h || !g->x || !g->cat || !g->logits || !g->row || !g->ids ||
+      !g->gs.ids || !g->gs.seen || !g->gs.lps) {
     run_free(g);
     memset(g, 0, sizeof *g);
     return ct_set_error(CT_ENOMEM, "speculative: out of memory");
@@ -367,7 +344,7 @@ int ct_spec_generate(ct_spec_model *sm, const ct_tokenizer *tok, const ct_gen_re
   run_t g;
   int rc = run_init(&g, sm, tok, cb);
   for (int r = 0; !rc && r < nreq; r++) {
-    g.req = r;
+    ct_gen_sample_start(&g.gs, &reqs[r], r, 0);
     rc = run_request(&g, &reqs[r], st);
   }
   run_free(&g);  // (zeroed when run_init failed)

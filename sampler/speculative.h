@@ -6,7 +6,9 @@
 // token the engine computes is batch-invariant (linear.h), so the output is the plain
 // greedy decoding's, token for token and log-prob for log-prob; only the number of main
 // passes changes. Each depth's decoder layer runs as a one-layer engine with its own KV
-// cache, fed the projected [enorm(embedding); hnorm(h)] rows.
+// cache, fed the projected [enorm(embedding); hnorm(h)] rows; its matrices are held in the
+// main model's format (quantization=int8 or bf16 quantizes the draft too: the guesses may
+// change, never the output).
 #pragma once
 #include <stdbool.h>
 
@@ -20,7 +22,7 @@ typedef struct {
   ct_model mtp;             // the depths' float32 weights (a layout whose Hugging Face part stays untouched)
   ct_infer_weights *dw;     // (D) each depth's block as a one-layer model
   ct_linear *eh;            // (D) each depth's eh_proj (C, 2C), packed
-  float *panels;            // the blocks' matrices packed (panel.h)
+  void *panels;             // the blocks' matrices in the main model's format (fp32, bf16 or int8 panels)
   ct_engine_opts o;         // one slot; max_tokens bounds a prefill pass (at least D + 1)
   ct_engine *e;             // the main model's engine
   ct_engine **de;           // (D) each depth's

@@ -176,11 +176,11 @@ static void test_adapter_gradients_match_float64_reference_of_merged_weights(voi
 
 // The sampler's engine applies the adapters too: its logits (KV cache, fixed-order
 // products) equal the training forward's with the same adapters, as the base's do.
-static void test_engine_with_adapters_matches_the_training_forward(void) {
+static void check_engine_against_training_forward(int r) {
   ct_model m;
   tiny_model(&m, "qwen3");
   ct_lora lo;
-  ct_lora_config lc = all_linear(3, 0.5);  // dropout: training forwards only, not the engine's
+  ct_lora_config lc = all_linear(r, 0.5);  // dropout: training forwards only, not the engine's
   CHECK_OK(ct_lora_init(&lo, &lc, &m.cfg));
   random_adapters(&lo, &m, 9);
   batch_t b = make_batch(m.cfg.vocab_size);
@@ -206,7 +206,7 @@ static void test_engine_with_adapters_matches_the_training_forward(void) {
   CHECK_OK(ct_engine_forward(e, N, b.ids, slot, b.pos, out, N, got));
   double worst = 0;
   for (long i = 0; i < (long)N * V; i++) worst = fmax(worst, fabs(want[i] - got[i]));
-  fprintf(stderr, "    engine with adapters vs training forward: max |logit diff| %.2e\n", worst);
+  fprintf(stderr, "    engine with adapters (r %d) vs training forward: max |logit diff| %.2e\n", r, worst);
   CHECK(worst < 2e-5);
   ct_engine_free(e);
   ct_infer_free(&w);
@@ -215,6 +215,11 @@ static void test_engine_with_adapters_matches_the_training_forward(void) {
   free(got);
   ct_lora_free(&lo);
   ct_model_free(&m);
+}
+
+static void test_engine_with_adapters_matches_the_training_forward(void) {
+  check_engine_against_training_forward(3);
+  check_engine_against_training_forward(16);  // x·Aᵀ on thin.h's kernel in both
 }
 
 // A narrowed base (int8 rows, bf16) runs, bit for bit, as a float32 base holding the

@@ -13,6 +13,7 @@
 #include "lm.h"
 #include "matmul.h"
 #include "mtp.h"
+#include "panel.h"
 #include "pool.h"
 #include "ref_model.h"
 #include "rng.h"
@@ -481,17 +482,27 @@ static int collect(void *ctx, const ct_gen_result *r) {
   return 0;
 }
 
-// Plain ct_generate against ct_spec_generate on the same requests; returns the stats.
-static ct_spec_stats spec_matches_plain(const ct_model *m, const char *dir, const ct_tokenizer *tok,
-                                        const ct_gen_request *reqs, int nreq, int max_len, int max_tokens,
-                                        results_t *out) {
+// Plain ct_generate against ct_spec_generate on the same requests, the model's weights
+// in format `mode` (CT_PACK_F32, _BF16 or _INT8: the depths' matrices follow); returns
+// the stats.
+static ct_spec_stats spec_matches_plain_as(const ct_model *m, const char *dir, const ct_tokenizer *tok,
+                                           const ct_gen_request *reqs, int nreq, int max_len, int max_tokens,
+                                           results_t *out, int mode) {
   ct_infer_weights w;
   ct_spec_model sm;
-  CHECK_OK(ct_infer_from_model(&w, m));
-  CHECK_OK(ct_infer_pack(&w, CT_PACK_F32));
+  CHECK_OK(mode == CT_PACK_INT8 ? ct_infer_quantize(&w, m) : ct_infer_from_model(&w, m));
+  CHECK_OK(ct_infer_pack(&w, mode));
   ct_engine_opts o = {.slots = 4, .max_len = max_len, .max_tokens = max_tokens};
   CHECK_OK(ct_spec_load(&sm, &w, dir, &o));
   CHECK(sm.D == m->cfg.mtp_layers);
+  for (int k = 0; k < sm.D; k++) {  // every depth matrix in the model's format
+    const ct_infer_layer *L = &sm.dw[k].layers[0];
+    const ct_linear *mats[5] = {&L->qkv, &L->o, &L->gu, &L->down, &sm.eh[k]};
+    for (int i = 0; i < 5; i++)
+      CHECK(mode == CT_PACK_INT8   ? (mats[i]->p8 || mats[i]->q) && mats[i]->scale && !mats[i]->p32
+            : mode == CT_PACK_BF16 ? mats[i]->p16 && !mats[i]->p32
+                                   : mats[i]->p32 && !mats[i]->p16);
+  }
   results_t *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
   ct_engine *e;
   CHECK_OK(ct_engine_init(&e, &w, &o));
@@ -520,6 +531,12 @@ static ct_spec_stats spec_matches_plain(const ct_model *m, const char *dir, cons
   free(a);
   free(b);
   return st;
+}
+
+static ct_spec_stats spec_matches_plain(const ct_model *m, const char *dir, const ct_tokenizer *tok,
+                                        const ct_gen_request *reqs, int nreq, int max_len, int max_tokens,
+                                        results_t *out) {
+  return spec_matches_plain_as(m, dir, tok, reqs, nreq, max_len, max_tokens, out, CT_PACK_F32);
 }
 
 static int sprompts[5][40];
@@ -577,28 +594,35 @@ static void test_speculative_greedy_equals_plain_with_random_depths(void) {
 // p + k only, guesses f(token p + k): the model's own next choice. Every guess is kept
 // (the acceptance path); a small weight on the hidden-state half makes some guesses
 // wrong again (a mix of both), and a stop id ends samples inside a round.
-static void test_speculative_greedy_equals_plain_when_guesses_are_kept(void) {
-  ct_tokenizer *tok;
-  CHECK_OK(ct_tokenizer_bytes(&tok));
+static void kept_model(ct_model *mp, const ct_tokenizer *tok) {
   ct_model_config c = tiny();
+  ct_model *m = mp;
   c.vocab_size = ct_tokenizer_vocab_size(tok);
   c.hidden_size = 32, c.intermediate_size = 48, c.head_dim = 8, c.max_position_embeddings = 128;
   c.tie_word_embeddings = false;
   c.mtp_layers = 3;
-  ct_model m;
-  CHECK_OK(ct_model_init(&m, &c, 1));
-  ct_model_init_random(&m, 9, 0.5f);
+  CHECK_OK(ct_model_init(m, &c, 1));
+  ct_model_init_random(m, 9, 0.5f);
   int C = c.hidden_size;
   for (int l = 0; l < c.num_layers + c.mtp_layers; l++) {
-    const ct_layer_weights *L = l < c.num_layers ? &m.w.layers[l] : &m.w.mtp[l - c.num_layers].block;
+    const ct_layer_weights *L = l < c.num_layers ? &m->w.layers[l] : &m->w.mtp[l - c.num_layers].block;
     memset(L->wo, 0, sizeof(float) * C * c.num_heads * c.head_dim);
     memset(L->wdown, 0, sizeof(float) * C * c.intermediate_size);
   }
   for (int k = 0; k < c.mtp_layers; k++) {
-    float *M = m.w.mtp[k].eh_proj;  // (C, 2C) = [I | 0]
+    float *M = m->w.mtp[k].eh_proj;  // (C, 2C) = [I | 0]
     memset(M, 0, sizeof(float) * 2 * C * C);
     for (int i = 0; i < C; i++) M[(long)i * 2 * C + i] = 1;
   }
+}
+
+static void test_speculative_greedy_equals_plain_when_guesses_are_kept(void) {
+  ct_tokenizer *tok;
+  CHECK_OK(ct_tokenizer_bytes(&tok));
+  ct_model m;
+  kept_model(&m, tok);
+  ct_model_config c = m.cfg;
+  int C = c.hidden_size;
   char dir[] = "/tmp/ctune-spec-XXXXXX";
   save_depths(&m, dir);
   ct_gen_request reqs[5];
@@ -622,6 +646,50 @@ static void test_speculative_greedy_equals_plain_when_guesses_are_kept(void) {
   spec_matches_plain(&m, dir, tok, reqs, 5, 96, 64, res);
   for (int q = 0; q < 5; q++) stopped += res->finish[q] == CT_FINISH_STOP;
   CHECK(stopped >= 1 && res->ids[3][res->len[3] - 1] == stop);
+  free(res);
+  remove_depths(dir);
+  ct_model_free(&m);
+  ct_tokenizer_free(tok);
+}
+
+// The kept-guesses model again: a stop string ends samples in the middle of a round (the
+// text cut where it starts, the tokens up to the one that completed it kept), as plain
+// decoding ends them; and with int8 or bf16 weights the depths run in that format, the
+// output still the plain decoding's in the same format, most guesses still kept.
+static void test_speculative_stop_strings_and_quantized_depths(void) {
+  ct_tokenizer *tok;
+  CHECK_OK(ct_tokenizer_bytes(&tok));
+  ct_model m;
+  kept_model(&m, tok);
+  char dir[] = "/tmp/ctune-spec-XXXXXX";
+  save_depths(&m, dir);
+  ct_gen_request reqs[5];
+  spec_requests(reqs, 256, NULL);
+  reqs[1].sp.repetition_penalty = 1.0f;
+  results_t *res = malloc(sizeof *res);
+  spec_matches_plain(&m, dir, tok, reqs, 5, 96, 64, res);
+  char stop[3] = {res->text[3][7], res->text[3][8], 0};  // two bytes sample 3 reaches at 7
+  int full = res->len[3];
+  CHECK(full > 9 && stop[0] && stop[1]);
+  const char *stops[2] = {"never in a byte model's \x01 text", stop};
+  for (int r = 0; r < 5; r++) reqs[r].stop_strings = stops, reqs[r].n_stop_strings = 2;
+  ct_spec_stats st = spec_matches_plain(&m, dir, tok, reqs, 5, 96, 64, res);
+  CHECK(st.accepted > 50);  // (rounds did run past a single token)
+  int stopped = 0;
+  for (int r = 0; r < 5; r++) {
+    stopped += res->finish[r] == CT_FINISH_STOP;
+    CHECK(res->finish[r] != CT_FINISH_STOP || !strstr(res->text[r], stop));
+  }
+  CHECK(res->finish[3] == CT_FINISH_STOP && strlen(res->text[3]) <= 7 && res->len[3] < full);
+  CHECK(stopped >= 1);
+  spec_requests(reqs, 256, NULL);
+  reqs[1].sp.repetition_penalty = 1.0f;
+  st = spec_matches_plain_as(&m, dir, tok, reqs, 5, 96, 64, NULL, CT_PACK_INT8);
+  CHECK(st.accepted > 100);
+  if (ct_panel16_native()) {
+    st = spec_matches_plain_as(&m, dir, tok, reqs, 5, 96, 64, NULL, CT_PACK_BF16);
+    CHECK(st.accepted > 100);
+  }
   free(res);
   remove_depths(dir);
   ct_model_free(&m);
@@ -681,5 +749,6 @@ int main(int argc, char **argv) {
   RUN(test_speculative_guesses_are_the_trained_depths_argmax);
   RUN(test_speculative_greedy_equals_plain_with_random_depths);
   RUN(test_speculative_greedy_equals_plain_when_guesses_are_kept);
+  RUN(test_speculative_stop_strings_and_quantized_depths);
   return test_summary();
 }
