@@ -96,6 +96,29 @@ static void check_batching_invariance(float temperature) {
 static void test_continuous_batching_matches_running_alone_greedy(void) { check_batching_invariance(0); }
 static void test_continuous_batching_matches_running_alone_seeded(void) { check_batching_invariance(1.0f); }
 
+// A decode step's draws run on the pool, one slot per item: the same seeded samples, bit
+// for bit, at 1, 2 and 3 threads.
+static void test_seeded_samples_do_not_depend_on_the_thread_count(void) {
+  ct_gen_request reqs[6];
+  make_requests(reqs, 1.0f);
+  static results_t R[3];
+  for (int t = 1; t <= 3; t++) {
+    CHECK_OK(ct_pool_init(t));
+    CHECK_OK(run(4, reqs, 6, &R[t - 1]));
+  }
+  CHECK_OK(ct_pool_init(2));
+  for (int t = 1; t < 3; t++) {
+    CHECK(R[t].n == R[0].n && R[0].n > 0);
+    int same = 0;
+    for (int k = 0; k < R[0].n; k++) {
+      int j = find(&R[t], R[0].req[k], R[0].sample[k]);
+      same += j >= 0 && R[t].len[j] == R[0].len[k] && !memcmp(R[t].ids[j], R[0].ids[k], sizeof(int) * R[0].len[k]) &&
+              !memcmp(R[t].lps[j], R[0].lps[k], sizeof(float) * R[0].len[k]);
+    }
+    CHECK(same == R[0].n);
+  }
+}
+
 // n samples of one prompt share a prefill; their first tokens are draws from
 // softmax(logits / T) of the prompt's last position (chi-square over the 8 likeliest
 // tokens and the rest, 99.9% quantile for 8 degrees of freedom: 26.1).
@@ -235,6 +258,7 @@ int main(int argc, char **argv) {
   if (ct_infer_from_model(&weights, &model)) return 1;
   RUN(test_continuous_batching_matches_running_alone_greedy);
   RUN(test_continuous_batching_matches_running_alone_seeded);
+  RUN(test_seeded_samples_do_not_depend_on_the_thread_count);
   RUN(test_multisampling_first_tokens_follow_the_logits);
   RUN(test_stop_ids_stop_strings_and_lengths);
   RUN(test_bad_requests_fail_before_any_work);
