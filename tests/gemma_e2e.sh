@@ -2,7 +2,7 @@
 # Gemma 3 (gemma3_text) end to end: a small one built from scratch (sliding layers with a
 # window shorter than the rows) learns with SFT and is saved in Hugging Face's layout;
 # LoRA adapters on it raise held-out accuracy and merge into a model that samples as base
-# + adapter; DPO, GRPO and distillation run on it; the sampler decodes the trained task
+# + adapter; DPO, GRPO, distillation and a reward model run on it; the sampler decodes the trained task
 # in fp32, bf16 and int8 (a saved int8 model generates the same).
 . tests/lib/common.sh
 start_test gemma
@@ -84,4 +84,9 @@ kl0=$(head -1 "$T/g/metrics.jsonl" | field kl)
 k0=$(head -1 "$T/k/metrics.jsonl" | field 'distill\/soft_loss')
 echo "DPO first loss $first, GRPO first KL $kl0, distillation (student = teacher) first soft loss $k0"
 awk -v k="$k0" 'BEGIN { exit !(k < 1e-4 && k > -1e-4) }' || fail "a student equal to its teacher has soft loss $k0"
+# a reward model on the Gemma backbone (Gemma3ForSequenceClassification), scored back
+"$BIN/reward" configs/reward.yml model_path="$T/base" dataset_path="$T/prefs.jsonl" output_dir="$T/rm" max_steps=6 \
+  per_device_train_batch_size=8 save_steps=0 >"$T/rm.log" 2>&1 || { cat "$T/rm.log"; fail "reward"; }
+grep -q '"Gemma3ForSequenceClassification"' "$T/rm/config.json" || { cat "$T/rm/config.json"; fail "not saved as Gemma3ForSequenceClassification"; }
+"$BIN/reward" eval model_path="$T/rm" eval_dataset_path="$T/prefs_eval.jsonl" >"$T/rme.log" 2>&1 || { cat "$T/rme.log"; fail "reward eval"; }
 echo "gemma e2e: ok"
