@@ -1,6 +1,7 @@
 // speculative: self-speculative greedy decoding with a model's multi-token prediction
 // depths (nn/mtp.h, mtp.safetensors) as the draft. Each round the D depths guess the next
-// D tokens, chained (depth k reads depth k-1's hidden state and the guess before it), and
+// D tokens, chained (depth k reads depth k-1's hidden state and the guess before it; a
+// depth whose guesses are kept too rarely to pay for its reads sits out most rounds), and
 // one engine pass over [the newest token, guess 1..D] verifies them all: the guesses that
 // equal the main model's greedy choices are kept, plus that pass's own next choice. Every
 // token the engine computes is batch-invariant (linear.h), so the output is the plain
