@@ -246,7 +246,8 @@ int ct_sampler_bench(int argc, char **argv) {
 // Timed prompt by prompt, the two one after the other (which goes first alternates
 // between repetitions), each prompt's best time of `reps` kept for each: a busy moment on
 // a shared machine slows one prompt's run, not a whole side of the comparison. The
-// tokens of both are compared (they must be identical).
+// tokens of both are compared (they must be identical). The passes and guesses printed
+// are the last repetition's (the drafting rule has by then the record of the earlier ones).
 
 typedef struct {
   int *ids;
@@ -298,7 +299,7 @@ int ct_sampler_bench_speculative(ct_engine *e, ct_spec_model *sm, const ct_token
     printf("  plain:            %8.1f tokens/s  (%.0f passes of the model after the prefills)\n", toks / plain,
            toks - np);
     printf("  speculative=mtp:  %8.1f tokens/s  (%ld passes, %.2f tokens each; %d depths drafted %ld guesses, "
-           "%ld kept: acceptance %.1f%% of those checked)\n", toks / spec, st.rounds,
+           "%ld kept: acceptance %.1f%% of those checked; the last repetition)\n", toks / spec, st.rounds,
            (toks - np) / (st.rounds > 0 ? st.rounds : 1), sm->D, st.drafted, st.accepted,
            100.0 * st.accepted / (checked > 0 ? checked : 1));
     printf("  speed-up:         %8.2fx  (identical tokens)\n", plain / spec);

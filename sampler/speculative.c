@@ -166,7 +166,7 @@ void ct_spec_free(ct_spec_model *sm) {
 // One request
 
 typedef struct {
-  const ct_spec_model *sm;
+  ct_spec_model *sm;  // (its drafting record is updated)
   const ct_tokenizer *tok;
   const ct_gen_callbacks *cb;
   ct_engine *e;       // the main model, one slot
@@ -181,10 +181,7 @@ typedef struct {
   int *ids, *pos, *slot, *outs;       // (cap)
   ct_gen_sample gs;    // the sample being generated: ids, lps, seen (max_len + D + 1), text
   bool done;
-  // the drafting rule (depths_to_draft), over every request of the call
-  long checked[CT_MTP_MAX + 1], kept[CT_MTP_MAX + 1];  // depth k's guesses verified / kept
   double cost[CT_MTP_MAX + 1];  // depth k's weights to read per guess / the main model's per pass
-  long round;
 } run_t;
 
 // The greedy choice from logits as the token at index at (generate.c's choose: same
@@ -268,11 +265,12 @@ static int prefill(run_t *g, const ct_gen_request *r) {
 // depth, a text it does not know) then costs nothing past its first guesses and every
 // 16th round's, which keep the shares measured. The output never depends on it.
 static int depths_to_draft(const run_t *g, int Dn) {
-  if (g->round % 16 == 0) return Dn;
+  const ct_spec_model *sm = g->sm;
+  if (sm->round % 16 == 0) return Dn;
   double p = 1;
   for (int k = 1; k <= Dn; k++) {
-    p *= (g->kept[k] + 1.0) / (g->checked[k] + 2.0);
-    if (g->checked[k] >= 32 && p <= g->cost[k]) return k - 1;
+    p *= (sm->kept[k] + 1.0) / (sm->checked[k] + 2.0);
+    if (sm->checked[k] >= 32 && p <= g->cost[k]) return k - 1;
   }
   return Dn;
 }
@@ -284,7 +282,7 @@ static int run_request(run_t *g, const ct_gen_request *r, ct_spec_stats *st) {
   while (!rc && !g->done) {
     int Dn = g->max_len - 1 - n < g->D ? g->max_len - 1 - n : g->D;  // guesses whose positions fit
     Dn = depths_to_draft(g, Dn);
-    g->round++;
+    g->sm->round++;
     for (int k = 1; k <= Dn && !rc; k++) rc = draft_depth(g, k, n);
     if (rc) break;
     for (int j = 0; j <= Dn; j++) {  // one pass verifies every guess
@@ -302,7 +300,10 @@ static int run_request(run_t *g, const ct_gen_request *r, ct_spec_stats *st) {
       int t;
       rc = commit(g, r, g->logits + (long)j * g->V, n + 1 + j, &t);
       kept++;
-      if (j < Dn) g->checked[j + 1]++, g->kept[j + 1] += t == g->guess[j + 1];
+      if (j < Dn) {
+        g->sm->checked[j + 1]++;
+        g->sm->kept[j + 1] += t == g->guess[j + 1];
+      }
       if (j < Dn && t != g->guess[j + 1]) {
         st->rejected++;
         break;
@@ -351,7 +352,8 @@ static int run_init(run_t *g, ct_spec_model *sm, const ct_tokenizer *tok, const 
   long C = c->hidden_size, F = c->intermediate_size, Hd = (long)c->num_heads * c->head_dim;
   long layer = (long)(c->num_heads + 2 * c->num_kv_heads) * c->head_dim * C + C * Hd + 3 * F * C;
   long head = (long)c->vocab_size * C;
-  for (int k = 1; k <= sm->D; k++) g->cost[k] = (double)(layer + 2 * C * C + head) / ((double)c->num_layers * layer + head);
+  for (int k = 1; k <= sm->D; k++)
+    g->cost[k] = (double)(layer + 2 * C * C + head) / ((double)c->num_layers * layer + head);
   int rc = ct_sampler_ws_init(&g->ws, g->V);
   if (rc) {
     run_free(g);

@@ -15,6 +15,7 @@
 
 #include "engine.h"
 #include "generate.h"
+#include "mtp.h"
 #include "weights.h"
 
 typedef struct {
@@ -27,6 +28,9 @@ typedef struct {
   ct_engine_opts o;         // one slot; max_tokens bounds a prefill pass (at least D + 1)
   ct_engine *e;             // the main model's engine
   ct_engine **de;           // (D) each depth's
+  // the drafting rule's record (speculative.c's depths_to_draft), over every request so far
+  long checked[CT_MTP_MAX + 1], kept[CT_MTP_MAX + 1];  // depth k's guesses verified / kept
+  long round;               // verifying passes so far
 } ct_spec_model;
 
 // The depths of the model in dir (dir/mtp.safetensors, written by training with
