@@ -1,6 +1,7 @@
 // sampler bench: prefill and decode throughput of the engine for the SmolLM-135M shape
 // (hidden 576, 30 layers, 9 heads, 3 kv heads, intermediate 1536, vocab 49152, tied),
-// fp32 and int8, next to the memory-bandwidth bound measured in the same run.
+// fp32 and int8, next to the memory-bandwidth bound measured in the same run; and (bench
+// speculative=mtp, on a model trained with MTP) speculative against plain greedy decoding.
 //
 // Decoding one token per slot reads every weight matrix once, so at batch 1 the rate
 // is bounded by how fast memory streams the weights. The bound is measured in the same
@@ -14,10 +15,13 @@
 #include <string.h>
 
 #include "engine.h"
+#include "error.h"
 #include "forward.h"
+#include "generate.h"
 #include "log.h"
 #include "panel.h"
 #include "pool.h"
+#include "speculative.h"
 #include "weights.h"
 
 // The value of key=VALUE in argv, or def.
@@ -233,4 +237,73 @@ int ct_sampler_bench(int argc, char **argv) {
   ct_acts_free(&acts);
   ct_model_free(&m);
   return 0;
+}
+
+// ---------------------------------------------------------------------------
+// bench speculative=mtp (main.c loads the model, its depths and the prompts): plain
+// greedy decoding against speculative=mtp on the same engine weights.
+//
+// Timed prompt by prompt, the two one after the other (which goes first alternates
+// between repetitions), each prompt's best time of `reps` kept for each: a busy moment on
+// a shared machine slows one prompt's run, not a whole side of the comparison. The
+// tokens of both are compared (they must be identical). The passes and guesses printed
+// are the last repetition's (the drafting rule has by then the record of the earlier ones).
+
+typedef struct {
+  int *ids;
+  long n, cap;
+} ids_log;
+
+static int log_ids(void *ctx, const ct_gen_result *r) {
+  ids_log *l = ctx;
+  if (l->n + r->n + 1 > l->cap) {
+    long cap = 2 * (l->n + r->n + 1) + 1024;
+    int *p = realloc(l->ids, sizeof(int) * cap);
+    if (!p) return ct_set_error(CT_ENOMEM, "out of memory");
+    l->ids = p, l->cap = cap;
+  }
+  memcpy(l->ids + l->n, r->ids, sizeof(int) * r->n);
+  l->n += r->n;
+  l->ids[l->n++] = -1;  // (a separator)
+  return 0;
+}
+
+int ct_sampler_bench_speculative(ct_engine *e, ct_spec_model *sm, const ct_tokenizer *tok,
+                                 const ct_gen_request *reqs, int np, int reps) {
+  double *best = malloc(sizeof(double) * 2 * np);  // (np, 2): plain, speculative
+  if (!best) return ct_set_error(CT_ENOMEM, "out of memory");
+  for (int i = 0; i < 2 * np; i++) best[i] = 1e30;
+  ids_log a = {0}, b = {0};
+  ct_spec_stats st = {0};
+  int rc = 0;
+  for (int rep = 0; rep < reps && !rc; rep++) {
+    a.n = b.n = 0;
+    st = (ct_spec_stats){0};
+    ct_gen_callbacks ca = {log_ids, NULL, &a}, cb = {log_ids, NULL, &b};
+    for (int r = 0; r < np && !rc; r++)
+      for (int half = 0; half < 2 && !rc; half++) {
+        int spec = half ^ (rep & 1);
+        double t = ct_now();
+        rc = spec ? ct_spec_generate(sm, tok, &reqs[r], 1, &cb, &st) : ct_generate(e, tok, &reqs[r], 1, &ca);
+        t = ct_now() - t;
+        if (t < best[2 * r + spec]) best[2 * r + spec] = t;
+      }
+  }
+  if (!rc && (a.n != b.n || memcmp(a.ids, b.ids, sizeof(int) * a.n)))
+    rc = ct_set_error(CT_EINVAL, "bench: speculative=mtp's tokens differ from plain greedy decoding's");
+  if (!rc) {
+    double plain = 0, spec = 0, toks = (double)st.tokens, checked = (double)(st.accepted + st.rejected);
+    for (int r = 0; r < np; r++) plain += best[2 * r], spec += best[2 * r + 1];
+    printf("greedy decoding of %d prompts, %.0f new tokens, one slot, %d threads (each prompt's best of %d, "
+           "plain and speculative alternating)\n", np, toks, ct_pool_threads(), reps);
+    printf("  plain:            %8.1f tokens/s  (%.0f passes of the model after the prefills)\n", toks / plain,
+           toks - np);
+    printf("  speculative=mtp:  %8.1f tokens/s  (%ld passes, %.2f tokens each; %d depths drafted %ld guesses, "
+           "%ld kept: acceptance %.1f%% of those checked; the last repetition)\n", toks / spec, st.rounds,
+           (toks - np) / (st.rounds > 0 ? st.rounds : 1), sm->D, st.drafted, st.accepted,
+           100.0 * st.accepted / (checked > 0 ? checked : 1));
+    printf("  speed-up:         %8.2fx  (identical tokens)\n", plain / spec);
+  }
+  free(a.ids), free(b.ids), free(best);
+  return rc;
 }

@@ -52,7 +52,8 @@ typedef struct {
 
 // One sample's completion as it grows, and the rule that ends it: the finishing step
 // ct_generate and speculative decoding (speculative.h) share. ids, lps and seen are the
-// caller's, cap entries each.
+// caller's: seen holds cap ids (the cache's positions), ids and lps one entry per token
+// the sample can reach.
 typedef struct {
   int req, sample;
   int n;          // tokens generated

@@ -36,6 +36,8 @@
 #include "weights.h"
 
 int ct_sampler_bench(int argc, char **argv);  // bench.c
+int ct_sampler_bench_speculative(ct_engine *e, ct_spec_model *sm, const ct_tokenizer *tok,
+                                 const ct_gen_request *reqs, int np, int reps);
 
 static int fail(int code, const char *what) {
   fprintf(stderr, "sampler: %s%s%s\n", what ? what : "", what ? ": " : "", ct_last_error());
@@ -432,27 +434,8 @@ static int cmd_score(const ct_config *cfg) {
 
 // ---------------------------------------------------------------------------
 // bench speculative=mtp model_path=DIR prompts_path=FILE: plain greedy decoding (one
-// slot, as speculative=mtp decodes) against speculative=mtp on the same prompts, best of
-// three runs each; the two outputs must be identical.
-
-typedef struct {
-  int *ids;
-  long n, cap;
-} ids_log;
-
-static int log_ids(void *ctx, const ct_gen_result *r) {
-  ids_log *l = ctx;
-  if (l->n + r->n + 1 > l->cap) {
-    long cap = 2 * (l->n + r->n + 1) + 1024;
-    int *p = realloc(l->ids, sizeof(int) * cap);
-    if (!p) return ct_set_error(CT_ENOMEM, "out of memory");
-    l->ids = p, l->cap = cap;
-  }
-  memcpy(l->ids + l->n, r->ids, sizeof(int) * r->n);
-  l->n += r->n;
-  l->ids[l->n++] = -1 - r->request;  // (a separator)
-  return 0;
-}
+// slot, as speculative=mtp decodes) against speculative=mtp on the same prompts
+// (bench.c's ct_sampler_bench_speculative); the two outputs must be identical.
 
 static int cmd_bench_speculative(const ct_config *cfg) {
   setup_t s;
@@ -470,33 +453,7 @@ static int cmd_bench_speculative(const ct_config *cfg) {
   ct_engine *e;
   ct_spec_model sm;
   if (ct_engine_init(&e, &s.w, &eo) || ct_spec_load(&sm, &s.w, cfg->model_path, &eo)) fail(1, NULL);
-  ids_log a = {0}, b = {0};
-  ct_spec_stats st = {0};
-  double plain = 1e30, spec = 1e30;
-  for (int rep = 0; rep < 3; rep++) {
-    a.n = b.n = 0;
-    st = (ct_spec_stats){0};
-    ct_gen_callbacks ca = {log_ids, NULL, &a}, cb = {log_ids, NULL, &b};
-    double t0 = ct_now();
-    if (ct_generate(e, s.tok, reqs, np, &ca)) fail(1, NULL);
-    double t1 = ct_now();
-    if (ct_spec_generate(&sm, s.tok, reqs, np, &cb, &st)) fail(1, NULL);
-    double t2 = ct_now();
-    plain = t1 - t0 < plain ? t1 - t0 : plain;
-    spec = t2 - t1 < spec ? t2 - t1 : spec;
-  }
-  if (a.n != b.n || memcmp(a.ids, b.ids, sizeof(int) * a.n))
-    fail(1, (ct_set_error(CT_EINVAL, "speculative=mtp's tokens differ from plain greedy decoding's"), "bench"));
-  double toks = (double)st.tokens;
-  printf("greedy decoding of %d prompts, %.0f new tokens, one slot, %d threads (best of 3)\n", np, toks,
-         ct_pool_threads());
-  printf("  plain:            %8.1f tokens/s  (%.0f passes of the model after the prefills)\n", toks / plain,
-         toks - np);
-  printf("  speculative=mtp:  %8.1f tokens/s  (%ld passes; %d depths; %ld of %ld guesses kept, %.1f%% of those "
-         "checked)\n", toks / spec, st.rounds, sm.D, st.accepted, st.drafted,
-         100.0 * st.accepted / (st.accepted + st.rejected > 0 ? st.accepted + st.rejected : 1));
-  printf("  speed-up:         %8.2fx  (identical tokens)\n", plain / spec);
-  free(a.ids), free(b.ids);
+  if (ct_sampler_bench_speculative(e, &sm, s.tok, reqs, np, 3)) fail(1, NULL);
   ct_spec_free(&sm);
   ct_engine_free(e);
   for (int i = 0; i < np; i++) ct_ids_free(&ps[i].ids);

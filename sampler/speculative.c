@@ -166,7 +166,7 @@ void ct_spec_free(ct_spec_model *sm) {
 // One request
 
 typedef struct {
-  const ct_spec_model *sm;
+  ct_spec_model *sm;  // (its drafting record is updated)
   const ct_tokenizer *tok;
   const ct_gen_callbacks *cb;
   ct_engine *e;       // the main model, one slot
@@ -181,6 +181,7 @@ typedef struct {
   int *ids, *pos, *slot, *outs;       // (cap)
   ct_gen_sample gs;    // the sample being generated: ids, lps, seen (max_len + D + 1), text
   bool done;
+  double cost[CT_MTP_MAX + 1];  // depth k's weights to read per guess / the main model's per pass
 } run_t;
 
 // The greedy choice from logits as the token at index at (generate.c's choose: same
@@ -256,12 +257,32 @@ static int prefill(run_t *g, const ct_gen_request *r) {
   return rc ? rc : commit(g, r, g->logits, r->prompt_len, &t);
 }
 
+// How many depths draft this round (at most Dn): depth k only while the chance that its
+// guess is kept — the product of depths 1..k's kept shares so far — is above what
+// drafting it costs in main-model passes (its block, eh_proj and the LM head against all
+// layers and the head: the reads of a memory-bound decode step), a share being trusted
+// once 32 of its guesses were checked. A draft that is mostly wrong (an undertrained
+// depth, a text it does not know) then costs nothing past its first guesses and every
+// 16th round's, which keep the shares measured. The output never depends on it.
+static int depths_to_draft(const run_t *g, int Dn) {
+  const ct_spec_model *sm = g->sm;
+  if (sm->round % 16 == 0) return Dn;
+  double p = 1;
+  for (int k = 1; k <= Dn; k++) {
+    p *= (sm->kept[k] + 1.0) / (sm->checked[k] + 2.0);
+    if (sm->checked[k] >= 32 && p <= g->cost[k]) return k - 1;
+  }
+  return Dn;
+}
+
 static int run_request(run_t *g, const ct_gen_request *r, ct_spec_stats *st) {
   g->done = false;
   memset(g->valid, 0, sizeof(int) * (g->D + 1));
   int rc = prefill(g, r), n = r->prompt_len;  // tok_ids[n] is the newest token, not yet fed
   while (!rc && !g->done) {
     int Dn = g->max_len - 1 - n < g->D ? g->max_len - 1 - n : g->D;  // guesses whose positions fit
+    Dn = depths_to_draft(g, Dn);
+    g->sm->round++;
     for (int k = 1; k <= Dn && !rc; k++) rc = draft_depth(g, k, n);
     if (rc) break;
     for (int j = 0; j <= Dn; j++) {  // one pass verifies every guess
@@ -279,6 +300,10 @@ static int run_request(run_t *g, const ct_gen_request *r, ct_spec_stats *st) {
       int t;
       rc = commit(g, r, g->logits + (long)j * g->V, n + 1 + j, &t);
       kept++;
+      if (j < Dn) {
+        g->sm->checked[j + 1]++;
+        g->sm->kept[j + 1] += t == g->guess[j + 1];
+      }
       if (j < Dn && t != g->guess[j + 1]) {
         st->rejected++;
         break;
@@ -323,6 +348,12 @@ static int run_init(run_t *g, ct_spec_model *sm, const ct_tokenizer *tok, const 
     return ct_set_error(CT_ENOMEM, "speculative: out of memory");
   }
   g->pos = g->ids + g->cap, g->slot = g->pos + g->cap, g->outs = g->slot + g->cap;
+  // weights read per token, in values (both in the same format)
+  long C = c->hidden_size, F = c->intermediate_size, Hd = (long)c->num_heads * c->head_dim;
+  long layer = (long)(c->num_heads + 2 * c->num_kv_heads) * c->head_dim * C + C * Hd + 3 * F * C;
+  long head = (long)c->vocab_size * C;
+  for (int k = 1; k <= sm->D; k++)
+    g->cost[k] = (double)(layer + 2 * C * C + head) / ((double)c->num_layers * layer + head);
   int rc = ct_sampler_ws_init(&g->ws, g->V);
   if (rc) {
     run_free(g);

@@ -1,6 +1,7 @@
 // speculative: self-speculative greedy decoding with a model's multi-token prediction
 // depths (nn/mtp.h, mtp.safetensors) as the draft. Each round the D depths guess the next
-// D tokens, chained (depth k reads depth k-1's hidden state and the guess before it), and
+// D tokens, chained (depth k reads depth k-1's hidden state and the guess before it; a
+// depth whose guesses are kept too rarely to pay for its reads sits out most rounds), and
 // one engine pass over [the newest token, guess 1..D] verifies them all: the guesses that
 // equal the main model's greedy choices are kept, plus that pass's own next choice. Every
 // token the engine computes is batch-invariant (linear.h), so the output is the plain
@@ -14,6 +15,7 @@
 
 #include "engine.h"
 #include "generate.h"
+#include "mtp.h"
 #include "weights.h"
 
 typedef struct {
@@ -26,6 +28,9 @@ typedef struct {
   ct_engine_opts o;         // one slot; max_tokens bounds a prefill pass (at least D + 1)
   ct_engine *e;             // the main model's engine
   ct_engine **de;           // (D) each depth's
+  // the drafting rule's record (speculative.c's depths_to_draft), over every request so far
+  long checked[CT_MTP_MAX + 1], kept[CT_MTP_MAX + 1];  // depth k's guesses verified / kept
+  long round;               // verifying passes so far
 } ct_spec_model;
 
 // The depths of the model in dir (dir/mtp.safetensors, written by training with

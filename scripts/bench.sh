@@ -22,6 +22,9 @@ echo
 echo "== sampler: prefill and decode, fp32, bf16 and int8, vs the memory-bandwidth bound"
 "$BIN/sampler" bench
 echo
+echo "== sampler: self-speculative decoding (speculative=mtp) vs plain greedy, on a model trained with MTP"
+sh scripts/bench-mtp.sh "$BIN"
+echo
 echo "== memory and start-up at real model sizes (Qwen2.5-0.5B, Llama-3.2-1B shapes)"
 sh scripts/bench-memory.sh "$BIN"
 echo

@@ -696,6 +696,40 @@ static void test_speculative_stop_strings_and_quantized_depths(void) {
   ct_tokenizer_free(tok);
 }
 
+// The drafting rule: depths whose guesses are kept draft every round; wrong ones stop
+// drafting once 32 guesses were checked, except every 16th round (the output unchanged).
+static void test_speculative_drafts_only_depths_that_pay(void) {
+  ct_tokenizer *tok;
+  CHECK_OK(ct_tokenizer_bytes(&tok));
+  ct_model m;
+  kept_model(&m, tok);
+  char dir[] = "/tmp/ctune-spec-XXXXXX";
+  save_depths(&m, dir);
+  ct_gen_request reqs[5];
+  spec_requests(reqs, 256, NULL);
+  reqs[1].sp.repetition_penalty = 1.0f;
+  ct_spec_stats st = spec_matches_plain(&m, dir, tok, reqs, 5, 96, 64, NULL);
+  CHECK(st.drafted == 3 * st.rounds && st.rejected == 0);  // all three depths, every round
+  remove_depths(dir);
+  ct_model_free(&m);
+  ct_model_config c = tiny();  // random depths: almost every guess wrong
+  c.vocab_size = ct_tokenizer_vocab_size(tok);
+  c.hidden_size = 32, c.intermediate_size = 48, c.head_dim = 8, c.max_position_embeddings = 256;
+  c.mtp_layers = 2;
+  CHECK_OK(ct_model_init(&m, &c, 1));
+  ct_model_init_random(&m, 8, 0.4f);
+  save_depths(&m, dir);
+  for (int r = 0; r < 5; r++) reqs[r].max_new_tokens = 200;
+  st = spec_matches_plain(&m, dir, tok, reqs, 5, 256, 64, NULL);
+  // both draft in the first 32 rounds (depth 2's share has had no 32 checks: it is only
+  // checked after a kept guess), then in rounds 48, 64, ...
+  long want = 2 * (32 + (st.rounds - 32 + 15) / 16);
+  CHECK(st.rounds > 900 && st.drafted == want);
+  remove_depths(dir);
+  ct_model_free(&m);
+  ct_tokenizer_free(tok);
+}
+
 // The sampler's depth-1 guess after each prefix is the trained depth's argmax (the float64
 // reference of the training path) at that position: the draft runs the depths as trained.
 static void test_speculative_guesses_are_the_trained_depths_argmax(void) {
@@ -750,5 +784,6 @@ int main(int argc, char **argv) {
   RUN(test_speculative_greedy_equals_plain_with_random_depths);
   RUN(test_speculative_greedy_equals_plain_when_guesses_are_kept);
   RUN(test_speculative_stop_strings_and_quantized_depths);
+  RUN(test_speculative_drafts_only_depths_that_pay);
   return test_summary();
 }
