@@ -332,7 +332,7 @@ static void test_export_gemma3(void) {
   CHECK_OK(ct_model_layout(&lay, &c));
   CHECK_OK(ct_gguf_export(&c, CT_GGUF_F32, "tiny", fill, &lay, tok_kv, NULL, path));
   rd r = slurp(path);
-  char keys[40][64];
+  char keys[40][64] = {{0}};  // the loop below reads all 40; read_header fills the first ones
   info t[100];
   size_t data;
   int nt = read_header(&r, keys, 40, t, 100, &data);
