@@ -250,21 +250,29 @@ static int speculate(const setup_t *s, const ct_engine_opts *eo, const ct_gen_re
   return rc;
 }
 
+// One request per prompt: n samples each with sp, the config's length and stop strings,
+// the tokenizer's stop ids.
+static ct_gen_request *requests(const ct_config *cfg, const setup_t *s, const prompt_t *ps, int np, int n,
+                                ct_sample_params sp) {
+  const int *stop_ids;
+  int n_stop = ct_tokenizer_stop_ids(s->tok, &stop_ids);
+  ct_gen_request *reqs = calloc(np > 0 ? np : 1, sizeof *reqs);
+  if (!reqs) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  for (int i = 0; i < np; i++)
+    reqs[i] = (ct_gen_request){ps[i].ids.v, ps[i].ids.n, n, ps[i].seed, sp, (int)cfg->max_new_tokens, stop_ids, n_stop,
+                               (const char *const *)cfg->stop.v, cfg->stop.n};
+  return reqs;
+}
+
 static int cmd_generate(const ct_config *cfg) {
   setup_t s;
   setup(&s, cfg);
   prompt_t *ps = NULL;
   int np = 0;
   if (read_prompts(&s, &ps, &np)) fail(1, NULL);
-  const int *stop_ids;
-  int n_stop = ct_tokenizer_stop_ids(s.tok, &stop_ids);
-  ct_gen_request *reqs = calloc(np, sizeof *reqs);
   ct_sample_params sp = {(float)cfg->temperature, (int)cfg->top_k, (float)cfg->top_p,
                          (float)cfg->min_p, (float)cfg->repetition_penalty};
-  for (int i = 0; i < np; i++)
-    reqs[i] = (ct_gen_request){ps[i].ids.v, ps[i].ids.n, (int)cfg->n, ps[i].seed, sp,
-                               (int)cfg->max_new_tokens, stop_ids, n_stop,
-                               (const char *const *)cfg->stop.v, cfg->stop.n};
+  ct_gen_request *reqs = requests(cfg, &s, ps, np, (int)cfg->n, sp);
   int slots = (int)cfg->decode_slots;
   ct_engine_opts eo = {slots, (int)cfg->max_target_length,
                        (int)(cfg->max_prefill_length > slots ? cfg->max_prefill_length : slots)};
@@ -443,12 +451,7 @@ static int cmd_bench_speculative(const ct_config *cfg) {
   prompt_t *ps = NULL;
   int np = 0;
   if (read_prompts(&s, &ps, &np)) fail(1, NULL);
-  const int *stop_ids;
-  int n_stop = ct_tokenizer_stop_ids(s.tok, &stop_ids);
-  ct_gen_request *reqs = calloc(np, sizeof *reqs);
-  for (int i = 0; i < np; i++)
-    reqs[i] = (ct_gen_request){ps[i].ids.v, ps[i].ids.n, 1, ps[i].seed, {0, 0, 1.0f, 0.0f, 1.0f},
-                               (int)cfg->max_new_tokens, stop_ids, n_stop, (const char *const *)cfg->stop.v, cfg->stop.n};
+  ct_gen_request *reqs = requests(cfg, &s, ps, np, 1, (ct_sample_params){0, 0, 1.0f, 0.0f, 1.0f});  // greedy
   ct_engine_opts eo = {1, (int)cfg->max_target_length, (int)cfg->max_prefill_length};
   ct_engine *e;
   ct_spec_model sm;
