@@ -616,6 +616,13 @@ static void kept_model(ct_model *mp, const ct_tokenizer *tok) {
   }
 }
 
+// The kept-guesses model's requests: spec_requests without request 1's repetition penalty
+// (a penalty changes the model's choice, not the guess).
+static void kept_requests(ct_gen_request *reqs) {
+  spec_requests(reqs, 256, NULL);
+  reqs[1].sp.repetition_penalty = 1.0f;
+}
+
 static void test_speculative_greedy_equals_plain_when_guesses_are_kept(void) {
   ct_tokenizer *tok;
   CHECK_OK(ct_tokenizer_bytes(&tok));
@@ -626,8 +633,7 @@ static void test_speculative_greedy_equals_plain_when_guesses_are_kept(void) {
   char dir[] = "/tmp/ctune-spec-XXXXXX";
   save_depths(&m, dir);
   ct_gen_request reqs[5];
-  spec_requests(reqs, 256, NULL);
-  reqs[1].sp.repetition_penalty = 1.0f;  // (a penalty changes the model's choice, not the guess)
+  kept_requests(reqs);
   ct_spec_stats st = spec_matches_plain(&m, dir, tok, reqs, 5, 96, 64, NULL);
   CHECK(st.rejected == 0 && st.accepted > 100);
   // some guesses wrong: the hidden-state half weighs in
@@ -664,8 +670,7 @@ static void test_speculative_stop_strings_and_quantized_depths(void) {
   char dir[] = "/tmp/ctune-spec-XXXXXX";
   save_depths(&m, dir);
   ct_gen_request reqs[5];
-  spec_requests(reqs, 256, NULL);
-  reqs[1].sp.repetition_penalty = 1.0f;
+  kept_requests(reqs);
   results_t *res = malloc(sizeof *res);
   spec_matches_plain(&m, dir, tok, reqs, 5, 96, 64, res);
   char stop[3] = {res->text[3][7], res->text[3][8], 0};  // two bytes sample 3 reaches at 7
@@ -682,8 +687,7 @@ static void test_speculative_stop_strings_and_quantized_depths(void) {
   }
   CHECK(res->finish[3] == CT_FINISH_STOP && strlen(res->text[3]) <= 7 && res->len[3] < full);
   CHECK(stopped >= 1);
-  spec_requests(reqs, 256, NULL);
-  reqs[1].sp.repetition_penalty = 1.0f;
+  kept_requests(reqs);
   st = spec_matches_plain_as(&m, dir, tok, reqs, 5, 96, 64, NULL, CT_PACK_INT8);
   CHECK(st.accepted > 100);
   if (ct_panel16_native()) {
@@ -706,8 +710,7 @@ static void test_speculative_drafts_only_depths_that_pay(void) {
   char dir[] = "/tmp/ctune-spec-XXXXXX";
   save_depths(&m, dir);
   ct_gen_request reqs[5];
-  spec_requests(reqs, 256, NULL);
-  reqs[1].sp.repetition_penalty = 1.0f;
+  kept_requests(reqs);
   ct_spec_stats st = spec_matches_plain(&m, dir, tok, reqs, 5, 96, 64, NULL);
   CHECK(st.drafted == 3 * st.rounds && st.rejected == 0);  // all three depths, every round
   remove_depths(dir);
