@@ -291,8 +291,7 @@ void ct_forward(const ct_model *m, ct_acts *a, int B, int T) {
     layer_acts la = layer_slots(a, &d, l);
     layer_forward(m, l, l, ct_model_layer(m, l), &la, a, B, T, true);
   }
-  float *xl = a->mode == CT_ACTS_FORWARD ? a->x : a->x + d.L * (long)a->B * a->T * d.C;
-  ct_rmsnorm_forward(a->lnf, a->rstdf, xl, NW(ct_model_norm(m), d.C), (int)N, (int)d.C, c->rms_norm_eps);
+  ct_rmsnorm_forward(a->lnf, a->rstdf, ct_acts_top(a, c), NW(ct_model_norm(m), d.C), (int)N, (int)d.C, c->rms_norm_eps);
 }
 
 // Layer backward: a->dres holds the gradient of the layer's output on entry and of its
@@ -362,9 +361,9 @@ void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float
                  int T) {
   const ct_model_config *c = &m->cfg;
   dims d = dims_of(c);
-  long N = (long)B * T, Ncap = (long)a->B * a->T;
+  long N = (long)B * T;
   float *dres = a->dres;  // (N, C) gradient of the residual stream, carried down the layers
-  ct_rmsnorm_backward(dres, g->norm, dlnf, a->x + d.L * Ncap * d.C, NW(ct_model_norm(m), d.C), a->rstdf, (int)N,
+  ct_rmsnorm_backward(dres, g->norm, dlnf, ct_acts_top(a, c), NW(ct_model_norm(m), d.C), a->rstdf, (int)N,
                       (int)d.C, 0, a->scratch);
   if (a->dx_top) ct_add_rows(dres, a->dx_top, N, (int)d.C);  // (multi-token prediction's)
   for (int l = (int)d.L - 1; l >= 0; l--) {
