@@ -136,11 +136,8 @@ static void depth_input(ct_mtp *t, const ct_model *m, const ct_acts *a, int k, i
   long N = (long)B * T;
   int *ids = t->ids + s * N;
   float *en = t->en + s * N * C, *hn = t->hn + s * N * C;
-  for (int r = 0; r < B; r++)  // token i + k of the same document (0 past it: no target there)
-    for (int i = 0; i < T; i++) {
-      long n = (long)r * T + i;
-      ids[n] = i + k < T && a->seg[n + k] == a->seg[n] ? a->ids[n + k] : 0;
-    }
+  ct_mtp_targets(a->ids, a->seg, B, T, k, ids);  // token i + k of the same document
+  for (long n = 0; n < N; n++) ids[n] = ids[n] < 0 ? 0 : ids[n];  // past it (no target there): any id
   ct_model_embed(m, ids, (int)N, t->w1);
   if (c->gemma) {  // the input embedding's own scale, as the main model's
     float es = ct_embed_scale(c);

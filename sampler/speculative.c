@@ -181,7 +181,7 @@ typedef struct {
   int *ids, *pos, *slot, *outs;       // (cap)
   ct_gen_sample gs;    // the sample being generated: ids, lps, seen (max_len + D + 1), text
   bool done;
-  double cost[CT_MTP_MAX + 1];  // depth k's weights to read per guess / the main model's per pass
+  double cost;        // a depth's weights to read per guess / the main model's per pass (all alike)
 } run_t;
 
 // The greedy choice from logits as the token at index at (generate.c's choose: same
@@ -270,7 +270,7 @@ static int depths_to_draft(const run_t *g, int Dn) {
   double p = 1;
   for (int k = 1; k <= Dn; k++) {
     p *= (sm->kept[k] + 1.0) / (sm->checked[k] + 2.0);
-    if (sm->checked[k] >= 32 && p <= g->cost[k]) return k - 1;
+    if (sm->checked[k] >= 32 && p <= g->cost) return k - 1;
   }
   return Dn;
 }
@@ -352,8 +352,7 @@ static int run_init(run_t *g, ct_spec_model *sm, const ct_tokenizer *tok, const 
   long C = c->hidden_size, F = c->intermediate_size, Hd = (long)c->num_heads * c->head_dim;
   long layer = (long)(c->num_heads + 2 * c->num_kv_heads) * c->head_dim * C + C * Hd + 3 * F * C;
   long head = (long)c->vocab_size * C;
-  for (int k = 1; k <= sm->D; k++)
-    g->cost[k] = (double)(layer + 2 * C * C + head) / ((double)c->num_layers * layer + head);
+  g->cost = (double)(layer + 2 * C * C + head) / ((double)c->num_layers * layer + head);
   int rc = ct_sampler_ws_init(&g->ws, g->V);
   if (rc) {
     run_free(g);
