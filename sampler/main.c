@@ -446,6 +446,9 @@ static int cmd_score(const ct_config *cfg) {
 // (bench.c's ct_sampler_bench_speculative); the two outputs must be identical.
 
 static int cmd_bench_speculative(const ct_config *cfg) {
+  if (cfg->speculative != CT_SPEC_MTP)
+    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'speculative': bench compares speculative=mtp with plain decoding",
+                          ct_config_origin(cfg, "speculative")), NULL));
   setup_t s;
   setup(&s, cfg);
   prompt_t *ps = NULL;
@@ -473,8 +476,8 @@ int main(int argc, char **argv) {
   if (help >= 0) return help;
   ct_blas_init(argc, argv);
   const char *cmd = argv[1];
-  bool spec_bench = false;  // bench speculative=mtp: on a model, not the synthetic shape
-  for (int i = 2; i < argc; i++) spec_bench |= !strcmp(argv[i], "speculative=mtp");
+  bool spec_bench = false;  // bench speculative=...: on a model (the config's key), not the synthetic shape
+  for (int i = 2; i < argc; i++) spec_bench |= !strncmp(argv[i], "speculative=", 12);
   if (strcmp(cmd, "bench") == 0 && !spec_bench) return ct_sampler_bench(argc - 1, argv + 1);
   if (strcmp(cmd, "generate") && strcmp(cmd, "score") && strcmp(cmd, "accuracy") && strcmp(cmd, "bench")) return usage();
   ct_config cfg;
