@@ -204,30 +204,33 @@ static int argmax(const float *v, int n) {
   return b;
 }
 
-// Depth k's projection input at position p: [enorm(emb(token p + k)); hnorm(h_{k-1}[p])] into cat (2C).
-static void depth_row(run_t *g, int k, int p, float *cat) {
+// Depth k's projection input at position p: [enorm(emb(token p + k)); hnorm(h_{k-1}[p])] into
+// cat (2C); en, hn: the two norms' weights as applied (ct_norm_weight).
+static void depth_row(run_t *g, int k, int p, const float *en, const float *hn, float *cat) {
   const ct_model_config *c = &g->sm->w->cfg;
-  const ct_mtp_weights *w = &g->sm->mtp.w.mtp[k - 1];
   int C = g->C;
   ct_linear_row(&g->sm->w->embed, g->tok_ids[p + k], g->row);
   if (c->gemma) {
     float es = ct_embed_scale(c);
     for (int i = 0; i < C; i++) g->row[i] *= es;
   }
-  float rstd, wn[C];
-  ct_rmsnorm_forward(cat, &rstd, g->row, ct_norm_weight(c, w->enorm, C, wn), 1, C, c->rms_norm_eps);
-  ct_rmsnorm_forward(cat + C, &rstd, g->h + ((long)(k - 1) * g->max_len + p) * C, ct_norm_weight(c, w->hnorm, C, wn),
-                     1, C, c->rms_norm_eps);
+  float rstd;
+  ct_rmsnorm_forward(cat, &rstd, g->row, en, 1, C, c->rms_norm_eps);
+  ct_rmsnorm_forward(cat + C, &rstd, g->h + ((long)(k - 1) * g->max_len + p) * C, hn, 1, C, c->rms_norm_eps);
 }
 
 // Depth k over positions [valid[k], n) — committed tokens up to index n, this round's
 // guesses past it — then its guess for token n + k from position n - 1.
 static int draft_depth(run_t *g, int k, int n) {
   int p0 = g->valid[k], rc = 0;
+  const ct_model_config *c = &g->sm->w->cfg;
+  const ct_mtp_weights *w = &g->sm->mtp.w.mtp[k - 1];
+  float wn_e[g->C], wn_h[g->C];  // (Gemma's 1 + w, built once per call rather than per row)
+  const float *en = ct_norm_weight(c, w->enorm, g->C, wn_e), *hn = ct_norm_weight(c, w->hnorm, g->C, wn_h);
   for (int start = p0; start < n && !rc; start += g->cap) {
     int m = n - start < g->cap ? n - start : g->cap, last = m - 1, end = start + m == n;
     for (int i = 0; i < m; i++) {
-      depth_row(g, k, start + i, g->cat + (long)i * 2 * g->C);
+      depth_row(g, k, start + i, en, hn, g->cat + (long)i * 2 * g->C);
       g->pos[i] = start + i;
       g->slot[i] = 0;
     }
