@@ -68,6 +68,11 @@ int ct_path_join(char *out, size_t size, const char *dir, const char *name) {
   return 0;
 }
 
+bool ct_path_has_file(const char *dir, const char *name) {
+  char p[CT_PATH_MAX];
+  return ct_path_join(p, sizeof p, dir, name) == 0 && access(p, R_OK) == 0;
+}
+
 static int mkdir_one(const char *p) {
   struct stat st;
   if (mkdir(p, 0755) == 0) return 0;

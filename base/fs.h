@@ -16,6 +16,8 @@ int ct_read_file(const char *path, char **out, size_t *len, bool *missing);
 
 // out = dir + "/" + name; an error (not a silently cut path) when it does not fit.
 int ct_path_join(char *out, size_t size, const char *dir, const char *name);
+// Whether dir/name exists and is readable (false for a path too long to join).
+bool ct_path_has_file(const char *dir, const char *name);
 // mkdir -p
 int ct_mkdirs(const char *path);
 // Recursively removes a directory tree (or a file); a missing path is no error.

@@ -14,6 +14,7 @@
 #include <zlib.h>
 
 #include "error.h"
+#include "fs.h"
 
 int ct_row_error(const char *path, int line, const char *fmt, ...) {
   char msg[512], where[4200];
@@ -195,20 +196,14 @@ static int convert_hint(const char *path, const char *what, const char *load) {
                       path, what, load, out);
 }
 
-static bool has_file(const char *dir, const char *name) {
-  char p[4200];
-  snprintf(p, sizeof p, "%s/%s", dir, name);
-  return access(p, F_OK) == 0;
-}
-
 // A directory: a Hugging Face datasets save_to_disk directory gets its conversion.
 static int directory_error(const char *path) {
   char load[4300];
-  if (has_file(path, "dataset_dict.json")) {
+  if (ct_path_has_file(path, "dataset_dict.json")) {
     snprintf(load, sizeof load, "load_from_disk('%s')['train']", path);
     return convert_hint(path, "a Hugging Face datasets directory (a DatasetDict)", load);
   }
-  if (has_file(path, "dataset_info.json") || has_file(path, "state.json")) {
+  if (ct_path_has_file(path, "dataset_info.json") || ct_path_has_file(path, "state.json")) {
     snprintf(load, sizeof load, "load_from_disk('%s')", path);
     return convert_hint(path, "a Hugging Face datasets directory", load);
   }

@@ -107,11 +107,6 @@ bool ct_failpoint_stop(long step) {
   return s && atol(s) == step;
 }
 
-static bool file_exists(const char *dir, const char *name) {
-  char p[CT_PATH_MAX];
-  return ct_path_join(p, sizeof p, dir, name) == 0 && access(p, R_OK) == 0;
-}
-
 // The `model:` block -> a model config; zeros mean "derive".
 static int config_from_spec(ct_model_config *mc, const ct_config *cfg, const ct_tokenizer *tok) {
   const ct_model_spec *s = &cfg->model;
@@ -221,10 +216,10 @@ static int load_tokenizer_files(ct_train *tr) {
   if (!rc) rc = check_dir(c, "tokenizer_path", c->tokenizer_path);
   if (rc) return rc;
   if (c->tokenizer_path[0]) return load_tokenizer_dir(tr, c->tokenizer_path);
-  if (tr->resumed_from[0] && file_exists(tr->resumed_from, "tokenizer.json"))
+  if (tr->resumed_from[0] && ct_path_has_file(tr->resumed_from, "tokenizer.json"))
     return load_tokenizer_dir(tr, tr->resumed_from);
   if (c->model_path[0]) {
-    if (!file_exists(c->model_path, "tokenizer.json"))
+    if (!ct_path_has_file(c->model_path, "tokenizer.json"))
       return ct_set_error(CT_EIO, "%s has no tokenizer.json; set tokenizer_path", c->model_path);
     return load_tokenizer_dir(tr, c->model_path);
   }
@@ -460,7 +455,7 @@ static int resolve_resume(ct_train *tr) {
     long step;
     return ct_ckpt_latest(tr->cfg->output_dir, tr->resumed_from, sizeof tr->resumed_from, &step);
   }
-  if (!file_exists(r, "trainer_state.json"))
+  if (!ct_path_has_file(r, "trainer_state.json"))
     return ct_set_error(CT_EIO, "%s: key 'resume_from_checkpoint': %s is not a checkpoint "
                         "(no trainer_state.json)", ct_config_origin(tr->cfg, "resume_from_checkpoint"), r);
   snprintf(tr->resumed_from, sizeof tr->resumed_from, "%s", r);
@@ -760,7 +755,7 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   if (dir[0]) rc = ct_model_load_weights(m, m->params, dir);
   else ct_model_init_random(m, (uint64_t)cfg->seed, (float)cfg->model.initializer_range);
   if (!rc && dir[0] && m->cfg.mtp_layers) rc = mtp_weights(tr, dir);
-  if (!rc && dir[0] && !m->cfg.mtp_layers && file_exists(dir, "mtp.safetensors"))
+  if (!rc && dir[0] && !m->cfg.mtp_layers && ct_path_has_file(dir, "mtp.safetensors"))
     ct_log_info(&tr->log, "%s has multi-token prediction depths (mtp.safetensors); mtp_num_layers is 0, so "
                 "they are neither trained nor saved", dir);
   if (rc) return rc;

@@ -351,8 +351,5 @@ int ct_lora_merge(const ct_lora *lo, ct_model *base) {
 }
 
 const char *ct_lora_tokenizer_dir(const char *adapter, const char *base) {
-  char p[CT_PATH_MAX];
-  return adapter && adapter[0] && ct_path_join(p, sizeof p, adapter, "tokenizer.json") == 0 && access(p, R_OK) == 0
-             ? adapter
-             : base;
+  return adapter && adapter[0] && ct_path_has_file(adapter, "tokenizer.json") ? adapter : base;
 }

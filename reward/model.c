@@ -37,11 +37,6 @@ typedef struct {
   char base[CT_PATH_MAX], adapter[CT_PATH_MAX];
 } rm_dirs;
 
-static bool has_file(const char *dir, const char *name) {
-  char p[CT_PATH_MAX];
-  return !ct_path_join(p, sizeof p, dir, name) && access(p, R_OK) == 0;
-}
-
 // dir + adapter, or dir alone: a model, or an adapter naming its base.
 static int resolve(const char *dir, const char *adapter, rm_dirs *d) {
   memset(d, 0, sizeof *d);
@@ -50,7 +45,7 @@ static int resolve(const char *dir, const char *adapter, rm_dirs *d) {
     snprintf(d->adapter, sizeof d->adapter, "%s", adapter);
     return 0;
   }
-  if (!has_file(dir, "adapter_config.json")) return 0;
+  if (!ct_path_has_file(dir, "adapter_config.json")) return 0;
   snprintf(d->adapter, sizeof d->adapter, "%s", dir);
   char p[CT_PATH_MAX];
   struct stat st;
@@ -121,7 +116,7 @@ static int check_score(const rm_dirs *d, const ct_model_config *mc) {
 // The tokenizer: an adapter directory's own when it has one (bin/reward saves it), else the base's.
 static int load_tokenizer(const rm_dirs *d, ct_tokenizer **tok) {
   const char *dir = ct_lora_tokenizer_dir(d->adapter, d->base);
-  if (!has_file(dir, "tokenizer.json"))
+  if (!ct_path_has_file(dir, "tokenizer.json"))
     return ct_set_error(CT_ECONFIG, "reward model %s: its tokenizer cannot be loaded: no tokenizer.json", dir);
   if (ct_tokenizer_load_said(NULL, tok, dir))
     return ct_wrap_error(CT_ECONFIG, "reward model %s: its tokenizer cannot be loaded", dir);

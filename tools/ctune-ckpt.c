@@ -518,11 +518,6 @@ static bool is_dir(const char *p) {
   return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-static bool has_file(const char *dir, const char *name) {
-  char p[CT_PATH_MAX];
-  return ct_path_join(p, sizeof p, dir, name) == 0 && access(p, R_OK) == 0;
-}
-
 // A model directory (model.safetensors or its shards), an adapter directory with
 // allow_adapter, or one .safetensors file.
 static int open_tensors(ct_st_dir *d, const char *path, bool allow_adapter) {
@@ -530,8 +525,8 @@ static int open_tensors(ct_st_dir *d, const char *path, bool allow_adapter) {
     if (access(path, R_OK)) return ct_set_error(CT_EIO, "%s: cannot open: %s", path, strerror(errno));
     return ct_st_dir_open_file(d, path);
   }
-  bool model = has_file(path, "model.safetensors") || has_file(path, "model.safetensors.index.json");
-  if (!model && has_file(path, "adapter_model.safetensors")) {
+  bool model = ct_path_has_file(path, "model.safetensors") || ct_path_has_file(path, "model.safetensors.index.json");
+  if (!model && ct_path_has_file(path, "adapter_model.safetensors")) {
     char p[CT_PATH_MAX];
     if (!allow_adapter)
       return ct_set_error(CT_EINVAL, "%s is a LoRA adapter (adapter_model.safetensors), not a model; "
