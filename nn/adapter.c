@@ -204,8 +204,7 @@ static void times_at(const ct_lora_ab *ab, int r, int in, const float *xd, int l
     ct_sgemm('N', 'T', (int)N, r, in, 1, xd, ld, ab->A, in, 0, w->u, r);
     return;
   }
-  for (int j = 0; j < r; j++)
-    for (int k = 0; k < in; k++) w->t[(long)k * r + j] = ab->A[(long)j * in + k];
+  ct_thin_transpose(ab->A, in, w->t);
   ct_thin_out((int)N, in, 1, xd, ld, w->t, w->u);
 }
 

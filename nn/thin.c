@@ -72,6 +72,11 @@ static void out_task(void *ctx, int part, int thread) {
   if (hi > lo) out_rows(lo, hi, j->K, j->alpha, j->X, j->ldx, j->W, j->Y);
 }
 
+void ct_thin_transpose(const float *A, int K, float *W) {
+  for (int j = 0; j < R; j++)
+    for (int k = 0; k < K; k++) W[(long)k * R + j] = A[(long)j * K + k];
+}
+
 void ct_thin_out(int N, int K, float alpha, const float *X, int ldx, const float *W, float *Y) {
   thin_job j = {N, K, ldx, ct_pool_parts((N + 7) / 8), alpha, X, W, NULL, Y, NULL};
   ct_parallel_for(j.parts, out_task, &j);

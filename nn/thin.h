@@ -17,6 +17,9 @@ static inline int ct_thin_takes(int r) {
 #endif
 }
 
+// W (K, 16) = A (16, K) transposed: an adapter's A as ct_thin_out takes it.
+void ct_thin_transpose(const float *A, int K, float *W);
+
 // Y (N, 16) = alpha · X (N, K; row stride ldx) · W (K, 16): W is k-major (row k holds the
 // 16 outputs' weights for input k).
 void ct_thin_out(int N, int K, float alpha, const float *X, int ldx, const float *W, float *Y);

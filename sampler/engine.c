@@ -363,9 +363,8 @@ static void lora_add(ct_engine *e, int l, int t, const float *x, int ldx, int n,
   int in, out, row0, r = lo->cfg.r;
   ct_lora_dims(&lo->mc, t, &in, &out, &row0);
   const float *A = lo->w[l][t].A;
-  if (r == CT_THIN_R) {  // thin.h: the same fmaf chains as a panel's, without 16-row panels
-    for (int j = 0; j < r; j++)
-      for (int k = 0; k < in; k++) e->lora_p[(long)k * r + j] = A[(long)j * in + k];
+  if (ct_thin_takes(r)) {  // thin.h: the same fmaf chains as a panel's, without 16-row panels
+    ct_thin_transpose(A, in, e->lora_p);
     ct_thin_out(n, in, lo->scale, x, ldx, e->lora_p, e->lora_u);
   } else {
     ct_panel_pack(A, r, in, e->lora_p);
