@@ -358,6 +358,16 @@ static void free_ops(ct_sp_op *ops, int n) {
   free(ops);
 }
 
+// The added tokens' lookup structures (index_added builds them).
+static void free_added_index(ct_tokenizer *t) {
+  free(t->bucket_list);
+  free(t->bucket_lens);
+  free(t->aslot);
+  free(t->anext);
+  t->bucket_list = t->bucket_lens = t->anext = NULL;
+  t->aslot = NULL;
+}
+
 void ct_tokenizer_free(ct_tokenizer *t) {
   if (!t) return;
   free(t->bytes);
@@ -373,10 +383,7 @@ void ct_tokenizer_free(ct_tokenizer *t) {
   free(t->dec_len);
   free(t->jslot);
   free(t->added);
-  free(t->bucket_list);
-  free(t->bucket_lens);
-  free(t->aslot);
-  free(t->anext);
+  free_added_index(t);
   for (int i = 0; i < t->nsteps; i++) ct_regex_free(t->steps[i].re);
   free(t->steps);
   free(t->template_src);
@@ -1322,17 +1329,13 @@ int ct_tokenizer_fit(ct_tokenizer *t, int V, int *dropped) {
     if (t->added[i].id < V) t->added[k++] = t->added[i];
   *dropped = t->nadded - k;
   t->nadded = k;
-  free(t->bucket_list);
-  free(t->bucket_lens);
-  free(t->aslot);
-  free(t->anext);
-  t->bucket_list = t->bucket_lens = t->anext = NULL;
-  t->aslot = NULL;
   int n = 0;
   for (int i = 0; i < t->nstops; i++)
     if (t->stops[i] < V) t->stops[n++] = t->stops[i];
   t->nstops = n;
   t->vocab_size = V;
+  if (!*dropped) return 0;
+  free_added_index(t);
   return index_added(t);
 }
 
