@@ -29,6 +29,14 @@ double ct_frozen_bytes(const ct_model_config *c, int dtype, int B, int T) {
 }
 
 // The engine pass of the int8 path: one slot per row, N tokens.
+// The int8 path's engine and its index arrays, freed (engine_init makes them).
+static void engine_release(ct_frozen *f) {
+  ct_engine_free(f->engine);
+  ct_free_all(f->slot, f->pos, f->outs);
+  f->engine = NULL;
+  f->slot = f->pos = f->outs = NULL;
+}
+
 static int engine_init(ct_frozen *f) {
   long N = (long)f->B * f->T;
   ct_engine_opts eo = engine_opts(f->B, f->T);
@@ -99,10 +107,7 @@ int ct_frozen_reserve(ct_frozen *f, int T) {
   if (T <= f->T) return 0;
   if (f->view) return ct_set_error(CT_EINVAL, "frozen model: cannot grow a view's buffers");
   if (f->dtype == CT_STORE_INT8) {  // a new engine for rows of T; the int8 weights stay
-    ct_engine_free(f->engine);
-    f->engine = NULL;
-    ct_free_all(f->slot, f->pos, f->outs);
-    f->slot = f->pos = f->outs = NULL;
+    engine_release(f);
     f->T = T;
     int rc = engine_init(f);
     if (rc) f->T = 0;  // no engine: any later batch must fail, not find a NULL one
@@ -137,11 +142,10 @@ void ct_frozen_free(ct_frozen *f) {
     memset(f, 0, sizeof *f);
     return;
   }
-  if (f->engine) ct_engine_free(f->engine);
+  engine_release(f);
   ct_infer_free(&f->iw);
   ct_acts_free(&f->acts);
   ct_model_free(&f->model);
-  ct_free_all(f->slot, f->pos, f->outs);
   memset(f, 0, sizeof *f);
 }
 

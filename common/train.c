@@ -1415,7 +1415,7 @@ int ct_train_save_final(ct_train *tr) {
     const char *files[] = {"config.json", "model.safetensors", "adapter_config.json",
                            "adapter_model.safetensors", "tokenizer.json", "tokenizer_config.json",
                            "mtp.safetensors"};
-    for (int i = 0; i < 7 && !rc; i++) {
+    for (size_t i = 0; i < sizeof files / sizeof *files && !rc; i++) {
       rc = ct_path_join(p, sizeof p, tmp, files[i]);
       if (!rc && access(p, R_OK) == 0) rc = ct_publish_file(p, out, files[i]);
     }
