@@ -40,6 +40,7 @@ int ct_mtp_init(ct_mtp *t, const ct_model *m, int B, int T, bool train) {
   memset(t, 0, sizeof *t);
   if (c->mtp_layers <= 0 || c->mtp_layers > CT_MTP_MAX)
     return ct_set_error(CT_EINVAL, "mtp: %d depths (1 to %d)", c->mtp_layers, CT_MTP_MAX);
+  if (!m->w.lm_head) return ct_set_error(CT_EINVAL, "mtp: the model's LM head is not stored in float32");
   t->D = c->mtp_layers;
   t->B = B;
   t->T = T;
@@ -194,7 +195,6 @@ static int depth_head(ct_mtp *t, const ct_model *m, ct_head *h, const int *targe
   ct_mtp_targets(target, d->seg, B, T, k, t->target);
   int n = ct_head_gather(h, d->lnf, t->target, (int)N);
   if (n < 0) return n;
-  if (!W) return ct_set_error(CT_EINVAL, "mtp: the model's LM head is not stored in float32");
   ct_head_forward_bf16(h, W, ct_model_w16(m, W));
   for (int r = 0; r < n; r++) {
     st->loss[k - 1] -= h->logp[r];
