@@ -30,7 +30,7 @@ static dims dims_of(const ct_model_config *c) {
 
 static long max3(long a, long b, long c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
-enum { N_SLOTS = 29 };  // buffers carved from ct_acts.mem, in this order (ids/pos/seg last)
+enum { N_SLOTS = 28 };  // buffers carved from ct_acts.mem, in this order (ids/pos/seg last)
 
 // Sizes in floats of every buffer of ct_acts for B x T tokens in `mode`.
 static void acts_sizes(const ct_model_config *c, int B, int T, int mode, long sizes[N_SLOTS]) {
@@ -42,12 +42,12 @@ static void acts_sizes(const ct_model_config *c, int B, int T, int mode, long si
   long scratch = max3(CT_RED_CHUNKS * (d.C > d.QKV ? d.C : d.QKV),
                       (long)ct_pool_threads() * ct_attention_scratch_floats(T, c->attn_softcap > 0), 1);
   long v[N_SLOTS] = {
-      Lx * N * d.C, Ls * N * d.C, Ls * N, Ls * N * d.QKV,
+      Lx * N * d.C, N * d.C, Ls * N, Ls * N * d.QKV,
       qkn ? Ls * N * d.QKV : 0, qkn ? Ls * N * (d.H + d.KV) : 0, Ls * N * d.H * d.hd,
-      Ls * N * d.H, back ? Ls * N * d.C : 0, Ls * N * d.C, Ls * N, Ls * N * 2 * d.F, N * d.F,
+      Ls * N * d.H, back ? Ls * N * d.C : 0, 0, Ls * N, Ls * N * 2 * d.F, N * d.F,
       N * d.C, N,
       back ? N * d.C : 0, back ? N * d.C : 0, back ? N * d.QKV : 0, back ? N * d.H * d.hd : 0,
-      back ? N * 2 * d.F : 0, back ? N * d.F : 0, scratch,
+      back ? N * d.F : 0, scratch,  // (no dgu: backward writes it over the layer's gu)
       gem ? Ls * N * d.C : 0, gem ? Ls * N : 0, gem ? Ls * N * d.C : 0, gem ? Ls * N : 0,
       gem ? N * d.C : 0, d.C > d.hd ? d.C : d.hd,
       3 * ((N + 15) / 16 * 16)};  // ids, pos, seg (ints are float-sized)
@@ -101,13 +101,14 @@ int ct_acts_init(ct_acts *a, const ct_model *m, int B, int T, int mode) {
                         total * 4.0 / 1e6, B, T);
   float **slots[N_SLOTS - 1] = {&a->x, &a->ln1, &a->rstd1, &a->qkv, &a->qkv_pre, &a->qk_rstd, &a->att,
                                 &a->lse, &a->x2, &a->ln2, &a->rstd2, &a->gu, &a->h, &a->lnf, &a->rstdf,
-                                &a->dres, &a->dln, &a->dqkv, &a->datt, &a->dgu, &a->dh, &a->scratch,
+                                &a->dres, &a->dln, &a->dqkv, &a->datt, &a->dh, &a->scratch,
                                 &a->ao, &a->rstd_ao, &a->mo, &a->rstd_mo, &a->tmp, &a->wn};
   float *p = a->mem;
   for (int i = 0; i < N_SLOTS - 1; i++) {
     *slots[i] = sizes[i] > 0 ? p : NULL;
     p += sizes[i];
   }
+  a->ln2 = a->ln1;  // one slot for both norms' outputs (forward.h)
   long Np = (long)B * T, Npad = (Np + 15) / 16 * 16;
   a->ids = (int *)p;
   a->pos = (int *)p + Npad;
@@ -155,7 +156,7 @@ static layer_acts layer_slots(const ct_acts *a, const dims *d, int l) {
   layer_acts la;
   la.x = a->x + (fwd ? 0 : l) * Nc * d->C;
   la.xn = fwd ? la.x : la.x + Nc * d->C;
-  la.ln1 = a->ln1 + s * Nc * d->C;
+  la.ln1 = a->ln1;  // one slot: backward recomputes ln1 and ln2 (the same bits)
   la.rstd1 = a->rstd1 + s * Nc;
   la.qkv = a->qkv + s * Nc * d->QKV;
   la.qkv_pre = a->qkv_pre ? a->qkv_pre + s * Nc * d->QKV : NULL;
@@ -163,7 +164,7 @@ static layer_acts layer_slots(const ct_acts *a, const dims *d, int l) {
   la.att = a->att + s * Nc * d->H * d->hd;
   la.lse = a->lse + s * Nc * d->H;
   la.x2 = fwd ? la.x : a->x2 + s * Nc * d->C;
-  la.ln2 = a->ln2 + s * Nc * d->C;
+  la.ln2 = a->ln2;
   la.rstd2 = a->rstd2 + s * Nc;
   la.gu = a->gu + s * Nc * 2 * d->F;
   la.ao = a->ao ? a->ao + s * Nc * d->C : NULL;
@@ -309,9 +310,10 @@ static void layer_backward(const ct_model *m, int l, int kind, const ct_layer_we
   float *x2 = la.x2, *ln2 = la.ln2, *rstd2 = la.rstd2, *gu = la.gu, *h = la.h;
   const float *rc, *rs;
   ct_attn_dims ad = attn_dims(m, kind, B, T, &rc, &rs);
-  if (a->mode == CT_ACTS_KEEP) {  // (RECOMPUTE just did)
+  if (a->mode == CT_ACTS_KEEP) {  // (RECOMPUTE just did; its last norm output is ln2)
     if (c->gemma) ct_geglu_forward(h, gu, (int)N, (int)d.F);
     else ct_swiglu_forward(h, gu, (int)N, (int)d.F);
+    ct_rmsnorm_apply(ln2, rstd2, x2, NW(w->ln2, d.C), (int)N, (int)d.C);
   }
 
   // MLP: xn = x2 + h · Wdownᵀ (Gemma: x2 + norm(h · Wdownᵀ), dmo (N, C) into dln)
@@ -323,11 +325,12 @@ static void layer_backward(const ct_model *m, int l, int kind, const ct_layer_we
   }
   proj_backward(m, a, N, (int)d.C, (int)d.F, dmo, h, w->wdown, gw->wdown, a->dh);  // dh (N, F)
   ct_adapter_backward(a, l, CT_LORA_DOWN, h, (int)d.F, dmo, (int)d.C, a->dh, (int)d.F, N);
-  if (c->gemma) ct_geglu_backward(a->dgu, a->dh, gu, (int)N, (int)d.F);  // dgu (N, 2F)
-  else ct_swiglu_backward(a->dgu, a->dh, gu, (int)N, (int)d.F);
-  proj_backward(m, a, N, (int)(2 * d.F), (int)d.C, a->dgu, ln2, w->wgu, gw->wgu, a->dln);  // dln2 (N, C)
-  ct_adapter_backward(a, l, CT_LORA_GATE, ln2, (int)d.C, a->dgu, (int)(2 * d.F), a->dln, (int)d.C, N);
-  ct_adapter_backward(a, l, CT_LORA_UP, ln2, (int)d.C, a->dgu, (int)(2 * d.F), a->dln, (int)d.C, N);
+  float *dgu = gu;  // (N, 2F) in place: the layer's gu is not read again
+  if (c->gemma) ct_geglu_backward(dgu, a->dh, gu, (int)N, (int)d.F);
+  else ct_swiglu_backward(dgu, a->dh, gu, (int)N, (int)d.F);
+  proj_backward(m, a, N, (int)(2 * d.F), (int)d.C, dgu, ln2, w->wgu, gw->wgu, a->dln);  // dln2 (N, C)
+  ct_adapter_backward(a, l, CT_LORA_GATE, ln2, (int)d.C, dgu, (int)(2 * d.F), a->dln, (int)d.C, N);
+  ct_adapter_backward(a, l, CT_LORA_UP, ln2, (int)d.C, dgu, (int)(2 * d.F), a->dln, (int)d.C, N);
   ct_rmsnorm_backward(dres, gw->ln2, a->dln, x2, NW(w->ln2, d.C), rstd2, (int)N, (int)d.C, 1,
                       a->scratch);                                  // dres is now dx2
 
@@ -350,6 +353,7 @@ static void layer_backward(const ct_model *m, int l, int kind, const ct_layer_we
                          r + N * d.H, (int)N, (int)d.KV, (int)d.hd, (int)d.QKV, a->scratch);
   }
   if (gw->bqkv) ct_bias_backward(gw->bqkv, a->dqkv, (int)N, (int)d.QKV, (int)d.QKV, a->scratch);
+  ct_rmsnorm_apply(ln1, rstd1, x, NW(w->ln1, d.C), (int)N, (int)d.C);  // (over ln2: one slot)
   proj_backward(m, a, N, (int)d.QKV, (int)d.C, a->dqkv, ln1, w->wqkv, gw->wqkv, a->dln);  // dln1 (N, C)
   for (int t = CT_LORA_Q; t <= CT_LORA_V; t++)
     ct_adapter_backward(a, l, t, ln1, (int)d.C, a->dqkv, (int)d.QKV, a->dln, (int)d.C, N);

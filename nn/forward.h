@@ -29,7 +29,8 @@ typedef struct {
   // per layer, each (L or 1, ...) — see forward.c for the use of each
   float *x;      // (L+1, N, C) residual stream into each layer; x[L] leaves the last one
                  // (one slot, updated in place, for CT_ACTS_FORWARD)
-  float *ln1;    // (L, N, C)
+  float *ln1;    // (N, C) one slot: the layer's first norm output, then its second (ln2 is
+                 // the same slot); backward recomputes both from x, x2 and the rstds
   float *rstd1;  // (L, N)
   float *qkv;    // (L, N, QKV) after bias, q/k-norm and RoPE
   float *qkv_pre;  // (L, N, QKV) before q/k-norm (Qwen3 only)
@@ -37,7 +38,7 @@ typedef struct {
   float *att;    // (L, N, H*hd)
   float *lse;    // (L, N, H)
   float *x2;     // (L, N, C) residual after attention (in place in x for CT_ACTS_FORWARD)
-  float *ln2;    // (L, N, C)
+  float *ln2;    // (N, C) = ln1's slot
   float *rstd2;  // (L, N)
   float *gu;     // (L, N, 2F)
   float *h;      // (N, F) one slot: backward recomputes each layer's from gu
@@ -48,8 +49,7 @@ typedef struct {
   float *dln;    // (N, C)
   float *dqkv;   // (N, QKV)
   float *datt;   // (N, H*hd)
-  float *dgu;    // (N, 2F)
-  float *dh;     // (N, F)
+  float *dh;     // (N, F)   (the MLP's input gradient dgu (N, 2F) is written over the layer's gu)
   float *scratch;  // reductions and attention blocks
   // Gemma (cfg.gemma): the outputs the post-attention / post-feedforward norms normalize
   float *ao;     // (L, N, C) attention output projection

@@ -4,6 +4,7 @@
 #include "kernels.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "bf16.h"
@@ -49,6 +50,7 @@ typedef struct {
   float *y, *rstd, *dx, *dw, *scratch;
   const float *x, *w, *dy;
   int N, C, parts, accumulate;
+  bool apply;  // forward with the rstd already there (ct_rmsnorm_apply)
   float eps;
 } rms_job;
 
@@ -59,8 +61,8 @@ static void rms_fwd_task(void *ctx, int part, int thread) {
   for (long n = lo; n < hi; n++) {
     const float *x = j->x + n * j->C;
     float *y = j->y + n * j->C;
-    float r = rms_inv(x, j->C, j->eps);
-    j->rstd[n] = r;
+    float r = j->apply ? j->rstd[n] : rms_inv(x, j->C, j->eps);
+    if (!j->apply) j->rstd[n] = r;
     for (int i = 0; i < j->C; i++) y[i] = x[i] * r * j->w[i];
   }
 }
@@ -69,6 +71,12 @@ void ct_rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, i
                         float eps) {
   rms_job j = {.y = y, .rstd = rstd, .x = x, .w = w, .N = N, .C = C, .eps = eps,
                .parts = ct_pool_parts(N)};
+  ct_parallel_for(j.parts, rms_fwd_task, &j);
+}
+
+void ct_rmsnorm_apply(float *y, const float *rstd, const float *x, const float *w, int N, int C) {
+  rms_job j = {.y = y, .rstd = (float *)rstd, .x = x, .w = w, .N = N, .C = C, .parts = ct_pool_parts(N),
+               .apply = true};
   ct_parallel_for(j.parts, rms_fwd_task, &j);
 }
 
@@ -243,8 +251,9 @@ static void swiglu_bwd_task(void *ctx, int part, int thread) {
     for (int i = 0; i < F; i++) {
       float s = 1.0f / (1.0f + ct_expf(-g[i]));
       float silu = g[i] * s;
-      du[i] = dh[i] * silu;
-      dg[i] = dh[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+      float dui = dh[i] * silu, dgi = dh[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+      du[i] = dui;  // (both read before either is written: dgu may be gu)
+      dg[i] = dgi;
     }
   }
 }
@@ -294,8 +303,9 @@ static void geglu_bwd_task(void *ctx, int part, int thread) {
       float x = g[i], t = ct_tanhf(GELU_K * (x + GELU_A * x * x * x));
       float gelu = 0.5f * x * (1.0f + t);
       float dgelu = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_A * x * x);
-      du[i] = dh[i] * gelu;
-      dg[i] = dh[i] * u[i] * dgelu;
+      float dui = dh[i] * gelu, dgi = dh[i] * u[i] * dgelu;
+      du[i] = dui;  // (both read before either is written: dgu may be gu)
+      dg[i] = dgi;
     }
   }
 }

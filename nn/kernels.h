@@ -16,6 +16,9 @@
 // y = x / rms(x) * w;  rstd (N) saved for backward.
 void ct_rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, int N, int C,
                         float eps);
+// ct_rmsnorm_forward's y again from the rstd it saved: the same bits (backward recomputes the
+// norms' outputs instead of keeping them).
+void ct_rmsnorm_apply(float *y, const float *rstd, const float *x, const float *w, int N, int C);
 // dx = (written unless accumulate) ..., dw += Σ_rows dy * x * rstd.
 void ct_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
                          const float *rstd, int N, int C, int accumulate, float *scratch);
@@ -37,7 +40,7 @@ void ct_rope(float *x, const int *pos, const float *cos_t, const float *sin_t, i
 
 // h = silu(g) * u where gu rows are [g (F) | u (F)]; h (N, F).
 void ct_swiglu_forward(float *h, const float *gu, int N, int F);
-// dgu = [dg | du] from dh.
+// dgu = [dg | du] from dh; dgu may be gu (in place).
 void ct_swiglu_backward(float *dgu, const float *dh, const float *gu, int N, int F);
 
 // tanh(x) = 1 - 2 / (e^(2x) + 1), vectorizable (ct_expf); absolute error ~1e-7.
@@ -46,7 +49,7 @@ static inline float ct_tanhf(float x) { return 1.0f - 2.0f / (ct_expf(2.0f * x) 
 // Gemma's MLP: h = gelu_tanh(g) * u where gu rows are [g (F) | u (F)]; h (N, F).
 // gelu_tanh(x) = x/2 · (1 + tanh(sqrt(2/π) · (x + 0.044715 x³))) (gelu_pytorch_tanh).
 void ct_geglu_forward(float *h, const float *gu, int N, int F);
-// dgu = [dg | du] from dh.
+// dgu = [dg | du] from dh; dgu may be gu (in place).
 void ct_geglu_backward(float *dgu, const float *dh, const float *gu, int N, int F);
 
 // y (N, C) += x (N, C) (a residual add), on the pool.
