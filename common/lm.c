@@ -51,9 +51,35 @@ void ct_lm_backward(const ct_model *m, const ct_weights *g, ct_acts *a, ct_head 
   ct_backward(m, g, a, a->dln, b->B, b->T);
 }
 
+int ct_lm_fused(const ct_model *m, const ct_weights *g, ct_acts *a, ct_head *h, const ct_batch *b,
+                ct_head_coef_fn coef, void *ctx) {
+  int rc = ct_forward_batch(m, a, b);
+  if (rc) return rc;
+  int n = ct_head_gather(h, a->lnf, b->target, b->B * b->T);
+  if (n < 0) return n;
+  const float *W = ct_lm_head_weight(m, a);
+  if (!W) return ct_set_error(CT_EINVAL, "training through an LM head stored without a float32 copy");
+  ct_head_fused(h, W, ct_model_w16(m, W), ct_lm_head_grad(g, a), a->dln, b->B * b->T, coef, ctx);
+  return n;
+}
+
+typedef struct {
+  float scale, z_loss;
+} ce_coef;
+
+// Cross-entropy's coefficients: every target weighted by scale, z-loss by 2·z·lse·scale.
+static void ce_coef_rows(void *ctx, ct_head *h, int r0, int r1) {
+  const ce_coef *k = ctx;
+  for (int r = r0; r < r1; r++) {
+    h->coef[r] = k->scale;
+    h->zcoef[r] = 2 * k->z_loss * h->lse[r] * k->scale;
+  }
+}
+
 int ct_lm_step(const ct_model *m, ct_acts *a, ct_head *h, const ct_batch *b,
                 const ct_weights *grads, float scale, float z_loss, ct_lm_stats *st) {
-  int n = ct_lm_forward(m, a, h, b);
+  ce_coef k = {scale, z_loss};
+  int n = grads ? ct_lm_fused(m, grads, a, h, b, ce_coef_rows, &k) : ct_lm_forward(m, a, h, b);
   if (n < 0) return n;
   int row = -1, row_ok = 0;
   for (int r = 0; r < n; r++) {
@@ -69,15 +95,13 @@ int ct_lm_step(const ct_model *m, ct_acts *a, ct_head *h, const ct_batch *b,
       row_ok = 1;
     }
     row_ok &= hit;
-    h->coef[r] = scale;
-    h->zcoef[r] = 2 * z_loss * h->lse[r] * scale;
   }
   st->seq_ok += row >= 0 && row_ok;
   st->seqs += b->B;
   st->targets += n;
   st->tokens += b->n_tokens;
-  // the head's backward, then the depths (they reuse h, and leave a->dx_top), then the trunk
-  if (grads) ct_head_backward(h, ct_lm_head_weight(m, a), ct_lm_head_grad(grads, a), a->dln, b->B * b->T);
+  // the head's backward (done, fused with its forward), then the depths (they reuse h, and
+  // leave a->dx_top), then the trunk
   int rc = a->mtp ? ct_mtp_step(a->mtp, m, a, h, b->target, b->B, b->T, grads, &st->mtp) : 0;
   if (!rc && grads) ct_backward(m, grads, a, a->dln, b->B, b->T);
   return rc;

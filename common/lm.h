@@ -43,6 +43,13 @@ float *ct_lm_head_grad(const ct_weights *g, const ct_acts *a);
 // head (its weight's, unless frozen) and the model (ct_backward) into g and a's adapters.
 void ct_lm_backward(const ct_model *m, const ct_weights *g, ct_acts *a, ct_head *h, const ct_batch *b);
 
+// ct_forward_batch, then the LM head's forward and backward over b's target rows a chunk
+// of rows at a time (ct_head_fused: coef sets each chunk's coefficients), the head's weight
+// gradient into g (unless frozen) and d lnf into a->dln; the caller runs ct_backward (or
+// ct_lm_step does). Returns the number of gathered rows, or a negative error.
+int ct_lm_fused(const ct_model *m, const ct_weights *g, ct_acts *a, ct_head *h, const ct_batch *b,
+                ct_head_coef_fn coef, void *ctx);
+
 // Runs batch b through the model. With grads != NULL, accumulates the gradient of
 // scale·Σ(CE + z_loss·lse²) into grads. Fails only if b is larger than a and h allow.
 // With a->mtp, multi-token prediction's depths run too (ct_mtp_step: their statistics

@@ -452,6 +452,45 @@ static void score(grpo_t *g) {
 typedef struct {
   double loss, kl, clip_lo, clip_hi, entropy, tokens, input_tokens;
 } step_stats;
+
+// One micro-batch's per-token loss, for the head's rows a chunk at a time (ct_head_coef_fn).
+typedef struct {
+  grpo_t *g;
+  int first;  // the micro-batch's first rollout
+  bool first_pass;
+  const ct_grpo_counts *counts;
+  double micro_tokens;
+  ct_grpo_clip clip;
+  step_stats *st;
+} token_loss;
+
+static void token_loss_rows(void *ctx, ct_head *h, int r0, int r1) {
+  token_loss *t = ctx;
+  grpo_t *g = t->g;
+  const ct_config *c = g->cfg;
+  step_stats *st = t->st;
+  for (int q = r0; q < r1; q++) {
+    int j;
+    rollout_t *r = gathered(g, t->first, q, &j);
+    h->coef[q] = h->zcoef[q] = 0;
+    // old log-probs: the policy's before this rollout's first update. The first pass
+    // computes them (ratio exactly 1) and keeps them when later passes reuse the rollouts.
+    double lp = h->logp[q], old = t->first_pass ? lp : r->old[j], d;
+    if (t->first_pass && r->old) r->old[j] = h->logp[q];
+    if (r->masked) continue;
+    double w = ct_grpo_token_weight(g->agg, t->counts, r->n, t->micro_tokens, (int)c->max_completion_length);
+    ct_grpo_token_info info;
+    double l = ct_grpo_token_loss(&t->clip, lp, old, g->use_ref ? r->ref[j] : 0, r->adv, &d, &info);
+    h->coef[q] = (float)(-w * d);  // coef = −dL/dlp
+    st->loss += w * l;
+    st->kl += info.kl;
+    st->clip_lo += info.clipped_low;
+    st->clip_hi += info.clipped_high;
+    st->entropy += h->entropy[q];
+    st->tokens += 1;
+  }
+}
+
 static void train_pass(grpo_t *g, bool first_pass, step_stats *st) {
   const ct_config *c = g->cfg;
   ct_train *tr = g->tr;
@@ -473,31 +512,10 @@ static void train_pass(grpo_t *g, bool first_pass, step_stats *st) {
     ct_train_dropout_key(tr, first / B);
     const ct_batch *b = &g->batch;
     ct_acts *a = &g->acts;
-    ct_head *h = &g->head;
-    int k = ct_lm_forward(&tr->model, a, h, b);
-    if (k < 0) fail(1, NULL);
-    for (int q = 0; q < k; q++) {
-      int j;
-      rollout_t *r = gathered(g, first, q, &j);
-      h->coef[q] = h->zcoef[q] = 0;
-      // old log-probs: the policy's before this rollout's first update. The first pass
-      // computes them (ratio exactly 1) and keeps them when later passes reuse the rollouts.
-      double lp = h->logp[q], old = first_pass ? lp : r->old[j], d;
-      if (first_pass && r->old) r->old[j] = h->logp[q];
-      if (r->masked) continue;
-      double w = ct_grpo_token_weight(g->agg, &counts, r->n, micro_tokens, (int)c->max_completion_length);
-      ct_grpo_token_info info;
-      double l = ct_grpo_token_loss(&clip, lp, old, g->use_ref ? r->ref[j] : 0, r->adv, &d, &info);
-      h->coef[q] = (float)(-w * d);  // coef = −dL/dlp
-      st->loss += w * l;
-      st->kl += info.kl;
-      st->clip_lo += info.clipped_low;
-      st->clip_hi += info.clipped_high;
-      st->entropy += h->entropy[q];
-      st->tokens += 1;
-    }
+    token_loss t = {g, first, first_pass, &counts, micro_tokens, clip, st};
+    if (ct_lm_fused(&tr->model, &tr->g, a, &g->head, b, token_loss_rows, &t) < 0) fail(1, NULL);
     st->input_tokens += b->n_tokens;
-    ct_lm_backward(&tr->model, &tr->g, a, h, b);
+    ct_backward(&tr->model, &tr->g, a, a->dln, b->B, b->T);
     char reward[48];
     snprintf(reward, sizeof reward, "reward %.3f", g->rs.reward / (g->rs.completions > 0 ? g->rs.completions : 1));
     ct_log_phase(&tr->log, tr->step + 1, "training", first / B + 1, (g->n_ro + B - 1) / B, "micro-batches",
@@ -626,8 +644,9 @@ int main(int argc, char **argv) {
   ct_engine_opts eo = {(int)cfg.decode_slots, T, max_prompt > (int)cfg.decode_slots ? max_prompt : (int)cfg.decode_slots};
   ct_plan plan = {0};
   ct_train_plan_acts(&tr, &plan, B, 0, T);
-  ct_plan_addf(&plan, ct_head_bytes(B * T, B * T, V, C, tiles), "LM head: logits of %d x %d tokens / %d chunks",
-               B, T, tiles);
+  int hrows = ct_head_chunk_rows(B * T, V);  // the fused head's rows at a time (train_pass)
+  ct_plan_addf(&plan, ct_head_bytes(B * T, hrows, V, C, tiles),
+               "LM head: logits of %d of %d x %d tokens at a time / %d chunks", hrows, B, T, tiles);
   ct_plan_addf(&plan, ct_engine_bytes(mc, &eo), "sampler: KV cache of %d slots x %d positions", eo.slots, T);
   g.pack = tr.bf16 && ct_panel16_native() ? CT_PACK_BF16 : CT_PACK_F32;
   ct_plan_addf(&plan, ct_infer_pack_bytes(mc, g.pack), "sampler: the weights packed for decoding (%s)",
@@ -655,7 +674,7 @@ int main(int argc, char **argv) {
   g.step_prompts = malloc(sizeof(int) * step_prompts);
   g.ro = calloc((size_t)per_rank_prompts * g.G, sizeof *g.ro);
   if (!g.step_prompts || !g.ro || ct_acts_init(&g.acts, &tr.model, B, T, mode) || ct_train_attach(&tr, &g.acts) ||
-      ct_batch_init(&g.batch, B, T) || ct_head_init(&g.head, B * T, B * T, V, C, tiles))
+      ct_batch_init(&g.batch, B, T) || ct_head_init(&g.head, B * T, hrows, V, C, tiles))
     fail(1, NULL);
   g.head.inv_temp = cfg.temperature > 0 ? (float)(1.0 / cfg.temperature) : 1.0f;
   if (g.use_ref && ct_train_reference(&tr, &g.ref, cfg.ref_dtype, B, T)) fail(1, NULL);

@@ -246,7 +246,8 @@ static void backward_chunk16(ct_head *h, const uint16_t *W16, float *dW, int v0,
   if (dW) ct_gemm_bf16('T', 'N', nv, C, n, d16, 2 * nv, h->hc16, C, 1, dW + (long)v0 * C, C);
 }
 
-void ct_head_backward(ct_head *h, const float *W, float *dW, float *d_hidden, int N) {
+// dhc (n, C) = dlogits · W and dW += dlogitsᵀ · hc over the forward's vocabulary chunks.
+static void backward_products(ct_head *h, const float *W, float *dW) {
   int n = h->n;
   const uint16_t *W16 = W && W == h->w16_of ? h->w16 : NULL;
   for (int v0 = 0; v0 < h->V; v0 += h->ftile) {  // the forward's chunks
@@ -265,8 +266,51 @@ void ct_head_backward(ct_head *h, const float *W, float *dW, float *d_hidden, in
     if (dW)  // NULL: a frozen head
       ct_sgemm('T', 'N', nv, h->C, n, 1, h->logits, nv, h->hc, h->C, 1, dW + (long)v0 * h->C, h->C);
   }
+}
+
+// d_hidden (N, C) = the gathered rows' gradients in their token rows, 0 elsewhere.
+static void scatter_dhc(const ct_head *h, float *d_hidden, int N) {
   memset(d_hidden, 0, sizeof(float) * N * h->C);
-  for (int r = 0; r < n; r++) {
+  for (int r = 0; r < h->n; r++) {
     copy_scaled(d_hidden + (long)h->rows[r] * h->C, h->dhc + (long)r * h->C, h->C, h->inv_temp);
   }
+}
+
+void ct_head_backward(ct_head *h, const float *W, float *dW, float *d_hidden, int N) {
+  backward_products(h, W, dW);
+  scatter_dhc(h, d_hidden, N);
+}
+
+int ct_head_chunk_rows(int rows, int V) {
+  long fit = CT_HEAD_CHUNK_FLOATS / (V > 0 ? V : 1) / 16 * 16;
+  if (fit < CT_HEAD_MIN_ROWS) fit = CT_HEAD_MIN_ROWS;
+  return (int)(rows < fit ? rows : fit);
+}
+
+// Rows [r0, r1) of h's gathered rows as a head of their own: every per-row array starts at
+// row r0; the logits buffer and everything else is h's.
+static ct_head rows_view(const ct_head *h, int r0, int r1) {
+  ct_head v = *h;
+  long C = h->C;
+  v.n = r1 - r0;
+  v.rows += r0, v.target += r0, v.argmax += r0, v.logit_sum += r0;
+  v.hc += r0 * C, v.dhc += r0 * C, v.hc16 += r0 * C;
+  v.lse += r0, v.logp += r0, v.entropy += r0, v.run_sum += r0, v.run_xsum += r0;
+  v.coef += r0, v.zcoef += r0;
+  return v;
+}
+
+void ct_head_fused(ct_head *h, const float *W, const uint16_t *W16, float *dW, float *d_hidden, int N,
+                   ct_head_coef_fn coef, void *ctx) {
+  long tile = h->tile;
+  int rows = (int)(h->logit_cap / tile);  // the logit_rows of ct_head_init
+  for (int r0 = 0; r0 < h->n; r0 += rows) {
+    int r1 = r0 + rows < h->n ? r0 + rows : h->n;
+    ct_head v = rows_view(h, r0, r1);
+    head_forward(&v, W, W16, NULL, NULL);
+    coef(ctx, h, r0, r1);
+    backward_products(&v, W, dW);
+    h->w16_of = v.w16_of, h->w16 = v.w16, h->ftile = v.ftile;
+  }
+  scatter_dhc(h, d_hidden, N);
 }

@@ -74,6 +74,27 @@ void ct_head_forward_bf16(ct_head *h, const float *W, const uint16_t *W16);
 typedef void (*ct_logits_fn)(void *ctx, const float *hidden, int n, int v0, int nv, float *out);
 void ct_head_forward_fn(ct_head *h, ct_logits_fn fn, void *ctx);
 
+// Forward and backward together over the gathered rows, a chunk of logit_rows (ct_head_init's)
+// at a time: the chunk's logits, then coef(ctx, h, r0, r1) sets coef and zcoef of rows
+// [r0, r1) from their forward results (lse, logp, entropy, argmax, logit_sum), then the
+// chunk's backward. Only one chunk's logits are ever held, and the backward reuses them
+// (vocabulary tiling computes them twice): for losses whose coefficients row r needs only
+// row r's results (cross-entropy, GRPO's per-token loss; not DPO's sequence sums). After
+// it, every row's forward results are there as after ct_head_forward; d_hidden and dW as
+// ct_head_backward's. W16: W's bf16 copy (bf16 products, ct_head_forward_bf16) or NULL.
+typedef void (*ct_head_coef_fn)(void *ctx, ct_head *h, int r0, int r1);
+void ct_head_fused(ct_head *h, const float *W, const uint16_t *W16, float *dW, float *d_hidden, int N,
+                   ct_head_coef_fn coef, void *ctx);
+
+// The logit rows for a head that runs ct_head_fused over up to `rows` rows of a V-word
+// vocabulary: as many as keep one chunk of logits within CT_HEAD_CHUNK_FLOATS (a multiple of
+// 16), at least CT_HEAD_MIN_ROWS, at most rows. Fewer rows per product cost time: every
+// product packs all of W again (1 thread, V = 151,936, 1024 rows: 128 rows at a time took
+// 1.14-1.39x as long, 256 rows 1.02-1.22x, 384 rows 1.01x).
+#define CT_HEAD_CHUNK_FLOATS (16L << 20)  // 64 MiB of logits
+#define CT_HEAD_MIN_ROWS 256
+int ct_head_chunk_rows(int rows, int V);
+
 // dW (V, C) += dlogitsᵀ · hc (dW NULL: a frozen head, no weight gradient);
 // d_hidden (N, C) = dlogits · W on gathered rows, 0 elsewhere.
 // In bf16 when the last forward was ct_head_forward_bf16 with this W.

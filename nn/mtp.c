@@ -182,6 +182,14 @@ static void depth_input_backward(ct_mtp *t, const ct_model *m, const ct_weights 
   ct_embed_backward(g->embed, dhn, ids, (int)N, C);
 }
 
+// A depth's coefficients (ct_head_coef_fn): every target weighted by *ctx, no z-loss.
+static void depth_coef_rows(void *ctx, ct_head *h, int r0, int r1) {
+  for (int r = r0; r < r1; r++) {
+    h->coef[r] = *(const float *)ctx;
+    h->zcoef[r] = 0;
+  }
+}
+
 // Depth k's logits over its targets: statistics, and with g the head's backward and the
 // final norm's into acts[s].dres.
 static int depth_head(ct_mtp *t, const ct_model *m, ct_head *h, const int *target, int k, int s, int B, int T,
@@ -195,16 +203,14 @@ static int depth_head(ct_mtp *t, const ct_model *m, ct_head *h, const int *targe
   ct_mtp_targets(target, d->seg, B, T, k, t->target);
   int n = ct_head_gather(h, d->lnf, t->target, (int)N);
   if (n < 0) return n;
-  ct_head_forward_bf16(h, W, ct_model_w16(m, W));
+  if (g) ct_head_fused(h, W, ct_model_w16(m, W), g->lm_head, t->w1, (int)N, depth_coef_rows, &t->coef[k - 1]);
+  else ct_head_forward_bf16(h, W, ct_model_w16(m, W));  // (with g: d lnf (N, C) in t->w1)
   for (int r = 0; r < n; r++) {
     st->loss[k - 1] -= h->logp[r];
     st->targets[k - 1] += 1;
     st->accepted[k - 1] += h->argmax[r] == t->main_argmax[h->rows[r] + k];
-    h->coef[r] = t->coef[k - 1];
-    h->zcoef[r] = 0;
   }
   if (!g) return 0;
-  ct_head_backward(h, W, g->lm_head, t->w1, (int)N);  // d lnf (N, C)
   ct_rmsnorm_backward(d->dres, g->norm, t->w1, out, NW(ct_model_norm(m)), d->rstdf, (int)N, C, 0, d->scratch);
   return 0;
 }

@@ -113,8 +113,9 @@ int main(int argc, char **argv) {
   if (ct_train_plan(&tr, train.n_seq, global, ct_dataset_fingerprint(&train))) fail(1, NULL);
   ct_plan plan = {0};
   ct_train_plan_acts(&tr, &plan, B, have_eval ? Be : 0, T);
-  ct_plan_addf(&plan, ct_head_bytes(Bmax * T, B * T, V, C, tiles), "LM head: logits of %d x %d tokens / %d chunks",
-               B, T, tiles);
+  int hrows = ct_head_chunk_rows(B * T, V);  // the fused head's rows at a time (ct_lm_step)
+  ct_plan_addf(&plan, ct_head_bytes(Bmax * T, hrows, V, C, tiles),
+               "LM head: logits of %d of %d x %d tokens at a time / %d chunks", hrows, B, T, tiles);
   int D = mc->mtp_layers;
   if (D)
     ct_plan_addf(&plan, ct_mtp_bytes(&tr.model, B, T, true) + (have_eval ? ct_mtp_bytes(&tr.model, Be, T, false) : 0),
@@ -134,7 +135,7 @@ int main(int argc, char **argv) {
   if (!w.seqs || ct_acts_init(&w.acts, &tr.model, B, T, mode) || ct_train_attach(&tr, &w.acts) ||
       (have_eval && (ct_acts_init(&w.eval_acts, &tr.model, Be, T, CT_ACTS_FORWARD) ||
                      ct_train_attach(&tr, &w.eval_acts))) ||
-      ct_head_init(&w.head, Bmax * T, B * T, V, C, tiles) || ct_batch_init(&w.batch, Bmax, T) ||
+      ct_head_init(&w.head, Bmax * T, hrows, V, C, tiles) || ct_batch_init(&w.batch, Bmax, T) ||
       (D && mtp_setup(&tr, &w, B, Be, T)))
     fail(1, NULL);
   ct_train_log_plan(&tr, train.n_seq, global, B, accum, "sequence");

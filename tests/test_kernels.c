@@ -455,6 +455,37 @@ static void test_swiglu_backward_matches_central_differences(void) {
   check_grad("dgu", an, fd, N * 2 * F);
 }
 
+// Backward writes dgu over gu (forward.c): in place must give the out-of-place bits, for
+// SwiGLU and GeGLU, on odd sizes (the pool has 2 threads).
+static void test_glu_backward_in_place_equals_out_of_place(void) {
+  enum { N = 37, F = 13 };
+  seed(18);
+  float gu[N * 2 * F], dh[N * F], out[N * 2 * F], io[N * 2 * F];
+  fill(gu, N * 2 * F, -4, 4);
+  fill(dh, N * F, -1, 1);
+  for (int geglu = 0; geglu < 2; geglu++) {
+    memcpy(io, gu, sizeof io);
+    fill_nan(out, N * 2 * F);
+    if (geglu) ct_geglu_backward(out, dh, gu, N, F), ct_geglu_backward(io, dh, io, N, F);
+    else ct_swiglu_backward(out, dh, gu, N, F), ct_swiglu_backward(io, dh, io, N, F);
+    CHECK(memcmp(out, io, sizeof io) == 0);
+    CHECK(!isnan(io[0]) && io[0] != gu[0]);  // (it did write)
+  }
+}
+
+// Backward recomputes the norms' outputs from the saved rstd (forward.c): the same bits.
+static void test_rmsnorm_apply_reproduces_the_forward_bit_for_bit(void) {
+  enum { N = 29, C = 67 };
+  seed(19);
+  float x[N * C], w[C], y[N * C], y2[N * C], rstd[N];
+  fill(x, N * C, -3, 3);
+  fill(w, C, -2, 2);
+  ct_rmsnorm_forward(y, rstd, x, w, N, C, RMS_EPS);
+  fill_nan(y2, N * C);
+  ct_rmsnorm_apply(y2, rstd, x, w, N, C);
+  CHECK(memcmp(y, y2, sizeof y) == 0);
+}
+
 // ---------------------------------------------------------------------------
 // Bias on strided rows
 
@@ -980,6 +1011,76 @@ static void head_out_free(head_out *o) {
   free(o->lse), free(o->logp), free(o->ent), free(o->amax), free(o->dW), free(o->dh);
 }
 
+// ct_head_fused's coefficient callback: the case's coefficients, and a record that the
+// chunks come in order, each with its rows' forward results already there.
+typedef struct {
+  const head_case *hc;
+  int next;       // the first row the next chunk must start at
+  bool in_order;  // every chunk started at `next`
+  bool ready;     // every row's lse was finite when its chunk's coefficients were asked for
+} fused_ctx;
+
+static void fused_coef(void *ctx, ct_head *h, int r0, int r1) {
+  fused_ctx *f = ctx;
+  f->in_order &= r0 == f->next && r1 > r0;
+  f->next = r1;
+  for (int r = r0; r < r1; r++) {
+    f->ready &= isfinite(h->lse[r]);
+    h->coef[r] = f->hc->coef[r];
+    h->zcoef[r] = f->hc->zcoef[r];
+  }
+}
+
+static void head_out_run_fused(head_out *o, head_case *hc, int ntiles, int rows) {
+  ct_head h;
+  CHECK_OK(ct_head_init(&h, hc->N, rows, hc->V, hc->C, ntiles));
+  o->n = ct_head_gather(&h, hc->hidden, hc->target, hc->N);
+  for (int r = 0; r < o->n; r++) h.lse[r] = NAN;  // (the forward must set them)
+  o->dW = falloc((long)hc->V * hc->C);
+  o->dh = falloc((long)hc->N * hc->C);
+  fused_ctx f = {hc, 0, true, true};
+  ct_head_fused(&h, hc->W, NULL, o->dW, o->dh, hc->N, fused_coef, &f);
+  CHECK(f.in_order && f.ready && f.next == o->n);
+  o->lse = falloc(o->n), o->logp = falloc(o->n), o->ent = falloc(o->n);
+  o->amax = xcalloc(o->n, sizeof(int));
+  memcpy(o->lse, h.lse, sizeof(float) * o->n);
+  memcpy(o->logp, h.logp, sizeof(float) * o->n);
+  memcpy(o->ent, h.entropy, sizeof(float) * o->n);
+  memcpy(o->amax, h.argmax, sizeof(int) * o->n);
+  o->bytes = h.bytes;
+  ct_head_free(&h);
+}
+
+// Forward and backward a chunk of rows at a time give what the whole forward then the
+// whole backward give, with and without vocabulary tiling, for chunks that divide the rows
+// and chunks that leave a remainder; fewer rows at a time hold fewer bytes.
+static void test_head_fused_matches_forward_then_backward(void) {
+  seed(22);
+  head_case hc;
+  head_case_init(&hc, 29, 12, 50);
+  head_out base, o;
+  head_out_run(&base, &hc, 1);
+  static const int rows[] = {1, 4, 7, 29};
+  for (int ntiles = 1; ntiles <= 3; ntiles += 2) {
+    long prev_bytes = 0;
+    for (int k = 0; k < 4; k++) {
+      head_out_run_fused(&o, &hc, ntiles, rows[k]);
+      CHECK(o.n == base.n);
+      CHECK(test_max_rel_diff(o.lse, base.lse, o.n) <= 1e-5);
+      CHECK(test_max_rel_diff(o.logp, base.logp, o.n) <= 1e-5);
+      CHECK(test_max_rel_diff(o.ent, base.ent, o.n) <= 1e-5);
+      CHECK(memcmp(o.amax, base.amax, sizeof(int) * o.n) == 0);
+      CHECK(test_max_rel_diff(o.dW, base.dW, (long)hc.V * hc.C) <= 1e-5);
+      CHECK(test_max_rel_diff(o.dh, base.dh, (long)hc.N * hc.C) <= 1e-5);
+      CHECK(o.bytes > prev_bytes);
+      prev_bytes = o.bytes;
+      head_out_free(&o);
+    }
+  }
+  head_out_free(&base);
+  head_case_free(&hc);
+}
+
 static void test_head_vocab_tiling_matches_untiled_for_n_1_2_3_4_8(void) {
   static const int tiles[] = {1, 2, 3, 4, 8};
   seed(20);
@@ -1257,6 +1358,8 @@ int main(int argc, char **argv) {
   RUN_WATCHED(test_rope_preserves_the_norm_of_every_head, 30);
   RUN_WATCHED(test_rope_at_position_0_is_identity, 30);
   RUN_WATCHED(test_swiglu_backward_matches_central_differences, 30);
+  RUN_WATCHED(test_glu_backward_in_place_equals_out_of_place, 30);
+  RUN_WATCHED(test_rmsnorm_apply_reproduces_the_forward_bit_for_bit, 30);
   RUN_WATCHED(test_bias_backward_matches_central_differences, 30);
   RUN_WATCHED(test_bias_backward_is_bit_identical_for_1_and_2_threads, 30);
   RUN_WATCHED(test_embed_backward_matches_central_differences_with_repeated_ids, 30);
@@ -1269,6 +1372,7 @@ int main(int argc, char **argv) {
   RUN_WATCHED(test_head_backward_matches_central_differences, 30);
   RUN_WATCHED(test_head_backward_writes_zero_d_hidden_for_rows_without_target, 30);
   RUN_WATCHED(test_head_vocab_tiling_matches_untiled_for_n_1_2_3_4_8, 30);
+  RUN_WATCHED(test_head_fused_matches_forward_then_backward, 30);
   RUN_WATCHED(test_head_matches_for_1_and_2_threads, 30);
   RUN_WATCHED(test_sgemm_matches_naive_loop_for_all_transposes, 30);
   RUN_WATCHED(test_sgemm_with_k_0_scales_c_by_beta, 30);

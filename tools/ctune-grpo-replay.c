@@ -125,6 +125,36 @@ static void fill_batch(replay_t *r, const row_t *rows, int n) {
   for (int i = 0; i < n; i++) ct_batch_row(b, i, rows[i].prompt.v, rows[i].prompt.n, rows[i].ids.v, rows[i].ids.n, pad);
 }
 
+// One micro-batch's per-token loss for the head's rows a chunk at a time, as bin/grpo's.
+typedef struct {
+  replay_t *r;
+  const row_t *rows;  // the micro-batch's
+  const ct_grpo_counts *counts;
+  double micro_tokens;
+  ct_grpo_clip clip;
+  step_out *out;
+} token_loss;
+
+static void token_loss_rows(void *ctx, ct_head *h, int r0, int r1) {
+  token_loss *t = ctx;
+  replay_t *r = t->r;
+  const ct_config *c = r->cfg;
+  bool mask = c->mask_truncated_completions;
+  for (int q = r0; q < r1; q++) {
+    int T = r->batch.T, i = h->rows[q] / T, tok = h->rows[q] % T;
+    const row_t *o = &t->rows[i];
+    int j = tok + 1 - o->prompt.n;  // completion token j is predicted at t = prompt + j − 1
+    double lp = h->logp[q], d;
+    t->out->max_diff = fmax(t->out->max_diff, fabs(lp - o->lp[j]));
+    h->coef[q] = h->zcoef[q] = 0;
+    if (mask && o->truncated) continue;
+    double w = ct_grpo_token_weight(r->agg, t->counts, o->ids.n, t->micro_tokens, (int)c->max_completion_length);
+    ct_grpo_token_info info;
+    t->out->loss += w * ct_grpo_token_loss(&t->clip, lp, lp, r->use_ref ? r->ref_lp[q] : 0, o->adv, &d, &info);
+    h->coef[q] = (float)(-w * d);
+  }
+}
+
 // One optimizer step's gradient over the n rows of a step; returns its loss.
 static int replay_step(replay_t *r, const row_t *rows, int n, step_out *out) {
   const ct_config *c = r->cfg;
@@ -146,22 +176,10 @@ static int replay_step(replay_t *r, const row_t *rows, int n, step_out *out) {
       if (k < 0) return k;
       memcpy(r->ref_lp, h->logp, sizeof(float) * k);
     }
-    int k = ct_lm_forward(&r->tr->model, &r->acts, h, &r->batch);
+    token_loss t = {r, rows + first, &counts, micro_tokens, clip, out};
+    int k = ct_lm_fused(&r->tr->model, &r->tr->g, &r->acts, h, &r->batch, token_loss_rows, &t);
     if (k < 0) return k;
-    for (int q = 0; q < k; q++) {
-      int T = r->batch.T, i = h->rows[q] / T, t = h->rows[q] % T;
-      const row_t *o = &rows[first + i];
-      int j = t + 1 - o->prompt.n;  // completion token j is predicted at t = prompt + j − 1
-      double lp = h->logp[q], d;
-      out->max_diff = fmax(out->max_diff, fabs(lp - o->lp[j]));
-      h->coef[q] = h->zcoef[q] = 0;
-      if (mask && o->truncated) continue;
-      double w = ct_grpo_token_weight(r->agg, &counts, o->ids.n, micro_tokens, (int)c->max_completion_length);
-      ct_grpo_token_info info;
-      out->loss += w * ct_grpo_token_loss(&clip, lp, lp, r->use_ref ? r->ref_lp[q] : 0, o->adv, &d, &info);
-      h->coef[q] = (float)(-w * d);
-    }
-    ct_lm_backward(&r->tr->model, &r->tr->g, &r->acts, h, &r->batch);
+    ct_backward(&r->tr->model, &r->tr->g, &r->acts, r->acts.dln, r->batch.B, r->batch.T);
   }
   return 0;
 }
@@ -221,7 +239,7 @@ int main(int argc, char **argv) {
   }
   r.ref_lp = malloc(sizeof(float) * B * T);
   if (!r.ref_lp || ct_acts_init(&r.acts, &tr.model, B, T, mode) || ct_train_attach(&tr, &r.acts) ||
-      ct_batch_init(&r.batch, B, T) || ct_head_init(&r.head, B * T, B * T, V, C, (int)cfg.num_vocab_tiling))
+      ct_batch_init(&r.batch, B, T) || ct_head_init(&r.head, B * T, ct_head_chunk_rows(B * T, V), V, C, (int)cfg.num_vocab_tiling))
     die(&tr, NULL);
   r.head.inv_temp = cfg.temperature > 0 ? (float)(1.0 / cfg.temperature) : 1.0f;
   if (r.use_ref && ct_train_reference(&tr, &r.ref, cfg.ref_dtype, B, T)) die(&tr, NULL);
