@@ -179,12 +179,13 @@ static void load_reference(dpo_t *d) {
 }
 
 // Reference sums for the batch: from the cache, or by running the reference.
-static void reference_rows(dpo_t *d, const ct_batch *b, const ref_cache *cache, int m) {
+static void reference_rows(dpo_t *d, const ct_batch *b, const ref_cache *cache, int m, const ct_acts *through) {
   if (!d->need_ref) return;
   if (cache) {
     for (int i = 0; i < m; i++) d->ref_c[i] = cache->c[b->row_seq[i]], d->ref_r[i] = cache->r[b->row_seq[i]];
     return;
   }
+  ct_frozen_through(&d->ref, through);  // (a LoRA policy's: idle until its pass after this)
   sum_rows(&d->refs, &d->head, ct_frozen_logps(&d->ref, b, &d->head), b);
   for (int i = 0; i < m; i++) d->ref_c[i] = d->refs.row_lp[i], d->ref_r[i] = d->refs.row_lp[m + i];
 }
@@ -277,7 +278,7 @@ static void evaluate(dpo_t *d, const ct_pref_dataset *ev, const ref_cache *cache
     int m = 0;
     for (int k = first; k < ev->n && m < B; k++) d->pairs[m++] = k;
     ct_pref_batch(&d->batch, ev, d->pairs, m, ct_tokenizer_pad(tr->tok));
-    reference_rows(d, &d->batch, cache, m);
+    reference_rows(d, &d->batch, cache, m, &d->eval_acts);
     policy_rows(d, &d->eval_acts, &d->batch);
     pair_step(d, m, false, 1.0 / ev->n, nc ? 1.0 / nc : 0, &st, &tok[i]);
   }
@@ -313,7 +314,7 @@ static void precompute(dpo_t *d, const ct_pref_dataset *ds, const char *name, re
     int m = 0;
     for (int k = first; k < ds->n && m < B; k++) d->pairs[m++] = k;
     ct_pref_batch(&d->batch, ds, d->pairs, m, ct_tokenizer_pad(tr->tok));
-    reference_rows(d, &d->batch, NULL, m);
+    reference_rows(d, &d->batch, NULL, m, &d->acts);
     for (int i = 0; i < m; i++) cache->c[d->pairs[i]] = d->ref_c[i], cache->r[d->pairs[i]] = d->ref_r[i];
   }
   // every rank filled its share: sum the shares (the others are 0)
@@ -366,8 +367,11 @@ int main(int argc, char **argv) {
   int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
   ct_plan plan = {0};
   ct_train_plan_acts(&tr, &plan, 2 * B, have_eval ? 2 * Be : 0, T);
-  ct_plan_addf(&plan, ct_head_bytes(2 * Bmax * T, 2 * B * T, V, C, tiles), "LM head: logits of %d x %d tokens / %d chunks",
-               2 * B, T, tiles);
+  // DPO's coefficients need every row's log-prob first: past hrows target tokens, the
+  // backward computes the logits a second time instead of keeping them all
+  int hrows = ct_head_chunk_rows(2 * B * T, V);
+  ct_plan_addf(&plan, ct_head_bytes(2 * Bmax * T, hrows, V, C, tiles),
+               "LM head: logits of %d of %d x %d tokens (more: computed twice) / %d chunks", hrows, 2 * B, T, tiles);
   if (d.need_ref) ct_train_plan_reference(&tr, &plan, 2 * Bmax, T);
   bool dry;
   if (ct_train_memory(&tr, &plan, "gradient_checkpointing=true, ref_dtype=bfloat16 or int8, "
@@ -386,7 +390,7 @@ int main(int argc, char **argv) {
   d.coef_row = malloc(sizeof(float) * 2 * Bmax);
   d.tok = malloc(sizeof *d.tok * accum);
   if (!d.pairs || !d.ref_c || !d.ref_r || !d.coef_row || !d.tok || ct_batch_init(&d.batch, 2 * Bmax, T) ||
-      ct_head_init(&d.head, 2 * Bmax * T, 2 * B * T, V, C, tiles) ||
+      ct_head_init(&d.head, 2 * Bmax * T, hrows, V, C, tiles) ||
       row_sums_init(&d.pol, 2 * Bmax) || row_sums_init(&d.refs, 2 * Bmax) ||
       ct_acts_init(&d.acts, &tr.model, 2 * B, T, mode) || ct_train_attach(&tr, &d.acts) ||
       (have_eval && (ct_acts_init(&d.eval_acts, &tr.model, 2 * Be, T, CT_ACTS_FORWARD) ||
@@ -428,7 +432,7 @@ int main(int argc, char **argv) {
       if (first >= n) break;
       int m = n - first < B ? n - first : B;
       ct_pref_batch(&d.batch, &train, step_pairs + first, m, ct_tokenizer_pad(tr.tok));
-      reference_rows(&d, &d.batch, ct_, m);  // before the policy: the head keeps its logits
+      reference_rows(&d, &d.batch, ct_, m, &d.acts);  // before the policy: the head keeps its logits
       ct_train_dropout_key(&tr, k);
       policy_rows(&d, &d.acts, &d.batch);
       pair_step(&d, m, true, inv_pairs, inv_chosen, &st, &d.tok[k]);
