@@ -131,14 +131,33 @@ int ct_frozen_view(ct_frozen *f, const ct_model *m, int B, int T) {
   if (m->rope_max_pos < T)
     return ct_set_error(CT_EINVAL, "frozen view: the model's RoPE table covers %d positions, not %d",
                         m->rope_max_pos, T);
-  int rc = ct_acts_init(&f->acts, &f->model, B, T, CT_ACTS_FORWARD);
+  int rc = B > 0 ? ct_acts_init(&f->acts, &f->model, B, T, CT_ACTS_FORWARD) : 0;
   if (rc) memset(f, 0, sizeof *f);
   return rc;
 }
 
+void ct_frozen_through(ct_frozen *f, const ct_acts *a) {
+  if (!f->view) return;
+  if (!f->borrowed) ct_acts_free(&f->acts);
+  // a's storage read as a forward-only pass: one slot per layer buffer and the residual
+  // updated in place fit inside what any mode allocated for the same B x T
+  f->acts = *a;
+  f->acts.mode = CT_ACTS_FORWARD;
+  f->acts.keep = false;
+  f->acts.lora = NULL;
+  f->acts.lora_mem = NULL;
+  f->acts.qk_max = NULL;
+  f->acts.grad_ready = NULL;
+  f->acts.mtp = NULL;
+  f->acts.dx_top = NULL;
+  f->borrowed = true;
+  f->B = a->B;
+  f->T = a->T;
+}
+
 void ct_frozen_free(ct_frozen *f) {
   if (f->view) {  // the buffers are the model's
-    ct_acts_free(&f->acts);
+    if (!f->borrowed) ct_acts_free(&f->acts);
     memset(f, 0, sizeof *f);
     return;
   }

@@ -25,6 +25,7 @@
 typedef struct {
   int dtype;              // CT_STORE_*
   bool view;              // the model is another's (ct_frozen_view): nothing of it is freed
+  bool borrowed;          // acts are another's (ct_frozen_through): not freed either
   ct_model_config cfg;
   int B, T;               // capacity of one forward
   ct_model model;         // float32 / bfloat16: the parameters
@@ -46,6 +47,11 @@ int ct_frozen_init(ct_frozen *f, ct_model *m, int dtype, int B, int T);
 // A view of model m, which stays the owner: the reference of a LoRA policy is its own
 // base run without adapters (no copy). m's RoPE table must cover T.
 int ct_frozen_view(ct_frozen *f, const ct_model *m, int B, int T);
+// Points a view's forwards at activations a of the same model, borrowed from their owner
+// (a LoRA policy's, idle between its own passes: its next forward overwrites what the
+// view's left) instead of activations of its own, which are freed; B x T become a's. A
+// view made with B = 0 has none until this is called. No-op for a model of its own.
+void ct_frozen_through(ct_frozen *f, const ct_acts *a);
 // Loads a Hugging Face model directory (a ctune int8 directory loads as int8).
 int ct_frozen_open(ct_frozen *f, const char *dir, int dtype, int B, int T);
 // Grows an owned float32/bfloat16 model's forward buffers to rows of T tokens (no-op when

@@ -256,7 +256,10 @@ int ct_train_reference(ct_train *tr, ct_frozen *ref, int dtype, int B, int T) {
   ct_model m;
   int rc;
   memset(ref, 0, sizeof *ref);
-  if (c->use_peft) return ct_frozen_view(ref, &tr->model, B, T);  // the base, adapters off
+  if (c->use_peft) {  // the base, adapters off (ct_frozen_through)
+    ct_log_info(&tr->log, "reference: the base, adapters off, through the policy's activations (no copy)");
+    return ct_frozen_view(ref, &tr->model, 0, T);
+  }
   if (c->ref_model_path[0]) {
     if ((rc = check_dir(c, "ref_model_path", c->ref_model_path))) return rc;
     rc = ct_frozen_open(ref, c->ref_model_path, dtype, B, T);
@@ -288,15 +291,11 @@ int ct_train_reference(ct_train *tr, ct_frozen *ref, int dtype, int B, int T) {
 
 void ct_train_plan_reference(const ct_train *tr, ct_plan *p, int B, int T) {
   const ct_config *c = tr->cfg;
-  if (c->use_peft)
-    ct_plan_add(p, "reference: the base, adapters off (activations)",
-                ct_acts_bytes(&tr->model.cfg, B, T, CT_ACTS_FORWARD) +
-                    (tr->bf16 ? ct_acts_bf16_bytes(&tr->model.cfg, B, T) : 0));
-  else
-    ct_plan_addf(p, ct_frozen_bytes(&tr->model.cfg, (int)c->ref_dtype, B, T) +
-                        (tr->bf16 ? ct_frozen_bf16_bytes(&tr->model.cfg, (int)c->ref_dtype, B, T) : 0),
-                 "reference model (%s%s)%s", ct_store_names[c->ref_dtype], tr->bf16 ? ", bf16 compute" : "",
-                 c->precompute_ref_log_probs ? ", freed after its pass" : "");
+  if (c->use_peft) return;  // no memory of its own (ct_train_reference)
+  ct_plan_addf(p, ct_frozen_bytes(&tr->model.cfg, (int)c->ref_dtype, B, T) +
+                     (tr->bf16 ? ct_frozen_bf16_bytes(&tr->model.cfg, (int)c->ref_dtype, B, T) : 0),
+               "reference model (%s%s)%s", ct_store_names[c->ref_dtype], tr->bf16 ? ", bf16 compute" : "",
+               c->precompute_ref_log_probs ? ", freed after its pass" : "");
 }
 
 int ct_train_eval_lm(ct_train *tr, ct_acts *a, ct_head *h, ct_batch *b, int *seqs, const ct_dataset *ev) {

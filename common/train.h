@@ -204,7 +204,8 @@ int ct_train_eval_lm(ct_train *tr, ct_acts *a, ct_head *h, ct_batch *b, int *seq
 // policy's starting weights: model_path, or the seeded initialization of a model built
 // from scratch. A resumed run restores it the same way, or from the checkpoint's
 // ref_model.safetensors when the reference is synced during training (sync_ref_model)
-// and so cannot be rebuilt.
+// and so cannot be rebuilt. A LoRA policy's reference is its base with the adapters off,
+// run through the policy's own activations: call ct_frozen_through before its passes.
 int ct_train_reference(ct_train *tr, ct_frozen *ref, int dtype, int B, int T);
 // The reference's row of the memory plan (a copy as ref_dtype, or with use_peft only the
 // activations of a view of the base), for forwards of B x T tokens.

@@ -283,6 +283,7 @@ static void ref_logps(grpo_t *g) {
   int B = (int)g->cfg->per_device_train_batch_size;
   for (int first = 0; first < g->n_ro; first += B) {
     rollout_batch(g, first, g->n_ro - first < B ? g->n_ro - first : B);
+    ct_frozen_through(&g->ref, &g->acts);  // (a LoRA policy's: idle until training)
     int k = ct_frozen_logps(&g->ref, &g->batch, &g->head), j;
     if (k < 0) fail(1, NULL);
     for (int q = 0; q < k; q++) {

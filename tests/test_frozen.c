@@ -94,6 +94,41 @@ static void test_f32_logps_equal_the_policy_bit_for_bit(void) {
   check_f32_logps_equal_the_policy_bit_for_bit("gemma3_text");
 }
 
+// A LoRA policy's reference is a view of its model run through the policy's own
+// activations (ct_frozen_through): whatever mode those were made for, it gives the policy's
+// log-probs bit for bit, and the policy's next forward through them is unchanged.
+static void check_view_through_policy_acts(const char *type) {
+  pair_t p;
+  pair_init(&p, type, CT_STORE_F32, 1);
+  int n1 = ct_lm_forward(&p.m, &p.a, &p.h1, &p.b);
+  float *want = malloc(sizeof(float) * n1);
+  memcpy(want, p.h1.logp, sizeof(float) * n1);
+  ct_frozen v;
+  CHECK_OK(ct_frozen_view(&v, &p.m, 0, T));
+  CHECK(v.acts.mem == NULL);  // none of its own
+  for (int mode = CT_ACTS_FORWARD; mode <= CT_ACTS_RECOMPUTE; mode++) {
+    ct_acts a;
+    CHECK_OK(ct_acts_init(&a, &p.m, B, T, mode));
+    ct_frozen_through(&v, &a);
+    CHECK(ct_frozen_logps(&v, &p.b, &p.h2) == n1);
+    CHECK(!memcmp(p.h2.logp, want, sizeof(float) * n1));
+    CHECK(ct_lm_forward(&p.m, &a, &p.h2, &p.b) == n1);  // the owner's pass after it
+    CHECK(!memcmp(p.h2.logp, want, sizeof(float) * n1));
+    ct_acts_free(&a);
+  }
+  ct_frozen_through(&v, &p.a);  // the policy's KEEP activations, as DPO and GRPO do
+  CHECK(ct_frozen_logps(&v, &p.b, &p.h2) == n1 && !memcmp(p.h2.logp, want, sizeof(float) * n1));
+  ct_frozen_free(&v);  // (must not free the borrowed activations: pair_free does)
+  free(want);
+  pair_free(&p);
+}
+
+static void test_a_view_through_the_policys_activations_gives_its_log_probs(void) {
+  check_view_through_policy_acts("llama");
+  check_view_through_policy_acts("qwen3");
+  check_view_through_policy_acts("gemma3_text");
+}
+
 // int8: the log-probs are exactly those of the engine's own int8 logits (same rows, same
 // targets: 1e-5 allows the head's chunked float log-sum-exp against a double one), and
 // close to float32's. int8 rounds every weight (per-row absmax / 127) and every matmul
@@ -232,6 +267,7 @@ static void test_bf16_compute_equals_the_bf16_policy_and_follows_syncs(void) {
 int main(void) {
   ct_pool_init(2);
   RUN(test_f32_logps_equal_the_policy_bit_for_bit);
+  RUN(test_a_view_through_the_policys_activations_gives_its_log_probs);
   RUN(test_int8_logps_are_close_to_f32_and_use_the_same_rows);
   RUN(test_bf16_equals_a_float32_model_of_rounded_weights);
   RUN(test_oversized_batches_are_errors);

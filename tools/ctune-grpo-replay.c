@@ -172,6 +172,7 @@ static int replay_step(replay_t *r, const row_t *rows, int n, step_out *out) {
     fill_batch(r, rows + first, m);
     ct_head *h = &r->head;
     if (r->use_ref) {
+      ct_frozen_through(&r->ref, &r->acts);
       int k = ct_frozen_logps(&r->ref, &r->batch, h);
       if (k < 0) return k;
       memcpy(r->ref_lp, h->logp, sizeof(float) * k);
