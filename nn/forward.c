@@ -140,7 +140,8 @@ void ct_acts_free(ct_acts *a) {
 // One layer's activations: where layer l reads its input and writes each intermediate.
 // Per-layer buffers have a slot per layer (CT_ACTS_KEEP) or one slot reused; the
 // residual stream has L+1 slots except in CT_ACTS_FORWARD, where it is updated in place.
-// Strides are set by capacity, not by the batch, so the layout does not depend on B, T.
+// Strides are the last forward's token count a->n: a batch smaller than the capacity uses
+// (and so touches) the start of every buffer only.
 typedef struct {
   float *x;       // (N, C) layer input
   float *xn;      // (N, C) layer output (x itself in CT_ACTS_FORWARD)
@@ -151,7 +152,7 @@ typedef struct {
 } layer_acts;
 
 static layer_acts layer_slots(const ct_acts *a, const dims *d, int l) {
-  long Nc = (long)a->B * a->T, s = a->keep ? l : 0;
+  long Nc = a->n, s = a->keep ? l : 0;
   bool fwd = a->mode == CT_ACTS_FORWARD;
   layer_acts la;
   la.x = a->x + (fwd ? 0 : l) * Nc * d->C;
@@ -282,6 +283,7 @@ void ct_forward(const ct_model *m, ct_acts *a, int B, int T) {
   const ct_model_config *c = &m->cfg;
   dims d = dims_of(c);
   long N = (long)B * T;
+  a->n = N;
   if (a->lora && a->lora->embed) ct_embed_forward(a->x, a->lora->embed, a->ids, (int)N, (int)d.C);
   else ct_model_embed(m, a->ids, (int)N, a->x);
   if (c->gemma) {  // x (N, C) *= sqrt(C), a float32 scalar as in transformers
@@ -367,6 +369,7 @@ void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float
   dims d = dims_of(c);
   long N = (long)B * T;
   float *dres = a->dres;  // (N, C) gradient of the residual stream, carried down the layers
+  a->n = N;                // (the forward's: backward follows it on the same batch)
   ct_rmsnorm_backward(dres, g->norm, dlnf, ct_acts_top(a, c), NW(ct_model_norm(m), d.C), a->rstdf, (int)N,
                       (int)d.C, 0, a->scratch);
   if (a->dx_top) ct_add_rows(dres, a->dx_top, N, (int)d.C);  // (multi-token prediction's)
@@ -394,6 +397,7 @@ int ct_acts_init_layer(ct_acts *a, const ct_model *m, int B, int T, int mode) {
 
 void ct_layer_forward(const ct_model *m, int kind, const ct_layer_weights *w, ct_acts *a, int B, int T) {
   dims d = dims_of(&m->cfg);
+  a->n = (long)B * T;
   layer_acts la = layer_slots(a, &d, 0);
   layer_forward(m, 0, kind, w, &la, a, B, T, true);
 }

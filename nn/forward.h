@@ -20,6 +20,8 @@ enum { CT_ACTS_FORWARD, CT_ACTS_KEEP, CT_ACTS_RECOMPUTE };
 // Activations of one forward pass, allocated once for at most B x T tokens.
 typedef struct {
   int B, T;   // capacity
+  long n;     // tokens of the last forward (B x T): the per-layer slots' stride, so a
+              // smaller batch touches only the memory its tokens need
   int mode;   // CT_ACTS_*
   bool keep;  // per-layer activations kept for backward (mode == CT_ACTS_KEEP)
   float *mem;  // one allocation holding everything below
@@ -27,6 +29,8 @@ typedef struct {
   // inputs (N)
   int *ids, *pos, *seg;
   // per layer, each (L or 1, ...) — see forward.c for the use of each
+  // per-layer buffers hold their L slots of n rows each back to back (n = the last
+  // forward's tokens), within room for L slots of the capacity
   float *x;      // (L+1, N, C) residual stream into each layer; x[L] leaves the last one
                  // (one slot, updated in place, for CT_ACTS_FORWARD)
   float *ln1;    // (N, C) one slot: the layer's first norm output, then its second (ln2 is
@@ -116,9 +120,9 @@ void ct_layer_backward(const ct_model *m, int kind, const ct_layer_weights *w, c
                        ct_acts *a, int B, int T);
 // Where a layer's output is: the input slot itself (CT_ACTS_FORWARD, in place) or the next.
 static inline float *ct_acts_layer_out(const ct_acts *a, int C) {
-  return a->mode == CT_ACTS_FORWARD ? a->x : a->x + (long)a->B * a->T * C;
+  return a->mode == CT_ACTS_FORWARD ? a->x : a->x + a->n * C;
 }
 // The last decoder layer's output (N, C) after ct_forward: the final norm's input.
 static inline float *ct_acts_top(const ct_acts *a, const ct_model_config *c) {
-  return a->mode == CT_ACTS_FORWARD ? a->x : a->x + (long)c->num_layers * a->B * a->T * c->hidden_size;
+  return a->mode == CT_ACTS_FORWARD ? a->x : a->x + (long)c->num_layers * a->n * c->hidden_size;
 }
