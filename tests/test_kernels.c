@@ -1011,6 +1011,17 @@ static void head_out_free(head_out *o) {
   free(o->lse), free(o->logp), free(o->ent), free(o->amax), free(o->dW), free(o->dh);
 }
 
+// o's results within rounding (1e-5 relative) of base's, the same argmax.
+static void check_head_out_close(const head_out *o, const head_out *base, const head_case *hc) {
+  CHECK(o->n == base->n);
+  CHECK(test_max_rel_diff(o->lse, base->lse, o->n) <= 1e-5);
+  CHECK(test_max_rel_diff(o->logp, base->logp, o->n) <= 1e-5);
+  CHECK(test_max_rel_diff(o->ent, base->ent, o->n) <= 1e-5);
+  CHECK(memcmp(o->amax, base->amax, sizeof(int) * o->n) == 0);
+  CHECK(test_max_rel_diff(o->dW, base->dW, (long)hc->V * hc->C) <= 1e-5);
+  CHECK(test_max_rel_diff(o->dh, base->dh, (long)hc->N * hc->C) <= 1e-5);
+}
+
 // ct_head_fused's coefficient callback: the case's coefficients, and a record that the
 // chunks come in order, each with its rows' forward results already there.
 typedef struct {
@@ -1065,13 +1076,7 @@ static void test_head_fused_matches_forward_then_backward(void) {
     long prev_bytes = 0;
     for (int k = 0; k < 4; k++) {
       head_out_run_fused(&o, &hc, ntiles, rows[k]);
-      CHECK(o.n == base.n);
-      CHECK(test_max_rel_diff(o.lse, base.lse, o.n) <= 1e-5);
-      CHECK(test_max_rel_diff(o.logp, base.logp, o.n) <= 1e-5);
-      CHECK(test_max_rel_diff(o.ent, base.ent, o.n) <= 1e-5);
-      CHECK(memcmp(o.amax, base.amax, sizeof(int) * o.n) == 0);
-      CHECK(test_max_rel_diff(o.dW, base.dW, (long)hc.V * hc.C) <= 1e-5);
-      CHECK(test_max_rel_diff(o.dh, base.dh, (long)hc.N * hc.C) <= 1e-5);
+      check_head_out_close(&o, &base, &hc);
       CHECK(o.bytes > prev_bytes);
       prev_bytes = o.bytes;
       head_out_free(&o);
@@ -1091,13 +1096,7 @@ static void test_head_vocab_tiling_matches_untiled_for_n_1_2_3_4_8(void) {
   long prev_bytes = base.bytes;
   for (int k = 1; k < 5; k++) {
     head_out_run(&o, &hc, tiles[k]);
-    CHECK(o.n == base.n);
-    CHECK(test_max_rel_diff(o.lse, base.lse, o.n) <= 1e-5);
-    CHECK(test_max_rel_diff(o.logp, base.logp, o.n) <= 1e-5);
-    CHECK(test_max_rel_diff(o.ent, base.ent, o.n) <= 1e-5);
-    CHECK(memcmp(o.amax, base.amax, sizeof(int) * o.n) == 0);
-    CHECK(test_max_rel_diff(o.dW, base.dW, (long)hc.V * hc.C) <= 1e-5);
-    CHECK(test_max_rel_diff(o.dh, base.dh, (long)hc.N * hc.C) <= 1e-5);
+    check_head_out_close(&o, &base, &hc);
     if (!(o.bytes < prev_bytes))
       fprintf(stderr, "    ntiles %d: %ld bytes, not fewer than %ld\n", tiles[k], o.bytes, prev_bytes);
     CHECK(o.bytes < prev_bytes);
