@@ -45,7 +45,7 @@ start_server ok api_key_env=CT_REWARD_KEY
   >"$T/ok.log" 2>&1 || { cat "$T/ok.log"; fail "a run with the right key"; }
 grep -q '"rewards/remote/mean"' "$T/ok/metrics.jsonl" || fail "no remote reward metric"
 [ "$(posts)" = 2 ] || { cat "$T/server.log"; fail "expected 2 requests"; }
-grep -q "401" "$T/server.log" && fail "the server refused the key"
+grep -q "no valid API key, 401" "$T/server.log" && fail "the server refused the key"
 grep -q "reward_api_key_env: CT_REWARD_KEY" "$T/ok/config.yml" || fail "config.yml lacks the variable's name"
 secret_free "$T/ok.log" "$T/ok/config.yml" "$T/ok/metrics.jsonl" "$T/server.log"
 
