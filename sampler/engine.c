@@ -355,20 +355,31 @@ static void range_scores(const float *const *q, int nq, const float *K, int R, l
 
 // s[0, P) scaled (and softcapped), then exp(s − max); returns their sum.
 static float softmax_weights(float *s, int P, float scale, float softcap) {
+  float mx = -INFINITY;  // the max of any order is the same value (a ±0 tie changes no exp below)
+  int p = 0;
   if (softcap > 0) {
     float ic = 1.0f / softcap;
-    for (int p = 0; p < P; p++) s[p] = softcap * ct_tanhf(s[p] * scale * ic);
-  } else {
-#pragma omp simd
-    for (int p = 0; p < P; p++) s[p] = s[p] * scale;
-  }
-  // the max of any order is the same value (a ±0 tie changes no exp below)
-  float mx = -INFINITY;
-  int p = 0;
+    for (int i = 0; i < P; i++) s[i] = softcap * ct_tanhf(s[i] * scale * ic);
+  } else {  // scaled and the max taken in one pass
 #if defined(__AVX512F__)
-  __m512 m = _mm512_set1_ps(-INFINITY);
-  for (; p + 16 <= P; p += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(s + p));
-  mx = _mm512_reduce_max_ps(m);
+    const __m512 sc = _mm512_set1_ps(scale);
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    for (; p + 16 <= P; p += 16) {
+      __m512 v = _mm512_mul_ps(_mm512_loadu_ps(s + p), sc);
+      _mm512_storeu_ps(s + p, v);
+      m = _mm512_max_ps(m, v);
+    }
+    mx = _mm512_reduce_max_ps(m);
+#endif
+    for (; p < P; p++) s[p] = s[p] * scale, mx = s[p] > mx ? s[p] : mx;
+    p = P;
+  }
+#if defined(__AVX512F__)
+  if (p == 0) {
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    for (; p + 16 <= P; p += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(s + p));
+    mx = _mm512_reduce_max_ps(m);
+  }
 #endif
   for (; p < P; p++) mx = s[p] > mx ? s[p] : mx;
   float sum = 0;
@@ -440,7 +451,8 @@ static void attend_unit(const pass_job *j, int u, int g, int thread) {
 }
 
 // Part k of the pass's units x groups: tasks k, k + parts, ... (an even mix of short and
-// long prompts' positions in every part).
+// long prompts' positions in every part; 32 parts a thread, so the last part a thread
+// finishes alone is short).
 static void attend_part(void *ctx, int part, int thread) {
   const pass_job *j = ctx;
   for (int t = part; t < j->tasks; t += j->parts) attend_unit(j, t / j->e->KV, t % j->e->KV, thread);
@@ -460,7 +472,7 @@ static void attention(ct_engine *e, int l, int n, int nu) {
   pass_job j = {e, l, n, ct_pool_parts(n), 0, ct_layer_window(&e->w->cfg, l) > 0};
   ct_parallel_for(j.parts, store_kv_task, &j);
   j.tasks = (j.single ? n : nu) * e->KV;
-  j.parts = j.tasks < 8 * ct_pool_threads() ? j.tasks : 8 * ct_pool_threads();
+  j.parts = j.tasks < 32 * ct_pool_threads() ? j.tasks : 32 * ct_pool_threads();
   ct_parallel_for(j.parts, attend_part, &j);
 }
 
