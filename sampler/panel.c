@@ -307,13 +307,55 @@ static inline void tile_q8(const tile8 *q, const int8_t *Pk, const int mr) {
 // Register tiles in the token block starting at s0.
 static inline int tiles(int S, int s0) { return ((S - s0 < TB ? S - s0 : TB) + MR - 1) / MR; }
 
+#if defined(__AVX512F__)
+// d[j·12 + m] = r[m·ldx + j] for 12 rows m and 16 columns j: the 16 x 16 transpose of the
+// rows (4 of them zero), 12 lanes of each column stored.
+static inline void pack12x16(const float *r, long ldx, float *d) {
+  __m512 a[16], t[16];
+#pragma GCC unroll 16
+  for (int m = 0; m < 16; m++) a[m] = m < MR ? _mm512_loadu_ps(r + m * ldx) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) {  // pairs of rows interleaved
+    t[i] = _mm512_unpacklo_ps(a[i], a[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(a[i], a[i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 16; i += 4) {  // then pairs of pairs: 4 rows' values per 128-bit lane
+    __m512d t0 = _mm512_castps_pd(t[i]), t1 = _mm512_castps_pd(t[i + 1]);
+    __m512d t2 = _mm512_castps_pd(t[i + 2]), t3 = _mm512_castps_pd(t[i + 3]);
+    a[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+    a[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    a[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+    a[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; i++) {  // 128-bit lanes of rows 0-3 with 4-7, 8-11 with 12-15
+    t[i] = _mm512_shuffle_f32x4(a[i], a[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_f32x4(a[i], a[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_f32x4(a[i + 8], a[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_f32x4(a[i + 8], a[i + 12], 0xdd);
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; i++) {  // column i, then column i + 8
+    a[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    a[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+  }
+#pragma GCC unroll 16
+  for (int j = 0; j < 16; j++) _mm512_mask_storeu_ps(d + j * MR, 0x0fff, a[j]);
+}
+#endif
+
 void ct_panel_pack_x(const float *x, int ldx, int S, int K, int s0, int s1, float *xp) {
   for (int s = s0; s < s1; s += MR) {  // writes in order, 12 rows read side by side
     int mr = S - s < MR ? S - s : MR;
     float *d = xp + (long)s * K;
     const float *r = x + (long)s * ldx;
     if (mr == MR) {
-      for (int k = 0; k < K; k++, d += MR)
+      int k = 0;
+#if defined(__AVX512F__)
+      for (; k + 16 <= K; k += 16, d += 16 * MR) pack12x16(r + k, ldx, d);
+#endif
+      for (; k < K; k++, d += MR)
 #pragma GCC unroll 12
         for (int m = 0; m < MR; m++) d[m] = r[(long)m * ldx + k];
     } else {
