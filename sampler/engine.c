@@ -575,8 +575,12 @@ static int pass(ct_engine *e, int n, const int *ids, const float *x_in, const in
       ct_add_rows(e->x, e->xo, n, C);
       continue;
     }
-    ct_swiglu_forward(e->h, e->gu, n, F);
-    ct_linear_forward(&w->down, e->h, F, n, e->x, C, 1);        // x += h · Wdownᵀ
+    // x += h · Wdownᵀ, h = swiglu(gu): computed while packed unless the adapter reads h
+    bool h_read = e->w->lora && e->w->lora->w[l][CT_LORA_DOWN].A;
+    if (h_read || ct_linear_forward_swiglu(&w->down, e->gu, 2 * F, n, e->x, C, 1)) {
+      ct_swiglu_forward(e->h, e->gu, n, F);
+      ct_linear_forward(&w->down, e->h, F, n, e->x, C, 1);
+    }
     lora_add(e, l, CT_LORA_DOWN, e->h, F, n, e->x, C);
   }
   if (top) memcpy(top, e->x, sizeof(float) * n * C);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "bf16.h"
+#include "fastmath.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -308,12 +309,10 @@ static inline void tile_q8(const tile8 *q, const int8_t *Pk, const int mr) {
 static inline int tiles(int S, int s0) { return ((S - s0 < TB ? S - s0 : TB) + MR - 1) / MR; }
 
 #if defined(__AVX512F__)
-// d[j·12 + m] = r[m·ldx + j] for 12 rows m and 16 columns j: the 16 x 16 transpose of the
-// rows (4 of them zero), 12 lanes of each column stored.
-static inline void pack12x16(const float *r, long ldx, float *d) {
-  __m512 a[16], t[16];
-#pragma GCC unroll 16
-  for (int m = 0; m < 16; m++) a[m] = m < MR ? _mm512_loadu_ps(r + m * ldx) : _mm512_setzero_ps();
+// d[j·12 + m] = a[m][j] for 12 rows m and 16 columns j: the 16 x 16 transpose of the
+// rows (the last 4 of a zero), 12 lanes of each column stored.
+static inline __attribute__((always_inline)) void store12x16(__m512 a[16], float *d) {
+  __m512 t[16];
 #pragma GCC unroll 8
   for (int i = 0; i < 16; i += 2) {  // pairs of rows interleaved
     t[i] = _mm512_unpacklo_ps(a[i], a[i + 1]);
@@ -343,6 +342,32 @@ static inline void pack12x16(const float *r, long ldx, float *d) {
 #pragma GCC unroll 16
   for (int j = 0; j < 16; j++) _mm512_mask_storeu_ps(d + j * MR, 0x0fff, a[j]);
 }
+
+// d[j·12 + m] = r[m·ldx + j] for 12 rows m and 16 columns j.
+static inline void pack12x16(const float *r, long ldx, float *d) {
+  __m512 a[16];
+#pragma GCC unroll 16
+  for (int m = 0; m < 16; m++) a[m] = m < MR ? _mm512_loadu_ps(r + m * ldx) : _mm512_setzero_ps();
+  store12x16(a, d);
+}
+
+// The same for h = swiglu(g, u) of 12 rows g + m·ld, u = g + K + m·ld.
+static inline void pack12x16_swiglu(const float *g, long ld, int K, float *d) {
+  __m512 a[16];
+  float h[16];
+#pragma GCC unroll 16
+  for (int m = 0; m < 16; m++) {
+    if (m < MR) {
+      const float *gm = g + m * ld, *um = gm + K;
+#pragma omp simd
+      for (int i = 0; i < 16; i++) h[i] = gm[i] / (1.0f + ct_expf(-gm[i])) * um[i];
+      a[m] = _mm512_loadu_ps(h);
+    } else {
+      a[m] = _mm512_setzero_ps();
+    }
+  }
+  store12x16(a, d);
+}
 #endif
 
 void ct_panel_pack_x(const float *x, int ldx, int S, int K, int s0, int s1, float *xp) {
@@ -362,6 +387,23 @@ void ct_panel_pack_x(const float *x, int ldx, int S, int K, int s0, int s1, floa
       for (int k = 0; k < K; k++, d += mr)
         for (int m = 0; m < mr; m++) d[m] = r[(long)m * ldx + k];
     }
+  }
+}
+
+void ct_panel_pack_x_swiglu(const float *gu, int ldgu, int S, int K, int s0, int s1, float *xp) {
+  for (int s = s0; s < s1; s += MR) {
+    int mr = S - s < MR ? S - s : MR, k = 0;
+    float *d = xp + (long)s * K;
+    const float *g = gu + (long)s * ldgu;
+#if defined(__AVX512F__)
+    if (mr == MR)
+      for (; k + 16 <= K; k += 16, d += 16 * MR) pack12x16_swiglu(g + k, ldgu, K, d);
+#endif
+    for (; k < K; k++, d += mr)  // ct_swiglu_forward's expression, value by value
+      for (int m = 0; m < mr; m++) {
+        const float *gm = g + (long)m * ldgu;
+        d[m] = gm[k] / (1.0f + ct_expf(-gm[k])) * gm[K + k];
+      }
   }
 }
 
