@@ -122,6 +122,21 @@ static inline void prefetch_share(tile *t, const void *next, long bytes, int i, 
 }
 
 #if defined(__AVX512F__)
+// The tile's output rows fetched for writing (and reading, with acc) at its start: a tile
+// computes for thousands of cycles, its stores then find y in L1 instead of stalling on
+// lines that went out to L3 since the tile above wrote them (measured: the y += ... products,
+// the attention and MLP outputs added to x, ran 10% slower than the ones that overwrite y).
+static inline __attribute__((always_inline)) void prefetch_y(const tile *t, const int mr) {
+#pragma GCC unroll 12
+  for (int m = 0; m < MR; m++) {
+    if (m >= mr) break;
+    const char *y = (const char *)(t->y + (long)m * t->ldy);
+    _mm_prefetch(y, _MM_HINT_ET0);
+    _mm_prefetch(y + 4 * (t->w - 1), _MM_HINT_ET0);
+    if (t->w > 16) _mm_prefetch(y + 64, _MM_HINT_ET0);
+  }
+}
+
 // The first n of 16 lanes (all for n >= 16, none for n <= 0): a panel of width w loads its
 // two vectors with lanes(w) and lanes(w − 16).
 static inline __mmask16 lanes(int n) { return n >= 16 ? 0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
@@ -146,6 +161,7 @@ static inline __attribute__((always_inline)) void tile_store(const tile *t, cons
 
 // fp32 tiles read x packed (ct_panel_pack_x): the tile's mr values of step k at x + k·mr.
 static inline __attribute__((always_inline)) void tile_f32(const tile *t, const float *Pk, const int mr) {
+  prefetch_y(t, mr);
   __m512 c[MR][2];
 #pragma GCC unroll 12
   for (int m = 0; m < MR; m++) c[m][0] = c[m][1] = _mm512_setzero_ps();
@@ -180,6 +196,7 @@ static inline void tile_f32(const tile *t, const float *Pk, const int mr) {
 
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 static inline __attribute__((always_inline)) void tile_bf16(const tile *t, const uint16_t *Pk, const int mr) {
+  prefetch_y(t, mr);
   __m512 c[MR][2];
 #pragma GCC unroll 12
   for (int m = 0; m < MR; m++) c[m][0] = c[m][1] = _mm512_setzero_ps();
@@ -237,6 +254,7 @@ typedef struct {
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
 static inline __attribute__((always_inline)) void tile_q8(const tile8 *q, const int8_t *Pk, const int mr) {
   const tile *t = &q->t;
+  prefetch_y(t, mr);
   __m512i c[MR][2];
 #pragma GCC unroll 12
   for (int m = 0; m < MR; m++) c[m][0] = c[m][1] = _mm512_setzero_si512();
