@@ -353,35 +353,47 @@ static void range_scores(const float *const *q, int nq, const float *K, int R, l
   }
 }
 
-// s[0, P) scaled (and softcapped), then exp(s − max); returns their sum.
-static float softmax_weights(float *s, int P, float scale, float softcap) {
-  float mx = -INFINITY;  // the max of any order is the same value (a ±0 tie changes no exp below)
+// The largest of s[0, P) (the max of any order is the same value: a ±0 tie changes no exp).
+static float max_of(const float *s, int P) {
+  float mx = -INFINITY;
   int p = 0;
-  if (softcap > 0) {
-    float ic = 1.0f / softcap;
-    for (int i = 0; i < P; i++) s[i] = softcap * ct_tanhf(s[i] * scale * ic);
-  } else {  // scaled and the max taken in one pass
 #if defined(__AVX512F__)
-    const __m512 sc = _mm512_set1_ps(scale);
-    __m512 m = _mm512_set1_ps(-INFINITY);
-    for (; p + 16 <= P; p += 16) {
-      __m512 v = _mm512_mul_ps(_mm512_loadu_ps(s + p), sc);
-      _mm512_storeu_ps(s + p, v);
-      m = _mm512_max_ps(m, v);
-    }
-    mx = _mm512_reduce_max_ps(m);
-#endif
-    for (; p < P; p++) s[p] = s[p] * scale, mx = s[p] > mx ? s[p] : mx;
-    p = P;
-  }
-#if defined(__AVX512F__)
-  if (p == 0) {
-    __m512 m = _mm512_set1_ps(-INFINITY);
-    for (; p + 16 <= P; p += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(s + p));
-    mx = _mm512_reduce_max_ps(m);
-  }
+  __m512 m = _mm512_set1_ps(-INFINITY);
+  for (; p + 16 <= P; p += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(s + p));
+  mx = _mm512_reduce_max_ps(m);
 #endif
   for (; p < P; p++) mx = s[p] > mx ? s[p] : mx;
+  return mx;
+}
+
+// s[0, P) *= scale, returning the largest (one pass: max_of of the scaled values).
+static float scale_max(float *s, int P, float scale) {
+  float mx = -INFINITY;
+  int p = 0;
+#if defined(__AVX512F__)
+  const __m512 sc = _mm512_set1_ps(scale);
+  __m512 m = _mm512_set1_ps(-INFINITY);
+  for (; p + 16 <= P; p += 16) {
+    __m512 v = _mm512_mul_ps(_mm512_loadu_ps(s + p), sc);
+    _mm512_storeu_ps(s + p, v);
+    m = _mm512_max_ps(m, v);
+  }
+  mx = _mm512_reduce_max_ps(m);
+#endif
+  for (; p < P; p++) s[p] *= scale, mx = s[p] > mx ? s[p] : mx;
+  return mx;
+}
+
+// s[0, P) scaled (and softcapped), then exp(s − max); returns their sum.
+static float softmax_weights(float *s, int P, float scale, float softcap) {
+  float mx;
+  if (softcap > 0) {
+    float ic = 1.0f / softcap;
+    for (int p = 0; p < P; p++) s[p] = softcap * ct_tanhf(s[p] * scale * ic);
+    mx = max_of(s, P);
+  } else {
+    mx = scale_max(s, P, scale);
+  }
   float sum = 0;
 #pragma omp simd reduction(+ : sum)
   for (int p = 0; p < P; p++) {
