@@ -4,6 +4,13 @@
 // a change to the layer goes into both. A sliding-window layer (Gemma 3) keeps a ring of
 // its last positions only: position p in row p % R, R = min(max_len, window + max_tokens
 // - 1) so that no token of a pass overwrites a row another token of the pass still reads.
+//
+// Attention reads keys lane-transposed: a slot's R key rows sit in blocks of 16 rows (the
+// last w = R − 16b wide), block b (KVd, w) at row 16b's offset: element (c, r) at
+// block + c·w + r % 16. A score is then one lane's chain of fused multiply-adds over the head
+// dimension (no horizontal sum), and the queries of a slot's run of tokens in a pass (a
+// prompt) share each block's loads: a token's scores are the same bits alone or in a run.
+// Values stay in rows (the weighted sum reads a row per position).
 #include "engine.h"
 
 #include <math.h>
@@ -31,7 +38,10 @@ struct ct_engine {
   float attn_scale;
   // work buffers for up to max_tokens tokens
   float *x, *ln, *qkv, *qkv_save, *qk_rstd, *rstd, *att, *gu, *h, *xo;
-  float *scores;               // (threads, H/KV, T)
+  float *scores;               // (threads, qb · H/KV, lds) per thread: a unit's query rows
+  long lds;                    // a score row's stride: max_len rounded up to 16, plus 16
+  int qb;                      // tokens of one slot's run whose queries share key blocks
+  int *units;                  // (max_tokens + 1) first token of each unit (runs cut to qb)
   float *lora_u;               // (max_tokens, r) the adapters' inner products
   float *lora_p;               // (r · max(in, out)) one adapter matrix packed into panels
   int *ids, *pos, *slot;
@@ -39,6 +49,17 @@ struct ct_engine {
 };
 
 enum { N_BUFS = 18 };  // float buffers, in engine_sizes' order
+enum { QB = 16 };      // at most this many tokens per attention unit
+
+// A score row's stride: room for max_len scores and the 15 lanes past a run's last block.
+static long score_ld(const ct_engine_opts *o) { return ((long)o->max_len + 15) / 16 * 16 + 16; }
+
+// Tokens per unit: up to QB while the unit's score rows stay within 1 MB per thread.
+static int unit_tokens(const ct_model_config *c, const ct_engine_opts *o) {
+  long q = (1L << 18) / ((long)(c->num_heads / c->num_kv_heads) * score_ld(o));
+  q = q > QB ? QB : q < 1 ? 1 : q;
+  return (int)(q < o->max_tokens ? q : o->max_tokens);
+}
 
 // Cache rows per slot of layer l: max_len, or for a sliding layer the ring that holds its
 // window plus the positions one pass may add after a token.
@@ -55,14 +76,15 @@ static void engine_sizes(const ct_model_config *c, const ct_engine_opts *o, long
   for (int l = 0; l < c->num_layers; l++) cache += (long)o->slots * layer_rows(c, o, l) * KV * hd;
   long local = ct_has_local_rope(c) ? T * (hd / 2) : 0;
   long v[N_BUFS] = {cache, cache, T * (hd / 2), T * (hd / 2), N * C, N * C, N * C, N * QKV, N * QKV,
-                    N * (H + KV), N, N * H * hd, N * 2 * F, N * F, (long)ct_pool_threads() * (H / KV) * T,
+                    N * (H + KV), N, N * H * hd, N * 2 * F, N * F,
+                    (long)ct_pool_threads() * unit_tokens(c, o) * (H / KV) * score_ld(o),
                     local, local, C > hd ? C : hd};
   for (int i = 0; i < N_BUFS; i++) n[i] = (v[i] + 15) / 16 * 16 + 16;
 }
 
 double ct_engine_bytes(const ct_model_config *c, const ct_engine_opts *o) {
   long n[N_BUFS];
-  double b = 3.0 * sizeof(int) * o->max_tokens;
+  double b = 4.0 * sizeof(int) * o->max_tokens + sizeof(int);
   engine_sizes(c, o, n);
   for (int i = 0; i < N_BUFS; i++) b += sizeof(float) * (double)n[i];
   return b;
@@ -82,6 +104,8 @@ int ct_engine_init(ct_engine **out, const ct_infer_weights *w, const ct_engine_o
                    .L = c->num_layers, .V = c->vocab_size};
   e->QKV = (e->H + 2 * e->KV) * e->hd;
   e->attn_scale = ct_attn_scale(c);
+  e->lds = score_ld(o);
+  e->qb = unit_tokens(c, o);
   for (int l = 0; l < e->L; l++) {
     e->kv_rows[l] = layer_rows(c, o, l);
     e->kv_off[l + 1] = e->kv_off[l] + (long)o->slots * e->kv_rows[l] * e->KV * e->hd;
@@ -100,6 +124,7 @@ int ct_engine_init(ct_engine **out, const ct_infer_weights *w, const ct_engine_o
   e->ids = malloc(sizeof(int) * N);
   e->pos = malloc(sizeof(int) * N);
   e->slot = malloc(sizeof(int) * N);
+  e->units = malloc(sizeof(int) * (N + 1));
   if (w->lora) {
     long widest = 0;
     for (int t = 0; t < CT_LORA_TARGETS; t++) {
@@ -110,7 +135,7 @@ int ct_engine_init(ct_engine **out, const ct_infer_weights *w, const ct_engine_o
     ok &= (e->lora_u = malloc(sizeof(float) * N * w->lora->cfg.r)) != NULL;
     ok &= (e->lora_p = malloc(sizeof(float) * widest * w->lora->cfg.r)) != NULL;
   }
-  ok &= e->ids && e->pos && e->slot;
+  ok &= e->ids && e->pos && e->slot && e->units;
   if (!ok) {
     long mb = e->bytes / 1000000;
     ct_engine_free(e);
@@ -129,65 +154,106 @@ void ct_engine_free(ct_engine *e) {
                          e->qkv, e->qkv_save, e->qk_rstd, e->rstd, e->att, e->gu, e->h, e->scores,
                          e->rope_cos_local, e->rope_sin_local, e->wn};
   for (int i = 0; i < N_BUFS; i++) ct_big_free(bufs[i]);
-  ct_free_all(e->ids, e->pos, e->slot, e->lora_u, e->lora_p, e);
+  ct_free_all(e->ids, e->pos, e->slot, e->units, e->lora_u, e->lora_p, e);
 }
 
 const ct_infer_weights *ct_engine_weights(const ct_engine *e) { return e->w; }
 ct_engine_opts ct_engine_options(const ct_engine *e) { return e->o; }
 
-// The cache row of (layer, slot, position): row p % R of the slot's R rows.
-static inline long cache_row(const ct_engine *e, int l, int s, int p) {
-  int R = e->kv_rows[l];
-  return e->kv_off[l] + ((long)s * R + p % R) * (long)(e->KV * e->hd);
+// Slot s's first value row of layer l (rows p % R follow, KVd each); its key blocks start
+// at the same offset of the key cache.
+static inline long slot_base(const ct_engine *e, int l, int s) {
+  return e->kv_off[l] + (long)s * e->kv_rows[l] * e->KV * e->hd;
 }
+
+// Width of key block b of R rows: 16, the last R − 16b.
+static inline int block_w(int R, int b) { return R - 16 * b < 16 ? R - 16 * b : 16; }
 
 typedef struct {
   ct_engine *e;
-  int l, n;
+  int l, n, parts, tasks;
+  bool single;  // one token per unit (sliding layers), else e->units
 } pass_job;
 
-// Token i's k and v into its slot's cache.
-static void store_kv_task(void *ctx, int i, int thread) {
+// Tokens [lo, hi) of a part: k into its slot's key block (transposed), v into its row.
+static void store_kv_task(void *ctx, int part, int thread) {
   (void)thread;
   const pass_job *j = ctx;
   ct_engine *e = j->e;
-  long KVd = (long)e->KV * e->hd, row = cache_row(e, j->l, e->slot[i], e->pos[i]);
-  const float *k = e->qkv + (long)i * e->QKV + (long)e->H * e->hd;
-  memcpy(e->kcache + row, k, sizeof(float) * KVd);
-  memcpy(e->vcache + row, k + KVd, sizeof(float) * KVd);
+  long lo, hi, KVd = (long)e->KV * e->hd;
+  int R = e->kv_rows[j->l];
+  ct_chunk_range(j->n, 1, j->parts, part, &lo, &hi);
+  for (long i = lo; i < hi; i++) {
+    int r = e->pos[i] % R, w = block_w(R, r / 16);
+    long base = slot_base(e, j->l, e->slot[i]);
+    const float *k = e->qkv + i * e->QKV + (long)e->H * e->hd;
+    float *kb = e->kcache + base + (long)(r - r % 16) * KVd + r % 16;
+    for (long c = 0; c < KVd; c++) kb[c * w] = k[c];
+    memcpy(e->vcache + base + r * KVd, k + KVd, sizeof(float) * KVd);
+  }
 }
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
-// v[j] (16 vectors) -> one vector whose lane j is the sum of v[j]'s lanes.
-static inline __m512 hsum16(const __m512 v[16]) {
-  __m512 t[8], u[4];  // unrolled loops: in registers (not through the stack)
+// The first n of 16 lanes.
+static inline __mmask16 lanes(int n) { return n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1); }
+
+// s + m·lds + j = Σ_d q_m[d]·k_j[d] for mr query rows and keys j of nb blocks: with nb = 1
+// the w keys of the block at kt (k_j[d] at kt + d·w + j), otherwise 16 keys of each of nb
+// full blocks (block t at kt + t·kstride). Every score is one lane's chain of fused
+// multiply-adds in d order from 0: the same value whatever rows and blocks share the call.
+static inline __attribute__((always_inline)) void kt_tile(const float *const *q, const float *kt, long kstride,
+                                                          int w, int hd, float *s, long lds, const int mr,
+                                                          const int nb) {
+  __m512 c[8][4];
 #pragma GCC unroll 8
-  for (int i = 0; i < 8; i++)  // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3]
-    t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  for (int m = 0; m < mr; m++)
 #pragma GCC unroll 4
-  for (int i = 0; i < 4; i++)  // per 128-bit lane: the lane's sum of v[4i .. 4i+3]
-    u[i] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0x44), _mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0xEE));
-  __m512 x01 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xDD));
-  __m512 x23 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88), _mm512_shuffle_f32x4(u[2], u[3], 0xDD));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(x01, x23, 0x88), _mm512_shuffle_f32x4(x01, x23, 0xDD));
+    for (int t = 0; t < nb; t++) c[m][t] = _mm512_setzero_ps();
+  const __mmask16 mk = lanes(w);
+  for (int d = 0; d < hd; d++) {
+    __m512 k[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < nb; t++)
+      k[t] = nb == 1 ? _mm512_maskz_loadu_ps(mk, kt + (long)d * w) : _mm512_loadu_ps(kt + t * kstride + d * 16);
+#pragma GCC unroll 8
+    for (int m = 0; m < mr; m++) {
+      __m512 a = _mm512_set1_ps(q[m][d]);
+#pragma GCC unroll 4
+      for (int t = 0; t < nb; t++) c[m][t] = _mm512_fmadd_ps(a, k[t], c[m][t]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < mr; m++)
+#pragma GCC unroll 4
+    for (int t = 0; t < nb; t++) {
+      if (nb == 1) _mm512_mask_storeu_ps(s + m * lds, mk, c[m][0]);
+      else _mm512_storeu_ps(s + m * lds + 16 * t, c[m][t]);
+    }
 }
 
-// s[p] = q·k_p for 16 positions from K (row stride ld), head size 16·nc.
-static inline __attribute__((always_inline)) void scores16(const float *q, const float *K, long ld, float *s,
-                                                           const int nc) {
-  __m512 v[16];
-#pragma GCC unroll 16
-  for (int j = 0; j < 16; j++) {
-    const float *k = K + j * ld;
-    __m512 a = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));
-#pragma GCC unroll 8
-    for (int c = 1; c < nc; c++) a = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * c), _mm512_loadu_ps(k + 16 * c), a);
-    v[j] = a;
+#define KT_CASE(MR, NB) \
+  case MR: kt_tile(q, kt, kstride, w, hd, s, lds, MR, NB); break;
+
+// kt_tile for mr <= 8 rows (mr <= 4 with nb = 4), each (mr, nb) its own unrolled loop.
+static void kt_call(const float *const *q, int mr, const float *kt, long kstride, int w, int hd, float *s,
+                    long lds, int nb) {
+  if (nb == 4) {
+    switch (mr) { KT_CASE(1, 4) KT_CASE(2, 4) KT_CASE(3, 4) default: kt_tile(q, kt, kstride, w, hd, s, lds, 4, 4); }
+  } else if (nb == 2) {
+    switch (mr) {
+      KT_CASE(1, 2) KT_CASE(2, 2) KT_CASE(3, 2) KT_CASE(4, 2) KT_CASE(5, 2) KT_CASE(6, 2) KT_CASE(7, 2)
+      default: kt_tile(q, kt, kstride, w, hd, s, lds, 8, 2);
+    }
+  } else {
+    switch (mr) {
+      KT_CASE(1, 1) KT_CASE(2, 1) KT_CASE(3, 1) KT_CASE(4, 1) KT_CASE(5, 1) KT_CASE(6, 1) KT_CASE(7, 1)
+      default: kt_tile(q, kt, kstride, w, hd, s, lds, 8, 1);
+    }
   }
-  _mm512_storeu_ps(s, hsum16(v));
 }
+#undef KT_CASE
 
 // o_r (16·nc, at o + r·16·nc) = Σ_p a_r[p]·v_p for nh heads r (weights a_r at a + r·lda)
 // over P1 rows of V1 then P2 rows of V2 (row stride ld), each accumulated in registers in
@@ -238,45 +304,57 @@ static void weighted_sums(const float *a, long lda, int nh, const float *V1, int
 }
 #endif
 
-// Scores s[0, P) = scale · q·k_p of P rows of K (row stride ld).
-static void head_scores(const float *q, const float *K, long ld, int P, int hd, float *s) {
-  int p = 0;
-#if defined(__AVX512F__)
-  if (hd == 64)
-    for (; p + 16 <= P; p += 16) scores16(q, K + p * ld, ld, s + p, 4);
-  else if (hd == 128)
-    for (; p + 16 <= P; p += 16) scores16(q, K + p * ld, ld, s + p, 8);
+#if !defined(__AVX512F__)
+// kt_tile's arithmetic in plain C: each score one fmaf chain in d order from 0.
+static void kt_call(const float *const *q, int mr, const float *kt, long kstride, int w, int hd, float *s,
+                    long lds, int nb) {
+  for (int m = 0; m < mr; m++)
+    for (int t = 0; t < nb; t++)
+      for (int jj = 0; jj < (nb == 1 ? w : 16); jj++) {
+        const float *k = nb == 1 ? kt + jj : kt + t * kstride + jj;
+        long ldk = nb == 1 ? w : 16;
+        float c = 0;
+        for (int d = 0; d < hd; d++) c = fmaf(q[m][d], k[d * ldk], c);
+        s[m * lds + 16 * t + jj] = c;
+      }
+}
 #endif
-  for (; p < P; p++) {
-    const float *k = K + p * ld;
-    float d = 0;
-#pragma omp simd reduction(+ : d)
-    for (int t = 0; t < hd; t++) d += q[t] * k[t];
-    s[p] = d;
+
+// Scores of nq query rows q[m] over key rows [a, b) of group g of a slot's R rows (key
+// blocks from K): row m's score of key row r into s + m·lds + r − a. Blocks go whole (the
+// lanes of a last block past b land behind the row's scores, within lds); an unaligned a's
+// first block goes through tmp. Rows are taken 8 at a time with 2 blocks, 4 with 4 blocks
+// (few rows: a decode step's heads), so each block's loads serve several queries.
+static void range_scores(const float *const *q, int nq, const float *K, int R, long KVd, int g, int hd, int a,
+                         int b, float *s, long lds) {
+  int bk = a / 16;
+  if (a % 16) {
+    int w = block_w(R, bk), lo = a % 16, hi = b - 16 * bk < w ? b - 16 * bk : w;
+    const float *kt = K + 16L * bk * KVd + (long)g * hd * w;
+    float tmp[8 * 16];
+    for (int m0 = 0; m0 < nq; m0 += 8) {
+      int mr = nq - m0 < 8 ? nq - m0 : 8;
+      kt_call(q + m0, mr, kt, 0, w, hd, tmp, 16, 1);
+      for (int m = 0; m < mr; m++) memcpy(s + (m0 + m) * lds, tmp + m * 16 + lo, sizeof(float) * (hi - lo));
+    }
+    bk++;
+  }
+  int wide = nq <= 4 ? 4 : 2;
+  while (16 * bk < b) {
+    int full = 0;  // whole 16-row blocks from bk within [., b), up to `wide`
+    while (full < wide && 16 * (bk + full) < b && block_w(R, bk + full) == 16) full++;
+    int nb = full == wide ? wide : full >= 2 ? 2 : 1, w = block_w(R, bk), rows = nb == 4 ? 4 : 8;
+    const float *kt = K + 16L * bk * KVd + (long)g * hd * (nb == 1 ? w : 16);
+    for (int m0 = 0; m0 < nq; m0 += rows) {
+      int mr = nq - m0 < rows ? nq - m0 : rows;
+      kt_call(q + m0, mr, kt, 16L * KVd, nb == 1 ? w : 16, hd, s + m0 * lds + 16 * bk - a, lds, nb);
+    }
+    bk += nb;
   }
 }
 
-// Scores of nh query heads (q: nh consecutive rows of hd) over P rows of K (row stride
-// ld) into s + r·lds for head r: 16 positions for every head before the next 16 (the
-// block's K rows come from L2 once, then from L1), each score exactly as head_scores
-// computes it over the whole run (blocks of 16 from the run's first row, then the tail).
-static void group_scores(const float *q, int nh, const float *K, long ld, int P, int hd, float *s, long lds) {
-  for (int p = 0; p < P; p += 16) {
-    int np = P - p < 16 ? P - p : 16;
-    for (int r = 0; r < nh; r++) head_scores(q + (long)r * hd, K + p * ld, ld, np, hd, s + r * lds + p);
-  }
-}
-
-// s[0, P) scaled (and softcapped), then exp(s − max); returns their sum.
-static float softmax_weights(float *s, int P, float scale, float softcap) {
-  if (softcap > 0) {
-    float ic = 1.0f / softcap;
-    for (int p = 0; p < P; p++) s[p] = softcap * ct_tanhf(s[p] * scale * ic);
-  } else {
-#pragma omp simd
-    for (int p = 0; p < P; p++) s[p] = s[p] * scale;
-  }
-  // the max of any order is the same value (a ±0 tie changes no exp below)
+// The largest of s[0, P) (the max of any order is the same value: a ±0 tie changes no exp).
+static float max_of(const float *s, int P) {
   float mx = -INFINITY;
   int p = 0;
 #if defined(__AVX512F__)
@@ -285,6 +363,37 @@ static float softmax_weights(float *s, int P, float scale, float softcap) {
   mx = _mm512_reduce_max_ps(m);
 #endif
   for (; p < P; p++) mx = s[p] > mx ? s[p] : mx;
+  return mx;
+}
+
+// s[0, P) *= scale, returning the largest (one pass: max_of of the scaled values).
+static float scale_max(float *s, int P, float scale) {
+  float mx = -INFINITY;
+  int p = 0;
+#if defined(__AVX512F__)
+  const __m512 sc = _mm512_set1_ps(scale);
+  __m512 m = _mm512_set1_ps(-INFINITY);
+  for (; p + 16 <= P; p += 16) {
+    __m512 v = _mm512_mul_ps(_mm512_loadu_ps(s + p), sc);
+    _mm512_storeu_ps(s + p, v);
+    m = _mm512_max_ps(m, v);
+  }
+  mx = _mm512_reduce_max_ps(m);
+#endif
+  for (; p < P; p++) s[p] *= scale, mx = s[p] > mx ? s[p] : mx;
+  return mx;
+}
+
+// s[0, P) scaled (and softcapped), then exp(s − max); returns their sum.
+static float softmax_weights(float *s, int P, float scale, float softcap) {
+  float mx;
+  if (softcap > 0) {
+    float ic = 1.0f / softcap;
+    for (int p = 0; p < P; p++) s[p] = softcap * ct_tanhf(s[p] * scale * ic);
+    mx = max_of(s, P);
+  } else {
+    mx = scale_max(s, P, scale);
+  }
   float sum = 0;
 #pragma omp simd reduction(+ : sum)
   for (int p = 0; p < P; p++) {
@@ -294,17 +403,13 @@ static float softmax_weights(float *s, int P, float scale, float softcap) {
   return sum;
 }
 
-// nh query heads (q: nh rows of hd) sharing one kv group, over P1 cached positions in rows
-// of K1/V1 then P2 in rows of K2/V2 (a ring's two runs; P2 = 0 for a full layer): head r's
-// scores into s + r·lds (scaled, softcapped, then exp'd), its output into o + r·hd. Each
-// head's arithmetic is the same as alone; the heads share the reads of the cache rows.
-static void attend_group(const float *q, int nh, const float *K1, const float *V1, int P1, const float *K2,
-                         const float *V2, int P2, long ld, int hd, float scale, float softcap, float *s, long lds,
-                         float *o) {
+// nh query heads sharing one kv group, their scores at s + r·lds over P1 cached positions
+// in rows of V1 then P2 in rows of V2 (a ring's two runs; P2 = 0 for a full layer): the
+// scores scaled (softcapped) and exp'd, head r's output into o + r·hd.
+static void attend_finish(float *s, long lds, int nh, const float *V1, int P1, const float *V2, int P2, long ld,
+                          int hd, float scale, float softcap, float *o) {
   int P = P1 + P2;
   float sum[nh];
-  group_scores(q, nh, K1, ld, P1, hd, s, lds);
-  group_scores(q, nh, K2, ld, P2, hd, s + P1, lds);
   for (int r = 0; r < nh; r++) sum[r] = softmax_weights(s + r * lds, P, scale, softcap);
   // o = Σ_p s_p·v_p / sum: the normalization applied to the hd outputs, not the P weights
   int done = 0;
@@ -327,20 +432,60 @@ static void attend_group(const float *q, int nh, const float *K1, const float *V
   }
 }
 
-// Attention of token i's query heads of kv group g over its slot's positions 0..pos. A
-// token's result depends on its own query and its slot's cache only, never on the pass.
-static void attend_task(void *ctx, int task, int thread) {
-  const pass_job *j = ctx;
+// Attention of unit u's tokens (tokens [units[u], units[u + 1]) of one slot, or token u
+// alone on a sliding layer) for kv group g, each over its slot's positions 0..pos (a window's
+// last ones). The unit's queries share the key blocks; a token's result depends on its own
+// query and its slot's cache only, never on the pass.
+static void attend_unit(const pass_job *j, int u, int g, int thread) {
   ct_engine *e = j->e;
-  int i = task / e->KV, g = task % e->KV, rep = e->H / e->KV, hd = e->hd, pos = e->pos[i];
-  int win = ct_layer_window(&e->w->cfg, j->l), p0 = win && pos - win + 1 > 0 ? pos - win + 1 : 0;
-  // positions [p0, pos] sit in rows [p0 % R, ...) then, past the ring's end, from row 0
-  int R = e->kv_rows[j->l], r0 = p0 % R, P = pos - p0 + 1, P1 = P < R - r0 ? P : R - r0;
-  long KVd = (long)e->KV * hd, base = cache_row(e, j->l, e->slot[i], 0) + (long)g * hd, b1 = base + r0 * KVd;
-  float *sc = e->scores + (long)thread * rep * e->o.max_len;
-  attend_group(e->qkv + (long)i * e->QKV + (long)g * rep * hd, rep, e->kcache + b1, e->vcache + b1, P1,
-               e->kcache + base, e->vcache + base, P - P1, KVd, hd, e->attn_scale, e->w->cfg.attn_softcap, sc,
-               e->o.max_len, e->att + (long)i * e->H * hd + (long)g * rep * hd);
+  int i0 = j->single ? u : e->units[u], i1 = j->single ? u + 1 : e->units[u + 1];
+  int rep = e->H / e->KV, hd = e->hd, R = e->kv_rows[j->l], nq = (i1 - i0) * rep;
+  long KVd = (long)e->KV * hd, base = slot_base(e, j->l, e->slot[i0]);
+  const float *K = e->kcache + base, *V = e->vcache + base + (long)g * hd, *q[nq];
+  float *s = e->scores + (long)thread * e->qb * rep * e->lds, scale = e->attn_scale;
+  float softcap = e->w->cfg.attn_softcap;
+  for (int m = 0; m < nq; m++) q[m] = e->qkv + (long)(i0 + m / rep) * e->QKV + (long)(g * rep + m % rep) * hd;
+  if (j->single) {  // positions [p0, pos] sit in rows [p0 % R, ...) then, past the ring's end, from row 0
+    int pos = e->pos[i0], win = ct_layer_window(&e->w->cfg, j->l), p0 = win && pos - win + 1 > 0 ? pos - win + 1 : 0;
+    int r0 = p0 % R, P = pos - p0 + 1, P1 = P < R - r0 ? P : R - r0;
+    range_scores(q, nq, K, R, KVd, g, hd, r0, r0 + P1, s, e->lds);
+    if (P > P1) range_scores(q, nq, K, R, KVd, g, hd, 0, P - P1, s + P1, e->lds);
+    attend_finish(s, e->lds, rep, V + r0 * KVd, P1, V, P - P1, KVd, hd, scale, softcap,
+                  e->att + (long)i0 * e->H * hd + (long)g * rep * hd);
+    return;
+  }
+  int P = 0;  // a full layer: rows are positions; the unit's scores over its furthest token's
+  for (int i = i0; i < i1; i++) P = e->pos[i] + 1 > P ? e->pos[i] + 1 : P;
+  range_scores(q, nq, K, R, KVd, g, hd, 0, P, s, e->lds);
+  for (int i = i0; i < i1; i++)
+    attend_finish(s + (long)(i - i0) * rep * e->lds, e->lds, rep, V, e->pos[i] + 1, V, 0, KVd, hd, scale, softcap,
+                  e->att + (long)i * e->H * hd + (long)g * rep * hd);
+}
+
+// Part k of the pass's units x groups: tasks k, k + parts, ... (an even mix of short and
+// long prompts' positions in every part; 32 parts a thread, so the last part a thread
+// finishes alone is short).
+static void attend_part(void *ctx, int part, int thread) {
+  const pass_job *j = ctx;
+  for (int t = part; t < j->tasks; t += j->parts) attend_unit(j, t / j->e->KV, t % j->e->KV, thread);
+}
+
+// The pass's units: runs of consecutive tokens of one slot, cut every qb tokens.
+static int make_units(ct_engine *e, int n) {
+  int nu = 0;
+  for (int i = 0; i < n; i++)
+    if (i == 0 || e->slot[i] != e->slot[i - 1] || i - e->units[nu - 1] == e->qb) e->units[nu++] = i;
+  e->units[nu] = n;
+  return nu;
+}
+
+// Caches every k/v of the pass, then each token attends to its slot.
+static void attention(ct_engine *e, int l, int n, int nu) {
+  pass_job j = {e, l, n, ct_pool_parts(n), 0, ct_layer_window(&e->w->cfg, l) > 0};
+  ct_parallel_for(j.parts, store_kv_task, &j);
+  j.tasks = (j.single ? n : nu) * e->KV;
+  j.parts = j.tasks < 32 * ct_pool_threads() ? j.tasks : 32 * ct_pool_threads();
+  ct_parallel_for(j.parts, attend_part, &j);
 }
 
 static void embed_rows(ct_engine *e, int n) {
@@ -404,9 +549,9 @@ static int pass(ct_engine *e, int n, const int *ids, const float *x_in, const in
     for (long i = 0; i < (long)n * C; i++) e->x[i] *= es;
   }
 #define NW(w, k) ct_norm_weight(c, (w), (k), e->wn)
+  int nu = make_units(e, n);
   for (int l = 0; l < e->L; l++) {
     const ct_infer_layer *w = &e->w->layers[l];
-    pass_job j = {e, l, n};
     bool win = ct_layer_window(c, l) > 0;
     ct_rmsnorm_forward(e->ln, e->rstd, e->x, NW(w->ln1, C), n, C, c->rms_norm_eps);
     ct_linear_forward(&w->qkv, e->ln, C, n, e->qkv, QKV, 0);  // (n, QKV)
@@ -420,8 +565,7 @@ static int pass(ct_engine *e, int n, const int *ids, const float *x_in, const in
     }
     ct_rope(e->qkv, e->pos, win ? e->rope_cos_local : e->rope_cos, win ? e->rope_sin_local : e->rope_sin, n,
             e->H + e->KV, e->hd, QKV, 0);
-    ct_parallel_for(n, store_kv_task, &j);         // every k/v of the pass is cached first,
-    ct_parallel_for(n * e->KV, attend_task, &j);   // then each token reads its slot
+    attention(e, l, n, nu);
     if (c->gemma) {  // x += norm(att · Woᵀ), the projection in ln (free now), the norm in xo
       ct_linear_forward(&w->o, e->att, Hd, n, e->ln, C, 0);
       lora_add(e, l, CT_LORA_O, e->att, Hd, n, e->ln, C);
@@ -443,8 +587,12 @@ static int pass(ct_engine *e, int n, const int *ids, const float *x_in, const in
       ct_add_rows(e->x, e->xo, n, C);
       continue;
     }
-    ct_swiglu_forward(e->h, e->gu, n, F);
-    ct_linear_forward(&w->down, e->h, F, n, e->x, C, 1);        // x += h · Wdownᵀ
+    // x += h · Wdownᵀ, h = swiglu(gu): computed while packed unless the adapter reads h
+    bool h_read = e->w->lora && e->w->lora->w[l][CT_LORA_DOWN].A;
+    if (h_read || ct_linear_forward_swiglu(&w->down, e->gu, 2 * F, n, e->x, C, 1)) {
+      ct_swiglu_forward(e->h, e->gu, n, F);
+      ct_linear_forward(&w->down, e->h, F, n, e->x, C, 1);
+    }
     lora_add(e, l, CT_LORA_DOWN, e->h, F, n, e->x, C);
   }
   if (top) memcpy(top, e->x, sizeof(float) * n * C);
@@ -481,9 +629,10 @@ int ct_engine_copy_slot(ct_engine *e, int src, int dst, int len) {
     return ct_set_error(CT_EINVAL, "engine: cannot copy %d positions from slot %d to slot %d", len, src, dst);
   if (src == dst || len == 0) return 0;
   for (int l = 0; l < e->L; l++) {  // a ring shorter than len holds positions [len - R, len): all of it
-    size_t bytes = sizeof(float) * (size_t)(len < e->kv_rows[l] ? len : e->kv_rows[l]) * e->KV * e->hd;
-    memcpy(e->kcache + cache_row(e, l, dst, 0), e->kcache + cache_row(e, l, src, 0), bytes);
-    memcpy(e->vcache + cache_row(e, l, dst, 0), e->vcache + cache_row(e, l, src, 0), bytes);
+    int R = e->kv_rows[l], rows = len < R ? len : R, krows = (rows + 15) / 16 * 16;  // whole key blocks
+    size_t KVd = (size_t)e->KV * e->hd;
+    memcpy(e->kcache + slot_base(e, l, dst), e->kcache + slot_base(e, l, src), sizeof(float) * KVd * (krows < R ? krows : R));
+    memcpy(e->vcache + slot_base(e, l, dst), e->vcache + slot_base(e, l, src), sizeof(float) * KVd * rows);
   }
   return 0;
 }

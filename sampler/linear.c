@@ -4,6 +4,7 @@
 #include "linear.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,6 +151,7 @@ static void rows_q8(const lin_job *j, long n0, long n1) {
 typedef struct {
   const float *x;
   int ldx, S, K, parts;
+  bool swiglu;  // pack_x: x is gu (S, 2K), the rows packed are swiglu(gu)
 } rows_job;
 
 // max_k |x[k]| (from 0; a NaN is skipped, as fmaxf does). libm's fmaxf is a call per
@@ -199,7 +201,7 @@ static int quantize_x(const float *x, int ldx, int S, int K) {
   QX.xu = reserve(QX.xu, &QX.cap_bytes, (long)S * K, 1);
   QX.sx = reserve(QX.sx, &QX.cap_rows, S, sizeof(float));
   if (!QX.xu || !QX.sx) return -1;
-  rows_job j = {x, ldx, S, K, ct_pool_parts(S)};
+  rows_job j = {x, ldx, S, K, ct_pool_parts(S), false};
   ct_parallel_for(j.parts, quantize_task, &j);
   return 0;
 }
@@ -224,7 +226,7 @@ static void narrow_task(void *ctx, int part, int thread) {
 
 static int narrow_x(const float *x, int ldx, int S, int K) {
   if (!(BX.x16 = reserve(BX.x16, &BX.cap, (long)S * 2 * ((K + 1) / 2), sizeof(uint16_t)))) return -1;
-  rows_job j = {x, ldx, S, K, ct_pool_parts(S)};
+  rows_job j = {x, ldx, S, K, ct_pool_parts(S), false};
   ct_parallel_for(j.parts, narrow_task, &j);
   return 0;
 }
@@ -240,12 +242,14 @@ static void pack_x_task(void *ctx, int part, int thread) {
   const rows_job *j = ctx;
   long s0, s1;
   ct_chunk_range(j->S, CT_PANEL_MR, j->parts, part, &s0, &s1);
-  if (s1 > s0) ct_panel_pack_x(j->x, j->ldx, j->S, j->K, (int)s0, (int)s1, PX.xp);
+  if (s1 <= s0) return;
+  if (j->swiglu) ct_panel_pack_x_swiglu(j->x, j->ldx, j->S, j->K, (int)s0, (int)s1, PX.xp);
+  else ct_panel_pack_x(j->x, j->ldx, j->S, j->K, (int)s0, (int)s1, PX.xp);
 }
 
-static int pack_x(const float *x, int ldx, int S, int K) {
+static int pack_x(const float *x, int ldx, int S, int K, bool swiglu) {
   if (!(PX.xp = reserve(PX.xp, &PX.cap, (long)S * K, sizeof(float)))) return -1;
-  rows_job j = {x, ldx, S, K, ct_pool_parts((S + CT_PANEL_MR - 1) / CT_PANEL_MR)};
+  rows_job j = {x, ldx, S, K, ct_pool_parts((S + CT_PANEL_MR - 1) / CT_PANEL_MR), swiglu};
   ct_parallel_for(j.parts, pack_x_task, &j);
   return 0;
 }
@@ -300,7 +304,7 @@ void ct_linear_forward(const ct_linear *w, const float *x, int ldx, int S, float
   lin_job j = {w, x, y, ldx, ldy, S, accumulate, 0};
   if (!w->q && (w->p8 || w->p16 || w->p32)) {
     if (w->p16 && narrow_x(x, ldx, S, w->cols)) return;  // out of memory: y as it was
-    if (w->p32 && pack_x(x, ldx, S, w->cols)) return;
+    if (w->p32 && pack_x(x, ldx, S, w->cols, false)) return;
     long np = (w->rows + CT_PANEL - 1) / CT_PANEL;
     j.parts = np < ct_pool_threads() ? (S >= 24 ? ct_pool_threads() : 1) : ct_pool_parts(np);
     ct_parallel_for(j.parts, panel_task, &j);
@@ -309,6 +313,18 @@ void ct_linear_forward(const ct_linear *w, const float *x, int ldx, int S, float
   // enough parts to balance, each at least a few rows of W
   j.parts = ct_pool_parts(w->rows / RB);
   ct_parallel_for(j.parts, lin_task, &j);
+}
+
+int ct_linear_forward_swiglu(const ct_linear *w, const float *gu, int ldgu, int S, float *y, int ldy,
+                             int accumulate) {
+  if (w->q || w->p8 || w->p16 || !w->p32) return 1;
+  if (S <= 0) return 0;
+  if (pack_x(gu, ldgu, S, w->cols, true)) return 1;  // out of memory: the caller's two steps
+  lin_job j = {w, gu, y, ldgu, ldy, S, accumulate, 0};
+  long np = (w->rows + CT_PANEL - 1) / CT_PANEL;
+  j.parts = np < ct_pool_threads() ? (S >= 24 ? ct_pool_threads() : 1) : ct_pool_parts(np);
+  ct_parallel_for(j.parts, panel_task, &j);
+  return 0;
 }
 
 void ct_linear_row(const ct_linear *w, int r, float *out) {

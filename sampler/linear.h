@@ -30,6 +30,13 @@ typedef struct {
 void ct_linear_forward(const ct_linear *w, const float *x, int ldx, int S, float *y, int ldy,
                        int accumulate);
 
+// ct_linear_forward of x = swiglu(gu) (S, cols) for fp32 panels: gu (S, 2·cols; row stride
+// ldgu) gate then up, x[s, k] = g / (1 + exp(−g)) · u computed as ct_swiglu_forward does,
+// while x is packed for the panels (no pass writing it, none reading it back): the same
+// bits as the two steps. Returns 1, doing nothing, for any other storage of W.
+int ct_linear_forward_swiglu(const ct_linear *w, const float *gu, int ldgu, int S, float *y, int ldy,
+                             int accumulate);
+
 // Row r of W as floats into out (cols) — the embedding lookup (of any storage).
 void ct_linear_row(const ct_linear *w, int r, float *out);
 

@@ -58,6 +58,9 @@ void ct_panel_gemm(const float *P, int N, int K, const float *x, int ldx, int S,
 // k·mr + m, so one k step of a register tile reads its mr values from one place. Packs
 // the tiles of tokens [s0, s1) (s0 a multiple of CT_PANEL_MR) of xp (S·K floats).
 void ct_panel_pack_x(const float *x, int ldx, int S, int K, int s0, int s1, float *xp);
+// ct_panel_pack_x of h = swiglu(gu) (S, K) without storing h: h[s, k] = g / (1 + exp(−g)) · u,
+// g = gu[s, k], u = gu[s, K + k] (gu row stride ldgu), ct_swiglu_forward's values bit for bit.
+void ct_panel_pack_x_swiglu(const float *gu, int ldgu, int S, int K, int s0, int s1, float *xp);
 // ct_panel_gemm from x packed by ct_panel_pack_x (the same bits).
 void ct_panel_gemm_px(const float *P, int N, int K, const float *xp, int S, float *y, int ldy, int acc, int p0,
                       int p1);

@@ -146,6 +146,55 @@ static void test_packing_batching_and_slot_copies_change_no_bit(void) {
   for (int p = CT_PACK_NONE; p <= CT_PACK_BF16; p++) check_packing_batching_and_slot_copies_change_no_bit(p);
 }
 
+// Two prompts (40 and 21 tokens) prefilled in one pass — each cut into units of up to 16
+// tokens whose queries share the key blocks, scores over the unit's furthest position —
+// give every position's logits bit-identical to decoding each prompt one token at a time.
+static void check_prefill_equals_decode(const ct_model *m, const char *what) {
+  enum { NA = 40, NB = 21, N = NA + NB };
+  int V = m->cfg.vocab_size, ids[N], slot[N], pos[N], outs[N], zero = 0;
+  for (int i = 0; i < N; i++) {
+    ids[i] = (i * 11 + 5) % V, slot[i] = i < NA ? 0 : 1, pos[i] = i < NA ? i : i - NA, outs[i] = i;
+  }
+  ct_infer_weights w;
+  CHECK_OK(ct_infer_from_model(&w, m));
+  CHECK_OK(ct_infer_pack(&w, CT_PACK_F32));
+  ct_engine_opts o = {.slots = 2, .max_len = 45, .max_tokens = 64};  // key blocks of 16, 16, 13 rows
+  ct_engine *pre, *dec;
+  CHECK_OK(ct_engine_init(&pre, &w, &o));
+  CHECK_OK(ct_engine_init(&dec, &w, &o));
+  float *lp = malloc(sizeof(float) * N * V), *ld = malloc(sizeof(float) * N * V);
+  CHECK_OK(ct_engine_forward(pre, N, ids, slot, pos, outs, N, lp));
+  for (int i = 0; i < N; i++) CHECK_OK(ct_engine_forward(dec, 1, ids + i, slot + i, pos + i, &zero, 1, ld + (long)i * V));
+  int same = 0;
+  for (int i = 0; i < N; i++) same += !memcmp(lp + (long)i * V, ld + (long)i * V, sizeof(float) * V);
+  fprintf(stderr, "  %s: %d of %d positions' logits bit-identical, prefilled vs decoded\n", what, same, N);
+  CHECK(same == N);
+  free(lp), free(ld);
+  ct_engine_free(pre), ct_engine_free(dec);
+  ct_infer_free(&w);
+}
+
+// Heads of 8 and 10 (blocks of any width), 64 and 128 (the AVX-512 sizes), and Gemma 3's
+// sliding layer (a window of 4: scores from an unaligned row of a key block).
+static void test_prefill_equals_token_by_token_decode(void) {
+  const char *types[] = {"llama", "qwen3", "gemma3_text"};
+  for (int t = 0; t < 3; t++) {
+    ct_model m;
+    tiny_model(&m, types[t]);
+    check_prefill_equals_decode(&m, types[t]);
+    ct_model_free(&m);
+  }
+  for (int hd = 64; hd <= 128; hd *= 2) {
+    ct_model_config c = tiny_config("qwen3");
+    c.head_dim = hd;
+    ct_model m;
+    CHECK_OK(ct_model_init(&m, &c, 64));
+    ct_model_init_random(&m, 7, 0.3f);
+    check_prefill_equals_decode(&m, hd == 64 ? "head_dim 64" : "head_dim 128");
+    ct_model_free(&m);
+  }
+}
+
 // Greedy continuations of the same start token by weights a and b, each on its own
 // continuation: the share of agreeing tokens, and the largest logit difference (and
 // logit) while every token so far agreed.
@@ -301,6 +350,7 @@ int main(int argc, char **argv) {
   RUN(test_kv_cache_decode_matches_training_forward_gemma3);
   RUN(test_wide_head_attention_matches_training_forward);
   RUN(test_packing_batching_and_slot_copies_change_no_bit);
+  RUN(test_prefill_equals_token_by_token_decode);
   RUN(test_bf16_tracks_fp32);
   RUN(test_bf16_stored_model_serves_as_its_values);
   RUN(test_int8_tracks_fp32_and_round_trips_byte_exact);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "bf16.h"
+#include "kernels.h"
 #include "linear.h"
 #include "panel.h"
 #include "pool.h"
@@ -61,6 +62,53 @@ static void test_fp32_is_the_fma_chain_for_every_shape_and_tail(void) {
 
 // bf16: |y − Σ x16·w16| ≤ K·2⁻²³·Σ|x16·w16| (fp32 sums of exact products), and far from
 // the unrounded product when the inputs round (the kernel does use bf16 inputs).
+// ct_panel_pack_x puts x[s, k] at tile(s)·K + k·mr + s % 12 (mr the tile's height) for
+// every K (whole 16-column steps and tails), row stride, tail tile and range of tiles.
+static void test_pack_x_places_every_value(void) {
+  const int Kx[] = {1, 15, 16, 17, 33, 576}, Sx[] = {1, 11, 12, 13, 25, 40};
+  for (int a = 0; a < LEN(Kx); a++)
+    for (int b = 0; b < LEN(Sx); b++) {
+      int K = Kx[a], S = Sx[b], ldx = K + 3;
+      float *x = randn(S * ldx, 7 + a * 10 + b), *xp = malloc(sizeof(float) * S * K);
+      for (int i = 0; i < S * K; i++) xp[i] = NAN;
+      ct_panel_pack_x(x, ldx, S, K, 0, S > CT_PANEL_MR ? CT_PANEL_MR : S, xp);  // the first tile, then the rest
+      if (S > CT_PANEL_MR) ct_panel_pack_x(x, ldx, S, K, CT_PANEL_MR, S, xp);
+      int bad = 0;
+      for (int s = 0; s < S; s++) {
+        int t0 = s / CT_PANEL_MR * CT_PANEL_MR, mr = S - t0 < CT_PANEL_MR ? S - t0 : CT_PANEL_MR;
+        for (int k = 0; k < K; k++) bad += xp[(long)t0 * K + (long)k * mr + s - t0] != x[(long)s * ldx + k];
+      }
+      CHECK(bad == 0);
+      free(x), free(xp);
+    }
+}
+
+// swiglu computed while packed (ct_linear_forward_swiglu) gives the bits of
+// ct_swiglu_forward then ct_linear_forward, for whole and partial tiles and 16-column steps;
+// other storages are left to the caller.
+static void test_swiglu_packed_equals_the_two_steps(void) {
+  const int Kx[] = {7, 16, 70}, Sx[] = {1, 13, 30};
+  for (int a = 0; a < LEN(Kx); a++)
+    for (int b = 0; b < LEN(Sx); b++) {
+      int K = Kx[a], S = Sx[b], N = 40, ldgu = 2 * K + 1;
+      float *W = randn(N * K, 3 + a), *gu = randn(S * ldgu, 11 + b), *h = malloc(sizeof(float) * S * K);
+      float *P = malloc(sizeof(float) * N * K), *y1 = randn(S * N, 5), *y2 = malloc(sizeof(float) * S * N);
+      memcpy(y2, y1, sizeof(float) * S * N);
+      for (int i = 0; i < S * ldgu; i++) gu[i] *= 4;  // gates far into both tails of the sigmoid
+      ct_panel_pack(W, N, K, P);
+      ct_linear w = {.rows = N, .cols = K, .p32 = P};
+      float *gu_dense = malloc(sizeof(float) * S * 2 * K);  // ct_swiglu_forward's (S, 2K) rows
+      for (int s = 0; s < S; s++) memcpy(gu_dense + (long)s * 2 * K, gu + (long)s * ldgu, sizeof(float) * 2 * K);
+      ct_swiglu_forward(h, gu_dense, S, K);
+      ct_linear_forward(&w, h, K, S, y1, N, 1);
+      CHECK(ct_linear_forward_swiglu(&w, gu, ldgu, S, y2, N, 1) == 0);
+      CHECK(memcmp(y1, y2, sizeof(float) * S * N) == 0);
+      ct_linear rows = {.rows = N, .cols = K, .f32 = W};
+      CHECK(ct_linear_forward_swiglu(&rows, gu, ldgu, S, y2, N, 1) == 1);
+      free(W), free(gu), free(h), free(P), free(y1), free(y2), free(gu_dense);
+    }
+}
+
 static void test_bf16_sums_the_rounded_products_in_fp32(void) {
   int bad = 0;
   for (int a = 0; a < LEN(Ns); a++)
@@ -229,6 +277,8 @@ static void test_int8_activations_quantize_as_documented(void) {
 int main(void) {
   ct_pool_init(2);
   RUN(test_fp32_is_the_fma_chain_for_every_shape_and_tail);
+  RUN(test_pack_x_places_every_value);
+  RUN(test_swiglu_packed_equals_the_two_steps);
   RUN(test_bf16_sums_the_rounded_products_in_fp32);
   RUN(test_batch_split_and_inplace_change_no_bit);
   RUN(test_linear_forward_on_panels_is_thread_count_invariant);
