@@ -2,13 +2,15 @@
 // the same run.
 //
 //   ctune-bench [train] [layers=30] [batch=4] [seq=256] [steps=4] [threads=0] [tiling=1] [gemma=0|1|1b]
-//               [lora=0]
+//               [qwen=0|0.5b] [lora=0]
 //   ctune-bench kd [rows=512] [hidden=1024] [vocab=151936] [tiling=8] [steps=3]
 //
 // The model is SmolLM-135M-shaped (hidden 576, 30 layers, 9 heads, 3 kv heads,
 // intermediate 1536, vocab 49152, tied embeddings), or with gemma=1 gemma-3-270m-shaped
 // (layers=18 for the full model), or with gemma=1b gemma-3-1b-shaped (hidden 1152,
-// intermediate 6912, 4/1 heads of 256; layers=26 for the full model), randomly initialized,
+// intermediate 6912, 4/1 heads of 256; layers=26 for the full model), or with qwen=0.5b
+// Qwen2.5-0.5B-shaped (hidden 896, intermediate 4864, 14/2 heads of 64, q/k/v biases,
+// vocab 151936, tied; layers=24 for the full model), randomly initialized,
 // fp32. One step is forward + LM head + backward + AdamW over batch x seq tokens. Achieved
 // GFLOP/s counts 6 x (matmul parameters) + causal attention per token
 // (ct_model_train_flops_per_token); the reference is a square sgemm on the same threads.
@@ -56,10 +58,19 @@ static long arg(int argc, char **argv, const char *key, long def) {
 }
 
 // gemma=0: SmolLM-135M; 1 (or 270m): gemma-3-270m; 1b: gemma-3-1b (the 270m's layer kinds
-// and heads, wider); anything else is an error
+// and heads, wider); qwen=0.5b: Qwen2.5-0.5B; anything else is an error
 static int bench_config(int argc, char **argv, int L, ct_model_config *c) {
-  const char *g = str_arg(argc, argv, "gemma", "0");
-  if (!strcmp(g, "0")) *c = ct_model_config_smollm135m(L);
+  const char *g = str_arg(argc, argv, "gemma", "0"), *q = str_arg(argc, argv, "qwen", "0");
+  if (strcmp(q, "0") && strcmp(g, "0")) return fprintf(stderr, "ctune-bench: qwen= and gemma= exclude each other\n"), 1;
+  if (!strcmp(q, "0.5b")) {  // Qwen2.5-0.5B: SmolLM's layer kinds with q/k/v biases, wider (layers=24 in full)
+    *c = ct_model_config_smollm135m(L);
+    snprintf(c->model_type, sizeof c->model_type, "qwen2");
+    c->vocab_size = 151936, c->hidden_size = 896, c->intermediate_size = 4864;
+    c->num_heads = 14, c->num_kv_heads = 2, c->qkv_bias = true;
+    c->rope_theta = 1e6f, c->rms_norm_eps = 1e-6f;
+  } else if (strcmp(q, "0")) {
+    return fprintf(stderr, "ctune-bench: qwen=%s is not 0 or 0.5b\n", q), 1;
+  } else if (!strcmp(g, "0")) *c = ct_model_config_smollm135m(L);
   else if (!strcmp(g, "1") || !strcmp(g, "270m")) *c = ct_model_config_gemma3_270m(L);
   else if (!strcmp(g, "1b")) {
     *c = ct_model_config_gemma3_270m(L);
@@ -217,7 +228,7 @@ static int bench_gemm(int n) {
 
 static int usage(FILE *f) {
   fputs("usage: ctune-bench [train] [bf16=0|1] [layers=30] [batch=4] [seq=256] [steps=4] [threads=0] [tiling=1]\n"
-        "                   [gemma=0|1|1b] [lora=0]\n"
+        "                   [gemma=0|1|1b] [qwen=0|0.5b] [lora=0]\n"
         "       ctune-bench kd [rows=512] [hidden=1024] [vocab=151936] [tiling=8] [steps=3]\n"
         "  train: training throughput of a SmolLM-135M-shaped model against this machine's sgemm\n"
         "  kd:    the distillation soft loss against the plain cross-entropy head\n", f);
