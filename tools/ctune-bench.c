@@ -2,13 +2,15 @@
 // the same run.
 //
 //   ctune-bench [train] [layers=30] [batch=4] [seq=256] [steps=4] [threads=0] [tiling=1] [gemma=0|1|1b]
-//               [lora=0]
+//               [qwen=0|0.5b] [lora=0] [clock=wall|cpu]
 //   ctune-bench kd [rows=512] [hidden=1024] [vocab=151936] [tiling=8] [steps=3]
 //
 // The model is SmolLM-135M-shaped (hidden 576, 30 layers, 9 heads, 3 kv heads,
 // intermediate 1536, vocab 49152, tied embeddings), or with gemma=1 gemma-3-270m-shaped
 // (layers=18 for the full model), or with gemma=1b gemma-3-1b-shaped (hidden 1152,
-// intermediate 6912, 4/1 heads of 256; layers=26 for the full model), randomly initialized,
+// intermediate 6912, 4/1 heads of 256; layers=26 for the full model), or with qwen=0.5b
+// Qwen2.5-0.5B-shaped (hidden 896, intermediate 4864, 14/2 heads of 64, q/k/v biases,
+// vocab 151936, tied; layers=24 for the full model), randomly initialized,
 // fp32. One step is forward + LM head + backward + AdamW over batch x seq tokens. Achieved
 // GFLOP/s counts 6 x (matmul parameters) + causal attention per token
 // (ct_model_train_flops_per_token); the reference is a square sgemm on the same threads.
@@ -27,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bf16.h"
 #include "data.h"
@@ -38,9 +41,22 @@
 #include "log.h"
 #include "lora.h"
 #include "matmul.h"
+#include "mem.h"
 #include "optim.h"
 #include "pool.h"
 #include "rng.h"
+
+// clock=cpu times by this process's CPU time instead of the wall clock: with threads=1 on a
+// shared machine, other processes' time slices then stay out of the figures (with more
+// threads it would count the pool's spin-waits as work).
+static bool cpu_clock;
+
+static double bench_now(void) {
+  if (!cpu_clock) return ct_now();
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 static const char *str_arg(int argc, char **argv, const char *key, const char *def) {
   size_t n = strlen(key);
@@ -55,10 +71,19 @@ static long arg(int argc, char **argv, const char *key, long def) {
 }
 
 // gemma=0: SmolLM-135M; 1 (or 270m): gemma-3-270m; 1b: gemma-3-1b (the 270m's layer kinds
-// and heads, wider); anything else is an error
+// and heads, wider); qwen=0.5b: Qwen2.5-0.5B; anything else is an error
 static int bench_config(int argc, char **argv, int L, ct_model_config *c) {
-  const char *g = str_arg(argc, argv, "gemma", "0");
-  if (!strcmp(g, "0")) *c = ct_model_config_smollm135m(L);
+  const char *g = str_arg(argc, argv, "gemma", "0"), *q = str_arg(argc, argv, "qwen", "0");
+  if (strcmp(q, "0") && strcmp(g, "0")) return fprintf(stderr, "ctune-bench: qwen= and gemma= exclude each other\n"), 1;
+  if (!strcmp(q, "0.5b")) {  // Qwen2.5-0.5B: SmolLM's layer kinds with q/k/v biases, wider (layers=24 in full)
+    *c = ct_model_config_smollm135m(L);
+    snprintf(c->model_type, sizeof c->model_type, "qwen2");
+    c->vocab_size = 151936, c->hidden_size = 896, c->intermediate_size = 4864;
+    c->num_heads = 14, c->num_kv_heads = 2, c->qkv_bias = true;
+    c->rope_theta = 1e6f, c->rms_norm_eps = 1e-6f;
+  } else if (strcmp(q, "0")) {
+    return fprintf(stderr, "ctune-bench: qwen=%s is not 0 or 0.5b\n", q), 1;
+  } else if (!strcmp(g, "0")) *c = ct_model_config_smollm135m(L);
   else if (!strcmp(g, "1") || !strcmp(g, "270m")) *c = ct_model_config_gemma3_270m(L);
   else if (!strcmp(g, "1b")) {
     *c = ct_model_config_gemma3_270m(L);
@@ -93,9 +118,9 @@ static double sgemm_gflops(int n, int reps) {
   }
   double best = 0;
   for (int r = 0; r < reps; r++) {
-    double t = ct_now();
+    double t = bench_now();
     ct_sgemm('N', 'T', n, n, n, 1, a, n, b, n, 0, c, n);
-    t = ct_now() - t;
+    t = bench_now() - t;
     double g = 2.0 * n * n * n / t / 1e9;
     if (g > best) best = g;
   }
@@ -119,10 +144,10 @@ static double gemm_gflops(bool bf16, char ta, char tb, int M, int N, int K, int 
   int lda = ta == 'N' ? K : M, ldb = tb == 'N' ? N : K;
   double best = 0;
   for (int r = 0; r < reps; r++) {
-    double t = ct_now();
+    double t = bench_now();
     if (bf16) ct_gemm_bf16(ta, tb, M, N, K, a16, lda, b16, ldb, 0, c, N);
     else ct_sgemm(ta, tb, M, N, K, 1, a, lda, b, ldb, 0, c, N);
-    t = ct_now() - t;
+    t = bench_now() - t;
     double g = 2.0 * M * N * K / t / 1e9;
     if (g > best) best = g;
   }
@@ -168,14 +193,14 @@ static int bench_kd(int argc, char **argv, double peak) {
   ct_kd_opts o = {2.0f, 0.5f, 1.0f / n, false};
   double best_ce = 1e30, best_kd = 1e30, mm = 2.0 * n * V * C;
   for (int s = 0; s <= steps; s++) {  // step 0 warms up
-    double t0 = ct_now();
+    double t0 = bench_now();
     ct_head_gather(&h, hs, target, n);
     ct_head_forward(&h, W);
     for (int i = 0; i < n; i++) h.coef[i] = 1.0f / n, h.zcoef[i] = 0;
     ct_head_backward(&h, W, dW, dh, n);
-    double t1 = ct_now();
+    double t1 = bench_now();
     ct_kd_soft(&k, hs, n, W, dW, target, kd_teacher_chunk, &t, &o);
-    double t2 = ct_now();
+    double t2 = bench_now();
     if (s > 0 && t1 - t0 < best_ce) best_ce = t1 - t0;
     if (s > 0 && t2 - t1 < best_kd) best_kd = t2 - t1;
   }
@@ -216,7 +241,7 @@ static int bench_gemm(int n) {
 
 static int usage(FILE *f) {
   fputs("usage: ctune-bench [train] [bf16=0|1] [layers=30] [batch=4] [seq=256] [steps=4] [threads=0] [tiling=1]\n"
-        "                   [gemma=0|1|1b] [lora=0]\n"
+        "                   [gemma=0|1|1b] [qwen=0|0.5b] [lora=0] [clock=wall|cpu]\n"
         "       ctune-bench kd [rows=512] [hidden=1024] [vocab=151936] [tiling=8] [steps=3]\n"
         "  train: training throughput of a SmolLM-135M-shaped model against this machine's sgemm\n"
         "  kd:    the distillation soft loss against the plain cross-entropy head\n", f);
@@ -227,6 +252,10 @@ int main(int argc, char **argv) {
   if (ct_config_help_asked(argc, argv)) return usage(stdout);
   ct_blas_init(argc, argv);
   int threads = (int)arg(argc, argv, "threads", 0);
+  const char *clk = str_arg(argc, argv, "clock", "wall");
+  if (strcmp(clk, "wall") && strcmp(clk, "cpu"))
+    return fprintf(stderr, "ctune-bench: clock=%s is not wall or cpu\n", clk), 2;
+  cpu_clock = !strcmp(clk, "cpu");
   if (ct_pool_init(threads)) return 1;
   bool kd = argc > 1 && !strcmp(argv[1], "kd");
   int L = (int)arg(argc, argv, "layers", 30), B = (int)arg(argc, argv, "batch", 4);
@@ -268,11 +297,10 @@ int main(int argc, char **argv) {
   float *tparams = rank > 0 ? lo.params : m.params;
   uint16_t *tparams16 = rank > 0 ? NULL : m.compute16;
   size_t bytes = sizeof(float) * trained.n_floats;
-  float *g = aligned_alloc(64, bytes), *m1 = aligned_alloc(64, bytes), *m2 = aligned_alloc(64, bytes);
+  // as the trainers hold them (common/train.c): ct_big_alloc, zeroed, on huge pages. On 4 KB
+  // pages from malloc, AdamW's pass over the four arrays ran several times slower.
+  float *g = ct_big_alloc(bytes), *m1 = ct_big_alloc(bytes), *m2 = ct_big_alloc(bytes);
   if (!g || !m1 || !m2) return fprintf(stderr, "ctune-bench: cannot allocate 3 x %.1f MB\n", bytes / 1e6), 1;
-  memset(g, 0, bytes);
-  memset(m1, 0, bytes);
-  memset(m2, 0, bytes);
   ct_weights gw = {0};
   if (rank > 0) {  // every base weight frozen: no gradient views
     gw.layers = calloc(c.num_layers, sizeof *gw.layers);
@@ -301,10 +329,10 @@ int main(int argc, char **argv) {
                     lo.n_floats / 1e6);
   for (int s = 0; s <= steps; s++) {  // step 0 warms up (page faults)
     ct_lm_stats st = {0};
-    double t = ct_now();
+    double t = bench_now();
     if (ct_lm_step(&m, &a, &h, &b, &gw, 1.0f / (B * T), 0, &st)) return 1;
     ct_adamw_step(&trained, tparams, tparams16, g, m1, m2, s + 1, 1e-4, 1.0f, &adam);
-    t = ct_now() - t;
+    t = bench_now() - t;
     if (s > 0 && t < best) best = t;
     if (s > 0)
       printf("  step %d: %.3f s, loss %.3f, %.0f tokens/s, %.1f GFLOP/s\n", s, t,
