@@ -18,6 +18,8 @@ typedef struct {
   float *x;        // (Nc, max in) the dropped-out input; in backward, then s·v·A before masking
   float *u, *v;    // (Nc, r)
   float *t;        // (max in, r) A transposed for the thin kernels, then dA's sums (thin.h)
+  uint32_t *bits;  // the training forward's dropout masks, a bit per input element: per layer
+                   // and target, Nc rows of ceil(in / 32) words; backward reads them back
 } work;
 
 static long max_in(const ct_lora_config *lc, const ct_model_config *c) {
@@ -30,18 +32,32 @@ static long max_in(const ct_lora_config *lc, const ct_model_config *c) {
   return m;
 }
 
-// Lays the work space out from p; returns its size in floats. (No dropout masks: a mask is
-// a hash of the element's index, drawn again in backward.)
+// Words of mask bits before target t of layer l (t = CT_LORA_TARGETS, l = L: all of them).
+static long bits_before(const ct_lora_config *lc, const ct_model_config *c, long Nc, int l, int t) {
+  long per_layer = 0, before_t = 0;
+  for (int u = 0; u < CT_LORA_TARGETS; u++) {
+    int in, out, row0;
+    ct_lora_dims(c, u, &in, &out, &row0);
+    long words = lc->targets >> u & 1 ? Nc * ((in + 31) / 32) : 0;
+    per_layer += words;
+    if (u < t) before_t += words;
+  }
+  return l * per_layer + before_t;
+}
+
+// Lays the work space out from p; returns its size in floats. Mask bits only for training
+// activations (mode): evaluation forwards draw no masks.
 static long carve(const ct_lora_config *lc, const ct_model_config *c, long Nc, int mode, float *p, work *w) {
-  (void)mode;
   long mx = max_in(lc, c), r = lc->r;
   if (p) {
     w->x = p;
     w->u = w->x + Nc * mx;
     w->v = w->u + Nc * r;
     w->t = w->v + Nc * r;
+    w->bits = (uint32_t *)(w->t + (ct_thin_takes(lc->r) ? mx * r : 0));
   }
-  return Nc * mx + 2 * Nc * r + (ct_thin_takes(lc->r) ? mx * r : 0);
+  long bits = lc->dropout > 0 && mode != CT_ACTS_FORWARD ? bits_before(lc, c, Nc, c->num_layers, 0) : 0;
+  return Nc * mx + 2 * Nc * r + (ct_thin_takes(lc->r) ? mx * r : 0) + bits;
 }
 
 long ct_adapter_work_floats(const ct_lora_config *lc, const ct_model_config *c, long N, int mode) {
@@ -57,7 +73,7 @@ static work work_of(const ct_acts *a) {
 // ---------------------------------------------------------------------------
 // Dropout: element i = n·in + k of target t's input is kept (times 1/(1 − p)) or zeroed.
 // The hash is murmur3's 32-bit finalizer over (i ^ a per-(key, layer, target) seed), cheap
-// in 32-bit vector lanes; forward and backward draw the same masks.
+// in 32-bit vector lanes; the forward draws each mask once and keeps it as bits.
 
 typedef struct {
   uint32_t key, cut;  // drop when the hash's top 24 bits are below cut
@@ -88,8 +104,9 @@ static inline float mask_at(const dropout *d, uint32_t i) {
   return (h >> 8) >= d->cut ? d->keep : 0.0f;
 }
 
-// Rows of the masked input, or of the masked sum into dx, on the pool. Forward and backward
-// draw the same masks (the hash of each element's index), in vector lanes.
+// Rows of the masked input, or of the masked sum into dx, on the pool. The forward draws
+// each mask (a hash) and keeps it as bits; backward expands the bits, which costs a fraction
+// of drawing them again.
 typedef struct {
   dropout d;
   const float *x;  // (N, ldx)
@@ -98,34 +115,59 @@ typedef struct {
   float *xd;       // (N, in) the masked input
   float *dx;       // masked_add: dx (N, lddx) += xd ⊙ mask
   int lddx;
+  uint32_t *bits;  // (N, ceil(in / 32)) this layer's and target's masks
+  bool draw;       // forward: hash and write bits; backward: read them
 } rows_job;
 
-// o[k] = v[k] · mask (o += when add) for row n's `in` elements.
-static inline void apply_mask(const dropout *d, long n, int in, const float *v, float *o, bool add) {
-  uint32_t i0 = (uint32_t)(n * in);
-  if (add) {
+// o[k] = v[k] · mask for row n, k < in (o += when add), from the row's mask bits wb.
+static inline void apply_bits(const uint32_t *wb, const float *v, float *o, int in, float keep, bool add) {
+  for (int k0 = 0; k0 < in; k0 += 32) {
+    uint32_t w = wb[k0 / 32];
+    int kn = in - k0 < 32 ? in - k0 : 32;
+    if (add) {
 #pragma omp simd
-    for (int k = 0; k < in; k++) o[k] += v[k] * mask_at(d, i0 + (uint32_t)k);
-  } else {
+      for (int k = 0; k < kn; k++) o[k0 + k] += v[k0 + k] * ((w >> k & 1u) ? keep : 0.0f);
+    } else {
 #pragma omp simd
-    for (int k = 0; k < in; k++) o[k] = v[k] * mask_at(d, i0 + (uint32_t)k);
+      for (int k = 0; k < kn; k++) o[k0 + k] = v[k0 + k] * ((w >> k & 1u) ? keep : 0.0f);
+    }
   }
 }
 
 static void input_task(void *ctx, int part, int thread) {
   (void)thread;
   const rows_job *j = ctx;
-  long lo, hi;
+  long lo, hi, wpr = (j->in + 31) / 32;
   ct_chunk_range(j->N, 1, j->parts, part, &lo, &hi);
-  for (long n = lo; n < hi; n++) apply_mask(&j->d, n, j->in, j->x + n * j->ldx, j->xd + n * j->in, false);
+  for (long n = lo; n < hi; n++) {
+    const float *x = j->x + n * j->ldx;
+    float *o = j->xd + n * j->in;
+    uint32_t *wb = j->bits + n * wpr;
+    if (!j->draw) {
+      apply_bits(wb, x, o, j->in, j->d.keep, false);
+      continue;
+    }
+    uint32_t i0 = (uint32_t)(n * j->in);
+    for (int k0 = 0; k0 < j->in; k0 += 32) {
+      int kn = j->in - k0 < 32 ? j->in - k0 : 32;
+      uint32_t w = 0;
+#pragma omp simd reduction(| : w)
+      for (int k = 0; k < kn; k++) {
+        float m = mask_at(&j->d, i0 + (uint32_t)(k0 + k));
+        o[k0 + k] = x[k0 + k] * m;
+        w |= (m != 0.0f ? 1u : 0u) << k;
+      }
+      wb[k0 / 32] = w;
+    }
+  }
 }
 
 static void masked_add_task(void *ctx, int part, int thread) {
   (void)thread;
   const rows_job *j = ctx;
-  long lo, hi;
+  long lo, hi, wpr = (j->in + 31) / 32;
   ct_chunk_range(j->N, 1, j->parts, part, &lo, &hi);
-  for (long n = lo; n < hi; n++) apply_mask(&j->d, n, j->in, j->xd + n * j->in, j->dx + n * j->lddx, true);
+  for (long n = lo; n < hi; n++) apply_bits(j->bits + n * wpr, j->xd + n * j->in, j->dx + n * j->lddx, j->in, j->d.keep, true);
 }
 
 static void run_rows(rows_job *j, ct_task_fn task) {
@@ -134,6 +176,11 @@ static void run_rows(rows_job *j, ct_task_fn task) {
 }
 
 // ---------------------------------------------------------------------------
+
+// Layer l's, target t's mask bits in the work space.
+static uint32_t *mask_bits(const ct_acts *a, const work *w, int l, int t) {
+  return w->bits + bits_before(&a->lora->cfg, &a->lora->mc, (long)a->B * a->T, l, t);
+}
 
 // The adapter's input: x, or dropout(x) in the work space. *ld gets its row stride.
 static const float *masked_input(rows_job *j, const work *w, int *ld) {
@@ -190,7 +237,7 @@ void ct_adapter_forward(const ct_acts *a, int l, int t, const float *x, int ldx,
   int in, out, row0, ld, r = lo->cfg.r;
   ct_lora_dims(&lo->mc, t, &in, &out, &row0);
   work w = work_of(a);
-  rows_job j = {dropout_of(a, l, t), x, ldx, in, 0, N, NULL, NULL, 0};
+  rows_job j = {dropout_of(a, l, t), x, ldx, in, 0, N, NULL, NULL, 0, mask_bits(a, &w, l, t), true};
   const float *xd = masked_input(&j, &w, &ld);
   times_at(ab, r, in, xd, ld, &w, N);                                                   // u (N, r)
   ct_sgemm('N', 'T', (int)N, out, r, lo->scale, w.u, r, ab->B, r, 1, y + row0, ldy);  // y += s·u·Bᵀ
@@ -205,7 +252,7 @@ void ct_adapter_backward(const ct_acts *a, int l, int t, const float *x, int ldx
   int in, out, row0, ld, r = lo->cfg.r, n = (int)N;
   ct_lora_dims(&lo->mc, t, &in, &out, &row0);
   work w = work_of(a);
-  rows_job j = {dropout_of(a, l, t), x, ldx, in, 0, N, NULL, NULL, 0};
+  rows_job j = {dropout_of(a, l, t), x, ldx, in, 0, N, NULL, NULL, 0, mask_bits(a, &w, l, t), false};
   const float *xd = masked_input(&j, &w, &ld);
   dy += row0;
   times_at(ab, r, in, xd, ld, &w, N);   // u (N, r)
