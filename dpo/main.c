@@ -369,7 +369,7 @@ int main(int argc, char **argv) {
   ct_train_plan_acts(&tr, &plan, 2 * B, have_eval ? 2 * Be : 0, T);
   // DPO's coefficients need every row's log-prob first: past hrows target tokens, the
   // backward computes the logits a second time instead of keeping them all
-  int hrows = ct_head_chunk_rows(2 * B * T, V);
+  int hrows = ct_head_chunk_rows(2 * B * T, V, CT_HEAD_MIN_ROWS);
   ct_plan_addf(&plan, ct_head_bytes(2 * Bmax * T, hrows, V, C, tiles),
                "LM head: logits of %d of %d x %d tokens (more: computed twice) / %d chunks", hrows, 2 * B, T, tiles);
   if (d.need_ref) ct_train_plan_reference(&tr, &plan, 2 * Bmax, T);

@@ -645,7 +645,7 @@ int main(int argc, char **argv) {
   ct_engine_opts eo = {(int)cfg.decode_slots, T, max_prompt > (int)cfg.decode_slots ? max_prompt : (int)cfg.decode_slots};
   ct_plan plan = {0};
   ct_train_plan_acts(&tr, &plan, B, 0, T);
-  int hrows = ct_head_chunk_rows(B * T, V);  // the fused head's rows at a time (train_pass)
+  int hrows = ct_head_chunk_rows(B * T, V, CT_HEAD_MIN_ROWS_GRPO);  // the fused head's rows at a time (train_pass)
   ct_plan_addf(&plan, ct_head_bytes(B * T, hrows, V, C, tiles),
                "LM head: logits of %d of %d x %d tokens at a time / %d chunks", hrows, B, T, tiles);
   ct_plan_addf(&plan, ct_engine_bytes(mc, &eo), "sampler: KV cache of %d slots x %d positions", eo.slots, T);

@@ -281,9 +281,9 @@ void ct_head_backward(ct_head *h, const float *W, float *dW, float *d_hidden, in
   scatter_dhc(h, d_hidden, N);
 }
 
-int ct_head_chunk_rows(int rows, int V) {
+int ct_head_chunk_rows(int rows, int V, int min_rows) {
   long fit = CT_HEAD_CHUNK_FLOATS / (V > 0 ? V : 1) / 16 * 16;
-  if (fit < CT_HEAD_MIN_ROWS) fit = CT_HEAD_MIN_ROWS;
+  if (fit < min_rows) fit = min_rows;
   return (int)(rows < fit ? rows : fit);
 }
 

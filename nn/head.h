@@ -88,12 +88,14 @@ void ct_head_fused(ct_head *h, const float *W, const uint16_t *W16, float *dW, f
 
 // The logit rows for a head that runs ct_head_fused over up to `rows` rows of a V-word
 // vocabulary: as many as keep one chunk of logits within CT_HEAD_CHUNK_FLOATS (a multiple of
-// 16), at least CT_HEAD_MIN_ROWS, at most rows. Fewer rows per product cost time: every
-// product packs all of W again (1 thread, V = 151,936, 1024 rows: 128 rows at a time took
-// 1.14-1.39x as long, 256 rows 1.02-1.22x, 384 rows 1.01x).
+// 16), at least min_rows, at most rows. Fewer rows per product cost time: every product
+// packs all of W again (fp32, 1 thread, V = 151,936, 1024 rows: 128 rows at a time took
+// 1.14-1.39x as long, 256 rows 1.02-1.22x, 384 rows 1.01x; in bf16 the packing weighs
+// twice as much against the products).
 #define CT_HEAD_CHUNK_FLOATS (16L << 20)  // 64 MiB of logits
-#define CT_HEAD_MIN_ROWS 256
-int ct_head_chunk_rows(int rows, int V);
+#define CT_HEAD_MIN_ROWS 256              // SFT, DPO: memory first
+#define CT_HEAD_MIN_ROWS_GRPO 1024        // GRPO's micro-batches of thousands of rows: speed first
+int ct_head_chunk_rows(int rows, int V, int min_rows);
 
 // dW (V, C) += dlogitsᵀ · hc (dW NULL: a frozen head, no weight gradient);
 // d_hidden (N, C) = dlogits · W on gathered rows, 0 elsewhere.

@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
   if (ct_train_plan(&tr, train.n_seq, global, ct_dataset_fingerprint(&train))) fail(1, NULL);
   ct_plan plan = {0};
   ct_train_plan_acts(&tr, &plan, B, have_eval ? Be : 0, T);
-  int hrows = ct_head_chunk_rows(B * T, V);  // the fused head's rows at a time (ct_lm_step)
+  int hrows = ct_head_chunk_rows(B * T, V, CT_HEAD_MIN_ROWS);  // the fused head's rows at a time (ct_lm_step)
   ct_plan_addf(&plan, ct_head_bytes(Bmax * T, hrows, V, C, tiles),
                "LM head: logits of %d of %d x %d tokens at a time / %d chunks", hrows, B, T, tiles);
   int D = mc->mtp_layers;

@@ -240,7 +240,7 @@ int main(int argc, char **argv) {
   }
   r.ref_lp = malloc(sizeof(float) * B * T);
   if (!r.ref_lp || ct_acts_init(&r.acts, &tr.model, B, T, mode) || ct_train_attach(&tr, &r.acts) ||
-      ct_batch_init(&r.batch, B, T) || ct_head_init(&r.head, B * T, ct_head_chunk_rows(B * T, V), V, C, (int)cfg.num_vocab_tiling))
+      ct_batch_init(&r.batch, B, T) || ct_head_init(&r.head, B * T, ct_head_chunk_rows(B * T, V, CT_HEAD_MIN_ROWS_GRPO), V, C, (int)cfg.num_vocab_tiling))
     die(&tr, NULL);
   r.head.inv_temp = cfg.temperature > 0 ? (float)(1.0 / cfg.temperature) : 1.0f;
   if (r.use_ref && ct_train_reference(&tr, &r.ref, cfg.ref_dtype, B, T)) die(&tr, NULL);
