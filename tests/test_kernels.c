@@ -987,17 +987,22 @@ typedef struct {
   long bytes;
 } head_out;
 
+// Copies the per-row forward results of h's o->n gathered rows into o.
+static void head_out_take(head_out *o, const ct_head *h) {
+  o->lse = falloc(o->n), o->logp = falloc(o->n), o->ent = falloc(o->n);
+  o->amax = xcalloc(o->n, sizeof(int));
+  memcpy(o->lse, h->lse, sizeof(float) * o->n);
+  memcpy(o->logp, h->logp, sizeof(float) * o->n);
+  memcpy(o->ent, h->entropy, sizeof(float) * o->n);
+  memcpy(o->amax, h->argmax, sizeof(int) * o->n);
+}
+
 static void head_out_run(head_out *o, head_case *hc, int ntiles) {
   ct_head h;
   CHECK_OK(ct_head_init(&h, hc->N, hc->N, hc->V, hc->C, ntiles));
   o->n = ct_head_gather(&h, hc->hidden, hc->target, hc->N);
   ct_head_forward(&h, hc->W);
-  o->lse = falloc(o->n), o->logp = falloc(o->n), o->ent = falloc(o->n);
-  o->amax = xcalloc(o->n, sizeof(int));
-  memcpy(o->lse, h.lse, sizeof(float) * o->n);
-  memcpy(o->logp, h.logp, sizeof(float) * o->n);
-  memcpy(o->ent, h.entropy, sizeof(float) * o->n);
-  memcpy(o->amax, h.argmax, sizeof(int) * o->n);
+  head_out_take(o, &h);
   memcpy(h.coef, hc->coef, sizeof(float) * o->n);
   memcpy(h.zcoef, hc->zcoef, sizeof(float) * o->n);
   o->dW = falloc((long)hc->V * hc->C);
@@ -1052,12 +1057,7 @@ static void head_out_run_fused(head_out *o, head_case *hc, int ntiles, int rows)
   fused_ctx f = {hc, 0, true, true};
   ct_head_fused(&h, hc->W, NULL, o->dW, o->dh, hc->N, fused_coef, &f);
   CHECK(f.in_order && f.ready && f.next == o->n);
-  o->lse = falloc(o->n), o->logp = falloc(o->n), o->ent = falloc(o->n);
-  o->amax = xcalloc(o->n, sizeof(int));
-  memcpy(o->lse, h.lse, sizeof(float) * o->n);
-  memcpy(o->logp, h.logp, sizeof(float) * o->n);
-  memcpy(o->ent, h.entropy, sizeof(float) * o->n);
-  memcpy(o->amax, h.argmax, sizeof(int) * o->n);
+  head_out_take(o, &h);
   o->bytes = h.bytes;
   ct_head_free(&h);
 }
