@@ -63,23 +63,10 @@ int ct_lm_fused(const ct_model *m, const ct_weights *g, ct_acts *a, ct_head *h, 
   return n;
 }
 
-typedef struct {
-  float scale, z_loss;
-} ce_coef;
-
-// Cross-entropy's coefficients: every target weighted by scale, z-loss by 2·z·lse·scale.
-static void ce_coef_rows(void *ctx, ct_head *h, int r0, int r1) {
-  const ce_coef *k = ctx;
-  for (int r = r0; r < r1; r++) {
-    h->coef[r] = k->scale;
-    h->zcoef[r] = 2 * k->z_loss * h->lse[r] * k->scale;
-  }
-}
-
 int ct_lm_step(const ct_model *m, ct_acts *a, ct_head *h, const ct_batch *b,
                 const ct_weights *grads, float scale, float z_loss, ct_lm_stats *st) {
-  ce_coef k = {scale, z_loss};
-  int n = grads ? ct_lm_fused(m, grads, a, h, b, ce_coef_rows, &k) : ct_lm_forward(m, a, h, b);
+  ct_head_ce k = {scale, z_loss};
+  int n = grads ? ct_lm_fused(m, grads, a, h, b, ct_head_ce_rows, &k) : ct_lm_forward(m, a, h, b);
   if (n < 0) return n;
   int row = -1, row_ok = 0;
   for (int r = 0; r < n; r++) {

@@ -287,6 +287,14 @@ int ct_head_chunk_rows(int rows, int V, int min_rows) {
   return (int)(rows < fit ? rows : fit);
 }
 
+void ct_head_ce_rows(void *ctx, ct_head *h, int r0, int r1) {
+  const ct_head_ce *k = ctx;
+  for (int r = r0; r < r1; r++) {
+    h->coef[r] = k->scale;
+    h->zcoef[r] = 2 * k->z_loss * h->lse[r] * k->scale;
+  }
+}
+
 // Rows [r0, r1) of h's gathered rows as a head of their own: every per-row array starts at
 // row r0; the logits buffer and everything else is h's.
 static ct_head rows_view(const ct_head *h, int r0, int r1) {

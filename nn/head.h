@@ -86,6 +86,13 @@ typedef void (*ct_head_coef_fn)(void *ctx, ct_head *h, int r0, int r1);
 void ct_head_fused(ct_head *h, const float *W, const uint16_t *W16, float *dW, float *d_hidden, int N,
                    ct_head_coef_fn coef, void *ctx);
 
+// Cross-entropy's coefficients for ct_head_fused (ctx: a ct_head_ce): every target weighted
+// by scale, z-loss (z · lse²) by 2·z·lse·scale.
+typedef struct {
+  float scale, z_loss;
+} ct_head_ce;
+void ct_head_ce_rows(void *ctx, ct_head *h, int r0, int r1);
+
 // The logit rows for a head that runs ct_head_fused over up to `rows` rows of a V-word
 // vocabulary: as many as keep one chunk of logits within CT_HEAD_CHUNK_FLOATS (a multiple of
 // 16), at least min_rows, at most rows. Fewer rows per product cost time: every product

@@ -182,14 +182,6 @@ static void depth_input_backward(ct_mtp *t, const ct_model *m, const ct_weights 
   ct_embed_backward(g->embed, dhn, ids, (int)N, C);
 }
 
-// A depth's coefficients (ct_head_coef_fn): every target weighted by *ctx, no z-loss.
-static void depth_coef_rows(void *ctx, ct_head *h, int r0, int r1) {
-  for (int r = r0; r < r1; r++) {
-    h->coef[r] = *(const float *)ctx;
-    h->zcoef[r] = 0;
-  }
-}
-
 // Depth k's logits over its targets: statistics, and with g the head's backward and the
 // final norm's into acts[s].dres.
 static int depth_head(ct_mtp *t, const ct_model *m, ct_head *h, const int *target, int k, int s, int B, int T,
@@ -203,7 +195,8 @@ static int depth_head(ct_mtp *t, const ct_model *m, ct_head *h, const int *targe
   ct_mtp_targets(target, d->seg, B, T, k, t->target);
   int n = ct_head_gather(h, d->lnf, t->target, (int)N);
   if (n < 0) return n;
-  if (g) ct_head_fused(h, W, ct_model_w16(m, W), g->lm_head, t->w1, (int)N, depth_coef_rows, &t->coef[k - 1]);
+  ct_head_ce ce = {t->coef[k - 1], 0};  // every target weighted by the depth's coefficient
+  if (g) ct_head_fused(h, W, ct_model_w16(m, W), g->lm_head, t->w1, (int)N, ct_head_ce_rows, &ce);
   else ct_head_forward_bf16(h, W, ct_model_w16(m, W));  // (with g: d lnf (N, C) in t->w1)
   for (int r = 0; r < n; r++) {
     st->loss[k - 1] -= h->logp[r];
