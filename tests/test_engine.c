@@ -75,15 +75,20 @@ static void test_kv_cache_decode_matches_training_forward_gemma3(void) {
   for (int p = CT_PACK_NONE; p <= CT_PACK_BF16; p++) check_decode_matches_training_forward("gemma3_text", p);
 }
 
+// A qwen3-shaped tiny model with heads of width hd, room for 64 positions.
+static void wide_head_model(ct_model *m, int hd) {
+  ct_model_config c = tiny_config("qwen3");
+  c.head_dim = hd;
+  CHECK_OK(ct_model_init(m, &c, 64));
+  ct_model_init_random(m, 7, 0.3f);
+}
+
 // Heads of 64 and 128 (the vectorized attention's sizes) over 40 positions (two blocks of
 // 16 and a tail): prefill + decode equal the training forward to float rounding.
 static void test_wide_head_attention_matches_training_forward(void) {
   for (int hd = 64; hd <= 128; hd *= 2) {
-    ct_model_config c = tiny_config("qwen3");
-    c.head_dim = hd;
     ct_model m;
-    CHECK_OK(ct_model_init(&m, &c, 64));
-    ct_model_init_random(&m, 7, 0.3f);
+    wide_head_model(&m, hd);
     double scale, worst = decode_vs_forward(&m, 40, 3, CT_PACK_F32, 5, &scale);
     fprintf(stderr, "  head_dim %d, 40 positions: max |logit diff| %.3g (max |logit| %.3g)\n", hd, worst, scale);
     CHECK(worst < 1e-5 * fmax(1, scale));
@@ -185,11 +190,8 @@ static void test_prefill_equals_token_by_token_decode(void) {
     ct_model_free(&m);
   }
   for (int hd = 64; hd <= 128; hd *= 2) {
-    ct_model_config c = tiny_config("qwen3");
-    c.head_dim = hd;
     ct_model m;
-    CHECK_OK(ct_model_init(&m, &c, 64));
-    ct_model_init_random(&m, 7, 0.3f);
+    wide_head_model(&m, hd);
     check_prefill_equals_decode(&m, hd == 64 ? "head_dim 64" : "head_dim 128");
     ct_model_free(&m);
   }
