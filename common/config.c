@@ -427,8 +427,10 @@ static const key_def KEYS[] = {
                 "completion_input_ids; bin/reward score: or messages)."},
     {"n", K_INT, SAMPLER, OFF(n), "1", IN(1, 65536),
      .comment = "Completions per prompt; they share one prefill."},
-    {"max_new_tokens", K_INT, SAMPLER, OFF(max_new_tokens), "256", IN(1, 1048576),
-     .comment = "Most tokens generated per completion."},
+    {"max_new_tokens", K_INT, DISTILL | SAMPLER, OFF(max_new_tokens), "256", IN(1, 1048576),
+     .per_trainer = {NULL, NULL, NULL, "128", "256"},
+     .comment = "Most tokens generated per completion. Distillation (GKDConfig's name): the "
+                "cap of an on-policy (lmbda) completion, within max_length."},
     {"temperature", K_FLOAT, GRPO | DISTILL | SAMPLER, OFF(temperature), "1.0", FROM(0),
      .comment = "Sampling temperature; 0 = greedy. Log-probs are reported (and `sampler score` "
                 "scores) at this temperature, at 1 when it is 0. Distillation: both models' "

@@ -254,10 +254,29 @@ static int gen_done(void *ctx, const ct_gen_result *r) {
   return 0;
 }
 
-// Generates the completions of m sequences into b; with step >= 0, their completions.jsonl
-// rows go to rows (m).
+// The prompt of sequence s: the tokens of its (first) row before its first label, at
+// least one, and never the whole row.
+static int prompt_len(const ct_dataset *ds, int s) {
+  int r = ds->seq_rows[ds->seq_first[s]], j0 = 1;
+  while (j0 < ds->row_len[r] - 1 && !ds->label[ds->row_start[r] + j0]) j0++;
+  return j0;
+}
+
+// Cache positions an on-policy completion needs: the longest prompt and max_new_tokens,
+// within max_length T.
+static int generation_positions(const ct_dataset *ds, long max_new, int T) {
+  long most = 1;
+  for (int s = 0; s < ds->n_seq; s++) {
+    long p = prompt_len(ds, s) + max_new;
+    most = p > most ? p : most;
+  }
+  return most < T ? (int)most : T;
+}
+
+// Generates the completions of m sequences into b, each at most max_new tokens (and
+// within b's length); with step >= 0, their completions.jsonl rows go to rows (m).
 static void generate_batch(ct_engine *gen, const ct_tokenizer *tok, const ct_dataset *ds, const int *seqs, int m,
-                           ct_batch *b, float tau, uint64_t seed, long step, json_t **rows) {
+                           ct_batch *b, float tau, int max_new, uint64_t seed, long step, json_t **rows) {
   ct_gen_request req[m];
   gen_sample comp[m];
   int plen[m];
@@ -265,12 +284,12 @@ static void generate_batch(ct_engine *gen, const ct_tokenizer *tok, const ct_dat
   const int *stop_ids;
   int n_stop = ct_tokenizer_stop_ids(tok, &stop_ids);
   for (int i = 0; i < m; i++) {
-    int r = ds->seq_rows[ds->seq_first[seqs[i]]], j0 = 1;
-    while (j0 < ds->row_len[r] - 1 && !ds->label[ds->row_start[r] + j0]) j0++;
+    int r = ds->seq_rows[ds->seq_first[seqs[i]]], j0 = prompt_len(ds, seqs[i]);
     plen[i] = j0;
     req[i] = (ct_gen_request){.prompt = ds->ids + ds->row_start[r], .prompt_len = j0, .n = 1,
                               .seed = seed + (uint64_t)i, .sp = {tau, 0, 1, 0, 1},
-                              .max_new_tokens = b->cap_T - j0, .stop_ids = stop_ids, .n_stop_ids = n_stop};
+                              .max_new_tokens = b->cap_T - j0 < max_new ? b->cap_T - j0 : max_new,
+                              .stop_ids = stop_ids, .n_stop_ids = n_stop};
     prompt[i] = req[i].prompt;
     comp[i] = (gen_sample){0};
   }
@@ -311,7 +330,8 @@ static int check_config(const ct_config *c) {
     return ct_set_error(CT_ECONFIG, "%s: key 'lmbda': on-policy distillation needs the teacher "
                         "itself, not precomputed logits", ct_config_origin(c, "lmbda"));
   const char *on_policy = c->seq_kd ? "seq_kd" : c->log_completions ? "log_completions"
-                          : c->num_completions_to_print ? "num_completions_to_print" : NULL;
+                          : c->num_completions_to_print ? "num_completions_to_print"
+                          : c->max_new_tokens != 128 ? "max_new_tokens" : NULL;
   if (c->lmbda == 0 && on_policy)
     return ct_set_error(CT_ECONFIG, "%s: key '%s' acts on generated batches, and lmbda is 0 (none are "
                         "generated); set lmbda > 0 or drop the key", ct_config_origin(c, on_policy), on_policy);
@@ -370,7 +390,8 @@ int main(int argc, char **argv) {
   if (Vt < V) V = Vt;
   if (ct_train_plan(&tr, train.n_seq, global, ct_dataset_fingerprint(&train))) fail(1, NULL);
   int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
-  ct_engine_opts geo = {B, T, T > B ? T : B};  // on-policy generation
+  int Tg = generation_positions(&train, cfg.max_new_tokens, T);  // on-policy generation
+  ct_engine_opts geo = {B, Tg, Tg > B ? Tg : B};
   ct_plan plan = {0};
   int Be = have_eval ? (int)cfg.per_device_eval_batch_size : 0, Bmax = B > Be ? B : Be;
   ct_train_plan_acts(&tr, &plan, B, Be, T);
@@ -384,7 +405,7 @@ int main(int argc, char **argv) {
     ct_plan_addf(&plan, 8.0 * B * T * tk.k, "teacher top-%d logits of a batch", tk.k);
   if (cfg.lmbda > 0)
     ct_plan_addf(&plan, ct_engine_bytes(cfg.seq_kd ? &tc : mc, &geo), "sampler: KV cache of %d slots x %d positions",
-                 B, T);
+                 B, Tg);
   int gen_pack = tr.bf16 && ct_panel16_native() ? CT_PACK_BF16 : CT_PACK_F32;  // the student's rollouts
   if (cfg.lmbda > 0 && !cfg.seq_kd)
     ct_plan_addf(&plan, ct_infer_pack_bytes(mc, gen_pack), "sampler: the student packed for decoding (%s)",
@@ -459,7 +480,7 @@ int main(int argc, char **argv) {
         int first = (k * tr.world + tr.rank) * B;
         if (first >= n) break;
         int m = n - first < B ? n - first : B;
-        generate_batch(gen, tr.tok, &train, seqs + first, m, &gen_batches[k], (float)tau,
+        generate_batch(gen, tr.tok, &train, seqs + first, m, &gen_batches[k], (float)tau, (int)cfg.max_new_tokens,
                        (uint64_t)cfg.seed * 7919u + (uint64_t)tr.step * 104729u + (uint64_t)first, tr.step + 1,
                        log.on ? gen_rows + n_rows : NULL);
         n_rows += log.on ? m : 0;

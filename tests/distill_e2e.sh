@@ -78,6 +78,15 @@ sed 's/.*"completion_ids":\[\([^]]*\)\],"logprobs":\[\([^]]*\)\].*/\1;\2/' "$T/o
   awk -F';' '{ if (split($1, a, ",") != split($2, b, ",")) bad = 1 } END { exit bad }' || fail "ids and log-probs differ in count"
 [ "$(grep -c 'completion 1 of step' "$T/opl.log")" = 2 ] || fail "num_completions_to_print=1 did not print"
 [ "$(at 1 opl loss)" = "$(at 1 op loss)" ] && [ "$(at 2 opl loss)" = "$(at 2 op loss)" ] || fail "logging changed the losses"
+# max_new_tokens (GKDConfig's, default 128) caps every on-policy completion, and the
+# sampler's KV cache is planned for the longest prompt plus it, not for max_length
+"$D" $common output_dir="$T/cap" max_steps=1 lmbda=1 log_completions=true max_new_tokens=3 >"$T/cap.log" 2>&1 \
+  || { cat "$T/cap.log"; fail "lmbda=1 max_new_tokens=3"; }
+longest=$(sed 's/.*"completion_ids":\[\([^]]*\)\].*/\1/' "$T/cap/completions.jsonl" |
+  awk -F, '{ if (NF > m) m = NF } END { print m }')
+[ "$longest" = 3 ] || fail "max_new_tokens=3: the longest completion has $longest tokens"
+pos=$(sed -n 's/.*KV cache of 32 slots x \([0-9]*\) positions/\1/p' "$T/cap.log")
+[ -n "$pos" ] && [ "$pos" -lt 24 ] || fail "max_new_tokens=3: the KV cache is planned for '$pos' positions (max_length 24)"
 "$D" $common output_dir="$T/sk" max_steps=3 lmbda=1 seq_kd=true >"$T/sk.log" 2>&1 || { cat "$T/sk.log"; fail "seq_kd"; }
 "$D" $common output_dir="$T/q8" max_steps=3 teacher_dtype=int8 >"$T/q8.log" 2>&1 || { cat "$T/q8.log"; fail "int8 teacher"; }
 "$D" $common output_dir="$T/b16" max_steps=3 teacher_dtype=bfloat16 >"$T/b16.log" 2>&1 || { cat "$T/b16.log"; fail "bf16 teacher"; }

@@ -20,7 +20,7 @@ echo "== keys that only act with another key's value"
 for k in ref_model_path=$T/none ref_dtype=int8 sync_ref_model=true ref_model_mixup_alpha=0.5 ref_model_sync_steps=4; do
   expect 2 "key '${k%%=*}': GRPO loads a reference only for the KL term, and beta is 0" $G "$k"
 done
-for k in seq_kd=true log_completions=true num_completions_to_print=2; do
+for k in seq_kd=true log_completions=true num_completions_to_print=2 max_new_tokens=16; do
   expect 2 "key '${k%%=*}' acts on generated batches, and lmbda is 0" $D "$k"
 done
 expect 2 "key 'temperature': distillation divides logits by it" $D temperature=0
