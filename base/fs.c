@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -134,6 +135,19 @@ int ct_publish_file(const char *tmp_path, const char *dir, const char *name) {
   if (rc) return rc;
   if (rename(tmp_path, final)) return ct_set_error(CT_EIO, "%s: cannot rename to %s: %s", tmp_path, final, strerror(errno));
   return ct_fsync_path(dir, true);
+}
+
+int ct_disk_room(const char *dir, double bytes, const char *what) {
+  struct statvfs v;
+  const char *fake = getenv("CT_DISK_FREE_MB");
+  double free_b;
+  if (fake && *fake) free_b = atof(fake) * 1e6;
+  else if (statvfs(dir, &v) == 0) free_b = (double)v.f_bavail * (double)v.f_frsize;
+  else return 0;  // (nothing to tell: the writes report what goes wrong)
+  if (bytes <= free_b) return 0;
+  double f = free_b / 1e6, b = bytes / 1e6;  // (one decimal below 10 MB: "0 MB" would say nothing)
+  return ct_set_error(CT_EIO, "%s: %s (%.*f MB free, %s needs %.*f MB)", dir, strerror(ENOSPC), f < 10 ? 1 : 0, f,
+                      what, b < 10 ? 1 : 0, b);
 }
 
 int ct_file_checksum(const char *path, uint64_t *hash, long *size) {

@@ -27,6 +27,11 @@ int ct_fsync_path(const char *path, bool dir);
 // Atomically replaces dir/name with the file tmp_path (fsync, rename, fsync of dir).
 int ct_publish_file(const char *tmp_path, const char *dir, const char *name);
 
+// 0 when the filesystem holding dir has `bytes` free for this user (statvfs's f_bavail);
+// else CT_EIO, "dir: No space left on device (N MB free, `what` needs M MB)", before
+// anything is written. CT_DISK_FREE_MB (a test hook) stands in for the free space.
+int ct_disk_room(const char *dir, double bytes, const char *what);
+
 // A file's checksum: XXH64 chained over 4 MiB blocks (each block's seed is the hash so
 // far), and its size in bytes.
 int ct_file_checksum(const char *path, uint64_t *hash, long *size);

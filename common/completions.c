@@ -3,6 +3,7 @@
 // the common fields is the trainer's.
 #include "completions.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +25,7 @@ int ct_completions_open(ct_completions *c, const char *output_dir, bool on, int 
   if (rc || !on || ct_dist_rank() != 0) return rc;
   if (resume_step > 0) return ct_log_keep_steps(c->path, resume_step);
   FILE *f = fopen(c->path, "w");
-  if (!f || fclose(f)) return ct_set_error(CT_EIO, "%s: cannot write", c->path);
+  if (!f || fclose(f)) return ct_set_error(CT_EIO, "%s: cannot write: %s", c->path, strerror(errno));
   return 0;
 }
 
@@ -89,8 +90,8 @@ static int write_synced(const char *path, const char *text, size_t len) {
   FILE *f = fopen(path, "a");
   int rc = 0;
   if (!f || fwrite(text, 1, len, f) != len || fflush(f) || fsync(fileno(f)))
-    rc = ct_set_error(CT_EIO, "%s: cannot append", path);
-  if (f && fclose(f) && !rc) rc = ct_set_error(CT_EIO, "%s: cannot append", path);
+    rc = ct_set_error(CT_EIO, "%s: cannot append: %s", path, strerror(errno));
+  if (f && fclose(f) && !rc) rc = ct_set_error(CT_EIO, "%s: cannot append: %s", path, strerror(errno));
   return rc;
 }
 

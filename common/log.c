@@ -21,7 +21,7 @@ int ct_log_keep_steps(const char *path, long max_step) {
   FILE *o = fopen(tmp, "w");
   if (!o) {
     fclose(f);
-    return ct_set_error(CT_EIO, "%s: cannot write", tmp);
+    return ct_set_error(CT_EIO, "%s: cannot write: %s", tmp, strerror(errno));
   }
   char *line = NULL;
   size_t cap = 0;
@@ -33,7 +33,7 @@ int ct_log_keep_steps(const char *path, long max_step) {
   }
   free(line);
   fclose(f);
-  if (fclose(o) || rename(tmp, path)) return ct_set_error(CT_EIO, "%s: cannot rewrite", path);
+  if (fclose(o) || rename(tmp, path)) return ct_set_error(CT_EIO, "%s: cannot rewrite: %s", path, strerror(errno));
   return 0;
 }
 
@@ -50,7 +50,7 @@ int ct_log_open(ct_log *l, const char *output_dir, long resume_step, long total,
   if (rc || !active) return rc;
   if (resume_step > 0) return ct_log_keep_steps(l->path, resume_step);
   FILE *f = fopen(l->path, "w");  // a fresh run starts a fresh file
-  if (!f) return ct_set_error(CT_EIO, "%s: cannot write", l->path);
+  if (!f) return ct_set_error(CT_EIO, "%s: cannot write: %s", l->path, strerror(errno));
   fclose(f);
   return 0;
 }

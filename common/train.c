@@ -1379,13 +1379,39 @@ static int write_rank_moments(ct_train *tr, const char *dir, int *rc) {
   return mpi;
 }
 
+// Bytes a save writes into output_dir: the model files (the whole model in dt, or the
+// adapters in float32) and the tokenizer's, and for a checkpoint the optimizer's moments
+// (every rank's with DiLoCo, and its outer momentum) and a trainer's own files. The
+// headers and small JSON files are some KB more.
+static double save_bytes(const ct_train *tr, ct_dtype dt, bool checkpoint) {
+  const ct_config *c = tr->cfg;
+  double b = c->use_peft ? 4.0 * tr->lora.n_floats : ct_model_param_bytes(&tr->model, dt == CT_DT_BF16);
+  b += ct_tokenizer_saved_bytes(tr->tok) + 65536;
+  if (checkpoint) {
+    double n = (double)tr->trained.n_floats;
+    b += 8.0 * n * (c->diloco_inner_steps > 0 ? tr->world : 1) + (tr->outer_mom ? 4.0 * n : 0) + tr->save_extra_bytes;
+  }
+  return b;
+}
+
+// A failed save's temporary directory removed (its disk space back; the previous
+// checkpoint was never touched), keeping the failure's message.
+static int discard_save(const char *tmp, int rc) {
+  if (!rc || !tmp[0]) return rc;
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", ct_last_error());
+  ct_remove_tree(tmp);
+  return ct_set_error(rc, "%s", msg);
+}
+
 int ct_train_save_checkpoint(ct_train *tr) {
   bool sharded = tr->shard.n && tr->world > 1, diloco = tr->cfg->diloco_inner_steps > 0 && tr->world > 1;
-  char tmp[CT_PATH_MAX];
+  char tmp[CT_PATH_MAX] = "";
   const char *out = tr->cfg->output_dir;
   int rc = 0, mpi = 0;
   if (tr->rank == 0) {
-    rc = ct_ckpt_begin(out, tr->step, tmp, sizeof tmp);
+    rc = ct_disk_room(out, save_bytes(tr, CT_DT_F32, true), "the checkpoint");
+    if (!rc) rc = ct_ckpt_begin(out, tr->step, tmp, sizeof tmp);
     if (!rc) rc = write_model_files(tr, tmp, CT_DT_F32);  // fp32: resuming must be exact
     ct_failpoint("checkpoint");
     if (!rc && !sharded) rc = write_optimizer(tr, tmp, 0, tr->mom1, tr->mom2);
@@ -1396,6 +1422,7 @@ int ct_train_save_checkpoint(ct_train *tr) {
     if (!rc && tr->save_extra) rc = tr->save_extra(tr->save_extra_ctx, tmp);
     if (!rc) rc = write_trainer_state(tr, tmp);
     if (!rc) rc = ct_ckpt_commit(out, tr->step, tmp);
+    else rc = discard_save(tmp, rc);
     if (!rc) rc = ct_ckpt_rotate(out, (int)tr->cfg->save_total_limit);
   }
   return mpi ? mpi : agree(rc);
@@ -1405,12 +1432,13 @@ int ct_train_save_final(ct_train *tr) {
   int rc = 0;
   if (tr->rank == 0) {
     const char *out = tr->cfg->output_dir;
-    char tmp[CT_PATH_MAX], p[CT_PATH_MAX];
-    rc = ct_path_join(tmp, sizeof tmp, out, ".tmp-final");
+    char tmp[CT_PATH_MAX] = "", p[CT_PATH_MAX];
+    ct_dtype dt = tr->cfg->save_dtype == CT_DTYPE_BFLOAT16 ? CT_DT_BF16 : CT_DT_F32;
+    rc = ct_disk_room(out, save_bytes(tr, dt, false), "the model");
+    if (!rc) rc = ct_path_join(tmp, sizeof tmp, out, ".tmp-final");
     if (!rc) rc = ct_remove_tree(tmp);
     if (!rc) rc = ct_mkdirs(tmp);
-    ct_dtype dt = tr->cfg->save_dtype == CT_DTYPE_BFLOAT16 ? CT_DT_BF16 : CT_DT_F32;
-    if (!rc) rc = write_model_files(tr, tmp, dt);
+    if (!rc) rc = discard_save(tmp, write_model_files(tr, tmp, dt));
     const char *files[] = {"config.json", "model.safetensors", "adapter_config.json",
                            "adapter_model.safetensors", "tokenizer.json", "tokenizer_config.json",
                            "mtp.safetensors"};

@@ -72,6 +72,7 @@ typedef struct {
   // Optional: writes a trainer's own files into a checkpoint directory being saved.
   int (*save_extra)(void *ctx, const char *dir);
   void *save_extra_ctx;
+  double save_extra_bytes;  // what save_extra writes (for the free-space check)
   struct ct_overlap *overlap;  // ddp_bucket_cap_mb's buckets (NULL: one blocking sum)
 } ct_train;
 

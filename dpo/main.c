@@ -409,6 +409,7 @@ int main(int argc, char **argv) {
     if (cfg.sync_ref_model) {
       tr.save_extra = save_ref;
       tr.save_extra_ctx = &d;
+      tr.save_extra_bytes = ct_model_param_bytes(&tr.model, false);  // (a float32 copy of the policy's shape)
     }
   }
   const ref_cache *ct_ = cfg.precompute_ref_log_probs ? &cache_train : NULL;

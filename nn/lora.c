@@ -3,6 +3,7 @@
 // forward.c's; training them is the trainers' (the adapters are their ct_layout).
 #include "lora.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -283,7 +284,7 @@ int ct_lora_save(const ct_lora *lo, const char *dir, const char *base_name) {
                         "fan_in_fan_out", 0, "inference_mode", 1, "init_lora_weights", 1, "use_dora", 0);
   char p[CT_PATH_MAX];
   int rc = ct_path_join(p, sizeof p, dir, "adapter_config.json");
-  if (!rc && json_dump_file(j, p, JSON_INDENT(2) | JSON_SORT_KEYS)) rc = ct_set_error(CT_EIO, "%s: cannot write", p);
+  if (!rc && json_dump_file(j, p, JSON_INDENT(2) | JSON_SORT_KEYS)) rc = ct_set_error(CT_EIO, "%s: cannot write: %s", p, strerror(errno));
   json_decref(j);
   const float *bufs[] = {lo->params};
   if (!rc) rc = ct_path_join(p, sizeof p, dir, "adapter_model.safetensors");

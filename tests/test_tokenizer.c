@@ -179,6 +179,23 @@ static void test_byte_tokenizer_saved_files_load_back_as_the_same_mapping() {
   ct_tokenizer_free(u);
 }
 
+// A write that fails (here a full device: tokenizer.json is a link to /dev/full, whose
+// writes fail with ENOSPC) says why, with errno's text, not only "write failed".
+static void test_a_failed_save_says_why() {
+  ct_tokenizer *t;
+  char dir[512], link[600];
+  snprintf(dir, sizeof dir, "%s/full", tmpdir);
+  snprintf(link, sizeof link, "%s/tokenizer.json", dir);
+  mkdir(dir, 0700);
+  CHECK(symlink("/dev/full", link) == 0);
+  CHECK_OK(ct_tokenizer_bytes(&t));
+  CHECK(ct_tokenizer_save(t, dir) == CT_EIO);
+  CHECK(strstr(ct_last_error(), "tokenizer.json: write failed: No space left on device") != NULL);
+  // what a save writes, for the free-space check before it
+  CHECK(ct_tokenizer_saved_bytes(t) > 1000);
+  ct_tokenizer_free(t);
+}
+
 static void test_bpe_merges_by_rank_with_string_and_pair_merges_alike() {
   ct_tokenizer *a = load_tiny("tiny_str", merges_json, false, NULL);
   ct_tokenizer *b = load_tiny("tiny_pair", merges_pairs_json, false, NULL);
@@ -1038,6 +1055,7 @@ int main(void) {
   RUN(test_utf8_lossy_replaces_only_invalid_bytes);
   RUN(test_byte_tokenizer_maps_bytes_and_special_tokens);
   RUN(test_byte_tokenizer_saved_files_load_back_as_the_same_mapping);
+  RUN(test_a_failed_save_says_why);
   RUN(test_bpe_merges_by_rank_with_string_and_pair_merges_alike);
   RUN(test_ignore_merges_takes_whole_words_from_the_vocabulary);
   RUN(test_fit_drops_added_tokens_past_the_model_and_refuses_vocabulary_ones);

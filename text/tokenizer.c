@@ -1286,9 +1286,14 @@ static int write_file(const char *dir, const char *name, const char *text, size_
   snprintf(path, sizeof path, "%s/%s", dir, name);
   FILE *f = fopen(path, "wb");
   if (!f) return FAIL(CT_EIO, "%s: cannot write: %s", path, strerror(errno));
-  bool ok = fwrite(text, 1, len, f) == len;
-  ok = (fclose(f) == 0) && ok;
-  return ok ? 0 : FAIL(CT_EIO, "%s: write failed", path);
+  int err = fwrite(text, 1, len, f) == len ? 0 : errno;
+  if (fclose(f) && !err) err = errno;  // (a full disk may show only here, at the flush)
+  return err ? FAIL(CT_EIO, "%s: write failed: %s", path, strerror(err)) : 0;
+}
+
+double ct_tokenizer_saved_bytes(const ct_tokenizer *t) {
+  // a replaced chat template goes into the config too
+  return (double)t->json_len + (double)t->cfg_len + (t->template_overridden && t->template_src ? strlen(t->template_src) : 0);
 }
 
 int ct_tokenizer_save(const ct_tokenizer *t, const char *dir) {

@@ -85,6 +85,9 @@ int ct_tokenizer_encode_offsets(const ct_tokenizer *t, const char *text, size_t 
 
 // Decodes ids into a malloc'd NUL-terminated string (*len bytes before the NUL).
 int ct_tokenizer_decode(const ct_tokenizer *t, const int *ids, int n, char **out, size_t *len);
+// Bytes ct_tokenizer_save writes (tokenizer.json and tokenizer_config.json, about).
+double ct_tokenizer_saved_bytes(const ct_tokenizer *t);
+
 // Bytes at the start of a decoded text (s[0, n), token bytes back to back) that the
 // tokenizer's Strip decoder removes: 1 space for Llama 2-style tokenizers, else 0. A text
 // built token by token (the sampler's) starts after them, as decode's does.
