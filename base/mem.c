@@ -3,10 +3,14 @@
 // of resident and available memory. No pooling: big buffers live for a whole run.
 #include "mem.h"
 
+#include <stdbool.h>
+
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #define HUGE_PAGE ((size_t)2 << 20)
@@ -61,4 +65,92 @@ size_t ct_mem_available(void) {
     if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
   if (f) fclose(f);
   return kb * 1024;
+}
+
+size_t ct_as_limit(void) {
+  struct rlimit r;
+  if (getrlimit(RLIMIT_AS, &r) || r.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
+  return (size_t)r.rlim_cur;
+}
+
+size_t ct_as_used(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long size = 0;
+  if (f) {
+    if (fscanf(f, "%ld", &size) != 1) size = 0;
+    fclose(f);
+  }
+  return (size_t)size * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+// The number in a cgroup file (dir/name); SIZE_MAX for "max", a missing file or v1's
+// "no limit" (a huge page-rounded number).
+static size_t cg_number(const char *dir, const char *name) {
+  char p[8500], buf[64] = "";
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  FILE *f = fopen(p, "r");
+  if (!f) return SIZE_MAX;
+  if (!fgets(buf, sizeof buf, f)) buf[0] = 0;
+  fclose(f);
+  char *end;
+  unsigned long long v = strtoull(buf, &end, 10);
+  return end == buf || v >= (1ULL << 62) ? SIZE_MAX : (size_t)v;
+}
+
+// The value of `key` in dir/memory.stat (0 when absent).
+static size_t cg_stat(const char *dir, const char *key) {
+  char p[8500], line[256];
+  snprintf(p, sizeof p, "%s/memory.stat", dir);
+  FILE *f = fopen(p, "r");
+  size_t n = strlen(key), v = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, key, n) && line[n] == ' ') {
+      v = (size_t)strtoull(line + n + 1, NULL, 10);
+      break;
+    }
+  if (f) fclose(f);
+  return v;
+}
+
+void ct_cgroup_room(const char *fsroot, size_t *room, size_t *limit) {
+  *room = *limit = SIZE_MAX;
+  char p[4200], line[4200], path[4096] = "", base[4200];
+  snprintf(p, sizeof p, "%s/proc/self/cgroup", fsroot);
+  FILE *f = fopen(p, "r");
+  bool v1 = false;
+  // "0::/path" (v2), or "N:memory:/path" or "N:cpu,memory:/path" (v1, preferred: a v1
+  // memory controller means v2's has none)
+  while (f && fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = 0;
+    char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2) continue;
+    *c2 = 0;
+    const char *ctl = c1 + 1;
+    bool mem = false;
+    for (const char *t = ctl; (t = strstr(t, "memory")); t += 6)
+      mem |= (t == ctl || t[-1] == ',') && (t[6] == 0 || t[6] == ',');
+    if (mem) v1 = true;
+    if (mem || (!v1 && !*ctl)) snprintf(path, sizeof path, "%s", c2 + 1);
+  }
+  if (f) fclose(f);
+  snprintf(base, sizeof base, "%s/sys/fs/cgroup%s", fsroot, v1 ? "/memory" : "");
+  const char *lim = v1 ? "memory.limit_in_bytes" : "memory.max";
+  const char *use = v1 ? "memory.usage_in_bytes" : "memory.current";
+  const char *cache = v1 ? "total_inactive_file" : "inactive_file";
+  // this cgroup and its ancestors up to the hierarchy's root (inside a cgroup namespace
+  // the path may not exist under base: its ancestors, and base itself, are still read)
+  for (;;) {
+    char dir[8400];
+    snprintf(dir, sizeof dir, "%s%s", base, path);
+    size_t l = cg_number(dir, lim);
+    if (l != SIZE_MAX) {
+      size_t used = cg_number(dir, use), reclaim = cg_stat(dir, cache);
+      used = used == SIZE_MAX ? 0 : used > reclaim ? used - reclaim : 0;
+      size_t r = l > used ? l - used : 0;
+      if (r < *room) *room = r, *limit = l;
+    }
+    char *slash = strrchr(path, '/');
+    if (!slash || !path[0]) break;
+    *slash = 0;  // "/a/b" -> "/a" -> "" (base itself)
+  }
 }

@@ -8,6 +8,11 @@
 #include <stddef.h>
 
 int ct_dist_init(int *argc, char ***argv);
+// The address space MPI_Init maps, for the check before it (under `ulimit -v` a short
+// MPI_Init crashes or prints pages of errors): Open MPI 4.1's plug-ins, ICU data and
+// PMIx segments, 80 MiB measured under a limit (glibc reserves 64 MiB arenas for its
+// threads besides when there is room, and none when there is not).
+#define CT_MPI_INIT_BYTES (96.0 * 1048576)
 void ct_dist_finalize(void);
 int ct_dist_rank(void);
 int ct_dist_world(void);

@@ -740,7 +740,7 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   int rc = plan_optimizer(tr, p, trained_bytes);
   if (rc) return rc;
   if (tr->bf16 && !bf16) ct_plan_add(p, "bf16 weight copy for the matmuls", ct_model_param_bytes(m, true));
-  ct_plan_add(p, "resident already (libraries, tokenizer, data)", (double)ct_rss_now());
+  ct_plan_add_resident(p);
   *dry = cfg->dry_run;
   rc = ct_plan_check(p, &tr->log, ct_dist_local_size(), knobs);
   if (rc || *dry) {
@@ -1539,6 +1539,7 @@ void ct_train_start(ct_train *tr, ct_config *cfg, ct_trainer_kind kind, int argc
   int usage = ct_config_usage(kind, argc, argv);  // --help, -h, or no arguments at all
   if (usage >= 0) exit(usage);
   ct_blas_init(argc, argv);
+  if (ct_blas_room(1, CT_MPI_INIT_BYTES, "MPI's start", NULL)) ct_train_die(tr, CT_ENOMEM, NULL);
   if (ct_dist_init(&argc, &argv)) ct_train_die(tr, CT_EMPI, NULL);
   int rc = ct_config_from_args(cfg, kind, argc, argv);  // every failure here is the config's
   if (!rc && ((rc = ct_config_check_required(cfg)) || (rc = check_common_keys(cfg)) || (check && (rc = check(cfg)))))

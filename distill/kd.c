@@ -36,9 +36,9 @@ int ct_kd_init(ct_kd *k, int cap_rows, int V, int C, int ntiles) {
   for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) bad |= !(*d[i] = calloc(cap, sizeof(double)));
   k->bytes = (long)ct_kd_bytes(cap_rows, V, C, ntiles);
   if (bad) {
-    ct_kd_free(k);
+    ct_kd_free(k);  // (clears the struct: the size comes from the arguments)
     return ct_set_error(CT_ENOMEM, "distillation: cannot allocate %.1f MB (raise num_vocab_tiling)",
-                        k->bytes / 1e6);
+                        ct_kd_bytes(cap_rows, V, C, ntiles) / 1e6);
   }
   return 0;
 }

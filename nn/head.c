@@ -53,9 +53,10 @@ int ct_head_init(ct_head *h, int cap_rows, int logit_rows, int V, int C, int nti
   }
   h->bytes = (long)ct_head_bytes(cap_rows, logit_rows, V, C, ntiles);
   if (bad) {
-    ct_head_free(h);
+    ct_head_free(h);  // (clears the struct: the size comes from the arguments)
     return ct_set_error(CT_ENOMEM, "LM head: cannot allocate %.1f MB for %d rows x %d vocabulary "
-                        "columns (raise num_vocab_tiling)", h->bytes / 1e6, cap_rows, V);
+                        "columns (raise num_vocab_tiling)", ct_head_bytes(cap_rows, logit_rows, V, C, ntiles) / 1e6,
+                        cap_rows, V);
   }
   return 0;
 }

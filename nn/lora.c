@@ -148,8 +148,9 @@ int ct_lora_init(ct_lora *lo, const ct_lora_config *lc, const ct_model_config *m
   lo->w = calloc(mc->num_layers, sizeof *lo->w);
   lo->g = calloc(mc->num_layers, sizeof *lo->g);
   if (!lo->params || !lo->w || !lo->g) {
+    double mb = lo->n_floats * 4e-6;  // (ct_lora_free clears the struct)
     ct_lora_free(lo);
-    return ct_set_error(CT_ENOMEM, "lora: cannot allocate %.1f MB of adapters", lo->n_floats * 4e-6);
+    return ct_set_error(CT_ENOMEM, "lora: cannot allocate %.1f MB of adapters", mb);
   }
   bind(lo, lo->params, lo->w, &lo->embed, &lo->head, &lo->score);
   return 0;

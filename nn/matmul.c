@@ -4,11 +4,15 @@
 #include "matmul.h"
 
 #include <cblas.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include "error.h"
+#include "mem.h"
 #include "pool.h"
 
 // Not in every cblas.h; part of OpenBLAS's ABI.
@@ -41,21 +45,77 @@ void ct_blas_init(int argc, char **argv) {
   const char *want = ct_blas_wanted_core(openblas_get_corename(),
                                          __builtin_cpu_supports("avx512f"),
                                          __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+  if (getenv("CT_BLAS_REEXEC")) return;
   if (getenv("OPENBLAS_CORETYPE")) {  // the user's choice stands, but say when it is slower
-    if (want && !getenv("CT_BLAS_REEXEC"))
+    if (want)
       fprintf(stderr, "ctune: OPENBLAS_CORETYPE=%s runs OpenBLAS's '%s' kernel on a CPU that runs '%s' "
               "(faster); unset OPENBLAS_CORETYPE to use it\n", getenv("OPENBLAS_CORETYPE"),
               openblas_get_corename(), want);
-    return;
+    want = NULL;
   }
-  if (!want || getenv("CT_BLAS_REEXEC")) return;
-  fprintf(stderr, "ctune: OpenBLAS chose its '%s' kernel on a CPU that runs '%s'; "
-          "restarting with OPENBLAS_CORETYPE=%s (set OPENBLAS_CORETYPE to override)\n",
-          openblas_get_corename(), want, want);
-  setenv("OPENBLAS_CORETYPE", want, 1);
+  // OpenBLAS's own threads started at load time, each about to map a work buffer that a
+  // tight limit cannot hold (they would retry for ever)
+  bool threads = ct_as_limit() != SIZE_MAX && !getenv("OPENBLAS_NUM_THREADS") && sysconf(_SC_NPROCESSORS_ONLN) > 1;
+  if (!want && !threads) return;
+  if (want) {
+    fprintf(stderr, "ctune: OpenBLAS chose its '%s' kernel on a CPU that runs '%s'; "
+            "restarting with OPENBLAS_CORETYPE=%s (set OPENBLAS_CORETYPE to override)\n",
+            openblas_get_corename(), want, want);
+    setenv("OPENBLAS_CORETYPE", want, 1);
+  }
+  if (threads) setenv("OPENBLAS_NUM_THREADS", "1", 1);
   setenv("CT_BLAS_REEXEC", "1", 1);
   execv("/proc/self/exe", argv);
-  fprintf(stderr, "ctune: re-exec failed; continuing with the slow kernel\n");
+  fprintf(stderr, "ctune: re-exec failed; continuing%s\n", want ? " with the slow kernel" : "");
+}
+
+// The room held for OpenBLAS's work buffers (ct_blas_reserve): `slices_` buffers from
+// reserve_, the first `taken_` given back. A thread gives one back before its first call.
+static char *reserve_;
+static int slices_;
+static atomic_int taken_;
+static _Thread_local bool called_;
+
+static void release_slices(void) {
+  int from = atomic_exchange(&taken_, slices_);
+  for (int i = from; i < slices_; i++) munmap(reserve_ + (size_t)i * (size_t)CT_BLAS_BUFFER_BYTES, (size_t)CT_BLAS_BUFFER_BYTES);
+  reserve_ = NULL;
+  slices_ = 0;
+  atomic_store(&taken_, 0);
+}
+
+static inline void first_call(void) {
+  called_ = true;
+  int i = atomic_fetch_add(&taken_, 1);
+  if (i < slices_) munmap(reserve_ + (size_t)i * (size_t)CT_BLAS_BUFFER_BYTES, (size_t)CT_BLAS_BUFFER_BYTES);
+}
+
+bool ct_blas_reserve(int threads, double more, double *need, double *used, double *limit) {
+  size_t lim = ct_as_limit();
+  release_slices();
+  *used = (double)ct_as_used();
+  *need = *used + threads * CT_BLAS_BUFFER_BYTES + more;
+  *limit = (double)lim;
+  if (lim == SIZE_MAX) return true;
+  if (*need > *limit) return false;
+  void *r = mmap(NULL, (size_t)threads * (size_t)CT_BLAS_BUFFER_BYTES, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (r == MAP_FAILED) return false;
+  reserve_ = r;
+  slices_ = threads;
+  return true;
+}
+
+int ct_blas_room(int threads, double more, const char *more_what, const char *hint) {
+  const double MiB = 1048576.0;
+  double need, used, limit;
+  if (ct_blas_reserve(threads, more, &need, &used, &limit)) return 0;
+  char extra[96] = "";
+  if (more_what) snprintf(extra, sizeof extra, ", %.0f MiB for %s", more / MiB, more_what);
+  return ct_set_error(CT_ENOMEM, "address-space limit (ulimit -v) is %.0f MiB; ctune needs at least %.0f MiB to "
+                      "start (%.0f MiB mapped now, %d x %.0f MiB for OpenBLAS's work buffer%s%s); raise ulimit -v%s%s",
+                      limit / MiB, need / MiB, used / MiB, threads, CT_BLAS_BUFFER_BYTES / MiB,
+                      threads > 1 ? "s" : "", extra, hint ? " or " : "", hint ? hint : "");
 }
 
 static inline CBLAS_TRANSPOSE tr(char t) { return t == 'T' ? CblasTrans : CblasNoTrans; }
@@ -63,6 +123,7 @@ static inline CBLAS_TRANSPOSE tr(char t) { return t == 'T' ? CblasTrans : CblasN
 void ct_sgemm_serial(char ta, char tb, int M, int N, int K, float alpha, const float *A,
                      int lda, const float *B, int ldb, float beta, float *C, int ldc) {
   if (M <= 0 || N <= 0) return;
+  if (!called_) first_call();  // (this thread's share of the held room, for OpenBLAS's buffer)
   if (K <= 0) {  // cblas would only scale C; do the same without calling it
     for (int i = 0; i < M; i++)
       for (int j = 0; j < N; j++) C[(long)i * ldc + j] = beta == 0 ? 0 : beta * C[(long)i * ldc + j];

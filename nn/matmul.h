@@ -6,8 +6,30 @@
 // know recent Xeons and falls back to a generic SSE3 kernel, five times slower; when
 // that happened and the user did not set OPENBLAS_CORETYPE, this sets it and re-executes
 // the program (OpenBLAS reads it only at load time). Call first thing in main().
-// Also pins OpenBLAS to one thread: ctune's pool splits the work itself.
+// Also pins OpenBLAS to one thread: ctune's pool splits the work itself. Under an
+// address-space limit it also re-executes with OPENBLAS_NUM_THREADS=1 (unless set): the
+// threads OpenBLAS starts at load time would each map a work buffer (below) for nothing.
 void ct_blas_init(int argc, char **argv);
+
+// The address space OpenBLAS maps for each thread that calls it: its work buffer
+// (BUFFER_SIZE, 128 MiB in OpenBLAS 0.3 for x86-64), mapped at the thread's first call,
+// resident only as far as used. Under an address-space limit (ulimit -v) a buffer that
+// does not fit makes OpenBLAS retry the mapping for ever: a hang, with no message. So
+// the room for them is checked before.
+#define CT_BLAS_BUFFER_BYTES (128.0 * 1048576)
+
+// Under an address-space limit: whether `threads` threads' OpenBLAS work buffers and
+// `more` bytes fit beside what is mapped now (*need, *used and *limit in bytes, for the
+// caller's message). When they fit, the buffers' room is held (an unreadable mapping)
+// until each thread's first matmul gives its part back just before OpenBLAS maps its
+// buffer, so that big buffers allocated in between fail cleanly instead of OpenBLAS
+// hanging. True, holding nothing, when there is no limit.
+bool ct_blas_reserve(int threads, double more, double *need, double *used, double *limit);
+// ct_blas_reserve with the message: 0, or CT_ENOMEM with the figures ("address-space
+// limit (ulimit -v) is 146 MiB; ctune needs at least 310 MiB to start (86 MiB mapped now,
+// 1 x 128 MiB for OpenBLAS's work buffer, 96 MiB for MPI's start); raise ulimit -v").
+// `more_what` names `more` (NULL with 0); `hint` (or NULL) is what else lowers the need.
+int ct_blas_room(int threads, double more, const char *more_what, const char *hint);
 
 // The OPENBLAS_CORETYPE that should replace `corename` on a CPU with these features,
 // or NULL when `corename` already fits it.

@@ -334,9 +334,9 @@ int ct_model_alloc(ct_model *m, int max_pos) {
   int rc;
   m->params = ct_big_alloc(sizeof(float) * m->n_floats);  // zeroed by the kernel
   if (!m->params) {
+    double mb = m->n_floats * 4.0 / 1e6;  // (ct_model_free clears the struct)
     ct_model_free(m);
-    return ct_set_error(CT_ENOMEM, "model: cannot allocate %.1f MB of parameters",
-                        m->n_floats * 4.0 / 1e6);
+    return ct_set_error(CT_ENOMEM, "model: cannot allocate %.1f MB of parameters", mb);
   }
   if ((rc = ct_model_rope_reserve(m, max_pos > 0 ? max_pos : 1)) ||
       (rc = ct_weights_bind(&m->w, m, m->params))) {

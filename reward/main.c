@@ -299,7 +299,9 @@ static void command_config(ct_config *cfg, int argc, char **argv, const char *cm
   ct_blas_init(argc, argv);
   if (ct_config_from_args(cfg, CT_TRAINER_REWARD, argc, argv)) fail(2, NULL);
   if (!cfg->model_path[0]) fail(2, (ct_set_error(CT_ECONFIG, "%s: model_path=DIR (a reward model) is required", cmd), NULL));
-  if (ct_pool_init(cfg->num_threads > 0 ? (int)cfg->num_threads : 0)) fail(1, NULL);
+  if (ct_pool_init(cfg->num_threads > 0 ? (int)cfg->num_threads : 0) ||
+      ct_blas_room(ct_pool_threads(), 0, NULL, "lower num_threads"))
+    fail(1, NULL);
 }
 
 typedef struct {

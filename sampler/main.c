@@ -67,7 +67,7 @@ static void setup(setup_t *s, const ct_config *cfg) {
             threads, cores, cores);
     threads = cores;
   }
-  if (ct_pool_init((int)threads)) fail(1, NULL);
+  if (ct_pool_init((int)threads) || ct_blas_room(ct_pool_threads(), 0, NULL, "lower num_threads")) fail(1, NULL);
   const char *tdir = cfg->tokenizer_path[0] ? cfg->tokenizer_path : cfg->model_path;
   if (ct_tokenizer_load_said(NULL, &s->tok, tdir)) fail(1, NULL);
   if (cfg->chat_template_path[0] && ct_chat_template_apply(s->tok, cfg->chat_template_path))

@@ -1174,7 +1174,7 @@ int main(int argc, char **argv) {
   if (ct_config_help_asked(argc, argv)) return usage(stdout);
   ct_blas_init(argc, argv);
   if (argc < 2) return usage(stderr);
-  if (ct_pool_init(0)) die(1);
+  if (ct_pool_init(0) || ct_blas_room(ct_pool_threads(), 0, NULL, NULL)) die(1);
   int rc = !strcmp(argv[1], "merge-lora") ? merge_lora(argc, argv)
            : !strcmp(argv[1], "gguf")     ? gguf(argc, argv)
            : !strcmp(argv[1], "inspect")  ? inspect(argc, argv)
