@@ -103,6 +103,28 @@ void ct_log_progress(ct_log *l, long step, double loss, double tokens_per_s) {
   l->line_open = true;
 }
 
+// Draws (terminal) or prints (log) the kept phase line, `where` appended.
+static void show_phase(ct_log *l, double now, const char *where) {
+  l->last_shown = now;
+  double el = now - l->phase_t0;
+  long done = l->at.done, total = l->at.total;
+  char eta[32];
+  fmt_time(eta, sizeof eta, done > 0 ? el / done * (total - done) : 0);
+  char line[384];
+  int n = snprintf(line, sizeof line, "step %ld/%ld: %s %ld/%ld %s, %.0f tok/s", l->at.step, l->total, l->phase,
+                   done, total, l->at.unit, el > 0 ? l->at.tokens / el : 0);
+  if (done > 0 && n < (int)sizeof line) n += snprintf(line + n, sizeof line - (size_t)n, ", phase ETA %s", eta);
+  if (l->at.extra[0] && n < (int)sizeof line) n += snprintf(line + n, sizeof line - (size_t)n, ", %s", l->at.extra);
+  if (where && n < (int)sizeof line) snprintf(line + n, sizeof line - (size_t)n, "; now %s", where);
+  if (l->tty) {
+    fprintf(stderr, "\r\033[K%s", line);
+    fflush(stderr);
+    l->line_open = true;
+  } else {
+    fprintf(stderr, "ctune: %s\n", line);
+  }
+}
+
 void ct_log_phase(ct_log *l, long step, const char *phase, long done, long total, const char *unit,
                   double tokens, const char *extra) {
   if (!l->active) return;
@@ -112,23 +134,21 @@ void ct_log_phase(ct_log *l, long step, const char *phase, long done, long total
     l->phase_t0 = now;
     if (!l->tty) l->last_shown = now;  // the first log line comes 30 s into a phase
   }
+  l->at.step = step, l->at.done = done, l->at.total = total, l->at.tokens = tokens;
+  snprintf(l->at.unit, sizeof l->at.unit, "%s", unit);
+  snprintf(l->at.extra, sizeof l->at.extra, "%s", extra ? extra : "");
   if (now - l->last_shown < (l->tty ? 0.25 : l->quiet_s)) return;
-  l->last_shown = now;
-  double el = now - l->phase_t0;
-  char eta[32];
-  fmt_time(eta, sizeof eta, done > 0 ? el / done * (total - done) : 0);
-  char line[256];
-  int n = snprintf(line, sizeof line, "step %ld/%ld: %s %ld/%ld %s, %.0f tok/s", step, l->total, phase,
-                   done, total, unit, el > 0 ? tokens / el : 0);
-  if (done > 0 && n < (int)sizeof line) n += snprintf(line + n, sizeof line - (size_t)n, ", phase ETA %s", eta);
-  if (extra && n < (int)sizeof line) snprintf(line + n, sizeof line - (size_t)n, ", %s", extra);
-  if (l->tty) {
-    fprintf(stderr, "\r\033[K%s", line);
-    fflush(stderr);
-    l->line_open = true;
-  } else {
-    fprintf(stderr, "ctune: %s\n", line);
-  }
+  show_phase(l, now, NULL);
+}
+
+void ct_log_beat(ct_log *l, const char *what, long done, long total) {
+  if (!l->active || !l->phase[0]) return;
+  double now = ct_now();
+  if (now - l->last_shown < (l->tty ? 0.25 : l->quiet_s)) return;
+  char where[96] = "";
+  if (what && total > 0) snprintf(where, sizeof where, "%s %ld/%ld", what, done, total);
+  else if (what) snprintf(where, sizeof where, "%s %ld", what, done);
+  show_phase(l, now, what ? where : NULL);
 }
 
 void ct_log_info(ct_log *l, const char *fmt, ...) {

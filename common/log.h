@@ -17,6 +17,11 @@ typedef struct {
   double phase_t0;    // when it started
   double last_shown;  // when a phase line was last drawn (terminal) or printed (log)
   double quiet_s;     // a log's longest silence within a step: 30 s (CT_PROGRESS_SECONDS)
+  struct {            // the phase line ct_log_phase last showed or kept, for ct_log_beat
+    long step, done, total;
+    char unit[32], extra[64];
+    double tokens;
+  } at;
   json_t *train_extra;  // or NULL: metrics common/ keeps over the logging window (QK-Clip's),
                         // merged into the next training line (one with "learning_rate"), then dropped
 } ct_log;
@@ -36,6 +41,11 @@ void ct_log_progress(ct_log *l, long step, double loss, double tokens_per_s);
 // long: "ctune: step 3/10: rollouts 64/128 completions, 812 tok/s, phase ETA 0:41".
 void ct_log_phase(ct_log *l, long step, const char *phase, long done, long total, const char *unit,
                   double tokens, const char *extra);
+// The heartbeat within a phase's unit of work (a micro-batch of minutes, a slow rollout):
+// the phase's line again, with where the work is now ("..., now backward, layer 3/24";
+// `what` NULL: nothing added), as often as ct_log_phase shows one. Nothing before the
+// first phase.
+void ct_log_beat(ct_log *l, const char *what, long done, long total);
 // A message line on stderr ("ctune: ..."), keeping the progress line intact; silent
 // unless l->active (rank 0).
 void ct_log_info(ct_log *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

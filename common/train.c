@@ -31,6 +31,7 @@
 #include "fs.h"
 #include "pool.h"
 #include "safetensors.h"
+#include "stop.h"
 
 void ct_failpoint(const char *point) {
   static int hits;
@@ -38,24 +39,50 @@ void ct_failpoint(const char *point) {
   size_t n = strlen(point);
   if (!fp || strncmp(fp, point, n) != 0 || (fp[n] && fp[n] != ':')) return;
   int at = fp[n] == ':' ? atoi(fp + n + 1) : 1;  // "checkpoint:2" = the second time
-  if (++hits == at) sleep(60);
+  if (++hits != at) return;
+  double t0 = ct_now();  // 60 s, whatever signals come (a test sends them while it waits)
+  while (ct_now() - t0 < 60) sleep(1);
 }
 
-static volatile sig_atomic_t stop_signal;
-static void on_stop_signal(int sig) {
-  stop_signal = sig;  // the exit code says which: 128 + sig, as a shell reports it
+// A signal's stop (ct_stop_watch's action, from the next ct_poll): the step in flight is
+// abandoned, nothing saved; the latest checkpoint is where the run resumes. Exits 128 +
+// the signal, as a shell reports a process the signal ended.
+static void stop_now(int sig, void *ctx) {
+  ct_train *tr = ctx;
+  char ckpt[CT_PATH_MAX];
+  long at;
+  if (tr->rank == 0 && !ct_ckpt_latest(tr->cfg->output_dir, ckpt, sizeof ckpt, &at))
+    ct_log_info(&tr->log, "stopped in step %ld of %ld (%s); resume from %s with resume_from_checkpoint=latest",
+                tr->step + 1, tr->total_steps, strsignal(sig), ckpt);
+  else
+    ct_log_info(&tr->log, "stopped in step %ld of %ld (%s); no checkpoint was saved yet (save_steps): a new run "
+                "starts over", tr->step + 1, tr->total_steps, strsignal(sig));
+  ct_log_close(&tr->log);
+  ct_dist_abort(128 + sig);
+  ct_dist_finalize();
+  exit(128 + sig);
 }
 
-void ct_train_watch_signals(void) {
-  signal(SIGINT, on_stop_signal);
-  signal(SIGTERM, on_stop_signal);
+static void beat(void *ctx, const char *what, long done, long total) {
+  ct_train *tr = ctx;
+  ct_log_beat(&tr->log, what, done, total);
+}
+
+void ct_train_watch_signals(ct_train *tr) {
+  // (on a terminal the progress line is cleared first)
+  char say[256];
+  snprintf(say, sizeof say, "%sctune: stopping: the step in flight is abandoned; the run resumes from its latest "
+           "checkpoint (a second Ctrl-C stops at once)", tr->log.tty ? "\r\033[K" : "");
+  ct_stop_watch(stop_now, tr, tr->rank == 0 ? say : NULL);
+  ct_stop_heartbeat(beat, tr);
 }
 
 int ct_train_after_step(ct_train *tr, bool *stop) {
   const ct_config *c = tr->cfg;
   int rc = 0;
+  ct_poll(NULL, 0, 0);  // a signal since the last poll stops here, saving nothing
   tr->save_pending |= c->save_steps > 0 && tr->step % c->save_steps == 0;
-  tr->stop_pending |= stop_signal || ct_failpoint_stop(tr->step);
+  tr->stop_pending |= ct_failpoint_stop(tr->step);
   *stop = false;
   // a checkpoint or a stop waits for the batch's last step, or DiLoCo's next sync
   if (tr->mid_batch || tr->outer_pending) return 0;
@@ -301,11 +328,14 @@ void ct_train_plan_reference(const ct_train *tr, ct_plan *p, int B, int T) {
 int ct_train_eval_lm(ct_train *tr, ct_acts *a, ct_head *h, ct_batch *b, int *seqs, const ct_dataset *ev) {
   int B = (int)tr->cfg->per_device_eval_batch_size, rc = 0;
   ct_lm_stats st = {0};
+  long batches = (ev->n_seq + (long)B * tr->world - 1) / ((long)B * tr->world), done = 0;
+  ct_log_phase(&tr->log, tr->step, "evaluating", 0, batches, "batches", 0, NULL);
   for (int first = tr->rank * B; first < ev->n_seq && !rc; first += B * tr->world) {
     int n = 0;
     for (int s = first; s < ev->n_seq && n < B; s++) seqs[n++] = s;
     ct_batch_fill(b, ev, seqs, n, ct_tokenizer_pad(tr->tok));
     rc = ct_lm_step(&tr->model, a, h, b, NULL, 0, 0, &st);
+    ct_log_phase(&tr->log, tr->step, "evaluating", ++done, batches, "batches", st.tokens, NULL);
   }
   if (rc || (rc = ct_dist_sum_stats(&st))) return rc;
   double t = st.targets > 0 ? st.targets : 1, seq = st.seq_ok / (st.seqs > 0 ? st.seqs : 1);
@@ -1560,7 +1590,7 @@ int ct_train_finish(ct_train *tr, bool stop) {
     ct_train_log_done(tr);
   }
   ct_train_release(tr);
-  return stop ? 128 + (stop_signal ? (int)stop_signal : SIGINT) : 0;
+  return stop ? 128 + SIGINT : 0;  // (CT_STOP_AFTER_STEP's stop: as an interrupt's)
 }
 
 void ct_train_release(ct_train *tr) {

@@ -182,13 +182,18 @@ int ct_train_save_checkpoint(ct_train *tr);
 // tokenizer files, each replaced atomically.
 int ct_train_save_final(ct_train *tr);
 
-// Every trainer's loop ends its step with these. ct_train_watch_signals makes SIGINT
-// and SIGTERM request a stop; ct_train_after_step saves a checkpoint every save_steps
-// and reports (true) when the run must stop now: a signal, or the CT_STOP_AFTER_STEP
-// test hook, agreed on by every rank. A stopped run saves a checkpoint to resume from.
-// While tr->mid_batch (GRPO's num_iterations > 1: rollouts no checkpoint holds) both wait
-// for the batch's last step, so a resume always starts at a new batch.
-void ct_train_watch_signals(void);
+// Every trainer's loop ends its step with these. ct_train_watch_signals (before anything
+// long: DPO's reference pass, the loop) makes SIGINT and SIGTERM stop the run within
+// seconds: "stopping: ..." at once, then at the next ct_poll (every layer of a pass,
+// decode step, reward request) the step in flight is abandoned, nothing is saved, and
+// the process exits 130 / 143 naming the checkpoint to resume from; a second signal
+// exits at once. It also keeps the log alive within a long step (ct_log_beat).
+// ct_train_after_step saves a checkpoint every save_steps and reports (true) when the run
+// must stop now: the CT_STOP_AFTER_STEP test hook, agreed on by every rank, which saves a
+// checkpoint to resume from first. While tr->mid_batch (GRPO's num_iterations > 1:
+// rollouts no checkpoint holds) both wait for the batch's last step, so a resume always
+// starts at a new batch.
+void ct_train_watch_signals(ct_train *tr);
 int ct_train_after_step(ct_train *tr, bool *stop);
 
 // The last line of a run: steps, where the model is, and peak resident memory.
@@ -223,6 +228,7 @@ int ct_train_save_reference(const ct_frozen *ref, const char *dir);
 // Test hooks, inert unless their environment variable is set:
 // CT_FAILPOINT=point[:n] sleeps at the n-th (default first) pass through `point`, so a
 // test can kill the process there; CT_STOP_AFTER_STEP=k makes a trainer stop after step
-// k as if interrupted (checkpoint, exit 130).
+// k with a checkpoint (exit 130). CT_DISK_FREE_MB stands in for the free disk space a save
+// checks (fs.h); CT_PROGRESS_SECONDS for a log's longest silence (log.h).
 void ct_failpoint(const char *point);
 bool ct_failpoint_stop(long step);

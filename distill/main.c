@@ -463,7 +463,7 @@ int main(int argc, char **argv) {
   ct_log_info(&tr.log, "training %ld steps; teacher %s; alpha %g, beta %g, temperature %g%s",
               tr.total_steps - tr.step, offline ? "offline top-k logits" : cfg.teacher_path, alpha,
               cfg.beta, tau, cfg.lmbda > 0 ? (cfg.seq_kd ? ", teacher-generated batches" : ", on-policy batches") : "");
-  ct_train_watch_signals();
+  ct_train_watch_signals(&tr);
   if (have_eval && cfg.eval_on_start && tr.step == 0) evaluate(&tr, &eval_acts, &head, &batch, seqs, &eval);
   bool stop = false;
   kd_stats win = {0};
@@ -480,6 +480,7 @@ int main(int argc, char **argv) {
         int first = (k * tr.world + tr.rank) * B;
         if (first >= n) break;
         int m = n - first < B ? n - first : B;
+        ct_log_phase(&tr.log, tr.step + 1, "on-policy generation", k, accum, "batches", 0, NULL);
         generate_batch(gen, tr.tok, &train, seqs + first, m, &gen_batches[k], (float)tau, (int)cfg.max_new_tokens,
                        (uint64_t)cfg.seed * 7919u + (uint64_t)tr.step * 104729u + (uint64_t)first, tr.step + 1,
                        log.on ? gen_rows + n_rows : NULL);
@@ -495,6 +496,7 @@ int main(int argc, char **argv) {
     }
     double inv = labels ? 1.0 / labels : 0;
     kd_stats st = {0};
+    ct_log_phase(&tr.log, tr.step + 1, "training", 0, accum, "micro-batches", 0, NULL);  // (the heartbeat's line)
     for (int k = 0; k < accum; k++) {
       int first = (k * tr.world + tr.rank) * B;
       if (first >= n) break;

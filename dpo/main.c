@@ -310,11 +310,16 @@ static void precompute(dpo_t *d, const ct_pref_dataset *ds, const char *name, re
   memset(cache->c, 0, sizeof(float) * ds->n);
   memset(cache->r, 0, sizeof(float) * ds->n);
   int B = (int)d->cfg->per_device_train_batch_size;
+  long batches = (ds->n + (long)B * tr->world - 1) / ((long)B * tr->world), done = 0;
+  double tokens = 0;
+  ct_log_phase(&tr->log, tr->step + 1, "reference log-probs", 0, batches, "batches", 0, NULL);
   for (int first = tr->rank * B; first < ds->n; first += B * tr->world) {
     int m = 0;
     for (int k = first; k < ds->n && m < B; k++) d->pairs[m++] = k;
     ct_pref_batch(&d->batch, ds, d->pairs, m, ct_tokenizer_pad(tr->tok));
     reference_rows(d, &d->batch, NULL, m, &d->acts);
+    tokens += d->batch.n_tokens;
+    ct_log_phase(&tr->log, tr->step + 1, "reference log-probs", ++done, batches, "batches", tokens, NULL);
     for (int i = 0; i < m; i++) cache->c[d->pairs[i]] = d->ref_c[i], cache->r[d->pairs[i]] = d->ref_r[i];
   }
   // every rank filled its share: sum the shares (the others are 0)
@@ -397,6 +402,7 @@ int main(int argc, char **argv) {
                      ct_train_attach(&tr, &d.eval_acts))))
     fail(1, NULL);
   ref_cache cache_train = {0}, cache_eval = {0};
+  ct_train_watch_signals(&tr);  // (the reference pass can be long too)
   if (d.need_ref && cfg.precompute_ref_log_probs) {
     precompute(&d, &train, "ref_logps_train.safetensors", &cache_train);
     if (have_eval) precompute(&d, &eval, "ref_logps_eval.safetensors", &cache_eval);
@@ -415,7 +421,6 @@ int main(int argc, char **argv) {
   const ref_cache *ct_ = cfg.precompute_ref_log_probs ? &cache_train : NULL;
   const ref_cache *ce_ = cfg.precompute_ref_log_probs ? &cache_eval : NULL;
   ct_train_log_plan(&tr, train.n, global, B, accum, "pair");
-  ct_train_watch_signals();
   if (have_eval && cfg.eval_on_start && tr.step == 0) evaluate(&d, &eval, ce_);
   dpo_stats win = {0};
   double win_norm = 0, t_win = ct_now();
@@ -428,6 +433,7 @@ int main(int argc, char **argv) {
     dpo_stats st = {0};
     memset(d.tok, 0, sizeof *d.tok * accum);
     const int *step_pairs = d.pairs;  // (eval, which reuses d.pairs, runs after the step)
+    ct_log_phase(&tr.log, tr.step + 1, "training", 0, accum, "micro-batches", 0, NULL);  // (the heartbeat's line)
     for (int k = 0; k < accum; k++) {
       int first = (k * tr.world + tr.rank) * B;
       if (first >= n) break;

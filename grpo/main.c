@@ -315,6 +315,7 @@ static void generate(grpo_t *g, const ct_prompt_set *set, const int *prompts, in
   }
   gen_ctx ctx = {g, ro, per, train, 0, (long)n_prompts * per, 0};
   ct_gen_callbacks cb = {on_done, NULL, &ctx};
+  if (train) ct_log_phase(&tr->log, tr->step + 1, "rollouts", 0, ctx.total, "completions", 0, NULL);
   if (ct_generate(g->engine, tr->tok, req, n_prompts, &cb)) fail(1, "generating completions");
   free(req);
 }
@@ -504,6 +505,7 @@ static void train_pass(grpo_t *g, bool first_pass, step_stats *st) {
     if (!g->ro[i].masked && g->ro[i].n > 0) counts.tokens += g->ro[i].n, counts.sequences += 1;
   counts.micro_batches = (g->n_ro + B - 1) / B;
   ct_dist_sum_stats(&counts);
+  ct_log_phase(&tr->log, tr->step + 1, "training", 0, (g->n_ro + B - 1) / B, "micro-batches", 0, NULL);
   for (int first = 0; first < g->n_ro; first += B) {
     int n = g->n_ro - first < B ? g->n_ro - first : B;
     double micro_tokens = 0;
@@ -686,7 +688,7 @@ int main(int argc, char **argv) {
                            "float32 (this build has no AVX512_BF16 kernel)");
   ct_log_info(&tr.log, "training %ld steps; %s loss; beta %g (%s)", tr.total_steps - tr.step,
               cfg.loss_type.v[0], g.use_ref ? cfg.beta : 0.0, g.use_ref ? "reference loaded" : "no reference model");
-  ct_train_watch_signals();
+  ct_train_watch_signals(&tr);
   if (have_eval && cfg.eval_on_start && tr.step == 0) evaluate(&g);
   bool stop = false;
   int iter = 0;

@@ -19,6 +19,7 @@
 #include "config.h"
 #include "error.h"
 #include "reward/model.h"
+#include "stop.h"
 #include "unicode.h"
 
 #define REPLY_MAX (16L << 20)  // bytes: a reward reply larger than this is malformed
@@ -200,6 +201,13 @@ static int add_key_header(ct_reward *r) {
   return 0;
 }
 
+// A stop asked for (SIGINT, SIGTERM) ends a request in flight at once; the retry loop's
+// ct_poll then stops the run.
+static int on_progress(void *p, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d) {
+  (void)p, (void)a, (void)b, (void)c, (void)d;
+  return ct_stop_signal() != 0;
+}
+
 static int init_remote(ct_reward *r, const ct_reward_opts *o) {
   if (!o->url || (strncmp(o->url, "http://", 7) && strncmp(o->url, "https://", 8)))
     return ct_set_error(CT_ECONFIG, "reward_url: \"%s\" is not an http:// or https:// URL",
@@ -256,6 +264,8 @@ static int init_remote(ct_reward *r, const ct_reward_opts *o) {
   bad |= curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_reply) != CURLE_OK;
   bad |= curl_easy_setopt(c, CURLOPT_WRITEDATA, r) != CURLE_OK;
   bad |= curl_easy_setopt(c, CURLOPT_ERRORBUFFER, r->curl_err) != CURLE_OK;
+  bad |= curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress) != CURLE_OK;
+  bad |= curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L) != CURLE_OK;
   // libcurl's defaults, said out loud: an https server must prove it is the host named
   bad |= curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L) != CURLE_OK;
   bad |= curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L) != CURLE_OK;
@@ -652,7 +662,7 @@ static int attempt(ct_reward *r, const char *body, int n, double *out, failure *
 
 static void sleep_s(double s) {
   struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
-  while (nanosleep(&ts, &ts) && errno == EINTR) {}
+  while (nanosleep(&ts, &ts) && errno == EINTR) ct_poll(NULL, 0, 0);  // (a signal: stop now)
 }
 
 // Scores one batch: one request, retried with exponential backoff.
@@ -663,6 +673,7 @@ static int remote_batch(ct_reward *r, const ct_reward_item *items, int n, double
   int tries = 0, rc = ATTEMPT_RETRY;
   double wait = r->backoff_s;
   for (; tries <= r->retries && rc == ATTEMPT_RETRY; tries++) {
+    ct_poll("reward requests", tries, r->retries + 1);
     if (tries) {
       sleep_s(wait);
       wait *= 2;

@@ -242,7 +242,7 @@ static int train_main(int argc, char **argv) {
                      ct_train_attach(&tr, &d.eval_acts))))
     fail(1, NULL);
   ct_train_log_plan(&tr, train.n, global, B, accum, "pair");
-  ct_train_watch_signals();
+  ct_train_watch_signals(&tr);
   if (have_eval && cfg.eval_on_start && tr.step == 0) evaluate(&d, &eval);
   rm_stats win = {0};
   double win_norm = 0, t_win = ct_now();
@@ -252,6 +252,7 @@ static int train_main(int argc, char **argv) {
     int n = ct_train_next_seqs(&tr, d.pairs, global);
     rm_stats st = {0};
     const int *step_pairs = d.pairs;
+    ct_log_phase(&tr.log, tr.step + 1, "training", 0, accum, "micro-batches", 0, NULL);  // (the heartbeat's line)
     for (int k = 0; k < accum; k++) {
       int first = (k * tr.world + tr.rank) * B;
       if (first >= n) break;

@@ -139,7 +139,7 @@ int main(int argc, char **argv) {
       (D && mtp_setup(&tr, &w, B, Be, T)))
     fail(1, NULL);
   ct_train_log_plan(&tr, train.n_seq, global, B, accum, "sequence");
-  ct_train_watch_signals();
+  ct_train_watch_signals(&tr);
 
   if (have_eval && cfg.eval_on_start && tr.step == 0) evaluate(&tr, &w, &eval);
   ct_lm_stats win = {0};  // the logging window
@@ -153,6 +153,7 @@ int main(int argc, char **argv) {
     float scale = labels ? 1.0f / (float)labels : 0.0f;
     if (D) mtp_scale(&tr, &w, &train, n);
     ct_lm_stats st = {0};
+    ct_log_phase(&tr.log, tr.step + 1, "training", 0, accum, "micro-batches", 0, NULL);  // (the heartbeat's line)
     for (int k = 0; k < accum; k++) {
       int first = (k * tr.world + tr.rank) * B;  // this rank's k-th micro-batch
       if (first >= n) break;
