@@ -11,11 +11,9 @@
 . tests/lib/common.sh
 start_test disk_full
 
-"$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 400 10 7 6 >/dev/null
+micro_sft
 S="$BIN/sft"
-tiny="configs/sft.yml dataset_path=$T/train.jsonl model.hidden_size=32 model.intermediate_size=64
-      model.num_hidden_layers=1 model.num_attention_heads=2 model.num_key_value_heads=1 max_length=24
-      per_device_train_batch_size=8 save_steps=2"
+tiny="$tiny save_steps=2"
 "$S" $tiny output_dir="$T/o" max_steps=2 >"$T/first.log" 2>&1 || { cat "$T/first.log"; fail "first run"; }
 
 # unchanged DIR: checkpoint-2 as saved, the only checkpoint, no save left half-done

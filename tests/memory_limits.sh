@@ -7,10 +7,8 @@
 . tests/lib/common.sh
 start_test memory_limits
 
-"$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 400 10 7 6 >/dev/null
-tiny="configs/sft.yml dataset_path=$T/train.jsonl model.hidden_size=32 model.intermediate_size=64
-      model.num_hidden_layers=1 model.num_attention_heads=2 model.num_key_value_heads=1 max_length=24
-      per_device_train_batch_size=8 save_steps=0"
+micro_sft
+tiny="$tiny save_steps=0"
 "$BIN/sft" $tiny output_dir="$T/m" max_steps=1 >"$T/m.log" 2>&1 || { cat "$T/m.log"; fail "training the model"; }
 
 # limited KIB NAME PROGRAM ARGS...: PROGRAM under `ulimit -v KIB` must exit 1 within 60 s

@@ -8,11 +8,9 @@
 . tests/lib/common.sh
 start_test run_safety
 
-"$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 400 10 7 6 >/dev/null
+micro_sft
 S="$BIN/sft"
-tiny="configs/sft.yml dataset_path=$T/train.jsonl model.hidden_size=32 model.intermediate_size=64
-      model.num_hidden_layers=1 model.num_attention_heads=2 model.num_key_value_heads=1 max_length=24
-      per_device_train_batch_size=8 logging_steps=1"
+tiny="$tiny logging_steps=1"
 run() {  # run NAME ARGS...: a run that must succeed, log in $T/NAME.log
   name=$1; shift
   "$S" $tiny "$@" >"$T/$name.log" 2>&1 || { cat "$T/$name.log"; fail "run $name"; }

@@ -49,6 +49,15 @@ YML
   for line in "$@"; do echo "$line" >> "$T/tiny.yml"; done
 }
 
+# micro_sft: $T/train.jsonl (400 rows of the reverse task) and $tiny, bin/sft's arguments
+# for a 1-layer, 32-wide model on it (a step takes milliseconds).
+micro_sft() {
+  "$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 400 10 7 6 >/dev/null
+  tiny="configs/sft.yml dataset_path=$T/train.jsonl model.hidden_size=32 model.intermediate_size=64
+        model.num_hidden_layers=1 model.num_attention_heads=2 model.num_key_value_heads=1 max_length=24
+        per_device_train_batch_size=8"
+}
+
 # mpi_test NAME: start_test after checking mpirun is installed; $MPIRUN runs mpirun the way
 # these tests do (oversubscribed; as root when root); $T/train.jsonl is a small reverse task.
 mpi_test() {
