@@ -34,6 +34,29 @@ const char *ct_blas_wanted_core(const char *corename, bool avx512, bool avx2) {
 
 const char *ct_blas_corename(void) { return openblas_get_corename(); }
 
+// The command line the process was started with (/proc/self/cmdline), as an argv array in
+// one allocation; NULL when it cannot be read. A main that shifted its argv (`bin/distill
+// precompute ...`, `bin/reward eval ...`) must not restart as a different command.
+static char **own_command_line(void) {
+  FILE *f = fopen("/proc/self/cmdline", "rb");
+  if (!f) return NULL;
+  char buf[1 << 16];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  bool whole = feof(f);
+  fclose(f);
+  if (!n || !whole) return NULL;  // (a command line over 64 KiB: use the caller's argv)
+  buf[n] = 0;
+  int argc = 0;
+  for (size_t i = 0; i < n; i++) argc += !buf[i];
+  char **argv = malloc(sizeof(char *) * (argc + 1) + n + 1);
+  if (!argv) return NULL;
+  char *text = (char *)(argv + argc + 1);
+  memcpy(text, buf, n + 1);
+  for (int a = 0; a < argc; a++, text += strlen(text) + 1) argv[a] = text;
+  argv[argc] = NULL;
+  return argv;
+}
+
 void ct_blas_init(int argc, char **argv) {
   (void)argc;
   openblas_set_num_threads(1);
@@ -48,13 +71,19 @@ void ct_blas_init(int argc, char **argv) {
               openblas_get_corename(), want);
     return;
   }
-  if (!want || getenv("CT_BLAS_REEXEC")) return;
+  // CT_BLAS_FORCE_RESTART=1 restarts even where OpenBLAS chose well, so that tests on every
+  // CPU run the path Debian's OpenBLAS takes on recent Xeons (tests/cli_e2e.sh).
+  bool force = getenv("CT_BLAS_FORCE_RESTART") && !strcmp(getenv("CT_BLAS_FORCE_RESTART"), "1");
+  if ((!want && !force) || getenv("CT_BLAS_REEXEC")) return;
+  if (!want) want = openblas_get_corename();
   fprintf(stderr, "ctune: OpenBLAS chose its '%s' kernel on a CPU that runs '%s'; "
           "restarting with OPENBLAS_CORETYPE=%s (set OPENBLAS_CORETYPE to override)\n",
           openblas_get_corename(), want, want);
   setenv("OPENBLAS_CORETYPE", want, 1);
   setenv("CT_BLAS_REEXEC", "1", 1);
-  execv("/proc/self/exe", argv);
+  char **own = own_command_line();
+  execv("/proc/self/exe", own ? own : argv);
+  free(own);
   fprintf(stderr, "ctune: re-exec failed; continuing with the slow kernel\n");
 }
 
