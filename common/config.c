@@ -43,6 +43,7 @@ typedef struct {
   int lo_open, hi_open;
   int nonfinite;                // floats: inf and nan are allowed
   const char *const *choices;   // enum values, or allowed string-list items
+  const char *const *per_trainer_choices[6];  // string-list items one trainer takes; NULL = choices
   const char *section;          // this row starts a section of base.yml
   const char *comment;          // one sentence or two for base.yml
   unsigned required;            // CT_TRAINER_* mask of the trainers that cannot run without it
@@ -76,6 +77,9 @@ const char *const ct_truncate_names[] = {"error", "left", NULL};
 const char *const ct_speculative_names[] = {"none", "mtp", NULL};
 const char *const ct_loss_type_names[] = {"sigmoid", "hinge", "ipo", "robust", "sft", "simpo",
                                           "grpo", "bnpo", "dr_grpo", "dapo", NULL};
+// the same names by trainer (test_dpo_loss checks them against dpo/loss.c and grpo/)
+static const char *const dpo_loss_names[] = {"sigmoid", "hinge", "ipo", "robust", "sft", "simpo", NULL};
+static const char *const grpo_loss_names[] = {"grpo", "bnpo", "dr_grpo", "dapo", NULL};
 const char *const ct_scale_rewards_names[] = {"group", "batch", "none", NULL};
 const char *const ct_advantage_estimator_names[] = {"group_norm", "rloo", "reinforce_baseline", NULL};
 const char *const ct_reward_failure_names[] = {"error", "nan", NULL};
@@ -318,6 +322,7 @@ static const key_def KEYS[] = {
                 "widened one layer at a time); int8 (a quarter, through the sampler's engine)."},
     {"loss_type", K_STR_LIST, DPO | GRPO, OFF(loss_type), "sigmoid", .section = "DPO",
      .per_trainer = {NULL, "sigmoid", "dapo"}, .choices = ct_loss_type_names,
+     .per_trainer_choices = {NULL, dpo_loss_names, grpo_loss_names},
      .comment = "DPO: preference losses (sigmoid, hinge, ipo, robust, sft, simpo), summed with "
                 "loss_weights ([sigmoid, sft] is RPO). GRPO: one of grpo, bnpo, dr_grpo, dapo "
                 "(how token losses are averaged)."},
@@ -798,13 +803,21 @@ static int parse_number(const key_def *k, const char *text, const char *where, i
   return 0;
 }
 
-static int check_choice(const key_def *k, const char *text, const char *where, int *index) {
-  for (int i = 0; k->choices[i]; i++)
-    if (!strcmp(text, k->choices[i])) return *index = i, 0;
+static int trainer_index(ct_trainer_kind t);
+
+// The values key k takes from `trainer` (a CT_TRAINER_* bit; 0: any trainer's).
+static const char *const *choices_of(const key_def *k, unsigned trainer) {
+  int ti = trainer_index((ct_trainer_kind)trainer);
+  return ti >= 0 && k->per_trainer_choices[ti] ? k->per_trainer_choices[ti] : k->choices;
+}
+
+static int check_choice(const key_def *k, unsigned trainer, const char *text, const char *where, int *index) {
+  const char *const *ch = choices_of(k, trainer);
+  for (int i = 0; ch[i]; i++)
+    if (!strcmp(text, ch[i])) return *index = i, 0;
   char b[64], list[256] = "";
-  for (int i = 0; k->choices[i]; i++)
-    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
-             k->choices[i]);
+  for (int i = 0; ch[i]; i++)
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", ch[i]);
   return ct_set_error(CT_ECONFIG, "%s: key '%s': '%s' is not one of %s", WHERE(where),
                       k->name, show(text, b, sizeof b), list);
 }
@@ -829,7 +842,7 @@ static int set_list(ct_config *c, int ki, char **items, int n, const char *where
   if (k->type == K_STR_LIST) {
     int dummy;
     for (int i = 0; i < n; i++)
-      if (k->choices && check_choice(k, items[i], where, &dummy)) return CT_ECONFIG;
+      if (k->choices && check_choice(k, c->trainer, items[i], where, &dummy)) return CT_ECONFIG;
     ct_str_list l = {calloc((size_t)n + 1, sizeof(char *)), n};
     if (!l.v) return ct_set_error(CT_ENOMEM, "out of memory");
     for (int i = 0; i < n; i++)
@@ -938,7 +951,7 @@ static int set_scalar(ct_config *c, int ki, const char *text, int plain, const c
       if (!(rc = parse_number(k, t, where, &i64, &d))) *(double *)f = d;
       break;
     case K_ENUM:
-      if (!(rc = check_choice(k, t, where, &iv))) *(int *)f = iv;
+      if (!(rc = check_choice(k, 0, t, where, &iv))) *(int *)f = iv;
       break;
     default:
       rc = ct_set_error(CT_ECONFIG, "%s: key '%s' can only be given in a yml file", WHERE(where),
@@ -1701,6 +1714,19 @@ static int apply_arg(ct_config *c, const char *arg) {
   return rc;
 }
 
+// Defaults that depend on another key, applied once every key is read, so that the run,
+// its config.yml and its resume all see the value used: DPO's beta is 2.0 when loss_type
+// holds simpo (SimPO's paper and torchtune's SimPOLoss; TRL's CPOConfig keeps 0.1).
+static int resolve_dependent_defaults(ct_config *c) {
+  if (c->trainer != CT_TRAINER_DPO || ct_config_is_set(c, "beta")) return 0;
+  for (int k = 0; k < c->loss_type.n; k++)
+    if (!strcmp(c->loss_type.v[k], "simpo")) {
+      c->beta = 2.0;
+      return set_origin(c, key_index("beta"), "default with loss_type simpo");
+    }
+  return 0;
+}
+
 int ct_config_from_args(ct_config *c, ct_trainer_kind t, int argc, char **argv) {
   int rc = ct_config_init(c, t), i = 1;
   if (rc) return rc;
@@ -1720,7 +1746,7 @@ int ct_config_from_args(ct_config *c, ct_trainer_kind t, int argc, char **argv) 
   }
   for (; i < argc; i++)
     if ((rc = bad_note(&bad, apply_arg(c, argv[i])))) goto fail;
-  if (!(rc = bad_result(&bad))) return 0;
+  if (!(rc = bad_result(&bad)) && !(rc = resolve_dependent_defaults(c))) return 0;
 fail:
   ct_config_free(c);
   return rc;

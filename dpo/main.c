@@ -33,7 +33,7 @@
 
 static int fail(int code, const char *what) { ct_dist_die("dpo", code, what); }
 
-// The losses from config: loss_type list, loss_weights, beta (2.0 by default for simpo).
+// The losses from config: loss_type list, loss_weights, beta (the config made it 2.0 by default for simpo).
 static int losses_from(const ct_config *c, ct_dpo_loss *o) {
   *o = (ct_dpo_loss){.n = c->loss_type.n, .beta = c->beta, .label_smoothing = c->label_smoothing,
                      .simpo_gamma = c->simpo_gamma};
@@ -53,7 +53,6 @@ static int losses_from(const ct_config *c, ct_dpo_loss *o) {
     o->weight[k] = c->loss_weights.n ? c->loss_weights.v[k] : 1.0;
     simpo |= o->type[k] == CT_DPO_SIMPO;
   }
-  if (simpo && !strcmp(ct_config_origin(c, "beta"), "default")) o->beta = 2.0;
   if (o->beta <= 0 && o->n && (ct_dpo_needs_reference(o) || simpo))
     return ct_set_error(CT_ECONFIG, "%s: key 'beta' must be positive for DPO losses", ct_config_origin(c, "beta"));
   return 0;
