@@ -57,8 +57,9 @@ demo: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all
 	@$(MAKE) --no-print-directory demo-run
 
+# DEMO=quick: every stage with a tenth of the data and a few steps (what `make test` runs)
 demo-run: all
-	@sh scripts/demo.sh $(BIN)
+	@sh scripts/demo.sh $(BIN) $(DEMO)
 
 bench: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all
