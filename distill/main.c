@@ -120,7 +120,7 @@ static void gathered_label_index(const ct_dataset *ds, const ct_batch *b, const 
   }
 }
 
-static void cmd_precompute(const ct_config *cfg, ct_train *tr, const ct_dataset *ds) {
+static void cmd_precompute(const ct_config *cfg, ct_train *tr, const ct_tokenizer *tok, const ct_dataset *ds) {
   if (!cfg->teacher_logits_path[0])
     fail(2, (ct_set_error(CT_ECONFIG, "precompute needs teacher_logits_path=FILE (where to write)"), NULL));
   int B = (int)cfg->per_device_eval_batch_size, T = (int)cfg->max_length;
@@ -140,7 +140,7 @@ static void cmd_precompute(const ct_config *cfg, ct_train *tr, const ct_dataset 
   for (int first = 0; first < ds->n_seq; first += B) {
     int n = 0;
     for (int s = first; s < ds->n_seq && n < B; s++) seqs[n++] = s;
-    ct_batch_fill(&b, ds, seqs, n, ct_tokenizer_pad(tr->tok));
+    ct_batch_fill(&b, ds, seqs, n, ct_tokenizer_pad(tok));
     teacher_forward(&t, &b);
     gathered_label_index(ds, &b, off, where);
     for (long q0 = 0; q0 < b.n_target; q0 += ROWS) {
@@ -339,19 +339,32 @@ int main(int argc, char **argv) {
   ct_train_start(&tr, &cfg, CT_TRAINER_DISTILL, argc, argv, check_config);
   bool offline = !precompute_mode && cfg.teacher_logits_path[0];
   int rc;
-  if (!offline) check_vocabularies(&cfg, tr.tok);
+  // `precompute` without a student (no model_path nor tokenizer_path) tokenizes with the
+  // teacher's tokenizer: the student it will train must share it anyway, and the one built
+  // from scratch (the byte tokenizer) would not
+  ct_tokenizer *teacher_tok = NULL;
+  int vocab = tr.model.cfg.vocab_size;
+  if (precompute_mode && !cfg.model_path[0] && !cfg.tokenizer_path[0]) {
+    if (ct_tokenizer_load_said(NULL, &teacher_tok, cfg.teacher_path))
+      fail(1, (ct_wrap_error(CT_EIO, "%s: key 'teacher_path'", ct_config_origin(&cfg, "teacher_path")), NULL));
+    vocab = ct_tokenizer_vocab_size(teacher_tok);
+  } else if (!offline) {
+    check_vocabularies(&cfg, tr.tok);
+  }
+  const ct_tokenizer *tok = teacher_tok ? teacher_tok : tr.tok;
   ct_data_opts o = {(int)cfg.max_length, cfg.completion_only_loss, cfg.assistant_only_loss,
-                    cfg.skip_bad_rows, cfg.packing, cfg.dataset_text_field, tr.model.cfg.vocab_size};
+                    cfg.skip_bad_rows, cfg.packing, cfg.dataset_text_field, vocab};
   ct_dataset train, eval = {0};
-  if (ct_dataset_load(&train, cfg.dataset_path, tr.tok, &o)) fail(1, NULL);
+  if (ct_dataset_load(&train, cfg.dataset_path, tok, &o)) fail(1, NULL);
   bool have_eval = cfg.eval_dataset_path[0] && !precompute_mode;
   ct_data_opts eo = o;
   eo.packing = false;
   if (have_eval && ct_dataset_load(&eval, cfg.eval_dataset_path, tr.tok, &eo)) fail(1, NULL);
   ct_log_info(&tr.log, "train: %s: %d rows, %ld trained tokens", train.path, train.n_rows, train.n_label_tokens);
   if (precompute_mode) {
-    cmd_precompute(&cfg, &tr, &train);
+    cmd_precompute(&cfg, &tr, tok, &train);
     ct_dataset_free(&train);
+    ct_tokenizer_free(teacher_tok);
     ct_train_release(&tr);  // nothing to save: the teacher's logits are the output
     return 0;
   }
