@@ -26,11 +26,11 @@ expect 2 "precompute needs teacher_logits_path" env CT_BLAS_FORCE_RESTART=1 "$BI
   dataset_path="$T/train.jsonl" teacher_path="$T/eps" model_path="$T/eps" max_length=24
 
 echo "== --help and -h on every binary; no arguments prints the usage"
-for b in sft dpo grpo distill sampler ctune-config ctune-ckpt ctune-tokenize ctune-demo-data \
-         ctune-report ctune-reward-server ctune-bench; do
+for b in sft dpo grpo distill sampler reward ctune-config ctune-ckpt ctune-tokenize ctune-demo-data \
+         ctune-report ctune-reward-server ctune-bench ctune-grpo-replay; do
   for h in --help -h; do
     "$BIN/$b" $h >"$T/help.out" 2>"$T/help.err" || { cat "$T/help.err"; fail "$b $h exited non-zero"; }
-    grep -q "^usage: " "$T/help.out" || fail "$b $h printed no usage on stdout"
+    head -1 "$T/help.out" | grep -q "^usage: $b " || fail "$b $h printed no usage of its own on stdout"
   done
 done
 "$BIN/sft" --help >"$T/help.out"

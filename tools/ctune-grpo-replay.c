@@ -205,7 +205,19 @@ static int check_config(const ct_config *c) {
 
 static __attribute__((noreturn)) void die(ct_train *tr, const char *what) { ct_train_die(tr, CT_EINVAL, what); }
 
+static int usage(FILE *f) {
+  fputs("usage: ctune-grpo-replay configs/grpo.yml RUN-KEYS... dataset_path=RUN/completions.jsonl output_dir=DIR\n"
+        "Recomputes a GRPO run's optimizer steps from the completions.jsonl it logged (log_completions=true),\n"
+        "without sampling or rewards, and writes DIR/metrics.jsonl and the final model to compare with the run's.\n"
+        "RUN-KEYS are the run's own keys (model_path = its starting weights, max_steps, learning rate, loss_type,\n"
+        "epsilon, beta, per_device_train_batch_size, temperature, ...): `bin/grpo --help` lists them.\n"
+        "Limits: num_iterations 1, one rank.\n", f);
+  return f == stdout ? 0 : 2;
+}
+
 int main(int argc, char **argv) {
+  if (ct_config_help_asked(argc, argv)) return usage(stdout);
+  if (argc < 2) return usage(stderr);
   ct_config cfg;
   ct_train tr;
   ct_train_start(&tr, &cfg, CT_TRAINER_GRPO, argc, argv, check_config);
