@@ -447,18 +447,33 @@ done:
   return rc;
 }
 
+// A checkpoint holds LoRA adapters or a whole model: use_peft must say the same.
+static int check_resume_kind(const ct_train *tr) {
+  const char *d = tr->resumed_from;
+  bool adapters = ct_path_has_file(d, "adapter_model.safetensors");
+  if (adapters && !tr->cfg->use_peft)
+    return ct_set_error(CT_ECONFIG, "%s: key 'use_peft': %s holds a LoRA adapter (adapter_model.safetensors), "
+                        "not a model; resume it with use_peft: true and its base as model_path",
+                        ct_config_origin(tr->cfg, "use_peft"), d);
+  if (!adapters && tr->cfg->use_peft && ct_path_has_file(d, "model.safetensors"))
+    return ct_set_error(CT_ECONFIG, "%s: key 'use_peft': %s holds a whole model (model.safetensors), not LoRA "
+                        "adapters; resume it with use_peft: false", ct_config_origin(tr->cfg, "use_peft"), d);
+  return 0;
+}
+
 static int resolve_resume(ct_train *tr) {
   const char *r = tr->cfg->resume_from_checkpoint;
   if (!r[0]) return 0;
   if (strcmp(r, "latest") == 0) {
     long step;
-    return ct_ckpt_latest(tr->cfg->output_dir, tr->resumed_from, sizeof tr->resumed_from, &step);
+    int rc = ct_ckpt_latest(tr->cfg->output_dir, tr->resumed_from, sizeof tr->resumed_from, &step);
+    return rc || !tr->resumed_from[0] ? rc : check_resume_kind(tr);
   }
   if (!ct_path_has_file(r, "trainer_state.json"))
     return ct_set_error(CT_EIO, "%s: key 'resume_from_checkpoint': %s is not a checkpoint "
                         "(no trainer_state.json)", ct_config_origin(tr->cfg, "resume_from_checkpoint"), r);
   snprintf(tr->resumed_from, sizeof tr->resumed_from, "%s", r);
-  return 0;
+  return check_resume_kind(tr);
 }
 
 // Whether two existing paths name the same directory.
