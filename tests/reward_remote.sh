@@ -64,7 +64,7 @@ grep -c "no valid API key, 401" "$T/server.log" | grep -qx 2 || { cat "$T/server
 
 echo "== an unset or empty variable is a config error before any rollout"
 before=$(posts)
-expect 2 "reward_api_key_env: environment variable CT_NO_SUCH_KEY is unset" \
+expect 2 "command line: key 'reward_api_key_env': environment variable CT_NO_SUCH_KEY is unset" \
   env -u CT_NO_SUCH_KEY "$G" $common output_dir="$T/unset" reward_url="$url" reward_api_key_env=CT_NO_SUCH_KEY
 one_line "CT_NO_SUCH_KEY"
 expect 2 "environment variable CT_EMPTY_KEY is empty" \
