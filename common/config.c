@@ -417,8 +417,9 @@ static const key_def KEYS[] = {
     {"reward_backoff", K_FLOAT, GRPO, OFF(reward_backoff), "0.5", FROM(0),
      .comment = "remote: first wait between attempts."},
     {"reward_failure", K_ENUM, GRPO, OFF(reward_failure), "error", .choices = ct_reward_failure_names,
-     .comment = "remote: after the last retry, stop the run (error) or give those "
-                "completions NaN rewards (nan; they are left out)."},
+     .comment = "remote: after the last retry, or on a non-finite reward (NaN, Infinity), stop the run "
+                "(error) or give those completions NaN rewards (nan; they are left out). A null reward "
+                "is NaN either way (TRL's None)."},
     {"reward_batch", K_INT, GRPO, OFF(reward_batch), "0", FROM(0),
      .comment = "remote: completions per request; 0 = all of a step's."},
     {"prompt", K_STR, SAMPLER, OFF(prompt), "", .section = "Sampler (bin/sampler)",

@@ -4,6 +4,7 @@
 // TLS certificate checks off; the key never appears in a message.
 #include "reward.h"
 
+#include <ctype.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <math.h>
@@ -617,12 +618,106 @@ static void bad_reward(const ct_reward *r, const json_t *v, int i, int n, char *
     snprintf(out, cap, "reward %d of %d is %s; rewards must be numbers or null", i, n, type);
 }
 
-enum { ATTEMPT_OK, ATTEMPT_RETRY, ATTEMPT_FATAL };
+// Python's json.dumps writes float('nan') and float('inf') as bare NaN, Infinity and
+// -Infinity, which are not JSON (jansson refuses them), and a number past DBL_MAX (1e400)
+// is JSON but no double. Outside strings, each such token of [s, s + n) becomes the string
+// "\u0000" + its text, which no other reply value decodes to (JSON_ALLOW_NUL): a
+// non-finite reward. Writes into out when it is not NULL; returns the rewritten length.
+static size_t mark_nonfinite(const char *s, size_t n, char *out) {
+  size_t k = 0;
+  bool in_str = false;
+  for (size_t i = 0; i < n;) {
+    char c = s[i];
+    size_t len = 1;
+    bool mark = false;
+    if (in_str) {
+      if (c == '\\' && i + 1 < n) len = 2;
+      else if (c == '"') in_str = false;
+    } else if (c == '"') {
+      in_str = true;
+    } else if (c == 'N' || c == 'I' || c == '-' || (c >= '0' && c <= '9')) {
+      while (i + len < n && (isalnum((unsigned char)s[i + len]) || strchr("+-.", s[i + len]))) len++;
+      char *end = (char *)s + i;
+      double x = c == 'N' || c == 'I' ? 0 : strtod(s + i, &end);  // s is NUL-terminated
+      mark = (len == 3 && !memcmp(s + i, "NaN", 3)) || (len == 8 && !memcmp(s + i, "Infinity", 8)) ||
+             (len == 9 && !memcmp(s + i, "-Infinity", 9)) || (end == s + i + len && !isfinite(x));
+    }
+    size_t open = mark ? 7 : 0;  // strlen("\"\\u0000")
+    if (out && mark) memcpy(out + k, "\"\\u0000", open);
+    if (out) memcpy(out + k + open, s + i, len);
+    if (out && mark) out[k + open + len] = '"';
+    k += len + (mark ? open + 1 : 0);
+    i += len;
+  }
+  return k;
+}
+
+// The text of a reward mark_nonfinite made ("NaN", "1e400"), or NULL.
+static const char *nonfinite_text(const json_t *v) {
+  return json_is_string(v) && json_string_length(v) > 1 && json_string_value(v)[0] == 0
+             ? json_string_value(v) + 1 : NULL;
+}
+
+enum { ATTEMPT_OK, ATTEMPT_RETRY, ATTEMPT_FATAL, ATTEMPT_PARTIAL };
 
 // What went wrong with an attempt: a short kind ("HTTP 500", "timeout") and the detail.
 typedef struct {
   char what[64], detail[320];
 } failure;
+
+// The n rewards of the reply in r->reply into out. A null reward is NaN (TRL maps a
+// reward function's None to NaN). NaN, Infinity, -Infinity and 1e400 are NaN too, and
+// then reward_failure decides: ATTEMPT_FATAL (error: no retry, the server has answered)
+// or ATTEMPT_PARTIAL (nan: the other rewards stand). A reply that is not JSON, or holds
+// the wrong count or a reward of another type, may be a passing fault: ATTEMPT_RETRY.
+static int read_rewards(ct_reward *r, int n, double *out, failure *f) {
+  const char *reply = r->reply_len ? r->reply : "";
+  size_t len = mark_nonfinite(reply, r->reply_len, NULL);
+  char *marked = len != r->reply_len ? malloc(len) : NULL;
+  if (marked) mark_nonfinite(reply, r->reply_len, marked);
+  json_error_t je;
+  json_t *js = json_loadb(marked ? marked : reply, marked ? len : r->reply_len, JSON_ALLOW_NUL, &je);
+  free(marked);
+  json_t *rw = json_is_object(js) ? json_object_get(js, "rewards") : NULL;
+  int rc = ATTEMPT_RETRY, nonfinite = 0;
+  snprintf(f->what, sizeof f->what, "malformed JSON reply");
+  if (!js) {
+    char text[64];
+    reply_snippet(r, text, sizeof text);
+    if (holds_key(r, reply, r->reply_len)) snprintf(je.text, sizeof je.text, "bad JSON");
+    snprintf(f->detail, sizeof f->detail, "%s at line %d column %d: \"%s\"", je.text, je.line,
+             je.column, text);
+  } else if (!json_is_array(rw)) {
+    snprintf(f->detail, sizeof f->detail, "no \"rewards\" list");
+  } else if (json_array_size(rw) != (size_t)n) {
+    snprintf(f->what, sizeof f->what, "wrong reward count");
+    snprintf(f->detail, sizeof f->detail, "reply has %zu rewards, expected %d (one per query)",
+             json_array_size(rw), n);
+  } else {
+    rc = ATTEMPT_OK;
+    for (int i = 0; i < n && rc == ATTEMPT_OK; i++) {
+      json_t *v = json_array_get(rw, (size_t)i);
+      const char *text = nonfinite_text(v);
+      out[i] = json_is_number(v) ? json_number_value(v) : NAN;
+      if (text && !nonfinite++) {
+        snprintf(f->what, sizeof f->what, "non-finite reward");
+        snprintf(f->detail, sizeof f->detail, "reward %d of %d is %.40s", i, n, text);
+      } else if (!text && !json_is_number(v) && !json_is_null(v)) {
+        snprintf(f->what, sizeof f->what, "bad reward in the reply");
+        bad_reward(r, v, i, n, f->detail, sizeof f->detail);
+        rc = ATTEMPT_RETRY;
+      }
+    }
+  }
+  json_decref(js);
+  if (rc != ATTEMPT_OK || !nonfinite) return rc;
+  size_t k = strlen(f->detail);
+  snprintf(f->detail + k, sizeof f->detail - k, "%s%s",
+           nonfinite > 1 ? " (and others)" : "",
+           r->failure_nan ? "; those completions have NaN rewards"
+                          : "; reward_failure: nan would leave such completions out");
+  return r->failure_nan ? ATTEMPT_PARTIAL : ATTEMPT_FATAL;
+}
 
 // One POST of body; on success the n rewards are in out. Otherwise f says what went
 // wrong and the result says whether another attempt may help.
@@ -659,7 +754,6 @@ static int attempt(ct_reward *r, const char *body, int n, double *out, failure *
   }
   long status = 0;
   curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &status);
-  const char *reply = r->reply_len ? r->reply : "";
   if (status != 200) {
     snprintf(f->what, sizeof f->what, "HTTP %ld", status);
     char text[128];
@@ -678,43 +772,7 @@ static int attempt(ct_reward *r, const char *body, int n, double *out, failure *
     }
     return status >= 500 ? ATTEMPT_RETRY : ATTEMPT_FATAL;
   }
-  json_error_t je;
-  // a number past DBL_MAX (1e400) is valid JSON but fails to parse: non-finite
-  json_t *js = json_loadb(reply, r->reply_len, 0, &je);
-  json_t *rw = json_is_object(js) ? json_object_get(js, "rewards") : NULL;
-  int rc = ATTEMPT_RETRY;
-  snprintf(f->what, sizeof f->what, "malformed JSON reply");
-  if (!js) {
-    if (json_error_code(&je) == json_error_numeric_overflow)
-      snprintf(f->what, sizeof f->what, "non-finite reward");
-    char text[64];
-    reply_snippet(r, text, sizeof text);
-    if (holds_key(r, reply, r->reply_len)) snprintf(je.text, sizeof je.text, "bad JSON");
-    snprintf(f->detail, sizeof f->detail, "%s at line %d column %d: \"%s\"", je.text, je.line,
-             je.column, text);
-  } else if (!json_is_array(rw)) {
-    snprintf(f->detail, sizeof f->detail, "no \"rewards\" list");
-  } else if (json_array_size(rw) != (size_t)n) {
-    snprintf(f->what, sizeof f->what, "wrong reward count");
-    snprintf(f->detail, sizeof f->detail, "reply has %zu rewards, expected %d (one per query)",
-             json_array_size(rw), n);
-  } else {
-    rc = ATTEMPT_OK;
-    for (int i = 0; i < n && rc == ATTEMPT_OK; i++) {
-      json_t *v = json_array_get(rw, (size_t)i);
-      if (json_is_number(v) && isfinite(json_number_value(v))) {
-        out[i] = json_number_value(v);
-      } else if (json_is_null(v)) {
-        out[i] = NAN;  // the server could not score this one
-      } else {
-        snprintf(f->what, sizeof f->what, "bad reward in the reply");
-        bad_reward(r, v, i, n, f->detail, sizeof f->detail);
-        rc = ATTEMPT_RETRY;
-      }
-    }
-  }
-  json_decref(js);
-  return rc;
+  return read_rewards(r, n, out, f);
 }
 
 static void sleep_s(double s) {
@@ -738,7 +796,8 @@ static int remote_batch(ct_reward *r, const ct_reward_item *items, int n, double
   }
   free(body);
   if (rc == ATTEMPT_OK) return 0;
-  for (int i = 0; i < n; i++) out[i] = NAN;
+  if (rc != ATTEMPT_PARTIAL)
+    for (int i = 0; i < n; i++) out[i] = NAN;
   snprintf(r->last_failure, sizeof r->last_failure, "remote reward %s: %s after %d attempt%s%s%s",
            r->url, f.what, tries, tries == 1 ? "" : "s", f.detail[0] ? ": " : "", f.detail);
   r->failed_batches++;

@@ -70,8 +70,10 @@ typedef struct {
 } ct_reward_item;
 
 // Scores n items into out (NaN where a reward cannot be computed). Errors only for the
-// remote reward after its last retry when failure_nan is false, with a message naming
-// the URL and what went wrong (timeout, HTTP status, malformed reply, wrong count).
+// remote reward when failure_nan is false: after its last retry, with a message naming
+// the URL and what went wrong (timeout, HTTP status, malformed reply, wrong count), or at
+// once on a non-finite reward (Python's bare NaN, Infinity, -Infinity, or 1e400), which
+// with failure_nan is NaN for that item alone. A null reward is NaN (TRL's None).
 // Not thread-safe: one ct_reward serves one thread (the remote reward reuses one
 // connection handle).
 int ct_reward_score(ct_reward *r, const ct_reward_item *items, int n, double *out);

@@ -2,7 +2,8 @@
 // checks that name the option, and the remote reward client against
 // $CT_BIN/ctune-reward-server in each of its modes: right rewards, retries, bounded time
 // on a slow server, clear errors (HTTP 500, malformed JSON, closed connection, wrong
-// count, bad or non-finite rewards, refused connection, TLS to a plain-HTTP server),
+// count, bad or non-finite rewards (Python's bare NaN and Infinity too), refused
+// connection, TLS to a plain-HTTP server),
 // NaN rewards when failure_nan is set, and the API key: sent as a bearer token, HTTP 401
 // without it, and never in a message.
 #include <arpa/inet.h>
@@ -658,22 +659,31 @@ static void test_remote_non_finite_reward_is_an_error_naming_the_value(void) {
   if (!server_ok()) return;
   double out[4], secs;
   int requests;
-  // 1e400 is valid JSON but no double: it must not become inf (or a parse error that
-  // hides what was wrong)
-  int rc = run_remote("nonfinite", 0, NULL, out, &secs, &requests);
-  CHECK(rc == CT_EIO && has("non-finite reward after 3 attempts") && has("'1e400'") &&
-        has("/score"));
-  CHECK(isnan(out[1]));
-  ct_reward_opts o = remote_opts(0);
-  o.failure_nan = true;
-  rc = run_remote("nonfinite", 0, &o, out, &secs, &requests);
-  CHECK(rc == 0 && isnan(out[0]) && isnan(out[1]) && isnan(out[2]) && isnan(out[3]));
+  // Python's json.dumps writes float('nan') as a bare NaN and float('-inf') as -Infinity
+  // (not JSON); 1e400 is JSON but no double. Each is a non-finite reward: with
+  // reward_failure: error the run stops at once, naming it (the server has answered: no
+  // retry); with nan that completion's reward is NaN and the others stand.
+  const char *modes[] = {"nan", "inf", "nonfinite"};
+  const char *texts[] = {"reward 1 of 4 is NaN;", "reward 1 of 4 is -Infinity;", "reward 1 of 4 is 1e400;"};
+  for (int m = 0; m < 3; m++) {
+    int rc = run_remote(modes[m], 0, NULL, out, &secs, &requests);
+    CHECK(rc == CT_EIO && has("non-finite reward after 1 attempt: ") && has(texts[m]) && has("/score") &&
+          has("reward_failure: nan would leave such completions out"));
+    CHECK(requests == 1 && isnan(out[1]));
+    ct_reward_opts o = remote_opts(0);
+    o.failure_nan = true;
+    out[1] = 0;
+    rc = run_remote(modes[m], 0, &o, out, &secs, &requests);
+    CHECK(rc == 0 && requests == 1 && out[0] == 1 && isnan(out[1]) && out[2] == 1 && out[3] == 0);
+  }
 }
 
 static void test_remote_null_reward_is_nan_for_that_completion_only(void) {
   if (!server_ok()) return;
   double out[4] = {-1, -1, -1, -1}, secs;
   int requests;
+  // a null reward is NaN (TRL maps a reward function's None to NaN) whatever
+  // reward_failure says: the server chose to give none, nothing failed
   int rc = run_remote("null", 0, NULL, out, &secs, &requests);
   CHECK(rc == 0 && out[0] == 1 && isnan(out[1]) && out[2] == 1 && out[3] == 0);
   CHECK(requests == 1);
