@@ -636,7 +636,8 @@ static size_t mark_nonfinite(const char *s, size_t n, char *out) {
     } else if (c == '"') {
       in_str = true;
     } else if (c == 'N' || c == 'I' || c == '-' || (c >= '0' && c <= '9')) {
-      while (i + len < n && (isalnum((unsigned char)s[i + len]) || strchr("+-.", s[i + len]))) len++;
+      while (i + len < n && (isalnum((unsigned char)s[i + len]) || (s[i + len] && strchr("+-.", s[i + len]))))
+        len++;
       char *end = (char *)s + i;
       double x = c == 'N' || c == 'I' ? 0 : strtod(s + i, &end);  // s is NUL-terminated
       mark = (len == 3 && !memcmp(s + i, "NaN", 3)) || (len == 8 && !memcmp(s + i, "Infinity", 8)) ||
