@@ -19,7 +19,7 @@ VEC_FLAGS := $(if $(CLANG_FLAGS),,-fvect-cost-model=dynamic) -fno-trapping-math 
 
 CFLAGS_ALL = $(OPT) $(VEC_FLAGS) $(CLANG_FLAGS) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -pthread -fopenmp-simd \
              -Ibase -Itext -Inn -Isampler -Icommon -I. $(MPI_CFLAGS) -MMD -MP $(CFLAGS) $(EXTRA_CFLAGS)
-LDLIBS_ALL = -lopenblas -ldnnl -lgomp -lyaml -ljansson -lcurl -lz $(MPI_LIBS) -lm -pthread $(LDFLAGS)
+LDLIBS_ALL = -lopenblas -ldnnl -lgomp -lyaml -ljansson -lcurl -lpcre2-8 -lz $(MPI_LIBS) -lm -pthread $(LDFLAGS)
 
 COMMON_SRC  := $(wildcard base/*.c text/*.c nn/*.c common/*.c)
 SAMPLER_SRC := $(filter-out sampler/main.c sampler/bench.c,$(wildcard sampler/*.c))

@@ -193,8 +193,9 @@ static const key_def KEYS[] = {
      .comment = "The field that holds the text of plain-text rows."},
     {"shuffle_dataset", K_BOOL, ALL, OFF(shuffle_dataset), "true",
      .comment = "Shuffle the training rows every epoch."},
-    {"skip_bad_rows", K_BOOL, SFT | DPO | DISTILL | REWARD, OFF(skip_bad_rows), "false",
-     .comment = "Skip and count malformed rows instead of stopping at the first one."},
+    {"skip_bad_rows", K_BOOL, SFT | DPO | GRPO | DISTILL | REWARD, OFF(skip_bad_rows), "false",
+     .comment = "Skip and count malformed rows instead of stopping at the first one (GRPO: also "
+                "rows without the answer_field a reward function reads)."},
 
     {"center_rewards_coefficient", K_FLOAT, REWARD, OFF(center_rewards_coefficient), "0.0", FROM(0),
      .section = "Reward model",
@@ -394,14 +395,17 @@ static const key_def KEYS[] = {
     {"reward_weights", K_FLOAT_LIST, GRPO, OFF(reward_weights), "[]", ANY,
      .comment = "Weight of each reward function (negative: a penalty). Empty = 1 each."},
     {"answer_field", K_STR, GRPO, OFF(answer_field), "answer",
-     .comment = "accuracy and remote: the dataset field with the reference answer."},
+     .comment = "accuracy and remote: the dataset field with the reference answer; every row must have "
+                "it (remote: once the key is set; unset, a row without it sends a null label)."},
     {"answer_regex", K_STR, GRPO, OFF(answer_regex), "",
-     .comment = "accuracy: POSIX extended regex whose last match (its first group, if any) is "
-                "the completion's answer; empty = the whole completion."},
+     .comment = "accuracy: a Python re pattern (PCRE2) whose last match in the completion gives its "
+                "answer: the group named answer, else the first group, else the whole match; "
+                "empty = the whole completion."},
     {"answer_numeric", K_BOOL, GRPO, OFF(answer_numeric), "false",
      .comment = "accuracy: compare answers as numbers."},
     {"format_regex", K_STR, GRPO, OFF(format_regex), "",
-     .comment = "format: reward 1 when this POSIX extended regex matches the completion."},
+     .comment = "format: reward 1 when this Python re pattern (PCRE2) matches somewhere in the "
+                "completion (re.search; (?s) lets . match a newline)."},
     {"length_target", K_INT, GRPO, OFF(length_target), "0", FROM(0),
      .comment = "length: reward -|characters - target| / target."},
     {"reward_url", K_STR, GRPO, OFF(reward_url), "",
@@ -418,8 +422,9 @@ static const key_def KEYS[] = {
     {"reward_backoff", K_FLOAT, GRPO, OFF(reward_backoff), "0.5", FROM(0),
      .comment = "remote: first wait between attempts."},
     {"reward_failure", K_ENUM, GRPO, OFF(reward_failure), "error", .choices = ct_reward_failure_names,
-     .comment = "remote: after the last retry, stop the run (error) or give those "
-                "completions NaN rewards (nan; they are left out)."},
+     .comment = "remote: after the last retry, or on a non-finite reward (NaN, Infinity), stop the run "
+                "(error) or give those completions NaN rewards (nan; they are left out). A null reward "
+                "is NaN either way (TRL's None)."},
     {"reward_batch", K_INT, GRPO, OFF(reward_batch), "0", FROM(0),
      .comment = "remote: completions per request; 0 = all of a step's."},
     {"prompt", K_STR, SAMPLER, OFF(prompt), "", .section = "Sampler (bin/sampler)",

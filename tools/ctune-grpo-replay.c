@@ -226,7 +226,7 @@ int main(int argc, char **argv) {
   replay_t r = {.tr = &tr, .cfg = &cfg, .use_ref = cfg.beta > 0};
   agg_kind(&cfg, &r.agg);
   reader_t rd = {tr.tok, cfg.dataset_path, {true, (int)cfg.max_prompt_length, cfg.truncate_prompt == CT_TRUNCATE_LEFT,
-                 "max_prompt_length", tr.model.cfg.vocab_size}, cfg.max_steps, NULL, 0, 0, tr.model.cfg.vocab_size};
+                 "max_prompt_length", tr.model.cfg.vocab_size, false}, cfg.max_steps, NULL, 0, 0, tr.model.cfg.vocab_size};
   ct_jsonl_stats js;
   if (ct_jsonl_read(cfg.dataset_path, false, read_row, &rd, &js)) die(&tr, NULL);
   int per_step = 0, T = 1;
