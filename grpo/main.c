@@ -686,7 +686,7 @@ int main(int argc, char **argv) {
     if (!ct_reward_kind(cfg.reward_funcs.v[k], &kind) && kind == CT_REWARD_MODEL)
       ct_plan_addf(&plan, ct_rm_bytes(cfg.reward_funcs.v[k], (int)cfg.reward_model_dtype, B, reward_model_tokens(&cfg)),
                    "reward model %s (%s)", cfg.reward_funcs.v[k], ct_store_names[cfg.reward_model_dtype]);
-  bool dry;
+  bool dry = false;
   if (ct_model_rope_reserve(&tr.model, T) ||
       ct_train_memory(&tr, &plan, "gradient_checkpointing=true, ref_dtype=bfloat16 or int8 (or beta=0: "
                       "no reference), num_vocab_tiling, a smaller per_device_train_batch_size, "
