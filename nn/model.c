@@ -11,6 +11,7 @@
 #include "error.h"
 #include "bf16.h"
 #include "fastmath.h"
+#include "hash.h"
 #include "kernels.h"
 #include "matmul.h"
 #include "mem.h"
@@ -366,6 +367,22 @@ void ct_model_free(ct_model *m) {
 }
 
 double ct_model_param_bytes(const ct_model *m, bool bf16) { return (double)m->n_floats * (bf16 ? 2 : 4); }
+
+uint64_t ct_model_checksum(const ct_model *m) {
+  long n = m->n_floats, VC = (long)m->cfg.vocab_size * m->cfg.hidden_size;
+  bool tied = m->w.lm_head == m->w.embed;
+  uint64_t h = 0;
+  if (m->params) h = ct_xxh64_blocks(m->params, sizeof(float) * n, h);
+  if (m->params16) h = ct_xxh64_blocks(m->params16, sizeof(uint16_t) * n, h);
+  if (m->params8) {  // the matrices as int8, then the row scales and the vectors
+    const ct_tensor_info *t = &m->tensors[m->n_tensors - 1];
+    long s8 = m->s8off[m->n_tensors - 1] + (t->ndim == 2 ? t->shape[0] : t->numel);
+    h = ct_xxh64_blocks(m->params8, (size_t)n, h);
+    h = ct_xxh64_blocks(m->s8, sizeof(float) * s8, h);
+  }
+  if (m->emb32) h = ct_xxh64_blocks(m->emb32, sizeof(float) * VC * (tied ? 1 : 2), h);
+  return h;
+}
 
 // ---------------------------------------------------------------------------
 // Initialization. Value k of tensor i is a function of (seed, i, k) alone: Box-Muller

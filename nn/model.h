@@ -176,6 +176,10 @@ extern const char *const ct_store_names[];  // "float32", "bfloat16", "int8"
 void ct_model_free(ct_model *m);
 // Bytes the parameters take: 4 per float, or 2 in bf16.
 double ct_model_param_bytes(const ct_model *m, bool bf16);
+// A checksum of the weights as stored (float32, or bf16 / int8 with the float32 copies and
+// scales they keep): XXH64 chained over the buffers (hash.h), ~6 GB/s on one core, so
+// 0.35 s for the 2 GB of a 0.5B model in float32. Equal weights stored alike give equal sums.
+uint64_t ct_model_checksum(const ct_model *m);
 
 // Converts the parameters to bfloat16 storage (round to nearest even) and frees the
 // fp32 ones: half the memory, for models that only run forward. The accessors below

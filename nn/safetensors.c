@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "hash.h"
 #include "pool.h"
 
 // The data section is little-endian; we copy it to memory as is.
@@ -758,6 +759,48 @@ int ct_st_write(const char *path, const ct_st_entry *e, int n, const char *const
   else rc = ct_st_writer_close(&w);
   free(buf);
   return rc;
+}
+
+// ----------------------------------------------------------------------- checksummed files
+
+// XXH64 of the bytes of n tensors, chained in order (ct_xxh64_blocks).
+static uint64_t chain_bytes(uint64_t h, const void *p, size_t n) { return ct_xxh64_blocks(p, n, h); }
+
+int ct_st_write_checked(const char *path, const ct_st_entry *e, int n, const char *const *meta_keys,
+                        const char *const *meta_vals, int n_meta) {
+  uint64_t h = 0;
+  for (int i = 0; i < n; i++) {
+    uint64_t nb = 0;
+    int rc = check_entry(path, &e[i], i, &nb);
+    if (rc) return rc;
+    const void *raw = e[i].data ? e[i].data : e[i].dtype == CT_DT_F32 ? (const void *)e[i].data_f32 : NULL;
+    if (!raw && nb)
+      return ct_set_error(CT_EINVAL, "%s: tensor '%s': a checksummed file takes raw bytes or F32", path, e[i].name);
+    h = chain_bytes(h, raw, nb);
+  }
+  const char *keys[n_meta + 1], *vals[n_meta + 1];
+  char hex[20];
+  snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+  for (int i = 0; i < n_meta; i++) keys[i] = meta_keys[i], vals[i] = meta_vals[i];
+  keys[n_meta] = CT_ST_CHECKSUM_KEY;
+  vals[n_meta] = hex;
+  return ct_st_write(path, e, n, keys, vals, n_meta + 1);
+}
+
+int ct_st_check_content(const ct_safetensors *st, uint64_t *sum) {
+  uint64_t h = 0, want;
+  for (int i = 0; i < st->n; i++)  // (data order: the order they were written in)
+    h = chain_bytes(h, st->data + st->tensors[i].begin, st->tensors[i].end - st->tensors[i].begin);
+  const char *v = ct_st_meta(st, CT_ST_CHECKSUM_KEY);
+  char *end = NULL;
+  if (!v || strlen(v) != 16 || (want = strtoull(v, &end, 16), *end))
+    return ct_set_error(CT_EFORMAT, "%s: no checksum of its contents (__metadata__ '%s'): written by an older "
+                        "ctune or damaged", st->path, CT_ST_CHECKSUM_KEY);
+  if (want != h)
+    return ct_set_error(CT_EFORMAT, "%s: its contents changed since it was written (xxh64 %016llx, recorded "
+                        "%s): the file is damaged", st->path, (unsigned long long)h, v);
+  if (sum) *sum = h;
+  return 0;
 }
 
 // ----------------------------------------------------------------------- directory
