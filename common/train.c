@@ -241,6 +241,26 @@ static int rope_positions(const ct_config *c) {
   return c->trainer == CT_TRAINER_GRPO ? 1 : (int)c->max_length;
 }
 
+const ct_ident *ct_train_frozen_find(const ct_train *tr, const char *role) {
+  for (int i = 0; i < tr->n_frozen; i++)
+    if (!strcmp(tr->frozen[i].role, role)) return &tr->frozen[i];
+  return NULL;
+}
+
+int ct_train_frozen(ct_train *tr, const ct_ident *id) {
+  for (int i = 0; i < tr->n_saved_frozen && tr->resumed_from[0]; i++) {
+    char why[1400];
+    if (!strcmp(tr->saved_frozen[i].role, id->role) && ct_ident_differs(&tr->saved_frozen[i], id, why, sizeof why))
+      return ct_set_error(CT_EINVAL, "%s was trained with other frozen inputs: %s; resume with the ones it was "
+                          "trained with, or start a new run in another output_dir", tr->resumed_from, why);
+  }
+  ct_ident *slot = (ct_ident *)ct_train_frozen_find(tr, id->role);
+  if (!slot && tr->n_frozen == CT_TRAIN_FROZEN_MAX)
+    return ct_set_error(CT_EINVAL, "more than %d frozen inputs", CT_TRAIN_FROZEN_MAX);
+  *(slot ? slot : &tr->frozen[tr->n_frozen++]) = *id;
+  return 0;
+}
+
 static int load_model_or_spec(ct_train *tr, ct_model *m, const char *dir) {
   int max_pos = rope_positions(tr->cfg);
   if (dir && dir[0]) return ct_model_load(m, dir, max_pos);
@@ -258,7 +278,12 @@ int ct_train_reference(ct_train *tr, ct_frozen *ref, int dtype, int B, int T) {
   memset(ref, 0, sizeof *ref);
   if (c->use_peft) {  // the base, adapters off (ct_frozen_through)
     ct_log_info(&tr->log, "reference: the base, adapters off, through the policy's activations (no copy)");
-    return ct_frozen_view(ref, &tr->model, 0, T);
+    const ct_ident *base = ct_train_frozen_find(tr, "base");  // (ct_train_memory recorded it)
+    if (!base) return ct_set_error(CT_EINVAL, "reference: the LoRA base is not loaded yet (ct_train_memory)");
+    ct_ident id = *base;
+    snprintf(id.role, sizeof id.role, "reference");
+    rc = ct_frozen_view(ref, &tr->model, 0, T);
+    return rc ? rc : ct_train_frozen(tr, &id);
   }
   if (c->ref_model_path[0]) {
     if ((rc = check_dir(c, "ref_model_path", c->ref_model_path))) return rc;
@@ -278,6 +303,14 @@ int ct_train_reference(ct_train *tr, ct_frozen *ref, int dtype, int B, int T) {
     ct_frozen_free(ref);
     return ct_set_error(CT_EINVAL, "the reference model has %d tokens of vocabulary, the policy %d",
                         ref->cfg.vocab_size, tr->model.cfg.vocab_size);
+  }
+  ct_ident id;  // as built, before a synced reference's weights are read over it
+  bool own = c->ref_model_path[0];
+  ct_ident_set(&id, "reference", own ? "ref_model_path" : "model_path", own ? c->ref_model_path : c->model_path,
+               "ref_dtype", ct_store_names[dtype], ct_frozen_checksum(ref));
+  if ((rc = ct_train_frozen(tr, &id))) {
+    ct_frozen_free(ref);
+    return rc;
   }
   char p[CT_PATH_MAX];
   if (tr->resumed_from[0] && c->sync_ref_model &&
@@ -402,6 +435,7 @@ static int read_trainer_state(ct_train *tr, const char *dir) {
   if (!j) return ct_set_error(CT_EFORMAT, "%s: %s", path, err.text);
   json_t *ct = json_object_get(j, "ctune");
   json_t *rng = json_object_get(ct, "rng"), *files = json_object_get(ct, "files");
+  json_t *frozen = json_object_get(ct, "frozen");  // NULL: saved before identities were recorded
   const char *bad = NULL;
   if (!json_is_integer(json_object_get(j, "global_step")) || !json_is_array(rng) || json_array_size(rng) != 4) {
     rc = ct_set_error(CT_EFORMAT, "%s: not a ctune trainer state (global_step, ctune.rng missing)", path);
@@ -438,10 +472,18 @@ static int read_trainer_state(ct_train *tr, const char *dir) {
         : tr->global_batch < 0                       ? "ctune.global_batch"
         : tr->saved_diloco_ranks < 0                 ? "ctune.diloco_ranks"
         : files && !json_is_object(files)            ? "ctune.files"
+        : frozen && (!json_is_object(frozen) || json_object_size(frozen) > CT_TRAIN_FROZEN_MAX) ? "ctune.frozen"
                                                      : NULL;
   if (bad) rc = ct_set_error(CT_EFORMAT, "%s: %s is out of range or unreadable: the trainer state is damaged; "
                              "resume from another checkpoint", path, bad);
   else if (files) rc = verify_files(dir, files);
+  const char *role;
+  json_t *id;
+  tr->n_saved_frozen = 0;
+  json_object_foreach(frozen, role, id) {
+    if (rc) break;
+    rc = ct_ident_parse(&tr->saved_frozen[tr->n_saved_frozen++], role, id, path);
+  }
 done:
   json_decref(j);
   return rc;
@@ -779,6 +821,10 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
     if ((rc = lora_setup(tr))) return rc;
     if (bf16 && (rc = ct_model_to_bf16(m, true))) return rc;
     if (i8 && (rc = ct_model_to_int8(m))) return rc;
+    ct_ident base;  // (as stored: after the narrowing to base_dtype)
+    ct_ident_set(&base, "base", "model_path", cfg->model_path, "base_dtype", ct_store_names[cfg->base_dtype],
+                 ct_model_checksum(m));
+    if ((rc = ct_train_frozen(tr, &base))) return rc;
     tr->trained = ct_lora_tensors(&tr->lora);
     tr->params = tr->lora.params;
   } else {
@@ -1243,6 +1289,10 @@ static int write_trainer_state(const ct_train *tr, const char *dir) {
                         "num_tokens", tr->num_tokens, "rng", rng, "files", files);
   if (j)  // what the moments are: optimizer.safetensors is the same file for either
     json_object_set_new(json_object_get(j, "ctune"), "optimizer", json_string(ct_optimizer_names[tr->cfg->optimizer]));
+  json_t *frozen = tr->n_frozen ? json_object() : NULL;  // what the run read and never trained
+  for (int i = 0; i < tr->n_frozen; i++) json_object_set_new(frozen, tr->frozen[i].role, ct_ident_json(&tr->frozen[i]));
+  if (j && frozen) json_object_set_new(json_object_get(j, "ctune"), "frozen", frozen);
+  else json_decref(frozen);
   if (j && tr->cfg->diloco_inner_steps > 0)  // whose moments the optimizer-rank<r> files hold
     json_object_set_new(json_object_get(j, "ctune"), "diloco_ranks", json_integer(tr->world));
   char p[CT_PATH_MAX];
