@@ -91,7 +91,7 @@ FUZZ_RUNS ?= 1000000
 FUZZ_TARGETS := $(patsubst fuzz/%.c,%,$(wildcard fuzz/fuzz_*.c))
 FUZZ_SRC  := $(wildcard base/*.c text/*.c) nn/safetensors.c nn/model.c nn/kernels.c nn/quant.c \
              nn/matmul.c nn/optim.c common/config.c common/data.c common/jsonl.c common/prefs.c \
-             common/prompts.c common/rowmap.c
+             common/prompts.c common/rowmap.c distill/topk.c
 FUZZ_SAN  := -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ = B=$(FUZZ_B) CC=clang OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $(FUZZ_SAN)"
 .PHONY: fuzz fuzz-build
