@@ -1,7 +1,7 @@
 #!/bin/sh
 # What a run reads and never trains is part of it. A resume refuses another LoRA base
-# (model_path, base_dtype), another teacher (teacher_path, teacher_dtype) or teacher top-k
-# file, naming the key with the old and the new value; DPO's cached reference log-probs
+# (model_path, base_dtype), DPO reference (ref_model_path, ref_dtype), teacher (teacher_path,
+# teacher_dtype) or teacher top-k file, naming the key with the old and the new value; DPO's cached reference log-probs
 # are recomputed, saying why, when their contents, their reference's dtype or weights
 # changed; a damaged top-k file is refused before training.
 . tests/lib/common.sh
@@ -52,6 +52,14 @@ stopped $D teacher_path= teacher_logits_path="$T/top1.safetensors"
 expect 1 "key 'teacher_logits_path': the teacher differs" resume $D teacher_path= teacher_logits_path="$T/top2.safetensors"
 expect 1 "key 'teacher_path': the teacher was teacher_logits_path" resume $D teacher_path="$T/m1"
 resumes $D teacher_path= teacher_logits_path="$T/top1.safetensors"
+
+echo "== DPO: another reference (ref_model_path, ref_dtype) is refused on resume"
+R="$BIN/dpo configs/dpo.yml dataset_path=$T/prefs.jsonl model_path=$T/m1 max_length=24 per_device_train_batch_size=4
+   save_steps=2 logging_steps=1"
+stopped $R ref_model_path="$T/m1"
+expect 1 "key 'ref_model_path': the reference model differs" resume $R ref_model_path="$T/m2"
+expect 1 "key 'ref_dtype': the reference model was float32, now bfloat16" resume $R ref_model_path="$T/m1" ref_dtype=bfloat16
+resumes $R ref_model_path="$T/m1"
 
 # data_start FILE: the byte where a safetensors file's data section starts (8 + header length)
 data_start() { echo $(( 8 + $(od -An -t u8 -N8 "$1" | tr -d ' ') )); }
