@@ -178,7 +178,7 @@ void ct_model_free(ct_model *m);
 double ct_model_param_bytes(const ct_model *m, bool bf16);
 // A checksum of the weights as stored (float32, or bf16 / int8 with the float32 copies and
 // scales they keep): XXH64 chained over the buffers (hash.h), ~6 GB/s on one core, so
-// 0.35 s for the 2 GB of a 0.5B model in float32. Equal weights stored alike give equal sums.
+// 0.36 s for the 2 GB of a 0.5B model in float32 (0.19 s in bf16). Equal weights stored alike give equal sums.
 uint64_t ct_model_checksum(const ct_model *m);
 
 // Converts the parameters to bfloat16 storage (round to nearest even) and frees the
