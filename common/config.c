@@ -335,7 +335,8 @@ static const key_def KEYS[] = {
      .comment = "SimPO's target reward margin."},
     {"precompute_ref_log_probs", K_BOOL, DPO, OFF(precompute_ref_log_probs), "false",
      .comment = "Compute the reference's log-probs in one pass before training (cached in "
-                "output_dir, reused on resume), then free the reference model."},
+                "output_dir, reused while reference, ref_dtype, compute and data match), then free "
+                "the reference."},
     {"sync_ref_model", K_BOOL, DPO | GRPO, OFF(sync_ref_model), "false",
      .comment = "TR-DPO: every ref_model_sync_steps, ref <- (1 - alpha) ref + alpha policy."},
     {"ref_model_mixup_alpha", K_FLOAT, DPO | GRPO, OFF(ref_model_mixup_alpha), "0.6", IN(0, 1),
