@@ -23,7 +23,14 @@ int ct_model_load(ct_model *m, const char *dir, int max_pos);
 // num_labels 1 (any other count is an error); a sequence classifier (num_labels 1) read
 // from a causal LM's directory takes its backbone, leaves score.weight as buf has it
 // (the caller initializes the new head) and skips its lm_head.weight.
+// ct_model_read_config also checks the weights' names and shapes (their headers only)
+// against config.json, so that one they contradict is refused before any allocation.
 int ct_model_read_config(ct_model_config *c, const char *dir);
+// That check: every Hugging Face tensor of m's layout is in d with its shape (new_score:
+// but score.weight, new) and, unless others_ok, d holds nothing else (rotary_emb.inv_freq
+// and a tied model's lm_head.weight aside). A message names the tensor, both shapes and
+// the config.json key behind the dimension that differs, or num_hidden_layers.
+int ct_model_check_weights(const ct_model *m, const ct_st_dir *d, bool new_score, bool others_ok);
 // Only the Hugging Face tensors: multi-token prediction's (cfg.mtp_layers) are mtp.h's,
 // in mtp.safetensors.
 int ct_model_load_weights(const ct_model *m, float *buf, const char *dir);

@@ -317,10 +317,11 @@ static int load_int8(ct_infer_weights *w, const char *dir) {
   int rc = ct_path_join(p, sizeof p, dir, "config.json");
   if (!rc) rc = ct_hf_config_read(&c, p);
   if (!rc) rc = ct_model_layout(&w->layout, &c);
-  if (!rc) rc = alloc_int8(w);
   if (rc) return rc;
   ct_st_dir d = {0};
   rc = ct_st_dir_open(&d, dir);
+  if (!rc) rc = ct_model_check_weights(&w->layout, &d, false, true);  // (shapes first: the scales are more)
+  if (!rc) rc = alloc_int8(w);
   char name[160];
   for (int i = 0; !rc && i < w->layout.n_tensors; i++) {
     const ct_tensor_info *ti = &w->layout.tensors[i];

@@ -272,6 +272,67 @@ static void test_hf_config_read_rejects_unsupported_or_mistyped_keys_naming_file
   }
 }
 
+// Absurd, negative, zero, mistyped and inconsistent sizes: each refused from config.json
+// alone (no layout built: 10^9 layers took 9 GB before), naming the file and the key.
+static void test_hf_config_read_refuses_absurd_sizes_naming_the_key(void) {
+  const config_change cases[] = {
+      {"num_hidden_layers", "1000000000", NULL, NULL},
+      {"num_hidden_layers", "0", NULL, NULL},
+      {"head_dim", "1000000000", NULL, NULL},
+      {"head_dim", "7", NULL, NULL},
+      {"head_dim", "-4", NULL, NULL},
+      {"vocab_size", "10000000000", NULL, NULL},
+      {"vocab_size", "4194305", NULL, NULL},
+      {"hidden_size", "-16", NULL, NULL},
+      {"hidden_size", "0", NULL, NULL},
+      {"hidden_size", "16.5", NULL, NULL},
+      {"intermediate_size", "20.0", NULL, NULL},
+      {"intermediate_size", "2000000", NULL, NULL},
+      {"num_attention_heads", "4096", NULL, NULL},
+      {"num_key_value_heads", "8", NULL, NULL},
+      {"num_key_value_heads", "0", NULL, NULL},
+      {"max_position_embeddings", "0", NULL, NULL},
+      {"max_position_embeddings", "1000000000", NULL, NULL},
+      {"rope_theta", "-1", NULL, NULL},
+      {"rope_theta", "1e39", NULL, NULL},
+      {"rope_theta", "\"10000\"", NULL, NULL},
+      {"rms_norm_eps", "0", NULL, NULL},
+      {"rms_norm_eps", "2.0", NULL, NULL},
+      {"tie_word_embeddings", "1", NULL, NULL},
+      {"bos_token_id", "\"<s>\"", NULL, NULL},
+      {"eos_token_id", "2.5", NULL, NULL},
+      {"pad_token_id", "[1.5]", "eos_token_id", NULL},
+      {"rope_parameters", "[]", NULL, NULL},
+      {"rope_scaling", "{\"rope_type\": \"linear\", \"factor\": 0}", NULL, NULL},
+      {"rope_scaling", "{\"rope_type\": \"linear\", \"factor\": \"x\"}", NULL, NULL},
+      {"rope_scaling", "{\"rope_type\": \"llama3\", \"original_max_position_embeddings\": 1000000000}", NULL,
+       NULL},
+      {"num_attention_heads", "3", "head_dim", NULL},  // 16 / 3 heads, and no head_dim to say otherwise
+  };
+  for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+    const char *path = changed_config(&cases[i], 200 + i);
+    ct_model_config c;
+    CHECK_FAILS(ct_hf_config_read(&c, path), CT_EFORMAT, path, cases[i].key);
+  }
+}
+
+// transformers 5 writes RoPE as rope_parameters (no rope_theta key): its base must be
+// read, not replaced by the default 10000.
+static void test_hf_config_read_takes_rope_parameters_of_transformers_5(void) {
+  const config_change cases[] = {
+      {"rope_theta", NULL, "rope_parameters", "{\"rope_type\": \"default\", \"rope_theta\": 500000.0}"},
+      {"rope_theta", NULL, "rope_parameters",
+       "{\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, \"factor\": 32.0, \"low_freq_factor\": 1.0, "
+       "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}"},
+  };
+  for (int i = 0; i < 2; i++) {
+    ct_model_config c;
+    CHECK_OK(ct_hf_config_read(&c, changed_config(&cases[i], 300 + i)));
+    CHECK(c.rope_theta == 500000.0f);
+    CHECK(c.rope_type == i && (i == 0 || (c.rope_factor == 32 && c.rope_original_max_pos == 8192)));
+  }
+}
+
 static void test_hf_config_read_rejects_heads_not_a_multiple_of_kv_heads_with_eformat(void) {
   const config_change ch = {"num_attention_heads", "6", "num_key_value_heads", "4"};
   const char *path = changed_config(&ch, 100);
@@ -524,6 +585,35 @@ static void test_load_fails_on_a_wrong_shape_naming_tensor_and_both_shapes(void)
   write_entries_dir(&m, tpath("shape-2d"), e, n);
   CHECK_FAILS(ct_model_load(&got, tpath("shape-2d"), 16), CT_EFORMAT,
               "model.layers.0.mlp.down_proj.weight", "[20, 12]", "[12, 20]");
+  ct_model_free(&m);
+}
+
+// A config.json its weights contradict is refused when it is read (headers only: nothing
+// allocated), naming the key: a wider hidden_size, more heads, more or fewer layers.
+static void test_read_config_refuses_a_config_its_weights_contradict_naming_the_key(void) {
+  const config_change cases[] = {
+      {"hidden_size", "100000", "head_dim", "4"},
+      {"vocab_size", "4000000", NULL, NULL},
+      {"num_attention_heads", "8", "head_dim", "4"},
+      {"intermediate_size", "1000000", NULL, NULL},
+      {"num_hidden_layers", "200", NULL, NULL},
+      {"num_hidden_layers", "1", NULL, NULL},
+  };
+  ct_model_config c = model_cfg(true);
+  ct_model m;
+  random_model(&m, &c, 21);
+  for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+    const char *dir = tpath("contradict-%d", i);
+    CHECK_OK(save_model_dir(&m, dir, CT_DT_F32));
+    char p[1100];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    json_t *j = json_load_file(p, 0, NULL);
+    const char *keys[2] = {cases[i].key, cases[i].key2}, *vals[2] = {cases[i].value, cases[i].value2};
+    for (int k = 0; k < 2 && keys[k]; k++) json_object_set_new(j, keys[k], json_loads(vals[k], JSON_DECODE_ANY, NULL));
+    write_json(j, p);
+    ct_model_config got;
+    CHECK_FAILS(ct_model_read_config(&got, dir), CT_EFORMAT, dir, cases[i].key);
+  }
   ct_model_free(&m);
 }
 
@@ -852,6 +942,8 @@ int main(void) {
   RUN(test_hf_config_write_then_read_round_trips_every_field);
   RUN(test_hf_config_eos_token_id_list_reads_as_its_first_id);
   RUN(test_hf_config_read_rejects_unsupported_or_mistyped_keys_naming_file_and_key);
+  RUN(test_hf_config_read_refuses_absurd_sizes_naming_the_key);
+  RUN(test_hf_config_read_takes_rope_parameters_of_transformers_5);
   RUN(test_hf_config_read_rejects_heads_not_a_multiple_of_kv_heads_with_eformat);
   RUN(test_hf_config_read_reports_the_line_of_invalid_json);
   RUN(test_hf_config_read_rejects_a_json_array);
@@ -862,6 +954,7 @@ int main(void) {
   RUN(test_sharded_directory_loads_identically_to_single_file);
   RUN(test_load_fails_naming_a_missing_tensor);
   RUN(test_load_fails_on_a_wrong_shape_naming_tensor_and_both_shapes);
+  RUN(test_read_config_refuses_a_config_its_weights_contradict_naming_the_key);
   RUN(test_load_fails_on_a_wrong_vector_shape_naming_both_shapes_as_vectors);
   RUN(test_load_fails_naming_an_extra_tensor_not_in_the_model);
   RUN(test_load_accepts_rotary_inv_freq_and_a_tied_models_lm_head);
