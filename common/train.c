@@ -1260,8 +1260,10 @@ static int write_model_files(const ct_train *tr, const char *dir, ct_dtype dtype
     int rc = ct_lora_save(&tr->lora, dir, base);
     return rc ? rc : ct_tokenizer_save(tr->tok, dir);
   }
+  // config.json from the one the model was read from (none: built from the `model:` keys)
+  const char *from = tr->resumed_from[0] ? tr->resumed_from : tr->cfg->model_path;
   int rc = ct_path_join(p, sizeof p, dir, "config.json");
-  if (!rc) rc = ct_hf_config_write(&m->cfg, p, dtype == CT_DT_BF16 ? "bfloat16" : "float32");
+  if (!rc) rc = ct_hf_config_write(&m->cfg, p, dtype == CT_DT_BF16 ? "bfloat16" : "float32", from);
   if (!rc) rc = ct_path_join(p, sizeof p, dir, "model.safetensors");
   const float *bufs[] = {m->params};
   if (!rc) rc = ct_save_tensors(&ct_model_hf_tensors(m), 1, bufs, NULL, p, dtype);

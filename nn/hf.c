@@ -12,6 +12,7 @@
 
 #include "error.h"
 #include "fs.h"
+#include "hfjson.h"
 
 // ---------------------------------------------------------------------------
 // config.json
@@ -298,8 +299,7 @@ static const char *architecture(const char *type, bool seq_cls) {
 }
 
 // A float field as the double whose shortest decimal reads back as that float (1e-6f ->
-// 1e-06, not 9.9999999747524271e-07); dumped with JSON_REAL_PRECISION(9) it prints as
-// that shortest decimal, so a config.json read and written again keeps its values.
+// 1e-06, not 9.9999999747524271e-07), which ct_hf_json_write prints as that decimal.
 static json_t *json_float(float f) {
   char buf[32];
   for (int p = 1; p <= 9; p++) {
@@ -313,7 +313,8 @@ static json_t *json_float(float f) {
 // sliding_window_pattern (what transformers before layer_types reads).
 static void write_gemma(json_t *j, const ct_model_config *c) {
   json_object_set_new(j, "hidden_activation", json_string("gelu_pytorch_tanh"));
-  json_object_set_new(j, "query_pre_attn_scalar", json_float(c->query_pre_attn_scalar));
+  float q = c->query_pre_attn_scalar;  // an int in transformers' Gemma3TextConfig (strict in 5.x)
+  json_object_set_new(j, "query_pre_attn_scalar", q == (float)(int)q ? json_integer((int)q) : json_float(q));
   json_object_set_new(j, "rope_local_base_freq", json_float(c->rope_local_theta));
   json_object_set_new(j, "sliding_window", c->sliding_window > 0 ? json_integer(c->sliding_window) : json_null());
   json_object_set_new(j, "final_logit_softcapping", json_null());
@@ -333,7 +334,8 @@ static void write_gemma(json_t *j, const ct_model_config *c) {
   }
 }
 
-int ct_hf_config_write(const ct_model_config *c, const char *path, const char *torch_dtype) {
+// What transformers writes for a model of this config from scratch.
+static json_t *fresh_config(const ct_model_config *c, const char *torch_dtype, const char *dtype_key) {
   json_t *j = json_object();
   json_object_set_new(j, "architectures", json_pack("[s]", architecture(c->model_type, c->num_labels > 0)));
   if (c->num_labels == 1) {  // what transformers writes for num_labels=1
@@ -376,11 +378,35 @@ int ct_hf_config_write(const ct_model_config *c, const char *path, const char *t
   int vals[] = {c->bos_token_id, c->eos_token_id, c->pad_token_id};
   for (int i = 0; i < 3; i++)
     json_object_set_new(j, ids[i], vals[i] >= 0 ? json_integer(vals[i]) : json_null());
-  json_object_set_new(j, "torch_dtype", json_string(torch_dtype));
+  json_object_set_new(j, dtype_key, json_string(torch_dtype));
   json_object_set_new(j, "use_cache", json_true());
-  int rc = json_dump_file(j, path, JSON_INDENT(2) | JSON_REAL_PRECISION(9));  // see json_float
+  return j;
+}
+
+json_t *ct_hf_config_json(const ct_model_config *c, const char *torch_dtype, const char *source_dir) {
+  char p[CT_PATH_MAX];
+  json_t *src = source_dir && source_dir[0] && !ct_path_join(p, sizeof p, source_dir, "config.json")
+                    ? json_load_file(p, 0, NULL) : NULL;
+  if (!json_is_object(src)) {
+    json_decref(src);
+    return fresh_config(c, torch_dtype, "torch_dtype");
+  }
+  // transformers 5 writes dtype, 4 torch_dtype; a reward model from a causal LM gets its
+  // architecture and labels, pad_token_id its tokenizer's (transformers pools with it)
+  bool v5 = json_object_get(src, "dtype") && !json_object_get(src, "torch_dtype");
+  json_t *fresh = fresh_config(c, torch_dtype, v5 ? "dtype" : "torch_dtype");
+  const char *add[] = {"architectures", "id2label", "label2id", "torch_dtype", "dtype", "pad_token_id", NULL};
+  json_t *j = ct_hf_json_merge(src, fresh, add);
+  json_decref(fresh);
+  json_decref(src);
+  return j;
+}
+
+int ct_hf_config_write(const ct_model_config *c, const char *path, const char *torch_dtype, const char *source_dir) {
+  json_t *j = ct_hf_config_json(c, torch_dtype, source_dir);
+  int rc = j ? ct_hf_json_write(j, path) : ct_set_error(CT_ENOMEM, "%s: out of memory", path);
   json_decref(j);
-  return rc ? ct_set_error(CT_EIO, "%s: cannot write: %s", path, strerror(errno)) : 0;
+  return rc;
 }
 
 // ---------------------------------------------------------------------------

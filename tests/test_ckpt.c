@@ -17,6 +17,7 @@
 #include "error.h"
 #include "hash.h"
 #include "hf.h"
+#include "hfjson.h"
 #include "model.h"
 #include "rng.h"
 #include "safetensors.h"
@@ -194,10 +195,28 @@ static void test_hf_config_write_then_read_round_trips_every_field(void) {
   cs[4].eos_token_id = 3;
   for (int i = 0; i < 5; i++) {
     const char *path = tpath("roundtrip-%d.json", i);
-    CHECK_OK(ct_hf_config_write(&cs[i], path, "bfloat16"));
+    CHECK_OK(ct_hf_config_write(&cs[i], path, "bfloat16", NULL));
     ct_model_config got;
     CHECK_OK(ct_hf_config_read(&got, path));
     CHECK(config_equal(&got, &cs[i], names[i]));
+  }
+}
+
+// Floats as Python's repr writes them (what transformers and PEFT write): the shortest
+// decimal that reads back, exponents below 1e-4 and from 1e16 on.
+static void test_hf_json_real_writes_floats_as_python_repr(void) {
+  const struct { double d; const char *want; } cases[] = {
+      {0.05, "0.05"}, {1e-6, "1e-06"}, {1e-5, "1e-05"}, {1e-4, "0.0001"}, {10000.0, "10000.0"},
+      {0.0, "0.0"}, {-2.5, "-2.5"}, {0.1 + 0.2, "0.30000000000000004"}, {1e15, "1000000000000000.0"},
+      {1e16, "1e+16"}, {123.456, "123.456"}, {1.5e300, "1.5e+300"}, {5e-324, "5e-324"}, {0.001, "0.001"},
+      {1.7976931348623157e308, "1.7976931348623157e+308"}, {12345678901234567890.0, "1.2345678901234567e+19"},
+      {100.0, "100.0"}, {0.02, "0.02"}, {3.3e-7, "3.3e-07"}, {(double)1e-6f, "9.999999974752427e-07"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char buf[32];
+    ct_hf_json_real(cases[i].d, buf);
+    CHECK(strcmp(buf, cases[i].want) == 0);
+    if (strcmp(buf, cases[i].want)) fprintf(stderr, "    %.17g: %s, want %s\n", cases[i].d, buf, cases[i].want);
   }
 }
 
@@ -390,7 +409,7 @@ static int write_config(const ct_model *m, const char *dir, const char *dtype) {
   char p[1100];
   snprintf(p, sizeof p, "%s/config.json", dir);
   int rc = ct_mkdirs(dir);
-  return rc ? rc : ct_hf_config_write(&m->cfg, p, dtype);
+  return rc ? rc : ct_hf_config_write(&m->cfg, p, dtype, NULL);
 }
 
 // dir/{config.json, model.safetensors} for m, as `dt`.
@@ -942,6 +961,7 @@ int main(void) {
   RUN(test_hf_config_write_then_read_round_trips_every_field);
   RUN(test_hf_config_eos_token_id_list_reads_as_its_first_id);
   RUN(test_hf_config_read_rejects_unsupported_or_mistyped_keys_naming_file_and_key);
+  RUN(test_hf_json_real_writes_floats_as_python_repr);
   RUN(test_hf_config_read_refuses_absurd_sizes_naming_the_key);
   RUN(test_hf_config_read_takes_rope_parameters_of_transformers_5);
   RUN(test_hf_config_read_rejects_heads_not_a_multiple_of_kv_heads_with_eformat);

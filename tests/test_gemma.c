@@ -303,7 +303,7 @@ static void test_gemma_config_read_write_round_trip(void) {
   c.rope_factor = 8;
   char path[128];
   snprintf(path, sizeof path, "%s/out.json", dir);
-  CHECK_OK(ct_hf_config_write(&c, path, "float32"));
+  CHECK_OK(ct_hf_config_write(&c, path, "float32", NULL));
   ct_model_config d;
   CHECK_OK(ct_hf_config_read(&d, path));
   CHECK(!memcmp(&c, &d, sizeof c));
