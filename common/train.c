@@ -119,6 +119,10 @@ static int config_from_spec(ct_model_config *mc, const ct_config *cfg, const ct_
   mc->num_heads = (int)s->num_attention_heads;
   mc->num_kv_heads = s->num_key_value_heads ? (int)s->num_key_value_heads : mc->num_heads;
   mc->head_dim = s->head_dim ? (int)s->head_dim : (mc->num_heads ? mc->hidden_size / mc->num_heads : 0);
+  if (!s->head_dim && mc->num_heads && mc->hidden_size % mc->num_heads)
+    return ct_set_error(CT_ECONFIG, "%s: key 'model.num_attention_heads' (%d) does not divide model.hidden_size "
+                        "(%d); set model.head_dim", ct_config_origin(cfg, "model.num_attention_heads"), mc->num_heads,
+                        mc->hidden_size);
   mc->max_position_embeddings = (int)s->max_position_embeddings;
   mc->rope_theta = (float)s->rope_theta;
   mc->rms_norm_eps = (float)s->rms_norm_eps;
@@ -800,6 +804,12 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   ct_plan_add(p, "resident already (libraries, tokenizer, data)", (double)ct_rss_now());
   *dry = cfg->dry_run;
   rc = ct_plan_check(p, &tr->log, ct_dist_local_size(), knobs);
+  const char *from = tr->resumed_from[0] && !peft ? tr->resumed_from : cfg->model_path;
+  if (rc == CT_ENOMEM) {  // name what made it big
+    char size[320];
+    ct_model_size_text(&m->cfg, size, sizeof size);
+    return ct_wrap_error(rc, "%s%s: %s", from, from[0] ? "/config.json" : "the `model:` keys", size);
+  }
   if (rc || *dry) {
     if (!rc) ct_log_info(&tr->log, "dry run: nothing allocated");
     return rc;
@@ -807,7 +817,7 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   double t0 = ct_now();
   if ((rc = ct_model_alloc(m, rope_positions(cfg)))) return rc;
   // with LoRA a checkpoint holds the adapters only: the base always comes from model_path
-  const char *dir = tr->resumed_from[0] && !peft ? tr->resumed_from : cfg->model_path;
+  const char *dir = from;
   if (dir[0]) rc = ct_model_load_weights(m, m->params, dir);
   else ct_model_init_random(m, (uint64_t)cfg->seed, (float)cfg->model.initializer_range);
   if (!rc && dir[0] && m->cfg.mtp_layers) rc = mtp_weights(tr, dir);
@@ -1315,8 +1325,10 @@ static int write_model_files(const ct_train *tr, const char *dir, ct_dtype dtype
     int rc = ct_lora_save(&tr->lora, dir, base);
     return rc ? rc : ct_tokenizer_save(tr->tok, dir);
   }
+  // config.json from the one the model was read from (none: built from the `model:` keys)
+  const char *from = tr->resumed_from[0] ? tr->resumed_from : tr->cfg->model_path;
   int rc = ct_path_join(p, sizeof p, dir, "config.json");
-  if (!rc) rc = ct_hf_config_write(&m->cfg, p, dtype == CT_DT_BF16 ? "bfloat16" : "float32");
+  if (!rc) rc = ct_hf_config_write(&m->cfg, p, dtype == CT_DT_BF16 ? "bfloat16" : "float32", from);
   if (!rc) rc = ct_path_join(p, sizeof p, dir, "model.safetensors");
   const float *bufs[] = {m->params};
   if (!rc) rc = ct_save_tensors(&ct_model_hf_tensors(m), 1, bufs, NULL, p, dtype);

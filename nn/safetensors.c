@@ -285,13 +285,31 @@ static int check_tiling(const ct_safetensors *st) {
   return 0;
 }
 
+// Before the parse: the header's objects (a tensor entry is one, as are the whole and
+// __metadata__) and its commas (a tensor entry has ~5-12) bound the tensors and the JSON
+// values the parser would build. Strings holding '{' or ',' only make the counts larger.
+static int count_entries(const ct_safetensors *st, size_t hn) {
+  size_t objects = 0, commas = 0;
+  for (const uint8_t *c = st->map + 8, *end = c + hn; c < end; c++) {
+    objects += *c == '{';
+    commas += *c == ',';
+  }
+  if (objects > CT_ST_MAX_TENSORS + 2)
+    return ct_set_error(CT_EFORMAT, "%s: header lists %zu entries, over the limit of %d tensors a file",
+                        st->path, objects - 1, CT_ST_MAX_TENSORS);
+  if (commas > 16 * (size_t)CT_ST_MAX_TENSORS)
+    return ct_set_error(CT_EFORMAT, "%s: header holds %zu list and object items, over the %d that %d "
+                        "tensors can take", st->path, commas + 1, 16 * CT_ST_MAX_TENSORS, CT_ST_MAX_TENSORS);
+  return 0;
+}
+
 static int parse_header(ct_safetensors *st) {
   const char *p = st->path;
   uint64_t hn = 0;
   for (int i = 7; i >= 0; i--) hn = hn << 8 | st->map[i];
   if (hn > CT_ST_MAX_HEADER)
-    return ct_set_error(CT_EFORMAT, "%s: header length %llu is over the %d-byte limit (not a safetensors file?)",
-                        p, (unsigned long long)hn, CT_ST_MAX_HEADER);
+    return ct_set_error(CT_EFORMAT, "%s: header length %llu is over the %d-byte limit (a real header takes "
+                        "~150 bytes a tensor; not a safetensors file?)", p, (unsigned long long)hn, CT_ST_MAX_HEADER);
   if (hn > st->file_size - 8)
     return ct_set_error(CT_EFORMAT, "%s: header length %llu runs past the end of the %zu-byte file (truncated?)",
                         p, (unsigned long long)hn, st->file_size);
@@ -299,6 +317,8 @@ static int parse_header(ct_safetensors *st) {
     return ct_set_error(CT_EFORMAT, "%s: header does not start with '{'", p);
   st->data = st->map + 8 + hn;
   st->data_size = st->file_size - 8 - (size_t)hn;
+  int rc = count_entries(st, (size_t)hn);
+  if (rc) return rc;
 
   json_error_t je;
   json_t *root = json_loadb((const char *)st->map + 8, (size_t)hn, JSON_REJECT_DUPLICATES, &je);
@@ -308,12 +328,16 @@ static int parse_header(ct_safetensors *st) {
     return ct_set_error(CT_EFORMAT, "%s: header is not valid JSON: %s (column %d)", p,
                         shown(je.text).s, je.column);
   }
-  int rc = 0;
   if (!json_is_object(root)) {
     rc = ct_set_error(CT_EFORMAT, "%s: header is not a JSON object", p);
     goto out;
   }
   size_t cnt = json_object_size(root);
+  if (cnt > CT_ST_MAX_TENSORS + (size_t)(json_object_get(root, "__metadata__") != NULL)) {
+    rc = ct_set_error(CT_EFORMAT, "%s: header lists %zu entries, over the limit of %d tensors a file", p, cnt,
+                      CT_ST_MAX_TENSORS);
+    goto out;
+  }
   st->tensors = calloc(cnt ? cnt : 1, sizeof *st->tensors);
   st->by_name = calloc(cnt ? cnt : 1, sizeof *st->by_name);
   if (!st->tensors || !st->by_name) {
@@ -567,6 +591,10 @@ static char *build_header(const char *path, const ct_st_entry *e, int n,
         goto fail;
       }
     }
+  }
+  if (n > CT_ST_MAX_TENSORS) {
+    *rc = ct_set_error(CT_EINVAL, "%s: %d tensors, over the limit of %d a file", path, n, CT_ST_MAX_TENSORS);
+    goto fail;
   }
   uint64_t off = 0;
   for (int i = 0; i < n; i++) {

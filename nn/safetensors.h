@@ -39,7 +39,12 @@ float ct_f16_to_f32(uint16_t h);
 uint16_t ct_f32_to_f16(float f);
 
 #define CT_ST_MAX_DIMS 8
-#define CT_ST_MAX_HEADER 100000000  // bytes; the reference implementation's limit
+// Bounds checked before a header is parsed, so that a hostile header cannot make the
+// parser take gigabytes (a JSON value costs ~15x its text): real headers hold ~100-150
+// bytes per tensor, and the biggest real single files hold a few thousand tensors (a
+// 20k-tensor MoE shard would be ~3 MB). The reference implementation allows 100 MB.
+#define CT_ST_MAX_HEADER (16 << 20)  // bytes
+#define CT_ST_MAX_TENSORS 65536      // entries of one file's header
 
 typedef struct {
   char *name;

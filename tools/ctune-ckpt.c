@@ -121,7 +121,7 @@ static int merge_lora(int argc, char **argv) {
   const char *tdir = ct_lora_tokenizer_dir(adapter, base);
   const float *bufs[] = {m.params};
   if (ct_mkdirs(out) || ct_tokenizer_load(&tok, tdir) || ct_path_join(p, sizeof p, out, "config.json") ||
-      ct_hf_config_write(&m.cfg, p, bf16 ? "bfloat16" : "float32") ||
+      ct_hf_config_write(&m.cfg, p, bf16 ? "bfloat16" : "float32", base) ||
       ct_path_join(p, sizeof p, out, "model.safetensors") ||
       ct_save_tensors(&ct_model_tensors(&m), 1, bufs, NULL, p, bf16 ? CT_DT_BF16 : CT_DT_F32) ||
       ct_tokenizer_save(tok, out))
