@@ -19,7 +19,7 @@ VEC_FLAGS := $(if $(CLANG_FLAGS),,-fvect-cost-model=dynamic) -fno-trapping-math 
 
 CFLAGS_ALL = $(OPT) $(VEC_FLAGS) $(CLANG_FLAGS) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -pthread -fopenmp-simd \
              -Ibase -Itext -Inn -Isampler -Icommon -I. $(MPI_CFLAGS) -MMD -MP $(CFLAGS) $(EXTRA_CFLAGS)
-LDLIBS_ALL = -lopenblas -ldnnl -lgomp -lyaml -ljansson -lcurl -lz $(MPI_LIBS) -lm -pthread $(LDFLAGS)
+LDLIBS_ALL = -lopenblas -ldnnl -lgomp -lyaml -ljansson -lcurl -lpcre2-8 -lz $(MPI_LIBS) -lm -pthread $(LDFLAGS)
 
 COMMON_SRC  := $(wildcard base/*.c text/*.c nn/*.c common/*.c)
 SAMPLER_SRC := $(filter-out sampler/main.c sampler/bench.c,$(wildcard sampler/*.c))
@@ -57,8 +57,9 @@ demo: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all
 	@$(MAKE) --no-print-directory demo-run
 
+# DEMO=quick: every stage with a tenth of the data and a few steps (what `make test` runs)
 demo-run: all
-	@sh scripts/demo.sh $(BIN)
+	@sh scripts/demo.sh $(BIN) $(DEMO)
 
 bench: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) all
@@ -88,9 +89,9 @@ valgrind: deps
 FUZZ_B    := build-fuzz
 FUZZ_RUNS ?= 1000000
 FUZZ_TARGETS := $(patsubst fuzz/%.c,%,$(wildcard fuzz/fuzz_*.c))
-FUZZ_SRC  := $(wildcard base/*.c text/*.c) nn/safetensors.c nn/model.c nn/kernels.c nn/quant.c \
+FUZZ_SRC  := $(wildcard base/*.c text/*.c) nn/safetensors.c nn/model.c nn/hf.c nn/hfjson.c nn/kernels.c nn/quant.c \
              nn/matmul.c nn/optim.c common/config.c common/data.c common/jsonl.c common/prefs.c \
-             common/prompts.c common/rowmap.c
+             common/prompts.c common/rowmap.c distill/topk.c
 FUZZ_SAN  := -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ = B=$(FUZZ_B) CC=clang OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $(FUZZ_SAN)"
 .PHONY: fuzz fuzz-build

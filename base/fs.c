@@ -153,7 +153,7 @@ int ct_disk_room(const char *dir, double bytes, const char *what) {
 int ct_file_checksum(const char *path, uint64_t *hash, long *size) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ct_set_error(CT_EIO, "%s: cannot open: %s", path, strerror(errno));
-  enum { BLOCK = 4 << 20 };
+  const size_t BLOCK = CT_XXH_BLOCK;  // (the blocks of ct_xxh64_blocks)
   unsigned char *b = malloc(BLOCK);
   if (!b) {
     close(fd);

@@ -1,5 +1,6 @@
-// hash: 64-bit FNV-1a, for checksums of data and weights (cache keys, "unchanged" checks).
-// Not cryptographic. Chain calls by passing the previous result as h.
+// hash: 64-bit FNV-1a and XXH64, for checksums of data, files and weights (cache keys,
+// "unchanged" checks, identities). Not cryptographic. Chain calls by passing the previous
+// result as h (FNV-1a) or as the seed (XXH64).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -63,4 +64,14 @@ static inline uint64_t ct_xxh64(const void *data, size_t n, uint64_t seed) {
   h ^= h >> 29;
   h *= CT_XXH_P3;
   return h ^ (h >> 32);
+}
+
+// XXH64 chained over blocks of CT_XXH_BLOCK bytes (each block's seed is the hash of the
+// ones before, the first's is h): the checksum ct_file_checksum (fs.h) gives a file of
+// these n bytes when h = 0. Chain further buffers by passing the result as h.
+#define CT_XXH_BLOCK ((size_t)4 << 20)
+static inline uint64_t ct_xxh64_blocks(const void *data, size_t n, uint64_t h) {
+  const unsigned char *p = data;
+  for (size_t at = 0; at < n; at += CT_XXH_BLOCK) h = ct_xxh64(p + at, n - at < CT_XXH_BLOCK ? n - at : CT_XXH_BLOCK, h);
+  return h;
 }

@@ -43,6 +43,7 @@ typedef struct {
   int lo_open, hi_open;
   int nonfinite;                // floats: inf and nan are allowed
   const char *const *choices;   // enum values, or allowed string-list items
+  const char *const *per_trainer_choices[6];  // string-list items one trainer takes; NULL = choices
   const char *section;          // this row starts a section of base.yml
   const char *comment;          // one sentence or two for base.yml
   unsigned required;            // CT_TRAINER_* mask of the trainers that cannot run without it
@@ -76,6 +77,9 @@ const char *const ct_truncate_names[] = {"error", "left", NULL};
 const char *const ct_speculative_names[] = {"none", "mtp", NULL};
 const char *const ct_loss_type_names[] = {"sigmoid", "hinge", "ipo", "robust", "sft", "simpo",
                                           "grpo", "bnpo", "dr_grpo", "dapo", NULL};
+// the same names by trainer (test_dpo_loss checks them against dpo/loss.c and grpo/)
+static const char *const dpo_loss_names[] = {"sigmoid", "hinge", "ipo", "robust", "sft", "simpo", NULL};
+static const char *const grpo_loss_names[] = {"grpo", "bnpo", "dr_grpo", "dapo", NULL};
 const char *const ct_scale_rewards_names[] = {"group", "batch", "none", NULL};
 const char *const ct_advantage_estimator_names[] = {"group_norm", "rloo", "reinforce_baseline", NULL};
 const char *const ct_reward_failure_names[] = {"error", "nan", NULL};
@@ -189,8 +193,9 @@ static const key_def KEYS[] = {
      .comment = "The field that holds the text of plain-text rows."},
     {"shuffle_dataset", K_BOOL, ALL, OFF(shuffle_dataset), "true",
      .comment = "Shuffle the training rows every epoch."},
-    {"skip_bad_rows", K_BOOL, SFT | DPO | DISTILL | REWARD, OFF(skip_bad_rows), "false",
-     .comment = "Skip and count malformed rows instead of stopping at the first one."},
+    {"skip_bad_rows", K_BOOL, SFT | DPO | GRPO | DISTILL | REWARD, OFF(skip_bad_rows), "false",
+     .comment = "Skip and count malformed rows instead of stopping at the first one (GRPO: also "
+                "rows without the answer_field a reward function reads)."},
 
     {"center_rewards_coefficient", K_FLOAT, REWARD, OFF(center_rewards_coefficient), "0.0", FROM(0),
      .section = "Reward model",
@@ -318,6 +323,7 @@ static const key_def KEYS[] = {
                 "widened one layer at a time); int8 (a quarter, through the sampler's engine)."},
     {"loss_type", K_STR_LIST, DPO | GRPO, OFF(loss_type), "sigmoid", .section = "DPO",
      .per_trainer = {NULL, "sigmoid", "dapo"}, .choices = ct_loss_type_names,
+     .per_trainer_choices = {NULL, dpo_loss_names, grpo_loss_names},
      .comment = "DPO: preference losses (sigmoid, hinge, ipo, robust, sft, simpo), summed with "
                 "loss_weights ([sigmoid, sft] is RPO). GRPO: one of grpo, bnpo, dr_grpo, dapo "
                 "(how token losses are averaged)."},
@@ -329,7 +335,8 @@ static const key_def KEYS[] = {
      .comment = "SimPO's target reward margin."},
     {"precompute_ref_log_probs", K_BOOL, DPO, OFF(precompute_ref_log_probs), "false",
      .comment = "Compute the reference's log-probs in one pass before training (cached in "
-                "output_dir, reused on resume), then free the reference model."},
+                "output_dir, reused while reference, ref_dtype, compute and data match), then free "
+                "the reference."},
     {"sync_ref_model", K_BOOL, DPO | GRPO, OFF(sync_ref_model), "false",
      .comment = "TR-DPO: every ref_model_sync_steps, ref <- (1 - alpha) ref + alpha policy."},
     {"ref_model_mixup_alpha", K_FLOAT, DPO | GRPO, OFF(ref_model_mixup_alpha), "0.6", IN(0, 1),
@@ -389,14 +396,17 @@ static const key_def KEYS[] = {
     {"reward_weights", K_FLOAT_LIST, GRPO, OFF(reward_weights), "[]", ANY,
      .comment = "Weight of each reward function (negative: a penalty). Empty = 1 each."},
     {"answer_field", K_STR, GRPO, OFF(answer_field), "answer",
-     .comment = "accuracy and remote: the dataset field with the reference answer."},
+     .comment = "accuracy and remote: the dataset field with the reference answer; every row must have "
+                "it (remote: once the key is set; unset, a row without it sends a null label)."},
     {"answer_regex", K_STR, GRPO, OFF(answer_regex), "",
-     .comment = "accuracy: POSIX extended regex whose last match (its first group, if any) is "
-                "the completion's answer; empty = the whole completion."},
+     .comment = "accuracy: a Python re pattern (PCRE2) whose last match in the completion gives its "
+                "answer: the group named answer, else the first group, else the whole match; "
+                "empty = the whole completion."},
     {"answer_numeric", K_BOOL, GRPO, OFF(answer_numeric), "false",
      .comment = "accuracy: compare answers as numbers."},
     {"format_regex", K_STR, GRPO, OFF(format_regex), "",
-     .comment = "format: reward 1 when this POSIX extended regex matches the completion."},
+     .comment = "format: reward 1 when this Python re pattern (PCRE2) matches somewhere in the "
+                "completion (re.search; (?s) lets . match a newline)."},
     {"length_target", K_INT, GRPO, OFF(length_target), "0", FROM(0),
      .comment = "length: reward -|characters - target| / target."},
     {"reward_url", K_STR, GRPO, OFF(reward_url), "",
@@ -413,8 +423,9 @@ static const key_def KEYS[] = {
     {"reward_backoff", K_FLOAT, GRPO, OFF(reward_backoff), "0.5", FROM(0),
      .comment = "remote: first wait between attempts."},
     {"reward_failure", K_ENUM, GRPO, OFF(reward_failure), "error", .choices = ct_reward_failure_names,
-     .comment = "remote: after the last retry, stop the run (error) or give those "
-                "completions NaN rewards (nan; they are left out)."},
+     .comment = "remote: after the last retry, or on a non-finite reward (NaN, Infinity), stop the run "
+                "(error) or give those completions NaN rewards (nan; they are left out). A null reward "
+                "is NaN either way (TRL's None)."},
     {"reward_batch", K_INT, GRPO, OFF(reward_batch), "0", FROM(0),
      .comment = "remote: completions per request; 0 = all of a step's."},
     {"prompt", K_STR, SAMPLER, OFF(prompt), "", .section = "Sampler (bin/sampler)",
@@ -477,19 +488,19 @@ static const key_def KEYS[] = {
      .choices = ct_model_type_names,
      .section = "Model (used when model_path is empty; Hugging Face config.json names)",
      .comment = "Architecture family (llama covers Llama 2/3 and SmolLM)."},
-    {"model.vocab_size", K_INT, ALL, OFF(model.vocab_size), "0", FROM(0),
+    {"model.vocab_size", K_INT, ALL, OFF(model.vocab_size), "0", IN(0, CT_MAX_VOCAB),
      .comment = "Vocabulary size. 0 = the tokenizer's size."},
-    {"model.hidden_size", K_INT, ALL, OFF(model.hidden_size), "256", FROM(1),
+    {"model.hidden_size", K_INT, ALL, OFF(model.hidden_size), "256", IN(1, CT_MAX_HIDDEN),
      .comment = "Width of the residual stream."},
-    {"model.intermediate_size", K_INT, ALL, OFF(model.intermediate_size), "768", FROM(1),
+    {"model.intermediate_size", K_INT, ALL, OFF(model.intermediate_size), "768", IN(1, CT_MAX_INTERMEDIATE),
      .comment = "Width of the SwiGLU MLP."},
-    {"model.num_hidden_layers", K_INT, ALL, OFF(model.num_hidden_layers), "4", FROM(1),
+    {"model.num_hidden_layers", K_INT, ALL, OFF(model.num_hidden_layers), "4", IN(1, CT_MAX_LAYERS),
      .comment = "Transformer blocks."},
-    {"model.num_attention_heads", K_INT, ALL, OFF(model.num_attention_heads), "4", FROM(1),
+    {"model.num_attention_heads", K_INT, ALL, OFF(model.num_attention_heads), "4", IN(1, CT_MAX_HEADS),
      .comment = "Query heads."},
-    {"model.num_key_value_heads", K_INT, ALL, OFF(model.num_key_value_heads), "0", FROM(0),
+    {"model.num_key_value_heads", K_INT, ALL, OFF(model.num_key_value_heads), "0", IN(0, CT_MAX_HEADS),
      .comment = "Key/value heads (grouped-query attention). 0 = num_attention_heads."},
-    {"model.head_dim", K_INT, ALL, OFF(model.head_dim), "0", FROM(0),
+    {"model.head_dim", K_INT, ALL, OFF(model.head_dim), "0", IN(0, CT_MAX_HEAD_DIM),
      .comment = "Width of each head. 0 = hidden_size / num_attention_heads."},
     {"model.rope_theta", K_FLOAT, ALL, OFF(model.rope_theta), "10000.0", ABOVE(0),
      .comment = "RoPE base frequency."},
@@ -502,10 +513,10 @@ static const key_def KEYS[] = {
     {"model.use_qk_norm", K_BOOL, ALL, OFF(model.use_qk_norm), "false",
      .comment = "Per-head RMSNorm on q and k, as in Qwen3."},
     {"model.max_position_embeddings", K_INT, ALL, OFF(model.max_position_embeddings), "2048",
-     FROM(1), .comment = "Longest position the model is built for."},
+     IN(1, CT_MAX_POSITIONS), .comment = "Longest position the model is built for."},
     {"model.initializer_range", K_FLOAT, ALL, OFF(model.initializer_range), "0.02", ABOVE(0),
      .comment = "Standard deviation of the normal initialization of new weights."},
-    {"model.sliding_window", K_INT, ALL, OFF(model.sliding_window), "0", FROM(0),
+    {"model.sliding_window", K_INT, ALL, OFF(model.sliding_window), "0", IN(0, CT_MAX_POSITIONS),
      .comment = "gemma3_text: keys a sliding-window layer's query sees (itself included). 0 = every layer full."},
     {"model.sliding_window_pattern", K_INT, ALL, OFF(model.sliding_window_pattern), "6", FROM(1),
      .comment = "gemma3_text: layer l is a full-attention layer when (l + 1) % pattern == 0, else sliding."},
@@ -800,13 +811,21 @@ static int parse_number(const key_def *k, const char *text, const char *where, i
   return 0;
 }
 
-static int check_choice(const key_def *k, const char *text, const char *where, int *index) {
-  for (int i = 0; k->choices[i]; i++)
-    if (!strcmp(text, k->choices[i])) return *index = i, 0;
+static int trainer_index(ct_trainer_kind t);
+
+// The values key k takes from `trainer` (a CT_TRAINER_* bit; 0: any trainer's).
+static const char *const *choices_of(const key_def *k, unsigned trainer) {
+  int ti = trainer_index((ct_trainer_kind)trainer);
+  return ti >= 0 && k->per_trainer_choices[ti] ? k->per_trainer_choices[ti] : k->choices;
+}
+
+static int check_choice(const key_def *k, unsigned trainer, const char *text, const char *where, int *index) {
+  const char *const *ch = choices_of(k, trainer);
+  for (int i = 0; ch[i]; i++)
+    if (!strcmp(text, ch[i])) return *index = i, 0;
   char b[64], list[256] = "";
-  for (int i = 0; k->choices[i]; i++)
-    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
-             k->choices[i]);
+  for (int i = 0; ch[i]; i++)
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", ch[i]);
   return ct_set_error(CT_ECONFIG, "%s: key '%s': '%s' is not one of %s", WHERE(where),
                       k->name, show(text, b, sizeof b), list);
 }
@@ -831,7 +850,7 @@ static int set_list(ct_config *c, int ki, char **items, int n, const char *where
   if (k->type == K_STR_LIST) {
     int dummy;
     for (int i = 0; i < n; i++)
-      if (k->choices && check_choice(k, items[i], where, &dummy)) return CT_ECONFIG;
+      if (k->choices && check_choice(k, c->trainer, items[i], where, &dummy)) return CT_ECONFIG;
     ct_str_list l = {calloc((size_t)n + 1, sizeof(char *)), n};
     if (!l.v) return ct_set_error(CT_ENOMEM, "out of memory");
     for (int i = 0; i < n; i++)
@@ -940,7 +959,7 @@ static int set_scalar(ct_config *c, int ki, const char *text, int plain, const c
       if (!(rc = parse_number(k, t, where, &i64, &d))) *(double *)f = d;
       break;
     case K_ENUM:
-      if (!(rc = check_choice(k, t, where, &iv))) *(int *)f = iv;
+      if (!(rc = check_choice(k, 0, t, where, &iv))) *(int *)f = iv;
       break;
     default:
       rc = ct_set_error(CT_ECONFIG, "%s: key '%s' can only be given in a yml file", WHERE(where),
@@ -1703,6 +1722,19 @@ static int apply_arg(ct_config *c, const char *arg) {
   return rc;
 }
 
+// Defaults that depend on another key, applied once every key is read, so that the run,
+// its config.yml and its resume all see the value used: DPO's beta is 2.0 when loss_type
+// holds simpo (SimPO's paper and torchtune's SimPOLoss; TRL's CPOConfig keeps 0.1).
+static int resolve_dependent_defaults(ct_config *c) {
+  if (c->trainer != CT_TRAINER_DPO || ct_config_is_set(c, "beta")) return 0;
+  for (int k = 0; k < c->loss_type.n; k++)
+    if (!strcmp(c->loss_type.v[k], "simpo")) {
+      c->beta = 2.0;
+      return set_origin(c, key_index("beta"), "default with loss_type simpo");
+    }
+  return 0;
+}
+
 int ct_config_from_args(ct_config *c, ct_trainer_kind t, int argc, char **argv) {
   int rc = ct_config_init(c, t), i = 1;
   if (rc) return rc;
@@ -1722,7 +1754,7 @@ int ct_config_from_args(ct_config *c, ct_trainer_kind t, int argc, char **argv) 
   }
   for (; i < argc; i++)
     if ((rc = bad_note(&bad, apply_arg(c, argv[i])))) goto fail;
-  if (!(rc = bad_result(&bad))) return 0;
+  if (!(rc = bad_result(&bad)) && !(rc = resolve_dependent_defaults(c))) return 0;
 fail:
   ct_config_free(c);
   return rc;

@@ -191,12 +191,14 @@ int ct_frozen_compute_bf16(ct_frozen *f) {
 }
 
 uint64_t ct_frozen_checksum(const ct_frozen *f) {
-  const ct_model *m = &f->model;
-  size_t n = (size_t)m->n_floats;
-  if (f->dtype == CT_STORE_INT8) return ct_fnv1a(f->iw.qmem, (size_t)f->iw.layout.n_floats, CT_FNV1A_INIT);
-  if (m->params16) return ct_fnv1a(m->params16, sizeof(uint16_t) * n, CT_FNV1A_INIT);
-  if (m->params8) return ct_fnv1a(m->params8, n, CT_FNV1A_INIT);
-  return ct_fnv1a(m->params, sizeof(float) * n, CT_FNV1A_INIT);
+  if (f->dtype != CT_STORE_INT8) return ct_model_checksum(&f->model);
+  // the engine's int8 weights: the matrices, then their row scales and the vectors (smem,
+  // laid out as ct_model_to_int8's s8)
+  const ct_model *lay = &f->iw.layout;
+  const ct_tensor_info *t = &lay->tensors[lay->n_tensors - 1];
+  long smem = f->iw.soff[lay->n_tensors - 1] + (t->ndim == 2 ? t->shape[0] : t->numel);
+  uint64_t h = ct_xxh64_blocks(f->iw.qmem, (size_t)lay->n_floats, 0);
+  return ct_xxh64_blocks(f->iw.smem, sizeof(float) * smem, h);
 }
 
 // int8: one engine pass over b (row i in slot i), the final hidden states of the target

@@ -70,7 +70,8 @@ double ct_frozen_bf16_bytes(const ct_model_config *c, int dtype, int B, int T);
 // then calls ct_frozen_params_changed (which refreshes a bf16 copy).
 float *ct_frozen_params(ct_frozen *f);
 void ct_frozen_params_changed(ct_frozen *f);
-// A checksum of the stored weights: a test that training left them exactly as loaded.
+// A checksum of the stored weights (ct_model_checksum; int8: the engine's matrices, scales
+// and vectors): that training left them exactly as loaded, and their identity (ident.h).
 uint64_t ct_frozen_checksum(const ct_frozen *f);
 
 // Runs b through the model and writes the final hidden states (the LM head's input) of

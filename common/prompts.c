@@ -76,6 +76,12 @@ typedef struct {
   int cap;
 } set_loader;
 
+static void free_row(ct_prompt_set *s, int i) {
+  json_decref(s->rows[i]);
+  ct_ids_free(&s->ids[i]);
+  free(s->text[i]);
+}
+
 static int load_row(void *ctx, json_t *row, int line) {
   set_loader *L = ctx;
   ct_prompt_set *s = L->s;
@@ -99,7 +105,9 @@ static int load_row(void *ctx, json_t *row, int line) {
   char where[4200];
   ct_jsonl_where(where, sizeof where, L->path, line);
   int rc = ct_prompt_tokens(L->tok, row, where, L->o, &s->ids[k]);
-  return rc ? rc : ct_tokenizer_decode(L->tok, s->ids[k].v, s->ids[k].n, &s->text[k], NULL);
+  if (!rc) rc = ct_tokenizer_decode(L->tok, s->ids[k].v, s->ids[k].n, &s->text[k], NULL);
+  if (rc) free_row(s, --s->n);  // a skipped row (skip_bad_rows) leaves nothing behind
+  return rc;
 }
 
 int ct_prompt_set_load(ct_prompt_set *s, const char *path, const ct_tokenizer *tok,
@@ -107,21 +115,37 @@ int ct_prompt_set_load(ct_prompt_set *s, const char *path, const ct_tokenizer *t
   memset(s, 0, sizeof *s);
   set_loader L = {s, path, tok, o, 0};
   ct_jsonl_stats st;
-  int rc = ct_jsonl_read(path, false, load_row, &L, &st);
-  if (!rc && s->n == 0) rc = ct_set_error(CT_EFORMAT, "%s: no prompts", path);
+  int rc = ct_jsonl_read(path, o->skip_bad_rows, load_row, &L, &st);
+  s->n_bad = st.n_bad;
+  snprintf(s->first_bad, sizeof s->first_bad, "%s", st.first_bad);
+  if (!rc && s->n == 0)
+    rc = ct_set_error(CT_EFORMAT, "%s: no prompts%s%s", path, st.n_bad ? "; every row was skipped, the first: " : "",
+                      st.n_bad ? st.first_bad : "");
   if (rc) ct_prompt_set_free(s);  // frees only: the error message stays
   return rc;
 }
 
 void ct_prompt_set_free(ct_prompt_set *s) {
-  for (int i = 0; i < s->n; i++) {
-    json_decref(s->rows[i]);
-    ct_ids_free(&s->ids[i]);
-    free(s->text[i]);
-  }
+  for (int i = 0; i < s->n; i++) free_row(s, i);
   free(s->rows);
   free(s->ids);
   free(s->text);
   free(s->line);
   memset(s, 0, sizeof *s);
+}
+
+void ct_prompt_set_drop(ct_prompt_set *s, const bool *drop) {
+  int k = 0;
+  for (int i = 0; i < s->n; i++) {
+    if (drop[i]) {
+      free_row(s, i);
+      s->n_bad++;
+      continue;
+    }
+    s->rows[k] = s->rows[i];
+    s->ids[k] = s->ids[i];
+    s->text[k] = s->text[i];
+    s->line[k++] = s->line[i];
+  }
+  s->n = k;
 }

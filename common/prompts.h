@@ -15,6 +15,7 @@ typedef struct {
   bool truncate_left;          // keep the last max_length tokens instead of failing
   const char *length_key;      // the option named in the error ("max_prompt_length")
   int model_vocab;             // the model's vocab_size, named in token-id errors (0 = unknown)
+  bool skip_bad_rows;          // count and skip malformed rows instead of failing (jsonl.h)
 } ct_prompt_opts;
 
 // Appends the tokens of one row's prompt to out (one BOS when the tokenizer adds it and
@@ -28,9 +29,14 @@ typedef struct {
   ct_ids *ids;    // (n) its prompt tokens
   char **text;    // (n) its prompt as text (decoded from the tokens)
   int *line;      // (n)
+  int n_bad;      // rows skipped (skip_bad_rows, or ct_prompt_set_drop)
+  char first_bad[512];  // the message of the first row skipped while loading
 } ct_prompt_set;
 
-// Reads every row of a JSONL file; the first bad row is an error naming file:line.
+// Reads every row of a JSONL file; the first bad row is an error naming file:line, or
+// with o->skip_bad_rows is skipped and counted.
 int ct_prompt_set_load(ct_prompt_set *s, const char *path, const ct_tokenizer *tok,
                        const ct_prompt_opts *o);
 void ct_prompt_set_free(ct_prompt_set *s);
+// Removes the rows i with drop[i] (keeping the others' order) and counts them in n_bad.
+void ct_prompt_set_drop(ct_prompt_set *s, const bool *drop);

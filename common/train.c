@@ -146,6 +146,10 @@ static int config_from_spec(ct_model_config *mc, const ct_config *cfg, const ct_
   mc->num_heads = (int)s->num_attention_heads;
   mc->num_kv_heads = s->num_key_value_heads ? (int)s->num_key_value_heads : mc->num_heads;
   mc->head_dim = s->head_dim ? (int)s->head_dim : (mc->num_heads ? mc->hidden_size / mc->num_heads : 0);
+  if (!s->head_dim && mc->num_heads && mc->hidden_size % mc->num_heads)
+    return ct_set_error(CT_ECONFIG, "%s: key 'model.num_attention_heads' (%d) does not divide model.hidden_size "
+                        "(%d); set model.head_dim", ct_config_origin(cfg, "model.num_attention_heads"), mc->num_heads,
+                        mc->hidden_size);
   mc->max_position_embeddings = (int)s->max_position_embeddings;
   mc->rope_theta = (float)s->rope_theta;
   mc->rms_norm_eps = (float)s->rms_norm_eps;
@@ -268,6 +272,26 @@ static int rope_positions(const ct_config *c) {
   return c->trainer == CT_TRAINER_GRPO ? 1 : (int)c->max_length;
 }
 
+const ct_ident *ct_train_frozen_find(const ct_train *tr, const char *role) {
+  for (int i = 0; i < tr->n_frozen; i++)
+    if (!strcmp(tr->frozen[i].role, role)) return &tr->frozen[i];
+  return NULL;
+}
+
+int ct_train_frozen(ct_train *tr, const ct_ident *id) {
+  for (int i = 0; i < tr->n_saved_frozen && tr->resumed_from[0]; i++) {
+    char why[1400];
+    if (!strcmp(tr->saved_frozen[i].role, id->role) && ct_ident_differs(&tr->saved_frozen[i], id, why, sizeof why))
+      return ct_set_error(CT_EINVAL, "%s was trained with other frozen inputs: %s; resume with the ones it was "
+                          "trained with, or start a new run in another output_dir", tr->resumed_from, why);
+  }
+  ct_ident *slot = (ct_ident *)ct_train_frozen_find(tr, id->role);
+  if (!slot && tr->n_frozen == CT_TRAIN_FROZEN_MAX)
+    return ct_set_error(CT_EINVAL, "more than %d frozen inputs", CT_TRAIN_FROZEN_MAX);
+  *(slot ? slot : &tr->frozen[tr->n_frozen++]) = *id;
+  return 0;
+}
+
 static int load_model_or_spec(ct_train *tr, ct_model *m, const char *dir) {
   int max_pos = rope_positions(tr->cfg);
   if (dir && dir[0]) return ct_model_load(m, dir, max_pos);
@@ -285,7 +309,12 @@ int ct_train_reference(ct_train *tr, ct_frozen *ref, int dtype, int B, int T) {
   memset(ref, 0, sizeof *ref);
   if (c->use_peft) {  // the base, adapters off (ct_frozen_through)
     ct_log_info(&tr->log, "reference: the base, adapters off, through the policy's activations (no copy)");
-    return ct_frozen_view(ref, &tr->model, 0, T);
+    const ct_ident *base = ct_train_frozen_find(tr, "base");  // (ct_train_memory recorded it)
+    if (!base) return ct_set_error(CT_EINVAL, "reference: the LoRA base is not loaded yet (ct_train_memory)");
+    ct_ident id = *base;
+    snprintf(id.role, sizeof id.role, "reference");
+    rc = ct_frozen_view(ref, &tr->model, 0, T);
+    return rc ? rc : ct_train_frozen(tr, &id);
   }
   if (c->ref_model_path[0]) {
     if ((rc = check_dir(c, "ref_model_path", c->ref_model_path))) return rc;
@@ -305,6 +334,14 @@ int ct_train_reference(ct_train *tr, ct_frozen *ref, int dtype, int B, int T) {
     ct_frozen_free(ref);
     return ct_set_error(CT_EINVAL, "the reference model has %d tokens of vocabulary, the policy %d",
                         ref->cfg.vocab_size, tr->model.cfg.vocab_size);
+  }
+  ct_ident id;  // as built, before a synced reference's weights are read over it
+  bool own = c->ref_model_path[0];
+  ct_ident_set(&id, "reference", own ? "ref_model_path" : "model_path", own ? c->ref_model_path : c->model_path,
+               "ref_dtype", ct_store_names[dtype], ct_frozen_checksum(ref));
+  if ((rc = ct_train_frozen(tr, &id))) {
+    ct_frozen_free(ref);
+    return rc;
   }
   char p[CT_PATH_MAX];
   if (tr->resumed_from[0] && c->sync_ref_model &&
@@ -432,6 +469,7 @@ static int read_trainer_state(ct_train *tr, const char *dir) {
   if (!j) return ct_set_error(CT_EFORMAT, "%s: %s", path, err.text);
   json_t *ct = json_object_get(j, "ctune");
   json_t *rng = json_object_get(ct, "rng"), *files = json_object_get(ct, "files");
+  json_t *frozen = json_object_get(ct, "frozen");  // NULL: saved before identities were recorded
   const char *bad = NULL;
   if (!json_is_integer(json_object_get(j, "global_step")) || !json_is_array(rng) || json_array_size(rng) != 4) {
     rc = ct_set_error(CT_EFORMAT, "%s: not a ctune trainer state (global_step, ctune.rng missing)", path);
@@ -468,13 +506,35 @@ static int read_trainer_state(ct_train *tr, const char *dir) {
         : tr->global_batch < 0                       ? "ctune.global_batch"
         : tr->saved_diloco_ranks < 0                 ? "ctune.diloco_ranks"
         : files && !json_is_object(files)            ? "ctune.files"
+        : frozen && (!json_is_object(frozen) || json_object_size(frozen) > CT_TRAIN_FROZEN_MAX) ? "ctune.frozen"
                                                      : NULL;
   if (bad) rc = ct_set_error(CT_EFORMAT, "%s: %s is out of range or unreadable: the trainer state is damaged; "
                              "resume from another checkpoint", path, bad);
   else if (files) rc = verify_files(dir, files);
+  const char *role;
+  json_t *id;
+  tr->n_saved_frozen = 0;
+  json_object_foreach(frozen, role, id) {
+    if (rc) break;
+    rc = ct_ident_parse(&tr->saved_frozen[tr->n_saved_frozen++], role, id, path);
+  }
 done:
   json_decref(j);
   return rc;
+}
+
+// A checkpoint holds LoRA adapters or a whole model: use_peft must say the same.
+static int check_resume_kind(const ct_train *tr) {
+  const char *d = tr->resumed_from;
+  bool adapters = ct_path_has_file(d, "adapter_model.safetensors");
+  if (adapters && !tr->cfg->use_peft)
+    return ct_set_error(CT_ECONFIG, "%s: key 'use_peft': %s holds a LoRA adapter (adapter_model.safetensors), "
+                        "not a model; resume it with use_peft: true and its base as model_path",
+                        ct_config_origin(tr->cfg, "use_peft"), d);
+  if (!adapters && tr->cfg->use_peft && ct_path_has_file(d, "model.safetensors"))
+    return ct_set_error(CT_ECONFIG, "%s: key 'use_peft': %s holds a whole model (model.safetensors), not LoRA "
+                        "adapters; resume it with use_peft: false", ct_config_origin(tr->cfg, "use_peft"), d);
+  return 0;
 }
 
 static int resolve_resume(ct_train *tr) {
@@ -482,13 +542,14 @@ static int resolve_resume(ct_train *tr) {
   if (!r[0]) return 0;
   if (strcmp(r, "latest") == 0) {
     long step;
-    return ct_ckpt_latest(tr->cfg->output_dir, tr->resumed_from, sizeof tr->resumed_from, &step);
+    int rc = ct_ckpt_latest(tr->cfg->output_dir, tr->resumed_from, sizeof tr->resumed_from, &step);
+    return rc || !tr->resumed_from[0] ? rc : check_resume_kind(tr);
   }
   if (!ct_path_has_file(r, "trainer_state.json"))
     return ct_set_error(CT_EIO, "%s: key 'resume_from_checkpoint': %s is not a checkpoint "
                         "(no trainer_state.json)", ct_config_origin(tr->cfg, "resume_from_checkpoint"), r);
   snprintf(tr->resumed_from, sizeof tr->resumed_from, "%s", r);
-  return 0;
+  return check_resume_kind(tr);
 }
 
 // Whether two existing paths name the same directory.
@@ -773,6 +834,12 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   ct_plan_add_resident(p);
   *dry = cfg->dry_run;
   rc = ct_plan_check(p, &tr->log, ct_dist_local_size(), knobs);
+  const char *from = tr->resumed_from[0] && !peft ? tr->resumed_from : cfg->model_path;
+  if (rc == CT_ENOMEM) {  // name what made it big
+    char size[320];
+    ct_model_size_text(&m->cfg, size, sizeof size);
+    return ct_wrap_error(rc, "%s%s: %s", from, from[0] ? "/config.json" : "the `model:` keys", size);
+  }
   if (rc || *dry) {
     if (!rc) ct_log_info(&tr->log, "dry run: nothing allocated");
     return rc;
@@ -780,7 +847,7 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   double t0 = ct_now();
   if ((rc = ct_model_alloc(m, rope_positions(cfg)))) return rc;
   // with LoRA a checkpoint holds the adapters only: the base always comes from model_path
-  const char *dir = tr->resumed_from[0] && !peft ? tr->resumed_from : cfg->model_path;
+  const char *dir = from;
   if (dir[0]) rc = ct_model_load_weights(m, m->params, dir);
   else ct_model_init_random(m, (uint64_t)cfg->seed, (float)cfg->model.initializer_range);
   if (!rc && dir[0] && m->cfg.mtp_layers) rc = mtp_weights(tr, dir);
@@ -794,6 +861,10 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
     if ((rc = lora_setup(tr))) return rc;
     if (bf16 && (rc = ct_model_to_bf16(m, true))) return rc;
     if (i8 && (rc = ct_model_to_int8(m))) return rc;
+    ct_ident base;  // (as stored: after the narrowing to base_dtype)
+    ct_ident_set(&base, "base", "model_path", cfg->model_path, "base_dtype", ct_store_names[cfg->base_dtype],
+                 ct_model_checksum(m));
+    if ((rc = ct_train_frozen(tr, &base))) return rc;
     tr->trained = ct_lora_tensors(&tr->lora);
     tr->params = tr->lora.params;
   } else {
@@ -1258,6 +1329,10 @@ static int write_trainer_state(const ct_train *tr, const char *dir) {
                         "num_tokens", tr->num_tokens, "rng", rng, "files", files);
   if (j)  // what the moments are: optimizer.safetensors is the same file for either
     json_object_set_new(json_object_get(j, "ctune"), "optimizer", json_string(ct_optimizer_names[tr->cfg->optimizer]));
+  json_t *frozen = tr->n_frozen ? json_object() : NULL;  // what the run read and never trained
+  for (int i = 0; i < tr->n_frozen; i++) json_object_set_new(frozen, tr->frozen[i].role, ct_ident_json(&tr->frozen[i]));
+  if (j && frozen) json_object_set_new(json_object_get(j, "ctune"), "frozen", frozen);
+  else json_decref(frozen);
   if (j && tr->cfg->diloco_inner_steps > 0)  // whose moments the optimizer-rank<r> files hold
     json_object_set_new(json_object_get(j, "ctune"), "diloco_ranks", json_integer(tr->world));
   char p[CT_PATH_MAX];
@@ -1280,8 +1355,10 @@ static int write_model_files(const ct_train *tr, const char *dir, ct_dtype dtype
     int rc = ct_lora_save(&tr->lora, dir, base);
     return rc ? rc : ct_tokenizer_save(tr->tok, dir);
   }
+  // config.json from the one the model was read from (none: built from the `model:` keys)
+  const char *from = tr->resumed_from[0] ? tr->resumed_from : tr->cfg->model_path;
   int rc = ct_path_join(p, sizeof p, dir, "config.json");
-  if (!rc) rc = ct_hf_config_write(&m->cfg, p, dtype == CT_DT_BF16 ? "bfloat16" : "float32");
+  if (!rc) rc = ct_hf_config_write(&m->cfg, p, dtype == CT_DT_BF16 ? "bfloat16" : "float32", from);
   if (!rc) rc = ct_path_join(p, sizeof p, dir, "model.safetensors");
   const float *bufs[] = {m->params};
   if (!rc) rc = ct_save_tensors(&ct_model_hf_tensors(m), 1, bufs, NULL, p, dtype);

@@ -14,6 +14,7 @@
 #include "dist.h"
 #include "head.h"
 #include "frozen.h"
+#include "ident.h"
 #include "log.h"
 #include "lora.h"
 #include "model.h"
@@ -22,6 +23,8 @@
 #include "qkclip.h"
 #include "rng.h"
 #include "tokenizer.h"
+
+enum { CT_TRAIN_FROZEN_MAX = 4 };  // frozen inputs a run records (base, reference, teacher)
 
 typedef struct {
   ct_config *cfg;
@@ -74,6 +77,9 @@ typedef struct {
   void *save_extra_ctx;
   double save_extra_bytes;  // what save_extra writes (for the free-space check)
   struct ct_overlap *overlap;  // ddp_bucket_cap_mb's buckets (NULL: one blocking sum)
+  // the frozen inputs (ct_train_frozen): this run's, and those a resumed checkpoint recorded
+  ct_ident frozen[CT_TRAIN_FROZEN_MAX], saved_frozen[CT_TRAIN_FROZEN_MAX];
+  int n_frozen, n_saved_frozen;
 } ct_train;
 
 // A trainer's start, all of it: OpenBLAS and MPI set-up, the config from the command line
@@ -204,6 +210,17 @@ void ct_train_log_done(ct_train *tr);
 // eval_loss, eval_mean_token_accuracy, eval_entropy, eval_sequence_accuracy (the rows
 // greedy decoding reproduces) and a line. seqs holds at least per_device_eval_batch_size.
 int ct_train_eval_lm(ct_train *tr, ct_acts *a, ct_head *h, ct_batch *b, int *seqs, const ct_dataset *ev);
+
+// Records a frozen input's identity (ident.h) in the train state: checkpoints list it in
+// trainer_state.json (ctune.frozen.<role>). A resumed run whose checkpoint recorded the
+// same role with another path key, dtype or checksum is refused (CT_EINVAL, one line
+// naming the key, the old value and the new); one saved before identities were recorded
+// is not checked. ct_train_memory records a LoRA base (role "base", base_dtype),
+// ct_train_reference the reference ("reference", ref_dtype or a LoRA policy's base_dtype);
+// distillation records its teacher or top-k file ("teacher").
+int ct_train_frozen(ct_train *tr, const ct_ident *id);
+// This run's identity of `role`, or NULL when none was recorded.
+const ct_ident *ct_train_frozen_find(const ct_train *tr, const char *role);
 
 // The frozen reference model (DPO, GRPO with beta > 0), stored as `dtype` (CT_STORE_*)
 // and sized for forwards of B rows x T tokens. It is ref_model_path when set, else the

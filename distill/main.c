@@ -23,6 +23,7 @@
 #include "data.h"
 #include "dist.h"
 #include "distill/kd.h"
+#include "distill/topk.h"
 #include "engine.h"
 #include "panel.h"
 #include "error.h"
@@ -34,7 +35,6 @@
 #include "matmul.h"
 #include "mem.h"
 #include "pool.h"
-#include "safetensors.h"
 #include "sample.h"
 #include "train.h"
 #include "unicode.h"
@@ -80,10 +80,7 @@ static void teacher_chunk(void *ctx, int n, int v0, int nv, float *out) {
 // labeled tokens in order), with the data's hash so a stale file is refused.
 
 typedef struct {
-  int k;
-  long n;          // labeled tokens
-  int *idx;        // (n, k)
-  float *logit;    // (n, k)
+  ct_topk f;       // the file's (n, k) ids and logits (distill/topk.h)
   long *row_off;   // (rows + 1) first labeled token of each dataset row
   int *b_idx;      // (B·T, k) a micro-batch's rows of idx and logit
   float *b_logit;
@@ -120,7 +117,7 @@ static void gathered_label_index(const ct_dataset *ds, const ct_batch *b, const 
   }
 }
 
-static void cmd_precompute(const ct_config *cfg, ct_train *tr, const ct_dataset *ds) {
+static void cmd_precompute(const ct_config *cfg, ct_train *tr, const ct_tokenizer *tok, const ct_dataset *ds) {
   if (!cfg->teacher_logits_path[0])
     fail(2, (ct_set_error(CT_ECONFIG, "precompute needs teacher_logits_path=FILE (where to write)"), NULL));
   int B = (int)cfg->per_device_eval_batch_size, T = (int)cfg->max_length;
@@ -140,7 +137,7 @@ static void cmd_precompute(const ct_config *cfg, ct_train *tr, const ct_dataset 
   for (int first = 0; first < ds->n_seq; first += B) {
     int n = 0;
     for (int s = first; s < ds->n_seq && n < B; s++) seqs[n++] = s;
-    ct_batch_fill(&b, ds, seqs, n, ct_tokenizer_pad(tr->tok));
+    ct_batch_fill(&b, ds, seqs, n, ct_tokenizer_pad(tok));
     teacher_forward(&t, &b);
     gathered_label_index(ds, &b, off, where);
     for (long q0 = 0; q0 < b.n_target; q0 += ROWS) {
@@ -154,37 +151,27 @@ static void cmd_precompute(const ct_config *cfg, ct_train *tr, const ct_dataset 
       }
     }
   }
-  char hash[32];
-  snprintf(hash, sizeof hash, "%016llx", (unsigned long long)data_hash(ds));
-  ct_st_entry e[2] = {{.name = "indices", .dtype = CT_DT_I32, .ndim = 2, .shape = {total, k}, .data = idx},
-                      {.name = "logits", .dtype = CT_DT_F32, .ndim = 2, .shape = {total, k}, .data = lg}};
-  const char *mk[] = {"dataset_hash", "teacher"}, *mv[] = {hash, cfg->teacher_path};
-  if (ct_st_write(cfg->teacher_logits_path, e, 2, mk, mv, 2)) fail(1, NULL);
+  ct_topk file = {.k = k, .n = total, .idx = idx, .logit = lg, .data_hash = data_hash(ds)};
+  if (ct_topk_write(cfg->teacher_logits_path, &file, cfg->teacher_path)) fail(1, NULL);
   ct_log_info(&tr->log, "wrote %s", cfg->teacher_logits_path);
   ct_free_all(idx, ord, lg, rows, where, seqs, off);
   ct_batch_free(&b);
   teacher_free(&t);
 }
 
-static void load_topk(const ct_config *cfg, const ct_dataset *ds, topk_t *tk) {
-  ct_safetensors st = {0};
-  if (ct_st_open(&st, cfg->teacher_logits_path)) fail(1, NULL);
-  char hash[32];
-  snprintf(hash, sizeof hash, "%016llx", (unsigned long long)data_hash(ds));
-  const char *h = ct_st_meta(&st, "dataset_hash");
-  const ct_st_tensor *ti = ct_st_find(&st, "indices"), *tl = ct_st_find(&st, "logits");
+// The file, checked whole (distill/topk.h) against the student's V tokens, then against
+// this dataset; its checksum is the teacher's identity in the checkpoints.
+static void load_topk(ct_train *tr, const ct_dataset *ds, topk_t *tk) {
+  const char *path = tr->cfg->teacher_logits_path;
+  if (ct_topk_load(&tk->f, path, tr->model.cfg.vocab_size)) fail(1, NULL);
   tk->row_off = label_offsets(ds);
-  if (!h || strcmp(h, hash) || !ti || !tl || ti->dtype != CT_DT_I32 || ti->ndim != 2 ||
-      tl->numel != ti->numel || ti->shape[0] != tk->row_off[ds->n_rows])
+  if (!tk->row_off) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  if (tk->f.data_hash != data_hash(ds) || tk->f.n != tk->row_off[ds->n_rows])
     fail(1, (ct_set_error(CT_EFORMAT, "%s: not the teacher logits of this dataset (run `bin/distill "
-                          "precompute` with the same data and max_length)", cfg->teacher_logits_path), NULL));
-  tk->n = ti->shape[0];
-  tk->k = (int)ti->shape[1];
-  tk->idx = malloc(sizeof(int) * ti->numel);
-  tk->logit = malloc(sizeof(float) * tl->numel);
-  if (!tk->idx || !tk->logit || ct_st_read_f32(&st, tl, tk->logit, tl->numel)) fail(1, NULL);
-  memcpy(tk->idx, ct_st_data(&st, ti), sizeof(int) * ti->numel);
-  ct_st_close(&st);
+                          "precompute` with the same data and max_length)", path), NULL));
+  ct_ident id;
+  ct_ident_set(&id, "teacher", "teacher_logits_path", path, NULL, NULL, tk->f.sum);
+  if (ct_train_frozen(tr, &id)) fail(1, NULL);
 }
 
 // ---------------------------------------------------------------------------
@@ -359,19 +346,32 @@ int main(int argc, char **argv) {
   ct_train_start(&tr, &cfg, CT_TRAINER_DISTILL, argc, argv, check_config);
   bool offline = !precompute_mode && cfg.teacher_logits_path[0];
   int rc;
-  if (!offline) check_vocabularies(&cfg, tr.tok);
+  // `precompute` without a student (no model_path nor tokenizer_path) tokenizes with the
+  // teacher's tokenizer: the student it will train must share it anyway, and the one built
+  // from scratch (the byte tokenizer) would not
+  ct_tokenizer *teacher_tok = NULL;
+  int vocab = tr.model.cfg.vocab_size;
+  if (precompute_mode && !cfg.model_path[0] && !cfg.tokenizer_path[0]) {
+    if (ct_tokenizer_load_said(NULL, &teacher_tok, cfg.teacher_path))
+      fail(1, (ct_wrap_error(CT_EIO, "%s: key 'teacher_path'", ct_config_origin(&cfg, "teacher_path")), NULL));
+    vocab = ct_tokenizer_vocab_size(teacher_tok);
+  } else if (!offline) {
+    check_vocabularies(&cfg, tr.tok);
+  }
+  const ct_tokenizer *tok = teacher_tok ? teacher_tok : tr.tok;
   ct_data_opts o = {(int)cfg.max_length, cfg.completion_only_loss, cfg.assistant_only_loss,
-                    cfg.skip_bad_rows, cfg.packing, cfg.dataset_text_field, tr.model.cfg.vocab_size};
+                    cfg.skip_bad_rows, cfg.packing, cfg.dataset_text_field, vocab};
   ct_dataset train, eval = {0};
-  if (ct_dataset_load(&train, cfg.dataset_path, tr.tok, &o)) fail(1, NULL);
+  if (ct_dataset_load(&train, cfg.dataset_path, tok, &o)) fail(1, NULL);
   bool have_eval = cfg.eval_dataset_path[0] && !precompute_mode;
   ct_data_opts eo = o;
   eo.packing = false;
   if (have_eval && ct_dataset_load(&eval, cfg.eval_dataset_path, tr.tok, &eo)) fail(1, NULL);
   ct_log_info(&tr.log, "train: %s: %d rows, %ld trained tokens", train.path, train.n_rows, train.n_label_tokens);
   if (precompute_mode) {
-    cmd_precompute(&cfg, &tr, &train);
+    cmd_precompute(&cfg, &tr, tok, &train);
     ct_dataset_free(&train);
+    ct_tokenizer_free(teacher_tok);
     ct_train_release(&tr);  // nothing to save: the teacher's logits are the output
     return 0;
   }
@@ -381,7 +381,7 @@ int main(int argc, char **argv) {
   teacher_t teacher = {0};
   topk_t tk = {0};
   ct_model_config tc = *mc;  // the teacher's shape
-  if (offline) load_topk(&cfg, &train, &tk);
+  if (offline) load_topk(&tr, &train, &tk);
   else if (ct_model_read_config(&tc, cfg.teacher_path)) fail(1, "teacher");
   int V = mc->vocab_size, Vt = tc.vocab_size, C = mc->hidden_size, tiles = (int)cfg.num_vocab_tiling;
   if (Vt != V)
@@ -402,7 +402,7 @@ int main(int argc, char **argv) {
                             (tr.bf16 ? ct_frozen_bf16_bytes(&tc, (int)cfg.teacher_dtype, B, T) : 0),
                  "teacher (%s%s)", ct_store_names[cfg.teacher_dtype], tr.bf16 ? ", bf16 compute" : "");
   else
-    ct_plan_addf(&plan, 8.0 * B * T * tk.k, "teacher top-%d logits of a batch", tk.k);
+    ct_plan_addf(&plan, 8.0 * B * T * tk.f.k, "teacher top-%d logits of a batch", tk.f.k);
   if (cfg.lmbda > 0)
     ct_plan_addf(&plan, ct_engine_bytes(cfg.seq_kd ? &tc : mc, &geo), "sampler: KV cache of %d slots x %d positions",
                  B, Tg);
@@ -415,7 +415,8 @@ int main(int argc, char **argv) {
                       "num_vocab_tiling, a smaller per_device_train_batch_size or max_length", &dry))
     fail(1, NULL);
   if (dry) {
-    ct_free_all(tk.idx, tk.logit, tk.row_off);
+    ct_topk_free(&tk.f);
+    free(tk.row_off);
     ct_dataset_free(&train);
     ct_train_release(&tr);
     return 0;
@@ -423,6 +424,12 @@ int main(int argc, char **argv) {
   if (!offline && (teacher_load(&teacher, &cfg, B, T) || (tr.bf16 && ct_frozen_compute_bf16(&teacher.f))))
     fail(1, NULL);
   uint64_t teacher_sum = offline ? 0 : ct_frozen_checksum(&teacher.f);
+  if (!offline) {  // the teacher's identity: a resumed run must distil from the same one
+    ct_ident id;
+    ct_ident_set(&id, "teacher", "teacher_path", cfg.teacher_path, "teacher_dtype", ct_store_names[cfg.teacher_dtype],
+                 teacher_sum);
+    if (ct_train_frozen(&tr, &id)) fail(1, NULL);
+  }
   ct_acts acts;
   ct_head head;
   ct_kd kd;
@@ -433,8 +440,8 @@ int main(int argc, char **argv) {
     fail(1, NULL);
   long *where = malloc(sizeof(long) * B * T);
   if (offline) {
-    tk.b_idx = malloc(sizeof(int) * (size_t)B * T * tk.k);
-    tk.b_logit = malloc(sizeof(float) * (size_t)B * T * tk.k);
+    tk.b_idx = malloc(sizeof(int) * (size_t)B * T * tk.f.k);
+    tk.b_logit = malloc(sizeof(float) * (size_t)B * T * tk.f.k);
     if (!tk.b_idx || !tk.b_logit) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   }
   if (!seqs || !where || ct_acts_init(&acts, &tr.model, B, T, mode) || ct_train_attach(&tr, &acts) || ct_batch_init(&batch, Bmax, T) ||
@@ -521,10 +528,10 @@ int main(int argc, char **argv) {
       double soft;
       if (offline) {
         gathered_label_index(&train, b, tk.row_off, where);
-        int kk = tk.k;
+        int kk = tk.f.k;
         for (int r = 0; r < q; r++) {
-          memcpy(tk.b_idx + (long)r * kk, tk.idx + where[r] * kk, sizeof(int) * kk);
-          memcpy(tk.b_logit + (long)r * kk, tk.logit + where[r] * kk, sizeof(float) * kk);
+          memcpy(tk.b_idx + (long)r * kk, tk.f.idx + where[r] * kk, sizeof(int) * kk);
+          memcpy(tk.b_logit + (long)r * kk, tk.f.logit + where[r] * kk, sizeof(float) * kk);
         }
         soft = ct_kd_soft_topk(&kd, head.hc, q, W, dW, tk.b_idx, tk.b_logit, kk, &ko);
       } else {
@@ -580,7 +587,8 @@ int main(int argc, char **argv) {
   free(gen_rows);
   ct_infer_free(&gen_w);
   if (!offline) teacher_free(&teacher);
-  ct_free_all(tk.idx, tk.logit, tk.row_off, tk.b_idx, tk.b_logit, seqs, where);
+  ct_topk_free(&tk.f);
+  ct_free_all(tk.row_off, tk.b_idx, tk.b_logit, seqs, where);
   ct_acts_free(&acts);
   ct_head_free(&head);
   ct_kd_free(&kd);

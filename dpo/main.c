@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fingerprint.h"
 #include "ckpt.h"
@@ -33,7 +34,7 @@
 
 static int fail(int code, const char *what) { ct_dist_die("dpo", code, what); }
 
-// The losses from config: loss_type list, loss_weights, beta (2.0 by default for simpo).
+// The losses from config: loss_type list, loss_weights, beta (the config made it 2.0 by default for simpo).
 static int losses_from(const ct_config *c, ct_dpo_loss *o) {
   *o = (ct_dpo_loss){.n = c->loss_type.n, .beta = c->beta, .label_smoothing = c->label_smoothing,
                      .simpo_gamma = c->simpo_gamma};
@@ -53,7 +54,6 @@ static int losses_from(const ct_config *c, ct_dpo_loss *o) {
     o->weight[k] = c->loss_weights.n ? c->loss_weights.v[k] : 1.0;
     simpo |= o->type[k] == CT_DPO_SIMPO;
   }
-  if (simpo && !strcmp(ct_config_origin(c, "beta"), "default")) o->beta = 2.0;
   if (o->beta <= 0 && o->n && (ct_dpo_needs_reference(o) || simpo))
     return ct_set_error(CT_ECONFIG, "%s: key 'beta' must be positive for DPO losses", ct_config_origin(c, "beta"));
   return 0;
@@ -101,11 +101,21 @@ static int row_sums_init(row_sums *s, int rows) {
 static void row_sums_free(row_sums *s) { ct_free_all(s->row_lp, s->row_len, s->row_sum); }
 
 // ---------------------------------------------------------------------------
-// Reference log-probs computed once (precompute_ref_log_probs), cached in output_dir.
+// Reference log-probs computed once (precompute_ref_log_probs), cached in output_dir. A
+// cache is reused only when it was made for the same data (tokens as truncated), the same
+// truncation keys, the same reference (its identity: weights checksum, path key, ref_dtype;
+// ident.h) and compute dtype, and its contents' checksum holds; else it is recomputed.
 
 typedef struct {
   float *c, *r;  // (pairs)
 } ref_cache;
+
+// What a cache is made for: its __metadata__ values.
+typedef struct {
+  char data[20], truncation[128];
+  const char *compute;  // "bfloat16" or "float32" matmuls
+  char *reference;      // the reference's identity as JSON (malloc'd)
+} cache_key;
 
 static uint64_t dataset_hash(const ct_pref_dataset *ds) {
   uint64_t h = ct_fnv1a(ds->ids, sizeof(int) * ds->n_tokens, CT_FNV1A_INIT);
@@ -114,28 +124,65 @@ static uint64_t dataset_hash(const ct_pref_dataset *ds) {
   return ct_fnv1a(ds->r_len, sizeof(int) * ds->n, h);
 }
 
-static bool load_ref_cache(const char *path, const ct_pref_dataset *ds, ref_cache *rc) {
-  ct_safetensors st = {0};
-  if (ct_st_open(&st, path)) return false;
-  char want[32];
-  snprintf(want, sizeof want, "%016llx", (unsigned long long)dataset_hash(ds));
-  const char *h = ct_st_meta(&st, "dataset_hash");
-  const ct_st_tensor *c = ct_st_find(&st, "chosen"), *r = ct_st_find(&st, "rejected");
-  bool ok = h && !strcmp(h, want) && c && r && c->numel == ds->n && r->numel == ds->n &&
-            !ct_st_read_f32(&st, c, rc->c, ds->n) && !ct_st_read_f32(&st, r, rc->r, ds->n);
-  ct_st_close(&st);
-  return ok;
+static void cache_key_of(const ct_train *tr, const ct_pref_dataset *ds, cache_key *k) {
+  const ct_config *c = tr->cfg;
+  snprintf(k->data, sizeof k->data, "%016llx", (unsigned long long)dataset_hash(ds));
+  snprintf(k->truncation, sizeof k->truncation, "max_length=%ld max_prompt_length=%ld max_completion_length=%ld",
+           (long)c->max_length, (long)c->max_prompt_length, (long)c->max_completion_length);
+  k->compute = tr->bf16 ? "bfloat16" : "float32";
+  json_t *j = ct_ident_json(ct_train_frozen_find(tr, "reference"));  // (ct_train_reference recorded it)
+  k->reference = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+  json_decref(j);
+  if (!k->reference) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
 }
 
-static int save_ref_cache(const char *path, const ct_pref_dataset *ds, const ref_cache *rc) {
-  char hash[32];
-  snprintf(hash, sizeof hash, "%016llx", (unsigned long long)dataset_hash(ds));
+// Why the cache st cannot serve key k (into why), or "" when it can.
+static void cache_mismatch(const ct_safetensors *st, const cache_key *k, const ct_ident *ref, char *why, size_t n) {
+  const char *data = ct_st_meta(st, "dataset_hash"), *trunc = ct_st_meta(st, "truncation");
+  const char *compute = ct_st_meta(st, "compute"), *was = ct_st_meta(st, "reference");
+  json_t *j = was ? json_loads(was, 0, NULL) : NULL;
+  ct_ident old;
+  why[0] = 0;
+  if (ct_st_check_content(st, NULL)) snprintf(why, n, "%s", ct_last_error());
+  else if (!trunc || strcmp(trunc, k->truncation)) snprintf(why, n, "it was made with %s, this run has %s",
+                                                             trunc ? trunc : "other truncation", k->truncation);
+  else if (!data || strcmp(data, k->data)) snprintf(why, n, "it was made on other data (tokens or pairs differ)");
+  else if (!j || ct_ident_parse(&old, "reference", j, st->path)) snprintf(why, n, "it names no reference model");
+  else if (ct_ident_differs(&old, ref, why, n)) {
+  } else if (!compute || strcmp(compute, k->compute))
+    snprintf(why, n, "it was made with %s matmuls, this run's are %s (bf16)", compute ? compute : "other",
+             k->compute);
+  json_decref(j);
+}
+
+// Fills rc from path when the cache there was made for key k; else returns false with the
+// reason in why ("" when there is no file).
+static bool load_ref_cache(const char *path, const ct_pref_dataset *ds, const cache_key *k, const ct_ident *ref,
+                           ref_cache *rc, char *why, size_t n) {
+  ct_safetensors st = {0};
+  why[0] = 0;
+  if (access(path, F_OK)) return false;
+  if (ct_st_open(&st, path)) {
+    snprintf(why, n, "%s", ct_last_error());
+    return false;
+  }
+  cache_mismatch(&st, k, ref, why, n);
+  const ct_st_tensor *c = ct_st_find(&st, "chosen"), *r = ct_st_find(&st, "rejected");
+  if (!why[0] && (!c || !r || c->numel != ds->n || r->numel != ds->n || ct_st_read_f32(&st, c, rc->c, ds->n) ||
+                  ct_st_read_f32(&st, r, rc->r, ds->n)))
+    snprintf(why, n, "it does not hold %d pairs' chosen and rejected sums", ds->n);
+  ct_st_close(&st);
+  return !why[0];
+}
+
+static int save_ref_cache(const char *path, const ct_pref_dataset *ds, const cache_key *k, const ref_cache *rc) {
   ct_st_entry e[2] = {{.name = "chosen", .dtype = CT_DT_F32, .ndim = 1, .shape = {ds->n}, .data = rc->c},
                       {.name = "rejected", .dtype = CT_DT_F32, .ndim = 1, .shape = {ds->n}, .data = rc->r}};
-  const char *mk[] = {"dataset_hash"}, *mv[] = {hash};
+  const char *mk[] = {"dataset_hash", "truncation", "reference", "compute"};
+  const char *mv[] = {k->data, k->truncation, k->reference, k->compute};
   char tmp[CT_PATH_MAX + 8];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  int err = ct_st_write(tmp, e, 2, mk, mv, 1);
+  int err = ct_st_write_checked(tmp, e, 2, mk, mv, 4);
   if (!err && rename(tmp, path)) err = ct_set_error(CT_EIO, "%s: cannot rename", tmp);
   return err;
 }
@@ -301,11 +348,16 @@ static void precompute(dpo_t *d, const ct_pref_dataset *ds, const char *name, re
   cache->c = malloc(sizeof(float) * ds->n);
   cache->r = malloc(sizeof(float) * ds->n);
   if (!cache->c || !cache->r) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
-  if (load_ref_cache(path, ds, cache)) {
+  load_reference(d);  // its identity keys the cache
+  cache_key key;
+  cache_key_of(tr, ds, &key);
+  char why[1600];
+  if (load_ref_cache(path, ds, &key, ct_train_frozen_find(tr, "reference"), cache, why, sizeof why)) {
     ct_log_info(&tr->log, "reference log-probs: reusing %s", path);
+    free(key.reference);
     return;
   }
-  load_reference(d);  // only now is the reference model needed
+  if (why[0]) ct_log_info(&tr->log, "reference log-probs: %s does not fit this run (%s): recomputing", path, why);
   ct_log_info(&tr->log, "reference log-probs: one pass over %d pairs of %s", ds->n, ds->path);
   memset(cache->c, 0, sizeof(float) * ds->n);
   memset(cache->r, 0, sizeof(float) * ds->n);
@@ -324,7 +376,8 @@ static void precompute(dpo_t *d, const ct_pref_dataset *ds, const char *name, re
   }
   // every rank filled its share: sum the shares (the others are 0)
   if (ct_dist_sum_f32(cache->c, ds->n) || ct_dist_sum_f32(cache->r, ds->n)) fail(1, NULL);
-  if (tr->rank == 0 && save_ref_cache(path, ds, cache)) fail(1, NULL);
+  if (tr->rank == 0 && save_ref_cache(path, ds, &key, cache)) fail(1, NULL);
+  free(key.reference);
 }
 
 static int save_ref(void *ctx, const char *dir) {

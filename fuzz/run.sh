@@ -59,7 +59,7 @@ run_one() {
   mkdir -p "$F/corpus/$t" "$F/crash/$t"
   seeds "$t" "$F/seeds/$t"
   dict="$F/$t.dict"
-  case $t in safetensors | tokenizer | data | chat) cat fuzz/dict/json.dict ;; esac >"$dict"
+  case $t in safetensors | topk | tokenizer | data | chat | hfconfig) cat fuzz/dict/json.dict ;; esac >"$dict"
   [ -f "fuzz/dict/$t.dict" ] && cat "fuzz/dict/$t.dict" >>"$dict"
   [ "$t" = config ] && sed -n 's/^[# ]*\([a-z_][a-z0-9_]*\):.*/"\1"/p' configs/base.yml | sort -u >>"$dict"
   t0=$(date +%s)

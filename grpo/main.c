@@ -183,11 +183,38 @@ static int reward_init(const ct_config *c, int k, bool check_only, ct_reward **o
                       .failure_nan = c->reward_failure == CT_REWARD_FAIL_NAN, .batch = (int)c->reward_batch,
                       .model_dir = c->reward_funcs.v[k], .model_dtype = c->reward_model_dtype,
                       .model_batch = (int)c->per_device_train_batch_size,
-                      .model_max_length = reward_model_tokens(c), .check_only = check_only};
+                      .model_max_length = reward_model_tokens(c), .check_only = check_only, .cfg = c,
+                      .labels_required = ct_config_is_set(c, "answer_field")};
   int kind;
-  if (ct_reward_kind(c->reward_funcs.v[k], &kind) || ct_reward_init(out, kind, &o))
+  if (ct_reward_kind(c->reward_funcs.v[k], &kind))
     return ct_wrap_error(CT_ECONFIG, "%s: key 'reward_funcs'", ct_config_origin(c, "reward_funcs"));
+  if (ct_reward_init(out, kind, &o))  // a built-in's message names its own key
+    return kind == CT_REWARD_MODEL ? ct_wrap_error(CT_ECONFIG, "%s: key 'reward_funcs'", ct_config_origin(c, "reward_funcs"))
+                                   : CT_ECONFIG;
   return 0;
+}
+
+// Rows of `path` that a reward function cannot read (ct_reward_check_rows: no answer_field,
+// say) stop the run before any rollout, naming file:line, or with skip_bad_rows are
+// dropped and counted with the rows the loader skipped.
+static void check_reward_rows(const ct_config *c, ct_log *log, ct_prompt_set *s, const char *path) {
+  bool *bad = calloc(s->n > 0 ? (size_t)s->n : 1, sizeof *bad);
+  if (!bad) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  int marked = 0;
+  for (int k = 0; k < c->reward_funcs.n; k++) {
+    ct_reward *r;
+    if (reward_init(c, k, true, &r)) fail(2, NULL);
+    int rc = ct_reward_check_rows(r, s->rows, s->line, s->n, path, c->skip_bad_rows, bad);
+    ct_reward_free(r);
+    if (rc < 0) fail(rc == CT_ECONFIG ? 2 : 1, NULL);
+    if (rc && !s->first_bad[0]) snprintf(s->first_bad, sizeof s->first_bad, "%s", ct_last_error());
+    marked += rc;
+  }
+  if (marked) ct_prompt_set_drop(s, bad);
+  free(bad);
+  if (s->n_bad) ct_log_info(log, "%s: %d rows skipped (skip_bad_rows); the first: %s", path, s->n_bad, s->first_bad);
+  if (!s->n) fail(1, (ct_set_error(CT_EFORMAT, "%s: no prompts left: every row was skipped, the first: %s", path,
+                                   s->first_bad), NULL));
 }
 
 static void init_rewards(grpo_t *g) {
@@ -627,10 +654,12 @@ int main(int argc, char **argv) {
   agg_kind(&cfg, &g.agg);  // (checked by check_config, which also checked every reward function)
   int B = (int)cfg.per_device_train_batch_size, accum = (int)cfg.gradient_accumulation_steps;
   ct_prompt_opts po = {true, (int)cfg.max_prompt_length, cfg.truncate_prompt == CT_TRUNCATE_LEFT,
-                       "max_prompt_length", tr.model.cfg.vocab_size};
+                       "max_prompt_length", tr.model.cfg.vocab_size, cfg.skip_bad_rows};
   if (ct_prompt_set_load(&g.prompts, cfg.dataset_path, tr.tok, &po)) fail(1, NULL);
+  check_reward_rows(&cfg, &tr.log, &g.prompts, cfg.dataset_path);
   bool have_eval = cfg.eval_dataset_path[0] != 0;
   if (have_eval && ct_prompt_set_load(&g.eval, cfg.eval_dataset_path, tr.tok, &po)) fail(1, NULL);
+  if (have_eval) check_reward_rows(&cfg, &tr.log, &g.eval, cfg.eval_dataset_path);
   int per_rank_prompts = B * accum / g.G, step_prompts = per_rank_prompts * tr.world;
   ct_log_info(&tr.log, "prompts: %s: %d rows; %d prompts x %d completions per generation", cfg.dataset_path,
               g.prompts.n, step_prompts, g.G);
@@ -659,7 +688,7 @@ int main(int argc, char **argv) {
     if (!ct_reward_kind(cfg.reward_funcs.v[k], &kind) && kind == CT_REWARD_MODEL)
       ct_plan_addf(&plan, ct_rm_bytes(cfg.reward_funcs.v[k], (int)cfg.reward_model_dtype, B, reward_model_tokens(&cfg)),
                    "reward model %s (%s)", cfg.reward_funcs.v[k], ct_store_names[cfg.reward_model_dtype]);
-  bool dry;
+  bool dry = false;
   if (ct_model_rope_reserve(&tr.model, T) ||
       ct_train_memory(&tr, &plan, "gradient_checkpointing=true, ref_dtype=bfloat16 or int8 (or beta=0: "
                       "no reference), num_vocab_tiling, a smaller per_device_train_batch_size, "

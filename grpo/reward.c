@@ -4,11 +4,12 @@
 // TLS certificate checks off; the key never appears in a message.
 #include "reward.h"
 
+#include <ctype.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
-#include <regex.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,8 @@
 
 #include "config.h"
 #include "error.h"
+#include "jsonl.h"
+#include "pyregex.h"
 #include "reward/model.h"
 #include "stop.h"
 #include "unicode.h"
@@ -27,9 +30,11 @@
 struct ct_reward {
   int kind;
   char *answer_field;  // accuracy and remote (labels)
+  char *field_origin;  // where answer_field came from, for messages
+  bool labels_required;  // remote: every row must have answer_field
   bool numeric;
-  bool has_re;
-  regex_t re;          // accuracy: answer_regex; format: format_regex
+  ct_pyregex *re;      // accuracy: answer_regex (or NULL); format: format_regex
+  int group;           // accuracy: the group of re's last match that is the answer
   int target_length;
   // remote
   char *url;
@@ -122,14 +127,26 @@ const char *ct_reward_last_failure(const ct_reward *r) { return r->last_failure;
 // ---------------------------------------------------------------------------------------
 // set-up
 
-static int compile(ct_reward *r, const char *option, const char *pattern) {
-  int rc = regcomp(&r->re, pattern, REG_EXTENDED);
-  if (rc) {
-    char why[256];
-    regerror(rc, &r->re, why, sizeof why);
-    return ct_set_error(CT_ECONFIG, "%s: cannot compile \"%s\": %s", option, pattern, why);
-  }
-  r->has_re = true;
+// The one-line error of option `key`, after where its value came from (o->cfg).
+static int key_error(const ct_reward_opts *o, int code, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int key_error(const ct_reward_opts *o, int code, const char *key, const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  const char *from = o->cfg ? ct_config_origin(o->cfg, key) : NULL;
+  if (from) return ct_set_error(code, "%s: key '%s': %s", from, key, msg);
+  return ct_set_error(code, "%s: %s", key, msg);
+}
+
+// key's pattern (Python re syntax, common/pyregex.h) into r->re; the answer is the group
+// named "answer" if there is one, else the first group, else the whole match.
+static int compile(ct_reward *r, const ct_reward_opts *o, const char *key, const char *pattern) {
+  if (ct_pyregex_compile(&r->re, pattern)) return key_error(o, CT_ECONFIG, key, "%s", ct_last_error());
+  r->group = ct_pyregex_group_named(r->re, "answer");
+  if (r->group < 0) r->group = ct_pyregex_groups(r->re) > 0 ? 1 : 0;
   return 0;
 }
 
@@ -172,17 +189,17 @@ static void wipe(char *s) {
 
 // The API key from the environment variable `name` into r->key. Messages name the
 // variable, never its value.
-static int read_key(ct_reward *r, const char *name) {
+static int read_key(ct_reward *r, const ct_reward_opts *o, const char *name) {
   if (!(r->key_env = strdup(name))) return ct_set_error(CT_ENOMEM, "out of memory");
   const char *key = getenv(name);
   if (!key || !*key)
-    return ct_set_error(CT_ECONFIG, "reward_api_key_env: environment variable %s is %s; "
-                        "export the reward server's API key in it", name,
+    return key_error(o, CT_ECONFIG, "reward_api_key_env", "environment variable %s is %s; "
+                     "export the reward server's API key in it", name,
                         key ? "empty" : "unset");
   for (const char *p = key; *p; p++)
     if ((unsigned char)*p < 32 || *p == 127)  // a line break would inject a header
-      return ct_set_error(CT_ECONFIG, "reward_api_key_env: the value of %s contains a control "
-                          "character (a trailing newline?)", name);
+      return key_error(o, CT_ECONFIG, "reward_api_key_env", "the value of %s contains a control "
+                       "character (a trailing newline?)", name);
   if (!(r->key = strdup(key))) return ct_set_error(CT_ENOMEM, "out of memory");
   return 0;
 }
@@ -210,27 +227,25 @@ static int on_progress(void *p, curl_off_t a, curl_off_t b, curl_off_t c, curl_o
 
 static int init_remote(ct_reward *r, const ct_reward_opts *o) {
   if (!o->url || (strncmp(o->url, "http://", 7) && strncmp(o->url, "https://", 8)))
-    return ct_set_error(CT_ECONFIG, "reward_url: \"%s\" is not an http:// or https:// URL",
-                        o->url ? o->url : "");
+    return key_error(o, CT_ECONFIG, "reward_url", "\"%s\" is not an http:// or https:// URL",
+                     o->url ? o->url : "");
   if (!(o->connect_timeout_s > 0))
-    return ct_set_error(CT_ECONFIG, "reward_connect_timeout must be > 0 seconds (got %g)",
-                        o->connect_timeout_s);
+    return key_error(o, CT_ECONFIG, "reward_connect_timeout", "must be > 0 seconds (got %g)",
+                     o->connect_timeout_s);
   if (!(o->timeout_s > 0))
-    return ct_set_error(CT_ECONFIG, "reward_timeout must be > 0 seconds (got %g)",
-                        o->timeout_s);
+    return key_error(o, CT_ECONFIG, "reward_timeout", "must be > 0 seconds (got %g)", o->timeout_s);
   if (o->retries < 0)
-    return ct_set_error(CT_ECONFIG, "reward_retries must be >= 0 (got %d)", o->retries);
+    return key_error(o, CT_ECONFIG, "reward_retries", "must be >= 0 (got %d)", o->retries);
   if (!(o->backoff_s >= 0) || isinf(o->backoff_s))
-    return ct_set_error(CT_ECONFIG, "reward_backoff must be >= 0 seconds (got %g)",
-                        o->backoff_s);
+    return key_error(o, CT_ECONFIG, "reward_backoff", "must be >= 0 seconds (got %g)", o->backoff_s);
   CURLU *u = curl_url();
   CURLUcode uc = u ? curl_url_set(u, CURLUPART_URL, o->url, 0) : CURLUE_OUT_OF_MEMORY;
   curl_url_cleanup(u);
   if (uc != CURLUE_OK)
-    return ct_set_error(CT_ECONFIG, "reward_url: \"%s\" is not a valid URL (%s)", o->url,
-                        uc == CURLUE_OUT_OF_MEMORY ? "out of memory" : "libcurl cannot parse it");
+    return key_error(o, CT_ECONFIG, "reward_url", "\"%s\" is not a valid URL (%s)", o->url,
+                     uc == CURLUE_OUT_OF_MEMORY ? "out of memory" : "libcurl cannot parse it");
   if (o->api_key_env && *o->api_key_env) {
-    int rc = read_key(r, o->api_key_env);
+    int rc = read_key(r, o, o->api_key_env);
     if (rc) return rc;
   }
   if (!(r->url = strdup(o->url))) return ct_set_error(CT_ENOMEM, "out of memory");
@@ -294,18 +309,21 @@ int ct_reward_init(ct_reward **out, int kind, const ct_reward_opts *o) {
   r->kind = kind;
   r->numeric = o->numeric;
   r->answer_field = strdup(o->answer_field && *o->answer_field ? o->answer_field : "answer");
-  int rc = r->answer_field ? 0 : ct_set_error(CT_ENOMEM, "out of memory");
+  const char *from = o->cfg ? ct_config_origin(o->cfg, "answer_field") : NULL;
+  r->field_origin = strdup(from ? from : "answer_field");
+  r->labels_required = o->labels_required;
+  int rc = r->answer_field && r->field_origin ? 0 : ct_set_error(CT_ENOMEM, "out of memory");
   if (!rc && kind == CT_REWARD_ACCURACY && o->answer_regex && *o->answer_regex)
-    rc = compile(r, "answer_regex (accuracy reward)", o->answer_regex);
+    rc = compile(r, o, "answer_regex", o->answer_regex);
   if (!rc && kind == CT_REWARD_FORMAT) {
     if (!o->format_regex || !*o->format_regex)
-      rc = ct_set_error(CT_ECONFIG, "format_regex: the format reward needs a regex");
+      rc = key_error(o, CT_ECONFIG, "format_regex", "the format reward needs a regex");
     else
-      rc = compile(r, "format_regex", o->format_regex);
+      rc = compile(r, o, "format_regex", o->format_regex);
   }
   if (!rc && kind == CT_REWARD_LENGTH) {
     if (o->target_length <= 0)
-      rc = ct_set_error(CT_ECONFIG, "length_target must be > 0 (got %d)", o->target_length);
+      rc = key_error(o, CT_ECONFIG, "length_target", "must be > 0 (got %d)", o->target_length);
     r->target_length = o->target_length;
   }
   if (!rc && kind == CT_REWARD_REMOTE) rc = init_remote(r, o);
@@ -320,7 +338,7 @@ int ct_reward_init(ct_reward **out, int kind, const ct_reward_opts *o) {
 
 void ct_reward_free(ct_reward *r) {
   if (!r) return;
-  if (r->has_re) regfree(&r->re);
+  ct_pyregex_free(r->re);
   if (r->model) ct_rm_free(r->model);
   free(r->model);
   if (r->curl) curl_easy_cleanup(r->curl);
@@ -332,6 +350,7 @@ void ct_reward_free(ct_reward *r) {
   free(r->reply);
   free(r->url);
   free(r->answer_field);
+  free(r->field_origin);
   free(r);
 }
 
@@ -388,41 +407,16 @@ static bool parse_number(const char *s, size_t n, double *x) {
   return *end == 0 && isfinite(*x);
 }
 
-// The completion's answer: the last match of the regex (its first group if it has one),
-// or the whole completion; false when the regex does not match.
-static bool extract(const ct_reward *r, const char *c, const char **s, size_t *n) {
-  if (!r->has_re) {
-    *s = c;
-    *n = strlen(c);
-    return true;
-  }
-  size_t len = strlen(c), off = 0;
-  bool found = false;
-  regmatch_t m[2];
-  while (off <= len) {
-#ifdef REG_STARTEND
-    // matching inside the whole string keeps ^ and word boundaries right at `off`
-    m[0].rm_so = (regoff_t)off;
-    m[0].rm_eo = (regoff_t)len;
-    if (regexec(&r->re, c, 2, m, REG_STARTEND)) break;
-#else
-    if (regexec(&r->re, c + off, 2, m, off ? REG_NOTBOL : 0)) break;
-    for (int g = 0; g < 2; g++)
-      if (m[g].rm_so >= 0) m[g].rm_so += (regoff_t)off, m[g].rm_eo += (regoff_t)off;
-#endif
-    int g = r->re.re_nsub >= 1 ? 1 : 0;
-    if (m[g].rm_so >= 0) {
-      *s = c + m[g].rm_so;
-      *n = (size_t)(m[g].rm_eo - m[g].rm_so);
-    } else {  // the group did not take part in the match
-      *s = c + m[0].rm_eo;
-      *n = 0;
-    }
-    found = true;
-    // an empty match would match again at the same place: step past it
-    off = (size_t)m[0].rm_eo > off ? (size_t)m[0].rm_eo : off + 1;
-  }
-  return found;
+// The completion's answer: r->group of the regex's last match, or the whole completion;
+// 0 when the regex does not match, < 0 when the matcher gives up.
+static int extract(const ct_reward *r, const char *c, const char **s, size_t *n) {
+  *s = c;
+  *n = strlen(c);
+  if (!r->re) return 1;
+  size_t from = 0;
+  int rc = ct_pyregex_last(r->re, c, *n, r->group, &from, n);
+  *s = c + from;
+  return rc;
 }
 
 static double accuracy(const ct_reward *r, const ct_reward_item *it) {
@@ -435,7 +429,8 @@ static double accuracy(const ct_reward *r, const ct_reward_item *it) {
   if (!it->completion) return NAN;
   const char *got;
   size_t got_n;
-  if (!extract(r, it->completion, &got, &got_n)) return 0;
+  int found = extract(r, it->completion, &got, &got_n);
+  if (found <= 0) return found ? NAN : 0;
   if (r->numeric) {
     double a;
     return parse_number(got, got_n, &a) && fabs(a - b) <= 1e-6 * fmax(1.0, fabs(b)) ? 1 : 0;
@@ -447,7 +442,80 @@ static double accuracy(const ct_reward *r, const ct_reward_item *it) {
 
 static double format(const ct_reward *r, const ct_reward_item *it) {
   if (!it->completion) return NAN;
-  return regexec(&r->re, it->completion, 0, NULL, 0) == 0 ? 1 : 0;
+  int rc = ct_pyregex_search(r->re, it->completion, strlen(it->completion));
+  return rc < 0 ? NAN : rc;
+}
+
+// ---------------------------------------------------------------------------------------
+// the dataset field a reward reads
+
+const char *ct_reward_field(const ct_reward *r) {
+  bool reads = r->kind == CT_REWARD_ACCURACY || (r->kind == CT_REWARD_REMOTE && r->labels_required);
+  return reads ? r->answer_field : NULL;
+}
+
+static const char *json_kind(const json_t *v) {
+  return json_is_object(v) ? "an object" : json_is_array(v) ? "a list" : json_is_boolean(v) ? "a boolean"
+         : json_is_null(v) ? "null" : "not a string";
+}
+
+// Whether r can read its field from row; if not, why (without the row's place).
+static bool row_readable(const ct_reward *r, const char *field, const json_t *row, char *why, size_t cap) {
+  const json_t *v = json_object_get(row, field);
+  char buf[64];
+  const char *text;
+  double x;
+  if (!v)
+    snprintf(why, cap, "no field '%s'", field);
+  else if (!answer_text(row, field, buf, sizeof buf, &text))
+    snprintf(why, cap, "field '%s' is %s; it must be a string or a number", field, json_kind(v));
+  else if (r->kind == CT_REWARD_ACCURACY && r->numeric && !parse_number(text, strlen(text), &x))
+    snprintf(why, cap, "field '%s' is \"%.40s%s\", not a number (answer_numeric is true)", field, text,
+             strlen(text) > 40 ? "..." : "");
+  else
+    return true;
+  return false;
+}
+
+// "prompt, answer" (the first row's fields) into buf.
+static void field_names(const json_t *row, char *buf, size_t cap) {
+  const char *key;
+  const json_t *v;
+  size_t k = 0;
+  buf[0] = 0;
+  json_object_foreach((json_t *)row, key, v) {
+    if (k + strlen(key) + 8 >= cap) {
+      snprintf(buf + k, cap - k, "%s...", k ? ", " : "");
+      return;
+    }
+    k += (size_t)snprintf(buf + k, cap - k, "%s%s", k ? ", " : "", key);
+  }
+}
+
+int ct_reward_check_rows(const ct_reward *r, json_t *const *rows, const int *lines, int n, const char *path,
+                         bool skip_bad, bool *bad) {
+  const char *field = ct_reward_field(r);
+  if (!field) return 0;
+  const char *name = ct_reward_name(r);
+  int have = 0, marked = 0;
+  for (int i = 0; i < n; i++) have += json_object_get(rows[i], field) != NULL;
+  if (n > 0 && !have) {
+    char names[160];
+    field_names(rows[0], names, sizeof names);
+    return ct_set_error(CT_ECONFIG, "%s: key 'answer_field': no row of %s has the field '%s', which the %s "
+                        "reward reads (its first row has: %s)", r->field_origin, path, field, name, names);
+  }
+  char why[160];
+  for (int i = 0; i < n; i++) {
+    if (bad[i] || row_readable(r, field, rows[i], why, sizeof why)) continue;
+    if (!skip_bad)
+      return ct_row_error(path, lines[i], "%s, which the %s reward reads (answer_field); fix the row, or set "
+                          "skip_bad_rows: true to skip such rows", why, name);
+    if (!marked++)  // the first row it skips: its message
+      ct_row_error(path, lines[i], "%s, which the %s reward reads (answer_field)", why, name);
+    bad[i] = true;
+  }
+  return marked;
 }
 
 static double length(const ct_reward *r, const ct_reward_item *it) {
@@ -560,12 +628,107 @@ static void bad_reward(const ct_reward *r, const json_t *v, int i, int n, char *
     snprintf(out, cap, "reward %d of %d is %s; rewards must be numbers or null", i, n, type);
 }
 
-enum { ATTEMPT_OK, ATTEMPT_RETRY, ATTEMPT_FATAL };
+// Python's json.dumps writes float('nan') and float('inf') as bare NaN, Infinity and
+// -Infinity, which are not JSON (jansson refuses them), and a number past DBL_MAX (1e400)
+// is JSON but no double. Outside strings, each such token of [s, s + n) becomes the string
+// "\u0000" + its text, which no other reply value decodes to (JSON_ALLOW_NUL): a
+// non-finite reward. Writes into out when it is not NULL; returns the rewritten length.
+static size_t mark_nonfinite(const char *s, size_t n, char *out) {
+  size_t k = 0;
+  bool in_str = false;
+  for (size_t i = 0; i < n;) {
+    char c = s[i];
+    size_t len = 1;
+    bool mark = false;
+    if (in_str) {
+      if (c == '\\' && i + 1 < n) len = 2;
+      else if (c == '"') in_str = false;
+    } else if (c == '"') {
+      in_str = true;
+    } else if (c == 'N' || c == 'I' || c == '-' || (c >= '0' && c <= '9')) {
+      while (i + len < n && (isalnum((unsigned char)s[i + len]) || (s[i + len] && strchr("+-.", s[i + len]))))
+        len++;
+      char *end = (char *)s + i;
+      double x = c == 'N' || c == 'I' ? 0 : strtod(s + i, &end);  // s is NUL-terminated
+      mark = (len == 3 && !memcmp(s + i, "NaN", 3)) || (len == 8 && !memcmp(s + i, "Infinity", 8)) ||
+             (len == 9 && !memcmp(s + i, "-Infinity", 9)) || (end == s + i + len && !isfinite(x));
+    }
+    size_t open = mark ? 7 : 0;  // strlen("\"\\u0000")
+    if (out && mark) memcpy(out + k, "\"\\u0000", open);
+    if (out) memcpy(out + k + open, s + i, len);
+    if (out && mark) out[k + open + len] = '"';
+    k += len + (mark ? open + 1 : 0);
+    i += len;
+  }
+  return k;
+}
+
+// The text of a reward mark_nonfinite made ("NaN", "1e400"), or NULL.
+static const char *nonfinite_text(const json_t *v) {
+  return json_is_string(v) && json_string_length(v) > 1 && json_string_value(v)[0] == 0
+             ? json_string_value(v) + 1 : NULL;
+}
+
+enum { ATTEMPT_OK, ATTEMPT_RETRY, ATTEMPT_FATAL, ATTEMPT_PARTIAL };
 
 // What went wrong with an attempt: a short kind ("HTTP 500", "timeout") and the detail.
 typedef struct {
   char what[64], detail[320];
 } failure;
+
+// The n rewards of the reply in r->reply into out. A null reward is NaN (TRL maps a
+// reward function's None to NaN). NaN, Infinity, -Infinity and 1e400 are NaN too, and
+// then reward_failure decides: ATTEMPT_FATAL (error: no retry, the server has answered)
+// or ATTEMPT_PARTIAL (nan: the other rewards stand). A reply that is not JSON, or holds
+// the wrong count or a reward of another type, may be a passing fault: ATTEMPT_RETRY.
+static int read_rewards(ct_reward *r, int n, double *out, failure *f) {
+  const char *reply = r->reply_len ? r->reply : "";
+  size_t len = mark_nonfinite(reply, r->reply_len, NULL);
+  char *marked = len != r->reply_len ? malloc(len) : NULL;
+  if (marked) mark_nonfinite(reply, r->reply_len, marked);
+  json_error_t je;
+  json_t *js = json_loadb(marked ? marked : reply, marked ? len : r->reply_len, JSON_ALLOW_NUL, &je);
+  free(marked);
+  json_t *rw = json_is_object(js) ? json_object_get(js, "rewards") : NULL;
+  int rc = ATTEMPT_RETRY, nonfinite = 0;
+  snprintf(f->what, sizeof f->what, "malformed JSON reply");
+  if (!js) {
+    char text[64];
+    reply_snippet(r, text, sizeof text);
+    if (holds_key(r, reply, r->reply_len)) snprintf(je.text, sizeof je.text, "bad JSON");
+    snprintf(f->detail, sizeof f->detail, "%s at line %d column %d: \"%s\"", je.text, je.line,
+             je.column, text);
+  } else if (!json_is_array(rw)) {
+    snprintf(f->detail, sizeof f->detail, "no \"rewards\" list");
+  } else if (json_array_size(rw) != (size_t)n) {
+    snprintf(f->what, sizeof f->what, "wrong reward count");
+    snprintf(f->detail, sizeof f->detail, "reply has %zu rewards, expected %d (one per query)",
+             json_array_size(rw), n);
+  } else {
+    rc = ATTEMPT_OK;
+    for (int i = 0; i < n && rc == ATTEMPT_OK; i++) {
+      json_t *v = json_array_get(rw, (size_t)i);
+      const char *text = nonfinite_text(v);
+      out[i] = json_is_number(v) ? json_number_value(v) : NAN;
+      if (text && !nonfinite++) {
+        snprintf(f->what, sizeof f->what, "non-finite reward");
+        snprintf(f->detail, sizeof f->detail, "reward %d of %d is %.40s", i, n, text);
+      } else if (!text && !json_is_number(v) && !json_is_null(v)) {
+        snprintf(f->what, sizeof f->what, "bad reward in the reply");
+        bad_reward(r, v, i, n, f->detail, sizeof f->detail);
+        rc = ATTEMPT_RETRY;
+      }
+    }
+  }
+  json_decref(js);
+  if (rc != ATTEMPT_OK || !nonfinite) return rc;
+  size_t k = strlen(f->detail);
+  snprintf(f->detail + k, sizeof f->detail - k, "%s%s",
+           nonfinite > 1 ? " (and others)" : "",
+           r->failure_nan ? "; those completions have NaN rewards"
+                          : "; reward_failure: nan would leave such completions out");
+  return r->failure_nan ? ATTEMPT_PARTIAL : ATTEMPT_FATAL;
+}
 
 // One POST of body; on success the n rewards are in out. Otherwise f says what went
 // wrong and the result says whether another attempt may help.
@@ -602,7 +765,6 @@ static int attempt(ct_reward *r, const char *body, int n, double *out, failure *
   }
   long status = 0;
   curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &status);
-  const char *reply = r->reply_len ? r->reply : "";
   if (status != 200) {
     snprintf(f->what, sizeof f->what, "HTTP %ld", status);
     char text[128];
@@ -621,43 +783,7 @@ static int attempt(ct_reward *r, const char *body, int n, double *out, failure *
     }
     return status >= 500 ? ATTEMPT_RETRY : ATTEMPT_FATAL;
   }
-  json_error_t je;
-  // a number past DBL_MAX (1e400) is valid JSON but fails to parse: non-finite
-  json_t *js = json_loadb(reply, r->reply_len, 0, &je);
-  json_t *rw = json_is_object(js) ? json_object_get(js, "rewards") : NULL;
-  int rc = ATTEMPT_RETRY;
-  snprintf(f->what, sizeof f->what, "malformed JSON reply");
-  if (!js) {
-    if (json_error_code(&je) == json_error_numeric_overflow)
-      snprintf(f->what, sizeof f->what, "non-finite reward");
-    char text[64];
-    reply_snippet(r, text, sizeof text);
-    if (holds_key(r, reply, r->reply_len)) snprintf(je.text, sizeof je.text, "bad JSON");
-    snprintf(f->detail, sizeof f->detail, "%s at line %d column %d: \"%s\"", je.text, je.line,
-             je.column, text);
-  } else if (!json_is_array(rw)) {
-    snprintf(f->detail, sizeof f->detail, "no \"rewards\" list");
-  } else if (json_array_size(rw) != (size_t)n) {
-    snprintf(f->what, sizeof f->what, "wrong reward count");
-    snprintf(f->detail, sizeof f->detail, "reply has %zu rewards, expected %d (one per query)",
-             json_array_size(rw), n);
-  } else {
-    rc = ATTEMPT_OK;
-    for (int i = 0; i < n && rc == ATTEMPT_OK; i++) {
-      json_t *v = json_array_get(rw, (size_t)i);
-      if (json_is_number(v) && isfinite(json_number_value(v))) {
-        out[i] = json_number_value(v);
-      } else if (json_is_null(v)) {
-        out[i] = NAN;  // the server could not score this one
-      } else {
-        snprintf(f->what, sizeof f->what, "bad reward in the reply");
-        bad_reward(r, v, i, n, f->detail, sizeof f->detail);
-        rc = ATTEMPT_RETRY;
-      }
-    }
-  }
-  json_decref(js);
-  return rc;
+  return read_rewards(r, n, out, f);
 }
 
 static void sleep_s(double s) {
@@ -682,7 +808,8 @@ static int remote_batch(ct_reward *r, const ct_reward_item *items, int n, double
   }
   free(body);
   if (rc == ATTEMPT_OK) return 0;
-  for (int i = 0; i < n; i++) out[i] = NAN;
+  if (rc != ATTEMPT_PARTIAL)
+    for (int i = 0; i < n; i++) out[i] = NAN;
   snprintf(r->last_failure, sizeof r->last_failure, "remote reward %s: %s after %d attempt%s%s%s",
            r->url, f.what, tries, tries == 1 ? "" : "s", f.detail[0] ? ": " : "", f.detail);
   r->failed_batches++;

@@ -18,12 +18,16 @@ typedef struct {
   // accuracy
   const char *answer_field;   // row field holding the reference answer (NULL or "" =
                               // "answer"); the remote reward sends it as the label
-  const char *answer_regex;   // POSIX ERE; the last match's first group (or whole match) is
-                              // the completion's answer; "" = the whole completion, trimmed
+  bool labels_required;       // remote: every row must have answer_field (else a row
+                              // without it sends a null label)
+  const char *answer_regex;   // Python re syntax (common/pyregex.h); of its last match, the
+                              // group named "answer", else the first group, else the whole
+                              // match is the completion's answer; "" = the whole completion
   bool numeric;               // compare as numbers (1e-6 relative, "," ignored) instead of
                               // strings (both trimmed of surrounding whitespace)
   // format
-  const char *format_regex;   // POSIX ERE: reward 1 when it matches the completion, else 0
+  const char *format_regex;   // Python re syntax: reward 1 when re.search finds it in the
+                              // completion, else 0
   // length
   int target_length;          // reward = -|length - target| / target, length in bytes
   // remote
@@ -40,13 +44,15 @@ typedef struct {
   int model_dtype;            // CT_STORE_F32 or CT_STORE_BF16 (reward_model_dtype)
   int model_batch, model_max_length;  // rows per forward; tokens per text (longer: NaN)
   bool check_only;            // check the directory (config, score.weight, tokenizer), load nothing
+  const ct_config *cfg;       // NULL, or the config the options came from: messages then
+                              // start "file:line: key 'answer_regex': " (ct_config_origin)
 } ct_reward_opts;
 
 typedef struct ct_reward ct_reward;
 
 // Compiles regexes and checks options now, so that a bad name, regex, URL or reward-model
-// directory fails before any rollout; the message names the option. A reward model is
-// loaded here (unless check_only).
+// directory fails before any rollout; the message names the option (with its origin when
+// o->cfg is set). A reward model is loaded here (unless check_only).
 int ct_reward_init(ct_reward **r, int kind, const ct_reward_opts *o);
 void ct_reward_free(ct_reward *r);
 // "accuracy", "format", "length", "remote", or a reward model's directory's last part
@@ -64,11 +70,26 @@ typedef struct {
 } ct_reward_item;
 
 // Scores n items into out (NaN where a reward cannot be computed). Errors only for the
-// remote reward after its last retry when failure_nan is false, with a message naming
-// the URL and what went wrong (timeout, HTTP status, malformed reply, wrong count).
+// remote reward when failure_nan is false: after its last retry, with a message naming
+// the URL and what went wrong (timeout, HTTP status, malformed reply, wrong count), or at
+// once on a non-finite reward (Python's bare NaN, Infinity, -Infinity, or 1e400), which
+// with failure_nan is NaN for that item alone. A null reward is NaN (TRL's None).
 // Not thread-safe: one ct_reward serves one thread (the remote reward reuses one
 // connection handle).
 int ct_reward_score(ct_reward *r, const ct_reward_item *items, int n, double *out);
+
+// The dataset field r reads from each row (accuracy: answer_field; remote: answer_field
+// when labels_required), or NULL when it reads none.
+const char *ct_reward_field(const ct_reward *r);
+
+// Checks the rows [0, n) of the dataset `path` (rows[i] at lines[i], jsonl.h) before any
+// rollout: a field that no row has is CT_ECONFIG naming the key, the field and the file;
+// a row without it (or with a list, an object, null, or with answer_numeric a text that is
+// no number) is CT_EFORMAT naming path:line, or with skip_bad sets bad[i]. Returns how
+// many rows it newly marked bad (0 when r reads no field); when > 0, ct_last_error() is
+// the message of the first of them.
+int ct_reward_check_rows(const ct_reward *r, json_t *const *rows, const int *lines, int n, const char *path,
+                         bool skip_bad, bool *bad);
 
 // Remote reward: how many batches have failed after their last retry so far (with
 // failure_nan they scored NaN and ct_reward_score returned 0), and the message of the

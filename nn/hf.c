@@ -5,12 +5,14 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "error.h"
 #include "fs.h"
+#include "hfjson.h"
 
 // ---------------------------------------------------------------------------
 // config.json
@@ -18,17 +20,30 @@
 typedef struct {
   const char *path;
   json_t *j;
+  const char *in;  // "" or the enclosing key and a dot ("rope_scaling."), for messages
 } cfg_reader;
 
+// A JSON value as short text for a message.
+static void shown_value(const json_t *v, char *buf, size_t n) {
+  char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+  snprintf(buf, n, "%.40s%s", t ? t : "?", t && strlen(t) > 40 ? "..." : "");
+  free(t);
+}
+
+// An integer key; its range is ct_model_config_check's (which names the key).
 static int get_int(const cfg_reader *r, const char *key, long def, bool required, int *out) {
   json_t *v = json_object_get(r->j, key);
   if (!v || json_is_null(v)) {
-    if (required) return ct_set_error(CT_EFORMAT, "%s: key '%s' is missing", r->path, key);
+    if (required) return ct_set_error(CT_EFORMAT, "%s: key '%s%s' is missing", r->path, r->in, key);
     *out = (int)def;
     return 0;
   }
-  if (!json_is_integer(v) || json_integer_value(v) < -1 || json_integer_value(v) > (1 << 30))
-    return ct_set_error(CT_EFORMAT, "%s: key '%s': expected an integer", r->path, key);
+  char text[48];
+  shown_value(v, text, sizeof text);
+  if (!json_is_integer(v))
+    return ct_set_error(CT_EFORMAT, "%s: key '%s%s' is %s: expected an integer", r->path, r->in, key, text);
+  if (json_integer_value(v) < INT_MIN || json_integer_value(v) > INT_MAX)
+    return ct_set_error(CT_EFORMAT, "%s: key '%s%s' is %s: out of range for any model", r->path, r->in, key, text);
   *out = (int)json_integer_value(v);
   return 0;
 }
@@ -39,7 +54,8 @@ static int get_float(const cfg_reader *r, const char *key, double def, float *ou
     *out = (float)def;
     return 0;
   }
-  if (!json_is_number(v)) return ct_set_error(CT_EFORMAT, "%s: key '%s': expected a number", r->path, key);
+  if (!json_is_number(v))
+    return ct_set_error(CT_EFORMAT, "%s: key '%s%s': expected a number", r->path, r->in, key);
   *out = (float)json_number_value(v);
   return 0;
 }
@@ -50,40 +66,81 @@ static int get_bool(const cfg_reader *r, const char *key, bool def, bool *out) {
     *out = def;
     return 0;
   }
-  if (!json_is_boolean(v)) return ct_set_error(CT_EFORMAT, "%s: key '%s': expected true or false", r->path, key);
+  if (!json_is_boolean(v))
+    return ct_set_error(CT_EFORMAT, "%s: key '%s%s': expected true or false", r->path, r->in, key);
   *out = json_is_true(v);
   return 0;
 }
 
-// eos_token_id may be one id or a list (Llama 3.1); the first is kept.
+// bos/eos/pad_token_id: absent, null or negative (older configs write -1) is none;
+// eos_token_id may be a list (Llama 3.1), whose first id is kept.
 static int get_token_id(const cfg_reader *r, const char *key, int *out) {
   json_t *v = json_object_get(r->j, key);
   if (json_is_array(v)) v = json_array_get(v, 0);
-  *out = json_is_integer(v) ? (int)json_integer_value(v) : -1;
+  *out = -1;
+  if (!v || json_is_null(v)) return 0;
+  char text[48];
+  shown_value(v, text, sizeof text);
+  if (!json_is_integer(v) || json_integer_value(v) > INT_MAX)
+    return ct_set_error(CT_EFORMAT, "%s: key '%s' is %s: expected a token id", r->path, key, text);
+  if (json_integer_value(v) >= 0) *out = (int)json_integer_value(v);
   return 0;
 }
 
-static int read_rope_scaling(const cfg_reader *r, ct_model_config *c) {
-  json_t *rs = json_object_get(r->j, "rope_scaling");
+// A rope_scaling object (or transformers 5's rope_parameters, named `key`): llama3 or linear.
+static int read_rope_scaling(const cfg_reader *r, json_t *rs, const char *key, ct_model_config *c) {
   c->rope_type = 0;
   if (!rs || json_is_null(rs)) return 0;
+  if (!json_is_object(rs)) return ct_set_error(CT_EFORMAT, "%s: key '%s': expected an object", r->path, key);
   const char *type = json_string_value(json_object_get(rs, "rope_type"));
   if (!type) type = json_string_value(json_object_get(rs, "type"));
   if (type && strcmp(type, "default") == 0) return 0;
-  cfg_reader sub = {r->path, rs};
+  char in[64];
+  snprintf(in, sizeof in, "%s.", key);
+  cfg_reader sub = {r->path, rs, in};
   if (type && strcmp(type, "linear") == 0) {
     c->rope_type = 2;
     return get_float(&sub, "factor", 1, &c->rope_factor);
   }
   if (!type || strcmp(type, "llama3") != 0)
-    return ct_set_error(CT_EFORMAT, "%s: rope_scaling type '%s' is not supported (llama3, linear)",
-                        r->path, type ? type : "?");
+    return ct_set_error(CT_EFORMAT, "%s: %s type '%s' is not supported (default, llama3, linear)", r->path, key,
+                        type ? type : "?");
   c->rope_type = 1;
   int rc = get_float(&sub, "factor", 8, &c->rope_factor);
   if (!rc) rc = get_float(&sub, "low_freq_factor", 1, &c->rope_low_freq_factor);
   if (!rc) rc = get_float(&sub, "high_freq_factor", 4, &c->rope_high_freq_factor);
   if (!rc) rc = get_int(&sub, "original_max_position_embeddings", 8192, false, &c->rope_original_max_pos);
   return rc;
+}
+
+// RoPE: transformers 4's rope_theta and rope_scaling (Gemma: rope_local_base_freq), or
+// transformers 5's rope_parameters {"rope_type", "rope_theta", "factor", ...} — Gemma 3's
+// one per layer type, {"full_attention": {...}, "sliding_attention": {...}} — which wins
+// where both are written (as transformers 5 reads them).
+static int read_rope(const cfg_reader *r, ct_model_config *c, bool gemma) {
+  int rc = get_float(r, "rope_theta", gemma ? 1e6 : 10000, &c->rope_theta);
+  if (!rc && gemma) rc = get_float(r, "rope_local_base_freq", 10000, &c->rope_local_theta);
+  if (rc) return rc;
+  json_t *rp = json_object_get(r->j, "rope_parameters");
+  if (!rp || json_is_null(rp)) return read_rope_scaling(r, json_object_get(r->j, "rope_scaling"), "rope_scaling", c);
+  if (!json_is_object(rp)) return ct_set_error(CT_EFORMAT, "%s: key 'rope_parameters': expected an object", r->path);
+  json_t *full = json_object_get(rp, "full_attention"), *local = json_object_get(rp, "sliding_attention");
+  if (full || local) {
+    if (!gemma)
+      return ct_set_error(CT_EFORMAT, "%s: key 'rope_parameters': one per layer type is gemma3_text's", r->path);
+    ct_model_config lc = *c;
+    cfg_reader sub = {r->path, local, "rope_parameters.sliding_attention."};
+    if (local && ((rc = get_float(&sub, "rope_theta", c->rope_local_theta, &c->rope_local_theta)) ||
+                  (rc = read_rope_scaling(r, local, "rope_parameters.sliding_attention", &lc))))
+      return rc;
+    if (lc.rope_type)
+      return ct_set_error(CT_EFORMAT, "%s: key 'rope_parameters.sliding_attention': RoPE scaling on the "
+                          "sliding-window layers is not supported", r->path);
+    if (!(rp = full)) return 0;
+  }
+  cfg_reader sub = {r->path, rp, full ? "rope_parameters.full_attention." : "rope_parameters."};
+  rc = get_float(&sub, "rope_theta", c->rope_theta, &c->rope_theta);
+  return rc ? rc : read_rope_scaling(r, rp, full ? "rope_parameters.full_attention" : "rope_parameters", c);
 }
 
 // A *ForSequenceClassification architecture has num_labels outputs: the key when written,
@@ -120,12 +177,14 @@ static int read_gemma(const cfg_reader *r, ct_model_config *c) {
   int pattern = 6;
   if (rc || (rc = get_float(r, "query_pre_attn_scalar", 256, &c->query_pre_attn_scalar)) ||
       (rc = get_float(r, "attn_logit_softcapping", 0, &c->attn_softcap)) ||
-      (rc = get_float(r, "rope_local_base_freq", 10000, &c->rope_local_theta)) ||
       (rc = get_int(r, "sliding_window", 0, false, &c->sliding_window)) ||
       (rc = get_int(r, "sliding_window_pattern", 6, false, &pattern)))
     return rc;
-  if (c->num_layers > CT_MAX_LAYERS)
-    return ct_set_error(CT_EFORMAT, "%s: num_hidden_layers %d: at most %d for gemma3_text", r->path, c->num_layers,
+  if (!(c->query_pre_attn_scalar > 0))
+    return ct_set_error(CT_EFORMAT, "%s: key 'query_pre_attn_scalar' is %g: must be positive", r->path,
+                        (double)c->query_pre_attn_scalar);
+  if (c->num_layers > CT_MAX_LAYERS || c->num_layers < 0)  // (c->sliding's size; ct_model_config_check says more)
+    return ct_set_error(CT_EFORMAT, "%s: key 'num_hidden_layers' is %d: at most %d", r->path, c->num_layers,
                         CT_MAX_LAYERS);
   json_t *lt = json_object_get(j, "layer_types");
   if (lt && !json_is_null(lt) && (!json_is_array(lt) || (int)json_array_size(lt) != c->num_layers))
@@ -156,7 +215,7 @@ int ct_hf_config_read(ct_model_config *c, const char *path) {
     if (err.line < 1) return ct_set_error(CT_EIO, "%s: %s", path, err.text);
     return ct_set_error(CT_EFORMAT, "%s:%d: %s", path, err.line, err.text);
   }
-  cfg_reader r = {path, j};
+  cfg_reader r = {path, j, ""};
   int rc = 0;
   if (!json_is_object(j)) {
     rc = ct_set_error(CT_EFORMAT, "%s: expected a JSON object", path);
@@ -186,12 +245,11 @@ int ct_hf_config_read(ct_model_config *c, const char *path) {
       (rc = get_int(&r, "num_hidden_layers", 0, true, &c->num_layers)) ||
       (rc = get_int(&r, "num_attention_heads", 0, true, &c->num_heads)) ||
       (rc = get_int(&r, "num_key_value_heads", c->num_heads, false, &c->num_kv_heads)) ||
-      (rc = get_int(&r, "head_dim", c->num_heads ? c->hidden_size / c->num_heads : 0, false, &c->head_dim)) ||
+      (rc = get_int(&r, "head_dim", c->num_heads > 0 ? c->hidden_size / c->num_heads : 0, false, &c->head_dim)) ||
       (rc = get_int(&r, "max_position_embeddings", 2048, false, &c->max_position_embeddings)) ||
-      (rc = get_float(&r, "rope_theta", gemma ? 1e6 : 10000, &c->rope_theta)) ||
       (rc = get_float(&r, "rms_norm_eps", 1e-6, &c->rms_norm_eps)) ||
       (rc = get_bool(&r, "tie_word_embeddings", gemma, &c->tie_word_embeddings)) ||
-      (rc = read_rope_scaling(&r, c)) || (gemma && (rc = read_gemma(&r, c))))
+      (rc = read_rope(&r, c, gemma)) || (gemma && (rc = read_gemma(&r, c))))
     goto done;
   bool attention_bias = false, mlp_bias = false, sliding = false;
   if ((rc = get_bool(&r, "attention_bias", false, &attention_bias)) ||
@@ -218,11 +276,15 @@ int ct_hf_config_read(ct_model_config *c, const char *path) {
   }
   c->qkv_bias = qwen2;
   c->qk_norm = qwen3 || gemma;
-  get_token_id(&r, "bos_token_id", &c->bos_token_id);
-  get_token_id(&r, "eos_token_id", &c->eos_token_id);
-  get_token_id(&r, "pad_token_id", &c->pad_token_id);
-  if ((rc = read_num_labels(&r, &c->num_labels))) goto done;
+  if ((rc = get_token_id(&r, "bos_token_id", &c->bos_token_id)) ||
+      (rc = get_token_id(&r, "eos_token_id", &c->eos_token_id)) ||
+      (rc = get_token_id(&r, "pad_token_id", &c->pad_token_id)) || (rc = read_num_labels(&r, &c->num_labels)))
+    goto done;
   if (ct_model_config_check(c)) rc = ct_wrap_error(CT_EFORMAT, "%s", path);
+  json_t *hd = json_object_get(j, "head_dim");
+  if (!rc && (!hd || json_is_null(hd)) && c->hidden_size % c->num_heads)
+    rc = ct_set_error(CT_EFORMAT, "%s: key 'hidden_size' (%d) is not a multiple of num_attention_heads (%d), and "
+                      "there is no head_dim", path, c->hidden_size, c->num_heads);
 done:
   json_decref(j);
   return rc;
@@ -237,8 +299,7 @@ static const char *architecture(const char *type, bool seq_cls) {
 }
 
 // A float field as the double whose shortest decimal reads back as that float (1e-6f ->
-// 1e-06, not 9.9999999747524271e-07); dumped with JSON_REAL_PRECISION(9) it prints as
-// that shortest decimal, so a config.json read and written again keeps its values.
+// 1e-06, not 9.9999999747524271e-07), which ct_hf_json_write prints as that decimal.
 static json_t *json_float(float f) {
   char buf[32];
   for (int p = 1; p <= 9; p++) {
@@ -252,7 +313,8 @@ static json_t *json_float(float f) {
 // sliding_window_pattern (what transformers before layer_types reads).
 static void write_gemma(json_t *j, const ct_model_config *c) {
   json_object_set_new(j, "hidden_activation", json_string("gelu_pytorch_tanh"));
-  json_object_set_new(j, "query_pre_attn_scalar", json_float(c->query_pre_attn_scalar));
+  float q = c->query_pre_attn_scalar;  // an int in transformers' Gemma3TextConfig (strict in 5.x)
+  json_object_set_new(j, "query_pre_attn_scalar", q == (float)(int)q ? json_integer((int)q) : json_float(q));
   json_object_set_new(j, "rope_local_base_freq", json_float(c->rope_local_theta));
   json_object_set_new(j, "sliding_window", c->sliding_window > 0 ? json_integer(c->sliding_window) : json_null());
   json_object_set_new(j, "final_logit_softcapping", json_null());
@@ -272,7 +334,8 @@ static void write_gemma(json_t *j, const ct_model_config *c) {
   }
 }
 
-int ct_hf_config_write(const ct_model_config *c, const char *path, const char *torch_dtype) {
+// What transformers writes for a model of this config from scratch.
+static json_t *fresh_config(const ct_model_config *c, const char *torch_dtype, const char *dtype_key) {
   json_t *j = json_object();
   json_object_set_new(j, "architectures", json_pack("[s]", architecture(c->model_type, c->num_labels > 0)));
   if (c->num_labels == 1) {  // what transformers writes for num_labels=1
@@ -315,11 +378,35 @@ int ct_hf_config_write(const ct_model_config *c, const char *path, const char *t
   int vals[] = {c->bos_token_id, c->eos_token_id, c->pad_token_id};
   for (int i = 0; i < 3; i++)
     json_object_set_new(j, ids[i], vals[i] >= 0 ? json_integer(vals[i]) : json_null());
-  json_object_set_new(j, "torch_dtype", json_string(torch_dtype));
+  json_object_set_new(j, dtype_key, json_string(torch_dtype));
   json_object_set_new(j, "use_cache", json_true());
-  int rc = json_dump_file(j, path, JSON_INDENT(2) | JSON_REAL_PRECISION(9));  // see json_float
+  return j;
+}
+
+json_t *ct_hf_config_json(const ct_model_config *c, const char *torch_dtype, const char *source_dir) {
+  char p[CT_PATH_MAX];
+  json_t *src = source_dir && source_dir[0] && !ct_path_join(p, sizeof p, source_dir, "config.json")
+                    ? json_load_file(p, 0, NULL) : NULL;
+  if (!json_is_object(src)) {
+    json_decref(src);
+    return fresh_config(c, torch_dtype, "torch_dtype");
+  }
+  // transformers 5 writes dtype, 4 torch_dtype; a reward model from a causal LM gets its
+  // architecture and labels, pad_token_id its tokenizer's (transformers pools with it)
+  bool v5 = json_object_get(src, "dtype") && !json_object_get(src, "torch_dtype");
+  json_t *fresh = fresh_config(c, torch_dtype, v5 ? "dtype" : "torch_dtype");
+  const char *add[] = {"architectures", "id2label", "label2id", "torch_dtype", "dtype", "pad_token_id", NULL};
+  json_t *j = ct_hf_json_merge(src, fresh, add);
+  json_decref(fresh);
+  json_decref(src);
+  return j;
+}
+
+int ct_hf_config_write(const ct_model_config *c, const char *path, const char *torch_dtype, const char *source_dir) {
+  json_t *j = ct_hf_config_json(c, torch_dtype, source_dir);
+  int rc = j ? ct_hf_json_write(j, path) : ct_set_error(CT_ENOMEM, "%s: out of memory", path);
   json_decref(j);
-  return rc ? ct_set_error(CT_EIO, "%s: cannot write: %s", path, strerror(errno)) : 0;
+  return rc;
 }
 
 // ---------------------------------------------------------------------------
@@ -329,41 +416,110 @@ static void tensor_name(char *out, size_t n, const ct_tensor_info *t, const char
   snprintf(out, n, "%s%s", t->name, suffix ? suffix : "");
 }
 
-// new_score: d holds a causal LM read into a sequence classifier, whose score.weight is
-// new (left as buf has it) and whose LM head goes unread.
-static int load_from_dir(const ct_model *m, float *buf, const ct_st_dir *d, bool new_score) {
+// The config.json keys behind dimension k of a tensor, by the end of its name.
+static const char *dim_key(const char *name, int k) {
+  static const struct { const char *suffix, *d0, *d1; } dims[] = {
+      {"embed_tokens.weight", "vocab_size", "hidden_size"},
+      {"lm_head.weight", "vocab_size", "hidden_size"},
+      {"score.weight", "num_labels", "hidden_size"},
+      {"q_proj.weight", "num_attention_heads x head_dim", "hidden_size"},
+      {"k_proj.weight", "num_key_value_heads x head_dim", "hidden_size"},
+      {"v_proj.weight", "num_key_value_heads x head_dim", "hidden_size"},
+      {"q_proj.bias", "num_attention_heads x head_dim", NULL},
+      {"k_proj.bias", "num_key_value_heads x head_dim", NULL},
+      {"v_proj.bias", "num_key_value_heads x head_dim", NULL},
+      {"o_proj.weight", "hidden_size", "num_attention_heads x head_dim"},
+      {"q_norm.weight", "head_dim", NULL},
+      {"k_norm.weight", "head_dim", NULL},
+      {"gate_proj.weight", "intermediate_size", "hidden_size"},
+      {"up_proj.weight", "intermediate_size", "hidden_size"},
+      {"down_proj.weight", "hidden_size", "intermediate_size"},
+      {"eh_proj.weight", "hidden_size", "2 x hidden_size"},
+  };
+  size_t n = strlen(name);
+  for (size_t i = 0; i < sizeof dims / sizeof *dims; i++) {
+    size_t m = strlen(dims[i].suffix);
+    if (n >= m && strcmp(name + n - m, dims[i].suffix) == 0) return k ? (dims[i].d1 ? dims[i].d1 : "?") : dims[i].d0;
+  }
+  return k ? "?" : "hidden_size";  // the norms
+}
+
+// A tensor whose shape is not the layout's: both shapes and the key behind the dimension
+// that differs (or all of them, when the number of dimensions differs).
+static int shape_error(const char *path, const ct_tensor_info *ti, const ct_st_tensor *t) {
+  char got[128] = "", want[64];
+  for (int k = 0, n = 0; k < t->ndim && n < (int)sizeof got; k++)
+    n += snprintf(got + n, sizeof got - n, "%s%lld", k ? ", " : "", (long long)t->shape[k]);
+  if (ti->ndim == 1) snprintf(want, sizeof want, "%ld", ti->shape[0]);
+  else snprintf(want, sizeof want, "%ld, %ld", ti->shape[0], ti->shape[1]);
+  int k = 0;
+  while (t->ndim == ti->ndim && k < ti->ndim - 1 && t->shape[k] == ti->shape[k]) k++;
+  if (t->ndim == ti->ndim)
+    return ct_set_error(CT_EFORMAT, "%s: tensor '%s' has shape [%s] but config.json's %s implies [%s]", path,
+                        ti->name, got, dim_key(ti->name, k), want);
+  return ct_set_error(CT_EFORMAT, "%s: tensor '%s' has shape [%s] but config.json implies [%s] (%s%s%s)", path,
+                      ti->name, got, want, dim_key(ti->name, 0), ti->ndim > 1 ? ", " : "",
+                      ti->ndim > 1 ? dim_key(ti->name, 1) : "");
+}
+
+// Layer l of a name "model.layers.<l>....", or -1.
+static int layer_of(const char *name) {
+  int l, n = 0;
+  return sscanf(name, "model.layers.%d.%n", &l, &n) == 1 && n > 0 ? l : -1;
+}
+
+// A tensor of the layout that d lacks: when its whole layer is missing, the layer count is wrong.
+static int missing_error(const ct_model *m, const ct_st_dir *d, const char *name) {
+  int l = layer_of(name);
+  for (int i = 0; l >= 0 && i < d->n; i++)
+    if (layer_of(d->entries[i].name) == l) l = -1;  // the layer is there: only this tensor is missing
+  if (l >= 0)
+    return ct_set_error(CT_EFORMAT, "%s: config.json's num_hidden_layers is %d but the weights have no layer %d "
+                        "(no tensor '%s')", d->path, m->cfg.num_layers, l, name);
+  if (strcmp(name, "score.weight") == 0)
+    return ct_set_error(CT_EFORMAT, "%s: config.json names a sequence classifier but %s has no score.weight (the "
+                        "classification head)", d->path, d->path);
+  return ct_st_dir_find(d, name, NULL, NULL);
+}
+
+int ct_model_check_weights(const ct_model *m, const ct_st_dir *d, bool new_score, bool others_ok) {
   for (int i = 0; i < m->n_hf_tensors; i++) {  // (multi-token prediction's are mtp.h's)
     const ct_tensor_info *ti = &m->tensors[i];
-    const char *name = ti->name;
     const ct_safetensors *st;
     const ct_st_tensor *t;
-    if (new_score && strcmp(name, "score.weight") == 0) continue;
-    int rc = ct_st_dir_find(d, name, &st, &t);
-    if (rc) return rc;
-    bool ok = t->ndim == ti->ndim && t->shape[0] == ti->shape[0] &&
-              (ti->ndim == 1 || t->shape[1] == ti->shape[1]);
-    if (!ok) {
-      char got[128] = "", want[64];
-      for (int k = 0, n = 0; k < t->ndim && n < (int)sizeof got; k++)
-        n += snprintf(got + n, sizeof got - n, "%s%lld", k ? ", " : "", (long long)t->shape[k]);
-      if (ti->ndim == 1) snprintf(want, sizeof want, "%ld", ti->shape[0]);
-      else snprintf(want, sizeof want, "%ld, %ld", ti->shape[0], ti->shape[1]);
-      return ct_set_error(CT_EFORMAT, "%s: tensor '%s' has shape [%s] but config.json implies [%s]",
-                          st->path, name, got, want);
-    }
-    if ((rc = ct_st_read_f32(st, t, buf + ti->offset, ti->numel))) return rc;
+    if (new_score && strcmp(ti->name, "score.weight") == 0) continue;
+    if (ct_st_dir_find(d, ti->name, &st, &t)) return missing_error(m, d, ti->name);
+    if (t->ndim != ti->ndim || t->shape[0] != ti->shape[0] || (ti->ndim == 2 && t->shape[1] != ti->shape[1]))
+      return shape_error(st->path, ti, t);
   }
   // Anything else in the files is a tensor this model would silently ignore.
-  for (int i = 0; i < d->n; i++) {
+  for (int i = 0; i < d->n && !others_ok; i++) {
     const char *nm = d->entries[i].name;
     if (strstr(nm, "rotary_emb.inv_freq")) continue;
     // a tied head some checkpoints still store: the embedding is the head
     if ((m->cfg.tie_word_embeddings || new_score) && strcmp(nm, "lm_head.weight") == 0) continue;
+    if (layer_of(nm) >= m->cfg.num_layers)
+      return ct_set_error(CT_EFORMAT, "%s: config.json's num_hidden_layers is %d but the weights hold tensor '%s'",
+                          d->path, m->cfg.num_layers, nm);
     if (!ct_model_find_tensor(m, nm))
       return ct_set_error(CT_EFORMAT, "%s: tensor '%s' is not part of a %s model with this "
                           "config.json", d->path, nm, m->cfg.model_type);
   }
   return 0;
+}
+
+// new_score: d holds a causal LM read into a sequence classifier, whose score.weight is
+// new (left as buf has it) and whose LM head goes unread.
+static int load_from_dir(const ct_model *m, float *buf, const ct_st_dir *d, bool new_score) {
+  int rc = ct_model_check_weights(m, d, new_score, false);
+  for (int i = 0; i < m->n_hf_tensors && !rc; i++) {
+    const ct_tensor_info *ti = &m->tensors[i];
+    const ct_safetensors *st;
+    const ct_st_tensor *t;
+    if (new_score && strcmp(ti->name, "score.weight") == 0) continue;
+    if (!(rc = ct_st_dir_find(d, ti->name, &st, &t))) rc = ct_st_read_f32(st, t, buf + ti->offset, ti->numel);
+  }
+  return rc;
 }
 
 int ct_model_load_weights(const ct_model *m, float *buf, const char *dir) {
@@ -376,10 +532,19 @@ int ct_model_load_weights(const ct_model *m, float *buf, const char *dir) {
   return rc;
 }
 
+// config.json, then the weights' names and shapes against it (their headers only), so
+// that a config.json the weights contradict is refused before anything is allocated.
 int ct_model_read_config(ct_model_config *c, const char *dir) {
   char path[CT_PATH_MAX];
   int rc = ct_path_join(path, sizeof path, dir, "config.json");
-  return rc ? rc : ct_hf_config_read(c, path);
+  if (rc || (rc = ct_hf_config_read(c, path))) return rc;
+  ct_model lay;
+  ct_st_dir d = {0};
+  if ((rc = ct_model_layout(&lay, c))) return rc;
+  if (!(rc = ct_st_dir_open(&d, dir))) rc = ct_model_check_weights(&lay, &d, false, false);
+  ct_st_dir_close(&d);
+  ct_model_free(&lay);
+  return rc;
 }
 
 int ct_model_load(ct_model *m, const char *dir, int max_pos) {

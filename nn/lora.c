@@ -3,7 +3,6 @@
 // forward.c's; training them is the trainers' (the adapters are their ct_layout).
 #include "lora.h"
 
-#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +13,7 @@
 #include "error.h"
 #include "fs.h"
 #include "hf.h"
+#include "hfjson.h"
 #include "matmul.h"
 #include "mem.h"
 
@@ -276,16 +276,18 @@ int ct_lora_save(const ct_lora *lo, const char *dir, const char *base_name) {
     json_array_append_new(ms, json_string("classifier"));
     json_array_append_new(ms, json_string("score"));
   }
-  json_t *j = json_pack("{s:s,s:s,s:s?,s:i,s:f,s:f,s:o,s:b,s:o,s:s,s:b,s:b,s:b,s:b}", "peft_type", "LORA",
-                        "task_type", lo->cfg.save_score ? "SEQ_CLS" : "CAUSAL_LM", "base_model_name_or_path",
-                        base_name, "r", lo->cfg.r,
-                        "lora_alpha", lo->cfg.alpha, "lora_dropout", lo->cfg.dropout, "target_modules", tm,
-                        "use_rslora", lo->cfg.rslora, "modules_to_save",
-                        json_array_size(ms) ? ms : (json_decref(ms), json_null()), "bias", "none",
-                        "fan_in_fan_out", 0, "inference_mode", 1, "init_lora_weights", 1, "use_dora", 0);
+  // PEFT's LoraConfig types (lora_alpha an int, lora_dropout a float), keys sorted as PEFT writes them
+  double a = lo->cfg.alpha;
+  json_t *alpha = a == (double)(json_int_t)a ? json_integer((json_int_t)a) : json_real(a);
+  json_t *j = json_pack("{s:s?,s:s,s:b,s:b,s:b,s:o,s:f,s:o,s:s,s:i,s:o,s:s,s:b,s:b}", "base_model_name_or_path",
+                        base_name, "bias", "none", "fan_in_fan_out", 0, "inference_mode", 1, "init_lora_weights", 1,
+                        "lora_alpha", alpha, "lora_dropout", lo->cfg.dropout, "modules_to_save",
+                        json_array_size(ms) ? ms : (json_decref(ms), json_null()), "peft_type", "LORA", "r",
+                        lo->cfg.r, "target_modules", tm, "task_type", lo->cfg.save_score ? "SEQ_CLS" : "CAUSAL_LM",
+                        "use_dora", 0, "use_rslora", lo->cfg.rslora);
   char p[CT_PATH_MAX];
   int rc = ct_path_join(p, sizeof p, dir, "adapter_config.json");
-  if (!rc && json_dump_file(j, p, JSON_INDENT(2) | JSON_SORT_KEYS)) rc = ct_set_error(CT_EIO, "%s: cannot write: %s", p, strerror(errno));
+  if (!rc) rc = j ? ct_hf_json_write(j, p) : ct_set_error(CT_ENOMEM, "%s: out of memory", p);
   json_decref(j);
   const float *bufs[] = {lo->params};
   if (!rc) rc = ct_path_join(p, sizeof p, dir, "adapter_model.safetensors");

@@ -38,6 +38,29 @@ const char *ct_blas_wanted_core(const char *corename, bool avx512, bool avx2) {
 
 const char *ct_blas_corename(void) { return openblas_get_corename(); }
 
+// The command line the process was started with (/proc/self/cmdline), as an argv array in
+// one allocation; NULL when it cannot be read. A main that shifted its argv (`bin/distill
+// precompute ...`, `bin/reward eval ...`) must not restart as a different command.
+static char **own_command_line(void) {
+  FILE *f = fopen("/proc/self/cmdline", "rb");
+  if (!f) return NULL;
+  char buf[1 << 16];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  bool whole = feof(f);
+  fclose(f);
+  if (!n || !whole) return NULL;  // (a command line over 64 KiB: use the caller's argv)
+  buf[n] = 0;
+  int argc = 0;
+  for (size_t i = 0; i < n; i++) argc += !buf[i];
+  char **argv = malloc(sizeof(char *) * (argc + 1) + n + 1);
+  if (!argv) return NULL;
+  char *text = (char *)(argv + argc + 1);
+  memcpy(text, buf, n + 1);
+  for (int a = 0; a < argc; a++, text += strlen(text) + 1) argv[a] = text;
+  argv[argc] = NULL;
+  return argv;
+}
+
 void ct_blas_init(int argc, char **argv) {
   (void)argc;
   openblas_set_num_threads(1);
@@ -46,13 +69,18 @@ void ct_blas_init(int argc, char **argv) {
                                          __builtin_cpu_supports("avx512f"),
                                          __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
   if (getenv("CT_BLAS_REEXEC")) return;
-  if (getenv("OPENBLAS_CORETYPE")) {  // the user's choice stands, but say when it is slower
+  bool user_core = getenv("OPENBLAS_CORETYPE") != NULL;
+  if (user_core) {  // the user's choice stands, but say when it is slower
     if (want)
       fprintf(stderr, "ctune: OPENBLAS_CORETYPE=%s runs OpenBLAS's '%s' kernel on a CPU that runs '%s' "
               "(faster); unset OPENBLAS_CORETYPE to use it\n", getenv("OPENBLAS_CORETYPE"),
               openblas_get_corename(), want);
     want = NULL;
   }
+  // CT_BLAS_FORCE_RESTART=1 restarts even where OpenBLAS chose well, so that tests on every
+  // CPU run the path Debian's OpenBLAS takes on recent Xeons (tests/cli_e2e.sh).
+  bool force = !user_core && getenv("CT_BLAS_FORCE_RESTART") && !strcmp(getenv("CT_BLAS_FORCE_RESTART"), "1");
+  if (!want && force) want = openblas_get_corename();
   // OpenBLAS's own threads started at load time, each about to map a work buffer that a
   // tight limit cannot hold (they would retry for ever)
   bool threads = ct_as_limit() != SIZE_MAX && !getenv("OPENBLAS_NUM_THREADS") && sysconf(_SC_NPROCESSORS_ONLN) > 1;
@@ -65,7 +93,9 @@ void ct_blas_init(int argc, char **argv) {
   }
   if (threads) setenv("OPENBLAS_NUM_THREADS", "1", 1);
   setenv("CT_BLAS_REEXEC", "1", 1);
-  execv("/proc/self/exe", argv);
+  char **own = own_command_line();
+  execv("/proc/self/exe", own ? own : argv);
+  free(own);
   fprintf(stderr, "ctune: re-exec failed; continuing%s\n", want ? " with the slow kernel" : "");
 }
 

@@ -5,7 +5,9 @@
 // Makes sure OpenBLAS runs its real kernel for this CPU. Debian's 0.3.21 does not
 // know recent Xeons and falls back to a generic SSE3 kernel, five times slower; when
 // that happened and the user did not set OPENBLAS_CORETYPE, this sets it and re-executes
-// the program (OpenBLAS reads it only at load time). Call first thing in main().
+// the program (OpenBLAS reads it only at load time) with the command line it was started
+// with (/proc/self/cmdline; argv only when that cannot be read), so a main may shift its
+// argv before calling. Call first thing in main(), before MPI_Init.
 // Also pins OpenBLAS to one thread: ctune's pool splits the work itself. Under an
 // address-space limit it also re-executes with OPENBLAS_NUM_THREADS=1 (unless set): the
 // threads OpenBLAS starts at load time would each map a work buffer (below) for nothing.

@@ -11,6 +11,7 @@
 #include "error.h"
 #include "bf16.h"
 #include "fastmath.h"
+#include "hash.h"
 #include "kernels.h"
 #include "matmul.h"
 #include "mem.h"
@@ -18,36 +19,59 @@
 #include "quant.h"
 #include "rng.h"
 
+// An integer size in [lo, hi], named by its config.json key; `real` says what real models use.
+static int check_size(const char *key, long v, long lo, long hi, const char *real) {
+  if (v < lo) return ct_set_error(CT_EINVAL, "key '%s' is %ld: must be at least %ld", key, v, lo);
+  if (v > hi) return ct_set_error(CT_EINVAL, "key '%s' is %ld, more than %ld (%s)", key, v, hi, real);
+  return 0;
+}
+
+// A float that must be finite and above lo (and, hi > 0, below hi).
+static int check_real(const char *key, float v, double lo, double hi) {
+  if (isfinite(v) && v > lo && (hi <= 0 || v < hi)) return 0;
+  if (hi > 0) return ct_set_error(CT_EINVAL, "key '%s' is %g: must be in (%g, %g)", key, (double)v, lo, hi);
+  return ct_set_error(CT_EINVAL, "key '%s' is %g: must be a finite number above %g", key, (double)v, lo);
+}
+
 int ct_model_config_check(const ct_model_config *c) {
-  if (c->vocab_size <= 0) return ct_set_error(CT_EINVAL, "model: vocab_size must be positive");
-  if (c->hidden_size <= 0) return ct_set_error(CT_EINVAL, "model: hidden_size must be positive");
-  if (c->intermediate_size <= 0)
-    return ct_set_error(CT_EINVAL, "model: intermediate_size must be positive");
-  if (c->num_layers <= 0) return ct_set_error(CT_EINVAL, "model: num_hidden_layers must be positive");
-  if (c->num_heads <= 0 || c->num_kv_heads <= 0)
-    return ct_set_error(CT_EINVAL, "model: num_attention_heads and num_key_value_heads must be positive");
+  const struct { const char *key; long v, lo, hi; const char *real; } sizes[] = {
+      {"vocab_size", c->vocab_size, 1, CT_MAX_VOCAB, "the largest real vocabulary is 262144, Gemma 3's"},
+      {"hidden_size", c->hidden_size, 1, CT_MAX_HIDDEN, "real models go up to ~16384"},
+      {"intermediate_size", c->intermediate_size, 1, CT_MAX_INTERMEDIATE, "real models go up to ~53248"},
+      {"num_hidden_layers", c->num_layers, 1, CT_MAX_LAYERS, "real models go up to ~128"},
+      {"num_attention_heads", c->num_heads, 1, CT_MAX_HEADS, "real models go up to ~128"},
+      {"num_key_value_heads", c->num_kv_heads, 1, c->num_heads, "at most num_attention_heads"},
+      {"head_dim", c->head_dim, 2, CT_MAX_HEAD_DIM, "real models use 64 to 256"},
+      {"max_position_embeddings", c->max_position_embeddings, 1, CT_MAX_POSITIONS,
+       "real models go up to ~10M"},
+      {"sliding_window", c->sliding_window, 0, CT_MAX_POSITIONS, "real windows are 512 to 4096"},
+      {"num_labels", c->num_labels, 0, 1, "a reward model has one output"},
+      {"mtp_num_layers", c->mtp_layers, 0, 16, "DeepSeek-V3 has 1"},
+  };
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    int rc = check_size(sizes[i].key, sizes[i].v, sizes[i].lo, sizes[i].hi, sizes[i].real);
+    if (rc) return rc;
+  }
   if (c->num_heads % c->num_kv_heads)
     return ct_set_error(CT_EINVAL, "model: num_attention_heads (%d) is not a multiple of num_key_value_heads (%d)",
                         c->num_heads, c->num_kv_heads);
-  if (c->head_dim <= 0 || c->head_dim % 2)
-    return ct_set_error(CT_EINVAL, "model: head_dim (%d) must be positive and even", c->head_dim);
-  if (!(c->rope_theta > 0)) return ct_set_error(CT_EINVAL, "model: rope_theta must be positive");
-  if (!(c->rms_norm_eps > 0)) return ct_set_error(CT_EINVAL, "model: rms_norm_eps must be positive");
-  if (c->num_labels < 0) return ct_set_error(CT_EINVAL, "model: num_labels must not be negative");
-  if (c->mtp_layers < 0) return ct_set_error(CT_EINVAL, "model: mtp_num_layers must not be negative");
-  if (c->rope_type == 2 && !(c->rope_factor > 0))
-    return ct_set_error(CT_EINVAL, "model: rope_scaling (linear) needs factor > 0");
-  if (c->sliding_window < 0) return ct_set_error(CT_EINVAL, "model: sliding_window must be positive");
-  if (c->sliding_window > 0 && c->num_layers > CT_MAX_LAYERS)
-    return ct_set_error(CT_EINVAL, "model: sliding-window layers need num_hidden_layers <= %d", CT_MAX_LAYERS);
-  if (c->sliding_window > 0 && !(c->rope_local_theta > 0))
-    return ct_set_error(CT_EINVAL, "model: rope_local_base_freq must be positive");
-  if (c->query_pre_attn_scalar < 0 || c->attn_softcap < 0)
-    return ct_set_error(CT_EINVAL, "model: query_pre_attn_scalar and attn_logit_softcapping must be positive");
-  if (c->rope_type == 1 && !(c->rope_factor > 0 && c->rope_high_freq_factor > c->rope_low_freq_factor &&
-                             c->rope_original_max_pos > 0))
-    return ct_set_error(CT_EINVAL, "model: rope_scaling (llama3) needs factor > 0, "
-                        "high_freq_factor > low_freq_factor and original_max_position_embeddings > 0");
+  if (c->head_dim % 2) return ct_set_error(CT_EINVAL, "model: head_dim (%d) must be even (RoPE pairs)", c->head_dim);
+  int rc = 0;
+  if ((rc = check_real("rope_theta", c->rope_theta, 0, 0)) || (rc = check_real("rms_norm_eps", c->rms_norm_eps, 0, 1)))
+    return rc;
+  if (c->rope_type == 2 && (rc = check_real("rope_scaling's factor", c->rope_factor, 0, 0))) return rc;
+  if (c->sliding_window > 0 && (rc = check_real("rope_local_base_freq", c->rope_local_theta, 0, 0))) return rc;
+  if (!(isfinite(c->query_pre_attn_scalar) && c->query_pre_attn_scalar >= 0) ||
+      !(isfinite(c->attn_softcap) && c->attn_softcap >= 0))
+    return ct_set_error(CT_EINVAL, "model: query_pre_attn_scalar (%g) and attn_logit_softcapping (%g) must be "
+                        "positive", (double)c->query_pre_attn_scalar, (double)c->attn_softcap);
+  if (c->rope_type == 1 &&
+      (!(isfinite(c->rope_factor) && c->rope_factor > 0 && isfinite(c->rope_high_freq_factor) &&
+         c->rope_high_freq_factor > c->rope_low_freq_factor && c->rope_low_freq_factor > 0) ||
+       check_size("rope_scaling's original_max_position_embeddings", c->rope_original_max_pos, 1, CT_MAX_POSITIONS,
+                  "real models use 8192")))
+    return ct_set_error(CT_EINVAL, "model: rope_scaling (llama3) needs factor > 0, high_freq_factor > "
+                        "low_freq_factor > 0 and original_max_position_embeddings in [1, %d]", CT_MAX_POSITIONS);
   return 0;
 }
 
@@ -365,7 +389,33 @@ void ct_model_free(ct_model *m) {
   memset(m, 0, sizeof *m);
 }
 
+void ct_model_size_text(const ct_model_config *c, char *buf, size_t n) {
+  double C = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
+  double layer = C * (c->num_heads + 2.0 * c->num_kv_heads) * hd + C * c->num_heads * hd + 3 * C * F;
+  double emb = (double)c->vocab_size * C * (c->tie_word_embeddings ? 1 : 2), total = emb + layer * c->num_layers;
+  snprintf(buf, n, "%.3g billion parameters: num_hidden_layers %d x %.3g million a layer (hidden_size %d, "
+           "intermediate_size %d, num_attention_heads %d x head_dim %d), vocab_size %d x hidden_size %d = %.3g "
+           "million%s", total / 1e9, c->num_layers, layer / 1e6, c->hidden_size, c->intermediate_size, c->num_heads,
+           c->head_dim, c->vocab_size, c->hidden_size, emb / 1e6, c->tie_word_embeddings ? "" : " with the LM head");
+}
+
 double ct_model_param_bytes(const ct_model *m, bool bf16) { return (double)m->n_floats * (bf16 ? 2 : 4); }
+
+uint64_t ct_model_checksum(const ct_model *m) {
+  long n = m->n_floats, VC = (long)m->cfg.vocab_size * m->cfg.hidden_size;
+  bool tied = m->w.lm_head == m->w.embed;
+  uint64_t h = 0;
+  if (m->params) h = ct_xxh64_blocks(m->params, sizeof(float) * n, h);
+  if (m->params16) h = ct_xxh64_blocks(m->params16, sizeof(uint16_t) * n, h);
+  if (m->params8) {  // the matrices as int8, then the row scales and the vectors
+    const ct_tensor_info *t = &m->tensors[m->n_tensors - 1];
+    long s8 = m->s8off[m->n_tensors - 1] + (t->ndim == 2 ? t->shape[0] : t->numel);
+    h = ct_xxh64_blocks(m->params8, (size_t)n, h);
+    h = ct_xxh64_blocks(m->s8, sizeof(float) * s8, h);
+  }
+  if (m->emb32) h = ct_xxh64_blocks(m->emb32, sizeof(float) * VC * (tied ? 1 : 2), h);
+  return h;
+}
 
 // ---------------------------------------------------------------------------
 // Initialization. Value k of tensor i is a function of (seed, i, k) alone: Box-Muller

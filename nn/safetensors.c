@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "hash.h"
 #include "pool.h"
 
 // The data section is little-endian; we copy it to memory as is.
@@ -284,13 +285,31 @@ static int check_tiling(const ct_safetensors *st) {
   return 0;
 }
 
+// Before the parse: the header's objects (a tensor entry is one, as are the whole and
+// __metadata__) and its commas (a tensor entry has ~5-12) bound the tensors and the JSON
+// values the parser would build. Strings holding '{' or ',' only make the counts larger.
+static int count_entries(const ct_safetensors *st, size_t hn) {
+  size_t objects = 0, commas = 0;
+  for (const uint8_t *c = st->map + 8, *end = c + hn; c < end; c++) {
+    objects += *c == '{';
+    commas += *c == ',';
+  }
+  if (objects > CT_ST_MAX_TENSORS + 2)
+    return ct_set_error(CT_EFORMAT, "%s: header lists %zu entries, over the limit of %d tensors a file",
+                        st->path, objects - 1, CT_ST_MAX_TENSORS);
+  if (commas > 16 * (size_t)CT_ST_MAX_TENSORS)
+    return ct_set_error(CT_EFORMAT, "%s: header holds %zu list and object items, over the %d that %d "
+                        "tensors can take", st->path, commas + 1, 16 * CT_ST_MAX_TENSORS, CT_ST_MAX_TENSORS);
+  return 0;
+}
+
 static int parse_header(ct_safetensors *st) {
   const char *p = st->path;
   uint64_t hn = 0;
   for (int i = 7; i >= 0; i--) hn = hn << 8 | st->map[i];
   if (hn > CT_ST_MAX_HEADER)
-    return ct_set_error(CT_EFORMAT, "%s: header length %llu is over the %d-byte limit (not a safetensors file?)",
-                        p, (unsigned long long)hn, CT_ST_MAX_HEADER);
+    return ct_set_error(CT_EFORMAT, "%s: header length %llu is over the %d-byte limit (a real header takes "
+                        "~150 bytes a tensor; not a safetensors file?)", p, (unsigned long long)hn, CT_ST_MAX_HEADER);
   if (hn > st->file_size - 8)
     return ct_set_error(CT_EFORMAT, "%s: header length %llu runs past the end of the %zu-byte file (truncated?)",
                         p, (unsigned long long)hn, st->file_size);
@@ -298,6 +317,8 @@ static int parse_header(ct_safetensors *st) {
     return ct_set_error(CT_EFORMAT, "%s: header does not start with '{'", p);
   st->data = st->map + 8 + hn;
   st->data_size = st->file_size - 8 - (size_t)hn;
+  int rc = count_entries(st, (size_t)hn);
+  if (rc) return rc;
 
   json_error_t je;
   json_t *root = json_loadb((const char *)st->map + 8, (size_t)hn, JSON_REJECT_DUPLICATES, &je);
@@ -307,12 +328,16 @@ static int parse_header(ct_safetensors *st) {
     return ct_set_error(CT_EFORMAT, "%s: header is not valid JSON: %s (column %d)", p,
                         shown(je.text).s, je.column);
   }
-  int rc = 0;
   if (!json_is_object(root)) {
     rc = ct_set_error(CT_EFORMAT, "%s: header is not a JSON object", p);
     goto out;
   }
   size_t cnt = json_object_size(root);
+  if (cnt > CT_ST_MAX_TENSORS + (size_t)(json_object_get(root, "__metadata__") != NULL)) {
+    rc = ct_set_error(CT_EFORMAT, "%s: header lists %zu entries, over the limit of %d tensors a file", p, cnt,
+                      CT_ST_MAX_TENSORS);
+    goto out;
+  }
   st->tensors = calloc(cnt ? cnt : 1, sizeof *st->tensors);
   st->by_name = calloc(cnt ? cnt : 1, sizeof *st->by_name);
   if (!st->tensors || !st->by_name) {
@@ -567,6 +592,10 @@ static char *build_header(const char *path, const ct_st_entry *e, int n,
       }
     }
   }
+  if (n > CT_ST_MAX_TENSORS) {
+    *rc = ct_set_error(CT_EINVAL, "%s: %d tensors, over the limit of %d a file", path, n, CT_ST_MAX_TENSORS);
+    goto fail;
+  }
   uint64_t off = 0;
   for (int i = 0; i < n; i++) {
     uint64_t nb;
@@ -758,6 +787,48 @@ int ct_st_write(const char *path, const ct_st_entry *e, int n, const char *const
   else rc = ct_st_writer_close(&w);
   free(buf);
   return rc;
+}
+
+// ----------------------------------------------------------------------- checksummed files
+
+// XXH64 of the bytes of n tensors, chained in order (ct_xxh64_blocks).
+static uint64_t chain_bytes(uint64_t h, const void *p, size_t n) { return ct_xxh64_blocks(p, n, h); }
+
+int ct_st_write_checked(const char *path, const ct_st_entry *e, int n, const char *const *meta_keys,
+                        const char *const *meta_vals, int n_meta) {
+  uint64_t h = 0;
+  for (int i = 0; i < n; i++) {
+    uint64_t nb = 0;
+    int rc = check_entry(path, &e[i], i, &nb);
+    if (rc) return rc;
+    const void *raw = e[i].data ? e[i].data : e[i].dtype == CT_DT_F32 ? (const void *)e[i].data_f32 : NULL;
+    if (!raw && nb)
+      return ct_set_error(CT_EINVAL, "%s: tensor '%s': a checksummed file takes raw bytes or F32", path, e[i].name);
+    h = chain_bytes(h, raw, nb);
+  }
+  const char *keys[n_meta + 1], *vals[n_meta + 1];
+  char hex[20];
+  snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+  for (int i = 0; i < n_meta; i++) keys[i] = meta_keys[i], vals[i] = meta_vals[i];
+  keys[n_meta] = CT_ST_CHECKSUM_KEY;
+  vals[n_meta] = hex;
+  return ct_st_write(path, e, n, keys, vals, n_meta + 1);
+}
+
+int ct_st_check_content(const ct_safetensors *st, uint64_t *sum) {
+  uint64_t h = 0, want;
+  for (int i = 0; i < st->n; i++)  // (data order: the order they were written in)
+    h = chain_bytes(h, st->data + st->tensors[i].begin, st->tensors[i].end - st->tensors[i].begin);
+  const char *v = ct_st_meta(st, CT_ST_CHECKSUM_KEY);
+  char *end = NULL;
+  if (!v || strlen(v) != 16 || (want = strtoull(v, &end, 16), *end))
+    return ct_set_error(CT_EFORMAT, "%s: no checksum of its contents (__metadata__ '%s'): written by an older "
+                        "ctune or damaged", st->path, CT_ST_CHECKSUM_KEY);
+  if (want != h)
+    return ct_set_error(CT_EFORMAT, "%s: its contents changed since it was written (xxh64 %016llx, recorded "
+                        "%s): the file is damaged", st->path, (unsigned long long)h, v);
+  if (sum) *sum = h;
+  return 0;
 }
 
 // ----------------------------------------------------------------------- directory

@@ -39,7 +39,12 @@ float ct_f16_to_f32(uint16_t h);
 uint16_t ct_f32_to_f16(float f);
 
 #define CT_ST_MAX_DIMS 8
-#define CT_ST_MAX_HEADER 100000000  // bytes; the reference implementation's limit
+// Bounds checked before a header is parsed, so that a hostile header cannot make the
+// parser take gigabytes (a JSON value costs ~15x its text): real headers hold ~100-150
+// bytes per tensor, and the biggest real single files hold a few thousand tensors (a
+// 20k-tensor MoE shard would be ~3 MB). The reference implementation allows 100 MB.
+#define CT_ST_MAX_HEADER (16 << 20)  // bytes
+#define CT_ST_MAX_TENSORS 65536      // entries of one file's header
 
 typedef struct {
   char *name;
@@ -126,6 +131,17 @@ int ct_st_writer_open(ct_st_writer *w, const char *path, const ct_st_entry *e, i
 int ct_st_writer_put(ct_st_writer *w, const void *data, size_t len);
 int ct_st_writer_close(ct_st_writer *w);
 void ct_st_writer_abort(ct_st_writer *w);
+
+// Checksummed files (ctune's own data files and caches, not models): ct_st_write_checked
+// writes as ct_st_write does and adds __metadata__ "xxh64", the XXH64 of the tensors' bytes
+// chained in entry order (ct_xxh64_blocks, hash.h); each entry must hold raw bytes (`data`)
+// or float32 written as F32. ct_st_check_content recomputes it over an opened file (CT_EFORMAT
+// naming the path when it differs or is missing: a flipped data byte is refused) and gives
+// it in *sum (may be NULL): the contents' identity.
+#define CT_ST_CHECKSUM_KEY "xxh64"
+int ct_st_write_checked(const char *path, const ct_st_entry *e, int n, const char *const *meta_keys,
+                        const char *const *meta_vals, int n_meta);
+int ct_st_check_content(const ct_safetensors *st, uint64_t *sum);
 
 // A model directory: `model.safetensors`, or else `model.safetensors.index.json` whose
 // weight_map sends each tensor name to a shard file in the same directory. Every shard

@@ -381,8 +381,9 @@ static int score_main(int argc, char **argv) {
 static int eval_main(int argc, char **argv) {
   ct_config cfg;
   command_config(&cfg, argc, argv, "eval");
-  const char *path = cfg.eval_dataset_path[0] ? cfg.eval_dataset_path : cfg.dataset_path;
-  if (!path[0]) fail(2, (ct_set_error(CT_ECONFIG, "eval: eval_dataset_path=PAIRS.jsonl is required"), NULL));
+  // the pairs: data= as `score` takes its rows (the README's form), or eval_dataset_path / dataset_path
+  const char *path = cfg.data[0] ? cfg.data : cfg.eval_dataset_path[0] ? cfg.eval_dataset_path : cfg.dataset_path;
+  if (!path[0]) fail(2, (ct_set_error(CT_ECONFIG, "eval: data=PAIRS.jsonl (held-out preference pairs) is required"), NULL));
   ct_rm rm;
   if (ct_rm_open(&rm, cfg.model_path, cfg.adapter_path, CT_STORE_F32, (int)cfg.per_device_eval_batch_size,
                  (int)cfg.max_length))

@@ -80,37 +80,19 @@ static int check_config(const rm_dirs *d, ct_model_config *mc) {
   return 0;
 }
 
-// score.weight [1, C] among the tensors (headers only: nothing big is read); with an
-// adapter, its score among the adapter's tensors (all read: they are small) and every
-// tensor fitting the base.
+// With an adapter, its score among the adapter's tensors (all read: they are small) and
+// every tensor fitting the base. (Without, ct_model_read_config checked score.weight's shape.)
 static int check_score(const rm_dirs *d, const ct_model_config *mc) {
-  const char *dir = d->base;
-  int C = mc->hidden_size;
-  if (d->adapter[0]) {
-    ct_lora_config lc;
-    ct_lora probe;
-    if (ct_lora_read_config(&lc, d->adapter)) return ct_wrap_error(CT_ECONFIG, "reward model %s", d->adapter);
-    if (!lc.save_score)
-      return ct_set_error(CT_ECONFIG, "reward model %s: the adapter has no score head (its adapter_config.json's "
-                          "modules_to_save lacks score: not a SEQ_CLS adapter)", d->adapter);
-    if (ct_lora_load(&probe, d->adapter, mc)) return ct_wrap_error(CT_ECONFIG, "reward model %s", d->adapter);
-    ct_lora_free(&probe);
-    return 0;
-  }
-  ct_st_dir sd = {0};
-  const ct_st_tensor *t;
-  int rc = ct_st_dir_open(&sd, dir);
-  if (rc) {
-    ct_wrap_error(CT_ECONFIG, "reward model %s", dir);
-    return CT_ECONFIG;
-  }
-  if (ct_st_dir_find(&sd, "score.weight", NULL, &t))
-    rc = ct_set_error(CT_ECONFIG, "reward model %s has no score.weight (the classification head)", dir);
-  else if (t->ndim != 2 || t->shape[0] != 1 || t->shape[1] != C)
-    rc = ct_set_error(CT_ECONFIG, "reward model %s: score.weight must be [1, %d] (num_labels 1, hidden_size)",
-                      dir, C);
-  ct_st_dir_close(&sd);
-  return rc;
+  if (!d->adapter[0]) return 0;
+  ct_lora_config lc;
+  ct_lora probe;
+  if (ct_lora_read_config(&lc, d->adapter)) return ct_wrap_error(CT_ECONFIG, "reward model %s", d->adapter);
+  if (!lc.save_score)
+    return ct_set_error(CT_ECONFIG, "reward model %s: the adapter has no score head (its adapter_config.json's "
+                        "modules_to_save lacks score: not a SEQ_CLS adapter)", d->adapter);
+  if (ct_lora_load(&probe, d->adapter, mc)) return ct_wrap_error(CT_ECONFIG, "reward model %s", d->adapter);
+  ct_lora_free(&probe);
+  return 0;
 }
 
 // The tokenizer: an adapter directory's own when it has one (bin/reward saves it), else the base's.

@@ -90,7 +90,7 @@ static void setup(setup_t *s, const ct_config *cfg) {
     if (!s->w.int8)
       fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'save_quantized' needs quantization=int8",
                             ct_config_origin(cfg, "save_quantized")), NULL));
-    if (ct_infer_save_int8(&s->w, cfg->save_quantized) || ct_tokenizer_save(s->tok, cfg->save_quantized))
+    if (ct_infer_save_int8(&s->w, cfg->save_quantized, cfg->model_path) || ct_tokenizer_save(s->tok, cfg->save_quantized))
       fail(1, "saving the int8 model");
     fprintf(stderr, "sampler: int8 model saved in %s\n", cfg->save_quantized);
   }
@@ -108,7 +108,7 @@ typedef struct {
 static ct_prompt_opts prompt_opts(const setup_t *s) {
   const ct_config *c = s->cfg;
   return (ct_prompt_opts){c->add_generation_prompt, (int)c->max_prefill_length,
-                          c->truncate_prompt == CT_TRUNCATE_LEFT, "max_prefill_length", s->w.cfg.vocab_size};
+                          c->truncate_prompt == CT_TRUNCATE_LEFT, "max_prefill_length", s->w.cfg.vocab_size, false};
 }
 
 // A row's optional "seed" into *seed.

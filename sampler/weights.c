@@ -10,6 +10,7 @@
 #include "fs.h"
 #include "error.h"
 #include "hf.h"
+#include "hfjson.h"
 #include "mem.h"
 #include "panel.h"
 #include "pool.h"
@@ -317,10 +318,11 @@ static int load_int8(ct_infer_weights *w, const char *dir) {
   int rc = ct_path_join(p, sizeof p, dir, "config.json");
   if (!rc) rc = ct_hf_config_read(&c, p);
   if (!rc) rc = ct_model_layout(&w->layout, &c);
-  if (!rc) rc = alloc_int8(w);
   if (rc) return rc;
   ct_st_dir d = {0};
   rc = ct_st_dir_open(&d, dir);
+  if (!rc) rc = ct_model_check_weights(&w->layout, &d, false, true);  // (shapes first: the scales are more)
+  if (!rc) rc = alloc_int8(w);
   char name[160];
   for (int i = 0; !rc && i < w->layout.n_tensors; i++) {
     const ct_tensor_info *ti = &w->layout.tensors[i];
@@ -378,7 +380,7 @@ int ct_infer_load(ct_infer_weights *w, const char *dir, bool int8) {
   return rc;
 }
 
-int ct_infer_save_int8(const ct_infer_weights *w, const char *dir) {
+int ct_infer_save_int8(const ct_infer_weights *w, const char *dir, const char *source_dir) {
   if (!w->int8) return ct_set_error(CT_EINVAL, "sampler: only int8 weights are saved by ct_infer_save_int8");
   if (w->packed) return ct_set_error(CT_EINVAL, "sampler: save an int8 model before packing it");
   const ct_model *lay = &w->layout;
@@ -406,13 +408,12 @@ int ct_infer_save_int8(const ct_infer_weights *w, const char *dir) {
   free(e);
   free(names);
   if (!rc) rc = ct_path_join(p, sizeof p, dir, "config.json");
-  if (!rc) rc = ct_hf_config_write(&w->cfg, p, "int8");
   if (rc) return rc;
-  json_t *j = json_load_file(p, 0, NULL);  // add the quantization_config block
+  json_t *j = ct_hf_config_json(&w->cfg, "int8", source_dir);  // with the quantization_config block
   json_object_set_new(j, "quantization_config",
                       json_pack("{s:s,s:i,s:s,s:b}", "quant_method", QUANT_METHOD, "bits", 8,
                                 "granularity", "per-output-row absmax", "symmetric", 1));
-  rc = j && json_dump_file(j, p, JSON_INDENT(2)) == 0 ? 0 : ct_set_error(CT_EIO, "%s: cannot write", p);
+  rc = ct_hf_json_write(j, p);
   json_decref(j);
   return rc;
 }

@@ -68,6 +68,7 @@ int ct_infer_quantize(ct_infer_weights *w, const ct_model *m);
 // Loads a directory: a full-precision Hugging Face model (kept fp32, or converted to
 // int8 when `int8`), or a ctune int8 model (loaded as int8 whatever `int8` says).
 int ct_infer_load(ct_infer_weights *w, const char *dir, bool int8);
-// Writes an int8 model: config.json (with quantization_config) and model.safetensors.
-int ct_infer_save_int8(const ct_infer_weights *w, const char *dir);
+// Writes an int8 model: config.json (with quantization_config; from source_dir's, the model
+// it was read from, when given: hf.h) and model.safetensors.
+int ct_infer_save_int8(const ct_infer_weights *w, const char *dir, const char *source_dir);
 void ct_infer_free(ct_infer_weights *w);

@@ -15,17 +15,35 @@
 # Accuracy = exact answers on 500 held-out words: greedy, and sampled at temperature 1.
 # Every figure in the results table is measured by this run; the last line is its
 # wall-clock time.
-# usage: scripts/demo.sh BIN_DIR
+# usage: scripts/demo.sh BIN_DIR [quick]
+# quick: every stage, binary and config of the full run, with a tenth of the data and a few steps each
+# (tests/demo_quick.sh runs it in `make test`; its figures mean nothing, the README's table is the full run's).
 set -eu
 BIN=${1:-bin}
 out=demo-out
 start=$(date +%s)
+if [ "${2:-}" = quick ]; then
+  n_train=2000 n_eval=40 n_prefs=500 n_prefs_eval=20
+  sft_q="max_steps=12 eval_steps=6 logging_steps=3 save_steps=6 warmup_steps=2"
+  dpo_q="max_steps=4 logging_steps=2 warmup_steps=1" grpo_q="max_steps=2 logging_steps=1 per_device_train_batch_size=32"
+  remote_q="max_steps=2 logging_steps=1 per_device_train_batch_size=32" kd_q="max_steps=6 logging_steps=3 warmup_steps=2"
+  student_q="max_steps=6 warmup_steps=2"
+else
+  n_train=20000 n_eval=500 n_prefs=5000 n_prefs_eval=200
+  sft_q="" dpo_q="" grpo_q="" remote_q="max_steps=6 logging_steps=3" kd_q="" student_q=""
+fi
 mkdir -p "$out/data"
-"$BIN/ctune-demo-data" reverse "$out/data/train.jsonl" "$out/data/eval.jsonl" 20000 500 1234 8 0.1
-"$BIN/ctune-demo-data" reverse-prefs "$out/data/prefs.jsonl" "$out/data/prefs_eval.jsonl" 5000 200 55
-acc() {  # acc MODEL TEMPERATURE -> exact-match fraction on the held-out words
-  "$BIN/sampler" accuracy model_path="$1" data="$out/data/eval.jsonl" temperature="$2" seed=7 |
-    sed 's/.*"exact_match": *\([0-9.]*\).*/\1/'
+"$BIN/ctune-demo-data" reverse "$out/data/train.jsonl" "$out/data/eval.jsonl" $n_train $n_eval 1234 8 0.1
+"$BIN/ctune-demo-data" reverse-prefs "$out/data/prefs.jsonl" "$out/data/prefs_eval.jsonl" $n_prefs $n_prefs_eval 55
+acc() {  # acc MODEL TEMPERATURE -> exact-match fraction on the held-out words (stops the demo on failure)
+  a=$("$BIN/sampler" accuracy model_path="$1" data="$out/data/eval.jsonl" temperature="$2" seed=7) ||
+    { echo "demo: bin/sampler accuracy on $1 failed" >&2; exit 1; }
+  echo "$a" | sed 's/.*"exact_match": *\([0-9.]*\).*/\1/'
+}
+# (a run's output goes to its log first: a failure in a pipeline would not stop the demo)
+run_log() {  # run_log LOG CMD ARGS... -> runs it, its output in LOG; on failure shows LOG and stops
+  log=$1; shift
+  "$@" >"$log" 2>&1 || { cat "$log"; echo "demo: $1 failed (log: $log)" >&2; exit 1; }
 }
 pct() { awk -v x="$1" 'BEGIN { printf "%.1f%%", 100 * x }'; }
 field() { grep "\"$2\"" "$1" | sed -n "$3" | sed "s|.*\"$2\": *\([-0-9.e+]*\).*|\1|"; }
@@ -36,43 +54,45 @@ echo "== 1. SFT: a 3.2M-parameter model from scratch learns to reverse words of 
 echo "   from demonstrations of which a tenth are wrong (a letter swapped or dropped, or not reversed)"
 # before training: the same model as initialized (same seed), saved by one step at learning rate 0
 "$BIN/sft" configs/demo/sft.yml output_dir="$out/init" max_steps=1 learning_rate=0 eval_dataset_path= \
-  save_steps=0 >"$out/init.log" 2>&1 || { cat "$out/init.log"; exit 1; }
+  eval_steps=0 eval_on_start=false save_steps=0 >"$out/init.log" 2>&1 || { cat "$out/init.log"; exit 1; }
 init_g=$(acc "$out/init" 0) init_s=$(acc "$out/init" 1)
-"$BIN/sft" configs/demo/sft.yml output_dir="$out/sft"
+"$BIN/sft" configs/demo/sft.yml $sft_q
 sft_g=$(acc "$out/sft" 0) sft_s=$(acc "$out/sft" 1)
 
 echo "== 2. DPO (RPO) from the SFT model, on pairs: right answer vs a plausible mistake"
-"$BIN/dpo" configs/demo/dpo.yml
+"$BIN/dpo" configs/demo/dpo.yml $dpo_q
 dpo_g=$(acc "$out/dpo" 0) dpo_s=$(acc "$out/dpo" 1)
 ra0=$(field "$out/dpo/metrics.jsonl" "eval_rewards/accuracies" 1p)
 ra1=$(field "$out/dpo/metrics.jsonl" "eval_rewards/accuracies" '$p')
 
 echo "== 3. GRPO from the SFT model, with the accuracy reward (reward per step below)"
-"$BIN/grpo" configs/demo/grpo.yml 2>&1 | grep -o '"step":[0-9]*,"loss":[^,]*,"reward":[^,]*' |
+run_log "$out/grpo.log" "$BIN/grpo" configs/demo/grpo.yml $grpo_q
+grep -o '"step":[0-9]*,"loss":[^,]*,"reward":[^,]*' "$out/grpo.log" |
   sed 's/"step":\([0-9]*\),"loss":[^,]*,"reward":\(.*\)/  step \1: mean reward \2/'
 grpo_g=$(acc "$out/grpo" 0) grpo_s=$(acc "$out/grpo" 1)
-echo "   ... and 6 steps scored by the bundled reward server (tools/ctune-reward-server, loopback)"
+echo "   ... and $(echo "$remote_q" | sed 's/.*max_steps=\([0-9]*\).*/\1/') steps scored by the bundled reward server (tools/ctune-reward-server, loopback)"
 "$BIN/ctune-reward-server" port=0 >"$out/server.port" 2>"$out/server.log" &
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
 i=0
 while [ ! -s "$out/server.port" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
-"$BIN/grpo" configs/demo/grpo.yml output_dir="$out/grpo-remote" max_steps=6 logging_steps=3 \
-  reward_funcs=remote reward_url="http://127.0.0.1:$(head -1 "$out/server.port")/score" 2>&1 |
-  grep -o '"rewards/remote/mean":[-0-9.e+]*' | sed 's/^/   /'
+run_log "$out/grpo-remote.log" "$BIN/grpo" configs/demo/grpo.yml output_dir="$out/grpo-remote" $remote_q \
+  reward_funcs=remote reward_url="http://127.0.0.1:$(head -1 "$out/server.port")/score"
+grep -o '"rewards/remote/mean":[-0-9.e+]*' "$out/grpo-remote.log" | sed 's/^/   /'
 kill $server 2>/dev/null || true
 
 echo "== 4. distillation into a student with half the layers and half the width"
-"$BIN/distill" configs/demo/distill.yml
+"$BIN/distill" configs/demo/distill.yml $kd_q
 # the same student trained without a teacher, for as many steps
 "$BIN/sft" configs/demo/sft.yml output_dir="$out/student-sft" model.hidden_size=128 \
   model.intermediate_size=384 model.num_hidden_layers=2 model.num_attention_heads=2 \
-  model.num_key_value_heads=1 warmup_steps=50 eval_dataset_path= save_steps=0 >"$out/student-sft.log" 2>&1
+  model.num_key_value_heads=1 warmup_steps=50 eval_dataset_path= eval_steps=0 eval_on_start=false save_steps=0 \
+  $student_q >"$out/student-sft.log" 2>&1 || { cat "$out/student-sft.log"; exit 1; }
 kd_g=$(acc "$out/distill" 0) und_g=$(acc "$out/student-sft" 0)
 
 row() { printf '  %-44s %s\n' "$1" "$2"; }
 echo
-echo "demo results: exact answers on 500 held-out words (greedy / sampled at temperature 1)"
+echo "demo results: exact answers on $n_eval held-out words (greedy / sampled at temperature 1)"
 row "0. before training (the initialization)" "$(pct "$init_g") / $(pct "$init_s")"
 row "1. SFT, $(steps "$out/sft") steps" "$(pct "$sft_g") / $(pct "$sft_s")"
 row "2. SFT + DPO (RPO), $(steps "$out/dpo") steps" \

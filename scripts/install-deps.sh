@@ -6,7 +6,7 @@
 #   install-deps.sh test    both, and chromium: tests/report.sh has a real browser draw a
 #                           ctune-report page (make test)
 set -eu
-pkgs="build-essential pkg-config libopenblas-dev libopenmpi-dev openmpi-bin libyaml-dev libjansson-dev libcurl4-openssl-dev zlib1g-dev libdnnl-dev"
+pkgs="build-essential pkg-config libopenblas-dev libopenmpi-dev openmpi-bin libyaml-dev libjansson-dev libcurl4-openssl-dev libpcre2-dev zlib1g-dev libdnnl-dev"
 case "${1:-}" in
   fuzz) pkgs="$pkgs clang libclang-rt-dev" ;;
   test) pkgs="$pkgs clang libclang-rt-dev chromium" ;;

@@ -1,6 +1,7 @@
 #!/bin/sh
-# bf16: true end to end through bin/sft: the same held-out accuracy as fp32 (within 2
-# points) on the demo task, bit-identical resume in bf16 mode with fp32 checkpoints, and
+# bf16: true end to end through bin/sft: on the same weights, losses and gradient norm within what
+# bf16 rounding explains of fp32's; a bf16 run learns; bit-identical resume in bf16 mode with fp32
+# checkpoints; DPO's bf16 reference; and
 # the CPU check (DNNL_MAX_CPU_ISA=AVX2 stands in for a CPU without bf16 hardware).
 . tests/lib/common.sh
 start_test bf16_e2e
@@ -8,17 +9,42 @@ start_test bf16_e2e
 tiny_sft 'logging_steps: 10' 'save_steps: 0'
 if DNNL_MAX_CPU_ISA=ALL "$BIN/sft" "$T/tiny.yml" output_dir="$T/probe" bf16=true max_steps=1 eval_dataset_path= \
      >"$T/probe.log" 2>&1; then
-  echo "== held-out accuracy: bf16 within 2 points of fp32"
+  echo "== the same weights, bf16 against fp32: differences within what bf16 rounding explains"
+  # A 300-step fp32 model evaluated (held-out loss) and stepped once at learning rate 0 (training loss,
+  # gradient norm) in both modes. bf16 rounds each product's inputs to 8 significant bits (relative
+  # error <= 2^-9 each), accumulating in fp32: the losses may move by a small multiple of 2^-9
+  # relative, the gradient norm (whose terms the rounding hits in forward and backward) by more.
+  # Bounds: 2^-8 relative for losses, 2^-5 for the gradient norm. Measured: <= 1e-4 and 2.2e-3 with AMX
+  # and with AVX512_BF16 alone (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16). A comparison after training
+  # in bf16 is no such bound (a short run is chaotic: held-out accuracy 0.53 vs 0.61 on one CPU).
+  "$BIN/sft" "$T/tiny.yml" output_dir="$T/f32" max_steps=300 eval_steps=0 >"$T/f32.log" 2>&1 \
+    || { cat "$T/f32.log"; fail "fp32 training failed"; }
   for b in false true; do
-    "$BIN/sft" "$T/tiny.yml" output_dir="$T/acc-$b" max_steps=300 eval_steps=0 bf16=$b >"$T/acc-$b.log" 2>&1 \
-      || { cat "$T/acc-$b.log"; fail "bf16=$b training failed"; }
+    "$BIN/sft" "$T/tiny.yml" model_path="$T/f32" output_dir="$T/same-$b" max_steps=1 learning_rate=0 \
+      eval_on_start=true logging_steps=1 save_steps=0 bf16=$b >"$T/same-$b.log" 2>&1 \
+      || { cat "$T/same-$b.log"; fail "bf16=$b on the fp32 model failed"; }
   done
-  a32=$(grep eval_loss "$T/acc-false/metrics.jsonl" | tail -1 | field eval_mean_token_accuracy)
-  a16=$(grep eval_loss "$T/acc-true/metrics.jsonl" | tail -1 | field eval_mean_token_accuracy)
-  echo "eval token accuracy: fp32 $a32, bf16 $a16"
-  awk -v a="$a32" -v b="$a16" 'BEGIN { d = b - a; exit !(a > 0.3 && d <= 0.02 && d >= -0.02) }' || fail "bf16 accuracy $a16 vs fp32 $a32"
+  grep -q "matmuls in bfloat16" "$T/same-true.log" || fail "bf16 run does not say it multiplies in bf16"
+  rel() {  # rel KEY BOUND: prints both values; fails when |bf16 - fp32| > BOUND * |fp32|, or when equal
+    a=$(grep "\"$1\"" "$T/same-false/metrics.jsonl" | head -1 | field "$1")
+    b=$(grep "\"$1\"" "$T/same-true/metrics.jsonl" | head -1 | field "$1")
+    echo "$1: fp32 $a, bf16 $b"
+    awk -v a="$a" -v b="$b" -v t="$2" 'BEGIN { d = b - a; if (d < 0) d = -d; m = a < 0 ? -a : a
+      exit !(a != "" && b != "" && d <= t * m && d > 0) }' || fail "$1: bf16 $b vs fp32 $a (bound $2 relative; equal means no bf16)"
+  }
+  rel eval_loss 0.00390625
+  rel loss 0.00390625
+  rel grad_norm 0.03125
+
+  echo "== bf16 training learns: the held-out loss of a run from scratch falls below half its start"
+  "$BIN/sft" "$T/tiny.yml" output_dir="$T/acc-true" max_steps=300 eval_steps=0 eval_on_start=true bf16=true \
+    >"$T/acc-true.log" 2>&1 || { cat "$T/acc-true.log"; fail "bf16=true training failed"; }
+  e0=$(grep eval_loss "$T/acc-true/metrics.jsonl" | head -1 | field eval_loss)
+  e1=$(grep eval_loss "$T/acc-true/metrics.jsonl" | tail -1 | field eval_loss)
+  e32=$(grep eval_loss "$T/f32/metrics.jsonl" | tail -1 | field eval_loss)
+  echo "bf16 held-out loss $e0 -> $e1 (fp32's run: $e32)"
+  awk -v a="$e0" -v b="$e1" 'BEGIN { exit !(b < 0.5 * a) }' || fail "bf16 held-out loss $e0 -> $e1"
   grep -q "bf16 weight copy" "$T/acc-true.log" || fail "the memory plan does not count the bf16 weight copy"
-  grep -q "matmuls in bfloat16" "$T/acc-true.log" || fail "bf16 run does not say it multiplies in bf16"
 
   echo "== resume in bf16: 8 steps straight == 3, stop, resume, 5 (bit for bit); checkpoints are fp32"
   common="max_steps=8 save_steps=3 eval_dataset_path= bf16=true gradient_accumulation_steps=2 per_device_train_batch_size=8 logging_steps=1"

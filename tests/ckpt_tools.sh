@@ -154,4 +154,14 @@ expect 1 "is a LoRA adapter (adapter_model.safetensors), not a model; merge it f
   "$C" convert in="$T/lora" out="$T/x" dtype=float32
 "$C" inspect "$T/lora" 2>/dev/null | grep -q "lora_A" || fail "inspect does not read an adapter"
 [ ! -e "$T/x" ] && [ -z "$(ls -d "$T"/x.tmp-* 2>/dev/null)" ] || fail "a failed command left output behind"
+
+echo "== inspect reads a GGUF file's header (it said 'not a safetensors file?')"
+"$C" gguf in="$ck" out="$T/m.gguf" type=q8_0 >/dev/null 2>&1 || fail "gguf export"
+"$C" inspect "$T/m.gguf" >"$T/gguf.txt" 2>"$T/gguf.err" || { cat "$T/gguf.err"; fail "inspect of a GGUF file"; }
+sed -n '1,2p;$p' "$T/gguf.txt"
+grep -q "m.gguf: GGUF v3, [0-9]* bytes, architecture llama, .*, 20 tensors$" "$T/gguf.txt" || fail "GGUF header line"
+grep -q "blk.1.attn_k.weight *q8_0 *\[64, 128\] *8704$" "$T/gguf.txt" || fail "GGUF tensor line"
+grep -q "^total: 20 tensors, $expected parameters" "$T/gguf.txt" || fail "GGUF parameter count"
+head -c 200 "$T/m.gguf" >"$T/cut.gguf"
+expect 1 "cut.gguf: GGUF header" "$C" inspect "$T/cut.gguf"
 echo "ckpt tools: all checks passed"

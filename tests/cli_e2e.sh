@@ -19,12 +19,18 @@ echo "== the log says what a step holds when the data is smaller than a step"
 grep -q "training 1 step of 8 sequences each: the data holds 8, fewer than a full step's 16" "$T/eps.log" \
   || { grep training "$T/eps.log"; fail "the plan line does not say a step holds the 8 rows"; }
 
+echo "== a sub-command survives the restart that picks OpenBLAS's kernel (the restart re-ran argv shifted past it)"
+expect 2 "eval: model_path=DIR (a reward model) is required" env CT_BLAS_FORCE_RESTART=1 "$BIN/reward" eval
+grep -q "restarting with OPENBLAS_CORETYPE=" "$T/expect.log" || fail "CT_BLAS_FORCE_RESTART=1 did not restart"
+expect 2 "precompute needs teacher_logits_path" env CT_BLAS_FORCE_RESTART=1 "$BIN/distill" precompute configs/distill.yml \
+  dataset_path="$T/train.jsonl" teacher_path="$T/eps" model_path="$T/eps" max_length=24
+
 echo "== --help and -h on every binary; no arguments prints the usage"
-for b in sft dpo grpo distill sampler ctune-config ctune-ckpt ctune-tokenize ctune-demo-data \
-         ctune-report ctune-reward-server ctune-bench; do
+for b in sft dpo grpo distill sampler reward ctune-config ctune-ckpt ctune-tokenize ctune-demo-data \
+         ctune-report ctune-reward-server ctune-bench ctune-grpo-replay; do
   for h in --help -h; do
     "$BIN/$b" $h >"$T/help.out" 2>"$T/help.err" || { cat "$T/help.err"; fail "$b $h exited non-zero"; }
-    grep -q "^usage: " "$T/help.out" || fail "$b $h printed no usage on stdout"
+    head -1 "$T/help.out" | grep -q "^usage: $b " || fail "$b $h printed no usage of its own on stdout"
   done
 done
 "$BIN/sft" --help >"$T/help.out"

@@ -22,7 +22,18 @@ echo "== without noise every row is right"
 "$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 4000 300 5 8
 [ "$(wrong "$T/train.jsonl")" = 0 ] || fail "noise 0 wrote mistakes"
 
-echo "== noise outside [0, 1) or on another task is refused with the usage"
-expect 2 "usage: ctune-demo-data" "$BIN/ctune-demo-data" reverse "$T/a" "$T/b" 10 5 1 8 1.5
-expect 2 "usage: ctune-demo-data" "$BIN/ctune-demo-data" addition "$T/a" "$T/b" 10 5 1 3 0.1
+echo "== noise outside [0, 1) or on another task is refused, saying the ranges"
+expect 2 "noise in \[0, 1) and for reverse only" "$BIN/ctune-demo-data" reverse "$T/a" "$T/b" 10 5 1 8 1.5
+expect 2 "noise in \[0, 1) and for reverse only" "$BIN/ctune-demo-data" addition "$T/a" "$T/b" 10 5 1 3 0.1
+
+echo "== name=value arguments (the usage's form) equal the positional ones; a bad one is named"
+"$BIN/ctune-demo-data" reverse "$T/p.jsonl" "$T/pe.jsonl" 50 7 5 6 0.1
+"$BIN/ctune-demo-data" reverse "$T/n.jsonl" "$T/ne.jsonl" noise=0.1 seed=5 n_eval=7 max_len=6 n_train=50
+cmp "$T/p.jsonl" "$T/n.jsonl" && cmp "$T/pe.jsonl" "$T/ne.jsonl" || fail "name=value arguments gave other rows"
+"$BIN/ctune-demo-data" reverse "$T/n.jsonl" "$T/ne.jsonl" 50 7 6 6 0.1
+cmp -s "$T/p.jsonl" "$T/n.jsonl" && fail "seed 6 gave the rows of seed 5"
+expect 2 "seed: 'x' is not a whole number" "$BIN/ctune-demo-data" reverse "$T/a" "$T/b" seed=x
+expect 2 "n_train: '2.5' is not a whole number" "$BIN/ctune-demo-data" reverse "$T/a" "$T/b" n_train=2.5
+expect 2 "'sed=5': expected one of n_train=" "$BIN/ctune-demo-data" reverse "$T/a" "$T/b" sed=5
+expect 2 "'6': expected at most 5 numbers" "$BIN/ctune-demo-data" reverse "$T/a" "$T/b" 1 2 3 4 5 6
 echo "PASS demo_data"

@@ -133,5 +133,5 @@ expect 2 "reward_funcs" "$G" $common output_dir="$T/x" reward_funcs=magic
 expect 2 "answer_regex" "$G" $common output_dir="$T/x" answer_regex="(unclosed"
 expect 2 "num_generations" "$G" $common output_dir="$T/x" num_generations=5
 expect 1 "max_prompt_length 3" "$G" $common output_dir="$T/x" max_prompt_length=3
-expect 2 "GRPO takes" "$G" $common output_dir="$T/x" loss_type=sigmoid
+expect 2 "key 'loss_type': 'sigmoid' is not one of grpo, bnpo, dr_grpo, dapo" "$G" $common output_dir="$T/x" loss_type=sigmoid
 echo "grpo end-to-end: all checks passed"

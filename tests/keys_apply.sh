@@ -9,7 +9,7 @@ G="$BIN/grpo configs/grpo.yml model_path=$T/none dataset_path=$T/d.jsonl output_
 D="$BIN/distill configs/distill.yml teacher_path=$T/none dataset_path=$T/d.jsonl output_dir=$T/o"
 
 echo "== keys a trainer does not use are not its keys"
-for k in max_length=64 skip_bad_rows=true per_device_eval_batch_size=4 z_loss_multiplier=0.1; do
+for k in max_length=64 packing=true per_device_eval_batch_size=4 z_loss_multiplier=0.1; do
   expect 2 "key '${k%%=*}' does not apply to grpo" $G "$k"
 done
 expect 2 "key 'z_loss_multiplier' does not apply to dpo" "$BIN/dpo" configs/dpo.yml z_loss_multiplier=0.1

@@ -2,8 +2,10 @@
 # bin/grpo's remote reward end to end, against the bundled server: the API key named by
 # reward_api_key_env is sent and accepted; a missing or wrong key is HTTP 401 and stops
 # the run with a one-line error; the key is never in a log or in output_dir/config.yml;
-# an unset variable is a config error before any rollout; a reply with the wrong count,
-# a string or a non-finite reward is a clear error (or NaN with reward_failure=nan); an
+# an unset variable is a config error before any rollout; a reply with the wrong count or
+# a string reward is a clear error after its retries (or NaN with reward_failure=nan); a
+# non-finite reward (Python's bare NaN, -Infinity; 1e400) stops the run without a retry
+# (or is NaN for that completion alone with reward_failure=nan), and null is NaN; an
 # https URL to a server without a trusted certificate fails with a TLS error, and one whose
 # certificate is trusted through CURL_CA_BUNDLE scores the run.
 . tests/lib/common.sh
@@ -64,7 +66,7 @@ grep -c "no valid API key, 401" "$T/server.log" | grep -qx 2 || { cat "$T/server
 
 echo "== an unset or empty variable is a config error before any rollout"
 before=$(posts)
-expect 2 "reward_api_key_env: environment variable CT_NO_SUCH_KEY is unset" \
+expect 2 "command line: key 'reward_api_key_env': environment variable CT_NO_SUCH_KEY is unset" \
   env -u CT_NO_SUCH_KEY "$G" $common output_dir="$T/unset" reward_url="$url" reward_api_key_env=CT_NO_SUCH_KEY
 one_line "CT_NO_SUCH_KEY"
 expect 2 "environment variable CT_EMPTY_KEY is empty" \
@@ -87,7 +89,30 @@ check_bad() {  # check_bad MODE PATTERN
 }
 check_bad count "wrong reward count after 2 attempts: reply has 7 rewards, expected 8"
 check_bad string 'reward 1 of 8 is "NaN" (a string)'
-check_bad nonfinite "non-finite reward after 2 attempts: real number overflow near '1e400'"
+
+echo "== non-finite rewards (Python's json.dumps writes bare NaN, -Infinity): no retry, reward_failure decides"
+check_nonfinite() {  # check_nonfinite MODE TEXT
+  start_server "$1"
+  before=$(posts)
+  expect 1 "non-finite reward after 1 attempt: reward 1 of 8 is $2; reward_failure: nan would leave such" \
+    "$G" $common output_dir="$T/bad" reward_url="$url"
+  one_line "non-finite reward"
+  grep -q "remote reward $url" "$T/expect.log" || fail "the $1 error does not name the URL"
+  [ "$(posts)" = $((before + 1)) ] || fail "mode $1: a reply that holds $2 was retried"
+  "$G" $common output_dir="$T/nan.$1" reward_url="$url" reward_failure=nan >"$T/nan.$1.log" 2>&1 \
+    || { cat "$T/nan.$1.log"; fail "reward_failure=nan with mode $1"; }
+  # only that completion's reward is NaN: the other seven are averaged
+  grep -q '"rewards/remote/mean"' "$T/nan.$1/metrics.jsonl" || fail "mode $1: the other rewards were dropped"
+  stop_server
+}
+check_nonfinite nan NaN
+check_nonfinite inf -Infinity
+check_nonfinite nonfinite 1e400
+echo "== a null reward is NaN (as TRL maps a reward function's None) even with reward_failure: error"
+start_server null
+"$G" $common output_dir="$T/null" reward_url="$url" >"$T/null.log" 2>&1 || { cat "$T/null.log"; fail "a null reward stopped the run"; }
+grep -q '"rewards/remote/mean"' "$T/null/metrics.jsonl" || fail "a null reward dropped the others"
+stop_server
 
 echo "== https: certificates are checked"
 start_server ok

@@ -63,6 +63,12 @@ expect 1 "ctune.epoch_pos (past the end of the data)" "$S" $tiny output_dir="$T/
 cp -r "$T/r/checkpoint-4" "$T/c4c"
 sed -i '0,/"[0-9a-f]\{16\}"/s//"zz"/' "$T/c4c/trainer_state.json"
 expect 1 "is out of range or unreadable" "$S" $tiny output_dir="$T/r2" max_steps=8 resume_from_checkpoint="$T/c4c"
+# a LoRA checkpoint resumed without use_peft, and a whole model's with it: named, not "config.json: unable to open"
+run lora output_dir="$T/lo" max_steps=2 save_steps=2 model_path="$T/r" use_peft=true
+expect 2 "key 'use_peft': $T/lo/checkpoint-2 holds a LoRA adapter (adapter_model.safetensors), not a model" \
+  "$S" $tiny output_dir="$T/lo" max_steps=4 model_path="$T/r" resume_from_checkpoint=latest
+expect 2 "key 'use_peft': $T/r/checkpoint-4 holds a whole model (model.safetensors), not LoRA adapters" \
+  "$S" $tiny output_dir="$T/r3" max_steps=8 resume_from_checkpoint="$T/r/checkpoint-4" use_peft=true model_path="$T/r"
 echo "== a flipped byte in a saved tensor file is named at load"
 cp -r "$T/r/checkpoint-4" "$T/c4d"
 printf '\001' | dd of="$T/c4d/model.safetensors" bs=1 seek=5000 conv=notrunc 2>/dev/null

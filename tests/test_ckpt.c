@@ -17,6 +17,7 @@
 #include "error.h"
 #include "hash.h"
 #include "hf.h"
+#include "hfjson.h"
 #include "model.h"
 #include "rng.h"
 #include "safetensors.h"
@@ -194,10 +195,28 @@ static void test_hf_config_write_then_read_round_trips_every_field(void) {
   cs[4].eos_token_id = 3;
   for (int i = 0; i < 5; i++) {
     const char *path = tpath("roundtrip-%d.json", i);
-    CHECK_OK(ct_hf_config_write(&cs[i], path, "bfloat16"));
+    CHECK_OK(ct_hf_config_write(&cs[i], path, "bfloat16", NULL));
     ct_model_config got;
     CHECK_OK(ct_hf_config_read(&got, path));
     CHECK(config_equal(&got, &cs[i], names[i]));
+  }
+}
+
+// Floats as Python's repr writes them (what transformers and PEFT write): the shortest
+// decimal that reads back, exponents below 1e-4 and from 1e16 on.
+static void test_hf_json_real_writes_floats_as_python_repr(void) {
+  const struct { double d; const char *want; } cases[] = {
+      {0.05, "0.05"}, {1e-6, "1e-06"}, {1e-5, "1e-05"}, {1e-4, "0.0001"}, {10000.0, "10000.0"},
+      {0.0, "0.0"}, {-2.5, "-2.5"}, {0.1 + 0.2, "0.30000000000000004"}, {1e15, "1000000000000000.0"},
+      {1e16, "1e+16"}, {123.456, "123.456"}, {1.5e300, "1.5e+300"}, {5e-324, "5e-324"}, {0.001, "0.001"},
+      {1.7976931348623157e308, "1.7976931348623157e+308"}, {12345678901234567890.0, "1.2345678901234567e+19"},
+      {100.0, "100.0"}, {0.02, "0.02"}, {3.3e-7, "3.3e-07"}, {(double)1e-6f, "9.999999974752427e-07"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char buf[32];
+    ct_hf_json_real(cases[i].d, buf);
+    CHECK(strcmp(buf, cases[i].want) == 0);
+    if (strcmp(buf, cases[i].want)) fprintf(stderr, "    %.17g: %s, want %s\n", cases[i].d, buf, cases[i].want);
   }
 }
 
@@ -272,6 +291,67 @@ static void test_hf_config_read_rejects_unsupported_or_mistyped_keys_naming_file
   }
 }
 
+// Absurd, negative, zero, mistyped and inconsistent sizes: each refused from config.json
+// alone (no layout built: 10^9 layers took 9 GB before), naming the file and the key.
+static void test_hf_config_read_refuses_absurd_sizes_naming_the_key(void) {
+  const config_change cases[] = {
+      {"num_hidden_layers", "1000000000", NULL, NULL},
+      {"num_hidden_layers", "0", NULL, NULL},
+      {"head_dim", "1000000000", NULL, NULL},
+      {"head_dim", "7", NULL, NULL},
+      {"head_dim", "-4", NULL, NULL},
+      {"vocab_size", "10000000000", NULL, NULL},
+      {"vocab_size", "4194305", NULL, NULL},
+      {"hidden_size", "-16", NULL, NULL},
+      {"hidden_size", "0", NULL, NULL},
+      {"hidden_size", "16.5", NULL, NULL},
+      {"intermediate_size", "20.0", NULL, NULL},
+      {"intermediate_size", "2000000", NULL, NULL},
+      {"num_attention_heads", "4096", NULL, NULL},
+      {"num_key_value_heads", "8", NULL, NULL},
+      {"num_key_value_heads", "0", NULL, NULL},
+      {"max_position_embeddings", "0", NULL, NULL},
+      {"max_position_embeddings", "1000000000", NULL, NULL},
+      {"rope_theta", "-1", NULL, NULL},
+      {"rope_theta", "1e39", NULL, NULL},
+      {"rope_theta", "\"10000\"", NULL, NULL},
+      {"rms_norm_eps", "0", NULL, NULL},
+      {"rms_norm_eps", "2.0", NULL, NULL},
+      {"tie_word_embeddings", "1", NULL, NULL},
+      {"bos_token_id", "\"<s>\"", NULL, NULL},
+      {"eos_token_id", "2.5", NULL, NULL},
+      {"pad_token_id", "[1.5]", "eos_token_id", NULL},
+      {"rope_parameters", "[]", NULL, NULL},
+      {"rope_scaling", "{\"rope_type\": \"linear\", \"factor\": 0}", NULL, NULL},
+      {"rope_scaling", "{\"rope_type\": \"linear\", \"factor\": \"x\"}", NULL, NULL},
+      {"rope_scaling", "{\"rope_type\": \"llama3\", \"original_max_position_embeddings\": 1000000000}", NULL,
+       NULL},
+      {"num_attention_heads", "3", "head_dim", NULL},  // 16 / 3 heads, and no head_dim to say otherwise
+  };
+  for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+    const char *path = changed_config(&cases[i], 200 + i);
+    ct_model_config c;
+    CHECK_FAILS(ct_hf_config_read(&c, path), CT_EFORMAT, path, cases[i].key);
+  }
+}
+
+// transformers 5 writes RoPE as rope_parameters (no rope_theta key): its base must be
+// read, not replaced by the default 10000.
+static void test_hf_config_read_takes_rope_parameters_of_transformers_5(void) {
+  const config_change cases[] = {
+      {"rope_theta", NULL, "rope_parameters", "{\"rope_type\": \"default\", \"rope_theta\": 500000.0}"},
+      {"rope_theta", NULL, "rope_parameters",
+       "{\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, \"factor\": 32.0, \"low_freq_factor\": 1.0, "
+       "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}"},
+  };
+  for (int i = 0; i < 2; i++) {
+    ct_model_config c;
+    CHECK_OK(ct_hf_config_read(&c, changed_config(&cases[i], 300 + i)));
+    CHECK(c.rope_theta == 500000.0f);
+    CHECK(c.rope_type == i && (i == 0 || (c.rope_factor == 32 && c.rope_original_max_pos == 8192)));
+  }
+}
+
 static void test_hf_config_read_rejects_heads_not_a_multiple_of_kv_heads_with_eformat(void) {
   const config_change ch = {"num_attention_heads", "6", "num_key_value_heads", "4"};
   const char *path = changed_config(&ch, 100);
@@ -329,7 +409,7 @@ static int write_config(const ct_model *m, const char *dir, const char *dtype) {
   char p[1100];
   snprintf(p, sizeof p, "%s/config.json", dir);
   int rc = ct_mkdirs(dir);
-  return rc ? rc : ct_hf_config_write(&m->cfg, p, dtype);
+  return rc ? rc : ct_hf_config_write(&m->cfg, p, dtype, NULL);
 }
 
 // dir/{config.json, model.safetensors} for m, as `dt`.
@@ -524,6 +604,35 @@ static void test_load_fails_on_a_wrong_shape_naming_tensor_and_both_shapes(void)
   write_entries_dir(&m, tpath("shape-2d"), e, n);
   CHECK_FAILS(ct_model_load(&got, tpath("shape-2d"), 16), CT_EFORMAT,
               "model.layers.0.mlp.down_proj.weight", "[20, 12]", "[12, 20]");
+  ct_model_free(&m);
+}
+
+// A config.json its weights contradict is refused when it is read (headers only: nothing
+// allocated), naming the key: a wider hidden_size, more heads, more or fewer layers.
+static void test_read_config_refuses_a_config_its_weights_contradict_naming_the_key(void) {
+  const config_change cases[] = {
+      {"hidden_size", "100000", "head_dim", "4"},
+      {"vocab_size", "4000000", NULL, NULL},
+      {"num_attention_heads", "8", "head_dim", "4"},
+      {"intermediate_size", "1000000", NULL, NULL},
+      {"num_hidden_layers", "200", NULL, NULL},
+      {"num_hidden_layers", "1", NULL, NULL},
+  };
+  ct_model_config c = model_cfg(true);
+  ct_model m;
+  random_model(&m, &c, 21);
+  for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+    const char *dir = tpath("contradict-%d", i);
+    CHECK_OK(save_model_dir(&m, dir, CT_DT_F32));
+    char p[1100];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    json_t *j = json_load_file(p, 0, NULL);
+    const char *keys[2] = {cases[i].key, cases[i].key2}, *vals[2] = {cases[i].value, cases[i].value2};
+    for (int k = 0; k < 2 && keys[k]; k++) json_object_set_new(j, keys[k], json_loads(vals[k], JSON_DECODE_ANY, NULL));
+    write_json(j, p);
+    ct_model_config got;
+    CHECK_FAILS(ct_model_read_config(&got, dir), CT_EFORMAT, dir, cases[i].key);
+  }
   ct_model_free(&m);
 }
 
@@ -852,6 +961,9 @@ int main(void) {
   RUN(test_hf_config_write_then_read_round_trips_every_field);
   RUN(test_hf_config_eos_token_id_list_reads_as_its_first_id);
   RUN(test_hf_config_read_rejects_unsupported_or_mistyped_keys_naming_file_and_key);
+  RUN(test_hf_json_real_writes_floats_as_python_repr);
+  RUN(test_hf_config_read_refuses_absurd_sizes_naming_the_key);
+  RUN(test_hf_config_read_takes_rope_parameters_of_transformers_5);
   RUN(test_hf_config_read_rejects_heads_not_a_multiple_of_kv_heads_with_eformat);
   RUN(test_hf_config_read_reports_the_line_of_invalid_json);
   RUN(test_hf_config_read_rejects_a_json_array);
@@ -862,6 +974,7 @@ int main(void) {
   RUN(test_sharded_directory_loads_identically_to_single_file);
   RUN(test_load_fails_naming_a_missing_tensor);
   RUN(test_load_fails_on_a_wrong_shape_naming_tensor_and_both_shapes);
+  RUN(test_read_config_refuses_a_config_its_weights_contradict_naming_the_key);
   RUN(test_load_fails_on_a_wrong_vector_shape_naming_both_shapes_as_vectors);
   RUN(test_load_fails_naming_an_extra_tensor_not_in_the_model);
   RUN(test_load_accepts_rotary_inv_freq_and_a_tied_models_lm_head);

@@ -637,6 +637,10 @@ static void test_list_keys_from_yaml_sequence_and_comma_cli(void) {
 
   CHECK_ERR(set_one(CT_TRAINER_DPO, "loss_type", "sigmoid,bogus"),
             "key 'loss_type': 'bogus' is not one of sigmoid, hinge, ipo, robust, sft, simpo");
+  CHECK(!strstr(ct_last_error(), "grpo") && !strstr(ct_last_error(), "dapo"));  // one trainer's names only
+  CHECK_ERR(set_one(CT_TRAINER_DPO, "loss_type", "dapo"), "'dapo' is not one of sigmoid,");
+  CHECK_ERR(set_one(CT_TRAINER_GRPO, "loss_type", "sigmoid"), "'sigmoid' is not one of grpo, bnpo, dr_grpo, dapo");
+  CHECK(!strstr(ct_last_error(), "simpo"));
   CHECK_ERR(set_one(CT_TRAINER_DPO, "loss_weights", "1,,2"), "key 'loss_weights'",
             "item 2", "empty");
   CHECK_ERR(set_one(CT_TRAINER_DPO, "loss_weights", "1,-2"),
@@ -680,6 +684,38 @@ static void make_unusual(ct_config *c, ct_trainer_kind t) {
     CHECK_OK(ct_config_set(c, "packing", "true", "x"));
     CHECK_OK(ct_config_set(c, "dataset_text_field", "", "x"));
   }
+}
+
+// DPO's beta defaults to 2.0 with loss_type simpo: the config holds the value the run uses, so
+// config.yml records it and re-running config.yml (with loss_type changed or not) reproduces it;
+// an explicit beta stands; the shipped configs/dpo.yml leaves it to the default.
+static void test_simpo_beta_default_is_in_the_config(void) {
+  ct_config c, d;
+  char *simpo[] = {"dpo", "configs/dpo.yml", "loss_type=simpo"};
+  CHECK_OK(ct_config_from_args(&c, CT_TRAINER_DPO, 3, simpo));
+  CHECK_NEAR(c.beta, 2.0, 0);
+  CHECK_STR(ct_config_origin(&c, "beta"), "default with loss_type simpo");
+  const char *path = put("written.yml", "");
+  CHECK_OK(ct_config_write_yaml(&c, path));
+  char *again[] = {"dpo", (char *)path};
+  CHECK_OK(ct_config_from_args(&d, CT_TRAINER_DPO, 2, again));
+  CHECK_NEAR(d.beta, 2.0, 0);
+  CHECK_SAME(&c, &d);
+  ct_config_free(&c);
+  ct_config_free(&d);
+  char *mixed[] = {"dpo", "loss_type=sigmoid,simpo"};
+  CHECK_OK(ct_config_from_args(&c, CT_TRAINER_DPO, 2, mixed));
+  CHECK_NEAR(c.beta, 2.0, 0);
+  ct_config_free(&c);
+  char *given[] = {"dpo", "configs/dpo.yml", "loss_type=simpo", "beta=0.1"};
+  CHECK_OK(ct_config_from_args(&c, CT_TRAINER_DPO, 4, given));
+  CHECK_NEAR(c.beta, 0.1, 0);
+  ct_config_free(&c);
+  char *plain[] = {"dpo", "configs/dpo.yml"};
+  CHECK_OK(ct_config_from_args(&c, CT_TRAINER_DPO, 2, plain));
+  CHECK_NEAR(c.beta, 0.1, 0);
+  CHECK_STR(ct_config_origin(&c, "beta"), "default");
+  ct_config_free(&c);
 }
 
 static void test_write_yaml_round_trip_gives_an_identical_config(void) {
@@ -1006,6 +1042,7 @@ int main(int argc, char **argv) {
   RUN(test_yml_overrides_defaults);
   RUN(test_cli_overrides_yml);
   RUN(test_from_args_without_a_file_takes_only_overrides);
+  RUN(test_simpo_beta_default_is_in_the_config);
   RUN(test_base_config_chain_is_relative_to_each_files_directory);
   RUN(test_base_config_cycle_is_detected);
   RUN(test_model_keys_from_yml_block_and_cli_dots);

@@ -306,7 +306,7 @@ static void test_int8_tracks_fp32_and_round_trips_byte_exact(void) {
   int zero = 0;
   char dir[] = "/tmp/ct_test_int8_XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
-  CHECK_OK(ct_infer_save_int8(&wq, dir));
+  CHECK_OK(ct_infer_save_int8(&wq, dir, NULL));
   CHECK_OK(ct_infer_load(&wl, dir, false));  // an int8 directory loads as int8
   CHECK(wl.int8);
   int same = 0;
@@ -333,7 +333,7 @@ static void test_int8_tracks_fp32_and_round_trips_byte_exact(void) {
   CHECK_OK(ct_engine_init(&el, &wl, &o));
   CHECK_OK(ct_engine_forward(el, 1, &t, &zero, &p, &zero, 1, ll));
   CHECK(memcmp(ll, lq, sizeof(float) * V) == 0);
-  CHECK(ct_infer_save_int8(&wl, dir) == CT_EINVAL);
+  CHECK(ct_infer_save_int8(&wl, dir, NULL) == CT_EINVAL);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   CHECK(system(cmd) == 0);

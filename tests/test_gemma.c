@@ -303,7 +303,7 @@ static void test_gemma_config_read_write_round_trip(void) {
   c.rope_factor = 8;
   char path[128];
   snprintf(path, sizeof path, "%s/out.json", dir);
-  CHECK_OK(ct_hf_config_write(&c, path, "float32"));
+  CHECK_OK(ct_hf_config_write(&c, path, "float32", NULL));
   ct_model_config d;
   CHECK_OK(ct_hf_config_read(&d, path));
   CHECK(!memcmp(&c, &d, sizeof c));
@@ -348,6 +348,33 @@ static void test_gemma_config_refusals_name_the_key(void) {
   refuses("{\"model_type\": \"llama\", \"vocab_size\": 10, \"hidden_size\": 8, \"intermediate_size\": 8,"
           "\"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"attn_logit_softcapping\": 50}",
           "attn_logit_softcapping");
+  refuses("{" BASE ", \"query_pre_attn_scalar\": 0}", "query_pre_attn_scalar");
+  refuses("{" BASE ", \"query_pre_attn_scalar\": \"256\"}", "query_pre_attn_scalar");
+  refuses("{" BASE ", \"sliding_window\": -1}", "sliding_window");
+  refuses("{" BASE ", \"sliding_window\": 1000000000}", "sliding_window");
+  refuses("{" BASE ", \"sliding_window\": 4, \"rope_local_base_freq\": 0}", "rope_local_base_freq");
+  refuses("{" BASE ", \"sliding_window_pattern\": 0}", "sliding_window_pattern");
+  refuses("{" BASE ", \"rope_parameters\": {\"sliding_attention\": {\"rope_theta\": \"x\"}}}",
+          "rope_parameters.sliding_attention.rope_theta");
+  refuses("{" BASE ", \"num_hidden_layers\": 100000}", "num_hidden_layers");
+}
+
+// transformers 5 writes Gemma 3's RoPE as rope_parameters, one per layer type, with no
+// rope_theta or rope_local_base_freq keys: both bases and the full layers' scaling are read.
+static void test_gemma_config_reads_rope_parameters_per_layer_type(void) {
+  ct_model_config c;
+  CHECK_OK(ct_hf_config_read(&c, write_file("config.json",
+      "{" BASE ", \"sliding_window\": 4, \"rope_parameters\": {\"full_attention\": {\"rope_type\": \"linear\", "
+      "\"factor\": 8.0, \"rope_theta\": 1000000.0}, \"sliding_attention\": {\"rope_type\": \"default\", "
+      "\"rope_theta\": 10000.0}}}")));
+  CHECK(c.rope_theta == 1e6f && c.rope_local_theta == 1e4f && c.rope_type == 2 && c.rope_factor == 8);
+  CHECK_OK(ct_hf_config_read(&c, write_file("config.json",
+      "{" BASE ", \"sliding_window\": 4, \"rope_theta\": 10.0, \"rope_parameters\": {\"full_attention\": "
+      "{\"rope_type\": \"default\", \"rope_theta\": 50000.0}, \"sliding_attention\": {\"rope_type\": "
+      "\"default\", \"rope_theta\": 500.0}}}")));
+  CHECK(c.rope_theta == 5e4f && c.rope_local_theta == 500 && c.rope_type == 0);
+  refuses("{" BASE ", \"rope_parameters\": {\"sliding_attention\": {\"rope_type\": \"linear\", \"factor\": 2}}}",
+          "rope_parameters.sliding_attention");
 }
 
 int main(int argc, char **argv) {
@@ -362,6 +389,7 @@ int main(int argc, char **argv) {
   RUN(test_gemma_config_read_write_round_trip);
   RUN(test_gemma_config_sliding_window_pattern);
   RUN(test_gemma_config_refusals_name_the_key);
+  RUN(test_gemma_config_reads_rope_parameters_per_layer_type);
   char cmd[96];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd)) return 1;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "gguf.h"
+#include "gguf_read.h"
 #include "safetensors.h"
 #include "test.h"
 
@@ -370,6 +371,57 @@ static void test_export_gemma3(void) {
   ct_model_free(&lay);
 }
 
+// ct_gguf_read_info (what `ctune-ckpt inspect` shows) against this file's own reader, on an
+// export; then every truncation of that file, a flipped count, an absurd dimension: refused
+// with CT_EFORMAT, never a crash or an allocation beyond the file's size.
+static void test_header_reader(void) {
+  ct_model_config c = tiny("qwen3");
+  ct_model lay;
+  CHECK_OK(ct_model_layout(&lay, &c));
+  CHECK_OK(ct_gguf_export(&c, CT_GGUF_Q8_0, "tiny", fill, &lay, tok_kv, NULL, path));
+  rd r = slurp(path);
+  char keys[40][64];
+  info t[40];
+  size_t data;
+  int nt = read_header(&r, keys, 40, t, 40, &data);
+  ct_gguf_info g;
+  CHECK_OK(ct_gguf_read_info(path, &g));
+  CHECK(g.version == 3 && g.n_tensors == nt && g.data_offset == data && g.file_size == r.n);
+  CHECK(!strcmp(g.arch, "qwen3") && !strcmp(g.name, "tiny") && g.has_file_type && g.file_type == 7);
+  for (int i = 0; i < nt && i < g.n_tensors; i++) {
+    CHECK(!strcmp(g.t[i].name, t[i].name) && g.t[i].type == t[i].type && g.t[i].offset == t[i].offset);
+    CHECK(g.t[i].ndim == (int)t[i].ndim && g.t[i].ne[0] == (int64_t)t[i].ne[0]);
+  }
+  ct_gguf_info_free(&g);
+  CHECK(ct_gguf_is_file(path));
+  char cut[160];
+  snprintf(cut, sizeof cut, "%s.cut", path);
+  for (size_t n = 0; n < data; n += n < 64 ? 1 : 7) {  // every header prefix (the data section is not read)
+    FILE *f = fopen(cut, "wb");
+    fwrite(r.b, 1, n, f);
+    fclose(f);
+    CHECK(ct_gguf_read_info(cut, &g) == CT_EFORMAT);
+  }
+  uint8_t *b = malloc(r.n);
+  memcpy(b, r.b, r.n);
+  uint64_t huge = (uint64_t)1 << 60;
+  memcpy(b + 8, &huge, 8);  // tensor count
+  FILE *f = fopen(cut, "wb");
+  fwrite(b, 1, r.n, f);
+  fclose(f);
+  CHECK(ct_gguf_read_info(cut, &g) == CT_EFORMAT && strstr(ct_last_error(), "more than the file's"));
+  memcpy(b, "GGUG", 4);
+  f = fopen(cut, "wb");
+  fwrite(b, 1, r.n, f);
+  fclose(f);
+  CHECK(!ct_gguf_is_file(cut) && ct_gguf_read_info(cut, &g) == CT_EFORMAT && strstr(ct_last_error(), "not a GGUF file"));
+  free(b);
+  unlink(cut);
+  free(r.b);
+  unlink(path);
+  ct_model_free(&lay);
+}
+
 static void test_bad_input(void) {
   ct_gguf_type t;
   CHECK(ct_gguf_type_parse("q4_k", &t) == CT_EINVAL && strstr(ct_last_error(), "'q4_k'"));
@@ -421,6 +473,7 @@ int main(void) {
   RUN(test_export_llama);
   RUN(test_export_qwen_q8);
   RUN(test_export_gemma3);
+  RUN(test_header_reader);
   RUN(test_bad_input);
   rmdir(dir);
   return test_summary();

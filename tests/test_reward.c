@@ -2,7 +2,8 @@
 // checks that name the option, and the remote reward client against
 // $CT_BIN/ctune-reward-server in each of its modes: right rewards, retries, bounded time
 // on a slow server, clear errors (HTTP 500, malformed JSON, closed connection, wrong
-// count, bad or non-finite rewards, refused connection, TLS to a plain-HTTP server),
+// count, bad or non-finite rewards (Python's bare NaN and Infinity too), refused
+// connection, TLS to a plain-HTTP server),
 // NaN rewards when failure_nan is set, and the API key: sent as a bearer token, HTTP 401
 // without it, and never in a message.
 #include <arpa/inet.h>
@@ -173,8 +174,9 @@ static void test_accuracy_numeric_ignores_commas_and_tolerates_1e6_relative(void
 // format and length
 
 static void test_format_is_one_when_the_regex_matches_anywhere(void) {
+  // as Python's re.search: '.' stops at a newline unless the pattern says (?s)
   ct_reward *r = make(CT_REWARD_FORMAT,
-      (ct_reward_opts){.format_regex = "^<think>.*</think>[^<]*<answer>.+</answer>$"});
+      (ct_reward_opts){.format_regex = "(?s)^<think>.*</think>[^<]*<answer>.+</answer>$"});
   CHECK(score1(r, "<think>a\nb</think>\n<answer>42</answer>", NULL) == 1);
   CHECK(score1(r, "<answer>42</answer>", NULL) == 0);
   CHECK(score1(r, "", NULL) == 0);
@@ -183,6 +185,59 @@ static void test_format_is_one_when_the_regex_matches_anywhere(void) {
   r = make(CT_REWARD_FORMAT, (ct_reward_opts){.format_regex = "[0-9]+"});
   CHECK(score1(r, "the answer is 7, I think", NULL) == 1);
   CHECK(score1(r, "seven", NULL) == 0);
+  ct_reward_free(r);
+  r = make(CT_REWARD_FORMAT,
+           (ct_reward_opts){.format_regex = "^<think>.*</think>[^<]*<answer>.+</answer>$"});
+  CHECK(score1(r, "<think>a\nb</think>\n<answer>42</answer>", NULL) == 0);
+  CHECK(score1(r, "<think>ab</think>\n<answer>42</answer>", NULL) == 1);
+  ct_reward_free(r);
+  // (?m): ^ at every line; \s \d; a completion cut inside a character still matches
+  r = make(CT_REWARD_FORMAT, (ct_reward_opts){.format_regex = "(?m)^Answer:\\s\\d+$"});
+  CHECK(score1(r, "work\nAnswer: 12\nbye", NULL) == 1);
+  CHECK(score1(r, "\xff\xc3 work\nAnswer:\t7", NULL) == 1);
+  CHECK(score1(r, "work Answer: 12", NULL) == 0);
+  ct_reward_free(r);
+}
+
+// answer_regex is Python's re: what TRL users write matches what it matches in Python.
+static void test_regex_is_pythons_re(void) {
+  ct_reward *r = make(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_regex = "answer is (\\d+)"});
+  CHECK(score1(r, "I think the answer is 12, no, the answer is 42.", "{\"answer\": \"42\"}") == 1);
+  CHECK(score1(r, "the answer is forty-two", "{\"answer\": \"42\"}") == 0);
+  CHECK(score1(r, "the answer is \xd9\xa3", "{\"answer\": \"\xd9\xa3\"}") == 1);  // \d: Unicode digits
+  ct_reward_free(r);
+  r = make(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_regex = "total:\\s(\\S+)"});
+  CHECK(score1(r, "total:\n9", "{\"answer\": \"9\"}") == 1);  // \s takes a newline
+  ct_reward_free(r);
+  // non-greedy: the last <a>...</a>; greedy: from the first <a> to the last </a>
+  ct_reward *lazy = make(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_regex = "<a>(.*?)</a>"});
+  ct_reward *greedy = make(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_regex = "<a>(.*)</a>"});
+  CHECK(score1(lazy, "<a>1</a> and <a>2</a>", "{\"answer\": \"2\"}") == 1);
+  CHECK(score1(greedy, "<a>1</a> and <a>2</a>", "{\"answer\": \"1</a> and <a>2\"}") == 1);
+  // '.' stops at a newline, as in Python: "#### (.*)" takes the rest of the line
+  ct_reward *hash = make(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_regex = "#### (.*)"});
+  CHECK(score1(hash, "#### 42\nthanks", "{\"answer\": \"42\"}") == 1);
+  ct_reward_free(lazy);
+  ct_reward_free(greedy);
+  ct_reward_free(hash);
+  // named groups: (?P<name>...) is a group; one named "answer" is the answer
+  r = make(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_regex = "(?P<n>\\d+)"});
+  CHECK(score1(r, "x 5 y 6", "{\"answer\": \"6\"}") == 1);
+  ct_reward_free(r);
+  r = make(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_regex = "(?P<unit>[a-z]+)=(?P<answer>\\d+)"});
+  CHECK(score1(r, "kg=5", "{\"answer\": \"5\"}") == 1);
+  CHECK(score1(r, "kg=5", "{\"answer\": \"kg\"}") == 0);
+  ct_reward_free(r);
+  // UTF-8: \w spans multibyte letters; the empty matches of [0-9]* step by characters
+  r = make(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_regex = "\xe7\xad\x94\xe3\x81\x88\xef\xbc\x9a(\\w+)"});
+  CHECK(score1(r, "\xe7\xad\x94\xe3\x81\x88\xef\xbc\x9a\xe6\x9d\xb1\xe4\xba\xac \xe3\x80\x82",
+               "{\"answer\": \"\xe6\x9d\xb1\xe4\xba\xac\"}") == 1);
+  ct_reward_free(r);
+  r = make(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_regex = "[0-9]*"});
+  CHECK(score1(r, "\xc3\xa9" "1", "{\"answer\": \"\"}") == 1);
+  ct_reward_free(r);
+  r = make(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_regex = "(?i)ANSWER: (\\w+)"});
+  CHECK(score1(r, "answer: caf\xc3\xa9", "{\"answer\": \"caf\xc3\xa9\"}") == 1);
   ct_reward_free(r);
 }
 
@@ -208,6 +263,61 @@ static void test_score_fills_every_item(void) {
 }
 
 // ---------------------------------------------------------------------------------------
+// the dataset field a reward reads
+
+// check_rows REWARD SKIP ROWS...: ct_reward_check_rows over rows given as JSON texts
+// (lines 1..n of "d.jsonl"); bad (n) receives the marks.
+static int check_rows(const ct_reward *r, bool skip, bool *bad, int n, const char *const *texts) {
+  json_t *rows[8];
+  int lines[8];
+  for (int i = 0; i < n; i++) rows[i] = json_loads(texts[i], 0, NULL), lines[i] = i + 1, bad[i] = false;
+  int rc = ct_reward_check_rows(r, rows, lines, n, "d.jsonl", skip, bad);
+  for (int i = 0; i < n; i++) json_decref(rows[i]);
+  return rc;
+}
+
+static void test_check_rows_names_the_key_the_field_and_the_row(void) {
+  ct_reward *r = make(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_field = "solution"});
+  CHECK(strcmp(ct_reward_field(r), "solution") == 0);
+  bool bad[4];
+  const char *none[] = {"{\"prompt\": \"a\", \"answer\": \"1\"}", "{\"prompt\": \"b\", \"answer\": 2}"};
+  CHECK(check_rows(r, true, bad, 2, none) == CT_ECONFIG);  // even with skip_bad_rows
+  CHECK(strstr(ct_last_error(), "key 'answer_field': no row of d.jsonl has the field 'solution', which the "
+                                "accuracy reward reads (its first row has: prompt, answer)"));
+  const char *some[] = {"{\"solution\": \"1\"}", "{\"answer\": \"2\"}", "{\"solution\": [3]}",
+                        "{\"solution\": 4.5}"};
+  CHECK(check_rows(r, false, bad, 4, some) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "d.jsonl:2: no field 'solution', which the accuracy reward reads"));
+  CHECK(check_rows(r, true, bad, 4, some) == 2);
+  CHECK(!bad[0] && bad[1] && bad[2] && !bad[3]);
+  CHECK(strstr(ct_last_error(), "d.jsonl:2: no field 'solution'"));  // the first skipped row
+  const char *list[] = {"{\"solution\": \"1\"}", "{\"solution\": null}"};
+  CHECK(check_rows(r, false, bad, 2, list) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "d.jsonl:2: field 'solution' is null; it must be a string or a number"));
+  ct_reward_free(r);
+  // answer_numeric: a reference that is no number would score NaN on every completion
+  r = make(CT_REWARD_ACCURACY, (ct_reward_opts){.numeric = true});
+  const char *num[] = {"{\"answer\": \"1,200\"}", "{\"answer\": \"twelve\"}"};
+  CHECK(check_rows(r, false, bad, 2, num) == CT_EFORMAT);
+  CHECK(strstr(ct_last_error(), "d.jsonl:2: field 'answer' is \"twelve\", not a number (answer_numeric is true)"));
+  ct_reward_free(r);
+  // rewards that read no field, and remote without labels_required, check nothing
+  r = make(CT_REWARD_LENGTH, (ct_reward_opts){.target_length = 3});
+  CHECK(ct_reward_field(r) == NULL && check_rows(r, false, bad, 2, none) == 0);
+  ct_reward_free(r);
+  ct_reward_opts o = {.url = "http://127.0.0.1:9/score", .connect_timeout_s = 1, .timeout_s = 1,
+                      .answer_field = "solution"};
+  r = make(CT_REWARD_REMOTE, o);
+  CHECK(ct_reward_field(r) == NULL && check_rows(r, false, bad, 2, none) == 0);
+  ct_reward_free(r);
+  o.labels_required = true;
+  r = make(CT_REWARD_REMOTE, o);
+  CHECK(check_rows(r, false, bad, 2, none) == CT_ECONFIG);
+  CHECK(strstr(ct_last_error(), "which the remote reward reads"));
+  ct_reward_free(r);
+}
+
+// ---------------------------------------------------------------------------------------
 // options
 
 static void test_kind_parses_the_four_names_and_lists_the_choices(void) {
@@ -227,9 +337,14 @@ static void test_kind_parses_the_four_names_and_lists_the_choices(void) {
 static void test_init_rejects_bad_options_naming_the_option(void) {
   CHECK(init_fails(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_regex = "(unclosed"},
                    CT_ECONFIG, "answer_regex", "(unclosed"));
-  // the message carries regcomp's reason
+  // the message carries PCRE2's reason and where in the pattern
   CHECK(init_fails(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_regex = "a{2,1}"},
-                   CT_ECONFIG, "answer_regex", "content of \\{\\}"));
+                   CT_ECONFIG, "answer_regex", "numbers out of order in {} quantifier at character 5"));
+  CHECK(init_fails(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_regex = "\xc3\xa9(?P<x"},
+                   CT_ECONFIG, "answer_regex", "at character 6"));  // characters, not bytes
+  // Python escapes PCRE2 lacks are errors, not literal letters
+  CHECK(init_fails(CT_REWARD_FORMAT, (ct_reward_opts){.format_regex = "\\U0001F600"}, CT_ECONFIG,
+                   "format_regex", "\\U"));
   CHECK(init_fails(CT_REWARD_FORMAT, (ct_reward_opts){.format_regex = "[abc"}, CT_ECONFIG,
                    "format_regex", "[abc"));
   CHECK(init_fails(CT_REWARD_FORMAT, (ct_reward_opts){0}, CT_ECONFIG, "format_regex", NULL));
@@ -544,22 +659,31 @@ static void test_remote_non_finite_reward_is_an_error_naming_the_value(void) {
   if (!server_ok()) return;
   double out[4], secs;
   int requests;
-  // 1e400 is valid JSON but no double: it must not become inf (or a parse error that
-  // hides what was wrong)
-  int rc = run_remote("nonfinite", 0, NULL, out, &secs, &requests);
-  CHECK(rc == CT_EIO && has("non-finite reward after 3 attempts") && has("'1e400'") &&
-        has("/score"));
-  CHECK(isnan(out[1]));
-  ct_reward_opts o = remote_opts(0);
-  o.failure_nan = true;
-  rc = run_remote("nonfinite", 0, &o, out, &secs, &requests);
-  CHECK(rc == 0 && isnan(out[0]) && isnan(out[1]) && isnan(out[2]) && isnan(out[3]));
+  // Python's json.dumps writes float('nan') as a bare NaN and float('-inf') as -Infinity
+  // (not JSON); 1e400 is JSON but no double. Each is a non-finite reward: with
+  // reward_failure: error the run stops at once, naming it (the server has answered: no
+  // retry); with nan that completion's reward is NaN and the others stand.
+  const char *modes[] = {"nan", "inf", "nonfinite"};
+  const char *texts[] = {"reward 1 of 4 is NaN;", "reward 1 of 4 is -Infinity;", "reward 1 of 4 is 1e400;"};
+  for (int m = 0; m < 3; m++) {
+    int rc = run_remote(modes[m], 0, NULL, out, &secs, &requests);
+    CHECK(rc == CT_EIO && has("non-finite reward after 1 attempt: ") && has(texts[m]) && has("/score") &&
+          has("reward_failure: nan would leave such completions out"));
+    CHECK(requests == 1 && isnan(out[1]));
+    ct_reward_opts o = remote_opts(0);
+    o.failure_nan = true;
+    out[1] = 0;
+    rc = run_remote(modes[m], 0, &o, out, &secs, &requests);
+    CHECK(rc == 0 && requests == 1 && out[0] == 1 && isnan(out[1]) && out[2] == 1 && out[3] == 0);
+  }
 }
 
 static void test_remote_null_reward_is_nan_for_that_completion_only(void) {
   if (!server_ok()) return;
   double out[4] = {-1, -1, -1, -1}, secs;
   int requests;
+  // a null reward is NaN (TRL maps a reward function's None to NaN) whatever
+  // reward_failure says: the server chose to give none, nothing failed
   int rc = run_remote("null", 0, NULL, out, &secs, &requests);
   CHECK(rc == 0 && out[0] == 1 && isnan(out[1]) && out[2] == 1 && out[3] == 0);
   CHECK(requests == 1);
@@ -715,8 +839,10 @@ int main(void) {
   RUN(test_accuracy_regex_anchors_and_empty_matches_behave);
   RUN(test_accuracy_numeric_ignores_commas_and_tolerates_1e6_relative);
   RUN(test_format_is_one_when_the_regex_matches_anywhere);
+  RUN(test_regex_is_pythons_re);
   RUN(test_length_penalizes_distance_from_the_target_in_bytes);
   RUN(test_score_fills_every_item);
+  RUN(test_check_rows_names_the_key_the_field_and_the_row);
   RUN(test_kind_parses_the_four_names_and_lists_the_choices);
   RUN(test_init_rejects_bad_options_naming_the_option);
   RUN(test_remote_ok_returns_the_servers_rewards_and_reuses_the_handle);

@@ -341,7 +341,7 @@ static void save_model(const ct_model *m, const char *dir) {
   char p[1100];
   CHECK_OK(ct_mkdirs(dir));
   snprintf(p, sizeof p, "%s/config.json", dir);
-  CHECK_OK(ct_hf_config_write(&m->cfg, p, "float32"));
+  CHECK_OK(ct_hf_config_write(&m->cfg, p, "float32", NULL));
   snprintf(p, sizeof p, "%s/model.safetensors", dir);
   const float *bufs[] = {m->params};
   CHECK_OK(ct_save_tensors(&ct_model_tensors(m), 1, bufs, NULL, p, CT_DT_F32));

@@ -495,11 +495,47 @@ static void test_open_rejects_truncated_and_oversized_length_prefixes(void) {
   write_raw_n(p, 1000, "{}", 2, 10);
   expect_open_fails(p, CT_EFORMAT, "header length 1000", "past the end");
   write_raw_n(p, 200000000, "{}", 2, 10);
-  expect_open_fails(p, CT_EFORMAT, "100000000", NULL);
+  expect_open_fails(p, CT_EFORMAT, "16777216", NULL);
   write_raw_n(p, UINT64_MAX, "{}", 2, 10);
   expect_open_fails(p, CT_EFORMAT, "limit", NULL);
   write_raw_n(p, 0, "", 0, 0);
   expect_open_fails(p, CT_EFORMAT, "'{'", NULL);
+}
+
+// The header's size, its entries and its values are bounded before it is parsed: each
+// of these files is valid (the reference reads them) but would make the parser take
+// ~15 bytes of memory per header byte. Each is refused at once, naming the file.
+static void test_open_bounds_header_bytes_tensors_and_values_before_parsing(void) {
+  const char *p = tpath("huge-header.safetensors");
+  size_t n = CT_ST_MAX_HEADER + 8;  // an empty header padded with spaces past the bound
+  char *h = malloc(n + 1);
+  memset(h, ' ', n);
+  h[0] = '{';
+  h[n - 1] = '}';
+  write_raw_n(p, n, h, n, 0);
+  expect_open_fails(p, CT_EFORMAT, "16777216-byte limit", NULL);
+  // CT_ST_MAX_TENSORS + 2 zero-size tensors (~4 MB of header; + 1 could be __metadata__)
+  size_t k = 0;
+  n = (size_t)(CT_ST_MAX_TENSORS + 2) * 64 + 2;
+  h = realloc(h, n);
+  k += (size_t)sprintf(h + k, "{");
+  for (int i = 0; i <= CT_ST_MAX_TENSORS + 1; i++)
+    k += (size_t)sprintf(h + k, "%s\"t%d\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}",
+                         i ? "," : "", i);
+  k += (size_t)sprintf(h + k, "}");
+  p = tpath("many-tensors.safetensors");
+  write_raw_n(p, k, h, k, 0);
+  expect_open_fails(p, CT_EFORMAT, "65538 entries", "65536 tensors");
+  // one tensor whose shape lists 1.1 million zeros
+  n = 1100000 * 2 + 100;
+  h = realloc(h, n);
+  k = (size_t)sprintf(h, "{\"t\":{\"dtype\":\"F32\",\"data_offsets\":[0,0],\"shape\":[0");
+  for (int i = 1; i < 1100000; i++) k += (size_t)sprintf(h + k, ",0");
+  k += (size_t)sprintf(h + k, "]}}");
+  p = tpath("many-values.safetensors");
+  write_raw_n(p, k, h, k, 0);
+  expect_open_fails(p, CT_EFORMAT, "1100003 list and object items", NULL);
+  free(h);
 }
 
 static void test_open_rejects_headers_that_are_not_json_objects(void) {
@@ -820,6 +856,7 @@ int main(void) {
   RUN(test_reads_unaligned_data_section);
   RUN(test_zero_size_tensors_at_shared_offsets_are_accepted);
   RUN(test_open_rejects_truncated_and_oversized_length_prefixes);
+  RUN(test_open_bounds_header_bytes_tensors_and_values_before_parsing);
   RUN(test_open_rejects_headers_that_are_not_json_objects);
   RUN(test_open_rejects_bad_entries_naming_the_tensor);
   RUN(test_open_rejects_overlaps_holes_and_trailing_bytes);

@@ -50,6 +50,7 @@
 #include "error.h"
 #include "fs.h"
 #include "gguf.h"
+#include "gguf_read.h"
 #include "hf.h"
 #include "lora.h"
 #include "matmul.h"
@@ -120,7 +121,7 @@ static int merge_lora(int argc, char **argv) {
   const char *tdir = ct_lora_tokenizer_dir(adapter, base);
   const float *bufs[] = {m.params};
   if (ct_mkdirs(out) || ct_tokenizer_load(&tok, tdir) || ct_path_join(p, sizeof p, out, "config.json") ||
-      ct_hf_config_write(&m.cfg, p, bf16 ? "bfloat16" : "float32") ||
+      ct_hf_config_write(&m.cfg, p, bf16 ? "bfloat16" : "float32", base) ||
       ct_path_join(p, sizeof p, out, "model.safetensors") ||
       ct_save_tensors(&ct_model_tensors(&m), 1, bufs, NULL, p, bf16 ? CT_DT_BF16 : CT_DT_F32) ||
       ct_tokenizer_save(tok, out))
@@ -617,11 +618,43 @@ static void inspect_training_files(const char *dir) {
   json_decref(j);
 }
 
+// A GGUF file (ctune-ckpt gguf's output, or llama.cpp's): its header, tensor by tensor.
+static int inspect_gguf(const char *path) {
+  ct_gguf_info g;
+  if (ct_gguf_read_info(path, &g)) die(1);
+  printf("%s: GGUF v%u, %llu bytes, architecture %s", path, g.version, (unsigned long long)g.file_size,
+         g.arch[0] ? g.arch : "(none)");
+  if (g.name[0]) printf(", name \"%s\"", g.name);
+  if (g.has_file_type) printf(", file type %u", g.file_type);
+  printf(", %llu key/values, %d tensors\n", (unsigned long long)g.n_kv, g.n_tensors);
+  uint64_t params = 0, bytes = 0;
+  for (int i = 0; i < g.n_tensors; i++) {
+    const ct_gguf_tinfo *t = &g.t[i];
+    char dims[160] = "", type[16], nbytes[24] = "?";
+    for (int d = 0; d < t->ndim; d++)  // ne[0] varies fastest: shown last, as a row-major shape
+      snprintf(dims + strlen(dims), sizeof dims - strlen(dims), "%s%lld", d ? ", " : "[", (long long)t->ne[t->ndim - 1 - d]);
+    snprintf(dims + strlen(dims), sizeof dims - strlen(dims), "]");
+    const char *tn = ct_gguf_type_name((ct_gguf_type)t->type);
+    uint64_t nb = ct_gguf_nbytes((ct_gguf_type)t->type, (int64_t)t->numel);
+    if (!strcmp(tn, "?")) snprintf(type, sizeof type, "type %u", t->type);
+    else snprintf(type, sizeof type, "%s", tn);
+    if (nb) snprintf(nbytes, sizeof nbytes, "%llu", (unsigned long long)nb);
+    printf("  %-48s %-7s %-16s %12s\n", t->name, type, dims, nbytes);
+    params += t->numel;
+    bytes += nb;
+  }
+  printf("total: %d tensors, %llu parameters (%.2f M), %llu bytes of tensor data (of the types this reads)\n",
+         g.n_tensors, (unsigned long long)params, params / 1e6, (unsigned long long)bytes);
+  ct_gguf_info_free(&g);
+  return 0;
+}
+
 static int inspect(int argc, char **argv) {
   if (argc != 3 || strchr(argv[2], '=')) {
     fprintf(stderr, "ctune-ckpt: inspect takes one DIR or FILE\n");
     return usage(stderr);
   }
+  if (!is_dir(argv[2]) && ct_gguf_is_file(argv[2])) return inspect_gguf(argv[2]);
   ct_st_dir d;
   if (open_tensors(&d, argv[2], true)) die(1);
   int64_t params = 0;

@@ -17,6 +17,8 @@
 // Held-out rows never repeat a training row. The seed fixes the output on every machine
 // (ctune's own generator, not libc's rand).
 #include <stdio.h>
+#include <ctype.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,7 +27,8 @@
 
 static int usage(FILE *f) {
   fprintf(f, "usage: ctune-demo-data reverse|reverse-prefs|addition TRAIN.jsonl EVAL.jsonl [n_train=20000] "
-                  "[n_eval=500] [seed=1234] [max_len=8 | digits=3] [noise=0 (reverse only)]\n");
+                  "[n_eval=500] [seed=1234] [max_len=8 | digits=3] [noise=0 (reverse only)]\n"
+             "The numbers are given in this order, or as name=value in any order.\n");
   return f == stdout ? 0 : 2;  // --help: exit 0
 }
 
@@ -87,8 +90,9 @@ static unsigned long long make_addition(ct_rng *r, int digits, char *prompt, cha
   for (int i = 0; i < digits; i++) range *= 10;
   long a = (long)ct_rng_below(r, (uint64_t)range), b = (long)ct_rng_below(r, (uint64_t)range);
   // fixed width: every digit sits at the same position in every row
-  sprintf(prompt, "%0*ld+%0*ld=", digits, a, digits, b);
-  sprintf(completion, "%0*ld", digits + 1, a + b);
+  int w = digits < 1 ? 1 : digits > 9 ? 9 : digits;  // (main allows 1-9; the bound shows the buffers suffice)
+  sprintf(prompt, "%0*ld+%0*ld=", w, a, w, b);
+  sprintf(completion, "%0*ld", w + 1, a + b);
   return ((unsigned long long)a * (unsigned long long)range + (unsigned long long)b) << 1;
 }
 
@@ -98,14 +102,39 @@ int main(int argc, char **argv) {
   int prefs = strcmp(argv[1], "reverse-prefs") == 0;
   int reverse = prefs || strcmp(argv[1], "reverse") == 0;
   if (!reverse && strcmp(argv[1], "addition") != 0) return usage(stderr);
-  long n_train = argc > 4 ? atol(argv[4]) : 20000, n_eval = argc > 5 ? atol(argv[5]) : 500;
-  unsigned long long seed = argc > 6 ? strtoull(argv[6], NULL, 10) : 1234;
-  int size = argc > 7 ? atoi(argv[7]) : (reverse ? 8 : 3);
-  double noise = argc > 8 ? atof(argv[8]) : 0;
+  // n_train n_eval seed max_len|digits noise: in this order, or as name=value in any order
+  const char *names[] = {"n_train", "n_eval", "seed", reverse ? "max_len" : "digits", "noise"};
+  unsigned long long v[4] = {20000, 500, 1234, reverse ? 8 : 3};
+  double noise = 0;
+  for (int a = 4, pos = 0; a < argc; a++) {
+    const char *eq = strchr(argv[a], '='), *text = eq ? eq + 1 : argv[a];
+    int k = eq ? -1 : pos++;
+    for (int j = 0; eq && j < 5; j++)
+      if ((size_t)(eq - argv[a]) == strlen(names[j]) && !strncmp(argv[a], names[j], strlen(names[j]))) k = j;
+    if (k < 0 || k > 4) {
+      fprintf(stderr, "ctune-demo-data: '%s': expected %s\n", argv[a],
+              eq ? "one of n_train=, n_eval=, seed=, max_len= (reverse) or digits= (addition), noise=" : "at most 5 numbers");
+      return 2;
+    }
+    char *end;
+    errno = 0;
+    if (k < 4) v[k] = strtoull(text, &end, 10);
+    else noise = strtod(text, &end);
+    if (end == text || *end || errno || (k < 4 && !isdigit((unsigned char)text[0]))) {
+      fprintf(stderr, "ctune-demo-data: %s: '%s' is not %s\n", names[k], text, k < 4 ? "a whole number" : "a number");
+      return 2;
+    }
+  }
+  long n_train = v[0] > (1ull << 40) ? -1 : (long)v[0], n_eval = v[1] > (1ull << 40) ? -1 : (long)v[1];
+  unsigned long long seed = v[2];
+  int size = v[3] > 64 ? -1 : (int)v[3];
   if (n_train < 1 || n_eval < 1 || (reverse && (size < 3 || size > 30)) ||
       (!reverse && (size < 1 || size > 9)) || !(noise >= 0 && noise < 1) ||
-      (noise > 0 && (prefs || !reverse)))
-    return usage(stderr);
+      (noise > 0 && (prefs || !reverse))) {
+    fprintf(stderr, "ctune-demo-data: out of range: n_train and n_eval >= 1, max_len 3-30 (reverse) or digits 1-9 "
+            "(addition), noise in [0, 1) and for reverse only\n");
+    return 2;
+  }
   double distinct = 1;  // how many different rows exist
   for (int i = 0; i < (reverse ? size : 2 * size); i++) distinct *= reverse ? 26 : 10;
   if ((double)(n_train + n_eval) > 0.5 * distinct) {

@@ -205,7 +205,19 @@ static int check_config(const ct_config *c) {
 
 static __attribute__((noreturn)) void die(ct_train *tr, const char *what) { ct_train_die(tr, CT_EINVAL, what); }
 
+static int usage(FILE *f) {
+  fputs("usage: ctune-grpo-replay configs/grpo.yml RUN-KEYS... dataset_path=RUN/completions.jsonl output_dir=DIR\n"
+        "Recomputes a GRPO run's optimizer steps from the completions.jsonl it logged (log_completions=true),\n"
+        "without sampling or rewards, and writes DIR/metrics.jsonl and the final model to compare with the run's.\n"
+        "RUN-KEYS are the run's own keys (model_path = its starting weights, max_steps, learning rate, loss_type,\n"
+        "epsilon, beta, per_device_train_batch_size, temperature, ...): `bin/grpo --help` lists them.\n"
+        "Limits: num_iterations 1, one rank.\n", f);
+  return f == stdout ? 0 : 2;
+}
+
 int main(int argc, char **argv) {
+  if (ct_config_help_asked(argc, argv)) return usage(stdout);
+  if (argc < 2) return usage(stderr);
   ct_config cfg;
   ct_train tr;
   ct_train_start(&tr, &cfg, CT_TRAINER_GRPO, argc, argv, check_config);
@@ -214,7 +226,7 @@ int main(int argc, char **argv) {
   replay_t r = {.tr = &tr, .cfg = &cfg, .use_ref = cfg.beta > 0};
   agg_kind(&cfg, &r.agg);
   reader_t rd = {tr.tok, cfg.dataset_path, {true, (int)cfg.max_prompt_length, cfg.truncate_prompt == CT_TRUNCATE_LEFT,
-                 "max_prompt_length", tr.model.cfg.vocab_size}, cfg.max_steps, NULL, 0, 0, tr.model.cfg.vocab_size};
+                 "max_prompt_length", tr.model.cfg.vocab_size, false}, cfg.max_steps, NULL, 0, 0, tr.model.cfg.vocab_size};
   ct_jsonl_stats js;
   if (ct_jsonl_read(cfg.dataset_path, false, read_row, &rd, &js)) die(&tr, NULL);
   int per_step = 0, T = 1;

@@ -21,6 +21,9 @@
 //   nested     the second reward is a list, [1.0]
 //   null       the second reward is null (a reward the server could not compute)
 //   nonfinite  the second reward is 1e400, beyond any double
+//   nan        the second reward is NaN, bare, as Python's json.dumps writes float('nan')
+//              (not JSON)
+//   inf        the second reward is -Infinity, bare, as json.dumps writes float('-inf')
 //   echo       answers HTTP 400 quoting the request's Authorization header, as a careless
 //              server might (a client must keep the key out of its messages)
 // (with one query, "the second reward" is the first.) A request that is not HTTP (a TLS
@@ -44,14 +47,14 @@
 
 #define MAX_REQUEST (64 << 20)  // bytes
 
-static const char *MODES[] = {"ok",    "slow",   "500",    "400",  "badjson",   "close",
-                              "count", "string", "nested", "null", "nonfinite", "echo"};
+static const char *MODES[] = {"ok",     "slow",   "500",  "400",       "badjson", "close", "count",
+                              "string", "nested", "null", "nonfinite", "nan",     "inf",   "echo"};
 static const char *mode = "ok";
 static long delay_ms = 1000;
 static const char *api_key;  // NULL: no key needed
 
-// In mode nonfinite, a string reward that becomes the bare number 1e400 in the reply
-// (jansson writes no number a double cannot hold).
+// In modes nonfinite, nan and inf, a string reward that becomes the bare 1e400, NaN or
+// -Infinity in the reply (jansson writes none of them).
 #define NONFINITE_MARK "ctune-nonfinite"
 
 static void on_signal(int sig) {
@@ -112,8 +115,9 @@ static char *rewards_json(const char *body, size_t len, char *err, size_t cap) {
     json_t *bad = !strcmp(mode, "string")      ? json_string("NaN")
                   : !strcmp(mode, "nested")    ? json_pack("[f]", 1.0)
                   : !strcmp(mode, "null")      ? json_null()
-                  : !strcmp(mode, "nonfinite") ? json_string(NONFINITE_MARK)
-                                               : NULL;
+                  : !strcmp(mode, "nonfinite") || !strcmp(mode, "nan") || !strcmp(mode, "inf")
+                      ? json_string(NONFINITE_MARK)
+                      : NULL;
     if (bad && n) json_array_set(rewards, n > 1 ? 1 : 0, bad);
     json_decref(bad);
     json_t *reply = json_pack("{s:o}", "rewards", rewards);
@@ -121,10 +125,12 @@ static char *rewards_json(const char *body, size_t len, char *err, size_t cap) {
     json_decref(reply);
     const char *quoted = "\"" NONFINITE_MARK "\"";
     char *mark = out ? strstr(out, quoted) : NULL;
-    if (mark) {  // "1e400" is shorter than the quoted mark: rewrite in place
+    if (mark) {  // each text is shorter than the quoted mark: rewrite in place
+      const char *text = !strcmp(mode, "nan") ? "NaN" : !strcmp(mode, "inf") ? "-Infinity" : "1e400";
       const char *rest = mark + strlen(quoted);
-      memcpy(mark, "1e400", 5);
-      memmove(mark + 5, rest, strlen(rest) + 1);
+      size_t k = strlen(text);
+      memcpy(mark, text, k);
+      memmove(mark + k, rest, strlen(rest) + 1);
     }
   }
   json_decref(req);
@@ -281,7 +287,7 @@ static void serve(int fd) {
 
 static int usage(FILE *f) {
   fputs("usage: ctune-reward-server [port=0] [mode=ok|slow|500|400|badjson|close|count|string|"
-        "nested|null|nonfinite|echo] [delay_ms=1000] [api_key_env=NAME]\n", f);
+        "nested|null|nonfinite|nan|inf|echo] [delay_ms=1000] [api_key_env=NAME]\n", f);
   return f == stdout ? 0 : 2;  // --help: exit 0
 }
 

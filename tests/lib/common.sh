@@ -1,6 +1,10 @@
 # Shared by the end-to-end test scripts (sourced, not run).
 set -eu
 BIN=${CT_BIN:-bin}
+# Every binary restarts itself once as it does where Debian's OpenBLAS picks a generic kernel
+# (recent Xeons), so that the tests run that path on every CPU (the restart once dropped
+# `bin/reward eval`'s and `bin/distill precompute`'s sub-command on those Xeons only).
+export CT_BLAS_FORCE_RESTART=1
 server=""  # a background server's pid, stopped at exit
 
 # start_test NAME: a fresh temporary directory $T, removed (and $server stopped) at exit.
