@@ -94,7 +94,12 @@ void ct_blas_init(int argc, char **argv) {
   if (threads) setenv("OPENBLAS_NUM_THREADS", "1", 1);
   setenv("CT_BLAS_REEXEC", "1", 1);
   char **own = own_command_line();
-  execv("/proc/self/exe", own ? own : argv);
+  // the binary by its real path, so that the process keeps its name (ps, pgrep, top):
+  // exec of /proc/self/exe names it "exe"
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) self[n] = 0;
+  execv(n > 0 ? self : "/proc/self/exe", own ? own : argv);
   free(own);
   fprintf(stderr, "ctune: re-exec failed; continuing%s\n", want ? " with the slow kernel" : "");
 }
