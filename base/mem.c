@@ -67,13 +67,13 @@ size_t ct_mem_available(void) {
   return kb * 1024;
 }
 
-size_t ct_as_limit(void) {
+size_t ct_mem_as_limit(void) {
   struct rlimit r;
   if (getrlimit(RLIMIT_AS, &r) || r.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
   return (size_t)r.rlim_cur;
 }
 
-size_t ct_as_used(void) {
+size_t ct_mem_as_used(void) {
   FILE *f = fopen("/proc/self/statm", "r");
   long size = 0;
   if (f) {
@@ -112,7 +112,7 @@ static size_t cg_stat(const char *dir, const char *key) {
   return v;
 }
 
-void ct_cgroup_room(const char *fsroot, size_t *room, size_t *limit) {
+void ct_mem_cgroup_room(const char *fsroot, size_t *room, size_t *limit) {
   *room = *limit = SIZE_MAX;
   char p[4200], line[4200], path[4096] = "", base[4200];
   snprintf(p, sizeof p, "%s/proc/self/cgroup", fsroot);

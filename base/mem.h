@@ -23,13 +23,13 @@ size_t ct_mem_available(void);
 // The other bounds on this process's memory. The address-space limit (RLIMIT_AS, `ulimit
 // -v`; SIZE_MAX when none) and the address space mapped now (VmSize: libraries, thread
 // stacks and reserved arenas count, resident or not).
-size_t ct_as_limit(void);
-size_t ct_as_used(void);
+size_t ct_mem_as_limit(void);
+size_t ct_mem_as_used(void);
 // A cgroup memory limit (v2 memory.max, v1 memory.limit_in_bytes) of this process's cgroup
 // or an ancestor: *room the bytes the tightest one still allows (its limit less its usage,
 // reclaimable file cache not counted as used), *limit that limit; both SIZE_MAX when none.
 // Files are read under fsroot ("" for the machine's /proc and /sys; tests give a tree).
-void ct_cgroup_room(const char *fsroot, size_t *room, size_t *limit);
+void ct_mem_cgroup_room(const char *fsroot, size_t *room, size_t *limit);
 
 // free() of every pointer given: ct_free_all(a->x, a->y, a->z).
 static inline void ct_free_each(void *const *p, size_t n) {

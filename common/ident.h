@@ -4,7 +4,7 @@
 // ct_frozen_checksum; a file's contents: ct_st_check_content).
 //
 // A checkpoint records its run's identities (trainer_state.json, ctune.frozen; see
-// ct_train_frozen) and a resume refuses others; DPO's cache of reference log-probs is
+// ct_train_frozen_record) and a resume refuses others; DPO's cache of reference log-probs is
 // keyed by its reference's. The path is shown, never compared: a copy of the same
 // weights elsewhere is the same input, other weights under the same path are not.
 #pragma once

@@ -70,7 +70,7 @@ static int check_address_space(const ct_plan *p, ct_log *log, double total, cons
 int ct_plan_check(const ct_plan *p, ct_log *log, int ranks_here, const char *knobs) {
   const double MiB = 1048576.0;
   size_t cg_room, cg_limit;
-  ct_cgroup_room("", &cg_room, &cg_limit);
+  ct_mem_cgroup_room("", &cg_room, &cg_limit);
   double machine = (double)ct_mem_available(), room = cg_room < machine || machine <= 0 ? (double)cg_room : machine;
   bool cg = cg_room != SIZE_MAX && (machine <= 0 || (double)cg_room < machine);
   if (room >= (double)SIZE_MAX) room = 0;  // (neither known)

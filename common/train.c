@@ -44,7 +44,7 @@ void ct_failpoint(const char *point) {
   while (ct_now() - t0 < 60) sleep(1);
 }
 
-// A signal's stop (ct_stop_watch's action, from the next ct_poll): the step in flight is
+// A signal's stop (ct_stop_watch's action, from the next ct_stop_poll): the step in flight is
 // abandoned, nothing saved; the latest checkpoint is where the run resumes. Exits 128 +
 // the signal, as a shell reports a process the signal ended.
 static void stop_now(int sig, void *ctx) {
@@ -80,7 +80,7 @@ void ct_train_watch_signals(ct_train *tr) {
 int ct_train_after_step(ct_train *tr, bool *stop) {
   const ct_config *c = tr->cfg;
   int rc = 0;
-  ct_poll(NULL, 0, 0);  // a signal since the last poll stops here, saving nothing
+  ct_stop_poll(NULL, 0, 0);  // a signal since the last poll stops here, saving nothing
   tr->save_pending |= c->save_steps > 0 && tr->step % c->save_steps == 0;
   tr->stop_pending |= ct_failpoint_stop(tr->step);
   *stop = false;
@@ -278,7 +278,7 @@ const ct_ident *ct_train_frozen_find(const ct_train *tr, const char *role) {
   return NULL;
 }
 
-int ct_train_frozen(ct_train *tr, const ct_ident *id) {
+int ct_train_frozen_record(ct_train *tr, const ct_ident *id) {
   for (int i = 0; i < tr->n_saved_frozen && tr->resumed_from[0]; i++) {
     char why[1400];
     if (!strcmp(tr->saved_frozen[i].role, id->role) && ct_ident_differs(&tr->saved_frozen[i], id, why, sizeof why))
@@ -314,7 +314,7 @@ int ct_train_reference(ct_train *tr, ct_frozen *ref, int dtype, int B, int T) {
     ct_ident id = *base;
     snprintf(id.role, sizeof id.role, "reference");
     rc = ct_frozen_view(ref, &tr->model, 0, T);
-    return rc ? rc : ct_train_frozen(tr, &id);
+    return rc ? rc : ct_train_frozen_record(tr, &id);
   }
   if (c->ref_model_path[0]) {
     if ((rc = check_dir(c, "ref_model_path", c->ref_model_path))) return rc;
@@ -339,7 +339,7 @@ int ct_train_reference(ct_train *tr, ct_frozen *ref, int dtype, int B, int T) {
   bool own = c->ref_model_path[0];
   ct_ident_set(&id, "reference", own ? "ref_model_path" : "model_path", own ? c->ref_model_path : c->model_path,
                "ref_dtype", ct_store_names[dtype], ct_frozen_checksum(ref));
-  if ((rc = ct_train_frozen(tr, &id))) {
+  if ((rc = ct_train_frozen_record(tr, &id))) {
     ct_frozen_free(ref);
     return rc;
   }
@@ -835,7 +835,9 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   *dry = cfg->dry_run;
   rc = ct_plan_check(p, &tr->log, ct_dist_local_size(), knobs);
   const char *from = tr->resumed_from[0] && !peft ? tr->resumed_from : cfg->model_path;
-  if (rc == CT_ENOMEM) {  // name what made it big
+  // name what made it big, when the model's own weights are a good part of the plan (not
+  // under an address-space limit that a small model's run exceeds)
+  if (rc == CT_ENOMEM && (double)m->n_floats * 4 >= 0.1 * ct_plan_total(p)) {  // (full training: 4x the weights)
     char size[320];
     ct_model_size_text(&m->cfg, size, sizeof size);
     return ct_wrap_error(rc, "%s%s: %s", from, from[0] ? "/config.json" : "the `model:` keys", size);
@@ -864,7 +866,7 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
     ct_ident base;  // (as stored: after the narrowing to base_dtype)
     ct_ident_set(&base, "base", "model_path", cfg->model_path, "base_dtype", ct_store_names[cfg->base_dtype],
                  ct_model_checksum(m));
-    if ((rc = ct_train_frozen(tr, &base))) return rc;
+    if ((rc = ct_train_frozen_record(tr, &base))) return rc;
     tr->trained = ct_lora_tensors(&tr->lora);
     tr->params = tr->lora.params;
   } else {

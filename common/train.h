@@ -77,7 +77,7 @@ typedef struct {
   void *save_extra_ctx;
   double save_extra_bytes;  // what save_extra writes (for the free-space check)
   struct ct_overlap *overlap;  // ddp_bucket_cap_mb's buckets (NULL: one blocking sum)
-  // the frozen inputs (ct_train_frozen): this run's, and those a resumed checkpoint recorded
+  // the frozen inputs (ct_train_frozen_record): this run's, and those a resumed checkpoint recorded
   ct_ident frozen[CT_TRAIN_FROZEN_MAX], saved_frozen[CT_TRAIN_FROZEN_MAX];
   int n_frozen, n_saved_frozen;
 } ct_train;
@@ -190,7 +190,7 @@ int ct_train_save_final(ct_train *tr);
 
 // Every trainer's loop ends its step with these. ct_train_watch_signals (before anything
 // long: DPO's reference pass, the loop) makes SIGINT and SIGTERM stop the run within
-// seconds: "stopping: ..." at once, then at the next ct_poll (every layer of a pass,
+// seconds: "stopping: ..." at once, then at the next ct_stop_poll (every layer of a pass,
 // decode step, reward request) the step in flight is abandoned, nothing is saved, and
 // the process exits 130 / 143 naming the checkpoint to resume from; a second signal
 // exits at once. It also keeps the log alive within a long step (ct_log_beat).
@@ -218,7 +218,7 @@ int ct_train_eval_lm(ct_train *tr, ct_acts *a, ct_head *h, ct_batch *b, int *seq
 // is not checked. ct_train_memory records a LoRA base (role "base", base_dtype),
 // ct_train_reference the reference ("reference", ref_dtype or a LoRA policy's base_dtype);
 // distillation records its teacher or top-k file ("teacher").
-int ct_train_frozen(ct_train *tr, const ct_ident *id);
+int ct_train_frozen_record(ct_train *tr, const ct_ident *id);
 // This run's identity of `role`, or NULL when none was recorded.
 const ct_ident *ct_train_frozen_find(const ct_train *tr, const char *role);
 

@@ -171,7 +171,7 @@ static void load_topk(ct_train *tr, const ct_dataset *ds, topk_t *tk) {
                           "precompute` with the same data and max_length)", path), NULL));
   ct_ident id;
   ct_ident_set(&id, "teacher", "teacher_logits_path", path, NULL, NULL, tk->f.sum);
-  if (ct_train_frozen(tr, &id)) fail(1, NULL);
+  if (ct_train_frozen_record(tr, &id)) fail(1, NULL);
 }
 
 // ---------------------------------------------------------------------------
@@ -428,7 +428,7 @@ int main(int argc, char **argv) {
     ct_ident id;
     ct_ident_set(&id, "teacher", "teacher_path", cfg.teacher_path, "teacher_dtype", ct_store_names[cfg.teacher_dtype],
                  teacher_sum);
-    if (ct_train_frozen(&tr, &id)) fail(1, NULL);
+    if (ct_train_frozen_record(&tr, &id)) fail(1, NULL);
   }
   ct_acts acts;
   ct_head head;

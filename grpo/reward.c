@@ -219,7 +219,7 @@ static int add_key_header(ct_reward *r) {
 }
 
 // A stop asked for (SIGINT, SIGTERM) ends a request in flight at once; the retry loop's
-// ct_poll then stops the run.
+// ct_stop_poll then stops the run.
 static int on_progress(void *p, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d) {
   (void)p, (void)a, (void)b, (void)c, (void)d;
   return ct_stop_signal() != 0;
@@ -788,7 +788,7 @@ static int attempt(ct_reward *r, const char *body, int n, double *out, failure *
 
 static void sleep_s(double s) {
   struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
-  while (nanosleep(&ts, &ts) && errno == EINTR) ct_poll(NULL, 0, 0);  // (a signal: stop now)
+  while (nanosleep(&ts, &ts) && errno == EINTR) ct_stop_poll(NULL, 0, 0);  // (a signal: stop now)
 }
 
 // Scores one batch: one request, retried with exponential backoff.
@@ -799,12 +799,13 @@ static int remote_batch(ct_reward *r, const ct_reward_item *items, int n, double
   int tries = 0, rc = ATTEMPT_RETRY;
   double wait = r->backoff_s;
   for (; tries <= r->retries && rc == ATTEMPT_RETRY; tries++) {
-    ct_poll("reward requests", tries, r->retries + 1);
+    ct_stop_poll("reward requests", tries, r->retries + 1);
     if (tries) {
       sleep_s(wait);
       wait *= 2;
     }
     rc = attempt(r, body, n, out, &f);
+    ct_stop_poll("reward requests", tries + 1, r->retries + 1);  // (a stop aborted the request: stop, not fail)
   }
   free(body);
   if (rc == ATTEMPT_OK) return 0;

@@ -292,7 +292,7 @@ void ct_forward(const ct_model *m, ct_acts *a, int B, int T) {
     for (long i = 0; i < N * d.C; i++) a->x[i] *= es;
   }
   for (int l = 0; l < d.L; l++) {
-    ct_poll("forward, layer", l + 1, d.L);  // (a stop, or the heartbeat, within a long pass)
+    ct_stop_poll("forward, layer", l + 1, d.L);  // (a stop, or the heartbeat, within a long pass)
     layer_acts la = layer_slots(a, &d, l);
     layer_forward(m, l, l, ct_model_layer(m, l), &la, a, B, T, true);
   }
@@ -376,7 +376,7 @@ void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float
                       (int)d.C, 0, a->scratch);
   if (a->dx_top) ct_add_rows(dres, a->dx_top, N, (int)d.C);  // (multi-token prediction's)
   for (int l = (int)d.L - 1; l >= 0; l--) {
-    ct_poll("backward, layer", d.L - l, d.L);
+    ct_stop_poll("backward, layer", d.L - l, d.L);
     layer_backward(m, l, l, ct_model_layer(m, l), &g->layers[l], a, B, T);
     if (a->grad_ready) a->grad_ready(a->grad_ready_ctx, l);
   }

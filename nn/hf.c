@@ -299,7 +299,7 @@ static const char *architecture(const char *type, bool seq_cls) {
 }
 
 // A float field as the double whose shortest decimal reads back as that float (1e-6f ->
-// 1e-06, not 9.9999999747524271e-07), which ct_hf_json_write prints as that decimal.
+// 1e-06, not 9.9999999747524271e-07), which ct_hfjson_write prints as that decimal.
 static json_t *json_float(float f) {
   char buf[32];
   for (int p = 1; p <= 9; p++) {
@@ -396,7 +396,7 @@ json_t *ct_hf_config_json(const ct_model_config *c, const char *torch_dtype, con
   bool v5 = json_object_get(src, "dtype") && !json_object_get(src, "torch_dtype");
   json_t *fresh = fresh_config(c, torch_dtype, v5 ? "dtype" : "torch_dtype");
   const char *add[] = {"architectures", "id2label", "label2id", "torch_dtype", "dtype", "pad_token_id", NULL};
-  json_t *j = ct_hf_json_merge(src, fresh, add);
+  json_t *j = ct_hfjson_merge(src, fresh, add);
   json_decref(fresh);
   json_decref(src);
   return j;
@@ -404,7 +404,7 @@ json_t *ct_hf_config_json(const ct_model_config *c, const char *torch_dtype, con
 
 int ct_hf_config_write(const ct_model_config *c, const char *path, const char *torch_dtype, const char *source_dir) {
   json_t *j = ct_hf_config_json(c, torch_dtype, source_dir);
-  int rc = j ? ct_hf_json_write(j, path) : ct_set_error(CT_ENOMEM, "%s: out of memory", path);
+  int rc = j ? ct_hfjson_write(j, path) : ct_set_error(CT_ENOMEM, "%s: out of memory", path);
   json_decref(j);
   return rc;
 }

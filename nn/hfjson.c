@@ -9,7 +9,7 @@
 
 #include "error.h"
 
-void ct_hf_json_real(double d, char *buf) {
+void ct_hfjson_real(double d, char *buf) {
   char e[40];
   int p = 1;
   for (; p < 17; p++) {  // the fewest significant digits that read back as d
@@ -84,7 +84,7 @@ static void put(FILE *f, const json_t *j, int depth) {
   case JSON_STRING: put_string(f, json_string_value(j)); return;
   case JSON_INTEGER: fprintf(f, "%" JSON_INTEGER_FORMAT, json_integer_value(j)); return;
   case JSON_REAL:
-    ct_hf_json_real(json_real_value(j), num);
+    ct_hfjson_real(json_real_value(j), num);
     fputs(num, f);
     return;
   case JSON_TRUE: fputs("true", f); return;
@@ -93,7 +93,7 @@ static void put(FILE *f, const json_t *j, int depth) {
   }
 }
 
-int ct_hf_json_write(const json_t *j, const char *path) {
+int ct_hfjson_write(const json_t *j, const char *path) {
   FILE *f = fopen(path, "w");
   if (!f) return ct_set_error(CT_EIO, "%s: cannot write: %s", path, strerror(errno));
   put(f, j, 0);
@@ -141,7 +141,7 @@ static json_t *typed(const json_t *s, json_t *f) {
   return json_incref(f);
 }
 
-json_t *ct_hf_json_merge(const json_t *source, const json_t *fresh, const char *const *add) {
+json_t *ct_hfjson_merge(const json_t *source, const json_t *fresh, const char *const *add) {
   json_t *out = json_deep_copy(source);
   const char *k;
   json_t *v;
@@ -150,7 +150,7 @@ json_t *ct_hf_json_merge(const json_t *source, const json_t *fresh, const char *
     bool listed = false;
     for (int i = 0; add && add[i]; i++) listed |= !strcmp(add[i], k);
     if (!s && listed && !json_is_null(v)) json_object_set(out, k, v);
-    else if (s && json_is_object(s) && json_is_object(v)) json_object_set_new(out, k, ct_hf_json_merge(s, v, NULL));
+    else if (s && json_is_object(s) && json_is_object(v)) json_object_set_new(out, k, ct_hfjson_merge(s, v, NULL));
     else if (s && !agree(s, v)) json_object_set_new(out, k, typed(s, v));
   }
   return out;

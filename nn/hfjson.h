@@ -7,11 +7,11 @@
 #include <jansson.h>
 
 // j to path, indented by 2, ending in a newline. CT_EIO naming path on failure.
-int ct_hf_json_write(const json_t *j, const char *path);
+int ct_hfjson_write(const json_t *j, const char *path);
 
 // The shortest decimal of d that reads back as d, as Python's repr(float) writes it
 // ("0.05", "1e-06", "10000.0", "1.5e+16"); buf holds 32 bytes.
-void ct_hf_json_real(double d, char *buf);
+void ct_hfjson_real(double d, char *buf);
 
 // The source config (read from a file, owned by the caller) with what ctune would write
 // for it (fresh) merged in: every key of source stays, in its order and JSON type; a key of
@@ -19,4 +19,4 @@ void ct_hf_json_real(double d, char *buf);
 // training changed differs) takes fresh's value, in source's number type where it is an
 // integer or a float; keys of fresh that source lacks are added only when named in `add`
 // (NULL-terminated) and not null. Returns a new reference.
-json_t *ct_hf_json_merge(const json_t *source, const json_t *fresh, const char *const *add);
+json_t *ct_hfjson_merge(const json_t *source, const json_t *fresh, const char *const *add);

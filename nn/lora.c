@@ -287,7 +287,7 @@ int ct_lora_save(const ct_lora *lo, const char *dir, const char *base_name) {
                         "use_dora", 0, "use_rslora", lo->cfg.rslora);
   char p[CT_PATH_MAX];
   int rc = ct_path_join(p, sizeof p, dir, "adapter_config.json");
-  if (!rc) rc = j ? ct_hf_json_write(j, p) : ct_set_error(CT_ENOMEM, "%s: out of memory", p);
+  if (!rc) rc = j ? ct_hfjson_write(j, p) : ct_set_error(CT_ENOMEM, "%s: out of memory", p);
   json_decref(j);
   const float *bufs[] = {lo->params};
   if (!rc) rc = ct_path_join(p, sizeof p, dir, "adapter_model.safetensors");

@@ -83,7 +83,7 @@ void ct_blas_init(int argc, char **argv) {
   if (!want && force) want = openblas_get_corename();
   // OpenBLAS's own threads started at load time, each about to map a work buffer that a
   // tight limit cannot hold (they would retry for ever)
-  bool threads = ct_as_limit() != SIZE_MAX && !getenv("OPENBLAS_NUM_THREADS") && sysconf(_SC_NPROCESSORS_ONLN) > 1;
+  bool threads = ct_mem_as_limit() != SIZE_MAX && !getenv("OPENBLAS_NUM_THREADS") && sysconf(_SC_NPROCESSORS_ONLN) > 1;
   if (!want && !threads) return;
   if (want) {
     fprintf(stderr, "ctune: OpenBLAS chose its '%s' kernel on a CPU that runs '%s'; "
@@ -126,9 +126,9 @@ static inline void first_call(void) {
 }
 
 bool ct_blas_reserve(int threads, double more, double *need, double *used, double *limit) {
-  size_t lim = ct_as_limit();
+  size_t lim = ct_mem_as_limit();
   release_slices();
-  *used = (double)ct_as_used();
+  *used = (double)ct_mem_as_used();
   *need = *used + threads * CT_BLAS_BUFFER_BYTES + more;
   *limit = (double)lim;
   if (lim == SIZE_MAX) return true;

@@ -552,7 +552,7 @@ static int pass(ct_engine *e, int n, const int *ids, const float *x_in, const in
 #define NW(w, k) ct_norm_weight(c, (w), (k), e->wn)
   int nu = make_units(e, n);
   for (int l = 0; l < e->L; l++) {
-    ct_poll(NULL, 0, 0);  // (a stop within a long prefill)
+    ct_stop_poll(NULL, 0, 0);  // (a stop within a long prefill)
     const ct_infer_layer *w = &e->w->layers[l];
     bool win = ct_layer_window(c, l) > 0;
     ct_rmsnorm_forward(e->ln, e->rstd, e->x, NW(w->ln1, C), n, C, c->rms_norm_eps);

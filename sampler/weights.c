@@ -413,7 +413,7 @@ int ct_infer_save_int8(const ct_infer_weights *w, const char *dir, const char *s
   json_object_set_new(j, "quantization_config",
                       json_pack("{s:s,s:i,s:s,s:b}", "quant_method", QUANT_METHOD, "bits", 8,
                                 "granularity", "per-output-row absmax", "symmetric", 1));
-  rc = ct_hf_json_write(j, p);
+  rc = ct_hfjson_write(j, p);
   json_decref(j);
   return rc;
 }

@@ -24,8 +24,10 @@ refused() {
   d="$T/bad" && rm -rf "$d" && mkdir -p "$d" && cp "$T/m/"* "$d/"
   sed -i "s/\"$1\": [^,]*,/\"$1\": $2,/" "$d/config.json"
   grep -q "\"$1\": $2," "$d/config.json" || fail "no $1 in config.json"
-  for run in "sft configs/sft.yml dataset_path=$T/train.jsonl model_path=$d output_dir=$T/o dry_run=true" \
-             "sampler generate model_path=$d prompt=abc max_new_tokens=2"; do
+  # (num_threads=1: each pool thread needs 128 MiB of address space for OpenBLAS, so that the
+  # limit holds the same on a machine of any core count)
+  for run in "sft configs/sft.yml dataset_path=$T/train.jsonl model_path=$d output_dir=$T/o dry_run=true num_threads=1" \
+             "sampler generate model_path=$d prompt=abc max_new_tokens=2 num_threads=1"; do
     # shellcheck disable=SC2086
     limited "$BIN/"$run
     [ "$rc" = 1 ] || { cat "$T/out"; fail "$1=$2: exit $rc (want 1) for ${run%% *}"; }

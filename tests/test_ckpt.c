@@ -214,7 +214,7 @@ static void test_hf_json_real_writes_floats_as_python_repr(void) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     char buf[32];
-    ct_hf_json_real(cases[i].d, buf);
+    ct_hfjson_real(cases[i].d, buf);
     CHECK(strcmp(buf, cases[i].want) == 0);
     if (strcmp(buf, cases[i].want)) fprintf(stderr, "    %.17g: %s, want %s\n", cases[i].d, buf, cases[i].want);
   }
