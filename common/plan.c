@@ -67,8 +67,9 @@ static int check_address_space(const ct_plan *p, ct_log *log, double total, cons
                       AS_SLACK(p) / MiB, knobs);
 }
 
-int ct_plan_check(const ct_plan *p, ct_log *log, int ranks_here, const char *knobs) {
+int ct_plan_check(const ct_plan *p, ct_log *log, int ranks_here, const char *knobs, bool *over_memory) {
   const double MiB = 1048576.0;
+  if (over_memory) *over_memory = false;
   size_t cg_room, cg_limit;
   ct_mem_cgroup_room("", &cg_room, &cg_limit);
   double machine = (double)ct_mem_available(), room = cg_room < machine || machine <= 0 ? (double)cg_room : machine;
@@ -81,6 +82,7 @@ int ct_plan_check(const ct_plan *p, ct_log *log, int ranks_here, const char *kno
   for (int i = 0; i < p->n; i++) ct_log_info(log, "  %9.0f  %s", p->row[i].bytes / MiB, p->row[i].what);
   ct_log_info(log, "  %9.0f  total, of %.0f available%s%s", total / MiB, avail / MiB,
               ranks_here > 1 ? " to this rank" : "", src);
+  if (avail > 0 && total > avail && over_memory) *over_memory = true;
   if (avail > 0 && total > avail)
     return ct_set_error(CT_ENOMEM, "the memory plan needs %.0f MiB but %.0f MiB are available%s%s; "
                         "shrink it with %s", total / MiB, avail / MiB,

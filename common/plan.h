@@ -34,5 +34,6 @@ void ct_plan_add_resident(ct_plan *p);
 // (the settings that shrink this trainer's plan) when it does not. Available is the least
 // of MemAvailable and a cgroup memory limit's room, shared by the ranks on this machine.
 // Under an address-space limit (ulimit -v) the plan's new rows, OpenBLAS's work buffers
-// for the pool's threads and what is mapped now must fit it too.
-int ct_plan_check(const ct_plan *p, ct_log *log, int ranks_here, const char *knobs);
+// for the pool's threads and what is mapped now must fit it too. *over_memory (may be NULL):
+// whether memory (not the address-space limit) refused it.
+int ct_plan_check(const ct_plan *p, ct_log *log, int ranks_here, const char *knobs, bool *over_memory);

@@ -833,11 +833,10 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   if (tr->bf16 && !bf16) ct_plan_add(p, "bf16 weight copy for the matmuls", ct_model_param_bytes(m, true));
   ct_plan_add_resident(p);
   *dry = cfg->dry_run;
-  rc = ct_plan_check(p, &tr->log, ct_dist_local_size(), knobs);
+  bool over_memory;
+  rc = ct_plan_check(p, &tr->log, ct_dist_local_size(), knobs, &over_memory);
   const char *from = tr->resumed_from[0] && !peft ? tr->resumed_from : cfg->model_path;
-  // name what made it big, when the model's own weights are a good part of the plan (not
-  // under an address-space limit that a small model's run exceeds)
-  if (rc == CT_ENOMEM && (double)m->n_floats * 4 >= 0.1 * ct_plan_total(p)) {  // (full training: 4x the weights)
+  if (rc == CT_ENOMEM && over_memory) {  // name what made it big (not for an address-space limit)
     char size[320];
     ct_model_size_text(&m->cfg, size, sizeof size);
     return ct_wrap_error(rc, "%s%s: %s", from, from[0] ? "/config.json" : "the `model:` keys", size);
