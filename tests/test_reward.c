@@ -268,8 +268,8 @@ static void test_score_fills_every_item(void) {
 // check_rows REWARD SKIP ROWS...: ct_reward_check_rows over rows given as JSON texts
 // (lines 1..n of "d.jsonl"); bad (n) receives the marks.
 static int check_rows(const ct_reward *r, bool skip, bool *bad, int n, const char *const *texts) {
-  json_t *rows[8];
-  int lines[8];
+  json_t *rows[8] = {0};
+  int lines[8] = {0};
   for (int i = 0; i < n; i++) rows[i] = json_loads(texts[i], 0, NULL), lines[i] = i + 1, bad[i] = false;
   int rc = ct_reward_check_rows(r, rows, lines, n, "d.jsonl", skip, bad);
   for (int i = 0; i < n; i++) json_decref(rows[i]);
