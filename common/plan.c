@@ -52,9 +52,9 @@ void ct_plan_add_resident(ct_plan *p) {
 // the room for OpenBLAS's buffers is held until they are mapped: ct_blas_reserve).
 static int check_address_space(const ct_plan *p, ct_log *log, double total, const char *knobs) {
   const double MiB = 1048576.0;
-  int threads = ct_pool_threads();
+  int threads = ct_blas_buffers_to_map(ct_pool_threads());  // (shown: what reserve counts)
   double fresh = total - p->resident, need, used, limit;
-  bool fits = ct_blas_reserve(threads, fresh + AS_SLACK(p), &need, &used, &limit);
+  bool fits = ct_blas_reserve(ct_pool_threads(), fresh + AS_SLACK(p), &need, &used, &limit);
   if (limit >= (double)SIZE_MAX) return 0;
   ct_log_info(log, "  %9.0f  address space: %.0f mapped now + the plan's new rows + %d x %.0f OpenBLAS work "
               "buffers + %.0f slack, of the %.0f of ulimit -v", need / MiB, used / MiB, threads,

@@ -109,6 +109,7 @@ void ct_blas_init(int argc, char **argv) {
 static char *reserve_;
 static int slices_;
 static atomic_int taken_;
+static atomic_int callers_;  // threads whose OpenBLAS buffer is mapped (counted in what is mapped now)
 static _Thread_local bool called_;
 
 static void release_slices(void) {
@@ -121,18 +122,26 @@ static void release_slices(void) {
 
 static inline void first_call(void) {
   called_ = true;
+  atomic_fetch_add(&callers_, 1);
   int i = atomic_fetch_add(&taken_, 1);
   if (i < slices_) munmap(reserve_ + (size_t)i * (size_t)CT_BLAS_BUFFER_BYTES, (size_t)CT_BLAS_BUFFER_BYTES);
+}
+
+int ct_blas_buffers_to_map(int threads) {
+  int n = threads - atomic_load(&callers_);
+  return n > 0 ? n : 0;
 }
 
 bool ct_blas_reserve(int threads, double more, double *need, double *used, double *limit) {
   size_t lim = ct_mem_as_limit();
   release_slices();
+  threads = ct_blas_buffers_to_map(threads);  // (a thread that called has its buffer in `used`)
   *used = (double)ct_mem_as_used();
   *need = *used + threads * CT_BLAS_BUFFER_BYTES + more;
   *limit = (double)lim;
   if (lim == SIZE_MAX) return true;
   if (*need > *limit) return false;
+  if (!threads) return true;
   void *r = mmap(NULL, (size_t)threads * (size_t)CT_BLAS_BUFFER_BYTES, PROT_NONE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (r == MAP_FAILED) return false;
@@ -149,8 +158,8 @@ int ct_blas_room(int threads, double more, const char *more_what, const char *hi
   if (more_what) snprintf(extra, sizeof extra, ", %.0f MiB for %s", more / MiB, more_what);
   return ct_set_error(CT_ENOMEM, "address-space limit (ulimit -v) is %.0f MiB; ctune needs at least %.0f MiB to "
                       "start (%.0f MiB mapped now, %d x %.0f MiB for OpenBLAS's work buffer%s%s); raise ulimit -v%s%s",
-                      limit / MiB, need / MiB, used / MiB, threads, CT_BLAS_BUFFER_BYTES / MiB,
-                      threads > 1 ? "s" : "", extra, hint ? " or " : "", hint ? hint : "");
+                      limit / MiB, need / MiB, used / MiB, ct_blas_buffers_to_map(threads), CT_BLAS_BUFFER_BYTES / MiB,
+                      ct_blas_buffers_to_map(threads) > 1 ? "s" : "", extra, hint ? " or " : "", hint ? hint : "");
 }
 
 static inline CBLAS_TRANSPOSE tr(char t) { return t == 'T' ? CblasTrans : CblasNoTrans; }

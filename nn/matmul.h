@@ -27,6 +27,9 @@ void ct_blas_init(int argc, char **argv);
 // buffer, so that big buffers allocated in between fail cleanly instead of OpenBLAS
 // hanging. True, holding nothing, when there is no limit.
 bool ct_blas_reserve(int threads, double more, double *need, double *used, double *limit);
+// How many of `threads` have not mapped their OpenBLAS buffer yet (those that have are in
+// what is mapped now): what ct_blas_reserve holds room for.
+int ct_blas_buffers_to_map(int threads);
 // ct_blas_reserve with the message: 0, or CT_ENOMEM with the figures ("address-space
 // limit (ulimit -v) is 146 MiB; ctune needs at least 310 MiB to start (86 MiB mapped now,
 // 1 x 128 MiB for OpenBLAS's work buffer, 96 MiB for MPI's start); raise ulimit -v").

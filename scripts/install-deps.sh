@@ -9,7 +9,7 @@ set -eu
 pkgs="build-essential pkg-config libopenblas-dev libopenmpi-dev openmpi-bin libyaml-dev libjansson-dev libcurl4-openssl-dev libpcre2-dev zlib1g-dev libdnnl-dev"
 case "${1:-}" in
   fuzz) pkgs="$pkgs clang libclang-rt-dev" ;;
-  test) pkgs="$pkgs clang libclang-rt-dev chromium" ;;
+  test) pkgs="$pkgs clang libclang-rt-dev chromium nodejs" ;;
 esac
 missing=""
 for p in $pkgs; do
