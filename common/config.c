@@ -78,8 +78,8 @@ const char *const ct_speculative_names[] = {"none", "mtp", NULL};
 const char *const ct_loss_type_names[] = {"sigmoid", "hinge", "ipo", "robust", "sft", "simpo",
                                           "grpo", "bnpo", "dr_grpo", "dapo", NULL};
 // the same names by trainer (test_dpo_loss checks them against dpo/loss.c and grpo/)
-static const char *const dpo_loss_names[] = {"sigmoid", "hinge", "ipo", "robust", "sft", "simpo", NULL};
-static const char *const grpo_loss_names[] = {"grpo", "bnpo", "dr_grpo", "dapo", NULL};
+const char *const ct_dpo_loss_choices[] = {"sigmoid", "hinge", "ipo", "robust", "sft", "simpo", NULL};
+const char *const ct_grpo_loss_choices[] = {"grpo", "bnpo", "dr_grpo", "dapo", NULL};
 const char *const ct_scale_rewards_names[] = {"group", "batch", "none", NULL};
 const char *const ct_advantage_estimator_names[] = {"group_norm", "rloo", "reinforce_baseline", NULL};
 const char *const ct_reward_failure_names[] = {"error", "nan", NULL};
@@ -323,7 +323,7 @@ static const key_def KEYS[] = {
                 "widened one layer at a time); int8 (a quarter, through the sampler's engine)."},
     {"loss_type", K_STR_LIST, DPO | GRPO, OFF(loss_type), "sigmoid", .section = "DPO",
      .per_trainer = {NULL, "sigmoid", "dapo"}, .choices = ct_loss_type_names,
-     .per_trainer_choices = {NULL, dpo_loss_names, grpo_loss_names},
+     .per_trainer_choices = {NULL, ct_dpo_loss_choices, ct_grpo_loss_choices},
      .comment = "DPO: preference losses (sigmoid, hinge, ipo, robust, sft, simpo), summed with "
                 "loss_weights ([sigmoid, sft] is RPO). GRPO: one of grpo, bnpo, dr_grpo, dapo "
                 "(how token losses are averaged)."},

@@ -67,6 +67,7 @@ extern const char *const ct_lora_save_names[];
 // (grpo/advantage.h); each trainer checks its own list, and a test keeps the union equal
 // to the two lists.
 extern const char *const ct_loss_type_names[];
+extern const char *const ct_dpo_loss_choices[], *const ct_grpo_loss_choices[];  // loss_type by trainer
 
 // List values: `n` items, owned by the config.
 typedef struct {

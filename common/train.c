@@ -543,7 +543,7 @@ static int resolve_resume(ct_train *tr) {
   if (strcmp(r, "latest") == 0) {
     long step;
     int rc = ct_ckpt_latest(tr->cfg->output_dir, tr->resumed_from, sizeof tr->resumed_from, &step);
-    return rc || !tr->resumed_from[0] ? rc : check_resume_kind(tr);
+    return rc ? rc : check_resume_kind(tr);
   }
   if (!ct_path_has_file(r, "trainer_state.json"))
     return ct_set_error(CT_EIO, "%s: key 'resume_from_checkpoint': %s is not a checkpoint "

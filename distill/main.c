@@ -318,7 +318,7 @@ static int check_config(const ct_config *c) {
                         "itself, not precomputed logits", ct_config_origin(c, "lmbda"));
   const char *on_policy = c->seq_kd ? "seq_kd" : c->log_completions ? "log_completions"
                           : c->num_completions_to_print ? "num_completions_to_print"
-                          : c->max_new_tokens != 128 ? "max_new_tokens" : NULL;
+                          : ct_config_is_set(c, "max_new_tokens") ? "max_new_tokens" : NULL;
   if (c->lmbda == 0 && on_policy)
     return ct_set_error(CT_ECONFIG, "%s: key '%s' acts on generated batches, and lmbda is 0 (none are "
                         "generated); set lmbda > 0 or drop the key", ct_config_origin(c, on_policy), on_policy);

@@ -48,9 +48,9 @@ static int losses_from(const ct_config *c, ct_dpo_loss *o) {
     o->type[k] = -1;
     for (int t = 0; ct_dpo_loss_type_names[t]; t++)
       if (!strcmp(c->loss_type.v[k], ct_dpo_loss_type_names[t])) o->type[k] = t;
-    if (o->type[k] < 0)
-      return ct_set_error(CT_ECONFIG, "%s: key 'loss_type': '%s' is a GRPO loss; DPO takes sigmoid, "
-                          "hinge, ipo, robust, sft or simpo", ct_config_origin(c, "loss_type"), c->loss_type.v[k]);
+    if (o->type[k] < 0)  // (the config took DPO's names only)
+      return ct_set_error(CT_ECONFIG, "%s: key 'loss_type': '%s' is no DPO loss", ct_config_origin(c, "loss_type"),
+                          c->loss_type.v[k]);
     o->weight[k] = c->loss_weights.n ? c->loss_weights.v[k] : 1.0;
     simpo |= o->type[k] == CT_DPO_SIMPO;
   }

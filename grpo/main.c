@@ -45,10 +45,9 @@ static int agg_kind(const ct_config *c, int *kind) {
   if (c->loss_type.n != 1)
     return ct_set_error(CT_ECONFIG, "%s: key 'loss_type': GRPO takes one loss_type (grpo, bnpo, "
                         "dr_grpo or dapo)", o);
-  for (int i = 0; ct_grpo_loss_type_names[i]; i++)
+  for (int i = 0; ct_grpo_loss_type_names[i]; i++)  // (the config took GRPO's names only)
     if (!strcmp(c->loss_type.v[0], ct_grpo_loss_type_names[i])) return *kind = i, 0;
-  return ct_set_error(CT_ECONFIG, "%s: key 'loss_type': '%s' is a DPO loss; GRPO takes grpo, bnpo, "
-                      "dr_grpo or dapo", o, c->loss_type.v[0]);
+  return ct_set_error(CT_ECONFIG, "%s: key 'loss_type': '%s' is no GRPO loss", o, c->loss_type.v[0]);
 }
 
 static int reward_init(const ct_config *c, int k, bool check_only, ct_reward **out);
@@ -188,10 +187,10 @@ static int reward_init(const ct_config *c, int k, bool check_only, ct_reward **o
   int kind;
   if (ct_reward_kind(c->reward_funcs.v[k], &kind))
     return ct_wrap_error(CT_ECONFIG, "%s: key 'reward_funcs'", ct_config_origin(c, "reward_funcs"));
-  if (ct_reward_init(out, kind, &o))  // a built-in's message names its own key
-    return kind == CT_REWARD_MODEL ? ct_wrap_error(CT_ECONFIG, "%s: key 'reward_funcs'", ct_config_origin(c, "reward_funcs"))
-                                   : CT_ECONFIG;
-  return 0;
+  int rc = ct_reward_init(out, kind, &o);  // a built-in's message names its own key
+  if (rc && kind == CT_REWARD_MODEL)
+    return ct_wrap_error(rc, "%s: key 'reward_funcs'", ct_config_origin(c, "reward_funcs"));
+  return rc;
 }
 
 // Rows of `path` that a reward function cannot read (ct_reward_check_rows: no answer_field,

@@ -2,6 +2,7 @@
 #include "hfjson.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,10 @@
 #include "error.h"
 
 void ct_hfjson_real(double d, char *buf) {
+  if (!isfinite(d)) {  // json.dumps' spellings (not JSON, but what Python writes)
+    snprintf(buf, 32, "%s", isnan(d) ? "NaN" : d > 0 ? "Infinity" : "-Infinity");
+    return;
+  }
   char e[40];
   int p = 1;
   for (; p < 17; p++) {  // the fewest significant digits that read back as d

@@ -211,6 +211,7 @@ static void test_hf_json_real_writes_floats_as_python_repr(void) {
       {1e16, "1e+16"}, {123.456, "123.456"}, {1.5e300, "1.5e+300"}, {5e-324, "5e-324"}, {0.001, "0.001"},
       {1.7976931348623157e308, "1.7976931348623157e+308"}, {12345678901234567890.0, "1.2345678901234567e+19"},
       {100.0, "100.0"}, {0.02, "0.02"}, {3.3e-7, "3.3e-07"}, {(double)1e-6f, "9.999999974752427e-07"},
+      {NAN, "NaN"}, {INFINITY, "Infinity"}, {-INFINITY, "-Infinity"},  // (json.dumps; it crashed)
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     char buf[32];

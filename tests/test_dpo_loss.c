@@ -290,6 +290,13 @@ static void test_config_loss_type_union_is_dpo_then_grpo_names(void) {
   for (int i = 0; ct_grpo_loss_type_names[i]; i++, k++)
     CHECK(ct_loss_type_names[k] && !strcmp(ct_loss_type_names[k], ct_grpo_loss_type_names[i]));
   CHECK(ct_loss_type_names[k] == NULL);
+  // and each trainer's own list (what its loss_type accepts) is its names, in order
+  for (k = 0; ct_dpo_loss_type_names[k]; k++)
+    CHECK(ct_dpo_loss_choices[k] && !strcmp(ct_dpo_loss_choices[k], ct_dpo_loss_type_names[k]));
+  CHECK(ct_dpo_loss_choices[k] == NULL);
+  for (k = 0; ct_grpo_loss_type_names[k]; k++)
+    CHECK(ct_grpo_loss_choices[k] && !strcmp(ct_grpo_loss_choices[k], ct_grpo_loss_type_names[k]));
+  CHECK(ct_grpo_loss_choices[k] == NULL);
 }
 
 int main(void) {
