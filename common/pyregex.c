@@ -4,7 +4,9 @@
 #include "pyregex.h"
 
 #include <pcre2.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "error.h"
 
@@ -13,12 +15,36 @@ struct ct_pyregex {
   pcre2_match_data *md;  // room for every group of code
 };
 
+// Python's \Z (the end of the text only) is PCRE2's \z (PCRE2's \Z also matches before a
+// final newline): rewritten outside character classes, escapes kept as pairs. Same length.
+static void python_escapes(const char *p, char *out) {
+  bool in_class = false;
+  for (size_t i = 0; p[i]; i++) {
+    out[i] = p[i];
+    if (p[i] == '\\' && p[i + 1]) {
+      out[i + 1] = p[i + 1] == 'Z' && !in_class ? 'z' : p[i + 1];
+      i++;
+    } else if (!in_class && p[i] == '[') {
+      in_class = true;
+      if (p[i + 1] == '^') out[i + 1] = p[i + 1], i++;
+      if (p[i + 1] == ']') out[i + 1] = p[i + 1], i++;  // (a ']' first is a member)
+    } else if (in_class && p[i] == ']') {
+      in_class = false;
+    }
+  }
+  out[strlen(p)] = 0;
+}
+
 int ct_pyregex_compile(ct_pyregex **out, const char *pattern) {
   *out = NULL;
   int err;
   PCRE2_SIZE at;
-  pcre2_code *code = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+  char *pcre = malloc(strlen(pattern) + 1);
+  if (!pcre) return ct_set_error(CT_ENOMEM, "out of memory");
+  python_escapes(pattern, pcre);
+  pcre2_code *code = pcre2_compile((PCRE2_SPTR)pcre, PCRE2_ZERO_TERMINATED,
                                    PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &at, NULL);
+  free(pcre);
   if (!code) {
     PCRE2_UCHAR why[256];
     if (pcre2_get_error_message(err, why, sizeof why) < 0) why[0] = 0;

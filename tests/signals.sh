@@ -36,6 +36,7 @@ CT_STOP_AFTER_STEP=1 $G output_dir="$T/g" max_completion_length=8 >"$T/g1.log" 2
 cp -r "$T/g/checkpoint-1" "$T/c1"
 CT_PROGRESS_SECONDS=0 $G output_dir="$T/g" max_completion_length=512 resume_from_checkpoint=latest >"$T/g2.log" 2>&1 &
 pid=$!
+server=$pid  # (start_test's exit trap stops it if a check fails)
 wait_for "^ctune: step 2/3: rollouts" "$T/g2.log"
 t0=$(now)
 kill -INT $pid
@@ -47,8 +48,9 @@ t2=$(now)
 tail -3 "$T/g2.log"
 echo "stopping printed after $(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }') s, exit $rc after $(awk -v a="$t0" -v b="$t2" 'BEGIN { print b - a }') s"
 [ $rc = 130 ] || fail "exit $rc, expected 130"
-within "$t0" "$t1" 1.5 || fail "'stopping' came late"
-within "$t0" "$t2" 5 || fail "the run took more than 5 s to stop"
+# (bounds for a loaded 2-core CI machine: measured 0.006 s and 0.05 s on a quiet one)
+within "$t0" "$t1" 5 || fail "'stopping' came late"
+within "$t0" "$t2" 15 || fail "the run took more than 15 s to stop (the step's rollouts run for minutes)"
 grep -q "^ctune: stopped in step 2 of 3 (Interrupt); resume from $T/g/checkpoint-1 with resume_from_checkpoint=latest$" \
   "$T/g2.log" || fail "the last line does not name the checkpoint to resume from"
 grep -q '"step":2' "$T/g/metrics.jsonl" && fail "step 2 was logged"
@@ -64,6 +66,7 @@ CT_PROGRESS_SECONDS=0 CT_FAILPOINT=checkpoint "$BIN/sft" configs/sft.yml dataset
   output_dir="$T/s" $wide max_length=128 packing=true per_device_train_batch_size=32 max_steps=100 save_steps=1 \
   >"$T/s.log" 2>&1 &
 pid=$!
+server=$pid  # (start_test's exit trap stops it if a check fails)
 wait_for . "$T/s/.tmp-checkpoint-1/model.safetensors" 120
 grep -Eq "^ctune: step 1/100: training 0/1 micro-batches, 0 tok/s; now (forward|backward), layer [1-6]/6$" "$T/s.log" \
   || { cat "$T/s.log"; fail "no progress line within the micro-batch"; }
@@ -77,7 +80,7 @@ rc=0
 wait $pid || rc=$?
 t1=$(now)
 [ $rc = 130 ] || { cat "$T/s.log"; fail "second signal: exit $rc, expected 130"; }
-within "$t0" "$t1" 1 || fail "the second signal did not stop the run at once"
+within "$t0" "$t1" 5 || fail "the second signal did not stop the run at once (the save holds for 60 s)"
 grep -q "^ctune: stopped at once (second signal)$" "$T/s.log" || fail "no word about the second signal"
 [ ! -e "$T/s/checkpoint-1" ] || fail "a stopped save was committed"
 
@@ -85,6 +88,7 @@ echo "== SIGTERM between steps: 143, no save"
 "$BIN/sft" configs/sft.yml dataset_path="$T/sft.jsonl" output_dir="$T/t" $wide max_length=128 packing=true \
   per_device_train_batch_size=32 max_steps=100 save_steps=2 >"$T/t.log" 2>&1 &
 pid=$!
+server=$pid  # (start_test's exit trap stops it if a check fails)
 wait_for . "$T/t/checkpoint-2/trainer_state.json" 120
 kill -TERM $pid
 rc=0

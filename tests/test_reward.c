@@ -239,6 +239,15 @@ static void test_regex_is_pythons_re(void) {
   r = make(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_regex = "(?i)ANSWER: (\\w+)"});
   CHECK(score1(r, "answer: caf\xc3\xa9", "{\"answer\": \"caf\xc3\xa9\"}") == 1);
   ct_reward_free(r);
+  // \Z is the end of the text (PCRE2's own \Z also matches before a final newline);
+  // after an escaped backslash it is left alone ([\\Z] is an error in both)
+  r = make(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_regex = "(\\d+)\\Z"});
+  CHECK(score1(r, "it is 7", "{\"answer\": \"7\"}") == 1);
+  CHECK(score1(r, "it is 7\n", "{\"answer\": \"7\"}") == 0);  // Python: re.search(r'(\d+)\Z', 'it is 7\n') is None
+  ct_reward_free(r);
+  r = make(CT_REWARD_ACCURACY, (ct_reward_opts){.answer_regex = "(\\\\Z)"});  // a backslash, then Z
+  CHECK(score1(r, "a\\Zb", "{\"answer\": \"\\\\Z\"}") == 1);
+  ct_reward_free(r);
 }
 
 static void test_length_penalizes_distance_from_the_target_in_bytes(void) {
