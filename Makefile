@@ -89,7 +89,7 @@ valgrind: deps
 FUZZ_B    := build-fuzz
 FUZZ_RUNS ?= 1000000
 FUZZ_TARGETS := $(patsubst fuzz/%.c,%,$(wildcard fuzz/fuzz_*.c))
-FUZZ_SRC  := $(wildcard base/*.c text/*.c) nn/safetensors.c nn/model.c nn/hf.c nn/hfjson.c nn/kernels.c nn/quant.c \
+FUZZ_SRC  := $(wildcard base/*.c text/*.c) nn/safetensors.c nn/gguf_read.c nn/model.c nn/hf.c nn/hfjson.c nn/kernels.c nn/quant.c \
              nn/matmul.c nn/optim.c common/config.c common/data.c common/jsonl.c common/prefs.c \
              common/prompts.c common/rowmap.c distill/topk.c
 FUZZ_SAN  := -fsanitize=address,undefined -fno-sanitize-recover=all
