@@ -372,7 +372,7 @@ static void test_export_gemma3(void) {
 }
 
 // ct_gguf_read_info (what `ctune-ckpt inspect` shows) against this file's own reader, on an
-// export; then every truncation of that file, a flipped count, an absurd dimension: refused
+// export; then every truncation of its header, an absurd tensor count, a wrong magic: refused
 // with CT_EFORMAT, never a crash or an allocation beyond the file's size.
 static void test_header_reader(void) {
   ct_model_config c = tiny("qwen3");
