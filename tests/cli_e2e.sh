@@ -20,9 +20,9 @@ grep -q "training 1 step of 8 sequences each: the data holds 8, fewer than a ful
   || { grep training "$T/eps.log"; fail "the plan line does not say a step holds the 8 rows"; }
 
 echo "== a sub-command survives the restart that picks OpenBLAS's kernel (the restart re-ran argv shifted past it)"
-expect 2 "eval: model_path=DIR (a reward model) is required" env CT_BLAS_FORCE_RESTART=1 "$BIN/reward" eval
+expect 2 "eval: model_path=DIR (a reward model) is required" env -u OPENBLAS_CORETYPE CT_BLAS_FORCE_RESTART=1 "$BIN/reward" eval
 grep -q "restarting with OPENBLAS_CORETYPE=" "$T/expect.log" || fail "CT_BLAS_FORCE_RESTART=1 did not restart"
-expect 2 "precompute needs teacher_logits_path" env CT_BLAS_FORCE_RESTART=1 "$BIN/distill" precompute configs/distill.yml \
+expect 2 "precompute needs teacher_logits_path" env -u OPENBLAS_CORETYPE CT_BLAS_FORCE_RESTART=1 "$BIN/distill" precompute configs/distill.yml \
   dataset_path="$T/train.jsonl" teacher_path="$T/eps" model_path="$T/eps" max_length=24
 
 echo "== --help and -h on every binary; no arguments prints the usage"
