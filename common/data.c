@@ -78,13 +78,13 @@ static int row_prompt_completion(loader *L, const char *prompt, const char *full
   int np = L->ids.n;
   int *p = malloc(sizeof(int) * (np ? np : 1));
   if (!p) return ct_set_error(CT_ENOMEM, "dataset: out of memory");
-  memcpy(p, L->ids.v, sizeof(int) * np);
+  if (np) memcpy(p, L->ids.v, sizeof(int) * np);  // (an empty prompt's ids may be NULL)
   L->ids.n = 0;
   if (encode_doc(L, full) || (eos && ensure_eos(L))) {
     free(p);
     return CT_ENOMEM;
   }
-  if (L->ids.n < np || memcmp(p, L->ids.v, sizeof(int) * np) != 0) L->ds->n_prefix_mismatch++;
+  if (L->ids.n < np || (np && memcmp(p, L->ids.v, sizeof(int) * np) != 0)) L->ds->n_prefix_mismatch++;
   free(p);
   if (np > L->ids.n) np = L->ids.n;
   if (label_to_end(L, 0, L->o->completion_only_loss ? 0 : 1)) return CT_ENOMEM;
