@@ -1785,6 +1785,15 @@ static void write_str(FILE *f, const char *s) {
   }
   fputc('"', f);
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    // YAML reads NEL, LS and PS as line breaks even inside quotes (and folds them): escaped
+    if (p[0] == 0xC2 && p[1] == 0x85) {
+      fputs("\\N", f), p++;
+      continue;
+    }
+    if (p[0] == 0xE2 && p[1] == 0x80 && (p[2] == 0xA8 || p[2] == 0xA9)) {
+      fputs(p[2] == 0xA8 ? "\\L" : "\\P", f), p += 2;
+      continue;
+    }
     if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
     else if (*p == '\n') fputs("\\n", f);
     else if (*p == '\t') fputs("\\t", f);

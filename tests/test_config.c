@@ -657,6 +657,8 @@ static void make_unusual(ct_config *c, ct_trainer_kind t) {
   CHECK_OK(ct_config_init(c, t));
   CHECK_OK(ct_config_set(c, "output_dir", "runs/my \"quoted\" dir\\ # not: a comment\n2\t", "x"));
   CHECK_OK(ct_config_set(c, "model_path", "-leading-dash", "x"));
+  // NEL, LS and PS: line breaks to YAML even inside quotes (fuzz_config found the dump folding them)
+  CHECK_OK(ct_config_set(c, "chat_template_path", "a\\\xc2\x85" "N b\xe2\x80\xa8" "c\xe2\x80\xa9" "d \xc2\xa0" "e", "x"));
   CHECK_OK(ct_config_set(c, "tokenizer_path", "caf\xc3\xa9/[x], {y}", "x"));
   CHECK_OK(ct_config_set(c, "resume_from_checkpoint", "latest", "x"));
   free(c->dataset_path);
