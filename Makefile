@@ -18,14 +18,14 @@ CLANG_FLAGS := $(if $(findstring clang,$(shell $(CC) --version 2>/dev/null)),-Wn
 VEC_FLAGS := $(if $(CLANG_FLAGS),,-fvect-cost-model=dynamic) -fno-trapping-math -fno-math-errno
 
 CFLAGS_ALL = $(OPT) $(VEC_FLAGS) $(CLANG_FLAGS) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -pthread -fopenmp-simd \
-             -Ibase -Itext -Inn -Isampler -Icommon -I. $(MPI_CFLAGS) -MMD -MP $(CFLAGS) $(EXTRA_CFLAGS)
+             -Ibase -Itext -Inn -Idata -Iinfer -Icommon -I. $(MPI_CFLAGS) -MMD -MP $(CFLAGS) $(EXTRA_CFLAGS)
 LDLIBS_ALL = -lopenblas -ldnnl -lgomp -lyaml -ljansson -lcurl -lpcre2-8 -lz $(MPI_LIBS) -lm -pthread $(LDFLAGS)
 
-COMMON_SRC  := $(wildcard base/*.c text/*.c nn/*.c common/*.c)
-SAMPLER_SRC := $(filter-out sampler/main.c sampler/bench.c,$(wildcard sampler/*.c))
+# the library's floors (tests/layers.sh): base < text, nn < data, infer < common
+COMMON_SRC  := $(wildcard base/*.c text/*.c nn/*.c data/*.c infer/*.c common/*.c)
 # a trainer's own modules (dpo/loss.c, ...) go in the library too, so tests can reach them
 TRAINER_SRC := $(filter-out %/main.c,$(wildcard sft/*.c dpo/*.c grpo/*.c distill/*.c reward/*.c))
-LIB_OBJ     := $(COMMON_SRC:%.c=$(B)/%.o) $(SAMPLER_SRC:%.c=$(B)/%.o) $(TRAINER_SRC:%.c=$(B)/%.o)
+LIB_OBJ     := $(COMMON_SRC:%.c=$(B)/%.o) $(TRAINER_SRC:%.c=$(B)/%.o)
 LIB         := $(B)/libctune.a
 
 TRAINERS := $(patsubst %/main.c,%,$(wildcard sft/main.c dpo/main.c grpo/main.c distill/main.c sampler/main.c reward/main.c))
@@ -90,8 +90,8 @@ FUZZ_B    := build-fuzz
 FUZZ_RUNS ?= 1000000
 FUZZ_TARGETS := $(patsubst fuzz/%.c,%,$(wildcard fuzz/fuzz_*.c))
 FUZZ_SRC  := $(wildcard base/*.c text/*.c) nn/safetensors.c nn/gguf_read.c nn/model.c nn/hf.c nn/hfjson.c nn/kernels.c nn/quant.c \
-             nn/matmul.c nn/optim.c common/config.c common/data.c common/jsonl.c common/prefs.c \
-             common/prompts.c common/rowmap.c distill/topk.c
+             nn/matmul.c nn/optim.c common/config.c data/data.c data/jsonl.c data/prefs.c \
+             data/prompts.c data/rowmap.c distill/topk.c
 FUZZ_SAN  := -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ = B=$(FUZZ_B) CC=clang OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $(FUZZ_SAN)"
 .PHONY: fuzz fuzz-build

@@ -261,7 +261,7 @@ static int load_tokenizer_files(ct_train *tr) {
 static int load_tokenizer(ct_train *tr) {
   const ct_config *c = tr->cfg;
   int rc = load_tokenizer_files(tr);
-  if (!rc && c->chat_template_path[0] && (rc = ct_chat_template_apply(tr->tok, c->chat_template_path)))
+  if (!rc && c->chat_template_path[0] && (rc = ct_tokenizer_load_chat_template(tr->tok, c->chat_template_path)))
     ct_wrap_error(rc, "%s: key 'chat_template_path'", ct_config_origin(c, "chat_template_path"));
   return rc;
 }

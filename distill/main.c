@@ -22,7 +22,7 @@
 #include "config.h"
 #include "data.h"
 #include "dist.h"
-#include "distill/kd.h"
+#include "kd.h"
 #include "distill/topk.h"
 #include "engine.h"
 #include "panel.h"

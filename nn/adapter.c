@@ -12,7 +12,7 @@
 #include "thin.h"
 
 // ---------------------------------------------------------------------------
-// Work space: one allocation (a->lora_mem), carved here for capacity Nc = a->B · a->T.
+// Work space: one allocation (a->mem), carved here for capacity Nc = a->cap.
 
 typedef struct {
   float *x;        // (Nc, max in) the dropped-out input; in backward, then s·v·A before masking
@@ -64,9 +64,9 @@ long ct_adapter_work_floats(const ct_lora_config *lc, const ct_model_config *c, 
   return carve(lc, c, N, mode, NULL, NULL);
 }
 
-static work work_of(const ct_acts *a) {
+static work work_of(const ct_adapter_run *a) {
   work w;
-  carve(&a->lora->cfg, &a->lora->mc, (long)a->B * a->T, a->mode, a->lora_mem, &w);
+  carve(&a->lora->cfg, &a->lora->mc, a->cap, a->mode, a->mem, &w);
   return w;
 }
 
@@ -81,7 +81,7 @@ typedef struct {
   bool on;
 } dropout;
 
-static dropout dropout_of(const ct_acts *a, int l, int t) {
+static dropout dropout_of(const ct_adapter_run *a, int l, int t) {
   const ct_lora *lo = a->lora;
   dropout d = {0, 0, 1, lo->cfg.dropout > 0 && a->mode != CT_ACTS_FORWARD};
   if (!d.on) return d;
@@ -178,8 +178,8 @@ static void run_rows(rows_job *j, ct_task_fn task) {
 // ---------------------------------------------------------------------------
 
 // Layer l's, target t's mask bits in the work space.
-static uint32_t *mask_bits(const ct_acts *a, const work *w, int l, int t) {
-  return w->bits + bits_before(&a->lora->cfg, &a->lora->mc, (long)a->B * a->T, l, t);
+static uint32_t *mask_bits(const ct_adapter_run *a, const work *w, int l, int t) {
+  return w->bits + bits_before(&a->lora->cfg, &a->lora->mc, a->cap, l, t);
 }
 
 // The adapter's input: x, or dropout(x) in the work space. *ld gets its row stride.
@@ -230,7 +230,7 @@ static void weight_grads(const ct_lora_ab *gab, int r, int in, int out, float s,
     for (int k = 0; k < in; k++) gab->A[(long)j * in + k] += w->t[(long)k * r + j];
 }
 
-void ct_adapter_forward(const ct_acts *a, int l, int t, const float *x, int ldx, float *y, int ldy, long N) {
+void ct_adapter_forward(const ct_adapter_run *a, int l, int t, const float *x, int ldx, float *y, int ldy, long N) {
   const ct_lora *lo = a->lora;
   if (!lo || !lo->w[l][t].A) return;
   const ct_lora_ab *ab = &lo->w[l][t];
@@ -244,7 +244,7 @@ void ct_adapter_forward(const ct_acts *a, int l, int t, const float *x, int ldx,
 }
 
 // u = xd·Aᵀ, v = dy·B, dB += s·dyᵀ·u, dA += s·vᵀ·xd, dx += s·(v·A) ⊙ mask.
-void ct_adapter_backward(const ct_acts *a, int l, int t, const float *x, int ldx, const float *dy, int ldy,
+void ct_adapter_backward(const ct_adapter_run *a, int l, int t, const float *x, int ldx, const float *dy, int ldy,
                          float *dx, int lddx, long N) {
   const ct_lora *lo = a->lora;
   if (!lo || !lo->w[l][t].A) return;

@@ -11,16 +11,26 @@
 // they measured faster alone (single-threaded, N 2240, r 16) but made the GRPO job's
 // training 9 s slower (scripts/bench-grpo.sh), so they stay fp32. The masks run on the pool.
 #pragma once
-#include "forward.h"
+#include "acts_mode.h"
+#include "lora.h"
+#include "model.h"
+
+// The adapters one forward applies and their work space (a ct_acts' lora and lora_mem).
+typedef struct {
+  const ct_lora *lora;  // NULL: none
+  float *mem;           // ct_adapter_work_floats(&lora->cfg, &lora->mc, cap, mode) floats
+  long cap;             // tokens the work space is carved for (the activations' B · T)
+  int mode;             // CT_ACTS_*: a training forward applies dropout and keeps its masks
+} ct_adapter_run;
 
 // y += s · dropout(x) · Aᵀ · Bᵀ. x (N, ldx).
-void ct_adapter_forward(const ct_acts *a, int l, int t, const float *x, int ldx,
+void ct_adapter_forward(const ct_adapter_run *a, int l, int t, const float *x, int ldx,
                         float *y, int ldy, long N);
 
 // dy (N, ldy): the gradient of the projection's output (its columns of the fused matrix).
 // Accumulates dA, dB into the adapters' gradients (when bound) and s·(dy·B)·A, masked,
 // into dx (N, lddx).
-void ct_adapter_backward(const ct_acts *a, int l, int t, const float *x, int ldx,
+void ct_adapter_backward(const ct_adapter_run *a, int l, int t, const float *x, int ldx,
                          const float *dy, int ldy, float *dx, int lddx, long N);
 
 // Floats of work space the adapters need for N tokens of activations in `mode`

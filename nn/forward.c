@@ -228,6 +228,10 @@ static void post_norm_add(const ct_model_config *c, const ct_acts *a, float *y, 
   if (add) ct_add_rows(y, a->tmp, N, c->hidden_size);
 }
 
+static ct_adapter_run adapters_of(const ct_acts *a) {
+  return (ct_adapter_run){a->lora, a->lora_mem, (long)a->B * a->T, a->mode};
+}
+
 // Layer forward from la->x. With `full` false it stops once what backward reads is
 // computed (recomputation: the layer's output la->xn is already there). l indexes the
 // adapters and QK-Clip's maxima; the attention (window, RoPE base) is layer `kind`'s.
@@ -238,9 +242,10 @@ static void layer_forward(const ct_model *m, int l, int kind, const ct_layer_wei
   long N = (long)B * T;
   const float *rc, *rs;
   ct_attn_dims ad = attn_dims(m, kind, B, T, &rc, &rs);
+  ct_adapter_run ad_run = adapters_of(a);
   ct_rmsnorm_forward(la->ln1, la->rstd1, la->x, NW(w->ln1, d.C), (int)N, (int)d.C, c->rms_norm_eps);
   proj_forward(m, a, N, (int)d.QKV, (int)d.C, la->ln1, (int)d.C, w->wqkv, 0, la->qkv, (int)d.QKV);
-  for (int t = CT_LORA_Q; t <= CT_LORA_V; t++) ct_adapter_forward(a, l, t, la->ln1, (int)d.C, la->qkv, (int)d.QKV, N);
+  for (int t = CT_LORA_Q; t <= CT_LORA_V; t++) ct_adapter_forward(&ad_run, l, t, la->ln1, (int)d.C, la->qkv, (int)d.QKV, N);
   if (w->bqkv) ct_bias_forward(la->qkv, w->bqkv, (int)N, (int)d.QKV, (int)d.QKV);
   if (c->qk_norm) {
     // q heads and k heads have separate weights: two calls over the same rows
@@ -255,20 +260,20 @@ static void layer_forward(const ct_model *m, int l, int kind, const ct_layer_wei
   if (la->x2 != la->x) memcpy(la->x2, la->x, sizeof(float) * N * d.C);
   if (c->gemma) {  // x2 = x + norm(att · Woᵀ)
     proj_forward(m, a, N, (int)d.C, (int)(d.H * d.hd), la->att, (int)(d.H * d.hd), w->wo, 0, la->ao, (int)d.C);
-    ct_adapter_forward(a, l, CT_LORA_O, la->att, (int)(d.H * d.hd), la->ao, (int)d.C, N);
+    ct_adapter_forward(&ad_run, l, CT_LORA_O, la->att, (int)(d.H * d.hd), la->ao, (int)d.C, N);
     post_norm_add(c, a, la->x2, la->ao, w->post_attn, la->rstd_ao, N, true);
   } else {
     proj_forward(m, a, N, (int)d.C, (int)(d.H * d.hd), la->att, (int)(d.H * d.hd), w->wo, 1, la->x2, (int)d.C);
-    ct_adapter_forward(a, l, CT_LORA_O, la->att, (int)(d.H * d.hd), la->x2, (int)d.C, N);
+    ct_adapter_forward(&ad_run, l, CT_LORA_O, la->att, (int)(d.H * d.hd), la->x2, (int)d.C, N);
   }
   ct_rmsnorm_forward(la->ln2, la->rstd2, la->x2, NW(w->ln2, d.C), (int)N, (int)d.C, c->rms_norm_eps);
   proj_forward(m, a, N, (int)(2 * d.F), (int)d.C, la->ln2, (int)d.C, w->wgu, 0, la->gu, (int)(2 * d.F));
-  ct_adapter_forward(a, l, CT_LORA_GATE, la->ln2, (int)d.C, la->gu, (int)(2 * d.F), N);
-  ct_adapter_forward(a, l, CT_LORA_UP, la->ln2, (int)d.C, la->gu, (int)(2 * d.F), N);
+  ct_adapter_forward(&ad_run, l, CT_LORA_GATE, la->ln2, (int)d.C, la->gu, (int)(2 * d.F), N);
+  ct_adapter_forward(&ad_run, l, CT_LORA_UP, la->ln2, (int)d.C, la->gu, (int)(2 * d.F), N);
   if (c->gemma) {  // xn = x2 + norm(h · Wdownᵀ); backward reads mo and its rstd
     ct_geglu_forward(la->h, la->gu, (int)N, (int)d.F);
     proj_forward(m, a, N, (int)d.C, (int)d.F, la->h, (int)d.F, w->wdown, 0, la->mo, (int)d.C);
-    ct_adapter_forward(a, l, CT_LORA_DOWN, la->h, (int)d.F, la->mo, (int)d.C, N);
+    ct_adapter_forward(&ad_run, l, CT_LORA_DOWN, la->h, (int)d.F, la->mo, (int)d.C, N);
     if (full && la->xn != la->x2) memcpy(la->xn, la->x2, sizeof(float) * N * d.C);
     post_norm_add(c, a, la->xn, la->mo, w->post_ff, la->rstd_mo, N, full);
     return;
@@ -277,7 +282,7 @@ static void layer_forward(const ct_model *m, int l, int kind, const ct_layer_wei
   if (!full) return;
   if (la->xn != la->x2) memcpy(la->xn, la->x2, sizeof(float) * N * d.C);
   proj_forward(m, a, N, (int)d.C, (int)d.F, la->h, (int)d.F, w->wdown, 1, la->xn, (int)d.C);
-  ct_adapter_forward(a, l, CT_LORA_DOWN, la->h, (int)d.F, la->xn, (int)d.C, N);
+  ct_adapter_forward(&ad_run, l, CT_LORA_DOWN, la->h, (int)d.F, la->xn, (int)d.C, N);
 }
 
 void ct_forward(const ct_model *m, ct_acts *a, int B, int T) {
@@ -309,6 +314,7 @@ static void layer_backward(const ct_model *m, int l, int kind, const ct_layer_we
   int Hd = (int)(d.H * d.hd);
   float *dres = a->dres;  // (N, C)
   layer_acts la = layer_slots(a, &d, l);
+  ct_adapter_run ad_run = adapters_of(a);
   if (a->mode == CT_ACTS_RECOMPUTE) layer_forward(m, l, kind, w, &la, a, B, T, false);
   float *x = la.x, *ln1 = la.ln1, *rstd1 = la.rstd1, *qkv = la.qkv, *att = la.att, *lse = la.lse;
   float *x2 = la.x2, *ln2 = la.ln2, *rstd2 = la.rstd2, *gu = la.gu, *h = la.h;
@@ -328,13 +334,13 @@ static void layer_backward(const ct_model *m, int l, int kind, const ct_layer_we
     dmo = a->dln;
   }
   proj_backward(m, a, N, (int)d.C, (int)d.F, dmo, h, w->wdown, gw->wdown, a->dh);  // dh (N, F)
-  ct_adapter_backward(a, l, CT_LORA_DOWN, h, (int)d.F, dmo, (int)d.C, a->dh, (int)d.F, N);
+  ct_adapter_backward(&ad_run, l, CT_LORA_DOWN, h, (int)d.F, dmo, (int)d.C, a->dh, (int)d.F, N);
   float *dgu = gu;  // (N, 2F) in place: the layer's gu is not read again
   if (c->gemma) ct_geglu_backward(dgu, a->dh, gu, (int)N, (int)d.F);
   else ct_swiglu_backward(dgu, a->dh, gu, (int)N, (int)d.F);
   proj_backward(m, a, N, (int)(2 * d.F), (int)d.C, dgu, ln2, w->wgu, gw->wgu, a->dln);  // dln2 (N, C)
-  ct_adapter_backward(a, l, CT_LORA_GATE, ln2, (int)d.C, dgu, (int)(2 * d.F), a->dln, (int)d.C, N);
-  ct_adapter_backward(a, l, CT_LORA_UP, ln2, (int)d.C, dgu, (int)(2 * d.F), a->dln, (int)d.C, N);
+  ct_adapter_backward(&ad_run, l, CT_LORA_GATE, ln2, (int)d.C, dgu, (int)(2 * d.F), a->dln, (int)d.C, N);
+  ct_adapter_backward(&ad_run, l, CT_LORA_UP, ln2, (int)d.C, dgu, (int)(2 * d.F), a->dln, (int)d.C, N);
   ct_rmsnorm_backward(dres, gw->ln2, a->dln, x2, NW(w->ln2, d.C), rstd2, (int)N, (int)d.C, 1,
                       a->scratch);                                  // dres is now dx2
 
@@ -346,7 +352,7 @@ static void layer_backward(const ct_model *m, int l, int kind, const ct_layer_we
     dao = a->dln;
   }
   proj_backward(m, a, N, (int)d.C, Hd, dao, att, w->wo, gw->wo, a->datt);  // datt (N, H*hd)
-  ct_adapter_backward(a, l, CT_LORA_O, att, Hd, dao, (int)d.C, a->datt, Hd, N);
+  ct_adapter_backward(&ad_run, l, CT_LORA_O, att, Hd, dao, (int)d.C, a->datt, Hd, N);
   ct_attention_backward(a->dqkv, a->datt, att, lse, qkv, a->seg, ad, a->scratch);
   ct_rope(a->dqkv, a->pos, rc, rs, (int)N, (int)(d.H + d.KV), (int)d.hd, (int)d.QKV, 1);
   if (c->qk_norm) {
@@ -360,7 +366,7 @@ static void layer_backward(const ct_model *m, int l, int kind, const ct_layer_we
   ct_rmsnorm_apply(ln1, rstd1, x, NW(w->ln1, d.C), (int)N, (int)d.C);  // (over ln2: one slot)
   proj_backward(m, a, N, (int)d.QKV, (int)d.C, a->dqkv, ln1, w->wqkv, gw->wqkv, a->dln);  // dln1 (N, C)
   for (int t = CT_LORA_Q; t <= CT_LORA_V; t++)
-    ct_adapter_backward(a, l, t, ln1, (int)d.C, a->dqkv, (int)d.QKV, a->dln, (int)d.C, N);
+    ct_adapter_backward(&ad_run, l, t, ln1, (int)d.C, a->dqkv, (int)d.QKV, a->dln, (int)d.C, N);
   ct_rmsnorm_backward(dres, gw->ln1, a->dln, x, NW(w->ln1, d.C), rstd1, (int)N, (int)d.C, 1,
                       a->scratch);                                  // dres is now dx
 }

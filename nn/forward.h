@@ -4,18 +4,9 @@
 #pragma once
 #include <stdbool.h>
 
+#include "acts_mode.h"
 #include "lora.h"
 #include "model.h"
-
-// What a forward keeps, which sets what ct_acts holds:
-//   CT_ACTS_FORWARD    nothing for backward: every layer reuses one layer's storage and
-//                      the residual is updated in place (references, teachers, eval);
-//   CT_ACTS_KEEP       every layer's activations, for backward;
-//   CT_ACTS_RECOMPUTE  only each layer's input (the residual stream x); backward runs
-//                      the layer's forward again into one layer's storage first
-//                      (gradient_checkpointing). Same kernels in the same order, so the
-//                      gradients equal CT_ACTS_KEEP's bit for bit.
-enum { CT_ACTS_FORWARD, CT_ACTS_KEEP, CT_ACTS_RECOMPUTE };
 
 // Activations of one forward pass, allocated once for at most B x T tokens.
 typedef struct {

@@ -37,8 +37,8 @@
 #include "pool.h"
 #include "prefs.h"
 #include "reward/loss.h"
-#include "reward/model.h"
-#include "reward/score.h"
+#include "reward_model.h"
+#include "score.h"
 #include "rng.h"
 #include "train.h"
 

@@ -70,7 +70,7 @@ static void setup(setup_t *s, const ct_config *cfg) {
   if (ct_pool_init((int)threads) || ct_blas_room(ct_pool_threads(), 0, NULL, "lower num_threads")) fail(1, NULL);
   const char *tdir = cfg->tokenizer_path[0] ? cfg->tokenizer_path : cfg->model_path;
   if (ct_tokenizer_load_said(NULL, &s->tok, tdir)) fail(1, NULL);
-  if (cfg->chat_template_path[0] && ct_chat_template_apply(s->tok, cfg->chat_template_path))
+  if (cfg->chat_template_path[0] && ct_tokenizer_load_chat_template(s->tok, cfg->chat_template_path))
     fail(1, (ct_wrap_error(CT_EFORMAT, "%s: key 'chat_template_path'", ct_config_origin(cfg, "chat_template_path")), NULL));
   if (ct_infer_load(&s->w, cfg->model_path, cfg->quantization == CT_QUANT_INT8)) fail(1, NULL);
   if (cfg->adapter_path[0] &&

@@ -88,18 +88,18 @@ static void test_paths_without_a_template_fail_naming_the_path(void) {
   check_fails(path_of("d3"), "tokenizer_config.json:1:");
 }
 
-// ct_chat_template_apply replaces the template; a tokenizer directory saved with a
+// ct_tokenizer_load_chat_template replaces the template; a tokenizer directory saved with a
 // chat_template.jinja (as transformers 4.47+ saves it) loads with that template.
 static void test_apply_and_a_directorys_chat_template_jinja(void) {
   ct_tokenizer *t;
   CHECK_OK(ct_tokenizer_bytes(&t));
   write_file("x.jinja", "X{{ messages[0].content }}");
-  CHECK_OK(ct_chat_template_apply(t, path_of("x.jinja")));
+  CHECK_OK(ct_tokenizer_load_chat_template(t, path_of("x.jinja")));
   char *s = render(t);
   CHECK(s && !strcmp(s, "Xhi"));
   free(s);
   write_file("bad.jinja", "{% if %}");
-  CHECK(ct_chat_template_apply(t, path_of("bad.jinja")) == CT_EFORMAT);
+  CHECK(ct_tokenizer_load_chat_template(t, path_of("bad.jinja")) == CT_EFORMAT);
   CHECK(strstr(ct_last_error(), "bad.jinja") != NULL);
   mkdir(path_of("tok"), 0700);
   CHECK_OK(ct_tokenizer_save(t, path_of("tok")));

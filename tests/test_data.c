@@ -403,7 +403,7 @@ static void test_messages_the_template_drops_are_errors(void) {
   fclose(f);
   ct_tokenizer *saved = tok, *t;
   CHECK_OK(ct_tokenizer_bytes(&t));
-  CHECK_OK(ct_chat_template_apply(t, path));
+  CHECK_OK(ct_tokenizer_load_chat_template(t, path));
   tok = t;
   CHECK(fails_with("{\"messages\": [{\"role\": \"user\", \"content\": \" hi \"}, {\"role\": \"assistant\", \"content\": "
                    "\"yo\"}, {\"role\": \"tool\", \"content\": \"42\"}]}\n",
@@ -422,7 +422,7 @@ static void test_messages_the_template_drops_are_errors(void) {
         "{% else %}{% set sys = '' %}{% set rest = messages %}{% endif %}{% for m in rest %}{{ m.role }}: "
         "{% if loop.first %}{{ sys }}{% endif %}{{ m.content }}\n{% endfor %}", f);
   fclose(f);
-  CHECK_OK(ct_chat_template_apply(t, path));
+  CHECK_OK(ct_tokenizer_load_chat_template(t, path));
   CHECK_OK(ct_dataset_load(&ds, write_file("fold.jsonl", "{\"messages\": [{\"role\": \"system\", \"content\": \"S\"}, "
                                            "{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}\n"), tok, &o));
   ct_dataset_free(&ds);

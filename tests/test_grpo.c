@@ -4,7 +4,7 @@
 #include <math.h>
 
 #include "config.h"
-#include "grpo/advantage.h"
+#include "advantage.h"
 #include "test.h"
 
 static void test_weighted_rewards_leave_nan_out(void) {

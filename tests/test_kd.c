@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "distill/kd.h"
+#include "kd.h"
 #include "error.h"
 #include "matmul.h"
 #include "pool.h"

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "distill/kd.h"
+#include "kd.h"
 #include "error.h"
 #include "fs.h"
 #include "head.h"

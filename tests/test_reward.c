@@ -23,7 +23,7 @@
 #endif
 
 #include "error.h"
-#include "grpo/reward.h"
+#include "grpo/rewards.h"
 #include "test.h"
 
 // ---------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@
 #include "fs.h"
 #include "hf.h"
 #include "lora.h"
-#include "reward/model.h"
+#include "reward_model.h"
 #include "safetensors.h"
 #include "tokenizer.h"
 #include "matmul.h"
@@ -29,7 +29,7 @@
 #include "pool.h"
 #include "rng.h"
 #include "reward/loss.h"
-#include "reward/score.h"
+#include "score.h"
 #include "test.h"
 #include "ref_model.h"
 

@@ -64,13 +64,3 @@ int ct_chat_template_read(const char *path, char **src, size_t *len) {
   }
   return rc;
 }
-
-int ct_chat_template_apply(ct_tokenizer *t, const char *path) {
-  char *src;
-  size_t len;
-  int rc = ct_chat_template_read(path, &src, &len);
-  if (rc) return rc;
-  rc = ct_tokenizer_set_chat_template(t, src, len, path);
-  free(src);
-  return rc;
-}

@@ -7,15 +7,9 @@
 #include <jansson.h>
 #include <stddef.h>
 
-#include "tokenizer.h"
-
 // Reads the template source at path into *src (malloc'd, NUL-terminated, *len bytes).
 // A directory without a template, or an empty file, is CT_EFORMAT naming the path.
 int ct_chat_template_read(const char *path, char **src, size_t *len);
-
-// Replaces t's chat template with the one at path (a template that does not parse is
-// CT_EFORMAT with line:col).
-int ct_chat_template_apply(ct_tokenizer *t, const char *path);
 
 // The template a tokenizer_config.json's "chat_template" value holds: a string, or
 // [{"name", "template"}] (the one named "default", else the first). *out is borrowed from

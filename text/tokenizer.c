@@ -1226,7 +1226,7 @@ int ct_tokenizer_load(ct_tokenizer **out, const char *dir) {
   // transformers (4.47+) saves the template as chat_template.jinja, which then wins over
   // tokenizer_config.json's
   snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-  if (!rc && access(path, F_OK) == 0 && (rc = ct_chat_template_apply(*out, path))) {
+  if (!rc && access(path, F_OK) == 0 && (rc = ct_tokenizer_load_chat_template(*out, path))) {
     ct_tokenizer_free(*out);
     *out = NULL;
   }
@@ -1968,6 +1968,16 @@ int ct_tokenizer_set_chat_template(ct_tokenizer *t, const char *src, size_t len,
   t->template_err = NULL;
   t->template_overridden = true;
   return 0;
+}
+
+int ct_tokenizer_load_chat_template(ct_tokenizer *t, const char *path) {
+  char *src;
+  size_t len;
+  int rc = ct_chat_template_read(path, &src, &len);
+  if (rc) return rc;
+  rc = ct_tokenizer_set_chat_template(t, src, len, path);
+  free(src);
+  return rc;
 }
 
 bool ct_tokenizer_chat_has_generation(const ct_tokenizer *t) { return t->tmpl && ct_jinja_has_generation(t->tmpl); }

@@ -116,6 +116,10 @@ int ct_tokenizer_chat_render(const ct_tokenizer *t, const json_t *messages, cons
 // messages. A template that does not parse is an error here (CT_EFORMAT, with line:col).
 // ct_tokenizer_save then writes it into tokenizer_config.json.
 int ct_tokenizer_set_chat_template(ct_tokenizer *t, const char *src, size_t len, const char *where);
+// Replaces t's chat template with the one at path (TRL's chat_template_path: a Jinja file
+// or a tokenizer directory, as ct_chat_template_read takes it; a template that does not
+// parse is CT_EFORMAT with line:col).
+int ct_tokenizer_load_chat_template(ct_tokenizer *t, const char *path);
 
 // True when the chat template has {% generation %} markers.
 bool ct_tokenizer_chat_has_generation(const ct_tokenizer *t);

@@ -34,7 +34,7 @@
 #include "bf16.h"
 #include "data.h"
 #include "dnnl.h"
-#include "distill/kd.h"
+#include "kd.h"
 #include "config.h"
 #include "error.h"
 #include "lm.h"

@@ -29,7 +29,7 @@
 #include "data.h"
 #include "error.h"
 #include "forward.h"
-#include "grpo/advantage.h"
+#include "advantage.h"
 #include "jsonl.h"
 #include "lm.h"
 #include "mem.h"

@@ -3,7 +3,7 @@
 // rendering of (prompt, completion) with the model's own tokenizer and template, and
 // batched forwards pooled at each text's last token. Training one is bin/reward's
 // (reward/main.c).
-#include "reward/model.h"
+#include "reward_model.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -18,7 +18,7 @@
 #include "jsonl.h"
 #include "lora.h"
 #include "mem.h"
-#include "reward/score.h"
+#include "score.h"
 #include "safetensors.h"
 #include "train.h"
 

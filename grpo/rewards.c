@@ -2,7 +2,7 @@
 // reward client (OpenRLHF's JSON protocol over HTTP or HTTPS, via one reused libcurl
 // handle, with an optional bearer key). It does not follow redirects, and it never turns
 // TLS certificate checks off; the key never appears in a message.
-#include "reward.h"
+#include "grpo/rewards.h"
 
 #include <ctype.h>
 #include <curl/curl.h>
@@ -21,7 +21,7 @@
 #include "error.h"
 #include "jsonl.h"
 #include "pyregex.h"
-#include "reward/model.h"
+#include "reward_model.h"
 #include "stop.h"
 #include "unicode.h"
 

@@ -1,7 +1,7 @@
 // grpo/advantage: reward sums, group advantages (group_norm, rloo, reinforce_baseline and
 // the whitening the last two use), the per-token clipped surrogate with the k3 KL, and each
 // loss_type's token weight. Rollouts and batching are the trainer's.
-#include "grpo/advantage.h"
+#include "advantage.h"
 
 #include <math.h>
 #include <stdbool.h>

@@ -1,6 +1,6 @@
 // reward/score: the score head's forward and backward at each row's last real token. The
 // backbone's forward and backward are nn/forward's (ct_forward_batch, ct_backward).
-#include "reward/score.h"
+#include "score.h"
 
 void ct_score_forward(const float *lnf, const int *last, int B, int T, int C, const float *w, double *r) {
   for (int b = 0; b < B; b++) {

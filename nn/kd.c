@@ -1,6 +1,6 @@
 // distill/kd: the generalized JSD between teacher and student in vocabulary chunks (three
 // passes: normalizers, loss and Σg, gradient), from full teacher logits or stored top-k.
-#include "distill/kd.h"
+#include "kd.h"
 
 #include <math.h>
 #include <stdlib.h>
