@@ -96,7 +96,7 @@ int ct_train_after_step(ct_train *tr, bool *stop) {
   return 0;
 }
 
-void ct_train_log_plan(ct_train *tr, int n_seq, int global, int B, int accum, const char *unit) {
+void ct_train_log_schedule(ct_train *tr, int n_seq, int global, int B, int accum, const char *unit) {
   long steps = tr->total_steps - tr->step;
   const char *s = steps == 1 ? "" : "s";
   if (n_seq < global) {
@@ -660,7 +660,7 @@ int ct_train_setup(ct_train *tr, ct_config *cfg) {
   tr->cfg = cfg;
   tr->rank = ct_dist_rank();
   tr->world = ct_dist_world();
-  tr->log.active = tr->rank == 0;  // until ct_train_plan opens the metrics file
+  tr->log.active = tr->rank == 0;  // until ct_train_schedule opens the metrics file
   int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
   int threads = cfg->num_threads > 0 ? (int)cfg->num_threads : cores / ct_dist_local_size();
   if (threads > cores && cores > 0) {  // more spin-waiting threads than cores: every step crawls
@@ -1014,7 +1014,7 @@ static int check_resume_plan(const ct_train *tr, int n_seq, int global, uint64_t
   return 0;
 }
 
-int ct_train_plan(ct_train *tr, int n_seq, int global, uint64_t data_hash) {
+int ct_train_schedule(ct_train *tr, int n_seq, int global, uint64_t data_hash) {
   const ct_config *c = tr->cfg;
   long per_epoch = (n_seq + global - 1) / global * (tr->steps_per_batch > 1 ? tr->steps_per_batch : 1);
   tr->total_steps = c->max_steps > 0 ? c->max_steps : (long)ceil(c->num_train_epochs * per_epoch);

@@ -47,7 +47,7 @@ typedef struct {
   float *outer_start, *outer_mom;
   bool outer_pending;
   int saved_diloco_ranks; // a resumed checkpoint's: DiLoCo's ranks that saved it (0: not DiLoCo)
-  double comm0;       // ct_dist_bytes_sent() and step when training started (ct_train_plan)
+  double comm0;       // ct_dist_bytes_sent() and step when training started (ct_train_schedule)
   long step0;
   ct_qkclip qkclip;   // qk_clip_threshold > 0: this step's per-head attention maxima (never saved)
   ct_weights g;       // views of grads into the model's layout (NULL members: frozen weights)
@@ -140,11 +140,11 @@ void ct_train_free(ct_train *tr);
 // total_steps (max_steps, or num_train_epochs worth), checks a resumed run against its
 // checkpoint (same data, same global batch, not past total_steps; a checkpoint at exactly
 // total_steps trains nothing and the run writes its final model), and opens the metrics log.
-int ct_train_plan(ct_train *tr, int n_seq, int global, uint64_t data_hash);
+int ct_train_schedule(ct_train *tr, int n_seq, int global, uint64_t data_hash);
 // The line that says what the run will train: "training 3 steps of 8 sequences (...)". A
 // step never crosses an epoch: when the data does not fill whole steps it says what a step
 // really holds. unit: "sequence", "pair" (plural adds an s).
-void ct_train_log_plan(ct_train *tr, int n_seq, int global, int B, int accum, const char *unit);
+void ct_train_log_schedule(ct_train *tr, int n_seq, int global, int B, int accum, const char *unit);
 // Whether the step just taken writes a metrics line: every logging_steps, the last step,
 // and step 1 with logging_first_step.
 bool ct_train_log_due(const ct_train *tr);

@@ -388,7 +388,7 @@ int main(int argc, char **argv) {
     ct_log_info(&tr.log, "teacher vocab_size %d, student %d: the soft loss uses the first %d logits",
                 Vt, V, Vt < V ? Vt : V);
   if (Vt < V) V = Vt;
-  if (ct_train_plan(&tr, train.n_seq, global, ct_dataset_fingerprint(&train))) fail(1, NULL);
+  if (ct_train_schedule(&tr, train.n_seq, global, ct_dataset_fingerprint(&train))) fail(1, NULL);
   int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
   int Tg = generation_positions(&train, cfg.max_new_tokens, T);  // on-policy generation
   ct_engine_opts geo = {B, Tg, Tg > B ? Tg : B};

@@ -419,7 +419,7 @@ int main(int argc, char **argv) {
   int global = B * accum * tr.world;
   int T = ct_pref_max_len(&train);
   if (have_eval && ct_pref_max_len(&eval) > T) T = ct_pref_max_len(&eval);
-  if (ct_train_plan(&tr, train.n, global, ct_pref_fingerprint(&train))) fail(1, NULL);
+  if (ct_train_schedule(&tr, train.n, global, ct_pref_fingerprint(&train))) fail(1, NULL);
   const ct_model_config *mc = &tr.model.cfg;
   int V = mc->vocab_size, C = mc->hidden_size, tiles = (int)cfg.num_vocab_tiling;
   int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
@@ -473,7 +473,7 @@ int main(int argc, char **argv) {
   }
   const ref_cache *ct_ = cfg.precompute_ref_log_probs ? &cache_train : NULL;
   const ref_cache *ce_ = cfg.precompute_ref_log_probs ? &cache_eval : NULL;
-  ct_train_log_plan(&tr, train.n, global, B, accum, "pair");
+  ct_train_log_schedule(&tr, train.n, global, B, accum, "pair");
   if (have_eval && cfg.eval_on_start && tr.step == 0) evaluate(&d, &eval, ce_);
   dpo_stats win = {0};
   double win_norm = 0, t_win = ct_now();

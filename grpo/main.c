@@ -663,7 +663,7 @@ int main(int argc, char **argv) {
   ct_log_info(&tr.log, "prompts: %s: %d rows; %d prompts x %d completions per generation", cfg.dataset_path,
               g.prompts.n, step_prompts, g.G);
   if (cfg.max_steps <= 0) tr.steps_per_batch = (int)cfg.num_iterations;  // epochs count generations
-  if (ct_train_plan(&tr, g.prompts.n, step_prompts, ct_prompt_set_fingerprint(&g.prompts))) fail(1, NULL);
+  if (ct_train_schedule(&tr, g.prompts.n, step_prompts, ct_prompt_set_fingerprint(&g.prompts))) fail(1, NULL);
   int max_prompt = 1;
   for (int i = 0; i < g.prompts.n; i++) max_prompt = g.prompts.ids[i].n > max_prompt ? g.prompts.ids[i].n : max_prompt;
   for (int i = 0; i < g.eval.n; i++) max_prompt = g.eval.ids[i].n > max_prompt ? g.eval.ids[i].n : max_prompt;

@@ -211,7 +211,7 @@ static int train_main(int argc, char **argv) {
   int Be = have_eval ? (int)cfg.per_device_eval_batch_size : 0, Bmax = B > Be ? B : Be;
   int global = B * accum * tr.world, T = ct_pref_max_len(&train);
   if (have_eval && ct_pref_max_len(&eval) > T) T = ct_pref_max_len(&eval);
-  if (ct_train_plan(&tr, train.n, global, ct_pref_fingerprint(&train))) fail(1, NULL);
+  if (ct_train_schedule(&tr, train.n, global, ct_pref_fingerprint(&train))) fail(1, NULL);
   int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
   ct_plan plan = {0};
   ct_train_plan_acts(&tr, &plan, 2 * B, have_eval ? 2 * Be : 0, T);
@@ -241,7 +241,7 @@ static int train_main(int argc, char **argv) {
       (have_eval && (ct_acts_init(&d.eval_acts, &tr.model, 2 * Be, T, CT_ACTS_FORWARD) ||
                      ct_train_attach(&tr, &d.eval_acts))))
     fail(1, NULL);
-  ct_train_log_plan(&tr, train.n, global, B, accum, "pair");
+  ct_train_log_schedule(&tr, train.n, global, B, accum, "pair");
   ct_train_watch_signals(&tr);
   if (have_eval && cfg.eval_on_start && tr.step == 0) evaluate(&d, &eval);
   rm_stats win = {0};

@@ -110,7 +110,7 @@ int main(int argc, char **argv) {
   int Be = have_eval ? (int)cfg.per_device_eval_batch_size : 0, Bmax = B > Be ? B : Be;
   int global = B * accum * tr.world, T = (int)cfg.max_length, V = mc->vocab_size, C = mc->hidden_size;
   int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP, tiles = (int)cfg.num_vocab_tiling;
-  if (ct_train_plan(&tr, train.n_seq, global, ct_dataset_fingerprint(&train))) fail(1, NULL);
+  if (ct_train_schedule(&tr, train.n_seq, global, ct_dataset_fingerprint(&train))) fail(1, NULL);
   ct_plan plan = {0};
   ct_train_plan_acts(&tr, &plan, B, have_eval ? Be : 0, T);
   int hrows = ct_head_chunk_rows(B * T, V, CT_HEAD_MIN_ROWS);  // the fused head's rows at a time (ct_lm_step)
@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
       ct_head_init(&w.head, Bmax * T, hrows, V, C, tiles) || ct_batch_init(&w.batch, Bmax, T) ||
       (D && mtp_setup(&tr, &w, B, Be, T)))
     fail(1, NULL);
-  ct_train_log_plan(&tr, train.n_seq, global, B, accum, "sequence");
+  ct_train_log_schedule(&tr, train.n_seq, global, B, accum, "sequence");
   ct_train_watch_signals(&tr);
 
   if (have_eval && cfg.eval_on_start && tr.step == 0) evaluate(&tr, &w, &eval);

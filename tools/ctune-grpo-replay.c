@@ -237,7 +237,7 @@ int main(int argc, char **argv) {
   if (per_step == 0 || rd.n != per_step * cfg.max_steps)
     die(&tr, (ct_set_error(CT_EINVAL, "%s: %d rows for steps 1..%ld, not the same number for every step",
                            cfg.dataset_path, rd.n, (long)cfg.max_steps), NULL));
-  if (ct_train_plan(&tr, rd.n, per_step, 0)) die(&tr, NULL);  // (never resumes: no fingerprint)
+  if (ct_train_schedule(&tr, rd.n, per_step, 0)) die(&tr, NULL);  // (never resumes: no fingerprint)
   int B = (int)cfg.per_device_train_batch_size, V = tr.model.cfg.vocab_size, C = tr.model.cfg.hidden_size;
   int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
   ct_plan plan = {0};
