@@ -1,4 +1,4 @@
-// grpo/advantage: reward sums, group advantages (group_norm, rloo, reinforce_baseline and
+// advantage: reward sums, group advantages (group_norm, rloo, reinforce_baseline and
 // the whitening the last two use), the per-token clipped surrogate with the k3 KL, and each
 // loss_type's token weight. Rollouts and batching are the trainer's.
 #include "advantage.h"

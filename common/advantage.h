@@ -1,4 +1,4 @@
-// grpo/advantage: group-relative advantages and the clipped-surrogate token loss.
+// advantage: group-relative advantages and the clipped-surrogate token loss.
 //
 //   r = Σ_k w_k·R_k (a NaN reward counts 0, as TRL's nansum), per group of G completions:
 //   A = (r − mean_group) / (std + 1e-4), std Bessel-corrected, of the group

@@ -6,7 +6,7 @@
 //             for bit when the weights are equal;
 //   bfloat16  the same forward over bf16 weights widened one layer at a time (half the
 //             memory; log-probs move by what rounding the weights to bf16 explains);
-//   int8      the inference engine's int8 weights (sampler/weights.h), one scale per row.
+//   int8      the inference engine's int8 weights (infer/weights.h), one scale per row.
 // It never has gradients or optimizer state. Its weights do not change while it is open,
 // except through ct_frozen_params (TR-DPO's reference sync, float32 only).
 //

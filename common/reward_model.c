@@ -1,4 +1,4 @@
-// reward/model: a reward model that only scores — where it is (a model, or a LoRA adapter
+// reward_model: a reward model that only scores — where it is (a model, or a LoRA adapter
 // and its base), the checks that make a bad directory a clear error before any work, the
 // rendering of (prompt, completion) with the model's own tokenizer and template, and
 // batched forwards pooled at each text's last token. Training one is bin/reward's

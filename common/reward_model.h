@@ -1,5 +1,5 @@
-// reward/model: a trained reward model (a *ForSequenceClassification directory) that only
-// scores: GRPO's in-process reward (grpo/reward.c) and `bin/reward score` / `eval`. The
+// reward_model: a trained reward model (a *ForSequenceClassification directory) that only
+// scores: GRPO's in-process reward (grpo/rewards.c) and `bin/reward score` / `eval`. The
 // backbone runs through the frozen-model module (float32 or bfloat16 storage, no
 // activations kept); the score head is kept apart in float32. A text's reward is
 // score · h at its last token, with the model's own tokenizer and chat template.

@@ -1,4 +1,4 @@
-// Fuzzes the JSONL dataset readers (common/data.c, prefs.c, prompts.c, jsonl.c): the
+// Fuzzes the JSONL dataset readers (data/data.c, prefs.c, prompts.c, jsonl.c): the
 // input is a JSONL file, read with the byte tokenizer (its ChatML template marks the
 // assistant turns) as an SFT dataset (twice: packed with completion-only loss, and
 // unpacked with assistant-only loss, skipping bad rows), as DPO pairs and as prompts.

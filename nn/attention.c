@@ -1,6 +1,6 @@
 // attention: causal GQA forward and backward in 64-query blocks that skip the masked
 // triangle; the forward keeps only each row's log-sum-exp and the backward recomputes
-// the probabilities (O(T) memory per head). The sampler's engine.c has its own
+// the probabilities (O(T) memory per head). The engine (infer/engine.c) has its own
 // KV-cache attention for decoding.
 #include "attention.h"
 

@@ -1,4 +1,4 @@
-// distill/kd: the generalized JSD between teacher and student in vocabulary chunks (three
+// kd: the generalized JSD between teacher and student in vocabulary chunks (three
 // passes: normalizers, loss and Σg, gradient), from full teacher logits or stored top-k.
 #include "kd.h"
 

@@ -1,4 +1,4 @@
-// distill/kd: the soft (teacher) term of distillation over a student's gathered
+// kd: the soft (teacher) term of distillation over a student's gathered
 // completion rows, with its gradient.
 //
 // Per token, with s = log_softmax(z_student / τ), t = log_softmax(z_teacher / τ):

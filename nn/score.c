@@ -1,4 +1,4 @@
-// reward/score: the score head's forward and backward at each row's last real token. The
+// score: the score head's forward and backward at each row's last real token. The
 // backbone's forward and backward are nn/forward's (ct_forward_batch, ct_backward).
 #include "score.h"
 

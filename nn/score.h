@@ -1,4 +1,4 @@
-// reward/score: the sequence-classification head over the decoder's final hidden states.
+// score: the sequence-classification head over the decoder's final hidden states.
 // A sequence's reward is score·h at its last real token (Hugging Face's
 // *ForSequenceClassification pools the same way, at the last non-padding token).
 //

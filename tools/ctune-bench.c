@@ -19,7 +19,7 @@
 // weight gradient, so a step counts 4 x (matmul parameters) + the adapters' 6 x r x (in +
 // out) per token + attention; AdamW updates the adapters only.
 //
-// `kd` times the distillation soft loss (distill/kd.c: teacher and student logits in
+// `kd` times the distillation soft loss (nn/kd.c: teacher and student logits in
 // vocabulary chunks, JSD, gradient) against the plain cross-entropy head (common/loss.c)
 // on the same rows, at Qwen3-0.6B's hidden size and vocabulary. Tiled, the soft loss does
 // 8 row x V x C products (both models' logits in each of its 3 passes, 2 for the
