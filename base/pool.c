@@ -156,3 +156,22 @@ void ct_chunk_range(long n, long align, int parts, int i, long *lo, long *hi) {
   *lo = u0 * align < n ? u0 * align : n;
   *hi = u1 * align < n ? u1 * align : n;
 }
+
+typedef struct {
+  ct_range_fn fn;
+  void *ctx;
+  long n, align;
+  int parts;
+} ranges_job;
+
+static void ranges_task(void *ctx, int part, int thread) {
+  const ranges_job *j = ctx;
+  long lo, hi;
+  ct_chunk_range(j->n, j->align, j->parts, part, &lo, &hi);
+  if (hi > lo) j->fn(j->ctx, lo, hi, thread);
+}
+
+void ct_parallel_ranges(long n, long align, int parts, ct_range_fn fn, void *ctx) {
+  ranges_job j = {fn, ctx, n, align, parts};
+  ct_parallel_for(parts, ranges_task, &j);
+}

@@ -24,3 +24,9 @@ int ct_pool_parts(long n);
 
 // The [*lo, *hi) range of chunk i when [0, n) is split into `parts` chunks aligned to `align`.
 void ct_chunk_range(long n, long align, int parts, int i, long *lo, long *hi);
+
+// fn(ctx, lo, hi, thread): rows [lo, hi) of a loop, on worker `thread` (as ct_task_fn's).
+typedef void (*ct_range_fn)(void *ctx, long lo, long hi, int thread);
+// Runs fn over [0, n) split into `parts` chunks aligned to `align` (ct_chunk_range's),
+// chunks claimed as ct_parallel_for's items; an empty chunk is not run.
+void ct_parallel_ranges(long n, long align, int parts, ct_range_fn fn, void *ctx);

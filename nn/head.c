@@ -103,17 +103,15 @@ typedef struct {
   ct_head *h;
   int v0, nv;  // this chunk's vocabulary columns [v0, v0 + nv)
   int parts;
-  bool bf16;   // dlogits_task: leave the dlogits in bf16 (see dlogits_row16)
+  bool bf16;   // dlogits_range: leave the dlogits in bf16 (see dlogits_row16)
 } chunk_job;
 
 // Folds one chunk of logits into each row's running max (kept in lse until the end),
 // Σ e^(l−max), Σ e^(l−max)·l, Σ l, argmax and target logit (kept in logp until the end).
-static void fold_chunk_task(void *ctx, int part, int thread) {
+static void fold_chunk_range(void *ctx, long lo, long hi, int thread) {
   (void)thread;
   const chunk_job *j = ctx;
   ct_head *h = j->h;
-  long lo, hi;
-  ct_chunk_range(h->n, 1, j->parts, part, &lo, &hi);
   for (long r = lo; r < hi; r++) {
     const float *l = h->logits + r * j->nv;
     float mt = -INFINITY;
@@ -176,7 +174,7 @@ static void head_forward(ct_head *h, const float *W, const uint16_t *W16, ct_log
     else if (W16) ct_gemm_bf16('N', 'T', n, nv, h->C, h->hc16, h->C, W16 + (long)v0 * h->C, h->C, 0, h->logits, nv);
     else ct_sgemm('N', 'T', n, nv, h->C, 1, h->hc, h->C, W + (long)v0 * h->C, h->C, 0, h->logits, nv);
     chunk_job j = {h, v0, nv, ct_pool_parts(n), false};
-    ct_parallel_for(j.parts, fold_chunk_task, &j);
+    ct_parallel_ranges(h->n, 1, j.parts, fold_chunk_range, &j);
   }
   for (int r = 0; r < n; r++) {
     float lse = h->lse[r] + logf(h->run_sum[r]);
@@ -214,12 +212,10 @@ static void dlogits_row16(float *l, int nv, float lse, float a, int y, float coe
 
 // Turns a chunk of logits into dlogits in place: fp32 (n, nv), or (j->bf16) bf16 rows with
 // a stride of 2·nv uint16 (each in the first half of its fp32 row).
-static void dlogits_task(void *ctx, int part, int thread) {
+static void dlogits_range(void *ctx, long lo, long hi, int thread) {
   (void)thread;
   const chunk_job *j = ctx;
   ct_head *h = j->h;
-  long lo, hi;
-  ct_chunk_range(h->n, 1, j->parts, part, &lo, &hi);
   for (long r = lo; r < hi; r++) {
     float *l = h->logits + r * j->nv;
     float lse = h->lse[r], a = h->coef[r] + h->zcoef[r];
@@ -241,7 +237,7 @@ static void backward_chunk16(ct_head *h, const uint16_t *W16, float *dW, int v0,
   const uint16_t *Wv = W16 + (long)v0 * C;
   if (h->ftile < h->V) ct_gemm_bf16('N', 'T', n, nv, C, h->hc16, C, Wv, C, 0, h->logits, nv);
   chunk_job j = {h, v0, nv, ct_pool_parts(n), true};
-  ct_parallel_for(j.parts, dlogits_task, &j);
+  ct_parallel_ranges(h->n, 1, j.parts, dlogits_range, &j);
   const uint16_t *d16 = (const uint16_t *)h->logits;  // (n, nv), row stride 2·nv
   ct_gemm_bf16('N', 'N', n, C, nv, d16, 2 * nv, Wv, C, v0 ? 1 : 0, h->dhc, C);
   if (dW) ct_gemm_bf16('T', 'N', nv, C, n, d16, 2 * nv, h->hc16, C, 1, dW + (long)v0 * C, C);
@@ -260,7 +256,7 @@ static void backward_products(ct_head *h, const float *W, float *dW) {
     if (h->ftile < h->V)  // recompute this chunk's logits; with one chunk they are still there
       ct_sgemm('N', 'T', n, nv, h->C, 1, h->hc, h->C, W + (long)v0 * h->C, h->C, 0, h->logits, nv);
     chunk_job j = {h, v0, nv, ct_pool_parts(n), false};
-    ct_parallel_for(j.parts, dlogits_task, &j);
+    ct_parallel_ranges(h->n, 1, j.parts, dlogits_range, &j);
     // dhc (n, C) (+)= dlogits · W[v0 : v0+nv];  dW[v0 : v0+nv] += dlogitsᵀ · hc
     ct_sgemm('N', 'N', n, h->C, nv, 1, h->logits, nv, W + (long)v0 * h->C, h->C, v0 ? 1 : 0,
              h->dhc, h->C);

@@ -193,12 +193,10 @@ static void chunk_lse(const float *x, int nv, float scale, float *cmax, float *c
   *csum = (float)sum;
 }
 
-static void chunk_task(void *ctx, int part, int thread) {
+static void chunk_range(void *ctx, long lo, long hi, int thread) {
   (void)thread;
   const chunk_job *j = ctx;
   ct_kd *k = j->k;
-  long lo, hi;
-  ct_chunk_range(j->n, 1, j->parts, part, &lo, &hi);
   float it = 1.0f / j->o->tau, beta = j->o->beta;
   int kind = beta == 0 ? FORWARD_KL : beta == 1 ? REVERSE_KL : MIXTURE;
   mix q = {beta};
@@ -246,7 +244,7 @@ double ct_kd_soft(ct_kd *k, const float *hs, int n, const float *W, float *dW, c
         teacher(ctx, n, v0, nv, k->lt);
       }
       chunk_job j = {k, n, v0, nv, pass, ct_pool_parts(n), target, o};
-      ct_parallel_for(j.parts, chunk_task, &j);
+      ct_parallel_ranges(j.n, 1, j.parts, chunk_range, &j);
       if (pass == 3) {  // dhs (=, first chunk) + dz · W;  dW += dzᵀ · hs
         ct_sgemm('N', 'N', n, k->C, nv, 1, k->ls, nv, W + (long)v0 * k->C, k->C, v0 ? 1 : 0, k->dhs, k->C);
         if (dW) ct_sgemm('T', 'N', nv, k->C, n, 1, k->ls, nv, hs, k->C, 1, dW + (long)v0 * k->C, k->C);

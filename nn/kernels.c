@@ -422,18 +422,16 @@ void ct_embed_backward(float *dtable, const float *dout, const int *ids, int N, 
 typedef struct {
   uint16_t *dst;
   const float *x;
-  int N, C, ld, parts;
+  int C, ld;
 } narrow_rows_job;
 
-static void narrow_rows_task(void *ctx, int part, int thread) {
+static void narrow_rows_range(void *ctx, long lo, long hi, int thread) {
   (void)thread;
   const narrow_rows_job *j = ctx;
-  long lo, hi;
-  ct_chunk_range(j->N, 1, j->parts, part, &lo, &hi);
   for (long n = lo; n < hi; n++) ct_bf16_narrow(j->dst + n * j->C, j->x + n * j->ld, j->C);
 }
 
 void ct_bf16_narrow_rows(uint16_t *dst, const float *x, int N, int C, int ld) {
-  narrow_rows_job j = {dst, x, N, C, ld, ct_pool_parts(N)};
-  ct_parallel_for(j.parts, narrow_rows_task, &j);
+  narrow_rows_job j = {dst, x, C, ld};
+  ct_parallel_ranges(N, 1, ct_pool_parts(N), narrow_rows_range, &j);
 }

@@ -510,22 +510,18 @@ static long layer_span(const ct_model *m) {
 typedef struct {
   const float *src;
   uint16_t *dst;
-  long n;
-  int parts;
 } narrow_job;
 
-static void narrow_task(void *ctx, int part, int thread) {
+static void narrow_range(void *ctx, long lo, long hi, int thread) {
   (void)thread;
   const narrow_job *j = ctx;
-  long lo, hi;
-  ct_chunk_range(j->n, 64, j->parts, part, &lo, &hi);
   ct_bf16_narrow(j->dst + lo, j->src + lo, hi - lo);
 }
 
 // dst (n) = bf16 of src (n), on the pool.
 static void narrow_parallel(uint16_t *dst, const float *src, long n) {
-  narrow_job j = {src, dst, n, ct_pool_threads() * 4};
-  ct_parallel_for(j.parts, narrow_task, &j);
+  narrow_job j = {src, dst};
+  ct_parallel_ranges(n, 64, ct_pool_threads() * 4, narrow_range, &j);
 }
 
 int ct_model_bf16_compute(ct_model *m) {

@@ -437,16 +437,12 @@ static float f64_to_f32(double d) {
 typedef struct {
   const uint8_t *src;
   float *dst;
-  int64_t n;
   ct_dtype dtype;
-  int parts;
 } convert_job;
 
-static void convert_task(void *ctx, int part, int thread) {
+static void convert_range(void *ctx, long lo, long hi, int thread) {
   (void)thread;
   const convert_job *j = ctx;
-  long lo, hi;
-  ct_chunk_range(j->n, 64, j->parts, part, &lo, &hi);
   const uint8_t *src = j->src;
   float *dst = j->dst;
   switch (j->dtype) {
@@ -501,9 +497,9 @@ int ct_st_read_f32_range(const ct_safetensors *st, const ct_st_tensor *t, int64_
                         st->path, shown(t->name).s, ct_dtype_name(t->dtype));
   size_t es = ct_dtype_size(t->dtype);
   const uint8_t *src = st->data + t->begin + (uint64_t)i0 * es;
-  convert_job j = {src, dst, n, t->dtype, n < (1 << 18) ? 1 : ct_pool_threads() * 2};
-  if (j.parts == 1) convert_task(&j, 0, 0);
-  else ct_parallel_for(j.parts, convert_task, &j);
+  convert_job j = {src, dst, t->dtype};
+  if (n < (1 << 18)) convert_range(&j, 0, n, 0);
+  else ct_parallel_ranges(n, 64, ct_pool_threads() * 2, convert_range, &j);
   ct_st_drop(src, (size_t)n * es);
   return 0;
 }

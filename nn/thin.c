@@ -58,18 +58,16 @@ static void out_rows(long n0, long n1, int K, float alpha, const float *X, int l
 }
 
 typedef struct {
-  int N, K, ldx, parts;
+  int N, K, ldx;
   float alpha;
   const float *X, *W, *U;
   float *Y, *G;
 } thin_job;
 
-static void out_task(void *ctx, int part, int thread) {
+static void out_range(void *ctx, long lo, long hi, int thread) {
   (void)thread;
   const thin_job *j = ctx;
-  long lo, hi;
-  ct_chunk_range(j->N, 8, j->parts, part, &lo, &hi);
-  if (hi > lo) out_rows(lo, hi, j->K, j->alpha, j->X, j->ldx, j->W, j->Y);
+  out_rows(lo, hi, j->K, j->alpha, j->X, j->ldx, j->W, j->Y);
 }
 
 void ct_thin_transpose(const float *A, int K, float *W) {
@@ -78,8 +76,8 @@ void ct_thin_transpose(const float *A, int K, float *W) {
 }
 
 void ct_thin_out(int N, int K, float alpha, const float *X, int ldx, const float *W, float *Y) {
-  thin_job j = {N, K, ldx, ct_pool_parts((N + 7) / 8), alpha, X, W, NULL, Y, NULL};
-  ct_parallel_for(j.parts, out_task, &j);
+  thin_job j = {N, K, ldx, alpha, X, W, NULL, Y, NULL};
+  ct_parallel_ranges(N, 8, ct_pool_parts((N + 7) / 8), out_range, &j);
 }
 
 // ---------------------------------------------------------------------------
@@ -116,15 +114,13 @@ static void grad_cols(int k0, int k1, int N, float alpha, const float *X, int ld
   for (; k < k1; k++) grad_cols_scalar(k, N, alpha, X, ldx, U, G);
 }
 
-static void grad_task(void *ctx, int part, int thread) {
+static void grad_range(void *ctx, long lo, long hi, int thread) {
   (void)thread;
   const thin_job *j = ctx;
-  long lo, hi;
-  ct_chunk_range(j->K, 16, j->parts, part, &lo, &hi);
-  if (hi > lo) grad_cols((int)lo, (int)hi, j->N, j->alpha, j->X, j->ldx, j->U, j->G);
+  grad_cols((int)lo, (int)hi, j->N, j->alpha, j->X, j->ldx, j->U, j->G);
 }
 
 void ct_thin_grad(int N, int K, float alpha, const float *X, int ldx, const float *U, float *G) {
-  thin_job j = {N, K, ldx, ct_pool_parts((K + 15) / 16), alpha, X, NULL, U, NULL, G};
-  ct_parallel_for(j.parts, grad_task, &j);
+  thin_job j = {N, K, ldx, alpha, X, NULL, U, NULL, G};
+  ct_parallel_ranges(K, 16, ct_pool_parts((K + 15) / 16), grad_range, &j);
 }
