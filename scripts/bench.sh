@@ -40,6 +40,7 @@ echo
 echo "== beyond one process: 2 ranks x 1 thread vs 1 rank x 2 threads, ZeRO-1 memory, DiLoCo bytes (SmolLM-135M shape)"
 sh scripts/bench-dist.sh "$BIN"
 echo
-echo "== the job we measure ourselves by: one GRPO step, 0.5B shape, LoRA (bf16: true, then float32)"
-sh scripts/bench-grpo.sh "$BIN" bf16=true
-sh scripts/bench-grpo.sh "$BIN"
+echo "== the job we measure ourselves by: one GRPO step, 0.5B shape, LoRA: bf16 as a user writes it, bf16 tuned, float32 tuned"
+sh scripts/bench-grpo.sh "$BIN" user bf16=true
+sh scripts/bench-grpo.sh "$BIN" tuned bf16=true
+sh scripts/bench-grpo.sh "$BIN" tuned

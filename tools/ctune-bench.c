@@ -243,8 +243,10 @@ static int usage(FILE *f) {
   fputs("usage: ctune-bench [train] [bf16=0|1] [layers=30] [batch=4] [seq=256] [steps=4] [threads=0] [tiling=1]\n"
         "                   [gemma=0|1|1b] [qwen=0|0.5b] [lora=0] [clock=wall|cpu]\n"
         "       ctune-bench kd [rows=512] [hidden=1024] [vocab=151936] [tiling=8] [steps=3]\n"
+        "       ctune-bench peak [threads=0]\n"
         "  train: training throughput of a SmolLM-135M-shaped model against this machine's sgemm\n"
-        "  kd:    the distillation soft loss against the plain cross-entropy head\n", f);
+        "  kd:    the distillation soft loss against the plain cross-entropy head\n"
+        "  peak:  this machine's sgemm and oneDNN bf16 rates at 2048^3 (what compute limits are taken against)\n", f);
   return 0;
 }
 
@@ -265,6 +267,11 @@ int main(int argc, char **argv) {
   double peak = sgemm_gflops(2048, 10);
   printf("sgemm 2048x2048x2048: %.1f GFLOP/s\n", peak);
   if (kd) return bench_kd(argc, argv, peak);
+  if (argc > 1 && !strcmp(argv[1], "peak")) {  // the bf16 rate needs AVX512_BF16 or AMX
+    if (ct_dnnl_init()) return fprintf(stderr, "ctune-bench: %s\n", ct_last_error()), 1;
+    printf("oneDNN bf16 2048x2048x2048: %.1f GFLOP/s\n", gemm_gflops(true, 'N', 'T', 2048, 2048, 2048, 10));
+    return 0;
+  }
   if (argc > 1 && !strcmp(argv[1], "gemm")) return bench_gemm((int)arg(argc, argv, "tokens", 1024));
 
   ct_model_config c;
