@@ -33,11 +33,12 @@ const char *const ct_output_names[] = {"text", "json", NULL};
 const char *const ct_quantization_names[] = {"none", "int8", "bf16", NULL};
 const char *const ct_truncate_names[] = {"error", "left", NULL};
 const char *const ct_speculative_names[] = {"none", "mtp", NULL};
-const char *const ct_loss_type_names[] = {"sigmoid", "hinge", "ipo", "robust", "sft", "simpo",
-                                          "grpo", "bnpo", "dr_grpo", "dapo", NULL};
-// the same names by trainer (test_dpo_loss checks them against dpo/loss.c and grpo/)
-const char *const ct_dpo_loss_choices[] = {"sigmoid", "hinge", "ipo", "robust", "sft", "simpo", NULL};
-const char *const ct_grpo_loss_choices[] = {"grpo", "bnpo", "dr_grpo", "dapo", NULL};
+// loss_type by trainer (test_dpo_loss checks them against dpo/loss.c and grpo/), and their union
+#define DPO_LOSSES "sigmoid", "hinge", "ipo", "robust", "sft", "simpo"
+#define GRPO_LOSSES "grpo", "bnpo", "dr_grpo", "dapo"
+const char *const ct_loss_type_names[] = {DPO_LOSSES, GRPO_LOSSES, NULL};
+const char *const ct_dpo_loss_choices[] = {DPO_LOSSES, NULL};
+const char *const ct_grpo_loss_choices[] = {GRPO_LOSSES, NULL};
 const char *const ct_scale_rewards_names[] = {"group", "batch", "none", NULL};
 const char *const ct_advantage_estimator_names[] = {"group_norm", "rloo", "reinforce_baseline", NULL};
 const char *const ct_reward_failure_names[] = {"error", "nan", NULL};
