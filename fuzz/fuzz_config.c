@@ -1,8 +1,8 @@
-// Fuzzes the YAML config loader (common/config.c): the input is a trainer's yml file, in
-// a directory that also holds base.yml, so that `base_config: base.yml` chains (every
-// seed has one) resolve. Each trainer kind loads it; what loads must dump to yml that
-// reloads into an identical config (config.h's contract), checked for one kind per input
-// (the dump and reload cost more than the six loads).
+// Fuzzes the YAML config loader (common/config_yml.c, config_value.c): the input is a
+// trainer's yml file, in a directory that also holds base.yml, so that `base_config:
+// base.yml` chains (every seed has one) resolve. Each trainer kind loads it; what loads
+// must dump to yml that reloads into an identical config (config.h's contract), checked
+// for one kind per input (the dump and reload cost more than the six loads).
 //
 // base.yml here is short: a few keys of every kind of value (string, integer, number,
 // enum with a TRL bool spelling, list, a `model:` block), so that the input's keys
