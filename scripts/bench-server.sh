@@ -12,7 +12,7 @@ threads=${1:-$(nproc)}
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 tar xJf .device/ctune.tar.xz -C "$W"
-. "$W/ctune/env.sh"
+D_CTUNE=$W/ctune . "$W/ctune/env.sh"
 echo "server: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores, $threads threads" \
      "($(grep -o 'amx_tile\|avx512_bf16' /proc/cpuinfo | sort -u | tr '\n' ' '))"
 export QWEN3_TOKENIZER=$PWD/.device/qwen3
@@ -20,7 +20,7 @@ for form in user tuned; do
   timeout 300 sh scripts/bench-grpo.sh "$W/ctune/bin" $form bf16=true num_threads="$threads" ||
     echo "bench-server: the $form form failed or ran past 300 s"
 done
-if [ -f .device/peer_torch.py ] && command -v python3 >/dev/null; then
+if [ -z "${SKIP_PEER:-}" ] && [ -f .device/peer_torch.py ] && command -v python3 >/dev/null; then
   echo "the PyTorch peer (transformers + torch $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)):"
   timeout 150 python3 .device/peer_torch.py "$threads" lora || echo "bench-server: the peer failed or ran past 150 s"
 fi
