@@ -22,6 +22,7 @@
 #include "rng.h"
 #include "safetensors.h"
 #include "test.h"
+#include "tiny_model.h"
 
 // ------------------------------------------------------------------------- helpers
 
@@ -134,13 +135,11 @@ static void check_fails_(int rc, int code, int line, const char *what, const cha
 
 // ------------------------------------------------------------------------- configs
 
+// mini_config as `type`, untied, with 64 positions.
 static ct_model_config tiny(const char *type) {
-  ct_model_config c = {.vocab_size = 17, .hidden_size = 12, .intermediate_size = 20,
-                       .num_layers = 2, .num_heads = 4, .num_kv_heads = 2, .head_dim = 4,
-                       .max_position_embeddings = 64, .rope_theta = 10000,
-                       .rms_norm_eps = 1e-6f, .bos_token_id = -1, .eos_token_id = -1,
-                       .pad_token_id = -1};
+  ct_model_config c = mini_config();
   snprintf(c.model_type, sizeof c.model_type, "%s", type);
+  c.max_position_embeddings = 64, c.tie_word_embeddings = false;
   return c;
 }
 
