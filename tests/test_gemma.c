@@ -22,6 +22,7 @@
 #include "model.h"
 #include "pool.h"
 #include "rng.h"
+#include "scratch.h"
 #include "test.h"
 #include "ref_model.h"
 #include "tiny_model.h"
@@ -232,17 +233,6 @@ static void test_gemma_engine_ring_decode_matches_training_forward(void) {
 // ---------------------------------------------------------------------------
 // config.json
 
-static char dir[64];
-
-static const char *write_file(const char *name, const char *text) {
-  static char path[128];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *f = fopen(path, "w");
-  fputs(text, f);
-  fclose(f);
-  return path;
-}
-
 // gemma-3-270m's config.json (transformers 4.55), with its layer_types
 static const char *cfg_270m =
     "{\"architectures\": [\"Gemma3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0,"
@@ -273,8 +263,8 @@ static void test_gemma_config_read_write_round_trip(void) {
   c.attn_softcap = 50;
   c.rope_type = 2;
   c.rope_factor = 8;
-  char path[128];
-  snprintf(path, sizeof path, "%s/out.json", dir);
+  char path[512];
+  snprintf(path, sizeof path, "%s/out.json", scratch_dir);
   CHECK_OK(ct_hf_config_write(&c, path, "float32", NULL));
   ct_model_config d;
   CHECK_OK(ct_hf_config_read(&d, path));
@@ -352,8 +342,7 @@ static void test_gemma_config_reads_rope_parameters_per_layer_type(void) {
 int main(int argc, char **argv) {
   ct_blas_init(argc, argv);
   ct_pool_init(2);
-  snprintf(dir, sizeof dir, "/tmp/test_gemma.XXXXXX");
-  if (!mkdtemp(dir)) return 1;
+  if (scratch_make("/tmp/test_gemma.XXXXXX")) return 1;
   RUN(test_gemma_sliding_window_both_rope_bases_matches_float64_reference);
   RUN(test_gemma_attn_softcap_untied_linear_rope_matches_float64_reference);
   RUN(test_gemma_window_changes_the_loss);
@@ -362,8 +351,6 @@ int main(int argc, char **argv) {
   RUN(test_gemma_config_sliding_window_pattern);
   RUN(test_gemma_config_refusals_name_the_key);
   RUN(test_gemma_config_reads_rope_parameters_per_layer_type);
-  char cmd[96];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  if (system(cmd)) return 1;
+  if (scratch_remove()) return 1;
   return test_summary();
 }
