@@ -31,29 +31,9 @@
 // ---------------------------------------------------------------------------
 // The float32 model under test
 
+// Mean cross-entropy (no z-loss, one vocabulary chunk) and its gradient.
 static double ours(const ct_model *m, const ct_weights *g, const batch_t *b, int mode, float *grads) {
-  const ct_model_config *c = &m->cfg;
-  int N = b->B * b->T;
-  ct_acts a;
-  ct_head h;
-  CHECK_OK(ct_acts_init(&a, m, b->B, b->T, mode));
-  CHECK_OK(ct_head_init(&h, N, N, c->vocab_size, c->hidden_size, 1));
-  batch_load(&a, b);
-  ct_forward(m, &a, b->B, b->T);
-  int n = ct_head_gather(&h, a.lnf, b->target, N);
-  ct_head_forward(&h, m->w.lm_head);
-  double loss = 0;
-  for (int r = 0; r < n; r++) {
-    loss += -h.logp[r];
-    h.coef[r] = 1.0f / n;
-    h.zcoef[r] = 0;
-  }
-  memset(grads, 0, sizeof(float) * m->n_floats);
-  ct_head_backward(&h, m->w.lm_head, g->lm_head, a.dln, N);
-  ct_backward(m, g, &a, a.dln, b->B, b->T);
-  ct_head_free(&h);
-  ct_acts_free(&a);
-  return loss / n;
+  return batch_loss_grads(m, g, b, 0, 1, mode, grads, 0);
 }
 
 // 3 layers: sliding, full, sliding (pattern 2), window 3, T = 9.

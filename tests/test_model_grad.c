@@ -20,46 +20,9 @@
 // ---------------------------------------------------------------------------
 // The system under test: float32 forward, head, backward.
 
-// Activations for B x T tokens plus `extra` rows and tokens of room (a batch smaller than
-// the capacity, as most are); with extra, a forward of a whole-capacity batch of other
-// tokens runs first, so stale values sit in every buffer.
-static double ours_in(const ct_model *m, const ct_weights *g, const batch_t *b, double z, int ntiles,
-                      int mode, float *grads, int extra) {
-  const ct_model_config *c = &m->cfg;
-  int N = b->B * b->T;
-  ct_acts a;
-  ct_head h;
-  if (ct_acts_init(&a, m, b->B + extra, b->T + extra, mode) ||
-      ct_head_init(&h, N, N, c->vocab_size, c->hidden_size, ntiles)) {
-    fprintf(stderr, "%s\n", ct_last_error());
-    exit(1);
-  }
-  if (extra) {
-    long cap = (long)a.B * a.T;
-    for (long n = 0; n < cap; n++) a.ids[n] = (int)(n * 7 % c->vocab_size), a.pos[n] = (int)(n % a.T), a.seg[n] = 0;
-    ct_forward(m, &a, a.B, a.T);
-  }
-  batch_load(&a, b);
-  ct_forward(m, &a, b->B, b->T);
-  int n = ct_head_gather(&h, a.lnf, b->target, N);
-  ct_head_forward(&h, m->w.lm_head);
-  double loss = 0;
-  for (int r = 0; r < n; r++) {
-    loss += -h.logp[r] + z * h.lse[r] * h.lse[r];
-    h.coef[r] = 1.0f / n;
-    h.zcoef[r] = (float)(2 * z * h.lse[r] / n);
-  }
-  memset(grads, 0, sizeof(float) * m->n_floats);
-  ct_head_backward(&h, m->w.lm_head, g->lm_head, a.dln, N);
-  ct_backward(m, g, &a, a.dln, b->B, b->T);
-  ct_head_free(&h);
-  ct_acts_free(&a);
-  return loss / n;
-}
-
 static double ours(const ct_model *m, const ct_weights *g, const batch_t *b, double z, int ntiles,
                    int mode, float *grads) {
-  return ours_in(m, g, b, z, ntiles, mode, grads, 0);
+  return batch_loss_grads(m, g, b, z, ntiles, mode, grads, 0);
 }
 
 static void check_model(ct_model_config cfg, double z) {
@@ -83,7 +46,7 @@ static void check_model(ct_model_config cfg, double z) {
   CHECK(!memcmp(grads_rc, grads, sizeof(float) * m.n_floats));
   // a batch smaller than its activations' capacity, after a larger one: the same gradients
   for (int mode = CT_ACTS_KEEP; mode <= CT_ACTS_RECOMPUTE; mode++) {
-    CHECK(ours_in(&m, &g_rc, &b, z, 1, mode, grads_rc, 2) == loss);
+    CHECK(batch_loss_grads(&m, &g_rc, &b, z, 1, mode, grads_rc, 2) == loss);
     CHECK(!memcmp(grads_rc, grads, sizeof(float) * m.n_floats));
   }
   ct_weights_free(&g_rc);
