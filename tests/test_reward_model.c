@@ -32,6 +32,8 @@
 #include "score.h"
 #include "scratch.h"
 #include "test.h"
+#include "tiny_model.h"
+#include "ref_lora.h"
 #include "ref_model.h"
 
 // r_c 2, r_r 0.5, margin 0.5: z = 1, ℓ = log(1 + e^−1), dℓ/dr_c = −σ(−1) = −0.268941...
@@ -102,11 +104,9 @@ static void fd_check(const ref_t *ref, const double *w, const int *ids, const in
 }
 
 static void test_score_head_and_backbone_gradients_match_reference(void) {
-  ct_model_config cfg = {.model_type = "qwen2", .vocab_size = 17, .hidden_size = 12, .intermediate_size = 20,
-                         .num_layers = 2, .num_heads = 4, .num_kv_heads = 2, .head_dim = 4,
-                         .max_position_embeddings = 16, .rope_theta = 10000, .rms_norm_eps = 1e-6f,
-                         .tie_word_embeddings = true, .qkv_bias = true, .bos_token_id = -1, .eos_token_id = -1,
-                         .pad_token_id = -1};
+  ct_model_config cfg = mini_config();
+  snprintf(cfg.model_type, sizeof cfg.model_type, "qwen2");
+  cfg.qkv_bias = true;
   int C = cfg.hidden_size, N = B * T;
   ct_model m;
   CHECK_OK(ct_model_init(&m, &cfg, 16));
@@ -156,39 +156,17 @@ static void test_score_head_and_backbone_gradients_match_reference(void) {
   ct_model_free(&m);
 }
 
-
 // use_peft: the base frozen, adapters on every projection, the score head a trained copy
-// (modules_to_save). The reference runs the merged weights W + s·B·A in float64.
-static const char *const lora_mod[CT_LORA_TARGETS] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                                                      "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
-                                                      "mlp.down_proj"};
-
+// (modules_to_save). The reference runs the merged weights W + s·B·A in float64, and
+// the score head's copy w.
 static void merged(double *P, double *w, const ct_model *m, const ct_lora *lo) {
-  for (long i = 0; i < m->n_floats; i++) P[i] = m->params[i];
+  ref_lora_merged(P, m, lo);
   for (int i = 0; i < m->cfg.hidden_size; i++) w[i] = lo->score[i];
-  char nm[96];
-  for (int l = 0; l < m->cfg.num_layers; l++)
-    for (int t = 0; t < CT_LORA_TARGETS; t++) {
-      const ct_lora_ab *ab = &lo->w[l][t];
-      int in, out, row0, r = lo->cfg.r;
-      ct_lora_dims(&m->cfg, t, &in, &out, &row0);
-      snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, lora_mod[t]);
-      double *Wt = P + ct_model_find_tensor(m, nm)->offset;
-      for (int o = 0; o < out; o++)
-        for (int i = 0; i < in; i++) {
-          double s = 0;
-          for (int j = 0; j < r; j++) s += (double)ab->B[(long)o * r + j] * ab->A[(long)j * in + i];
-          Wt[(long)o * in + i] += lo->scale * s;
-        }
-    }
 }
 
 static void test_lora_score_head_and_adapter_gradients_match_reference(void) {
-  ct_model_config cfg = {.model_type = "llama", .vocab_size = 17, .hidden_size = 12, .intermediate_size = 20,
-                         .num_layers = 2, .num_heads = 4, .num_kv_heads = 2, .head_dim = 4,
-                         .max_position_embeddings = 16, .rope_theta = 10000, .rms_norm_eps = 1e-6f,
-                         .tie_word_embeddings = true, .bos_token_id = -1, .eos_token_id = -1,
-                         .pad_token_id = -1, .num_labels = 1};
+  ct_model_config cfg = mini_config();
+  cfg.num_labels = 1;
   int C = cfg.hidden_size, N = B * T;
   ct_model m;
   CHECK_OK(ct_model_init(&m, &cfg, 16));
