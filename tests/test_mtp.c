@@ -596,17 +596,24 @@ static void kept_requests(ct_gen_request *reqs) {
   reqs[1].sp.repetition_penalty = 1.0f;
 }
 
-static void test_speculative_greedy_equals_plain_when_guesses_are_kept(void) {
+// What the speculative tests below start from: the byte tokenizer (returned), the
+// kept-guesses model, its depths saved under dir (a mkdtemp template) and the five requests.
+static ct_tokenizer *kept_setup(ct_model *m, char *dir, ct_gen_request *reqs) {
   ct_tokenizer *tok;
   CHECK_OK(ct_tokenizer_bytes(&tok));
+  kept_model(m, tok);
+  save_depths(m, dir);
+  kept_requests(reqs);
+  return tok;
+}
+
+static void test_speculative_greedy_equals_plain_when_guesses_are_kept(void) {
   ct_model m;
-  kept_model(&m, tok);
+  char dir[] = "/tmp/ctune-spec-XXXXXX";
+  ct_gen_request reqs[5];
+  ct_tokenizer *tok = kept_setup(&m, dir, reqs);
   ct_model_config c = m.cfg;
   int C = c.hidden_size;
-  char dir[] = "/tmp/ctune-spec-XXXXXX";
-  save_depths(&m, dir);
-  ct_gen_request reqs[5];
-  kept_requests(reqs);
   ct_spec_stats st = spec_matches_plain(&m, dir, tok, reqs, 5, 96, 64, NULL);
   CHECK(st.rejected == 0 && st.accepted > 100);
   // some guesses wrong: the hidden-state half weighs in
@@ -636,14 +643,10 @@ static void test_speculative_greedy_equals_plain_when_guesses_are_kept(void) {
 // decoding ends them; and with int8 or bf16 weights the depths run in that format, the
 // output still the plain decoding's in the same format, most guesses still kept.
 static void test_speculative_stop_strings_and_quantized_depths(void) {
-  ct_tokenizer *tok;
-  CHECK_OK(ct_tokenizer_bytes(&tok));
   ct_model m;
-  kept_model(&m, tok);
   char dir[] = "/tmp/ctune-spec-XXXXXX";
-  save_depths(&m, dir);
   ct_gen_request reqs[5];
-  kept_requests(reqs);
+  ct_tokenizer *tok = kept_setup(&m, dir, reqs);
   results_t *res = malloc(sizeof *res);
   spec_matches_plain(&m, dir, tok, reqs, 5, 96, 64, res);
   char stop[3] = {res->text[3][7], res->text[3][8], 0};  // two bytes sample 3 reaches at 7
@@ -676,14 +679,10 @@ static void test_speculative_stop_strings_and_quantized_depths(void) {
 // The drafting rule: depths whose guesses are kept draft every round; wrong ones stop
 // drafting once 32 guesses were checked, except every 16th round (the output unchanged).
 static void test_speculative_drafts_only_depths_that_pay(void) {
-  ct_tokenizer *tok;
-  CHECK_OK(ct_tokenizer_bytes(&tok));
   ct_model m;
-  kept_model(&m, tok);
   char dir[] = "/tmp/ctune-spec-XXXXXX";
-  save_depths(&m, dir);
   ct_gen_request reqs[5];
-  kept_requests(reqs);
+  ct_tokenizer *tok = kept_setup(&m, dir, reqs);
   ct_spec_stats st = spec_matches_plain(&m, dir, tok, reqs, 5, 96, 64, NULL);
   CHECK(st.drafted == 3 * st.rounds && st.rejected == 0);  // all three depths, every round
   remove_depths(dir);
