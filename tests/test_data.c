@@ -12,6 +12,7 @@
 #include "error.h"
 #include "scratch.h"
 #include "test.h"
+#include "tools_template.h"
 
 static ct_tokenizer *tok;
 
@@ -118,17 +119,10 @@ static void test_messages_render_chatml_and_train_on_every_token(void) {
   ct_dataset_free(&ds);
 }
 
-// A template that shows what reaches it: the first tool's name and a kwarg.
-static const char TOOLS_TEMPLATE[] =
-    "{% if tools %}[{{ tools[0].name }}]{% endif %}{% if flag %}<flag>{% endif %}"
-    "{% for m in messages %}{{ m.content }};{% endfor %}";
-
 // A row's tools and chat_template_kwargs reach the template (TRL passes both to
 // apply_chat_template); without them the template sees neither.
 static void test_rows_pass_tools_and_template_kwargs_to_the_template(void) {
-  ct_tokenizer *t;
-  CHECK_OK(ct_tokenizer_bytes(&t));
-  CHECK_OK(ct_tokenizer_set_chat_template(t, TOOLS_TEMPLATE, strlen(TOOLS_TEMPLATE), "test"));
+  ct_tokenizer *t = tools_tokenizer();
   ct_dataset ds;
   ct_data_opts o = opts();
   CHECK_OK(ct_dataset_load(&ds, write_file("tools.jsonl",

@@ -12,6 +12,7 @@
 #include "prompts.h"
 #include "scratch.h"
 #include "test.h"
+#include "tools_template.h"
 
 static ct_tokenizer *tok;
 static int EOS, PAD, IM_START, IM_END;
@@ -544,17 +545,10 @@ static void test_bos_tokenizer_prepends_one_bos_to_the_prompt_only(void) {
   ct_tokenizer_free(bt);
 }
 
-// A template that shows what reaches it: the first tool's name and a kwarg.
-static const char TOOLS_TEMPLATE[] =
-    "{% if tools %}[{{ tools[0].name }}]{% endif %}{% if flag %}<flag>{% endif %}"
-    "{% for m in messages %}{{ m.content }};{% endfor %}";
-
 // Preference pairs and prompts (GRPO, the sampler) pass a row's tools and
 // chat_template_kwargs to the template too.
 static void test_pairs_and_prompts_pass_tools_and_template_kwargs(void) {
-  ct_tokenizer *t;
-  CHECK_OK(ct_tokenizer_bytes(&t));
-  CHECK_OK(ct_tokenizer_set_chat_template(t, TOOLS_TEMPLATE, strlen(TOOLS_TEMPLATE), "test"));
+  ct_tokenizer *t = tools_tokenizer();
   const char *row = "{\"prompt\": [{\"role\": \"user\", \"content\": \"hi\"}], "
                     "\"chosen\": [{\"role\": \"assistant\", \"content\": \"a\"}], "
                     "\"rejected\": [{\"role\": \"assistant\", \"content\": \"b\"}], "
