@@ -23,3 +23,7 @@ static inline double unif(double lo, double hi) { return lo + (hi - lo) * ct_rng
 static inline void fill(float *x, long n, double lo, double hi) {
   for (long i = 0; i < n; i++) x[i] = (float)unif(lo, hi);
 }
+// x[i] = normal(0, 1) from r, in order.
+static inline void fill_normal(float *x, long n, ct_rng *r) {
+  for (long i = 0; i < n; i++) x[i] = (float)ct_rng_normal(r);
+}

@@ -24,6 +24,7 @@
 #include "bf16.h"
 #include "dnnl.h"
 #include "error.h"
+#include "fill.h"
 #include "forward.h"
 #include "head.h"
 #include "lora.h"
@@ -34,10 +35,6 @@
 #include "test.h"
 #include "tiny_model.h"
 
-static void fill(float *x, long n, ct_rng *r) {
-  for (long i = 0; i < n; i++) x[i] = (float)ct_rng_normal(r);
-}
-
 // One product checked element by element against double sums of the rounded (exact
 // bound K·2^-24) and unrounded (bound + 2·2^-8) inputs.
 static void check_gemm(char ta, char tb, int M, int N, int K, float beta) {
@@ -46,7 +43,7 @@ static void check_gemm(char ta, char tb, int M, int N, int K, float beta) {
   long na = (long)M * K, nb = (long)K * N, nc = (long)M * N;
   float *a = malloc(4 * na), *b = malloc(4 * nb), *c = malloc(4 * nc), *c0 = malloc(4 * nc);
   uint16_t *a16 = malloc(2 * na), *b16 = malloc(2 * nb);
-  fill(a, na, &r), fill(b, nb, &r), fill(c0, nc, &r);
+  fill_normal(a, na, &r), fill_normal(b, nb, &r), fill_normal(c0, nc, &r);
   ct_bf16_narrow(a16, a, na);
   ct_bf16_narrow(b16, b, nb);
   memcpy(c, c0, 4 * nc);
@@ -90,6 +87,15 @@ static void test_a_shape_seen_before_creates_no_primitive(void) {
 }
 
 // Mean loss and gradients (into grads) of a fixed batch of 2 x 12 tokens.
+// B rows of T random ids below V from seed, each one document at positions 0..T-1, into a;
+// target (B·T) the next id, none after a row's last token.
+static void random_rows(ct_acts *a, int *target, int B, int T, int V, uint64_t seed) {
+  ct_rng r;
+  ct_rng_seed(&r, seed);
+  for (int n = 0; n < B * T; n++) a->ids[n] = (int)ct_rng_below(&r, (uint64_t)V), a->pos[n] = n % T, a->seg[n] = 0;
+  for (int n = 0; n < B * T; n++) target[n] = (n + 1) % T ? a->ids[n + 1] : -1;
+}
+
 static double loss_and_grads(const ct_model *m, float *grads) {
   const ct_model_config *c = &m->cfg;
   enum { B = 2, T = 12, N = B * T };
@@ -99,11 +105,8 @@ static double loss_and_grads(const ct_model *m, float *grads) {
   if (ct_acts_init(&a, m, B, T, CT_ACTS_KEEP) || ct_head_init(&h, N, N, c->vocab_size, c->hidden_size, 1) ||
       ct_weights_bind(&g, m, grads))
     exit(1);
-  ct_rng r;
-  ct_rng_seed(&r, 9);
   int target[N];
-  for (int n = 0; n < N; n++) a.ids[n] = (int)ct_rng_below(&r, (uint64_t)c->vocab_size), a.pos[n] = n % T, a.seg[n] = 0;
-  for (int n = 0; n < N; n++) target[n] = (n + 1) % T ? a.ids[n + 1] : -1;
+  random_rows(&a, target, B, T, c->vocab_size, 9);
   ct_forward(m, &a, B, T);
   int rows = ct_head_gather(&h, a.lnf, target, N);
   ct_head_forward_bf16(&h, m->w.lm_head, ct_model_w16(m, m->w.lm_head));  // fp32 without bf16 compute
@@ -238,8 +241,8 @@ static void test_bf16_head_within_rounding_of_fp32_for_every_chunking(void) {
   float *hid = malloc(sizeof(float) * HN * HC), *W = malloc(sizeof(float) * HV * HC);
   uint16_t *h16 = malloc(2 * HN * HC), *W16 = malloc(2 * HV * HC);
   int target[HN];
-  fill(hid, HN * HC, &r);
-  fill(W, HV * HC, &r);
+  fill_normal(hid, HN * HC, &r);
+  fill_normal(W, HV * HC, &r);
   for (long i = 0; i < HV * HC; i++) W[i] *= 0.3f;
   for (int t = 0; t < HN; t++) target[t] = t % 5 == 4 ? -1 : (int)ct_rng_below(&r, HV);
   ct_bf16_narrow(W16, W, HV * HC);
@@ -317,7 +320,7 @@ static void test_adamw_writes_the_bf16_copy_of_exactly_the_updated_weights(void)
   float *g = malloc(4 * n), *g2 = malloc(4 * n), *m1 = calloc(n, 4), *v1 = calloc(n, 4), *m1b = calloc(n, 4), *v1b = calloc(n, 4);
   ct_rng r;
   ct_rng_seed(&r, 3);
-  fill(g, n, &r);
+  fill_normal(g, n, &r);
   memcpy(g2, g, 4 * n);
   ct_adamw h = {0.9, 0.999, 1e-8, 0.1};
   ct_adamw_step(&ct_model_tensors(&m), m.params, m.compute16, g, m1, v1, 1, 1e-2, 1.0f, &h);
@@ -352,11 +355,8 @@ static double lora_loss(const ct_model *m, ct_lora *lo, bool *bf16_used) {
   if (!g.layers || ct_acts_init(&a, m, LB, LT, CT_ACTS_KEEP) || ct_acts_attach_lora(&a, lo) ||
       ct_head_init(&h, LN, LN, c->vocab_size, c->hidden_size, 2))
     exit(1);
-  ct_rng r;
-  ct_rng_seed(&r, 13);
   int target[LN];
-  for (int n = 0; n < LN; n++) a.ids[n] = (int)ct_rng_below(&r, (uint64_t)c->vocab_size), a.pos[n] = n % LT, a.seg[n] = 0;
-  for (int n = 0; n < LN; n++) target[n] = (n + 1) % LT ? a.ids[n + 1] : -1;
+  random_rows(&a, target, LB, LT, c->vocab_size, 13);
   ct_forward(m, &a, LB, LT);
   const uint16_t *W16 = ct_model_w16(m, m->w.lm_head);
   *bf16_used = W16 != NULL;

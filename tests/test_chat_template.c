@@ -9,24 +9,9 @@
 
 #include "chat_template.h"
 #include "error.h"
+#include "scratch.h"
 #include "test.h"
 #include "tokenizer.h"
-
-static char tmpdir[] = "/tmp/ct_test_chat_template_XXXXXX";
-
-static const char *path_of(const char *name) {
-  static char p[2][512];
-  static int k;
-  k ^= 1;
-  snprintf(p[k], sizeof p[k], "%s/%s", tmpdir, name);
-  return p[k];
-}
-
-static void write_file(const char *name, const char *text) {
-  FILE *f = fopen(path_of(name), "w");
-  fputs(text, f);
-  fclose(f);
-}
 
 // The text t renders for one user message "hi".
 static char *render(const ct_tokenizer *t) {
@@ -57,35 +42,35 @@ static void check_fails(const char *path, const char *want) {
 
 static void test_reads_a_file_or_a_tokenizer_directory(void) {
   write_file("t.jinja", "A{{ messages[0].content }}");
-  check_reads(path_of("t.jinja"), "A{{ messages[0].content }}");
+  check_reads(scratch_path("t.jinja"), "A{{ messages[0].content }}");
   // a directory: tokenizer_config.json's string, or the "default" of a list
-  mkdir(path_of("d1"), 0700);
+  mkdir(scratch_path("d1"), 0700);
   write_file("d1/tokenizer_config.json", "{\"chat_template\": \"B{{ 1 }}\"}");
-  check_reads(path_of("d1"), "B{{ 1 }}");
-  mkdir(path_of("d2"), 0700);
+  check_reads(scratch_path("d1"), "B{{ 1 }}");
+  mkdir(scratch_path("d2"), 0700);
   write_file("d2/tokenizer_config.json",
              "{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T\"}, "
              "{\"name\": \"default\", \"template\": \"D\"}]}");
-  check_reads(path_of("d2"), "D");
+  check_reads(scratch_path("d2"), "D");
   // chat_template.jinja wins over the config's
   write_file("d2/chat_template.jinja", "J");
-  check_reads(path_of("d2"), "J");
+  check_reads(scratch_path("d2"), "J");
 }
 
 static void test_paths_without_a_template_fail_naming_the_path(void) {
-  check_fails(path_of("none.jinja"), "none.jinja does not exist");
+  check_fails(scratch_path("none.jinja"), "none.jinja does not exist");
   write_file("empty.jinja", "");
-  check_fails(path_of("empty.jinja"), "empty.jinja is empty");
-  mkdir(path_of("d3"), 0700);
-  check_fails(path_of("d3"), "neither chat_template.jinja nor tokenizer_config.json");
+  check_fails(scratch_path("empty.jinja"), "empty.jinja is empty");
+  mkdir(scratch_path("d3"), 0700);
+  check_fails(scratch_path("d3"), "neither chat_template.jinja nor tokenizer_config.json");
   write_file("d3/tokenizer_config.json", "{\"eos_token\": \"x\"}");
-  check_fails(path_of("d3"), "has no chat_template");
+  check_fails(scratch_path("d3"), "has no chat_template");
   write_file("d3/tokenizer_config.json", "{\"chat_template\": 5}");
-  check_fails(path_of("d3"), "chat_template: expected a string");
+  check_fails(scratch_path("d3"), "chat_template: expected a string");
   write_file("d3/tokenizer_config.json", "{\"chat_template\": [{\"name\": 1}]}");
-  check_fails(path_of("d3"), "chat_template[0]");
+  check_fails(scratch_path("d3"), "chat_template[0]");
   write_file("d3/tokenizer_config.json", "{\"chat_template\": ");
-  check_fails(path_of("d3"), "tokenizer_config.json:1:");
+  check_fails(scratch_path("d3"), "tokenizer_config.json:1:");
 }
 
 // ct_tokenizer_load_chat_template replaces the template; a tokenizer directory saved with a
@@ -94,34 +79,32 @@ static void test_apply_and_a_directorys_chat_template_jinja(void) {
   ct_tokenizer *t;
   CHECK_OK(ct_tokenizer_bytes(&t));
   write_file("x.jinja", "X{{ messages[0].content }}");
-  CHECK_OK(ct_tokenizer_load_chat_template(t, path_of("x.jinja")));
+  CHECK_OK(ct_tokenizer_load_chat_template(t, scratch_path("x.jinja")));
   char *s = render(t);
   CHECK(s && !strcmp(s, "Xhi"));
   free(s);
   write_file("bad.jinja", "{% if %}");
-  CHECK(ct_tokenizer_load_chat_template(t, path_of("bad.jinja")) == CT_EFORMAT);
+  CHECK(ct_tokenizer_load_chat_template(t, scratch_path("bad.jinja")) == CT_EFORMAT);
   CHECK(strstr(ct_last_error(), "bad.jinja") != NULL);
-  mkdir(path_of("tok"), 0700);
-  CHECK_OK(ct_tokenizer_save(t, path_of("tok")));
+  mkdir(scratch_path("tok"), 0700);
+  CHECK_OK(ct_tokenizer_save(t, scratch_path("tok")));
   ct_tokenizer_free(t);
   write_file("tok/chat_template.jinja", "Y{{ messages[0].content }}");
-  CHECK_OK(ct_tokenizer_load(&t, path_of("tok")));
+  CHECK_OK(ct_tokenizer_load(&t, scratch_path("tok")));
   s = render(t);
   CHECK(s && !strcmp(s, "Yhi"));
   free(s);
   ct_tokenizer_free(t);
   write_file("tok/chat_template.jinja", "{% for %}");
-  CHECK(ct_tokenizer_load(&t, path_of("tok")) == CT_EFORMAT);
+  CHECK(ct_tokenizer_load(&t, scratch_path("tok")) == CT_EFORMAT);
   CHECK(strstr(ct_last_error(), "chat_template.jinja") != NULL);
 }
 
 int main(void) {
-  if (!mkdtemp(tmpdir)) return 1;
+  if (scratch_make("/tmp/ct_test_chat_template_XXXXXX")) return 1;
   RUN(test_reads_a_file_or_a_tokenizer_directory);
   RUN(test_paths_without_a_template_fail_naming_the_path);
   RUN(test_apply_and_a_directorys_chat_template_jinja);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-  if (system(cmd)) return 1;
+  if (scratch_remove()) return 1;
   return test_summary();
 }

@@ -5,7 +5,6 @@
 #include "ckpt.h"
 
 #include <dirent.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -21,13 +20,14 @@
 #include "model.h"
 #include "rng.h"
 #include "safetensors.h"
+#include "scratch.h"
 #include "test.h"
+#include "tiny_model.h"
 
 // ------------------------------------------------------------------------- helpers
 
-static char tmp_root[] = "/tmp/ct-test-ckpt-XXXXXX";
 
-// tmp_root + "/" + printf(fmt, ...). Each call returns a string of its own, valid until
+// scratch_dir + "/" + printf(fmt, ...). Each call returns a string of its own, valid until
 // main frees them all, so that tests can keep and combine paths freely.
 static char *tpaths[1024];
 static int n_tpaths;
@@ -39,7 +39,7 @@ static const char *tpath(const char *fmt, ...) {
     exit(1);
   }
   char *b = tpaths[n_tpaths++] = malloc(1024);
-  int n = snprintf(b, 1024, "%s/", tmp_root);
+  int n = snprintf(b, 1024, "%s/", scratch_dir);
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(b + n, 1024 - (size_t)n, fmt, ap);
@@ -107,11 +107,6 @@ static void make_ckpt_dir(const char *out, const char *name, bool complete) {
   put(p, "{}");
 }
 
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  return remove(p);
-}
-
 // `expr` fails with `code` and ct_last_error() contains every one of the strings. The
 // message is cleared first so that a stale one cannot satisfy the check.
 #define CHECK_FAILS(expr, code, ...)                                                      \
@@ -134,13 +129,11 @@ static void check_fails_(int rc, int code, int line, const char *what, const cha
 
 // ------------------------------------------------------------------------- configs
 
+// mini_config as `type`, untied, with 64 positions.
 static ct_model_config tiny(const char *type) {
-  ct_model_config c = {.vocab_size = 17, .hidden_size = 12, .intermediate_size = 20,
-                       .num_layers = 2, .num_heads = 4, .num_kv_heads = 2, .head_dim = 4,
-                       .max_position_embeddings = 64, .rope_theta = 10000,
-                       .rms_norm_eps = 1e-6f, .bos_token_id = -1, .eos_token_id = -1,
-                       .pad_token_id = -1};
+  ct_model_config c = mini_config();
   snprintf(c.model_type, sizeof c.model_type, "%s", type);
+  c.max_position_embeddings = 64, c.tie_word_embeddings = false;
   return c;
 }
 
@@ -953,10 +946,7 @@ static void test_file_checksum_chains_blocks_and_sees_one_flipped_bit(void) {
 }
 
 int main(void) {
-  if (!mkdtemp(tmp_root)) {
-    perror("mkdtemp");
-    return 1;
-  }
+  if (scratch_make("/tmp/ct-test-ckpt-XXXXXX")) return 1;
   RUN(test_xxh64_matches_the_published_vectors);
   RUN(test_file_checksum_chains_blocks_and_sees_one_flipped_bit);
   RUN(test_hf_config_write_then_read_round_trips_every_field);
@@ -992,7 +982,7 @@ int main(void) {
   RUN(test_path_join_fails_instead_of_truncating);
   RUN(test_mkdirs_creates_nested_dirs_and_accepts_existing_ones);
   RUN(test_mkdirs_fails_when_the_path_is_a_file);
-  nftw(tmp_root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+  scratch_remove();
   for (int i = 0; i < n_tpaths; i++) free(tpaths[i]);
   return test_summary();
 }

@@ -9,13 +9,13 @@
 #include "config.h"
 #include "optim.h"
 #include "error.h"
+#include "scratch.h"
 #include "test.h"
 
 // ---------------------------------------------------------------------------------
 // Scratch files under one mkdtemp directory, removed at the end
 // ---------------------------------------------------------------------------------
 
-static char tmp_dir[64];
 static char *made[256];  // files and directories created, in order
 static int n_made;
 static const char *base_yml_path = "configs/base.yml";
@@ -26,7 +26,7 @@ static const char *tpath(const char *rel) {
   static char bufs[8][512];
   static int next;
   char *b = bufs[next++ % 8];
-  snprintf(b, sizeof bufs[0], "%s/%s", tmp_dir, rel);
+  snprintf(b, sizeof bufs[0], "%s/%s", scratch_dir, rel);
   return b;
 }
 
@@ -34,11 +34,11 @@ static void remember(const char *path) {
   if (n_made < 256) made[n_made++] = strdup(path);
 }
 
-// Writes `text` to tmp_dir/rel, creating directories on the way; returns the path.
+// Writes `text` to scratch_dir/rel, creating directories on the way; returns the path.
 static const char *put(const char *rel, const char *text) {
   char dir[512];
   snprintf(dir, sizeof dir, "%s", tpath(rel));
-  for (char *p = dir + strlen(tmp_dir) + 1; (p = strchr(p, '/')); p++) {
+  for (char *p = dir + strlen(scratch_dir) + 1; (p = strchr(p, '/')); p++) {
     *p = 0;
     if (mkdir(dir, 0700) == 0) remember(dir);
     *p = '/';
@@ -62,7 +62,7 @@ static void remove_scratch(void) {
     if (remove(made[i]) != 0) fprintf(stderr, "cannot remove %s\n", made[i]);
     free(made[i]);
   }
-  if (rmdir(tmp_dir) != 0) fprintf(stderr, "cannot remove %s\n", tmp_dir);
+  if (rmdir(scratch_dir) != 0) fprintf(stderr, "cannot remove %s\n", scratch_dir);
 }
 
 // ---------------------------------------------------------------------------------
@@ -570,7 +570,7 @@ static void test_missing_or_unreadable_file_is_rejected(void) {
     ct_config_free(&c);
   }
   CHECK_OK(ct_config_init(&c, CT_TRAINER_SFT));
-  CHECK_ERR(ct_config_load_file(&c, tmp_dir), tmp_dir, "is a directory");
+  CHECK_ERR(ct_config_load_file(&c, scratch_dir), scratch_dir, "is a directory");
   ct_config_free(&c);
 }
 
@@ -1035,11 +1035,7 @@ int main(int argc, char **argv) {
     base_yml_path = argv[1];
     if (argc > 2) sft_yml_path = argv[2];
   }
-  snprintf(tmp_dir, sizeof tmp_dir, "/tmp/ctune-test-config-XXXXXX");
-  if (!mkdtemp(tmp_dir)) {
-    perror("mkdtemp");
-    return 1;
-  }
+  if (scratch_make("/tmp/ctune-test-config-XXXXXX")) return 1;
   RUN(test_defaults_come_from_the_table_then_the_trainer);
   RUN(test_yml_overrides_defaults);
   RUN(test_cli_overrides_yml);

@@ -10,24 +10,16 @@
 #include "chat_template.h"
 #include "data.h"
 #include "error.h"
+#include "scratch.h"
 #include "test.h"
+#include "tools_template.h"
 
-static char dir[256];
 static ct_tokenizer *tok;
-
-static const char *write_file(const char *name, const char *text) {
-  static char path[512];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *f = fopen(path, "w");
-  fputs(text, f);
-  fclose(f);
-  return path;
-}
 
 // name, gzip-compressed (n bytes of text: it may hold NUL bytes).
 static const char *write_gz(const char *name, const char *text, size_t n) {
   static char path[512];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
+  snprintf(path, sizeof path, "%s/%s", scratch_dir, name);
   gzFile f = gzopen(path, "wb");
   gzwrite(f, text, (unsigned)n);
   gzclose(f);
@@ -127,17 +119,10 @@ static void test_messages_render_chatml_and_train_on_every_token(void) {
   ct_dataset_free(&ds);
 }
 
-// A template that shows what reaches it: the first tool's name and a kwarg.
-static const char TOOLS_TEMPLATE[] =
-    "{% if tools %}[{{ tools[0].name }}]{% endif %}{% if flag %}<flag>{% endif %}"
-    "{% for m in messages %}{{ m.content }};{% endfor %}";
-
 // A row's tools and chat_template_kwargs reach the template (TRL passes both to
 // apply_chat_template); without them the template sees neither.
 static void test_rows_pass_tools_and_template_kwargs_to_the_template(void) {
-  ct_tokenizer *t;
-  CHECK_OK(ct_tokenizer_bytes(&t));
-  CHECK_OK(ct_tokenizer_set_chat_template(t, TOOLS_TEMPLATE, strlen(TOOLS_TEMPLATE), "test"));
+  ct_tokenizer *t = tools_tokenizer();
   ct_dataset ds;
   ct_data_opts o = opts();
   CHECK_OK(ct_dataset_load(&ds, write_file("tools.jsonl",
@@ -255,7 +240,7 @@ static void test_missing_file_and_empty_file_fail_clearly(void) {
   CHECK(strstr(ct_last_error(), "no usable rows") != NULL);
   // a NUL byte inside a line is an error, not a silently shortened row
   char path[512];
-  snprintf(path, sizeof path, "%s/nul.jsonl", dir);
+  snprintf(path, sizeof path, "%s/nul.jsonl", scratch_dir);
   FILE *f = fopen(path, "w");
   fwrite("{\"text\": \"a\0b\"}\n", 1, 16, f);
   fclose(f);
@@ -396,7 +381,7 @@ static void test_alpaca_rows_map_to_a_conversational_prompt_and_completion(void)
 // a template that folds the system message into the first user turn passes.
 static void test_messages_the_template_drops_are_errors(void) {
   char path[512];
-  snprintf(path, sizeof path, "%s/ua.jinja", dir);
+  snprintf(path, sizeof path, "%s/ua.jinja", scratch_dir);
   FILE *f = fopen(path, "w");
   fputs("{% for m in messages %}{% if m.role == 'user' %}U: {{ m.content | trim }}\n{% elif m.role == 'assistant' %}"
         "A: {{ m.content }}\n{% endif %}{% endfor %}{% if add_generation_prompt %}A:{% endif %}", f);
@@ -450,16 +435,16 @@ static void test_parquet_arrow_and_datasets_dirs_fail_with_the_conversion(void) 
           strstr(e, ".jsonl')") && !strchr(e, '\n'));
   }
   char hf[512], info[600];
-  snprintf(hf, sizeof hf, "%s/hfds", dir);
+  snprintf(hf, sizeof hf, "%s/hfds", scratch_dir);
   CHECK(mkdir(hf, 0700) == 0);
-  snprintf(info, sizeof info, "%s/hfds/state.json", dir);
+  snprintf(info, sizeof info, "%s/hfds/state.json", scratch_dir);
   FILE *f = fopen(info, "w");
   fputs("{}", f);
   fclose(f);
   CHECK(ct_dataset_load(&ds, hf, tok, &o) == CT_EFORMAT);
   CHECK(strstr(ct_last_error(), "Hugging Face datasets directory") &&
         strstr(ct_last_error(), "load_from_disk('") && strstr(ct_last_error(), "hfds.jsonl')"));
-  CHECK(ct_dataset_load(&ds, dir, tok, &o) == CT_EIO);
+  CHECK(ct_dataset_load(&ds, scratch_dir, tok, &o) == CT_EIO);
   CHECK(strstr(ct_last_error(), "is a directory") != NULL);
 }
 
@@ -532,8 +517,7 @@ static void test_batch_of_packed_bin_resets_positions_and_masks_document_starts(
 }
 
 int main(void) {
-  snprintf(dir, sizeof dir, "/tmp/ct_test_data_XXXXXX");
-  if (!mkdtemp(dir) || ct_tokenizer_bytes(&tok)) return 1;
+  if (scratch_make("/tmp/ct_test_data_XXXXXX") || ct_tokenizer_bytes(&tok)) return 1;
   RUN(test_text_row_gets_eos_and_labels_all_but_first);
   RUN(test_prompt_completion_labels_only_completion_and_eos);
   RUN(test_pretokenized_rows_use_completion_mask_and_add_no_eos);
@@ -554,8 +538,6 @@ int main(void) {
   RUN(test_packing_places_every_row_once_within_max_length);
   RUN(test_batch_of_packed_bin_resets_positions_and_masks_document_starts);
   ct_tokenizer_free(tok);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  if (system(cmd)) return 1;
+  if (scratch_remove()) return 1;
   return test_summary();
 }

@@ -236,6 +236,17 @@ static int greedy_agreement(const ct_infer_weights *wa, const ct_infer_weights *
   return agree;
 }
 
+// w against fp32's wf over 30 greedy steps (printed as `what`): at least tenths/10 of the
+// tokens agree, and every logit is within 5% of the largest of them.
+static void check_tracks_fp32(const ct_infer_weights *wf, const ct_infer_weights *w, const char *what, int tenths) {
+  double worst, scale;
+  int steps = 30, agree = greedy_agreement(wf, w, steps, &worst, &scale);
+  fprintf(stderr, "  %s vs fp32: greedy tokens agree %d/%d, max |logit diff| %.3g (max |logit| %.3g)\n",
+          what, agree, steps, worst, scale);
+  CHECK(agree >= steps * tenths / 10);
+  CHECK(worst < 0.05 * scale);
+}
+
 // bf16 panels: greedy continuations agree with fp32, logits within bf16 rounding.
 static void test_bf16_tracks_fp32(void) {
   ct_model m;
@@ -244,12 +255,7 @@ static void test_bf16_tracks_fp32(void) {
   CHECK_OK(ct_infer_from_model(&wf, &m));
   CHECK_OK(ct_infer_from_model(&wb, &m));
   CHECK_OK(ct_infer_pack(&wb, CT_PACK_BF16));
-  double worst, scale;
-  int steps = 30, agree = greedy_agreement(&wf, &wb, steps, &worst, &scale);
-  fprintf(stderr, "  bf16 vs fp32: greedy tokens agree %d/%d, max |logit diff| %.3g (max |logit| %.3g)\n",
-          agree, steps, worst, scale);
-  CHECK(agree >= steps * 9 / 10);
-  CHECK(worst < 0.05 * scale);
+  check_tracks_fp32(&wf, &wb, "bf16", 9);
   ct_infer_free(&wf);
   ct_infer_free(&wb);
   ct_model_free(&m);
@@ -293,12 +299,7 @@ static void test_int8_tracks_fp32_and_round_trips_byte_exact(void) {
   ct_infer_weights wf, wq, wl;
   CHECK_OK(ct_infer_from_model(&wf, &m));
   CHECK_OK(ct_infer_quantize(&wq, &m));
-  double worst, scale;
-  int steps = 30, agree = greedy_agreement(&wf, &wq, steps, &worst, &scale);
-  fprintf(stderr, "  int8 vs fp32: greedy tokens agree %d/%d, max |logit diff| %.3g (max |logit| %.3g)\n",
-          agree, steps, worst, scale);
-  CHECK(agree >= steps * 8 / 10);
-  CHECK(worst < 0.05 * scale);
+  check_tracks_fp32(&wf, &wq, "int8", 8);
   ct_engine_opts o = {.slots = 1, .max_len = 40, .max_tokens = 8};
   ct_engine *eq;
   CHECK_OK(ct_engine_init(&eq, &wq, &o));

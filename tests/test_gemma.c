@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "batch.h"
 #include "engine.h"
 #include "error.h"
 #include "forward.h"
@@ -21,6 +22,7 @@
 #include "model.h"
 #include "pool.h"
 #include "rng.h"
+#include "scratch.h"
 #include "test.h"
 #include "ref_model.h"
 #include "tiny_model.h"
@@ -29,64 +31,17 @@
 // ---------------------------------------------------------------------------
 // The float32 model under test
 
-typedef struct {
-  int B, T;
-  int ids[64], pos[64], seg[64], target[64];
-} batch_t;
-
-// Row 0: one document of T tokens, the last two padding; row 1: two packed documents
-// (4 + T - 4 tokens, positions restart). T > the window, so it is crossed in both.
-static batch_t make_batch(int V, int T) {
-  batch_t b = {.B = 2, .T = T};
-  ct_rng r;
-  ct_rng_seed(&r, 7);
-  for (int n = 0; n < 2 * T; n++) b.ids[n] = (int)ct_rng_below(&r, V);
-  for (int t = 0; t < T; t++) {
-    b.pos[t] = t;
-    b.seg[t] = 0;
-    b.target[t] = t < T - 3 ? b.ids[t + 1] : -1;
-    b.pos[T + t] = t < 4 ? t : t - 4;
-    b.seg[T + t] = t < 4 ? 0 : 4;
-    b.target[T + t] = (t == 3 || t == T - 1) ? -1 : b.ids[T + t + 1];
-  }
-  return b;
-}
-
+// Mean cross-entropy (no z-loss, one vocabulary chunk) and its gradient.
 static double ours(const ct_model *m, const ct_weights *g, const batch_t *b, int mode, float *grads) {
-  const ct_model_config *c = &m->cfg;
-  int N = b->B * b->T;
-  ct_acts a;
-  ct_head h;
-  CHECK_OK(ct_acts_init(&a, m, b->B, b->T, mode));
-  CHECK_OK(ct_head_init(&h, N, N, c->vocab_size, c->hidden_size, 1));
-  memcpy(a.ids, b->ids, sizeof(int) * N);
-  memcpy(a.pos, b->pos, sizeof(int) * N);
-  memcpy(a.seg, b->seg, sizeof(int) * N);
-  ct_forward(m, &a, b->B, b->T);
-  int n = ct_head_gather(&h, a.lnf, b->target, N);
-  ct_head_forward(&h, m->w.lm_head);
-  double loss = 0;
-  for (int r = 0; r < n; r++) {
-    loss += -h.logp[r];
-    h.coef[r] = 1.0f / n;
-    h.zcoef[r] = 0;
-  }
-  memset(grads, 0, sizeof(float) * m->n_floats);
-  ct_head_backward(&h, m->w.lm_head, g->lm_head, a.dln, N);
-  ct_backward(m, g, &a, a.dln, b->B, b->T);
-  ct_head_free(&h);
-  ct_acts_free(&a);
-  return loss / n;
+  return batch_loss_grads(m, g, b, 0, 1, mode, grads, 0);
 }
 
 // 3 layers: sliding, full, sliding (pattern 2), window 3, T = 9.
 static ct_model_config tiny_gemma(void) {
-  ct_model_config c = {.model_type = "gemma3_text", .vocab_size = 17, .hidden_size = 12,
-                       .intermediate_size = 20, .num_layers = 3, .num_heads = 4, .num_kv_heads = 2,
-                       .head_dim = 6, .max_position_embeddings = 32, .rope_theta = 10000,
-                       .rms_norm_eps = 1e-6f, .tie_word_embeddings = true, .qk_norm = true,
-                       .bos_token_id = -1, .eos_token_id = -1, .pad_token_id = -1, .gemma = true,
-                       .query_pre_attn_scalar = 10, .sliding_window = 3, .rope_local_theta = 50};
+  ct_model_config c = mini_config();
+  snprintf(c.model_type, sizeof c.model_type, "gemma3_text");
+  c.num_layers = 3, c.head_dim = 6, c.max_position_embeddings = 32;
+  c.gemma = c.qk_norm = true, c.query_pre_attn_scalar = 10, c.sliding_window = 3, c.rope_local_theta = 50;
   for (int l = 0; l < c.num_layers; l++) c.sliding[l] = (l + 1) % 2 != 0;
   return c;
 }
@@ -95,16 +50,14 @@ static void check_gemma(ct_model_config cfg) {
   ct_model m;
   CHECK_OK(ct_model_init(&m, &cfg, 16));
   ct_model_init_random(&m, 3, 0.3f);
-  ct_rng r;
-  ct_rng_seed(&r, 11);
-  for (int i = 0; i < m.n_tensors; i++)  // Gemma norms: w around 0 (the norm applies 1 + w)
-    if (m.tensors[i].ndim == 1)
-      for (long k = 0; k < m.tensors[i].numel; k++) m.params[m.tensors[i].offset + k] = (float)(0.3 * ct_rng_normal(&r));
+  tiny_vectors(&m, 11, 0, 0.3);  // Gemma norms: w around 0 (the norm applies 1 + w)
   float *grads = aligned_alloc(64, sizeof(float) * m.n_floats), *grads_rc = aligned_alloc(64, sizeof(float) * m.n_floats);
   ct_weights g, g_rc;
   CHECK_OK(ct_weights_bind(&g, &m, grads));
   CHECK_OK(ct_weights_bind(&g_rc, &m, grads_rc));
-  batch_t b = make_batch(cfg.vocab_size, 9);
+  // row 0: one document of 9 tokens, the last two padding; row 1: two packed documents
+  // (4 + 5 tokens, positions restart); 9 > the window, so it is crossed in both
+  batch_t b = two_row_batch(cfg.vocab_size, 9, 4);
   double loss = ours(&m, &g, &b, CT_ACTS_KEEP, grads);
   double loss_rc = ours(&m, &g_rc, &b, CT_ACTS_RECOMPUTE, grads_rc);
   CHECK(loss_rc == loss);  // gradient checkpointing: the same bits
@@ -157,7 +110,7 @@ static void test_gemma_window_changes_the_loss(void) {
   float *grads = aligned_alloc(64, sizeof(float) * m.n_floats);
   ct_weights g;
   CHECK_OK(ct_weights_bind(&g, &m, grads));
-  batch_t b = make_batch(c.vocab_size, 9);
+  batch_t b = two_row_batch(c.vocab_size, 9, 4);
   double l3 = ours(&m, &g, &b, CT_ACTS_KEEP, grads);
   m.cfg.sliding_window = 9;  // (the RoPE tables stay the local ones for the sliding layers)
   double l9 = ours(&m, &g, &b, CT_ACTS_KEEP, grads);
@@ -260,17 +213,6 @@ static void test_gemma_engine_ring_decode_matches_training_forward(void) {
 // ---------------------------------------------------------------------------
 // config.json
 
-static char dir[64];
-
-static const char *write_file(const char *name, const char *text) {
-  static char path[128];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *f = fopen(path, "w");
-  fputs(text, f);
-  fclose(f);
-  return path;
-}
-
 // gemma-3-270m's config.json (transformers 4.55), with its layer_types
 static const char *cfg_270m =
     "{\"architectures\": [\"Gemma3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0,"
@@ -301,8 +243,8 @@ static void test_gemma_config_read_write_round_trip(void) {
   c.attn_softcap = 50;
   c.rope_type = 2;
   c.rope_factor = 8;
-  char path[128];
-  snprintf(path, sizeof path, "%s/out.json", dir);
+  char path[512];
+  snprintf(path, sizeof path, "%s/out.json", scratch_dir);
   CHECK_OK(ct_hf_config_write(&c, path, "float32", NULL));
   ct_model_config d;
   CHECK_OK(ct_hf_config_read(&d, path));
@@ -380,8 +322,7 @@ static void test_gemma_config_reads_rope_parameters_per_layer_type(void) {
 int main(int argc, char **argv) {
   ct_blas_init(argc, argv);
   ct_pool_init(2);
-  snprintf(dir, sizeof dir, "/tmp/test_gemma.XXXXXX");
-  if (!mkdtemp(dir)) return 1;
+  if (scratch_make("/tmp/test_gemma.XXXXXX")) return 1;
   RUN(test_gemma_sliding_window_both_rope_bases_matches_float64_reference);
   RUN(test_gemma_attn_softcap_untied_linear_rope_matches_float64_reference);
   RUN(test_gemma_window_changes_the_loss);
@@ -390,8 +331,6 @@ int main(int argc, char **argv) {
   RUN(test_gemma_config_sliding_window_pattern);
   RUN(test_gemma_config_refusals_name_the_key);
   RUN(test_gemma_config_reads_rope_parameters_per_layer_type);
-  char cmd[96];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  if (system(cmd)) return 1;
+  if (scratch_remove()) return 1;
   return test_summary();
 }

@@ -19,6 +19,7 @@
 #include "matmul.h"
 #include "pool.h"
 #include "quant.h"
+#include "ref_lora.h"
 #include "ref_model.h"
 #include "rng.h"
 #include "test.h"
@@ -84,30 +85,6 @@ static void frozen_grads(ct_weights *g, const ct_model *m) {
   g->layers = calloc(m->cfg.num_layers, sizeof *g->layers);
 }
 
-// The base's float64 parameters with every adapter merged: W += s·B·A.
-static void merged(double *P, const ct_model *m, const ct_lora *lo) {
-  for (long i = 0; i < m->n_floats; i++) P[i] = m->params[i];
-  static const char *const mod[CT_LORA_TARGETS] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                                                   "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
-                                                   "mlp.down_proj"};
-  char nm[96];
-  for (int l = 0; l < m->cfg.num_layers; l++)
-    for (int t = 0; t < CT_LORA_TARGETS; t++) {
-      const ct_lora_ab *ab = &lo->w[l][t];
-      if (!ab->A) continue;
-      int in, out, row0, r = lo->cfg.r;
-      ct_lora_dims(&m->cfg, t, &in, &out, &row0);
-      snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, mod[t]);
-      double *W = P + ct_model_find_tensor(m, nm)->offset;
-      for (int o = 0; o < out; o++)
-        for (int i = 0; i < in; i++) {
-          double s = 0;
-          for (int j = 0; j < r; j++) s += (double)ab->B[(long)o * r + j] * ab->A[(long)j * in + i];
-          W[(long)o * in + i] += lo->scale * s;
-        }
-    }
-}
-
 static void random_adapters(ct_lora *lo, const ct_model *m, uint64_t seed) {
   ct_lora_init_weights(lo, m, seed);
   ct_rng r;
@@ -132,7 +109,7 @@ static void check_gradients_against_reference(const char *type, int r) {
   batch_t b = make_batch(m.cfg.vocab_size);
   double loss = ours(&m, &lo, &g, &b, NULL);
   double *P = malloc(sizeof(double) * m.n_floats);
-  merged(P, &m, &lo);
+  ref_lora_merged(P, &m, &lo);
   ref_t ref = {&m, P};
   double want = ref_mean_loss(&ref, B, T, b.ids, b.pos, b.seg, b.target, 0);
   CHECK_NEAR(loss, want, 2e-5 * fabs(want));
@@ -146,10 +123,10 @@ static void check_gradients_against_reference(const char *type, int r) {
     if (!used) continue;
     float keep = lo.params[i], e = 1e-3f;
     lo.params[i] = keep + e;
-    merged(P, &m, &lo);
+    ref_lora_merged(P, &m, &lo);
     double lp = ref_mean_loss(&ref, B, T, b.ids, b.pos, b.seg, b.target, 0);
     lo.params[i] = keep - e;
-    merged(P, &m, &lo);
+    ref_lora_merged(P, &m, &lo);
     double lm = ref_mean_loss(&ref, B, T, b.ids, b.pos, b.seg, b.target, 0);
     lo.params[i] = keep;
     double fd = (lp - lm) / (2.0 * e), err = fabs(grads[i] - fd);

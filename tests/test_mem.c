@@ -16,14 +16,14 @@
 #include "lora.h"
 #include "mem.h"
 #include "model.h"
+#include "scratch.h"
 #include "test.h"
 
-static char root[] = "/tmp/ct_test_mem_XXXXXX";
 
-// root/rel holds text (directories made as needed).
+// scratch_dir/rel holds text (directories made as needed).
 static void put(const char *rel, const char *text) {
   char p[512];
-  snprintf(p, sizeof p, "%s/%s", root, rel);
+  snprintf(p, sizeof p, "%s/%s", scratch_dir, rel);
   char *slash = strrchr(p, '/');
   *slash = 0;
   CHECK_OK(ct_mkdirs(p));
@@ -35,7 +35,7 @@ static void put(const char *rel, const char *text) {
 
 static void test_no_cgroup_files_mean_no_limit(void) {
   size_t room, limit;
-  ct_mem_cgroup_room(root, &room, &limit);  // (nothing written yet)
+  ct_mem_cgroup_room(scratch_dir, &room, &limit);  // (nothing written yet)
   CHECK(room == SIZE_MAX && limit == SIZE_MAX);
 }
 
@@ -48,12 +48,12 @@ static void test_cgroup_v2_limit_less_usage_counting_file_cache_as_free(void) {
   put("sys/fs/cgroup/job/memory.current", "300000000\n");
   put("sys/fs/cgroup/job/memory.stat", "anon 250000000\nfile 50000000\ninactive_file 50000000\n");
   size_t room, limit;
-  ct_mem_cgroup_room(root, &room, &limit);
+  ct_mem_cgroup_room(scratch_dir, &room, &limit);
   CHECK(limit == 500000000);
   CHECK(room == 250000000);
   // a tighter limit deeper down wins
   put("sys/fs/cgroup/job/step/memory.max", "120000000\n");
-  ct_mem_cgroup_room(root, &room, &limit);
+  ct_mem_cgroup_room(scratch_dir, &room, &limit);
   CHECK(limit == 120000000 && room == 20000000);
 }
 
@@ -64,13 +64,13 @@ static void test_cgroup_v1_memory_controller_and_its_no_limit_number(void) {
   put("sys/fs/cgroup/memory/batch/memory.usage_in_bytes", "73741824\n");
   put("sys/fs/cgroup/memory/batch/memory.stat", "cache 0\ninactive_file 1\ntotal_inactive_file 0\n");
   size_t room, limit;
-  ct_mem_cgroup_room(root, &room, &limit);
+  ct_mem_cgroup_room(scratch_dir, &room, &limit);
   CHECK(limit == 1073741824 && room == 1000000000);
   // inside a cgroup namespace the named path may not exist: the hierarchy's root is read
   put("proc/self/cgroup", "4:memory:/elsewhere/7\n");
   put("sys/fs/cgroup/memory/memory.limit_in_bytes", "2000000000\n");
   put("sys/fs/cgroup/memory/memory.usage_in_bytes", "2100000000\n");  // over: no room
-  ct_mem_cgroup_room(root, &room, &limit);
+  ct_mem_cgroup_room(scratch_dir, &room, &limit);
   CHECK(limit == 2000000000 && room == 0);
 }
 
@@ -145,12 +145,12 @@ static void test_refused_allocations_name_their_size(void) {
 }
 
 int main(void) {
-  if (!mkdtemp(root)) return 1;
+  if (scratch_make("/tmp/ct_test_mem_XXXXXX")) return 1;
   RUN(test_no_cgroup_files_mean_no_limit);
   RUN(test_cgroup_v2_limit_less_usage_counting_file_cache_as_free);
   RUN(test_cgroup_v1_memory_controller_and_its_no_limit_number);
   RUN(test_address_space_reads);
   RUN(test_refused_allocations_name_their_size);
-  ct_remove_tree(root);
+  scratch_remove();
   return test_summary();
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "batch.h"
 #include "error.h"
 #include "forward.h"
 #include "head.h"
@@ -14,91 +15,27 @@
 #include "rng.h"
 #include "test.h"
 #include "ref_model.h"
+#include "tiny_model.h"
 
 // ---------------------------------------------------------------------------
 // The system under test: float32 forward, head, backward.
 
-typedef struct {
-  int B, T;
-  int ids[64], pos[64], seg[64], target[64];
-} batch_t;
-
-// Two rows of T=7: row 0 causal with two padding tokens at the end (no target),
-// row 1 two packed documents (positions restart, attention block-diagonal).
-static batch_t make_batch(int V) {
-  batch_t b = {.B = 2, .T = 7};
-  ct_rng r;
-  ct_rng_seed(&r, 7);
-  for (int n = 0; n < 14; n++) b.ids[n] = (int)ct_rng_below(&r, V);
-  for (int t = 0; t < 7; t++) {
-    b.pos[t] = t;
-    b.seg[t] = 0;
-    b.target[t] = t < 4 ? b.ids[t + 1] : -1;  // tokens 5, 6 are padding
-    b.pos[7 + t] = t < 3 ? t : t - 3;
-    b.seg[7 + t] = t < 3 ? 0 : 3;
-    b.target[7 + t] = (t == 2 || t == 6) ? -1 : b.ids[7 + t + 1 < 14 ? 7 + t + 1 : 13];
-  }
-  return b;
-}
-
-// Activations for B x T tokens plus `extra` rows and tokens of room (a batch smaller than
-// the capacity, as most are); with extra, a forward of a whole-capacity batch of other
-// tokens runs first, so stale values sit in every buffer.
-static double ours_in(const ct_model *m, const ct_weights *g, const batch_t *b, double z, int ntiles,
-                      int mode, float *grads, int extra) {
-  const ct_model_config *c = &m->cfg;
-  int N = b->B * b->T;
-  ct_acts a;
-  ct_head h;
-  if (ct_acts_init(&a, m, b->B + extra, b->T + extra, mode) ||
-      ct_head_init(&h, N, N, c->vocab_size, c->hidden_size, ntiles)) {
-    fprintf(stderr, "%s\n", ct_last_error());
-    exit(1);
-  }
-  if (extra) {
-    long cap = (long)a.B * a.T;
-    for (long n = 0; n < cap; n++) a.ids[n] = (int)(n * 7 % c->vocab_size), a.pos[n] = (int)(n % a.T), a.seg[n] = 0;
-    ct_forward(m, &a, a.B, a.T);
-  }
-  memcpy(a.ids, b->ids, sizeof(int) * N);
-  memcpy(a.pos, b->pos, sizeof(int) * N);
-  memcpy(a.seg, b->seg, sizeof(int) * N);
-  ct_forward(m, &a, b->B, b->T);
-  int n = ct_head_gather(&h, a.lnf, b->target, N);
-  ct_head_forward(&h, m->w.lm_head);
-  double loss = 0;
-  for (int r = 0; r < n; r++) {
-    loss += -h.logp[r] + z * h.lse[r] * h.lse[r];
-    h.coef[r] = 1.0f / n;
-    h.zcoef[r] = (float)(2 * z * h.lse[r] / n);
-  }
-  memset(grads, 0, sizeof(float) * m->n_floats);
-  ct_head_backward(&h, m->w.lm_head, g->lm_head, a.dln, N);
-  ct_backward(m, g, &a, a.dln, b->B, b->T);
-  ct_head_free(&h);
-  ct_acts_free(&a);
-  return loss / n;
-}
-
 static double ours(const ct_model *m, const ct_weights *g, const batch_t *b, double z, int ntiles,
                    int mode, float *grads) {
-  return ours_in(m, g, b, z, ntiles, mode, grads, 0);
+  return batch_loss_grads(m, g, b, z, ntiles, mode, grads, 0);
 }
 
 static void check_model(ct_model_config cfg, double z) {
   ct_model m;
   CHECK_OK(ct_model_init(&m, &cfg, 16));
   ct_model_init_random(&m, 3, 0.3f);
-  ct_rng r;
-  ct_rng_seed(&r, 11);
-  for (int i = 0; i < m.n_tensors; i++)  // make norms and biases non-trivial too
-    if (m.tensors[i].ndim == 1)
-      for (long k = 0; k < m.tensors[i].numel; k++)
-        m.params[m.tensors[i].offset + k] = (float)(1 + 0.2 * ct_rng_normal(&r));
+  tiny_vectors(&m, 11, 1, 0.2);  // make norms and biases non-trivial too
   float *grads = aligned_alloc(64, sizeof(float) * m.n_floats);
   ct_weights g;
   CHECK_OK(ct_weights_bind(&g, &m, grads));
-  batch_t b = make_batch(cfg.vocab_size);
+  // two rows of T=7: row 0 causal with two padding tokens at the end (no target), row 1
+  // two packed documents (positions restart, attention block-diagonal)
+  batch_t b = two_row_batch(cfg.vocab_size, 7, 3);
   double loss = ours(&m, &g, &b, z, 1, CT_ACTS_KEEP, grads);
   // gradient checkpointing recomputes each layer from its input: the same gradients, bit for bit
   float *grads_rc = aligned_alloc(64, sizeof(float) * m.n_floats);
@@ -109,7 +46,7 @@ static void check_model(ct_model_config cfg, double z) {
   CHECK(!memcmp(grads_rc, grads, sizeof(float) * m.n_floats));
   // a batch smaller than its activations' capacity, after a larger one: the same gradients
   for (int mode = CT_ACTS_KEEP; mode <= CT_ACTS_RECOMPUTE; mode++) {
-    CHECK(ours_in(&m, &g_rc, &b, z, 1, mode, grads_rc, 2) == loss);
+    CHECK(batch_loss_grads(&m, &g_rc, &b, z, 1, mode, grads_rc, 2) == loss);
     CHECK(!memcmp(grads_rc, grads, sizeof(float) * m.n_floats));
   }
   ct_weights_free(&g_rc);
@@ -157,26 +94,17 @@ static void check_model(ct_model_config cfg, double z) {
   ct_model_free(&m);
 }
 
-static ct_model_config tiny(void) {
-  ct_model_config c = {.model_type = "llama", .vocab_size = 17, .hidden_size = 12,
-                       .intermediate_size = 20, .num_layers = 2, .num_heads = 4,
-                       .num_kv_heads = 2, .head_dim = 4, .max_position_embeddings = 16,
-                       .rope_theta = 10000, .rms_norm_eps = 1e-6f, .tie_word_embeddings = true,
-                       .bos_token_id = -1, .eos_token_id = -1, .pad_token_id = -1};
-  return c;
-}
-
-static void test_llama_tied_gradients_match_float64_reference(void) { check_model(tiny(), 0); }
+static void test_llama_tied_gradients_match_float64_reference(void) { check_model(mini_config(), 0); }
 
 static void test_qwen2_untied_qkv_bias_with_z_loss_gradients_match_reference(void) {
-  ct_model_config c = tiny();
+  ct_model_config c = mini_config();
   c.tie_word_embeddings = false;
   c.qkv_bias = true;
   check_model(c, 1e-2);
 }
 
 static void test_qwen3_qk_norm_mqa_gradients_match_reference(void) {
-  ct_model_config c = tiny();
+  ct_model_config c = mini_config();
   c.qk_norm = true;
   c.num_kv_heads = 1;
   c.head_dim = 6;  // H*hd != C

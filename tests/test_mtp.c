@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "batch.h"
 #include "error.h"
 #include "fs.h"
 #include "lm.h"
@@ -19,49 +20,25 @@
 #include "rng.h"
 #include "speculative.h"
 #include "test.h"
+#include "tiny_model.h"
 #include "tokenizer.h"
-
-typedef struct {
-  int B, T;
-  int ids[64], pos[64], seg[64], target[64];
-} batch_t;
 
 // Two rows of T=8: row 0 one document with two padding tokens at the end and an unlabeled
 // prompt token; row 1 two packed documents (positions restart, seg = document start).
 static batch_t make_batch(int V) {
-  batch_t b = {.B = 2, .T = 8};
-  ct_rng r;
-  ct_rng_seed(&r, 7);
-  for (int n = 0; n < 16; n++) b.ids[n] = (int)ct_rng_below(&r, V);
+  batch_t b = two_row_batch(V, 8, 3);
   for (int t = 0; t < 8; t++) {
-    b.pos[t] = t;
     b.seg[t] = t < 6 ? 0 : t;  // 6, 7 padding: their own segment
     b.target[t] = t >= 1 && t < 5 ? b.ids[t + 1] : -1;  // token 1 is the prompt's last: unlabeled
-    b.pos[8 + t] = t < 3 ? t : t - 3;
-    b.seg[8 + t] = t < 3 ? 0 : 3;
-    b.target[8 + t] = (t == 2 || t == 7) ? -1 : b.ids[8 + t + 1];
   }
   return b;
-}
-
-static ct_model_config tiny(void) {
-  ct_model_config c = {.model_type = "llama", .vocab_size = 17, .hidden_size = 12,
-                       .intermediate_size = 20, .num_layers = 2, .num_heads = 4,
-                       .num_kv_heads = 2, .head_dim = 4, .max_position_embeddings = 16,
-                       .rope_theta = 10000, .rms_norm_eps = 1e-6f, .tie_word_embeddings = true,
-                       .bos_token_id = -1, .eos_token_id = -1, .pad_token_id = -1};
-  return c;
 }
 
 // A model of cfg with random weights and non-trivial norms.
 static void make_model(ct_model *m, ct_model_config cfg) {
   if (ct_model_init(m, &cfg, 16)) exit(1);
   ct_model_init_random(m, 3, 0.3f);
-  ct_rng r;
-  ct_rng_seed(&r, 11);
-  for (int i = 0; i < m->n_tensors; i++)
-    if (m->tensors[i].ndim == 1)
-      for (long k = 0; k < m->tensors[i].numel; k++) m->params[m->tensors[i].offset + k] = (float)(1 + 0.2 * ct_rng_normal(&r));
+  tiny_vectors(m, 11, 1, 0.2);
 }
 
 // ---------------------------------------------------------------------------
@@ -267,11 +244,11 @@ static void check_against_reference(ct_model_config cfg, int D, float lambda) {
 }
 
 static void test_one_depth_llama_tied_loss_and_gradients_match_float64_reference(void) {
-  check_against_reference(tiny(), 1, 0.3f);
+  check_against_reference(mini_config(), 1, 0.3f);
 }
 
 static void test_two_depths_qwen3_untied_loss_and_gradients_match_float64_reference(void) {
-  ct_model_config c = tiny();
+  ct_model_config c = mini_config();
   c.qk_norm = true;
   c.tie_word_embeddings = false;
   c.qkv_bias = true;
@@ -282,7 +259,7 @@ static void test_two_depths_qwen3_untied_loss_and_gradients_match_float64_refere
 // directional derivatives of our own loss along the gradient's MTP part and its Hugging
 // Face part match the gradient (no float64 Gemma reference of the depths here).
 static void test_gemma_directional_derivatives_match_the_gradient(void) {
-  ct_model_config c = tiny();
+  ct_model_config c = mini_config();
   c.gemma = c.qk_norm = true;
   c.query_pre_attn_scalar = 12;
   c.sliding_window = 3;
@@ -293,11 +270,7 @@ static void test_gemma_directional_derivatives_match_the_gradient(void) {
   ct_model m;
   CHECK_OK(ct_model_init(&m, &c, 16));
   ct_model_init_random(&m, 3, 0.3f);
-  ct_rng r;
-  ct_rng_seed(&r, 5);
-  for (int i = 0; i < m.n_tensors; i++)  // Gemma's norms apply 1 + w
-    if (m.tensors[i].ndim == 1)
-      for (long k = 0; k < m.tensors[i].numel; k++) m.params[m.tensors[i].offset + k] = (float)(0.2 * ct_rng_normal(&r));
+  tiny_vectors(&m, 5, 0, 0.2);  // Gemma's norms apply 1 + w
   batch_t b = make_batch(c.vocab_size);
   long n = m.n_floats, hf_end = m.tensors[m.n_hf_tensors].offset;
   float *g = aligned_alloc(64, 4 * n), *keep = malloc(4 * n), *tmp = aligned_alloc(64, 4 * n);
@@ -326,7 +299,7 @@ static void test_gemma_directional_derivatives_match_the_gradient(void) {
 // The MTP loss reaches the trunk: its gradient moves with λ, linearly, and λ = 0 leaves
 // exactly the gradient of a model without MTP.
 static void test_lambda_changes_trunk_gradients_linearly(void) {
-  ct_model_config c = tiny();
+  ct_model_config c = mini_config();
   ct_model plain;
   make_model(&plain, c);
   c.mtp_layers = 2;
@@ -372,7 +345,7 @@ static void test_lambda_changes_trunk_gradients_linearly(void) {
 
 // D = 0 is the plain layout; D > 0 only appends after it.
 static void test_layout_appends_mtp_after_the_hugging_face_tensors(void) {
-  ct_model_config c = tiny();
+  ct_model_config c = mini_config();
   ct_model a, b;
   CHECK_OK(ct_model_layout(&a, &c));
   c.mtp_layers = 2;
@@ -425,7 +398,7 @@ static void test_targets_stay_inside_documents(void) {
 static void test_mtp_safetensors_round_trip_and_refusals(void) {
   char dir[] = "/tmp/ctune-mtp-XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
-  ct_model_config c = tiny();
+  ct_model_config c = mini_config();
   c.mtp_layers = 2;
   ct_model m, m2;
   make_model(&m, c);
@@ -569,7 +542,7 @@ static void remove_depths(const char *dir) {
 static void test_speculative_greedy_equals_plain_with_random_depths(void) {
   ct_tokenizer *tok;
   CHECK_OK(ct_tokenizer_bytes(&tok));
-  ct_model_config c = tiny();
+  ct_model_config c = mini_config();
   c.vocab_size = ct_tokenizer_vocab_size(tok);
   c.hidden_size = 32, c.intermediate_size = 48, c.head_dim = 8, c.max_position_embeddings = 128;
   c.mtp_layers = 2;
@@ -595,7 +568,7 @@ static void test_speculative_greedy_equals_plain_with_random_depths(void) {
 // (the acceptance path); a small weight on the hidden-state half makes some guesses
 // wrong again (a mix of both), and a stop id ends samples inside a round.
 static void kept_model(ct_model *mp, const ct_tokenizer *tok) {
-  ct_model_config c = tiny();
+  ct_model_config c = mini_config();
   ct_model *m = mp;
   c.vocab_size = ct_tokenizer_vocab_size(tok);
   c.hidden_size = 32, c.intermediate_size = 48, c.head_dim = 8, c.max_position_embeddings = 128;
@@ -623,17 +596,24 @@ static void kept_requests(ct_gen_request *reqs) {
   reqs[1].sp.repetition_penalty = 1.0f;
 }
 
-static void test_speculative_greedy_equals_plain_when_guesses_are_kept(void) {
+// What the speculative tests below start from: the byte tokenizer (returned), the
+// kept-guesses model, its depths saved under dir (a mkdtemp template) and the five requests.
+static ct_tokenizer *kept_setup(ct_model *m, char *dir, ct_gen_request *reqs) {
   ct_tokenizer *tok;
   CHECK_OK(ct_tokenizer_bytes(&tok));
+  kept_model(m, tok);
+  save_depths(m, dir);
+  kept_requests(reqs);
+  return tok;
+}
+
+static void test_speculative_greedy_equals_plain_when_guesses_are_kept(void) {
   ct_model m;
-  kept_model(&m, tok);
+  char dir[] = "/tmp/ctune-spec-XXXXXX";
+  ct_gen_request reqs[5];
+  ct_tokenizer *tok = kept_setup(&m, dir, reqs);
   ct_model_config c = m.cfg;
   int C = c.hidden_size;
-  char dir[] = "/tmp/ctune-spec-XXXXXX";
-  save_depths(&m, dir);
-  ct_gen_request reqs[5];
-  kept_requests(reqs);
   ct_spec_stats st = spec_matches_plain(&m, dir, tok, reqs, 5, 96, 64, NULL);
   CHECK(st.rejected == 0 && st.accepted > 100);
   // some guesses wrong: the hidden-state half weighs in
@@ -663,14 +643,10 @@ static void test_speculative_greedy_equals_plain_when_guesses_are_kept(void) {
 // decoding ends them; and with int8 or bf16 weights the depths run in that format, the
 // output still the plain decoding's in the same format, most guesses still kept.
 static void test_speculative_stop_strings_and_quantized_depths(void) {
-  ct_tokenizer *tok;
-  CHECK_OK(ct_tokenizer_bytes(&tok));
   ct_model m;
-  kept_model(&m, tok);
   char dir[] = "/tmp/ctune-spec-XXXXXX";
-  save_depths(&m, dir);
   ct_gen_request reqs[5];
-  kept_requests(reqs);
+  ct_tokenizer *tok = kept_setup(&m, dir, reqs);
   results_t *res = malloc(sizeof *res);
   spec_matches_plain(&m, dir, tok, reqs, 5, 96, 64, res);
   char stop[3] = {res->text[3][7], res->text[3][8], 0};  // two bytes sample 3 reaches at 7
@@ -703,19 +679,15 @@ static void test_speculative_stop_strings_and_quantized_depths(void) {
 // The drafting rule: depths whose guesses are kept draft every round; wrong ones stop
 // drafting once 32 guesses were checked, except every 16th round (the output unchanged).
 static void test_speculative_drafts_only_depths_that_pay(void) {
-  ct_tokenizer *tok;
-  CHECK_OK(ct_tokenizer_bytes(&tok));
   ct_model m;
-  kept_model(&m, tok);
   char dir[] = "/tmp/ctune-spec-XXXXXX";
-  save_depths(&m, dir);
   ct_gen_request reqs[5];
-  kept_requests(reqs);
+  ct_tokenizer *tok = kept_setup(&m, dir, reqs);
   ct_spec_stats st = spec_matches_plain(&m, dir, tok, reqs, 5, 96, 64, NULL);
   CHECK(st.drafted == 3 * st.rounds && st.rejected == 0);  // all three depths, every round
   remove_depths(dir);
   ct_model_free(&m);
-  ct_model_config c = tiny();  // random depths: almost every guess wrong
+  ct_model_config c = mini_config();  // random depths: almost every guess wrong
   c.vocab_size = ct_tokenizer_vocab_size(tok);
   c.hidden_size = 32, c.intermediate_size = 48, c.head_dim = 8, c.max_position_embeddings = 256;
   c.mtp_layers = 2;
@@ -736,7 +708,7 @@ static void test_speculative_drafts_only_depths_that_pay(void) {
 // The sampler's depth-1 guess after each prefix is the trained depth's argmax (the float64
 // reference of the training path) at that position: the draft runs the depths as trained.
 static void test_speculative_guesses_are_the_trained_depths_argmax(void) {
-  ct_model_config c = tiny();
+  ct_model_config c = mini_config();
   c.mtp_layers = 2;
   c.qk_norm = true;
   c.tie_word_embeddings = false;

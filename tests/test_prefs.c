@@ -10,20 +10,12 @@
 #include "error.h"
 #include "prefs.h"
 #include "prompts.h"
+#include "scratch.h"
 #include "test.h"
+#include "tools_template.h"
 
-static char dir[256];
 static ct_tokenizer *tok;
 static int EOS, PAD, IM_START, IM_END;
-
-static const char *write_file(const char *name, const char *text) {
-  static char path[512];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *f = fopen(path, "w");
-  fputs(text, f);
-  fclose(f);
-  return path;
-}
 
 static ct_pref_opts opts(void) { return (ct_pref_opts){.max_length = 64}; }
 
@@ -396,7 +388,7 @@ static void test_all_bad_empty_and_missing_files_fail_clearly(void) {
   // a NUL byte inside a line is an error, not a silently shortened row
   o.skip_bad_rows = false;
   char path[512];
-  snprintf(path, sizeof path, "%s/nul.jsonl", dir);
+  snprintf(path, sizeof path, "%s/nul.jsonl", scratch_dir);
   FILE *f = fopen(path, "w");
   const char row[] = "{\"prompt\": \"a\0b\", \"chosen\": \"c\", \"rejected\": \"d\"}\n";
   fwrite(row, 1, sizeof row - 1, f);
@@ -509,7 +501,7 @@ static void test_implicit_prompt_is_the_shared_start_as_trl_extracts_it(void) {
 // when its text already begins with the BOS string; completions get none.
 static void test_bos_tokenizer_prepends_one_bos_to_the_prompt_only(void) {
   char tdir[300], cfg[400];
-  snprintf(tdir, sizeof tdir, "%s/bos_tok", dir);
+  snprintf(tdir, sizeof tdir, "%s/bos_tok", scratch_dir);
   snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", tdir);
   CHECK(mkdir(tdir, 0700) == 0);
   CHECK_OK(ct_tokenizer_save(tok, tdir));
@@ -553,17 +545,10 @@ static void test_bos_tokenizer_prepends_one_bos_to_the_prompt_only(void) {
   ct_tokenizer_free(bt);
 }
 
-// A template that shows what reaches it: the first tool's name and a kwarg.
-static const char TOOLS_TEMPLATE[] =
-    "{% if tools %}[{{ tools[0].name }}]{% endif %}{% if flag %}<flag>{% endif %}"
-    "{% for m in messages %}{{ m.content }};{% endfor %}";
-
 // Preference pairs and prompts (GRPO, the sampler) pass a row's tools and
 // chat_template_kwargs to the template too.
 static void test_pairs_and_prompts_pass_tools_and_template_kwargs(void) {
-  ct_tokenizer *t;
-  CHECK_OK(ct_tokenizer_bytes(&t));
-  CHECK_OK(ct_tokenizer_set_chat_template(t, TOOLS_TEMPLATE, strlen(TOOLS_TEMPLATE), "test"));
+  ct_tokenizer *t = tools_tokenizer();
   const char *row = "{\"prompt\": [{\"role\": \"user\", \"content\": \"hi\"}], "
                     "\"chosen\": [{\"role\": \"assistant\", \"content\": \"a\"}], "
                     "\"rejected\": [{\"role\": \"assistant\", \"content\": \"b\"}], "
@@ -636,8 +621,7 @@ static void test_every_completion_token_is_predicted_even_with_an_empty_prompt(v
 }
 
 int main(void) {
-  snprintf(dir, sizeof dir, "/tmp/ct_test_prefs_XXXXXX");
-  if (!mkdtemp(dir) || ct_tokenizer_bytes(&tok)) return 1;
+  if (scratch_make("/tmp/ct_test_prefs_XXXXXX") || ct_tokenizer_bytes(&tok)) return 1;
   EOS = ct_tokenizer_eos(tok);
   PAD = ct_tokenizer_pad(tok);
   IM_START = ct_tokenizer_token_id(tok, "<|im_start|>");
@@ -660,8 +644,6 @@ int main(void) {
   RUN(test_pairs_and_prompts_pass_tools_and_template_kwargs);
   RUN(test_every_completion_token_is_predicted_even_with_an_empty_prompt);
   ct_tokenizer_free(tok);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  if (system(cmd)) return 1;
+  if (scratch_remove()) return 1;
   return test_summary();
 }

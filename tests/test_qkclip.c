@@ -90,12 +90,7 @@ static void model_of(ct_model *m, const char *type, int L, int KV, float boost) 
   c.num_layers = L, c.num_kv_heads = KV;
   if (ct_model_init(m, &c, 64)) exit(1);
   ct_model_init_random(m, 5, 0.3f * boost);
-  ct_rng r;
-  ct_rng_seed(&r, 6);
-  for (int i = 0; i < m->n_tensors; i++)
-    if (m->tensors[i].ndim == 1)
-      for (long k = 0; k < m->tensors[i].numel; k++)
-        m->params[m->tensors[i].offset + k] = (float)(1 + 0.2 * ct_rng_normal(&r));
+  tiny_vectors(m, 6, 1, 0.2);
   for (int l = 0; l < L && c.qk_norm; l++)
     for (int i = 0; i < c.head_dim; i++) m->w.layers[l].qnorm[i] *= boost, m->w.layers[l].knorm[i] *= boost;
 }

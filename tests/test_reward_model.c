@@ -30,7 +30,10 @@
 #include "rng.h"
 #include "reward/loss.h"
 #include "score.h"
+#include "scratch.h"
 #include "test.h"
+#include "tiny_model.h"
+#include "ref_lora.h"
 #include "ref_model.h"
 
 // r_c 2, r_r 0.5, margin 0.5: z = 1, ℓ = log(1 + e^−1), dℓ/dr_c = −σ(−1) = −0.268941...
@@ -101,11 +104,9 @@ static void fd_check(const ref_t *ref, const double *w, const int *ids, const in
 }
 
 static void test_score_head_and_backbone_gradients_match_reference(void) {
-  ct_model_config cfg = {.model_type = "qwen2", .vocab_size = 17, .hidden_size = 12, .intermediate_size = 20,
-                         .num_layers = 2, .num_heads = 4, .num_kv_heads = 2, .head_dim = 4,
-                         .max_position_embeddings = 16, .rope_theta = 10000, .rms_norm_eps = 1e-6f,
-                         .tie_word_embeddings = true, .qkv_bias = true, .bos_token_id = -1, .eos_token_id = -1,
-                         .pad_token_id = -1};
+  ct_model_config cfg = mini_config();
+  snprintf(cfg.model_type, sizeof cfg.model_type, "qwen2");
+  cfg.qkv_bias = true;
   int C = cfg.hidden_size, N = B * T;
   ct_model m;
   CHECK_OK(ct_model_init(&m, &cfg, 16));
@@ -155,39 +156,17 @@ static void test_score_head_and_backbone_gradients_match_reference(void) {
   ct_model_free(&m);
 }
 
-
 // use_peft: the base frozen, adapters on every projection, the score head a trained copy
-// (modules_to_save). The reference runs the merged weights W + s·B·A in float64.
-static const char *const lora_mod[CT_LORA_TARGETS] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                                                      "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
-                                                      "mlp.down_proj"};
-
+// (modules_to_save). The reference runs the merged weights W + s·B·A in float64, and
+// the score head's copy w.
 static void merged(double *P, double *w, const ct_model *m, const ct_lora *lo) {
-  for (long i = 0; i < m->n_floats; i++) P[i] = m->params[i];
+  ref_lora_merged(P, m, lo);
   for (int i = 0; i < m->cfg.hidden_size; i++) w[i] = lo->score[i];
-  char nm[96];
-  for (int l = 0; l < m->cfg.num_layers; l++)
-    for (int t = 0; t < CT_LORA_TARGETS; t++) {
-      const ct_lora_ab *ab = &lo->w[l][t];
-      int in, out, row0, r = lo->cfg.r;
-      ct_lora_dims(&m->cfg, t, &in, &out, &row0);
-      snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, lora_mod[t]);
-      double *Wt = P + ct_model_find_tensor(m, nm)->offset;
-      for (int o = 0; o < out; o++)
-        for (int i = 0; i < in; i++) {
-          double s = 0;
-          for (int j = 0; j < r; j++) s += (double)ab->B[(long)o * r + j] * ab->A[(long)j * in + i];
-          Wt[(long)o * in + i] += lo->scale * s;
-        }
-    }
 }
 
 static void test_lora_score_head_and_adapter_gradients_match_reference(void) {
-  ct_model_config cfg = {.model_type = "llama", .vocab_size = 17, .hidden_size = 12, .intermediate_size = 20,
-                         .num_layers = 2, .num_heads = 4, .num_kv_heads = 2, .head_dim = 4,
-                         .max_position_embeddings = 16, .rope_theta = 10000, .rms_norm_eps = 1e-6f,
-                         .tie_word_embeddings = true, .bos_token_id = -1, .eos_token_id = -1,
-                         .pad_token_id = -1, .num_labels = 1};
+  ct_model_config cfg = mini_config();
+  cfg.num_labels = 1;
   int C = cfg.hidden_size, N = B * T;
   ct_model m;
   CHECK_OK(ct_model_init(&m, &cfg, 16));
@@ -326,16 +305,6 @@ static void test_reward_pooled_by_length_under_left_and_right_padding_with_pad_e
   ct_model_free(&m);
 }
 
-static char tmp_root[] = "/tmp/ct-test-rm-XXXXXX";
-
-static const char *tmp_dir(const char *name) {
-  static char buf[8][1024];
-  static int k;
-  char *b = buf[k++ % 8];
-  snprintf(b, 1024, "%s/%s", tmp_root, name);
-  return b;
-}
-
 // Writes m as Hugging Face writes a sequence classifier, with the byte tokenizer.
 static void save_model(const ct_model *m, const char *dir) {
   char p[1100];
@@ -355,7 +324,7 @@ static void test_saved_reward_model_has_hf_seq_cls_layout_and_reloads_with_same_
   for (int tied = 0; tied < 2; tied++) {
     ct_model m;
     rm_model(&m, tied);
-    const char *dir = tmp_dir(tied ? "rm_tied" : "rm_untied");
+    const char *dir = scratch_path(tied ? "rm_tied" : "rm_untied");
     save_model(&m, dir);
     char p[1100];
     snprintf(p, sizeof p, "%s/config.json", dir);
@@ -423,7 +392,7 @@ static void test_causal_lm_dir_loads_into_a_classifier_layout(void) {
   cfg.num_labels = 0;
   CHECK_OK(ct_model_init(&m, &cfg, 64));
   ct_model_init_random(&m, 5, 0.3f);
-  const char *dir = tmp_dir("lm");
+  const char *dir = scratch_path("lm");
   save_model(&m, dir);
   cfg.num_labels = 1;
   ct_model c;
@@ -452,7 +421,7 @@ static void test_lora_reward_model_saved_as_peft_seq_cls_reloads_with_same_rewar
     const ct_tensor_info *t = &base.tensors[i], *f = ct_model_find_tensor(&m, t->name);
     memcpy(base.params + t->offset, m.params + f->offset, sizeof(float) * t->numel);
   }
-  const char *bdir = tmp_dir("lora_base"), *adir = tmp_dir("lora_rm");
+  const char *bdir = scratch_path("lora_base"), *adir = scratch_path("lora_rm");
   save_model(&base, bdir);
   ct_lora_config lc = {.r = 4, .alpha = 8, .targets = 1u << CT_LORA_Q | 1u << CT_LORA_V | 1u << CT_LORA_DOWN,
                        .save_score = true};
@@ -506,7 +475,7 @@ static void test_lora_reward_model_saved_as_peft_seq_cls_reloads_with_same_rewar
   CHECK(ct_rm_bytes(adir, CT_STORE_F32, 2, 16) == ct_rm_bytes(bdir, CT_STORE_F32, 2, 16));  // sized by its base
 
   // an adapter that is not a reward model's: a causal LM's (no score), a base that is not there
-  const char *cdir = tmp_dir("lora_causal");
+  const char *cdir = scratch_path("lora_causal");
   ct_lora lc_lo;
   ct_lora_config clc = {.r = 2, .alpha = 4, .targets = 1u << CT_LORA_Q};
   CHECK_OK(ct_lora_init(&lc_lo, &clc, &lm_cfg));
@@ -515,9 +484,9 @@ static void test_lora_reward_model_saved_as_peft_seq_cls_reloads_with_same_rewar
   ct_lora_free(&lc_lo);
   CHECK(ct_rm_check(cdir, NULL) == CT_ECONFIG && strstr(ct_last_error(), "the adapter has no score head"));
   CHECK(ct_rm_check(bdir, cdir) == CT_ECONFIG && strstr(ct_last_error(), "not a SEQ_CLS adapter"));
-  const char *odir = tmp_dir("lora_orphan");
+  const char *odir = scratch_path("lora_orphan");
   CHECK_OK(ct_mkdirs(odir));
-  CHECK_OK(ct_lora_save(&lo, odir, tmp_dir("gone")));
+  CHECK_OK(ct_lora_save(&lo, odir, scratch_path("gone")));
   CHECK(ct_rm_check(odir, NULL) == CT_ECONFIG && strstr(ct_last_error(), "is not a directory here"));
   // the SEQ_CLS adapter over a causal LM where a causal LM is meant (the sampler): refused
   ct_lora back;
@@ -539,8 +508,8 @@ static void test_bad_reward_model_dirs_fail_with_their_reason(void) {
   ct_model m;
   rm_model(&m, true);
   char p[1100];
-  check_refused(tmp_dir("lm"), "not a *ForSequenceClassification");
-  const char *two = tmp_dir("two_labels");
+  check_refused(scratch_path("lm"), "not a *ForSequenceClassification");
+  const char *two = scratch_path("two_labels");
   save_model(&m, two);
   snprintf(p, sizeof p, "%s/config.json", two);
   json_t *j = json_load_file(p, 0, NULL);
@@ -548,7 +517,7 @@ static void test_bad_reward_model_dirs_fail_with_their_reason(void) {
   json_dump_file(j, p, 0);
   json_decref(j);
   check_refused(two, "num_labels 2");
-  const char *nohead = tmp_dir("no_score");
+  const char *nohead = scratch_path("no_score");
   save_model(&m, nohead);
   ct_model_config cfg = m.cfg;  // the same backbone without a head: a file with no score.weight
   cfg.num_labels = 0;
@@ -559,12 +528,12 @@ static void test_bad_reward_model_dirs_fail_with_their_reason(void) {
   CHECK_OK(ct_save_tensors(&ct_model_tensors(&b), 1, bufs, NULL, p, CT_DT_F32));
   ct_model_free(&b);
   check_refused(nohead, "has no score.weight");
-  const char *notok = tmp_dir("no_tokenizer");
+  const char *notok = scratch_path("no_tokenizer");
   save_model(&m, notok);
   snprintf(p, sizeof p, "%s/tokenizer.json", notok);
   CHECK(unlink(p) == 0);
   check_refused(notok, "tokenizer cannot be loaded");
-  check_refused(tmp_dir("missing"), "config.json: unable to open");
+  check_refused(scratch_path("missing"), "config.json: unable to open");
   ct_model_free(&m);
 }
 
@@ -572,7 +541,7 @@ static void test_bad_reward_model_dirs_fail_with_their_reason(void) {
 // Reward pairs (prefs.h's reward mode), with the byte tokenizer: ids are bytes, EOS 256.
 
 static const char *write_rows(const char *name, const char *text) {
-  const char *p = tmp_dir(name);
+  const char *p = scratch_path(name);
   FILE *f = fopen(p, "w");
   fputs(text, f);
   fclose(f);
@@ -642,12 +611,12 @@ int main(int argc, char **argv) {
   RUN(test_score_head_and_backbone_gradients_match_reference);
   RUN(test_lora_score_head_and_adapter_gradients_match_reference);
   RUN(test_reward_pooled_by_length_under_left_and_right_padding_with_pad_eq_eos);
-  if (!mkdtemp(tmp_root)) return 1;
+  if (scratch_make("/tmp/ct-test-rm-XXXXXX")) return 1;
   RUN(test_saved_reward_model_has_hf_seq_cls_layout_and_reloads_with_same_rewards);
   RUN(test_causal_lm_dir_loads_into_a_classifier_layout);
   RUN(test_lora_reward_model_saved_as_peft_seq_cls_reloads_with_same_rewards);
   RUN(test_bad_reward_model_dirs_fail_with_their_reason);
   RUN(test_reward_pairs_are_whole_sequences_with_margin_and_long_pairs_dropped);
-  ct_remove_tree(tmp_root);
+  scratch_remove();
   return test_summary();
 }

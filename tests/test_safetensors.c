@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -12,25 +11,10 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "scratch.h"
 #include "test.h"
 
 // ------------------------------------------------------------------------- helpers
-
-static char tmpdir[] = "/tmp/ct-test-safetensors-XXXXXX";
-
-// A path inside tmpdir; four rotating buffers so a call can use several at once.
-static const char *tpath(const char *name) {
-  static char buf[4][512];
-  static int k;
-  char *p = buf[k++ & 3];
-  snprintf(p, sizeof buf[0], "%s/%s", tmpdir, name);
-  return p;
-}
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  return remove(p);
-}
 
 static void write_bytes(const char *path, const void *buf, size_t n) {
   FILE *f = fopen(path, "wb");
@@ -92,7 +76,7 @@ static void expect_open_fails(const char *path, int code, const char *n1, const 
 
 static void expect_bad_header(const char *header, size_t data_len, const char *n1,
                               const char *n2) {
-  const char *p = tpath("bad.safetensors");
+  const char *p = scratch_path("bad.safetensors");
   write_raw(p, header, data_len);
   expect_open_fails(p, CT_EFORMAT, n1, n2);
 }
@@ -110,6 +94,17 @@ static float bitsf(uint32_t u) {
 }
 
 static int same_bits(float a, float b) { return fbits(a) == fbits(b); }
+
+// How many of the 65536 16-bit values do not come back from float32 as they were (a NaN
+// must come back a NaN).
+static int round_trip_failures(float (*to_f32)(uint16_t), uint16_t (*from_f32)(float)) {
+  int bad = 0;
+  for (uint32_t i = 0; i < 65536; i++) {
+    float f = to_f32((uint16_t)i);
+    if (isnan(f) ? !isnan(to_f32(from_f32(f))) : from_f32(f) != i) bad++;
+  }
+  return bad;
+}
 
 // ----------------------------------------------------------------- dtypes, scalars
 
@@ -150,12 +145,7 @@ static void test_bf16_rounds_ties_to_even_and_keeps_inf_nan_subnormals(void) {
   CHECK(ct_f32_to_bf16(bitsf(0xffc00000u)) == 0xffc0);  // negative NaN keeps its sign
   CHECK(same_bits(ct_bf16_to_f32(0x0001), bitsf(0x00010000u)));
   CHECK(ct_bf16_to_f32(0xc020) == -2.5f);
-  int bad = 0;
-  for (uint32_t i = 0; i < 65536; i++) {
-    float f = ct_bf16_to_f32((uint16_t)i);
-    if (isnan(f) ? !isnan(ct_bf16_to_f32(ct_f32_to_bf16(f))) : ct_f32_to_bf16(f) != i) bad++;
-  }
-  CHECK(bad == 0);
+  CHECK(round_trip_failures(ct_bf16_to_f32, ct_f32_to_bf16) == 0);
 }
 
 static void test_f16_rounds_ties_to_even_and_keeps_inf_nan_subnormals(void) {
@@ -194,12 +184,7 @@ static void test_f16_rounds_ties_to_even_and_keeps_inf_nan_subnormals(void) {
   CHECK(ct_f16_to_f32(0xfc00) == -INFINITY);
   CHECK(isnan(ct_f16_to_f32(0x7e00)) && isnan(ct_f16_to_f32(0x7c01)));
   CHECK(same_bits(ct_f16_to_f32(0x8000), -0.0f));
-  int bad = 0;
-  for (uint32_t i = 0; i < 65536; i++) {
-    float f = ct_f16_to_f32((uint16_t)i);
-    if (isnan(f) ? !isnan(ct_f16_to_f32(ct_f32_to_f16(f))) : ct_f32_to_f16(f) != i) bad++;
-  }
-  CHECK(bad == 0);
+  CHECK(round_trip_failures(ct_f16_to_f32, ct_f32_to_f16) == 0);
 }
 
 // ---------------------------------------------------------------------- round trips
@@ -221,7 +206,7 @@ static void test_roundtrip_f32_bf16_f16_preserves_values(void) {
       {.name = "f64", .dtype = CT_DT_F64, .ndim = 1, .shape = {3}, .data = f64},
   };
   const int n = (int)(sizeof e / sizeof e[0]);
-  const char *p = tpath("rt.safetensors");
+  const char *p = scratch_path("rt.safetensors");
   CHECK_OK(ct_st_write(p, e, n, NULL, NULL, 0));
   ct_safetensors st;
   CHECK_OK(ct_st_open(&st, p));
@@ -289,7 +274,7 @@ static void test_metadata_round_trips_and_absent_keys_are_null(void) {
   ct_st_entry e = {.name = "x", .dtype = CT_DT_F32, .ndim = 1, .shape = {2}, .data_f32 = x};
   const char *keys[] = {"format", "note"};
   const char *vals[] = {"pt", "a \"quoted\" caf\xc3\xa9\nline"};
-  const char *p = tpath("meta.safetensors");
+  const char *p = scratch_path("meta.safetensors");
   CHECK_OK(ct_st_write(p, &e, 1, keys, vals, 2));
   ct_safetensors st;
   CHECK_OK(ct_st_open(&st, p));
@@ -333,7 +318,7 @@ static void expect_file(const char *path, const char *header, size_t header_len,
 
 static void test_written_header_bytes_match_reference_serializer(void) {
   const float v[6] = {0, 1, 2, 3, 4, 5};
-  const char *p = tpath("exact.safetensors");
+  const char *p = scratch_path("exact.safetensors");
   ct_st_entry e = {.name = "attn.0", .dtype = CT_DT_F32, .ndim = 3, .shape = {1, 2, 3}, .data_f32 = v};
   CHECK_OK(ct_st_write(p, &e, 1, NULL, NULL, 0));
   const char *h1 = "{\"attn.0\":{\"dtype\":\"F32\",\"shape\":[1,2,3],\"data_offsets\":[0,24]}}";
@@ -366,7 +351,7 @@ static void test_written_header_bytes_match_reference_serializer(void) {
 
 static void test_write_rejects_bad_entries_naming_the_tensor(void) {
   const float x[2] = {1, 2};
-  const char *p = tpath("reject.safetensors");
+  const char *p = scratch_path("reject.safetensors");
   unlink(p);
   ct_st_entry two[2] = {
       {.name = "w", .dtype = CT_DT_F32, .ndim = 1, .shape = {2}, .data_f32 = x},
@@ -395,7 +380,7 @@ static void test_write_rejects_bad_entries_naming_the_tensor(void) {
 static void test_write_reports_io_errors_with_the_path(void) {
   const float x[4] = {1, 2, 3, 4};
   ct_st_entry e = {.name = "w", .dtype = CT_DT_F32, .ndim = 1, .shape = {4}, .data_f32 = x};
-  const char *p = tpath("no/such/dir/model.safetensors");
+  const char *p = scratch_path("no/such/dir/model.safetensors");
   CHECK(FRESH(ct_st_write(p, &e, 1, NULL, NULL, 0)) == CT_EIO && has(p));
   if (access("/dev/full", W_OK) == 0) {  // every write fails with ENOSPC
     CHECK(FRESH(ct_st_write("/dev/full", &e, 1, NULL, NULL, 0)) == CT_EIO);
@@ -416,7 +401,7 @@ static void test_find_locates_each_of_1000_tensors(void) {
     vals[i] = (float)k;
     e[i] = (ct_st_entry){.name = names[i], .dtype = CT_DT_F32, .ndim = 1, .shape = {1}, .data_f32 = &vals[i]};
   }
-  const char *p = tpath("many.safetensors");
+  const char *p = scratch_path("many.safetensors");
   CHECK_OK(ct_st_write(p, e, N, NULL, NULL, 0));
   ct_safetensors st;
   CHECK_OK(ct_st_open(&st, p));
@@ -452,7 +437,7 @@ static void test_reads_unaligned_data_section(void) {
   memcpy(buf + 8 + hl, a, 8);
   memcpy(buf + 16 + hl, &b, 8);
   memcpy(buf + 24 + hl, &c, 2);
-  const char *p = tpath("unaligned.safetensors");
+  const char *p = scratch_path("unaligned.safetensors");
   write_bytes(p, buf, 26 + hl);
   ct_safetensors st;
   CHECK_OK(ct_st_open(&st, p));
@@ -469,7 +454,7 @@ static void test_reads_unaligned_data_section(void) {
 
 // Zero-size tensors may share an offset with each other and the start of the next.
 static void test_zero_size_tensors_at_shared_offsets_are_accepted(void) {
-  const char *p = tpath("zeros.safetensors");
+  const char *p = scratch_path("zeros.safetensors");
   write_raw(p,
             "{\"z1\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]},"
             "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
@@ -487,7 +472,7 @@ static void test_zero_size_tensors_at_shared_offsets_are_accepted(void) {
 // ------------------------------------------------------------------- malformed files
 
 static void test_open_rejects_truncated_and_oversized_length_prefixes(void) {
-  const char *p = tpath("short.safetensors");
+  const char *p = scratch_path("short.safetensors");
   write_bytes(p, "\x08\0\0\0\0", 5);
   expect_open_fails(p, CT_EFORMAT, "too short", NULL);
   write_bytes(p, "", 0);
@@ -506,7 +491,7 @@ static void test_open_rejects_truncated_and_oversized_length_prefixes(void) {
 // of these files is valid (the reference reads them) but would make the parser take
 // ~15 bytes of memory per header byte. Each is refused at once, naming the file.
 static void test_open_bounds_header_bytes_tensors_and_values_before_parsing(void) {
-  const char *p = tpath("huge-header.safetensors");
+  const char *p = scratch_path("huge-header.safetensors");
   size_t n = CT_ST_MAX_HEADER + 8;  // an empty header padded with spaces past the bound
   char *h = malloc(n + 1);
   memset(h, ' ', n);
@@ -523,7 +508,7 @@ static void test_open_bounds_header_bytes_tensors_and_values_before_parsing(void
     k += (size_t)sprintf(h + k, "%s\"t%d\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}",
                          i ? "," : "", i);
   k += (size_t)sprintf(h + k, "}");
-  p = tpath("many-tensors.safetensors");
+  p = scratch_path("many-tensors.safetensors");
   write_raw_n(p, k, h, k, 0);
   expect_open_fails(p, CT_EFORMAT, "65538 entries", "65536 tensors");
   // one tensor whose shape lists 1.1 million zeros
@@ -532,7 +517,7 @@ static void test_open_bounds_header_bytes_tensors_and_values_before_parsing(void
   k = (size_t)sprintf(h, "{\"t\":{\"dtype\":\"F32\",\"data_offsets\":[0,0],\"shape\":[0");
   for (int i = 1; i < 1100000; i++) k += (size_t)sprintf(h + k, ",0");
   k += (size_t)sprintf(h + k, "]}}");
-  p = tpath("many-values.safetensors");
+  p = scratch_path("many-values.safetensors");
   write_raw_n(p, k, h, k, 0);
   expect_open_fails(p, CT_EFORMAT, "1100003 list and object items", NULL);
   free(h);
@@ -544,7 +529,7 @@ static void test_open_rejects_headers_that_are_not_json_objects(void) {
   expect_bad_header(" {}", 0, "does not start with '{'", NULL);
   expect_bad_header("{} x", 0, "not valid JSON", NULL);
   expect_bad_header("{\"w\xff\":1}", 0, "not valid JSON", NULL);  // invalid UTF-8
-  const char *p = tpath("nul.safetensors");
+  const char *p = scratch_path("nul.safetensors");
   write_raw_n(p, 8, "{}\0\0\0\0\0\0", 8, 0);  // NUL padding is not JSON whitespace
   expect_open_fails(p, CT_EFORMAT, "not valid JSON", NULL);
   // Deep nesting ends in a parse error, not a stack overflow.
@@ -618,8 +603,8 @@ static void test_open_rejects_duplicate_names_and_bad_metadata(void) {
 }
 
 static void test_open_missing_file_or_directory_is_io_error(void) {
-  expect_open_fails(tpath("does-not-exist.safetensors"), CT_EIO, "cannot open", NULL);
-  expect_open_fails(tmpdir, CT_EIO, "not a regular file", NULL);
+  expect_open_fails(scratch_path("does-not-exist.safetensors"), CT_EIO, "cannot open", NULL);
+  expect_open_fails(scratch_dir, CT_EIO, "not a regular file", NULL);
   ct_safetensors st;
   CHECK(ct_st_open(&st, NULL) == CT_EINVAL);
   ct_st_close(&st);
@@ -642,7 +627,7 @@ static void test_close_is_safe_on_zeroed_structs(void) {
 static void write_text(const char *path, const char *text) { write_bytes(path, text, strlen(text)); }
 
 static void test_sharded_dir_opens_each_shard_once_and_finds_every_tensor(void) {
-  const char *dir = tpath("sharded");
+  const char *dir = scratch_path("sharded");
   CHECK(mkdir(dir, 0755) == 0);
   char s1[600], s2[600], idx[600];
   snprintf(s1, sizeof s1, "%s/model-00001-of-00002.safetensors", dir);
@@ -720,7 +705,7 @@ static void test_sharded_dir_opens_each_shard_once_and_finds_every_tensor(void) 
 }
 
 static void test_single_file_dir_and_missing_weights(void) {
-  const char *dir = tpath("single");
+  const char *dir = scratch_path("single");
   CHECK(mkdir(dir, 0755) == 0);
   ct_st_dir d;
   CHECK(FRESH(ct_st_dir_open(&d, dir)) == CT_EIO && has(dir) && has("model.safetensors"));
@@ -772,7 +757,7 @@ static void test_fuzzed_headers_open_or_fail_but_never_crash(void) {
       {.name = "z", .dtype = CT_DT_F32, .ndim = 1, .shape = {0}},
   };
   const char *k[] = {"format"}, *mv[] = {"pt"};
-  const char *p = tpath("fuzz.safetensors");
+  const char *p = scratch_path("fuzz.safetensors");
   CHECK_OK(ct_st_write(p, e, 5, k, mv, 1));
   size_t len = 0;
   uint8_t *orig = read_bytes(p, &len);
@@ -840,10 +825,7 @@ static void test_fuzzed_headers_open_or_fail_but_never_crash(void) {
 }
 
 int main(void) {
-  if (!mkdtemp(tmpdir)) {
-    perror("mkdtemp");
-    return 1;
-  }
+  if (scratch_make("/tmp/ct-test-safetensors-XXXXXX")) return 1;
   RUN(test_dtype_names_sizes_and_parse_round_trip);
   RUN(test_bf16_rounds_ties_to_even_and_keeps_inf_nan_subnormals);
   RUN(test_f16_rounds_ties_to_even_and_keeps_inf_nan_subnormals);
@@ -866,6 +848,6 @@ int main(void) {
   RUN(test_sharded_dir_opens_each_shard_once_and_finds_every_tensor);
   RUN(test_single_file_dir_and_missing_weights);
   RUN(test_fuzzed_headers_open_or_fail_but_never_crash);
-  nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+  scratch_remove();
   return test_summary();
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fill.h"
 #include "pool.h"
 #include "rng.h"
 #include "test.h"
@@ -14,12 +15,6 @@
 enum { N = 45, K = 37, LDX = 41 };
 
 static float X[N * LDX], W[K * 16], U[N * 16];
-
-static void fill(float *p, long n, uint64_t seed) {
-  ct_rng r;
-  ct_rng_seed(&r, seed);
-  for (long i = 0; i < n; i++) p[i] = (float)ct_rng_normal(&r);
-}
 
 static void test_thin_out_matches_double_sums(void) {
   static float Y[N * 16];
@@ -36,7 +31,7 @@ static void test_thin_out_matches_double_sums(void) {
 
 static void test_thin_grad_adds_to_g_and_matches_double_sums(void) {
   static float G[K * 16], G0[K * 16];
-  fill(G0, K * 16, 9);
+  seed(9), fill_normal(G0, K * 16, &rng);
   memcpy(G, G0, sizeof G);
   ct_thin_grad(N, K, 0.25f, X, LDX, U, G);
   double worst = 0;
@@ -89,9 +84,9 @@ static void test_blocked_and_scalar_paths_agree_bit_for_bit(void) {
 }
 
 int main(void) {
-  fill(X, N * LDX, 1);
-  fill(W, K * 16, 2);
-  fill(U, N * 16, 3);
+  seed(1), fill_normal(X, N * LDX, &rng);
+  seed(2), fill_normal(W, K * 16, &rng);
+  seed(3), fill_normal(U, N * 16, &rng);
   RUN(test_thin_out_matches_double_sums);
   RUN(test_thin_grad_adds_to_g_and_matches_double_sums);
   RUN(test_same_bits_at_any_thread_count);

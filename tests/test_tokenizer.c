@@ -10,12 +10,12 @@
 
 #include "error.h"
 #include "jinja.h"
+#include "scratch.h"
 #include "test.h"
 #include "tokenizer.h"
 #include "tokenizer_regex.h"
 #include "unicode.h"
 
-static char tmpdir[] = "/tmp/ct_test_tokenizer_XXXXXX";
 
 static void write_text(const char *dir, const char *name, const char *text) {
   char path[1024];
@@ -109,7 +109,7 @@ static int make_tiny(const char *dir, const char *merges, bool ignore_merges, co
 
 static ct_tokenizer *load_tiny(const char *sub, const char *merges, bool ignore_merges, const char *cfg) {
   char dir[512];
-  snprintf(dir, sizeof dir, "%s/%s", tmpdir, sub);
+  snprintf(dir, sizeof dir, "%s/%s", scratch_dir, sub);
   mkdir(dir, 0700);
   ct_tokenizer *t = NULL;
   if (make_tiny(dir, merges, ignore_merges, cfg) || ct_tokenizer_load(&t, dir)) {
@@ -148,7 +148,7 @@ static void test_byte_tokenizer_maps_bytes_and_special_tokens() {
 static void test_byte_tokenizer_saved_files_load_back_as_the_same_mapping() {
   ct_tokenizer *t, *u;
   char dir[512];
-  snprintf(dir, sizeof dir, "%s/bytes", tmpdir);
+  snprintf(dir, sizeof dir, "%s/bytes", scratch_dir);
   mkdir(dir, 0700);
   CHECK_OK(ct_tokenizer_bytes(&t));
   CHECK_OK(ct_tokenizer_save(t, dir));
@@ -168,7 +168,7 @@ static void test_byte_tokenizer_saved_files_load_back_as_the_same_mapping() {
   }
   // saving a loaded tokenizer writes its files back unchanged
   char dir2[512];
-  snprintf(dir2, sizeof dir2, "%s/bytes2", tmpdir);
+  snprintf(dir2, sizeof dir2, "%s/bytes2", scratch_dir);
   mkdir(dir2, 0700);
   CHECK_OK(ct_tokenizer_save(u, dir2));
   ct_tokenizer *w;
@@ -184,7 +184,7 @@ static void test_byte_tokenizer_saved_files_load_back_as_the_same_mapping() {
 static void test_a_failed_save_says_why() {
   ct_tokenizer *t;
   char dir[512], link[600];
-  snprintf(dir, sizeof dir, "%s/full", tmpdir);
+  snprintf(dir, sizeof dir, "%s/full", scratch_dir);
   snprintf(link, sizeof link, "%s/tokenizer.json", dir);
   mkdir(dir, 0700);
   CHECK(symlink("/dev/full", link) == 0);
@@ -399,7 +399,7 @@ static void test_chat_generation_spans_mask_exactly_the_assistant_tokens() {
   CHECK(ct_tokenizer_chat_has_generation(t));
   // the replaced template travels with a saved checkpoint
   char dir[512];
-  snprintf(dir, sizeof dir, "%s/gen_tpl", tmpdir);
+  snprintf(dir, sizeof dir, "%s/gen_tpl", scratch_dir);
   mkdir(dir, 0700);
   ct_tokenizer *u = NULL;
   CHECK_OK(ct_tokenizer_save(t, dir));
@@ -560,7 +560,7 @@ static ct_tokenizer *load_sp_dec(const char *sub, const char *pretok, bool byte_
                                            "\"Fuse\"}, {\"type\": \"Strip\", \"content\": \" \", \"start\": 1, \"stop\": 0}]}",
                                  0, &err));
   char dir[512], path[600];
-  snprintf(dir, sizeof dir, "%s/%s", tmpdir, sub);
+  snprintf(dir, sizeof dir, "%s/%s", scratch_dir, sub);
   mkdir(dir, 0700);
   snprintf(path, sizeof path, "%s/tokenizer.json", dir);
   ct_tokenizer *t = NULL;
@@ -671,7 +671,7 @@ static void test_metaspace_prepends_per_scheme_and_splits_before_each_space() {
 
 static void test_malformed_tokenizer_files_fail_with_clear_errors() {
   char base[512];
-  snprintf(base, sizeof base, "%s/base", tmpdir);
+  snprintf(base, sizeof base, "%s/base", scratch_dir);
   mkdir(base, 0700);
   CHECK_OK(make_tiny(base, merges_json, false, NULL));
   char path[600];
@@ -710,7 +710,7 @@ static void test_malformed_tokenizer_files_fail_with_clear_errors() {
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char dir[600];
-    snprintf(dir, sizeof dir, "%s/bad%zu", tmpdir, i);
+    snprintf(dir, sizeof dir, "%s/bad%zu", scratch_dir, i);
     mkdir(dir, 0700);
     if (!cases[i].set_path) {
       write_text(dir, "tokenizer.json", cases[i].value);
@@ -754,7 +754,7 @@ static void test_malformed_tokenizer_files_fail_with_clear_errors() {
   };
   for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
     char dir[600];
-    snprintf(dir, sizeof dir, "%s/badcfg%zu", tmpdir, i);
+    snprintf(dir, sizeof dir, "%s/badcfg%zu", scratch_dir, i);
     mkdir(dir, 0700);
     CHECK_OK(make_tiny(dir, merges_json, false, cfgs[i].cfg));
     ct_tokenizer *t = NULL;
@@ -768,7 +768,7 @@ static void test_malformed_tokenizer_files_fail_with_clear_errors() {
   }
   // a chat template that does not parse: the tokenizer loads (encoding works), chat fails
   char dir[600];
-  snprintf(dir, sizeof dir, "%s/badtpl", tmpdir);
+  snprintf(dir, sizeof dir, "%s/badtpl", scratch_dir);
   mkdir(dir, 0700);
   CHECK_OK(make_tiny(dir, merges_json, false, "{\"chat_template\": \"{% for m in messages %}\\n{{ m.content }\"}"));
   ct_tokenizer *t = NULL;
@@ -842,7 +842,7 @@ static void test_fuzz_tokenizer_json_loader_never_crashes() {
       "{\"id\":\"<s>\"}},{\"Sequence\":{\"id\":\"A\"}}]},\"model\":{\"type\":\"BPE\",\"ignore_merges\":true,"
       "\"vocab\":{\"a\":0,\"b\":1,\"ab\":2,\"Ġ\":3,\"Ġab\":4,\"1\":6},\"merges\":[\"a b\",[\"Ġ\",\"ab\"]]}}";
   char dir[600];
-  snprintf(dir, sizeof dir, "%s/fuzz", tmpdir);
+  snprintf(dir, sizeof dir, "%s/fuzz", scratch_dir);
   mkdir(dir, 0700);
   char path[700];
   snprintf(path, sizeof path, "%s/tokenizer.json", dir);
@@ -990,7 +990,7 @@ static void test_concurrent_encodes_agree_with_a_single_thread() {
 // first of two with the same content, and lookups by name.
 static void test_many_added_tokens_match_by_content() {
   char dir[512];
-  snprintf(dir, sizeof dir, "%s/many_added", tmpdir);
+  snprintf(dir, sizeof dir, "%s/many_added", scratch_dir);
   mkdir(dir, 0700);
   CHECK_OK(make_tiny(dir, merges_json, false, NULL));
   char path[600];
@@ -1051,7 +1051,7 @@ static void test_utf8_lossy_replaces_only_invalid_bytes(void) {
 }
 
 int main(void) {
-  if (!mkdtemp(tmpdir)) return 1;
+  if (scratch_make("/tmp/ct_test_tokenizer_XXXXXX")) return 1;
   RUN(test_utf8_lossy_replaces_only_invalid_bytes);
   RUN(test_byte_tokenizer_maps_bytes_and_special_tokens);
   RUN(test_byte_tokenizer_saved_files_load_back_as_the_same_mapping);
@@ -1075,9 +1075,6 @@ int main(void) {
   RUN(test_fuzz_tokenizer_json_loader_never_crashes);
   RUN(test_fuzz_template_parser_and_renderer_never_crash);
   RUN(test_concurrent_encodes_agree_with_a_single_thread);
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-  if (getenv("CT_TEST_KEEP")) fprintf(stderr, "kept %s\n", tmpdir);
-  else if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);
+  scratch_remove();
   return test_summary();
 }

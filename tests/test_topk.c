@@ -11,17 +11,10 @@
 #include "distill/topk.h"
 #include "error.h"
 #include "safetensors.h"
+#include "scratch.h"
 #include "test.h"
 
 enum { V = 260, N = 5, K = 4 };
-static char tmpdir[] = "/tmp/ct-test-topk-XXXXXX";
-
-static const char *path_of(const char *name) {
-  static char p[256];
-  snprintf(p, sizeof p, "%s/%s", tmpdir, name);
-  return p;
-}
-
 // A good (N, K) file's values: row r holds ids r, r+1, .. with logits 3, 2, 1, 0.
 static void good_values(int *idx, float *logit) {
   for (int r = 0; r < N; r++)
@@ -36,7 +29,7 @@ static const char *write_with(const char *name, int at, int id, float logit_at_0
   if (at >= 0) idx[at] = id;
   logit[0] = logit_at_0;
   ct_topk t = {.k = K, .n = N, .idx = idx, .logit = logit, .data_hash = 0x1234abcdULL};
-  const char *p = path_of(name);
+  const char *p = scratch_path(name);
   CHECK_OK(ct_topk_write(p, &t, "/teacher"));
   return p;
 }
@@ -140,7 +133,7 @@ static void test_a_file_without_checksum_or_not_top_k_is_refused(void) {
   ct_st_entry e[2] = {{.name = "indices", .dtype = CT_DT_I32, .ndim = 2, .shape = {N, K}, .data = idx},
                       {.name = "logits", .dtype = CT_DT_F32, .ndim = 2, .shape = {N, K}, .data = logit}};
   const char *mk[] = {"dataset_hash"}, *mv[] = {"000000001234abcd"};
-  const char *p = path_of("plain.safetensors");
+  const char *p = scratch_path("plain.safetensors");
   CHECK_OK(ct_st_write(p, e, 2, mk, mv, 1));  // what ctune wrote before files were checksummed
   const char *no_sum[] = {"no checksum of its contents", NULL};
   expect_refused(p, no_sum);
@@ -151,10 +144,7 @@ static void test_a_file_without_checksum_or_not_top_k_is_refused(void) {
 }
 
 int main(void) {
-  if (!mkdtemp(tmpdir)) {
-    perror("mkdtemp");
-    return 1;
-  }
+  if (scratch_make("/tmp/ct-test-topk-XXXXXX")) return 1;
   RUN(test_written_file_reads_back_with_its_hash_and_checksum);
   RUN(test_indices_1e9_minus_5_and_V_are_refused_naming_row_and_position);
   RUN(test_an_id_twice_in_a_row_and_a_non_finite_logit_are_refused);
@@ -162,8 +152,6 @@ int main(void) {
   RUN(test_a_flipped_byte_in_an_index_or_a_logit_is_refused_by_the_checksum);
   RUN(test_a_truncated_file_is_refused);
   RUN(test_a_file_without_checksum_or_not_top_k_is_refused);
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);
+  scratch_remove();
   return test_summary();
 }

@@ -14,6 +14,7 @@
 #include "ref_model.h"
 #include "rng.h"
 #include "test.h"
+#include "tiny_model.h"
 #include "train.h"
 
 #define STEPS 5
@@ -57,11 +58,8 @@ static double ref_lr(long step, double peak, long warmup, long total) {
 }
 
 static void test_five_steps_match_float64_reference_training(void) {
-  ct_model_config mc = {.model_type = "llama", .vocab_size = 13, .hidden_size = 8,
-                        .intermediate_size = 12, .num_layers = 2, .num_heads = 2,
-                        .num_kv_heads = 1, .head_dim = 4, .max_position_embeddings = 16,
-                        .rope_theta = 10000, .rms_norm_eps = 1e-6f, .tie_word_embeddings = true,
-                        .bos_token_id = -1, .eos_token_id = -1, .pad_token_id = -1};
+  ct_model_config mc = mini_config();  // smaller still: V 13, C 8, F 12, 2 heads over 1
+  mc.vocab_size = 13, mc.hidden_size = 8, mc.intermediate_size = 12, mc.num_heads = 2, mc.num_kv_heads = 1;
   ct_config cfg;
   CHECK_OK(ct_config_init(&cfg, CT_TRAINER_SFT));
   cfg.learning_rate = 3e-2;

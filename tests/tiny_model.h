@@ -31,6 +31,29 @@ static inline ct_model_config tiny_config(const char *type) {
   return c;
 }
 
+// The smaller llama the gradient checks run (every parameter against finite differences):
+// V 17, C 12, F 20, 2 layers, 4 heads of head_dim 4 over 2 key/value heads, 16
+// positions, tied. Tests change fields from here (type, sizes, Gemma's).
+static inline ct_model_config mini_config(void) {
+  ct_model_config c = {.model_type = "llama", .vocab_size = 17, .hidden_size = 12,
+                       .intermediate_size = 20, .num_layers = 2, .num_heads = 4,
+                       .num_kv_heads = 2, .head_dim = 4, .max_position_embeddings = 16,
+                       .rope_theta = 10000, .rms_norm_eps = 1e-6f, .tie_word_embeddings = true,
+                       .bos_token_id = -1, .eos_token_id = -1, .pad_token_id = -1};
+  return c;
+}
+
+// Every 1-D tensor of m (norms, biases) set to center + normal(0, sd), in table order,
+// from its own seed: non-trivial norms (center 1; 0 for Gemma's, which apply 1 + w).
+static inline void tiny_vectors(ct_model *m, uint64_t seed, double center, double sd) {
+  ct_rng r;
+  ct_rng_seed(&r, seed);
+  for (int i = 0; i < m->n_tensors; i++)
+    if (m->tensors[i].ndim == 1)
+      for (long k = 0; k < m->tensors[i].numel; k++)
+        m->params[m->tensors[i].offset + k] = (float)(center + sd * ct_rng_normal(&r));
+}
+
 // A tiny_config model with RoPE tables for 64 positions: matrices normal(0, 0.3),
 // vectors (norms, biases) 1 + normal(0, 0.2), from fixed seeds; Gemma's norms, which
 // apply 1 + w, normal(0, 0.2) (the same scales).
@@ -38,12 +61,7 @@ static inline void tiny_model(ct_model *m, const char *type) {
   ct_model_config c = tiny_config(type);
   if (ct_model_init(m, &c, 64)) exit(1);
   ct_model_init_random(m, 5, 0.3f);
-  ct_rng r;
-  ct_rng_seed(&r, 6);
-  for (int i = 0; i < m->n_tensors; i++)
-    if (m->tensors[i].ndim == 1)
-      for (long k = 0; k < m->tensors[i].numel; k++)
-        m->params[m->tensors[i].offset + k] = (float)(!c.gemma + 0.2 * ct_rng_normal(&r));
+  tiny_vectors(m, 6, !c.gemma, 0.2);
 }
 
 // Logits (T, V) of one causal row through the training forward (what the sampler's engine
