@@ -29,7 +29,9 @@ LIB_OBJ     := $(COMMON_SRC:%.c=$(B)/%.o) $(TRAINER_SRC:%.c=$(B)/%.o)
 LIB         := $(B)/libctune.a
 
 TRAINERS := $(patsubst %/main.c,%,$(wildcard sft/main.c dpo/main.c grpo/main.c distill/main.c sampler/main.c reward/main.c))
-TOOLS    := $(patsubst tools/%.c,%,$(wildcard tools/*.c))
+# a tool is one file tools/NAME.c, or a folder of files tools/ckpt/ (bin/ctune-ckpt)
+TOOLS    := $(patsubst tools/%.c,%,$(wildcard tools/*.c)) ctune-ckpt
+CKPT_SRC := $(wildcard tools/ckpt/*.c)
 PROGS    := $(TRAINERS:%=$(BIN)/%) $(TOOLS:%=$(BIN)/%)
 TESTS    := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/test_*.c))
 
@@ -126,6 +128,10 @@ $(LIB): $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(BIN)/sampler: $(B)/sampler/main.o $(B)/sampler/bench.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(OPT) $^ -o $@ $(LDLIBS_ALL)
+
+$(BIN)/ctune-ckpt: $(CKPT_SRC:%.c=$(B)/%.o) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(OPT) $^ -o $@ $(LDLIBS_ALL)
 

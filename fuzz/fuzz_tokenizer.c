@@ -1,4 +1,4 @@
-// Fuzzes tokenizer loading (text/tokenizer.c, tokenizer_regex.c, unicode.c): the input is
+// Fuzzes tokenizer loading (text/tokenizer*.c, tokenizer_regex.c, unicode.c): the input is
 // tokenizer.json, then optionally a NUL byte and tokenizer_config.json, then optionally
 // another NUL and generation_config.json (JSON text holds no raw NUL). A tokenizer that
 // loads encodes and decodes fixed texts, and renders a fixed conversation with its chat

@@ -127,8 +127,17 @@ static char *read_all(const char *path, size_t *len) {
   return text;
 }
 
+// The command line: the command and its key=value options.
+typedef struct {
+  const char *cmd, *dir, *template_file, *input, *out_dir;
+  int reps;
+  bool add_special, special, gen_prompt, tokenize, row_errors;
+} opts;
+
 // Encoding speed over a file: the first pass starts with an empty word cache.
-static int bench(const ct_tokenizer *t, const char *input, int reps) {
+static int bench(const ct_tokenizer *t, const opts *o) {
+  const char *input = o->input;
+  int reps = o->reps;
   if (!input) {
     fputs("ctune-tokenize: bench needs input=FILE\n", stderr);
     return 2;
@@ -158,93 +167,130 @@ static int bench(const ct_tokenizer *t, const char *input, int reps) {
   return 0;
 }
 
-int main(int argc, char **argv) {
-  if (ct_config_help_asked(argc, argv)) return usage(stdout);
-  if (argc < 2) return usage(stderr);
-  const char *cmd = argv[1], *dir = NULL, *template_file = NULL, *input = NULL, *out_dir = NULL;
-  int reps = 3;
-  bool add_special = true, special = true, gen_prompt = false, tokenize = false, row_errors = false;
-  for (int i = 2; i < argc; i++) {
-    char *eq = strchr(argv[i], '=');
-    if (!eq) return usage(stderr);
-    *eq = 0;
-    const char *k = argv[i], *v = eq + 1;
-    int rc = 0;
-    if (!strcmp(k, "tokenizer_path")) dir = v;
-    else if (!strcmp(k, "add_special_tokens")) rc = parse_bool(k, v, &add_special);
-    else if (!strcmp(k, "special")) rc = parse_bool(k, v, &special);
-    else if (!strcmp(k, "add_generation_prompt")) rc = parse_bool(k, v, &gen_prompt);
-    else if (!strcmp(k, "tokenize")) rc = parse_bool(k, v, &tokenize);
-    else if (!strcmp(k, "template")) template_file = v;
-    else if (!strcmp(k, "on_error")) {
-      if (strcmp(v, "stop") && strcmp(v, "row")) {
-        fprintf(stderr, "ctune-tokenize: on_error: expected stop or row, got '%s'\n", v);
-        return 2;
-      }
-      row_errors = !strcmp(v, "row");
-    }
-    else if (!strcmp(k, "input")) input = v;
-    else if (!strcmp(k, "out")) out_dir = v;
-    else if (!strcmp(k, "reps")) reps = atoi(v) > 0 ? atoi(v) : 1;
-    else {
-      fprintf(stderr, "ctune-tokenize: unknown key '%s'\n", k);
-      return 2;
-    }
-    if (rc) return rc;
-  }
-  if (strcmp(cmd, "encode") && strcmp(cmd, "decode") && strcmp(cmd, "chat") && strcmp(cmd, "info") &&
-      strcmp(cmd, "bench") && strcmp(cmd, "export"))
-    return usage(stderr);
+// export: tokenizer.json and tokenizer_config.json into out=DIR.
+static int export_files(const ct_tokenizer *t, const opts *o) {
+  int rc = o->out_dir ? ct_tokenizer_save(t, o->out_dir) : -1;
+  if (!o->out_dir) fputs("ctune-tokenize: export needs out=DIR\n", stderr);
+  else if (rc) fprintf(stderr, "ctune-tokenize: %s\n", ct_last_error());
+  return rc ? 1 : 0;
+}
 
-  ct_tokenizer *t;
-  int rc = dir ? ct_tokenizer_load(&t, dir) : ct_tokenizer_bytes(&t);
-  if (rc) {
-    fprintf(stderr, "ctune-tokenize: %s\n", ct_last_error());
-    return 1;
-  }
-  if (template_file) {
-    size_t len;
-    char *src = read_all(template_file, &len);
-    rc = src ? ct_tokenizer_set_chat_template(t, src, len, template_file) : 1;
-    free(src);
-    if (rc) {
-      if (src) fprintf(stderr, "ctune-tokenize: %s\n", ct_last_error());
-      ct_tokenizer_free(t);
-      return 1;
-    }
-  }
-  if (!strcmp(cmd, "export")) {
-    rc = out_dir ? ct_tokenizer_save(t, out_dir) : -1;
-    if (!out_dir) fputs("ctune-tokenize: export needs out=DIR\n", stderr);
-    else if (rc) fprintf(stderr, "ctune-tokenize: %s\n", ct_last_error());
-    ct_tokenizer_free(t);
-    return rc ? 1 : 0;
-  }
-  if (!strcmp(cmd, "bench")) {
-    rc = bench(t, input, reps);
-    ct_tokenizer_free(t);
-    return rc;
-  }
+// info: one row of the tokenizer's facts.
+static int info(const ct_tokenizer *t, const opts *o) {
+  (void)o;
   obuf ob = {0};
-  if (!strcmp(cmd, "info")) {
-    const int *stops;
-    int nstops = ct_tokenizer_stop_ids(t, &stops);
-    json_t *st = json_array();
-    for (int i = 0; i < nstops; i++) json_array_append_new(st, json_integer(stops[i]));
-    json_t *info = json_pack("{s:i,s:i,s:i,s:i,s:b,s:b,s:o,s:b}", "vocab_size", ct_tokenizer_vocab_size(t),
-                             "bos_token_id", ct_tokenizer_bos(t), "eos_token_id", ct_tokenizer_eos(t),
-                             "pad_token_id", ct_tokenizer_pad(t), "add_bos_token", ct_tokenizer_add_bos(t),
-                             "add_eos_token", ct_tokenizer_add_eos(t), "stop_token_ids", st,
-                             "chat_template_has_generation", ct_tokenizer_chat_has_generation(t));
-    ob_json(&ob, info);
-    ob_puts(&ob, "\n");
-    json_decref(info);
-    flush(&ob);
-    ct_tokenizer_free(t);
-    free(ob.p);
-    return 0;
-  }
+  const int *stops;
+  int nstops = ct_tokenizer_stop_ids(t, &stops);
+  json_t *st = json_array();
+  for (int i = 0; i < nstops; i++) json_array_append_new(st, json_integer(stops[i]));
+  json_t *info = json_pack("{s:i,s:i,s:i,s:i,s:b,s:b,s:o,s:b}", "vocab_size", ct_tokenizer_vocab_size(t),
+                           "bos_token_id", ct_tokenizer_bos(t), "eos_token_id", ct_tokenizer_eos(t),
+                           "pad_token_id", ct_tokenizer_pad(t), "add_bos_token", ct_tokenizer_add_bos(t),
+                           "add_eos_token", ct_tokenizer_add_eos(t), "stop_token_ids", st,
+                           "chat_template_has_generation", ct_tokenizer_chat_has_generation(t));
+  ob_json(&ob, info);
+  ob_puts(&ob, "\n");
+  json_decref(info);
+  flush(&ob);
+  free(ob.p);
+  return 0;
+}
 
+// One row of each JSONL command: its output appended to ob, or why it failed (ob may
+// then hold part of the row, which the caller cuts).
+
+static const char *encode_row(const ct_tokenizer *t, const opts *o, const json_t *j, ct_ids *ids, obuf *ob) {
+  const json_t *text = json_object_get(j, "text");
+  if (!json_is_string(text)) return "key 'text': expected a string";
+  if (o->add_special && ct_tokenizer_add_bos(t)) ct_ids_push(ids, ct_tokenizer_bos(t));
+  if (ct_tokenizer_encode(t, json_string_value(text), json_string_length(text), o->special, ids))
+    return ct_last_error();
+  if (o->add_special && ct_tokenizer_add_eos(t)) ct_ids_push(ids, ct_tokenizer_eos(t));
+  ob_puts(ob, "{\"input_ids\": ");
+  ob_ids(ob, ids->v, ids->n);
+  ob_puts(ob, "}\n");
+  return NULL;
+}
+
+static const char *decode_row(const ct_tokenizer *t, const json_t *j, ct_ids *ids, obuf *ob) {
+  const json_t *in = json_object_get(j, "input_ids");
+  if (!json_is_array(in)) return "key 'input_ids': expected a list of integers";
+  for (size_t i = 0; i < json_array_size(in); i++) {
+    const json_t *x = json_array_get(in, i);
+    if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > 0x7fffffff)
+      return "key 'input_ids': expected a list of non-negative integers";
+    ct_ids_push(ids, (int)json_integer_value(x));
+  }
+  char *s;
+  size_t len;
+  if (ct_tokenizer_decode(t, ids->v, ids->n, &s, &len)) return ct_last_error();
+  ob_puts(ob, "{\"text\": ");
+  ob_string(ob, s, len);
+  ob_puts(ob, "}\n");
+  free(s);
+  return NULL;
+}
+
+static const char *chat_row(const ct_tokenizer *t, const opts *o, const json_t *j, ct_ids *ids, ct_ids *mask,
+                            obuf *ob) {
+  const json_t *messages = json_object_get(j, "messages");
+  const json_t *agp = json_object_get(j, "add_generation_prompt");
+  ct_chat_opts co = {.add_generation_prompt = json_is_boolean(agp) ? json_is_true(agp) : o->gen_prompt,
+                     .tools = json_object_get(j, "tools"), .extra = json_object_get(j, "chat_template_kwargs")};
+  char *s;
+  size_t len;
+  ct_span *gen;
+  int ngen;
+  if (!messages) return "key 'messages': missing";
+  if (ct_tokenizer_chat_render(t, messages, &co, &s, &len, &gen, &ngen)) return ct_last_error();
+  const char *msg = NULL;
+  ob_puts(ob, "{\"text\": ");
+  ob_string(ob, s, len);
+  if (ngen) {
+    char buf[256];
+    ob_puts(ob, ", \"generation_spans\": [");
+    for (int i = 0; i < ngen; i++) {
+      snprintf(buf, sizeof buf, "%s[%zu, %zu]", i ? ", " : "", gen[i].start, gen[i].end);
+      ob_puts(ob, buf);
+    }
+    ob_puts(ob, "]");
+  }
+  if (o->tokenize) {
+    if (ct_tokenizer_encode_masked(t, s, len, gen, ngen, ids, mask)) {
+      msg = ct_last_error();
+    } else {
+      ob_puts(ob, ", \"input_ids\": ");
+      ob_ids(ob, ids->v, ids->n);
+      ob_puts(ob, ", \"assistant_masks\": ");
+      ob_ids(ob, mask->v, mask->n);
+    }
+  }
+  ob_puts(ob, "}\n");
+  free(s);
+  free(gen);
+  return msg;
+}
+
+// on_error=row: the row's output is {"error": "<stdin>:ROW: why"}.
+static void error_row(obuf *ob, long row, const char *msg) {
+  char where[64];
+  snprintf(where, sizeof where, "<stdin>:%ld: ", row);
+  size_t ml = strlen(where) + strlen(msg);
+  char *full = malloc(ml + 1);
+  if (full) {
+    snprintf(full, ml + 1, "%s%s", where, msg);
+    ob_puts(ob, "{\"error\": ");
+    ob_string(ob, full, ml);
+    ob_puts(ob, "}\n");
+    free(full);
+  }
+}
+
+// encode, decode, chat: JSONL rows from stdin, one output row each, in order. A row that
+// fails leaves no partial output; it stops the run (exit 1) or, with on_error=row,
+// becomes an error row.
+static int rows(const ct_tokenizer *t, const opts *o) {
+  obuf ob = {0};
   char *line = NULL;
   size_t cap = 0;
   ssize_t got;
@@ -268,91 +314,13 @@ int main(int argc, char **argv) {
     }
     ids.n = 0;
     mask.n = 0;
-    size_t mark = ob.n;  // a row that fails leaves no partial output
-    if (!msg && !strcmp(cmd, "encode")) {
-      const json_t *text = json_object_get(j, "text");
-      if (!json_is_string(text)) {
-        msg = "key 'text': expected a string";
-      } else {
-        if (add_special && ct_tokenizer_add_bos(t)) ct_ids_push(&ids, ct_tokenizer_bos(t));
-        if (ct_tokenizer_encode(t, json_string_value(text), json_string_length(text), special, &ids)) msg = ct_last_error();
-        else if (add_special && ct_tokenizer_add_eos(t)) ct_ids_push(&ids, ct_tokenizer_eos(t));
-        if (!msg) {
-          ob_puts(&ob, "{\"input_ids\": ");
-          ob_ids(&ob, ids.v, ids.n);
-          ob_puts(&ob, "}\n");
-        }
-      }
-    } else if (!msg && !strcmp(cmd, "decode")) {
-      const json_t *in = json_object_get(j, "input_ids");
-      if (!json_is_array(in)) msg = "key 'input_ids': expected a list of integers";
-      for (size_t i = 0; !msg && i < json_array_size(in); i++) {
-        const json_t *x = json_array_get(in, i);
-        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > 0x7fffffff)
-          msg = "key 'input_ids': expected a list of non-negative integers";
-        else ct_ids_push(&ids, (int)json_integer_value(x));
-      }
-      char *s;
-      size_t len;
-      if (!msg && ct_tokenizer_decode(t, ids.v, ids.n, &s, &len)) msg = ct_last_error();
-      else if (!msg) {
-        ob_puts(&ob, "{\"text\": ");
-        ob_string(&ob, s, len);
-        ob_puts(&ob, "}\n");
-        free(s);
-      }
-    } else if (!msg) {  // chat
-      const json_t *messages = json_object_get(j, "messages");
-      const json_t *agp = json_object_get(j, "add_generation_prompt");
-      ct_chat_opts o = {.add_generation_prompt = json_is_boolean(agp) ? json_is_true(agp) : gen_prompt,
-                        .tools = json_object_get(j, "tools"), .extra = json_object_get(j, "chat_template_kwargs")};
-      char *s;
-      size_t len;
-      ct_span *gen;
-      int ngen;
-      if (!messages) {
-        msg = "key 'messages': missing";
-      } else if (ct_tokenizer_chat_render(t, messages, &o, &s, &len, &gen, &ngen)) {
-        msg = ct_last_error();
-      } else {
-        ob_puts(&ob, "{\"text\": ");
-        ob_string(&ob, s, len);
-        if (ngen) {
-          ob_puts(&ob, ", \"generation_spans\": [");
-          for (int i = 0; i < ngen; i++) {
-            snprintf(buf, sizeof buf, "%s[%zu, %zu]", i ? ", " : "", gen[i].start, gen[i].end);
-            ob_puts(&ob, buf);
-          }
-          ob_puts(&ob, "]");
-        }
-        if (tokenize) {
-          if (ct_tokenizer_encode_masked(t, s, len, gen, ngen, &ids, &mask)) {
-            msg = ct_last_error();
-          } else {
-            ob_puts(&ob, ", \"input_ids\": ");
-            ob_ids(&ob, ids.v, ids.n);
-            ob_puts(&ob, ", \"assistant_masks\": ");
-            ob_ids(&ob, mask.v, mask.n);
-          }
-        }
-        ob_puts(&ob, "}\n");
-        free(s);
-        free(gen);
-      }
-    }
+    size_t mark = ob.n;
+    if (!msg && !strcmp(o->cmd, "encode")) msg = encode_row(t, o, j, &ids, &ob);
+    else if (!msg && !strcmp(o->cmd, "decode")) msg = decode_row(t, j, &ids, &ob);
+    else if (!msg) msg = chat_row(t, o, j, &ids, &mask, &ob);
     if (msg) ob.n = mark;
-    if (msg && row_errors) {
-      char where[64];
-      snprintf(where, sizeof where, "<stdin>:%ld: ", row);
-      size_t ml = strlen(where) + strlen(msg);
-      char *full = malloc(ml + 1);
-      if (full) {
-        snprintf(full, ml + 1, "%s%s", where, msg);
-        ob_puts(&ob, "{\"error\": ");
-        ob_string(&ob, full, ml);
-        ob_puts(&ob, "}\n");
-        free(full);
-      }
+    if (msg && o->row_errors) {
+      error_row(&ob, row, msg);
       msg = NULL;
     }
     json_decref(j);
@@ -373,6 +341,87 @@ int main(int argc, char **argv) {
   free(ob.p);
   ct_ids_free(&ids);
   ct_ids_free(&mask);
-  ct_tokenizer_free(t);
   return status;
+}
+
+static const struct {
+  const char *name;
+  int (*run)(const ct_tokenizer *t, const opts *o);
+} commands[] = {
+    {"encode", rows}, {"decode", rows}, {"chat", rows}, {"info", info}, {"bench", bench}, {"export", export_files},
+};
+
+// The options after the command (argv[2..]); 0, or the exit status of a usage error.
+static int parse_args(int argc, char **argv, opts *o) {
+  *o = (opts){.cmd = argv[1], .reps = 3, .add_special = true, .special = true};
+  for (int i = 2; i < argc; i++) {
+    char *eq = strchr(argv[i], '=');
+    if (!eq) return usage(stderr);
+    *eq = 0;
+    const char *k = argv[i], *v = eq + 1;
+    int rc = 0;
+    if (!strcmp(k, "tokenizer_path")) o->dir = v;
+    else if (!strcmp(k, "add_special_tokens")) rc = parse_bool(k, v, &o->add_special);
+    else if (!strcmp(k, "special")) rc = parse_bool(k, v, &o->special);
+    else if (!strcmp(k, "add_generation_prompt")) rc = parse_bool(k, v, &o->gen_prompt);
+    else if (!strcmp(k, "tokenize")) rc = parse_bool(k, v, &o->tokenize);
+    else if (!strcmp(k, "template")) o->template_file = v;
+    else if (!strcmp(k, "on_error")) {
+      if (strcmp(v, "stop") && strcmp(v, "row")) {
+        fprintf(stderr, "ctune-tokenize: on_error: expected stop or row, got '%s'\n", v);
+        return 2;
+      }
+      o->row_errors = !strcmp(v, "row");
+    }
+    else if (!strcmp(k, "input")) o->input = v;
+    else if (!strcmp(k, "out")) o->out_dir = v;
+    else if (!strcmp(k, "reps")) o->reps = atoi(v) > 0 ? atoi(v) : 1;
+    else {
+      fprintf(stderr, "ctune-tokenize: unknown key '%s'\n", k);
+      return 2;
+    }
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+// tokenizer_path's tokenizer (or the byte tokenizer), with template= as its chat
+// template; 0, or 1 after saying why on stderr.
+static int load_tokenizer(const opts *o, ct_tokenizer **out) {
+  ct_tokenizer *t;
+  int rc = o->dir ? ct_tokenizer_load(&t, o->dir) : ct_tokenizer_bytes(&t);
+  if (rc) {
+    fprintf(stderr, "ctune-tokenize: %s\n", ct_last_error());
+    return 1;
+  }
+  if (o->template_file) {
+    size_t len;
+    char *src = read_all(o->template_file, &len);
+    rc = src ? ct_tokenizer_set_chat_template(t, src, len, o->template_file) : 1;
+    free(src);
+    if (rc) {
+      if (src) fprintf(stderr, "ctune-tokenize: %s\n", ct_last_error());
+      ct_tokenizer_free(t);
+      return 1;
+    }
+  }
+  *out = t;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (ct_config_help_asked(argc, argv)) return usage(stdout);
+  if (argc < 2) return usage(stderr);
+  opts o;
+  int rc = parse_args(argc, argv, &o);
+  if (rc) return rc;
+  int (*run)(const ct_tokenizer *t, const opts *o) = NULL;
+  for (size_t k = 0; k < sizeof commands / sizeof commands[0]; k++)
+    if (!strcmp(o.cmd, commands[k].name)) run = commands[k].run;
+  if (!run) return usage(stderr);
+  ct_tokenizer *t;
+  if (load_tokenizer(&o, &t)) return 1;
+  rc = run(t, &o);
+  ct_tokenizer_free(t);
+  return rc;
 }
