@@ -14,6 +14,7 @@
 #include "hf.h"
 #include "mem.h"
 #include "mtp.h"
+#include "muon.h"
 
 // The adapters: the checkpoint's (resuming), adapter_path's, or new ones from the keys.
 static int lora_setup(ct_train *tr) {

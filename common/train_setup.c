@@ -16,6 +16,7 @@
 #include "error.h"
 #include "fs.h"
 #include "hf.h"
+#include "muon.h"
 #include "pool.h"
 
 // The `model:` block -> a model config; zeros mean "derive".

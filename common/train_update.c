@@ -12,6 +12,7 @@
 
 #include "bf16.h"
 #include "error.h"
+#include "muon.h"
 
 // The pre-clip norm from Σg² (a non-finite one is an error), the clipping factor, the
 // scheduled learning rate; counts the step.
