@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "bf16.h"
+#include "dnnl.h"
 #include "error.h"
 #include "muon.h"
 
@@ -120,10 +121,12 @@ static int update_diloco(ct_train *tr, double *grad_norm, double *lr) {
 }
 
 int ct_train_update(ct_train *tr, double *grad_norm, double *lr) {
+  int rc = ct_dnnl_check();  // a bf16 product of this step failed: no step on its numbers
+  if (rc) return rc;
   if (tr->shard.n) return update_sharded(tr, grad_norm, lr);
   if (tr->cfg->diloco_inner_steps > 0) return update_diloco(tr, grad_norm, lr);
   long n = tr->trained.n_floats;
-  int rc = tr->overlap ? ct_train_overlap_finish(tr) : ct_dist_sum_f32(tr->grads, n);
+  rc = tr->overlap ? ct_train_overlap_finish(tr) : ct_dist_sum_f32(tr->grads, n);
   float clip;
   if (rc || (rc = step_scalars(tr, ct_sum_squares(tr->grads, n), grad_norm, &clip, lr))) return rc;
   optimizer_step(tr, *lr, clip);
