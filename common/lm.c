@@ -5,6 +5,7 @@
 
 #include <string.h>
 
+#include "dnnl.h"
 #include "error.h"
 
 int ct_forward_batch(const ct_model *m, ct_acts *a, const ct_batch *b) {
@@ -20,7 +21,7 @@ int ct_forward_batch(const ct_model *m, ct_acts *a, const ct_batch *b) {
   memcpy(a->pos, b->pos, sizeof(int) * N);
   memcpy(a->seg, b->seg, sizeof(int) * N);
   ct_forward(m, a, b->B, b->T);
-  return 0;
+  return ct_dnnl_check();  // (bf16 compute: a failed product)
 }
 
 // The head's logits callback for a model stored in bf16 (no fp32 matrix to hand it).

@@ -6,6 +6,14 @@
 // data position. Nothing computed in a forward pass is ever saved with it. A resumed run
 // repeats an uninterrupted one bit for bit when it uses the same threads per rank and
 // ranks (how a matrix product is split between threads can change its last bits).
+//
+// Its functions live by concern: train.c (a run's start and end, the signal watch, the test
+// hooks), train_setup.c (ct_train_setup), train_memory.c (ct_train_memory, the activations'
+// size, ct_train_free), train_reference.c (frozen inputs, the reference model), train_eval.c,
+// train_schedule.c (steps and data order), train_update.c (the optimizer step, ZeRO-1,
+// DiLoCo), train_overlap.c (ddp_bucket_cap_mb), train_save.c (checkpoints, the final model)
+// with the checkpoint's train_state.c (trainer_state.json) and train_moments.c (the
+// optimizer's files). What they share with each other only is in train_internal.h.
 #pragma once
 #include <stdbool.h>
 

@@ -4,6 +4,7 @@
 #include "dnnl.h"
 
 #include <cpuid.h>
+#include <math.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -19,18 +20,6 @@ void omp_set_num_threads(int);  // libgomp, which the Debian build of oneDNN run
 
 enum { MAX_THREADS = 256 };
 
-// oneDNN failing on a CPU that passed ct_dnnl_init, or memory running out for its
-// scratchpad, leaves a kernel no result to return: an internal error that stops the
-// program with the reason rather than letting training go on with wrong numbers.
-__attribute__((noreturn, format(printf, 1, 2))) static void fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "ctune: internal error: ");
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n");
-  va_end(ap);
-  abort();
-}
 
 typedef struct {
   char ta, tb;
@@ -60,7 +49,36 @@ static struct {
   gemm_prim **prims;
   int n, cap;
   thread_state th[MAX_THREADS];
+  int fail_rc;         // the first failure since ct_dnnl_init (0: none), read by ct_dnnl_check
+  char fail_msg[256];  // ... and its message (written under mu, before fail_rc)
 } D = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+// oneDNN failing on a CPU that passed ct_dnnl_init, or memory running out for its
+// primitives or scratchpad, on a pool thread inside a kernel that has no result to return:
+// the first failure is kept (its code and message) for ct_dnnl_check. Call without D.mu.
+__attribute__((format(printf, 2, 3))) static int fail(int code, const char *fmt, ...) {
+  char msg[sizeof D.fail_msg];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  pthread_mutex_lock(&D.mu);
+  if (!D.fail_rc) {
+    memcpy(D.fail_msg, msg, sizeof msg);
+    __atomic_store_n(&D.fail_rc, code, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&D.mu);
+  return code;
+}
+
+int ct_dnnl_check(void) {
+  if (!__atomic_load_n(&D.fail_rc, __ATOMIC_ACQUIRE)) return 0;
+  char msg[sizeof D.fail_msg];
+  pthread_mutex_lock(&D.mu);
+  memcpy(msg, D.fail_msg, sizeof msg);
+  pthread_mutex_unlock(&D.mu);
+  return ct_set_error(D.fail_rc, "%s", msg);
+}
 
 // oneDNN's own cap on the instruction set: a user who limits it below bf16 gets fp32's
 // behaviour from `bf16: auto` (and the same error from `bf16: true`) as on an older CPU.
@@ -106,6 +124,7 @@ void ct_dnnl_free(void) {
   memset(D.th, 0, sizeof D.th);
   if (D.engine) dnnl_engine_destroy(D.engine);
   D.engine = NULL;
+  D.fail_rc = 0;
 }
 
 int ct_dnnl_cached(void) { return D.n; }
@@ -156,60 +175,70 @@ static bool key_eq(const gemm_key *x, const gemm_key *y) {
          x->lda == y->lda && x->ldb == y->ldb && x->ldc == y->ldc && x->acc == y->acc;
 }
 
-// The cached primitive for k, created on first use. Aborts when oneDNN refuses a plain
-// bf16 matmul: that is a broken install, not a user error, and kernels cannot fail.
-static gemm_prim *prim_get(const gemm_key *k) {
+// The cached primitive for k, created on first use. oneDNN refusing a plain bf16 matmul
+// is a broken install, not a user error (CT_EINVAL, kept by fail()).
+static int prim_get(const gemm_key *k, gemm_prim **out) {
   pthread_mutex_lock(&D.mu);
   gemm_prim *p = NULL;
+  int rc = 0;
   for (int i = 0; i < D.n && !p; i++)
     if (key_eq(&D.prims[i]->k, k)) p = D.prims[i];
   if (!p) {
     if (D.n == D.cap) {
       int cap = D.cap ? 2 * D.cap : 64;
       gemm_prim **grown = realloc(D.prims, sizeof *grown * (size_t)cap);
-      if (!grown) fail("bf16: out of memory for the oneDNN primitive cache");
-      D.prims = grown;
-      D.cap = cap;
+      if (grown) D.prims = grown, D.cap = cap;
+      else rc = CT_ENOMEM;
     }
-    p = prim_create(k);
-    if (!p) fail("bf16: oneDNN refused a bf16 matmul of %dx%dx%d", k->M, k->N, k->K);
-    D.prims[D.n++] = p;
+    if (!rc && !(p = prim_create(k))) rc = CT_EINVAL;
+    if (!rc) D.prims[D.n++] = p;
   }
   pthread_mutex_unlock(&D.mu);
-  return p;
+  if (rc == CT_ENOMEM) return fail(rc, "bf16: out of memory for the oneDNN primitive cache");
+  if (rc) return fail(rc, "bf16: oneDNN refused a bf16 matmul of %dx%dx%d", k->M, k->N, k->K);
+  *out = p;
+  return 0;
 }
 
-static void *thread_scratch(thread_state *ts, size_t bytes) {
-  if (bytes <= ts->scratch_bytes) return ts->scratch;
-  free(ts->scratch);
-  ts->scratch = aligned_alloc(64, (bytes + 63) / 64 * 64);
-  if (!ts->scratch) fail("bf16: out of memory for a oneDNN scratchpad of %zu bytes", bytes);
-  ts->scratch_bytes = bytes;
-  return ts->scratch;
+static int thread_scratch(thread_state *ts, size_t bytes, void **out) {
+  if (bytes > ts->scratch_bytes) {
+    free(ts->scratch);
+    ts->scratch_bytes = 0;
+    if (!(ts->scratch = aligned_alloc(64, (bytes + 63) / 64 * 64)))
+      return fail(CT_ENOMEM, "bf16: out of memory for a oneDNN scratchpad of %zu bytes", bytes);
+    ts->scratch_bytes = bytes;
+  }
+  *out = ts->scratch;
+  return 0;
 }
 
 // C (M, N) (+)= op(A) op(B) on pool thread `thread`, oneDNN single-threaded.
-static void gemm_run(const gemm_key *k, const uint16_t *A, const uint16_t *B, float *C, int thread) {
+static int gemm_run(const gemm_key *k, const uint16_t *A, const uint16_t *B, float *C, int thread) {
   thread_state *ts = &D.th[thread];
   if (!ts->single) {
     omp_set_num_threads(1);
     ts->single = true;
   }
-  if (!ts->stream && dnnl_stream_create(&ts->stream, D.engine, dnnl_stream_default_flags) != dnnl_success)
-    fail("bf16: oneDNN could not create a stream");
-  gemm_prim *p = prim_get(k);
+  if (!ts->stream && dnnl_stream_create(&ts->stream, D.engine, dnnl_stream_default_flags) != dnnl_success) {
+    ts->stream = NULL;
+    return fail(CT_EINVAL, "bf16: oneDNN could not create a stream");
+  }
+  gemm_prim *p = NULL;
+  void *scratch = NULL;
+  int rc = prim_get(k, &p);
+  if (rc || (rc = thread_scratch(ts, p->scratch_bytes, &scratch))) return rc;
   dnnl_memory_t m[4] = {0};
   bool ok = dnnl_memory_create(&m[0], &p->a, D.engine, (void *)A) == dnnl_success &&
             dnnl_memory_create(&m[1], &p->b, D.engine, (void *)B) == dnnl_success &&
             dnnl_memory_create(&m[2], &p->c, D.engine, C) == dnnl_success &&
-            dnnl_memory_create(&m[3], &p->scratch, D.engine, thread_scratch(ts, p->scratch_bytes)) == dnnl_success;
+            dnnl_memory_create(&m[3], &p->scratch, D.engine, scratch) == dnnl_success;
   dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DST, m[2]},
                              {DNNL_ARG_SCRATCHPAD, m[3]}};
   ok = ok && dnnl_primitive_execute(p->prim, ts->stream, 4, args) == dnnl_success &&
        dnnl_stream_wait(ts->stream) == dnnl_success;
   for (int i = 0; i < 4; i++)
     if (m[i]) dnnl_memory_destroy(m[i]);
-  if (!ok) fail("bf16: oneDNN failed to run a %dx%dx%d matmul", k->M, k->N, k->K);
+  return ok ? 0 : fail(CT_EINVAL, "bf16: oneDNN failed to run a %dx%dx%d matmul", k->M, k->N, k->K);
 }
 
 typedef struct {
@@ -237,7 +266,9 @@ static void gemm_part(void *ctx, int part, int thread) {
     C += lo;
     k.N = (int)(hi - lo);
   }
-  if (hi > lo) gemm_run(&k, A, B, C, thread);
+  if (hi > lo && gemm_run(&k, A, B, C, thread))  // (kept for ct_dnnl_check) no numbers: NaN
+    for (int i = 0; i < k.M; i++)
+      for (int c = 0; c < k.N; c++) C[(long)i * k.ldc + c] = NAN;
 }
 
 void ct_gemm_bf16(char ta, char tb, int M, int N, int K, const uint16_t *A, int lda,

@@ -17,8 +17,15 @@ int ct_dnnl_init(void);
 // the pool's threads, each running oneDNN single-threaded (oneDNN's OpenMP threads would
 // compete with the pool for the same cores). Primitives are created once per shape and
 // split (creation takes ~0.1-1 ms) and kept until ct_dnnl_free. Needs ct_dnnl_init.
+// It cannot fail as kernels do not (void): when oneDNN does (a broken install, memory for a
+// primitive or scratchpad), the part of C it leaves is NaN and ct_dnnl_check reports why.
 void ct_gemm_bf16(char ta, char tb, int M, int N, int K, const uint16_t *A, int lda,
                   const uint16_t *B, int ldb, float beta, float *C, int ldc);
+
+// 0, or the first failure of a bf16 product since ct_dnnl_init (its code, its message set
+// with ct_set_error); it stays until ct_dnnl_free. Callers that return an error check it
+// where numbers computed in bf16 would be used (ct_forward_batch, ct_train_update).
+int ct_dnnl_check(void);
 
 // How many primitives the cache holds (tests: a repeated shape creates none).
 int ct_dnnl_cached(void);

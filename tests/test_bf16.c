@@ -86,6 +86,23 @@ static void test_a_shape_seen_before_creates_no_primitive(void) {
   CHECK(ct_dnnl_cached() > n);
 }
 
+// A product oneDNN refuses (here a negative leading dimension, which no kernel passes)
+// neither aborts nor leaves numbers: C is NaN and ct_dnnl_check reports it until ct_dnnl_free.
+static void test_a_refused_product_leaves_nan_and_is_reported_by_ct_dnnl_check(void) {
+  CHECK(ct_dnnl_check() == 0);
+  uint16_t a[16] = {0}, b[16] = {0};
+  float c[16];
+  for (int i = 0; i < 16; i++) c[i] = 1;
+  ct_gemm_bf16('N', 'T', 4, 4, 4, a, -4, b, 4, 0, c, 4);
+  for (int i = 0; i < 16; i++) CHECK(isnan(c[i]));
+  CHECK(ct_dnnl_check() == CT_EINVAL);
+  CHECK(strstr(ct_last_error(), "oneDNN refused a bf16 matmul of 4x4x4") != NULL);
+  CHECK(ct_dnnl_check() == CT_EINVAL);  // it stays
+  ct_dnnl_free();
+  CHECK_OK(ct_dnnl_init());
+  CHECK(ct_dnnl_check() == 0);
+}
+
 // Mean loss and gradients (into grads) of a fixed batch of 2 x 12 tokens.
 // B rows of T random ids below V from seed, each one document at positions 0..T-1, into a;
 // target (B·T) the next id, none after a row's last token.
@@ -495,6 +512,7 @@ int main(void) {
   RUN(test_bf16_head_within_rounding_of_fp32_for_every_chunking);
   RUN(test_lora_with_a_bf16_base_trains_as_fp32);
   RUN(test_lora_dropout_in_bf16_matches_fp32);
+  RUN(test_a_refused_product_leaves_nan_and_is_reported_by_ct_dnnl_check);
   ct_dnnl_free();
   return test_summary();
 }

@@ -10,6 +10,7 @@
 
 #include "bf16.h"
 #include "fill.h"
+#include "muon.h"
 #include "optim.h"
 #include "pool.h"
 #include "test.h"
