@@ -37,10 +37,16 @@
 #include "pool.h"
 #include "sample.h"
 #include "train.h"
+#include "die.h"
+#include "run.h"
+#include "watch.h"
 #include "unicode.h"
 #include "weights.h"
 
-static int fail(int code, const char *what) { ct_dist_die("distill", code, what); }
+static int fail(int code, const char *what) {
+  ct_die_name("distill");
+  ct_die(code, what);
+}
 
 // ---------------------------------------------------------------------------
 // The teacher: a frozen model (teacher_dtype: float32, bfloat16 or int8) and the final hidden

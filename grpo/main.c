@@ -35,9 +35,15 @@
 #include "reward_model.h"
 #include "rng.h"
 #include "train.h"
+#include "die.h"
+#include "run.h"
+#include "watch.h"
 #include "weights.h"
 
-static int fail(int code, const char *what) { ct_dist_die("grpo", code, what); }
+static int fail(int code, const char *what) {
+  ct_die_name("grpo");
+  ct_die(code, what);
+}
 
 // GRPO's own checks of the config, before anything is loaded.
 static int agg_kind(const ct_config *c, int *kind) {

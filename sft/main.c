@@ -22,8 +22,14 @@
 #include "mtp.h"
 #include "pool.h"
 #include "train.h"
+#include "die.h"
+#include "run.h"
+#include "watch.h"
 
-static int fail(int code, const char *what) { ct_dist_die("sft", code, what); }
+static int fail(int code, const char *what) {
+  ct_die_name("sft");
+  ct_die(code, what);
+}
 
 static ct_data_opts data_opts(const ct_config *c, bool packing, int model_vocab) {
   return (ct_data_opts){.max_length = (int)c->max_length,
