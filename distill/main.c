@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "die.h"
 #include "dist.h"
 #include "distill/distill.h"
 #include "error.h"
@@ -25,8 +26,13 @@
 #include "mem.h"
 #include "panel.h"
 #include "rng.h"
+#include "run.h"
+#include "watch.h"
 
-static int fail(int code, const char *what) { ct_dist_die("distill", code, what); }
+static int fail(int code, const char *what) {
+  ct_die_name("distill");
+  ct_die(code, what);
+}
 
 static bool precompute_mode;  // `bin/distill precompute ...`: write the teacher's top-k logits
 

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "advantage.h"
+#include "die.h"
 #include "dist.h"
 #include "error.h"
 #include "fingerprint.h"
@@ -23,8 +24,13 @@
 #include "mem.h"
 #include "panel.h"
 #include "reward_model.h"
+#include "run.h"
+#include "watch.h"
 
-static int fail(int code, const char *what) { ct_dist_die("grpo", code, what); }
+static int fail(int code, const char *what) {
+  ct_die_name("grpo");
+  ct_die(code, what);
+}
 
 // GRPO's own checks of the config, before anything is loaded.
 static int agg_kind(const ct_config *c, int *kind) {

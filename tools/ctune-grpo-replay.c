@@ -35,6 +35,7 @@
 #include "mem.h"
 #include "prompts.h"
 #include "train.h"
+#include "run.h"
 
 // One logged completion.
 typedef struct {
