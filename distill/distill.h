@@ -12,7 +12,7 @@
 #include "config.h"
 #include "data.h"
 #include "distill/topk.h"
-#include "engine.h"
+#include "policy_engine.h"
 #include "forward.h"
 #include "frozen.h"
 #include "head.h"
@@ -62,9 +62,9 @@ typedef struct {
   int *seqs;            // (max(global, B, Be)) the step's sequences
   long *where;          // (B·T) offline: each gathered row's index in the file
   // on-policy generation (lmbda > 0): the student's weights as they are, or the teacher's
-  ct_infer_weights gen_w;
-  int gen_pack;         // CT_PACK_*: the student's panels, repacked before each generation
-  ct_engine *gen;
+  ct_policy_engine student;  // the engine over the student's own weights (not seq_kd)
+  ct_engine *teacher_gen;    // seq_kd: the engine over the teacher's
+  ct_engine *gen;            // the one that samples: either of the two
   ct_batch *gen_batches;  // (accum)
   ct_completions log;     // on-policy samples, in completions.jsonl
   json_t **gen_rows;      // (B·accum)
@@ -111,7 +111,7 @@ int ct_distill_train_pass(ct_distill *d, int n, bool generated, long labels, ct_
 
 // log.c ----------------------------------------------------------------------
 
-// The metrics.jsonl line of the logging window win, which began at t_win (ct_now).
-int ct_distill_log_step(ct_distill *d, const ct_distill_stats *win, double lr, double norm, double t_win);
+// The metrics.jsonl line of the logging window's sums win (lr, norm: the last step's).
+int ct_distill_log_step(ct_distill *d, const ct_distill_stats *win, double lr, double norm, double tokens_per_s);
 
 #endif

@@ -23,16 +23,13 @@
 #include "hf.h"
 #include "ident.h"
 #include "lm.h"
+#include "loop.h"
 #include "mem.h"
-#include "panel.h"
+#include "policy_engine.h"
 #include "rng.h"
 #include "run.h"
 #include "watch.h"
-
-static int fail(int code, const char *what) {
-  ct_die_name("distill");
-  ct_die(code, what);
-}
+#include "window.h"
 
 static bool precompute_mode;  // `bin/distill precompute ...`: write the teacher's top-k logits
 
@@ -78,19 +75,19 @@ static ct_tokenizer *load_data(ct_distill *d) {
   int vocab = tr->model.cfg.vocab_size;
   if (precompute_mode && !cfg->model_path[0] && !cfg->tokenizer_path[0]) {
     if (ct_tokenizer_load_said(NULL, &teacher_tok, cfg->teacher_path))
-      fail(1, (ct_wrap_error(CT_EIO, "%s: key 'teacher_path'", ct_config_origin(cfg, "teacher_path")), NULL));
+      ct_die(1, (ct_wrap_error(CT_EIO, "%s: key 'teacher_path'", ct_config_origin(cfg, "teacher_path")), NULL));
     vocab = ct_tokenizer_vocab_size(teacher_tok);
   } else if (!d->offline && ct_distill_check_vocabularies(cfg, tr->tok)) {
-    fail(1, NULL);
+    ct_die(1, NULL);
   }
   const ct_tokenizer *tok = teacher_tok ? teacher_tok : tr->tok;
   ct_data_opts o = {(int)cfg->max_length, cfg->completion_only_loss, cfg->assistant_only_loss,
                     cfg->skip_bad_rows, cfg->packing, cfg->dataset_text_field, vocab};
-  if (ct_dataset_load(&d->train, cfg->dataset_path, tok, &o)) fail(1, NULL);
+  if (ct_dataset_load(&d->train, cfg->dataset_path, tok, &o)) ct_die(1, NULL);
   d->have_eval = cfg->eval_dataset_path[0] && !precompute_mode;
   ct_data_opts eo = o;
   eo.packing = false;
-  if (d->have_eval && ct_dataset_load(&d->eval, cfg->eval_dataset_path, tr->tok, &eo)) fail(1, NULL);
+  if (d->have_eval && ct_dataset_load(&d->eval, cfg->eval_dataset_path, tr->tok, &eo)) ct_die(1, NULL);
   ct_log_info(&tr->log, "train: %s: %d rows, %ld trained tokens", d->train.path, d->train.n_rows,
               d->train.n_label_tokens);
   return teacher_tok;
@@ -100,8 +97,8 @@ static ct_tokenizer *load_data(ct_distill *d) {
 static int precompute(ct_distill *d, ct_tokenizer *teacher_tok) {
   const ct_config *cfg = d->cfg;
   if (!cfg->teacher_logits_path[0])
-    fail(2, (ct_set_error(CT_ECONFIG, "precompute needs teacher_logits_path=FILE (where to write)"), NULL));
-  if (ct_distill_precompute(cfg, d->tr, teacher_tok ? teacher_tok : d->tr->tok, &d->train)) fail(1, NULL);
+    ct_die(2, (ct_set_error(CT_ECONFIG, "precompute needs teacher_logits_path=FILE (where to write)"), NULL));
+  if (ct_distill_precompute(cfg, d->tr, teacher_tok ? teacher_tok : d->tr->tok, &d->train)) ct_die(1, NULL);
   ct_dataset_free(&d->train);
   ct_tokenizer_free(teacher_tok);
   ct_train_release(d->tr);  // nothing to save
@@ -118,15 +115,15 @@ static bool plan(ct_distill *d) {
   d->global = B * accum * tr->world;
   const ct_model_config *mc = &tr->model.cfg;
   ct_model_config tc = *mc;  // the teacher's shape
-  if (d->offline && ct_distill_topk_load(tr, &d->train, &d->tk)) fail(1, NULL);
-  else if (!d->offline && ct_model_read_config(&tc, cfg->teacher_path)) fail(1, "teacher");
+  if (d->offline && ct_distill_topk_load(tr, &d->train, &d->tk)) ct_die(1, NULL);
+  else if (!d->offline && ct_model_read_config(&tc, cfg->teacher_path)) ct_die(1, "teacher");
   int V = mc->vocab_size, Vt = tc.vocab_size, C = mc->hidden_size, tiles = (int)cfg->num_vocab_tiling;
   if (Vt != V)
     ct_log_info(&tr->log, "teacher vocab_size %d, student %d: the soft loss uses the first %d logits",
                 Vt, V, Vt < V ? Vt : V);
   if (Vt < V) V = Vt;
   d->V = V;
-  if (ct_train_schedule(tr, d->train.n_seq, d->global, ct_dataset_fingerprint(&d->train))) fail(1, NULL);
+  if (ct_train_schedule(tr, d->train.n_seq, d->global, ct_dataset_fingerprint(&d->train))) ct_die(1, NULL);
   int Tg = ct_distill_generation_positions(&d->train, cfg->max_new_tokens, T);  // on-policy generation
   d->geo = (ct_engine_opts){B, Tg, Tg > B ? Tg : B};
   ct_plan plan = {0};
@@ -140,18 +137,11 @@ static bool plan(ct_distill *d) {
                  "teacher (%s%s)", ct_store_names[cfg->teacher_dtype], tr->bf16 ? ", bf16 compute" : "");
   else
     ct_plan_addf(&plan, 8.0 * B * T * d->tk.f.k, "teacher top-%d logits of a batch", d->tk.f.k);
-  if (cfg->lmbda > 0)
-    ct_plan_addf(&plan, ct_engine_bytes(cfg->seq_kd ? &tc : mc, &d->geo),
-                 "sampler: KV cache of %d slots x %d positions", B, Tg);
-  d->gen_pack = tr->bf16 && ct_panel16_native() ? CT_PACK_BF16 : CT_PACK_F32;  // the student's rollouts
-  if (cfg->lmbda > 0 && !cfg->seq_kd)
-    ct_plan_addf(&plan, ct_infer_pack_bytes(mc, d->gen_pack), "sampler: the student packed for decoding (%s)",
-                 d->gen_pack == CT_PACK_BF16 ? "bfloat16" : "float32");
-  bool dry;
-  if (ct_train_memory(tr, &plan, "gradient_checkpointing=true, teacher_dtype=bfloat16 or int8, "
-                      "num_vocab_tiling, a smaller per_device_train_batch_size or max_length", &dry))
-    fail(1, NULL);
-  return dry;
+  if (cfg->lmbda > 0)  // the engine over the teacher (seq_kd) or the student, packed
+    ct_policy_engine_plan(&plan, cfg->seq_kd ? &tc : mc, &d->geo, ct_policy_engine_pack(tr),
+                          cfg->seq_kd ? NULL : "the student");
+  return ct_loop_memory(tr, &plan, "gradient_checkpointing=true, teacher_dtype=bfloat16 or int8, "
+                        "num_vocab_tiling, a smaller per_device_train_batch_size or max_length");
 }
 
 // What the plan counted: the teacher (and its identity, checked at the end), the student's
@@ -164,43 +154,42 @@ static void build(ct_distill *d) {
   int tiles = (int)cfg->num_vocab_tiling, mode = cfg->gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
   if (!d->offline && (ct_distill_teacher_load(&d->teacher, cfg, B, T) ||
                       (tr->bf16 && ct_frozen_compute_bf16(&d->teacher.f))))
-    fail(1, NULL);
+    ct_die(1, NULL);
   d->teacher_sum = d->offline ? 0 : ct_frozen_checksum(&d->teacher.f);
   if (!d->offline) {  // the teacher's identity: a resumed run must distil from the same one
     ct_ident id;
     ct_ident_set(&id, "teacher", "teacher_path", cfg->teacher_path, "teacher_dtype",
                  ct_store_names[cfg->teacher_dtype], d->teacher_sum);
-    if (ct_train_frozen_record(tr, &id)) fail(1, NULL);
+    if (ct_train_frozen_record(tr, &id)) ct_die(1, NULL);
   }
   d->seqs = malloc(sizeof(int) * (d->global > Bmax ? d->global : Bmax));
   if (d->have_eval && (ct_acts_init(&d->eval_acts, &tr->model, Be, T, CT_ACTS_FORWARD) ||
                        ct_train_attach(tr, &d->eval_acts)))
-    fail(1, NULL);
+    ct_die(1, NULL);
   d->where = malloc(sizeof(long) * B * T);
   if (d->offline) {
     d->tk.b_idx = malloc(sizeof(int) * (size_t)B * T * d->tk.f.k);
     d->tk.b_logit = malloc(sizeof(float) * (size_t)B * T * d->tk.f.k);
-    if (!d->tk.b_idx || !d->tk.b_logit) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+    if (!d->tk.b_idx || !d->tk.b_logit) ct_die(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   }
   if (!d->seqs || !d->where || ct_acts_init(&d->acts, &tr->model, B, T, mode) || ct_train_attach(tr, &d->acts) ||
       ct_batch_init(&d->batch, Bmax, T) || ct_head_init(&d->head, Bmax * T, B * T, mc->vocab_size, C, tiles) ||
       ct_kd_init(&d->kd, B * T, d->V, C, tiles))
-    fail(1, NULL);
+    ct_die(1, NULL);
   d->gen_batches = cfg->lmbda > 0 ? calloc((size_t)accum, sizeof *d->gen_batches) : NULL;
-  if (cfg->lmbda > 0 && !d->gen_batches) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  if (cfg->lmbda > 0 && !d->gen_batches) ct_die(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   d->gen_rows = calloc((size_t)B * accum, sizeof *d->gen_rows);
   if (!d->gen_rows || ct_completions_open(&d->log, cfg->output_dir, cfg->lmbda > 0 && cfg->log_completions,
                                           (int)cfg->num_completions_to_print, tr->step, &tr->log))
-    fail(1, NULL);
+    ct_die(1, NULL);
   for (int k = 0; cfg->lmbda > 0 && k < accum; k++)
-    if (ct_batch_init(&d->gen_batches[k], B, T)) fail(1, NULL);
-  int rc = 0;
-  if (cfg->lmbda > 0) {
-    if (cfg->seq_kd) rc = ct_engine_init(&d->gen, &d->teacher.f.iw, &d->geo);  // the teacher's engine view
-    else rc = ct_infer_from_model(&d->gen_w, &tr->model) ||
-              ct_infer_attach_lora(&d->gen_w, cfg->use_peft ? &tr->lora : NULL) ||
-              ct_infer_pack(&d->gen_w, d->gen_pack) || ct_engine_init(&d->gen, &d->gen_w, &d->geo);
-    if (rc) fail(1, NULL);
+    if (ct_batch_init(&d->gen_batches[k], B, T)) ct_die(1, NULL);
+  if (cfg->lmbda > 0 && cfg->seq_kd) {  // the teacher's engine view
+    if (ct_engine_init(&d->teacher_gen, &d->teacher.f.iw, &d->geo)) ct_die(1, NULL);
+    d->gen = d->teacher_gen;
+  } else if (cfg->lmbda > 0) {
+    if (ct_policy_engine_init(&d->student, tr, ct_policy_engine_pack(tr), &d->geo)) ct_die(1, NULL);
+    d->gen = d->student.engine;
   }
   d->ko = (ct_kd_opts){(float)cfg->temperature, (float)cfg->beta, 0, false};
   d->tau = d->ko.tau;
@@ -208,11 +197,11 @@ static void build(ct_distill *d) {
 }
 
 static void distill_free(ct_distill *d) {
-  if (d->gen) ct_engine_free(d->gen);
+  if (d->teacher_gen) ct_engine_free(d->teacher_gen);
+  ct_policy_engine_free(&d->student);
   for (int k = 0; d->cfg->lmbda > 0 && k < d->accum; k++) ct_batch_free(&d->gen_batches[k]);
   free(d->gen_batches);
   free(d->gen_rows);
-  ct_infer_free(&d->gen_w);
   if (!d->offline) ct_distill_teacher_free(&d->teacher);
   ct_topk_free(&d->tk.f);
   ct_free_all(d->tk.row_off, d->tk.b_idx, d->tk.b_logit, d->seqs, d->where);
@@ -227,7 +216,7 @@ static void distill_free(ct_distill *d) {
 
 // The student's cross-entropy and greedy sequence accuracy on the eval set.
 static void evaluate(ct_distill *d) {
-  if (ct_train_eval_lm(d->tr, &d->eval_acts, &d->head, &d->batch, d->seqs, &d->eval)) fail(1, "eval");
+  if (ct_train_eval_lm(d->tr, &d->eval_acts, &d->head, &d->batch, d->seqs, &d->eval)) ct_die(1, "eval");
 }
 
 int main(int argc, char **argv) {
@@ -251,38 +240,38 @@ int main(int argc, char **argv) {
               tr.total_steps - tr.step, d.offline ? "offline top-k logits" : cfg.teacher_path, d.alpha,
               cfg.beta, d.tau, cfg.lmbda > 0 ? (cfg.seq_kd ? ", teacher-generated batches" : ", on-policy batches") : "");
   ct_train_watch_signals(&tr);
-  if (d.have_eval && cfg.eval_on_start && tr.step == 0) evaluate(&d);
+  if (ct_loop_eval_on_start(&tr)) evaluate(&d);
   bool stop = false;
   ct_distill_stats win = {0};
-  double t_win = ct_now();
+  ct_window w;
+  ct_window_init(&w, &win, sizeof win);
   while (tr.step < tr.total_steps && !stop) {
     int n = ct_train_next_seqs(&tr, d.seqs, d.global);
     // on-policy for this step? one draw from the train state's rng (saved, so resumable)
     bool generated = cfg.lmbda > 0 && ct_rng_uniform(&tr.rng) < cfg.lmbda;
     long labels = 0;  // the step's labeled tokens (all ranks): the losses' denominator
-    if (generated && ct_distill_generate(&d, d.seqs, n, &labels)) fail(1, NULL);  // all completions first
+    if (generated && ct_distill_generate(&d, d.seqs, n, &labels)) ct_die(1, NULL);  // all completions first
     for (int i = 0; !generated && i < n; i++) labels += ct_seq_labels(&d.train, d.seqs[i]);
     ct_distill_stats st = {0};
-    if (ct_distill_train_pass(&d, n, generated, labels, &st)) fail(1, NULL);
+    if (ct_distill_train_pass(&d, n, generated, labels, &st)) ct_die(1, NULL);
     ct_dist_sum_stats(&st);
     double norm, lr;
-    if (ct_train_update(&tr, &norm, &lr)) fail(1, NULL);
+    if (ct_train_update(&tr, &norm, &lr)) ct_die(1, NULL);
     tr.num_tokens += st.input_tokens;
-    ct_stats_add(&win, &st);
     double step_loss = (d.alpha * d.tau * d.tau * st.soft + (1 - d.alpha) * st.hard) / (st.tokens > 0 ? st.tokens : 1);
-    ct_log_progress(&tr.log, tr.step, step_loss, win.input_tokens / (ct_now() - t_win));
+    ct_window_add(&w, &st, step_loss, norm);
+    ct_log_progress(&tr.log, tr.step, step_loss, ct_window_rate(&w, win.input_tokens));
     if (ct_train_log_due(&tr)) {
-      if (ct_distill_log_step(&d, &win, lr, norm, t_win)) fail(1, NULL);
-      memset(&win, 0, sizeof win);
-      t_win = ct_now();
+      if (ct_distill_log_step(&d, &win, lr, norm, ct_window_rate(&w, win.input_tokens))) ct_die(1, NULL);
+      ct_window_reset(&w);
     }
-    if (d.have_eval && cfg.eval_steps > 0 && tr.step % cfg.eval_steps == 0 && tr.step != tr.total_steps) evaluate(&d);
-    if (ct_train_after_step(&tr, &stop)) fail(1, NULL);
+    if (ct_loop_eval_after_step(&tr)) evaluate(&d);
+    if (ct_train_after_step(&tr, &stop)) ct_die(1, NULL);
   }
-  if (!stop && d.have_eval) evaluate(&d);
+  if (ct_loop_eval_at_end(&tr, stop)) evaluate(&d);
   if (!stop && !d.offline) {
     if (ct_frozen_checksum(&d.teacher.f) != d.teacher_sum)
-      fail(1, (ct_set_error(CT_EINVAL, "the teacher's weights changed during training"), NULL));
+      ct_die(1, (ct_set_error(CT_EINVAL, "the teacher's weights changed during training"), NULL));
     ct_log_info(&tr.log, "teacher weights unchanged (checksum %016llx)", (unsigned long long)d.teacher_sum);
   }
   distill_free(&d);

@@ -8,6 +8,7 @@
 #include "distill/distill.h"
 #include "error.h"
 #include "generate.h"
+#include "loop.h"
 #include "mem.h"
 #include "unicode.h"
 
@@ -113,11 +114,8 @@ int ct_distill_generate(ct_distill *d, const int *seqs, int n, long *labels) {
   const ct_config *cfg = d->cfg;
   ct_train *tr = d->tr;
   int B = d->B, accum = d->accum, n_rows = 0, rc;
-  if (!cfg->seq_kd && !cfg->use_peft && (rc = ct_infer_pack(&d->gen_w, d->gen_pack))) return rc;  // the student as trained
-  for (int k = 0; k < accum; k++) {
-    int first = (k * tr->world + tr->rank) * B;
-    if (first >= n) break;
-    int m = n - first < B ? n - first : B;
+  if ((rc = ct_policy_engine_sync(&d->student))) return rc;  // the student as trained (seq_kd: not set up)
+  for (int k = 0, first, m; k < accum && (m = ct_loop_micro(tr, k, B, n, &first)); k++) {
     ct_log_phase(&tr->log, tr->step + 1, "on-policy generation", k, accum, "batches", 0, NULL);
     rc = generate_batch(d->gen, tr->tok, &d->train, seqs + first, m, &d->gen_batches[k], (float)d->tau,
                         (int)cfg->max_new_tokens,

@@ -7,6 +7,7 @@
 #include "distill/distill.h"
 #include "error.h"
 #include "lm.h"
+#include "loop.h"
 
 // The teacher's top-k logits of the q gathered rows of b, into d->tk's batch rows.
 static void gather_topk(ct_distill *d, const ct_batch *b, int q) {
@@ -66,15 +67,12 @@ int ct_distill_train_pass(ct_distill *d, int n, bool generated, long labels, ct_
   ct_train *tr = d->tr;
   int B = d->B, accum = d->accum, rc;
   double inv = labels ? 1.0 / labels : 0;
-  ct_log_phase(&tr->log, tr->step + 1, "training", 0, accum, "micro-batches", 0, NULL);  // (the heartbeat's line)
-  for (int k = 0; k < accum; k++) {
-    int first = (k * tr->world + tr->rank) * B;
-    if (first >= n) break;
-    int m = n - first < B ? n - first : B;
+  ct_loop_phase(tr, 0, accum, 0);  // (the heartbeat's line)
+  for (int k = 0, first, m; k < accum && (m = ct_loop_micro(tr, k, B, n, &first)); k++) {
     ct_batch *bp = generated ? &d->gen_batches[k] : &d->batch;
     if (!generated) ct_batch_fill(&d->batch, &d->train, d->seqs + first, m, ct_tokenizer_pad(tr->tok));
     if ((rc = micro_batch(d, k, bp, generated, inv, st))) return rc;
-    ct_log_phase(&tr->log, tr->step + 1, "training", k + 1, accum, "micro-batches", st->input_tokens, NULL);
+    ct_loop_phase(tr, k + 1, accum, st->input_tokens);
   }
   return 0;
 }

@@ -9,7 +9,7 @@
 
 #include "completions.h"
 #include "config.h"
-#include "engine.h"
+#include "policy_engine.h"
 #include "forward.h"
 #include "frozen.h"
 #include "grpo/rewards.h"
@@ -62,9 +62,7 @@ typedef struct {
   int G, agg, K;
   ct_reward **rewards;  // (K)
   double *weights;      // (K)
-  ct_infer_weights iw;
-  int pack;  // CT_PACK_*: the engine's panels, repacked before each generation when the base trains
-  ct_engine *engine;
+  ct_policy_engine pe;  // the engine over the policy's own weights: the rollouts
   ct_frozen ref;
   bool use_ref;
   ct_acts acts;      // the policy, kept for backward

@@ -21,16 +21,12 @@
 #include "fingerprint.h"
 #include "grpo/grpo.h"
 #include "lm.h"
+#include "loop.h"
 #include "mem.h"
-#include "panel.h"
+#include "policy_engine.h"
 #include "reward_model.h"
 #include "run.h"
 #include "watch.h"
-
-static int fail(int code, const char *what) {
-  ct_die_name("grpo");
-  ct_die(code, what);
-}
 
 // GRPO's own checks of the config, before anything is loaded.
 static int agg_kind(const ct_config *c, int *kind) {
@@ -130,21 +126,21 @@ static int reward_init(const ct_config *c, int k, bool check_only, ct_reward **o
 // dropped and counted with the rows the loader skipped.
 static void check_reward_rows(const ct_config *c, ct_log *log, ct_prompt_set *s, const char *path) {
   bool *bad = calloc(s->n > 0 ? (size_t)s->n : 1, sizeof *bad);
-  if (!bad) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  if (!bad) ct_die(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   int marked = 0;
   for (int k = 0; k < c->reward_funcs.n; k++) {
     ct_reward *r;
-    if (reward_init(c, k, true, &r)) fail(2, NULL);
+    if (reward_init(c, k, true, &r)) ct_die(2, NULL);
     int rc = ct_reward_check_rows(r, s->rows, s->line, s->n, path, c->skip_bad_rows, bad);
     ct_reward_free(r);
-    if (rc < 0) fail(rc == CT_ECONFIG ? 2 : 1, NULL);
+    if (rc < 0) ct_die(rc == CT_ECONFIG ? 2 : 1, NULL);
     if (rc && !s->first_bad[0]) snprintf(s->first_bad, sizeof s->first_bad, "%s", ct_last_error());
     marked += rc;
   }
   if (marked) ct_prompt_set_drop(s, bad);
   free(bad);
   if (s->n_bad) ct_log_info(log, "%s: %d rows skipped (skip_bad_rows); the first: %s", path, s->n_bad, s->first_bad);
-  if (!s->n) fail(1, (ct_set_error(CT_EFORMAT, "%s: no prompts left: every row was skipped, the first: %s", path,
+  if (!s->n) ct_die(1, (ct_set_error(CT_EFORMAT, "%s: no prompts left: every row was skipped, the first: %s", path,
                                    s->first_bad), NULL));
 }
 
@@ -154,9 +150,9 @@ static void init_rewards(ct_grpo *g) {
   g->rewards = calloc(g->K, sizeof *g->rewards);
   g->weights = malloc(sizeof(double) * g->K);
   g->func = calloc(g->K, sizeof *g->func);
-  if (!g->rewards || !g->weights || !g->func) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  if (!g->rewards || !g->weights || !g->func) ct_die(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   for (int k = 0; k < g->K; k++) {
-    if (reward_init(c, k, false, &g->rewards[k])) fail(2, NULL);
+    if (reward_init(c, k, false, &g->rewards[k])) ct_die(2, NULL);
     g->weights[k] = c->reward_weights.n ? c->reward_weights.v[k] : 1.0;
   }
 }
@@ -166,8 +162,7 @@ static void grpo_free(ct_grpo *g) {
   free(g->ro);
   ct_prompt_set_free(&g->eval);
   free(g->step_prompts);
-  if (g->engine) ct_engine_free(g->engine);
-  ct_infer_free(&g->iw);
+  ct_policy_engine_free(&g->pe);
   if (g->use_ref) ct_frozen_free(&g->ref);
   for (int k = 0; k < g->K; k++) ct_reward_free(g->rewards[k]);
   ct_free_all(g->rewards, g->weights, g->func);
@@ -177,121 +172,155 @@ static void grpo_free(ct_grpo *g) {
   ct_prompt_set_free(&g->prompts);
 }
 
+// A step's shape: prompts (all ranks) and this rank's, sequence length, the fused head's
+// rows at a time (grpo/step.c), the engine's slots and positions.
+typedef struct {
+  int step_prompts, per_rank_prompts, T, hrows;
+  ct_engine_opts eo;
+} shape_t;
+
+// The prompts (and eval prompts), each row checked by the reward functions, the step
+// schedule over them, and the step's shape.
+static shape_t load_prompts(ct_grpo *g) {
+  const ct_config *cfg = g->cfg;
+  ct_train *tr = g->tr;
+  int B = (int)cfg->per_device_train_batch_size, accum = (int)cfg->gradient_accumulation_steps;
+  ct_prompt_opts po = {true, (int)cfg->max_prompt_length, cfg->truncate_prompt == CT_TRUNCATE_LEFT,
+                       "max_prompt_length", tr->model.cfg.vocab_size, cfg->skip_bad_rows};
+  if (ct_prompt_set_load(&g->prompts, cfg->dataset_path, tr->tok, &po)) ct_die(1, NULL);
+  check_reward_rows(cfg, &tr->log, &g->prompts, cfg->dataset_path);
+  bool have_eval = cfg->eval_dataset_path[0] != 0;
+  if (have_eval && ct_prompt_set_load(&g->eval, cfg->eval_dataset_path, tr->tok, &po)) ct_die(1, NULL);
+  if (have_eval) check_reward_rows(cfg, &tr->log, &g->eval, cfg->eval_dataset_path);
+  shape_t s = {.per_rank_prompts = B * accum / g->G};
+  s.step_prompts = s.per_rank_prompts * tr->world;
+  ct_log_info(&tr->log, "prompts: %s: %d rows; %d prompts x %d completions per generation", cfg->dataset_path,
+              g->prompts.n, s.step_prompts, g->G);
+  if (cfg->max_steps <= 0) tr->steps_per_batch = (int)cfg->num_iterations;  // epochs count generations
+  if (ct_train_schedule(tr, g->prompts.n, s.step_prompts, ct_prompt_set_fingerprint(&g->prompts))) ct_die(1, NULL);
+  int max_prompt = 1;
+  for (int i = 0; i < g->prompts.n; i++) max_prompt = g->prompts.ids[i].n > max_prompt ? g->prompts.ids[i].n : max_prompt;
+  for (int i = 0; i < g->eval.n; i++) max_prompt = g->eval.ids[i].n > max_prompt ? g->eval.ids[i].n : max_prompt;
+  s.T = max_prompt + (int)cfg->max_completion_length;
+  int slots = (int)cfg->decode_slots;
+  s.eo = (ct_engine_opts){slots, s.T, max_prompt > slots ? max_prompt : slots};
+  s.hrows = ct_head_chunk_rows(B * s.T, tr->model.cfg.vocab_size, CT_HEAD_MIN_ROWS_GRPO);
+  return s;
+}
+
+// The memory plan: the policy's activations and head, the engine, the reference, the reward
+// models. Returns true for a dry run.
+static bool plan(ct_grpo *g, const shape_t *s) {
+  const ct_config *cfg = g->cfg;
+  ct_train *tr = g->tr;
+  const ct_model_config *mc = &tr->model.cfg;
+  int B = (int)cfg->per_device_train_batch_size, T = s->T, V = mc->vocab_size, C = mc->hidden_size;
+  int tiles = (int)cfg->num_vocab_tiling;
+  g->use_ref = cfg->beta > 0;
+  ct_plan plan = {0};
+  ct_train_plan_acts(tr, &plan, B, 0, T);
+  ct_plan_addf(&plan, ct_head_bytes(B * T, s->hrows, V, C, tiles),
+               "LM head: logits of %d of %d x %d tokens at a time / %d chunks", s->hrows, B, T, tiles);
+  ct_policy_engine_plan(&plan, mc, &s->eo, ct_policy_engine_pack(tr), "the weights");
+  if (g->use_ref) ct_train_plan_reference(tr, &plan, B, T);
+  for (int k = 0, kind; k < cfg->reward_funcs.n; k++)
+    if (!ct_reward_kind(cfg->reward_funcs.v[k], &kind) && kind == CT_REWARD_MODEL)
+      ct_plan_addf(&plan, ct_rm_bytes(cfg->reward_funcs.v[k], (int)cfg->reward_model_dtype, B, reward_model_tokens(cfg)),
+                   "reward model %s (%s)", cfg->reward_funcs.v[k], ct_store_names[cfg->reward_model_dtype]);
+  if (ct_model_rope_reserve(&tr->model, T)) ct_die(1, NULL);
+  return ct_loop_memory(tr, &plan, "gradient_checkpointing=true, ref_dtype=bfloat16 or int8 (or beta=0: "
+                        "no reference), num_vocab_tiling, a smaller per_device_train_batch_size, "
+                        "decode_slots or max_completion_length");
+}
+
+// What the plan counted: the reward functions (a reward model is loaded here, after the
+// plan said it fits), completions.jsonl, the policy's buffers, the reference, the engine.
+static void build(ct_grpo *g, const shape_t *s) {
+  const ct_config *cfg = g->cfg;
+  ct_train *tr = g->tr;
+  const ct_model_config *mc = &tr->model.cfg;
+  int B = (int)cfg->per_device_train_batch_size, T = s->T;
+  int mode = cfg->gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
+  init_rewards(g);
+  if (ct_completions_open(&g->log, cfg->output_dir, cfg->log_completions, (int)cfg->num_completions_to_print,
+                          tr->step, &tr->log))
+    ct_die(1, NULL);
+  g->step_prompts = malloc(sizeof(int) * s->step_prompts);
+  g->ro = calloc((size_t)s->per_rank_prompts * g->G, sizeof *g->ro);
+  if (!g->step_prompts || !g->ro || ct_acts_init(&g->acts, &tr->model, B, T, mode) || ct_train_attach(tr, &g->acts) ||
+      ct_batch_init(&g->batch, B, T) ||
+      ct_head_init(&g->head, B * T, s->hrows, mc->vocab_size, mc->hidden_size, (int)cfg->num_vocab_tiling))
+    ct_die(1, NULL);
+  g->head.inv_temp = cfg->temperature > 0 ? (float)(1.0 / cfg->temperature) : 1.0f;
+  if (g->use_ref && ct_train_reference(tr, &g->ref, cfg->ref_dtype, B, T)) ct_die(1, NULL);
+  if (ct_policy_engine_init(&g->pe, tr, ct_policy_engine_pack(tr), &s->eo)) ct_die(1, NULL);
+  if (tr->bf16) ct_log_info(&tr->log, "rollouts: %s", g->pe.pack == CT_PACK_BF16 ? "bfloat16 weights, float32 sums" :
+                            "float32 (this build has no AVX512_BF16 kernel)");
+  ct_log_info(&tr->log, "training %ld steps; %s loss; beta %g (%s)", tr->total_steps - tr->step,
+              cfg->loss_type.v[0], g->use_ref ? cfg->beta : 0.0, g->use_ref ? "reference loaded" : "no reference model");
+}
+
+// New rollouts for the next num_iterations steps: this rank's share of the step's prompts,
+// G completions each, scored into advantages, and the reference's log-probs of them.
+static void rollouts(ct_grpo *g, int step_prompts) {
+  const ct_config *cfg = g->cfg;
+  ct_train *tr = g->tr;
+  double t0 = ct_now();
+  int n = ct_train_next_seqs(tr, g->step_prompts, step_prompts);
+  int lo = n * tr->rank / tr->world, hi = n * (tr->rank + 1) / tr->world;
+  ct_grpo_rollouts_free(g->ro, g->n_ro);
+  g->n_ro = (hi - lo) * g->G;
+  ct_sample_params sp = {(float)cfg->temperature, (int)cfg->top_k, (float)cfg->top_p, (float)cfg->min_p,
+                         (float)cfg->repetition_penalty};
+  if (ct_grpo_generate(g, &g->prompts, g->step_prompts + lo, hi - lo, g->G, sp, g->ro, true)) ct_die(1, NULL);
+  double ts = ct_now();
+  if (ct_grpo_score(g)) ct_die(1, NULL);
+  g->score_s = ct_now() - ts;
+  if (g->use_ref && ct_grpo_ref_logps(g)) ct_die(1, NULL);
+  g->gen_s = ct_now() - t0;
+}
+
 int main(int argc, char **argv) {
   ct_config cfg;
   ct_train tr;
   ct_train_start(&tr, &cfg, CT_TRAINER_GRPO, argc, argv, check_config);
   ct_grpo g = {.cfg = &cfg, .tr = &tr, .G = (int)cfg.num_generations};
   agg_kind(&cfg, &g.agg);  // (checked by check_config, which also checked every reward function)
-  int B = (int)cfg.per_device_train_batch_size, accum = (int)cfg.gradient_accumulation_steps;
-  ct_prompt_opts po = {true, (int)cfg.max_prompt_length, cfg.truncate_prompt == CT_TRUNCATE_LEFT,
-                       "max_prompt_length", tr.model.cfg.vocab_size, cfg.skip_bad_rows};
-  if (ct_prompt_set_load(&g.prompts, cfg.dataset_path, tr.tok, &po)) fail(1, NULL);
-  check_reward_rows(&cfg, &tr.log, &g.prompts, cfg.dataset_path);
-  bool have_eval = cfg.eval_dataset_path[0] != 0;
-  if (have_eval && ct_prompt_set_load(&g.eval, cfg.eval_dataset_path, tr.tok, &po)) fail(1, NULL);
-  if (have_eval) check_reward_rows(&cfg, &tr.log, &g.eval, cfg.eval_dataset_path);
-  int per_rank_prompts = B * accum / g.G, step_prompts = per_rank_prompts * tr.world;
-  ct_log_info(&tr.log, "prompts: %s: %d rows; %d prompts x %d completions per generation", cfg.dataset_path,
-              g.prompts.n, step_prompts, g.G);
-  if (cfg.max_steps <= 0) tr.steps_per_batch = (int)cfg.num_iterations;  // epochs count generations
-  if (ct_train_schedule(&tr, g.prompts.n, step_prompts, ct_prompt_set_fingerprint(&g.prompts))) fail(1, NULL);
-  int max_prompt = 1;
-  for (int i = 0; i < g.prompts.n; i++) max_prompt = g.prompts.ids[i].n > max_prompt ? g.prompts.ids[i].n : max_prompt;
-  for (int i = 0; i < g.eval.n; i++) max_prompt = g.eval.ids[i].n > max_prompt ? g.eval.ids[i].n : max_prompt;
-  int T = max_prompt + (int)cfg.max_completion_length;
-  const ct_model_config *mc = &tr.model.cfg;
-  int V = mc->vocab_size, C = mc->hidden_size, tiles = (int)cfg.num_vocab_tiling;
-  int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
-  g.use_ref = cfg.beta > 0;
-  ct_engine_opts eo = {(int)cfg.decode_slots, T, max_prompt > (int)cfg.decode_slots ? max_prompt : (int)cfg.decode_slots};
-  ct_plan plan = {0};
-  ct_train_plan_acts(&tr, &plan, B, 0, T);
-  int hrows = ct_head_chunk_rows(B * T, V, CT_HEAD_MIN_ROWS_GRPO);  // the fused head's rows at a time (grpo/step.c)
-  ct_plan_addf(&plan, ct_head_bytes(B * T, hrows, V, C, tiles),
-               "LM head: logits of %d of %d x %d tokens at a time / %d chunks", hrows, B, T, tiles);
-  ct_plan_addf(&plan, ct_engine_bytes(mc, &eo), "sampler: KV cache of %d slots x %d positions", eo.slots, T);
-  g.pack = tr.bf16 && ct_panel16_native() ? CT_PACK_BF16 : CT_PACK_F32;
-  ct_plan_addf(&plan, ct_infer_pack_bytes(mc, g.pack), "sampler: the weights packed for decoding (%s)",
-               g.pack == CT_PACK_BF16 ? "bfloat16" : "float32");
-  if (g.use_ref) ct_train_plan_reference(&tr, &plan, B, T);
-  for (int k = 0, kind; k < cfg.reward_funcs.n; k++)
-    if (!ct_reward_kind(cfg.reward_funcs.v[k], &kind) && kind == CT_REWARD_MODEL)
-      ct_plan_addf(&plan, ct_rm_bytes(cfg.reward_funcs.v[k], (int)cfg.reward_model_dtype, B, reward_model_tokens(&cfg)),
-                   "reward model %s (%s)", cfg.reward_funcs.v[k], ct_store_names[cfg.reward_model_dtype]);
-  bool dry = false;
-  if (ct_model_rope_reserve(&tr.model, T) ||
-      ct_train_memory(&tr, &plan, "gradient_checkpointing=true, ref_dtype=bfloat16 or int8 (or beta=0: "
-                      "no reference), num_vocab_tiling, a smaller per_device_train_batch_size, "
-                      "decode_slots or max_completion_length", &dry))
-    fail(1, NULL);
-  if (dry) {
+  shape_t s = load_prompts(&g);
+  if (plan(&g, &s)) {
     grpo_free(&g);
     ct_train_release(&tr);
     return 0;
   }
-  init_rewards(&g);  // (a reward model is loaded here: after the plan said it fits)
-  if (ct_completions_open(&g.log, cfg.output_dir, cfg.log_completions, (int)cfg.num_completions_to_print, tr.step,
-                          &tr.log))
-    fail(1, NULL);
-  g.step_prompts = malloc(sizeof(int) * step_prompts);
-  g.ro = calloc((size_t)per_rank_prompts * g.G, sizeof *g.ro);
-  if (!g.step_prompts || !g.ro || ct_acts_init(&g.acts, &tr.model, B, T, mode) || ct_train_attach(&tr, &g.acts) ||
-      ct_batch_init(&g.batch, B, T) || ct_head_init(&g.head, B * T, hrows, V, C, tiles))
-    fail(1, NULL);
-  g.head.inv_temp = cfg.temperature > 0 ? (float)(1.0 / cfg.temperature) : 1.0f;
-  if (g.use_ref && ct_train_reference(&tr, &g.ref, cfg.ref_dtype, B, T)) fail(1, NULL);
-  if (ct_infer_from_model(&g.iw, &tr.model) || ct_infer_attach_lora(&g.iw, cfg.use_peft ? &tr.lora : NULL) ||
-      ct_infer_pack(&g.iw, g.pack) || ct_engine_init(&g.engine, &g.iw, &eo))
-    fail(1, NULL);
-  if (tr.bf16) ct_log_info(&tr.log, "rollouts: %s", g.pack == CT_PACK_BF16 ? "bfloat16 weights, float32 sums" :
-                           "float32 (this build has no AVX512_BF16 kernel)");
-  ct_log_info(&tr.log, "training %ld steps; %s loss; beta %g (%s)", tr.total_steps - tr.step,
-              cfg.loss_type.v[0], g.use_ref ? cfg.beta : 0.0, g.use_ref ? "reference loaded" : "no reference model");
+  build(&g, &s);
   ct_train_watch_signals(&tr);
-  if (have_eval && cfg.eval_on_start && tr.step == 0 && ct_grpo_evaluate(&g)) fail(1, NULL);
+  if (ct_loop_eval_on_start(&tr) && ct_grpo_evaluate(&g)) ct_die(1, NULL);
   bool stop = false;
-  int iter = 0;
+  int iter = 0;  // passes over the current rollouts
   double t_win = ct_now();
   while (tr.step < tr.total_steps && !stop) {
-    if (iter == 0) {  // new rollouts
-      double t0 = ct_now();
-      int n = ct_train_next_seqs(&tr, g.step_prompts, step_prompts);
-      int lo = n * tr.rank / tr.world, hi = n * (tr.rank + 1) / tr.world;
-      ct_grpo_rollouts_free(g.ro, g.n_ro);
-      g.n_ro = (hi - lo) * g.G;
-      ct_sample_params sp = {(float)cfg.temperature, (int)cfg.top_k, (float)cfg.top_p, (float)cfg.min_p,
-                             (float)cfg.repetition_penalty};
-      if (ct_grpo_generate(&g, &g.prompts, g.step_prompts + lo, hi - lo, g.G, sp, g.ro, true)) fail(1, NULL);
-      double ts = ct_now();
-      if (ct_grpo_score(&g)) fail(1, NULL);
-      g.score_s = ct_now() - ts;
-      if (g.use_ref && ct_grpo_ref_logps(&g)) fail(1, NULL);
-      g.gen_s = ct_now() - t0;
-    }
+    if (iter == 0) rollouts(&g, s.step_prompts);
     double t1 = ct_now();
     ct_grpo_step_stats st = {0};
-    if (ct_grpo_train_pass(&g, iter == 0, &st)) fail(1, NULL);
+    if (ct_grpo_train_pass(&g, iter == 0, &st)) ct_die(1, NULL);
     ct_dist_sum_stats(&st);
     double norm, lr;
-    if (ct_train_update(&tr, &norm, &lr)) fail(1, NULL);
+    if (ct_train_update(&tr, &norm, &lr)) ct_die(1, NULL);
     if (cfg.sync_ref_model && g.use_ref && tr.step % cfg.ref_model_sync_steps == 0 &&
         ct_train_sync_reference(&tr, &g.ref, cfg.ref_model_mixup_alpha))
-      fail(1, NULL);
+      ct_die(1, NULL);
     double train_s = ct_now() - t1;
     tr.num_tokens += st.input_tokens;
     ct_log_progress(&tr.log, tr.step, g.rs.reward / (g.rs.completions > 0 ? g.rs.completions : 1),
                     st.input_tokens / (ct_now() - t_win));
     t_win = ct_now();
-    if (ct_train_log_due(&tr) && ct_grpo_log_step(&g, &st, lr, norm, iter == 0, train_s)) fail(1, NULL);
+    if (ct_train_log_due(&tr) && ct_grpo_log_step(&g, &st, lr, norm, iter == 0, train_s)) ct_die(1, NULL);
     iter = (iter + 1) % (int)cfg.num_iterations;
     tr.mid_batch = iter != 0;  // resuming mid-batch would need these rollouts again
-    if (have_eval && cfg.eval_steps > 0 && tr.step % cfg.eval_steps == 0 && tr.step != tr.total_steps &&
-        ct_grpo_evaluate(&g))
-      fail(1, NULL);
-    if (ct_train_after_step(&tr, &stop)) fail(1, NULL);
+    if (ct_loop_eval_after_step(&tr) && ct_grpo_evaluate(&g)) ct_die(1, NULL);
+    if (ct_train_after_step(&tr, &stop)) ct_die(1, NULL);
   }
-  if (!stop && have_eval && ct_grpo_evaluate(&g)) fail(1, NULL);
+  if (ct_loop_eval_at_end(&tr, stop) && ct_grpo_evaluate(&g)) ct_die(1, NULL);
   grpo_free(&g);
   return ct_train_finish(&tr, stop);
 }

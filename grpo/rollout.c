@@ -99,7 +99,7 @@ int ct_grpo_generate(ct_grpo *g, const ct_prompt_set *set, const int *prompts, i
   ct_train *tr = g->tr;
   ct_gen_request *req = calloc(n_prompts > 0 ? n_prompts : 1, sizeof *req);
   if (!req) return ct_set_error(CT_ENOMEM, "out of memory");
-  int rc = c->use_peft ? 0 : ct_infer_pack(&g->iw, g->pack);  // the weights as trained so far
+  int rc = ct_policy_engine_sync(&g->pe);  // the weights as trained so far
   if (rc) return free(req), rc;
   const int *stop_ids;
   int n_stop = ct_tokenizer_stop_ids(tr->tok, &stop_ids);
@@ -114,7 +114,7 @@ int ct_grpo_generate(ct_grpo *g, const ct_prompt_set *set, const int *prompts, i
   gen_ctx ctx = {g, ro, per, train, 0, (long)n_prompts * per, 0};
   ct_gen_callbacks cb = {on_done, NULL, &ctx};
   if (train) ct_log_phase(&tr->log, tr->step + 1, "rollouts", 0, ctx.total, "completions", 0, NULL);
-  rc = ct_generate(g->engine, tr->tok, req, n_prompts, &cb);
+  rc = ct_generate(g->pe.engine, tr->tok, req, n_prompts, &cb);
   free(req);
   return rc ? ct_wrap_error(rc, "generating completions") : 0;
 }

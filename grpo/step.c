@@ -8,6 +8,7 @@
 #include "error.h"
 #include "grpo/grpo.h"
 #include "lm.h"
+#include "loop.h"
 
 // One micro-batch's per-token loss, for the head's rows a chunk at a time (ct_head_coef_fn).
 typedef struct {
@@ -59,7 +60,7 @@ int ct_grpo_train_pass(ct_grpo *g, bool first_pass, ct_grpo_step_stats *st) {
     if (!g->ro[i].masked && g->ro[i].n > 0) counts.tokens += g->ro[i].n, counts.sequences += 1;
   counts.micro_batches = (g->n_ro + B - 1) / B;
   ct_dist_sum_stats(&counts);
-  ct_log_phase(&tr->log, tr->step + 1, "training", 0, (g->n_ro + B - 1) / B, "micro-batches", 0, NULL);
+  ct_loop_phase(tr, 0, (g->n_ro + B - 1) / B, 0);
   for (int first = 0; first < g->n_ro; first += B) {
     int n = g->n_ro - first < B ? g->n_ro - first : B;
     double micro_tokens = 0;
