@@ -18,11 +18,12 @@ CLANG_FLAGS := $(if $(findstring clang,$(shell $(CC) --version 2>/dev/null)),-Wn
 VEC_FLAGS := $(if $(CLANG_FLAGS),,-fvect-cost-model=dynamic) -fno-trapping-math -fno-math-errno
 
 CFLAGS_ALL = $(OPT) $(VEC_FLAGS) $(CLANG_FLAGS) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -pthread -fopenmp-simd \
-             -Ibase -Itext -Inn -Idata -Iinfer -Icommon -I. $(MPI_CFLAGS) -MMD -MP $(CFLAGS) $(EXTRA_CFLAGS)
+             -Ibase -Itext -Inn -Idata -Iinfer -Icommon -Iapp -I. $(MPI_CFLAGS) -MMD -MP $(CFLAGS) $(EXTRA_CFLAGS)
 LDLIBS_ALL = -lopenblas -ldnnl -lgomp -lyaml -ljansson -lcurl -lpcre2-8 -lz $(MPI_LIBS) -lm -pthread $(LDFLAGS)
 
-# the library's floors (tests/layers.sh): base < text, nn < data, infer < common
-COMMON_SRC  := $(wildcard base/*.c text/*.c nn/*.c data/*.c infer/*.c common/*.c)
+# the library's floors (tests/layers.sh): base < text, nn < data, infer < common, and app
+# (what the executables share, and the only floor that may exit) above them
+COMMON_SRC  := $(wildcard base/*.c text/*.c nn/*.c data/*.c infer/*.c common/*.c app/*.c)
 # a trainer's own modules (dpo/loss.c, ...) go in the library too, so tests can reach them
 TRAINER_SRC := $(filter-out %/main.c,$(wildcard sft/*.c dpo/*.c grpo/*.c distill/*.c reward/*.c))
 LIB_OBJ     := $(COMMON_SRC:%.c=$(B)/%.o) $(TRAINER_SRC:%.c=$(B)/%.o)

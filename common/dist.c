@@ -257,10 +257,3 @@ int ct_dist_fetch_f32(float *buf, long n, int from) {
 void ct_dist_abort(int code) {
   if (world_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
 }
-
-void ct_dist_die(const char *prog, int code, const char *what) {
-  fprintf(stderr, "%s: %s%s%s\n", prog, what ? what : "", what ? ": " : "", ct_last_error());
-  ct_dist_abort(code);
-  ct_dist_finalize();
-  exit(code);
-}

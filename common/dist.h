@@ -77,9 +77,6 @@ int ct_dist_wait_all(void);
 // all-gather (N-1)/N, a gather to rank 0 each rank's own shard. 0 at world size 1.
 double ct_dist_bytes_sent(void);
 
-// Stops every other rank after a fatal error on this one (returns at world size 1).
+// Stops every other rank after a fatal error on this one (returns at world size 1); the
+// executable's ct_die (app/die.h) prints, finalizes and exits.
 void ct_dist_abort(int code);
-
-// A trainer's fatal error: prints "prog: what: <ct_last_error()>" (what may be NULL),
-// stops every rank and exits with `code` (2: bad configuration, 1: anything else).
-__attribute__((noreturn)) void ct_dist_die(const char *prog, int code, const char *what);

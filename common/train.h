@@ -7,13 +7,14 @@
 // repeats an uninterrupted one bit for bit when it uses the same threads per rank and
 // ranks (how a matrix product is split between threads can change its last bits).
 //
-// Its functions live by concern: train.c (a run's start and end, the signal watch, the test
-// hooks), train_setup.c (ct_train_setup), train_memory.c (ct_train_memory, the activations'
-// size, ct_train_free), train_reference.c (frozen inputs, the reference model), train_eval.c,
-// train_schedule.c (steps and data order), train_update.c (the optimizer step, ZeRO-1,
-// DiLoCo), train_overlap.c (ddp_bucket_cap_mb), train_save.c (checkpoints, the final model)
-// with the checkpoint's train_state.c (trainer_state.json) and train_moments.c (the
-// optimizer's files). What they share with each other only is in train_internal.h.
+// Its functions live by concern: train.c (after a step, the run's log lines, the test hooks;
+// a run's start and end are app/run.c's), train_setup.c (ct_train_setup), train_memory.c
+// (ct_train_memory, the activations' size, ct_train_free), train_reference.c (frozen inputs,
+// the reference model), train_eval.c, train_schedule.c (steps and data order), train_update.c
+// (the optimizer step, ZeRO-1, DiLoCo), train_overlap.c (ddp_bucket_cap_mb), train_save.c
+// (checkpoints, the final model) with the checkpoint's train_state.c (trainer_state.json) and
+// train_moments.c (the optimizer's files). What they share with each other only is in
+// train_internal.h.
 #pragma once
 #include <stdbool.h>
 
@@ -90,24 +91,6 @@ typedef struct {
   int n_frozen, n_saved_frozen;
 } ct_train;
 
-// A trainer's start, all of it: OpenBLAS and MPI set-up, the config from the command line
-// (bin/<trainer> [file.yml] key=value ...) with its required keys, the trainer's own
-// checks of the config (`check`, may be NULL: it runs before anything is loaded, so a bad
-// value costs no time), then ct_train_setup, and a line naming the model. Any failure
-// prints one line "<trainer>: <message>" and exits: 2 for a configuration error, else 1.
-void ct_train_start(ct_train *tr, ct_config *cfg, ct_trainer_kind kind, int argc, char **argv,
-                    int (*check)(const ct_config *cfg));
-// A trainer's end. After a stop (ct_train_after_step said so; its checkpoint is saved)
-// it only releases what it holds and returns 128 + the signal (130 SIGINT, 143 SIGTERM). Otherwise it saves the final model
-// (exiting 1 if that fails), prints the last line, releases the train state, the config,
-// the thread pool and MPI, and returns 0. The trainer frees its own buffers first.
-int ct_train_finish(ct_train *tr, bool stop);
-// What ct_train_finish releases, without saving: for a command that writes something
-// else than a model (bin/distill precompute).
-void ct_train_release(ct_train *tr);
-// A trainer's fatal error: "<trainer>: [what: ]<ct_last_error()>", every rank stopped,
-// exit code 2 when rc is CT_ECONFIG, else 1.
-__attribute__((noreturn)) void ct_train_die(const ct_train *tr, int rc, const char *what);
 
 // Sets up from a resolved config: output_dir, threads, tokenizer, the model's shape (from
 // model_path's config.json, the `model:` block, or the checkpoint when
@@ -196,18 +179,12 @@ int ct_train_save_checkpoint(ct_train *tr);
 // tokenizer files, each replaced atomically.
 int ct_train_save_final(ct_train *tr);
 
-// Every trainer's loop ends its step with these. ct_train_watch_signals (before anything
-// long: DPO's reference pass, the loop) makes SIGINT and SIGTERM stop the run within
-// seconds: "stopping: ..." at once, then at the next ct_stop_poll (every layer of a pass,
-// decode step, reward request) the step in flight is abandoned, nothing is saved, and
-// the process exits 130 / 143 naming the checkpoint to resume from; a second signal
-// exits at once. It also keeps the log alive within a long step (ct_log_beat).
-// ct_train_after_step saves a checkpoint every save_steps and reports (true) when the run
-// must stop now: the CT_STOP_AFTER_STEP test hook, agreed on by every rank, which saves a
-// checkpoint to resume from first. While tr->mid_batch (GRPO's num_iterations > 1:
-// rollouts no checkpoint holds) both wait for the batch's last step, so a resume always
-// starts at a new batch.
-void ct_train_watch_signals(ct_train *tr);
+// Every trainer's loop ends its step with this. It polls for a signal (ct_stop_poll: the
+// executable's watch acts on it, app/watch.h), saves a checkpoint every save_steps and
+// reports (true) when the run must stop now: the CT_STOP_AFTER_STEP test hook, agreed on
+// by every rank, which saves a checkpoint to resume from first. While tr->mid_batch
+// (GRPO's num_iterations > 1: rollouts no checkpoint holds) both wait for the batch's last
+// step, so a resume always starts at a new batch.
 int ct_train_after_step(ct_train *tr, bool *stop);
 
 // The last line of a run: steps, where the model is, and peak resident memory.

@@ -31,8 +31,14 @@
 #include "prefs.h"
 #include "safetensors.h"
 #include "train.h"
+#include "die.h"
+#include "run.h"
+#include "watch.h"
 
-static int fail(int code, const char *what) { ct_dist_die("dpo", code, what); }
+static int fail(int code, const char *what) {
+  ct_die_name("dpo");
+  ct_die(code, what);
+}
 
 // The losses from config: loss_type list, loss_weights, beta (the config made it 2.0 by default for simpo).
 static int losses_from(const ct_config *c, ct_dpo_loss *o) {

@@ -41,8 +41,14 @@
 #include "score.h"
 #include "rng.h"
 #include "train.h"
+#include "die.h"
+#include "run.h"
+#include "watch.h"
 
-static int fail(int code, const char *what) { ct_dist_die("reward", code, what); }
+static int fail(int code, const char *what) {
+  ct_die_name("reward");
+  ct_die(code, what);
+}
 
 static int check_config(const ct_config *c) {
   if (c->num_vocab_tiling != 1)  // (base.yml sets every key: another value is the user's)

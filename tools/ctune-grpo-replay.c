@@ -35,6 +35,9 @@
 #include "mem.h"
 #include "prompts.h"
 #include "train.h"
+#include "die.h"
+#include "loop.h"
+#include "run.h"
 
 // One logged completion.
 typedef struct {
@@ -203,8 +206,6 @@ static int check_config(const ct_config *c) {
   return agg_kind(c, &kind);
 }
 
-static __attribute__((noreturn)) void die(ct_train *tr, const char *what) { ct_train_die(tr, CT_EINVAL, what); }
-
 static int usage(FILE *f) {
   fputs("usage: ctune-grpo-replay configs/grpo.yml RUN-KEYS... dataset_path=RUN/completions.jsonl output_dir=DIR\n"
         "Recomputes a GRPO run's optimizer steps from the completions.jsonl it logged (log_completions=true),\n"
@@ -222,52 +223,51 @@ int main(int argc, char **argv) {
   ct_train tr;
   ct_train_start(&tr, &cfg, CT_TRAINER_GRPO, argc, argv, check_config);
   tr.name = "ctune-grpo-replay";
-  if (tr.world != 1) die(&tr, (ct_set_error(CT_EINVAL, "replay runs on one rank"), NULL));
+  ct_die_name(tr.name);  // (its own errors: ct_die)
+  if (tr.world != 1) ct_die(1, (ct_set_error(CT_EINVAL, "replay runs on one rank"), NULL));
   replay_t r = {.tr = &tr, .cfg = &cfg, .use_ref = cfg.beta > 0};
   agg_kind(&cfg, &r.agg);
   reader_t rd = {tr.tok, cfg.dataset_path, {true, (int)cfg.max_prompt_length, cfg.truncate_prompt == CT_TRUNCATE_LEFT,
                  "max_prompt_length", tr.model.cfg.vocab_size, false}, cfg.max_steps, NULL, 0, 0, tr.model.cfg.vocab_size};
   ct_jsonl_stats js;
-  if (ct_jsonl_read(cfg.dataset_path, false, read_row, &rd, &js)) die(&tr, NULL);
+  if (ct_jsonl_read(cfg.dataset_path, false, read_row, &rd, &js)) ct_die(1, NULL);
   int per_step = 0, T = 1;
   for (int i = 0; i < rd.n; i++) {
     per_step += rd.rows[i].step == 1;
     T = rd.rows[i].prompt.n + rd.rows[i].ids.n > T ? rd.rows[i].prompt.n + rd.rows[i].ids.n : T;
   }
   if (per_step == 0 || rd.n != per_step * cfg.max_steps)
-    die(&tr, (ct_set_error(CT_EINVAL, "%s: %d rows for steps 1..%ld, not the same number for every step",
+    ct_die(1, (ct_set_error(CT_EINVAL, "%s: %d rows for steps 1..%ld, not the same number for every step",
                            cfg.dataset_path, rd.n, (long)cfg.max_steps), NULL));
-  if (ct_train_schedule(&tr, rd.n, per_step, 0)) die(&tr, NULL);  // (never resumes: no fingerprint)
+  if (ct_train_schedule(&tr, rd.n, per_step, 0)) ct_die(1, NULL);  // (never resumes: no fingerprint)
   int B = (int)cfg.per_device_train_batch_size, V = tr.model.cfg.vocab_size, C = tr.model.cfg.hidden_size;
   int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
   ct_plan plan = {0};
   ct_plan_addf(&plan, ct_train_acts_bytes(&tr, B, T, mode), "activations, %d x %d tokens", B, T);
   if (r.use_ref) ct_train_plan_reference(&tr, &plan, B, T);
-  bool dry;
-  if (ct_model_rope_reserve(&tr.model, T) || ct_train_memory(&tr, &plan, "a smaller per_device_train_batch_size", &dry))
-    die(&tr, NULL);
-  if (dry) {
+  if (ct_model_rope_reserve(&tr.model, T)) ct_die(1, NULL);
+  if (ct_loop_memory(&tr, &plan, "a smaller per_device_train_batch_size")) {
     ct_train_release(&tr);
     return 0;
   }
   r.ref_lp = malloc(sizeof(float) * B * T);
   if (!r.ref_lp || ct_acts_init(&r.acts, &tr.model, B, T, mode) || ct_train_attach(&tr, &r.acts) ||
       ct_batch_init(&r.batch, B, T) || ct_head_init(&r.head, B * T, ct_head_chunk_rows(B * T, V, CT_HEAD_MIN_ROWS_GRPO), V, C, (int)cfg.num_vocab_tiling))
-    die(&tr, NULL);
+    ct_die(1, NULL);
   r.head.inv_temp = cfg.temperature > 0 ? (float)(1.0 / cfg.temperature) : 1.0f;
-  if (r.use_ref && ct_train_reference(&tr, &r.ref, cfg.ref_dtype, B, T)) die(&tr, NULL);
+  if (r.use_ref && ct_train_reference(&tr, &r.ref, cfg.ref_dtype, B, T)) ct_die(1, NULL);
   for (long s = 1; s <= cfg.max_steps; s++) {
     step_out out = {0};
     int first = 0;
     while (rd.rows[first].step != s) first++;  // a step's rows are contiguous as logged
     for (int i = first; i < first + per_step; i++)
-      if (rd.rows[i].step != s) die(&tr, (ct_set_error(CT_EINVAL, "%s: step %ld's rows are not together", cfg.dataset_path, s), NULL));
-    if (replay_step(&r, rd.rows + first, per_step, &out)) die(&tr, NULL);
+      if (rd.rows[i].step != s) ct_die(1, (ct_set_error(CT_EINVAL, "%s: step %ld's rows are not together", cfg.dataset_path, s), NULL));
+    if (replay_step(&r, rd.rows + first, per_step, &out)) ct_die(1, NULL);
     double norm, lr;
-    if (ct_train_update(&tr, &norm, &lr)) die(&tr, NULL);
+    if (ct_train_update(&tr, &norm, &lr)) ct_die(1, NULL);
     json_t *j = json_pack("{s:I,s:f,s:f,s:f,s:f}", "step", (json_int_t)tr.step, "loss", out.loss, "grad_norm", norm,
                           "learning_rate", lr, "replay/max_logprob_diff", out.max_diff);
-    if (ct_log_metrics(&tr.log, j)) die(&tr, NULL);
+    if (ct_log_metrics(&tr.log, j)) ct_die(1, NULL);
   }
   for (int i = 0; i < rd.n; i++) ct_ids_free(&rd.rows[i].prompt), ct_ids_free(&rd.rows[i].ids), free(rd.rows[i].lp);
   free(rd.rows);

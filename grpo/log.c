@@ -1,0 +1,70 @@
+// grpo/log: what GRPO writes of a step: its rollouts in completions.jsonl (with every
+// reward function's score, the weighted reward and the advantage) and its line of
+// metrics.jsonl (TRL's GRPOTrainer names).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "error.h"
+#include "generate.h"
+#include "grpo/grpo.h"
+
+int ct_grpo_log_rollouts(ct_grpo *g, const double *R, const double *r, const double *adv) {
+  int n = g->n_ro, K = g->K;
+  if (!g->log.on) return 0;
+  json_t **rows = malloc(sizeof *rows * (n > 0 ? n : 1));
+  if (!rows) return ct_set_error(CT_ENOMEM, "out of memory");
+  for (int i = 0; i < n; i++) {
+    const ct_grpo_rollout *o = &g->ro[i];
+    rows[i] = ct_completion_row(g->tr->step + 1, ct_completion_prompt(g->prompts.rows[o->prompt]), o->text, o->ids,
+                                o->lp, o->n, ct_finish_names[o->finish]);
+    for (int k = 0; k < K; k++) {
+      double v = R[(long)i * K + k];
+      json_object_set_new(rows[i], ct_reward_name(g->rewards[k]), v == v ? json_real(v) : json_null());
+    }
+    json_object_set_new(rows[i], "reward", json_real(r[i]));
+    json_object_set_new(rows[i], "advantage", json_real(adv[i]));
+  }
+  int rc = ct_completions_append(&g->log, rows, n);
+  free(rows);
+  return rc ? ct_wrap_error(rc, "logging completions") : 0;
+}
+
+// TRL's completions/* lengths (in tokens, a stop token counted): of every completion, and
+// of those ended by a stop token ("terminated"; 0 when none was).
+static void set_length_metrics(json_t *j, const ct_grpo_rollout_stats *s, const ct_grpo_lengths *e) {
+  double term = s->completions - s->truncated;
+  json_object_set_new(j, "completions/min_length", json_real(s->completions > 0 ? -e->neg_min : 0));
+  json_object_set_new(j, "completions/max_length", json_real(s->completions > 0 ? e->max : 0));
+  json_object_set_new(j, "completions/mean_terminated_length", json_real(term > 0 ? s->terminated_length / term : 0));
+  json_object_set_new(j, "completions/min_terminated_length", json_real(term > 0 ? -e->term_neg_min : 0));
+  json_object_set_new(j, "completions/max_terminated_length", json_real(term > 0 ? e->term_max : 0));
+}
+
+int ct_grpo_log_step(ct_grpo *g, const ct_grpo_step_stats *st, double lr, double norm, bool new_rollouts,
+                     double train_s) {
+  const ct_grpo_rollout_stats *s = &g->rs;
+  ct_train *tr = g->tr;
+  double tok = st->tokens > 0 ? st->tokens : 1, n = s->completions > 0 ? s->completions : 1;
+  double groups = s->groups > 0 ? s->groups : 1;
+  json_t *j = json_pack("{s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}",
+                        "step", (json_int_t)tr->step, "loss", st->loss, "reward", s->reward / n,
+                        "reward_std", s->group_std / groups, "frac_reward_zero_std", s->zero_std_groups / groups,
+                        "kl", st->kl / tok, "clip_ratio/low_mean", st->clip_lo / tok,
+                        "clip_ratio/high_mean", st->clip_hi / tok, "completions/mean_length", s->length / n,
+                        "completions/clipped_ratio", s->truncated / n, "entropy", st->entropy / tok,
+                        "learning_rate", lr, "grad_norm", norm, "num_tokens", tr->num_tokens,
+                        "time/generation_s", new_rollouts ? g->gen_s : 0.0, "time/training_s", train_s);
+  set_length_metrics(j, s, &g->lens);
+  json_object_set_new(j, "time/scoring_s", json_real(new_rollouts ? g->score_s : 0.0));
+  char key[96];
+  for (int k = 0; k < g->K; k++) {  // std as TRL's nanstd: Bessel-corrected, NaN (left out) below 2
+    const ct_grpo_reward_mean *f = &g->func[k];
+    snprintf(key, sizeof key, "rewards/%s/mean", ct_reward_name(g->rewards[k]));
+    json_object_set_new(j, key, json_real(f->n > 0 ? f->sum / f->n : NAN));
+    snprintf(key, sizeof key, "rewards/%s/std", ct_reward_name(g->rewards[k]));
+    double var = f->n > 1 ? (f->sq - f->sum * f->sum / f->n) / (f->n - 1) : 0;
+    json_object_set_new(j, key, json_real(f->n > 1 ? sqrt(fmax(var, 0)) : NAN));
+  }
+  return ct_log_metrics(&tr->log, j);
+}
