@@ -22,6 +22,7 @@
 #include "dist.h"
 #include "dpo/loss.h"
 #include "dpo/metrics.h"
+#include "dpo/refcache.h"
 #include "error.h"
 #include "forward.h"
 #include "hash.h"
@@ -104,93 +105,6 @@ static int row_sums_init(row_sums *s, int rows) {
 static void row_sums_free(row_sums *s) { ct_free_all(s->row_lp, s->row_len, s->row_sum); }
 
 // ---------------------------------------------------------------------------
-// Reference log-probs computed once (precompute_ref_log_probs), cached in output_dir. A
-// cache is reused only when it was made for the same data (tokens as truncated), the same
-// truncation keys, the same reference (its identity: weights checksum, path key, ref_dtype;
-// ident.h) and compute dtype, and its contents' checksum holds; else it is recomputed.
-
-typedef struct {
-  float *c, *r;  // (pairs)
-} ref_cache;
-
-// What a cache is made for: its __metadata__ values.
-typedef struct {
-  char data[20], truncation[128];
-  const char *compute;  // "bfloat16" or "float32" matmuls
-  char *reference;      // the reference's identity as JSON (malloc'd)
-} cache_key;
-
-static uint64_t dataset_hash(const ct_pref_dataset *ds) {
-  uint64_t h = ct_fnv1a(ds->ids, sizeof(int) * ds->n_tokens, CT_FNV1A_INIT);
-  h = ct_fnv1a(ds->p_len, sizeof(int) * ds->n, h);
-  h = ct_fnv1a(ds->c_len, sizeof(int) * ds->n, h);
-  return ct_fnv1a(ds->r_len, sizeof(int) * ds->n, h);
-}
-
-static void cache_key_of(const ct_train *tr, const ct_pref_dataset *ds, cache_key *k) {
-  const ct_config *c = tr->cfg;
-  snprintf(k->data, sizeof k->data, "%016llx", (unsigned long long)dataset_hash(ds));
-  snprintf(k->truncation, sizeof k->truncation, "max_length=%ld max_prompt_length=%ld max_completion_length=%ld",
-           (long)c->max_length, (long)c->max_prompt_length, (long)c->max_completion_length);
-  k->compute = tr->bf16 ? "bfloat16" : "float32";
-  json_t *j = ct_ident_json(ct_train_frozen_find(tr, "reference"));  // (ct_train_reference recorded it)
-  k->reference = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-  json_decref(j);
-  if (!k->reference) ct_die(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
-}
-
-// Why the cache st cannot serve key k (into why), or "" when it can.
-static void cache_mismatch(const ct_safetensors *st, const cache_key *k, const ct_ident *ref, char *why, size_t n) {
-  const char *data = ct_st_meta(st, "dataset_hash"), *trunc = ct_st_meta(st, "truncation");
-  const char *compute = ct_st_meta(st, "compute"), *was = ct_st_meta(st, "reference");
-  json_t *j = was ? json_loads(was, 0, NULL) : NULL;
-  ct_ident old;
-  why[0] = 0;
-  if (ct_st_check_content(st, NULL)) snprintf(why, n, "%s", ct_last_error());
-  else if (!trunc || strcmp(trunc, k->truncation)) snprintf(why, n, "it was made with %s, this run has %s",
-                                                             trunc ? trunc : "other truncation", k->truncation);
-  else if (!data || strcmp(data, k->data)) snprintf(why, n, "it was made on other data (tokens or pairs differ)");
-  else if (!j || ct_ident_parse(&old, "reference", j, st->path)) snprintf(why, n, "it names no reference model");
-  else if (ct_ident_differs(&old, ref, why, n)) {
-  } else if (!compute || strcmp(compute, k->compute))
-    snprintf(why, n, "it was made with %s matmuls, this run's are %s (bf16)", compute ? compute : "other",
-             k->compute);
-  json_decref(j);
-}
-
-// Fills rc from path when the cache there was made for key k; else returns false with the
-// reason in why ("" when there is no file).
-static bool load_ref_cache(const char *path, const ct_pref_dataset *ds, const cache_key *k, const ct_ident *ref,
-                           ref_cache *rc, char *why, size_t n) {
-  ct_safetensors st = {0};
-  why[0] = 0;
-  if (access(path, F_OK)) return false;
-  if (ct_st_open(&st, path)) {
-    snprintf(why, n, "%s", ct_last_error());
-    return false;
-  }
-  cache_mismatch(&st, k, ref, why, n);
-  const ct_st_tensor *c = ct_st_find(&st, "chosen"), *r = ct_st_find(&st, "rejected");
-  if (!why[0] && (!c || !r || c->numel != ds->n || r->numel != ds->n || ct_st_read_f32(&st, c, rc->c, ds->n) ||
-                  ct_st_read_f32(&st, r, rc->r, ds->n)))
-    snprintf(why, n, "it does not hold %d pairs' chosen and rejected sums", ds->n);
-  ct_st_close(&st);
-  return !why[0];
-}
-
-static int save_ref_cache(const char *path, const ct_pref_dataset *ds, const cache_key *k, const ref_cache *rc) {
-  ct_st_entry e[2] = {{.name = "chosen", .dtype = CT_DT_F32, .ndim = 1, .shape = {ds->n}, .data = rc->c},
-                      {.name = "rejected", .dtype = CT_DT_F32, .ndim = 1, .shape = {ds->n}, .data = rc->r}};
-  const char *mk[] = {"dataset_hash", "truncation", "reference", "compute"};
-  const char *mv[] = {k->data, k->truncation, k->reference, k->compute};
-  char tmp[CT_PATH_MAX + 8];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  int err = ct_st_write_checked(tmp, e, 2, mk, mv, 4);
-  if (!err && rename(tmp, path)) err = ct_set_error(CT_EIO, "%s: cannot rename", tmp);
-  return err;
-}
-
-// ---------------------------------------------------------------------------
 
 typedef struct {
   double loss, lp_c, lp_r, rw_c, rw_r, acc, margin, pairs, tokens;
@@ -229,7 +143,7 @@ static void load_reference(dpo_t *d) {
 }
 
 // Reference sums for the batch: from the cache, or by running the reference.
-static void reference_rows(dpo_t *d, const ct_batch *b, const ref_cache *cache, int m, const ct_acts *through) {
+static void reference_rows(dpo_t *d, const ct_batch *b, const ct_dpo_ref_cache *cache, int m, const ct_acts *through) {
   if (!d->need_ref) return;
   if (cache) {
     for (int i = 0; i < m; i++) d->ref_c[i] = cache->c[b->row_seq[i]], d->ref_r[i] = cache->r[b->row_seq[i]];
@@ -315,7 +229,7 @@ static void add_token_means(dpo_stats *st, ct_dpo_token_sums *tok, int n) {
   ct_dpo_token_means_add(&st->tok, tok, n);
 }
 
-static void evaluate(dpo_t *d, const ct_pref_dataset *ev, const ref_cache *cache) {
+static void evaluate(dpo_t *d, const ct_pref_dataset *ev, const ct_dpo_ref_cache *cache) {
   ct_train *tr = d->tr;
   int B = (int)d->cfg->per_device_eval_batch_size;
   long nc = 0;  // the whole set is one "step": the sft term averages over all its tokens
@@ -344,7 +258,7 @@ static void evaluate(dpo_t *d, const ct_pref_dataset *ev, const ref_cache *cache
 }
 
 // The reference's sums for a whole dataset, computed once and cached in output_dir.
-static void precompute(dpo_t *d, const ct_pref_dataset *ds, const char *name, ref_cache *cache) {
+static void precompute(dpo_t *d, const ct_pref_dataset *ds, const char *name, ct_dpo_ref_cache *cache) {
   ct_train *tr = d->tr;
   char path[CT_PATH_MAX];
   if (ct_path_join(path, sizeof path, d->cfg->output_dir, name)) ct_die(1, NULL);
@@ -352,10 +266,10 @@ static void precompute(dpo_t *d, const ct_pref_dataset *ds, const char *name, re
   cache->r = malloc(sizeof(float) * ds->n);
   if (!cache->c || !cache->r) ct_die(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   load_reference(d);  // its identity keys the cache
-  cache_key key;
-  cache_key_of(tr, ds, &key);
+  ct_dpo_cache_key key;
+  if (ct_dpo_cache_key_of(tr, ds, &key)) ct_die(1, NULL);
   char why[1600];
-  if (load_ref_cache(path, ds, &key, ct_train_frozen_find(tr, "reference"), cache, why, sizeof why)) {
+  if (ct_dpo_cache_load(path, ds, &key, ct_train_frozen_find(tr, "reference"), cache, why, sizeof why)) {
     ct_log_info(&tr->log, "reference log-probs: reusing %s", path);
     free(key.reference);
     return;
@@ -379,7 +293,7 @@ static void precompute(dpo_t *d, const ct_pref_dataset *ds, const char *name, re
   }
   // every rank filled its share: sum the shares (the others are 0)
   if (ct_dist_sum_f32(cache->c, ds->n) || ct_dist_sum_f32(cache->r, ds->n)) ct_die(1, NULL);
-  if (tr->rank == 0 && save_ref_cache(path, ds, &key, cache)) ct_die(1, NULL);
+  if (tr->rank == 0 && ct_dpo_cache_save(path, ds, &key, cache)) ct_die(1, NULL);
   free(key.reference);
 }
 
@@ -452,7 +366,7 @@ static void dpo_init(dpo_t *d, int B, int Be, int T, int hrows, int global) {
 // The reference's log-probs: precomputed once for both sets (the reference then freed), or
 // the reference loaded for every step (synced into checkpoints with sync_ref_model).
 static void reference_setup(dpo_t *d, const ct_pref_dataset *train, const ct_pref_dataset *eval,
-                            ref_cache *cache_train, ref_cache *cache_eval) {
+                            ct_dpo_ref_cache *cache_train, ct_dpo_ref_cache *cache_eval) {
   const ct_config *cfg = d->cfg;
   ct_train *tr = d->tr;
   if (d->need_ref && cfg->precompute_ref_log_probs) {
@@ -474,7 +388,8 @@ static void reference_setup(dpo_t *d, const ct_pref_dataset *train, const ct_pre
 
 // One optimizer step's gradients from its n pairs (d->pairs), this rank's micro-batches of
 // B; their statistics summed into st and each micro-batch's per-token sums into d->tok.
-static void train_step(dpo_t *d, const ct_pref_dataset *ds, const ref_cache *cache, int n, int B, dpo_stats *st) {
+static void train_step(dpo_t *d, const ct_pref_dataset *ds, const ct_dpo_ref_cache *cache, int n, int B,
+                       dpo_stats *st) {
   ct_train *tr = d->tr;
   int accum = (int)d->cfg->gradient_accumulation_steps;
   long nc = chosen_tokens(ds, d->pairs, n);
@@ -518,11 +433,11 @@ int main(int argc, char **argv) {
     return 0;
   }
   dpo_init(&d, B, Be, T, hrows, global);
-  ref_cache cache_train = {0}, cache_eval = {0};
+  ct_dpo_ref_cache cache_train = {0}, cache_eval = {0};
   ct_train_watch_signals(&tr);  // (the reference pass can be long too)
   reference_setup(&d, &train, &eval, &cache_train, &cache_eval);
-  const ref_cache *ct_ = cfg.precompute_ref_log_probs ? &cache_train : NULL;
-  const ref_cache *ce_ = cfg.precompute_ref_log_probs ? &cache_eval : NULL;
+  const ct_dpo_ref_cache *ct_ = cfg.precompute_ref_log_probs ? &cache_train : NULL;
+  const ct_dpo_ref_cache *ce_ = cfg.precompute_ref_log_probs ? &cache_eval : NULL;
   ct_train_log_schedule(&tr, train.n, global, B, accum, "pair");
   if (ct_loop_eval_on_start(&tr)) evaluate(&d, &eval, ce_);
   dpo_stats win;  // the logging window's sums
