@@ -15,8 +15,9 @@ void ct_train_start(ct_train *tr, ct_config *cfg, ct_trainer_kind kind, int argc
                     int (*check)(const ct_config *cfg));
 // A trainer's end. After a stop (ct_train_after_step said so; its checkpoint is saved)
 // it only releases what it holds and returns 128 + the signal (130 SIGINT, 143 SIGTERM).
-// Otherwise it saves the final model (exiting 1 if that fails), prints the last line, releases the train state, the config,
-// the thread pool and MPI, and returns 0. The trainer frees its own buffers first.
+// Otherwise it saves the final model (exiting 1 if that fails), prints the last line,
+// releases the train state, the config, the thread pool and MPI, and returns 0. The
+// trainer frees its own buffers first.
 int ct_train_finish(ct_train *tr, bool stop);
 // What ct_train_finish releases, without saving: for a command that writes something
 // else than a model (bin/distill precompute).

@@ -18,27 +18,25 @@
 #include "fingerprint.h"
 #include "ckpt.h"
 #include "config.h"
+#include "die.h"
 #include "dist.h"
 #include "dpo/loss.h"
 #include "dpo/metrics.h"
+#include "dpo/refcache.h"
 #include "error.h"
 #include "forward.h"
 #include "hash.h"
 #include "lm.h"
+#include "loop.h"
 #include "matmul.h"
 #include "mem.h"
 #include "pool.h"
 #include "prefs.h"
+#include "run.h"
 #include "safetensors.h"
 #include "train.h"
-#include "die.h"
-#include "run.h"
 #include "watch.h"
-
-static int fail(int code, const char *what) {
-  ct_die_name("dpo");
-  ct_die(code, what);
-}
+#include "window.h"
 
 // The losses from config: loss_type list, loss_weights, beta (the config made it 2.0 by default for simpo).
 static int losses_from(const ct_config *c, ct_dpo_loss *o) {
@@ -87,7 +85,7 @@ typedef struct {
 
 // Sums the n gathered rows of head h (after a forward of batch b) per batch row.
 static void sum_rows(row_sums *s, const ct_head *h, int n, const ct_batch *b) {
-  if (n < 0) fail(1, NULL);
+  if (n < 0) ct_die(1, NULL);
   for (int r = 0; r < b->B; r++) s->row_len[r] = 0, s->row_sum[r] = 0;
   for (int r = 0; r < n; r++) {
     int row = h->rows[r] / b->T;
@@ -105,93 +103,6 @@ static int row_sums_init(row_sums *s, int rows) {
 }
 
 static void row_sums_free(row_sums *s) { ct_free_all(s->row_lp, s->row_len, s->row_sum); }
-
-// ---------------------------------------------------------------------------
-// Reference log-probs computed once (precompute_ref_log_probs), cached in output_dir. A
-// cache is reused only when it was made for the same data (tokens as truncated), the same
-// truncation keys, the same reference (its identity: weights checksum, path key, ref_dtype;
-// ident.h) and compute dtype, and its contents' checksum holds; else it is recomputed.
-
-typedef struct {
-  float *c, *r;  // (pairs)
-} ref_cache;
-
-// What a cache is made for: its __metadata__ values.
-typedef struct {
-  char data[20], truncation[128];
-  const char *compute;  // "bfloat16" or "float32" matmuls
-  char *reference;      // the reference's identity as JSON (malloc'd)
-} cache_key;
-
-static uint64_t dataset_hash(const ct_pref_dataset *ds) {
-  uint64_t h = ct_fnv1a(ds->ids, sizeof(int) * ds->n_tokens, CT_FNV1A_INIT);
-  h = ct_fnv1a(ds->p_len, sizeof(int) * ds->n, h);
-  h = ct_fnv1a(ds->c_len, sizeof(int) * ds->n, h);
-  return ct_fnv1a(ds->r_len, sizeof(int) * ds->n, h);
-}
-
-static void cache_key_of(const ct_train *tr, const ct_pref_dataset *ds, cache_key *k) {
-  const ct_config *c = tr->cfg;
-  snprintf(k->data, sizeof k->data, "%016llx", (unsigned long long)dataset_hash(ds));
-  snprintf(k->truncation, sizeof k->truncation, "max_length=%ld max_prompt_length=%ld max_completion_length=%ld",
-           (long)c->max_length, (long)c->max_prompt_length, (long)c->max_completion_length);
-  k->compute = tr->bf16 ? "bfloat16" : "float32";
-  json_t *j = ct_ident_json(ct_train_frozen_find(tr, "reference"));  // (ct_train_reference recorded it)
-  k->reference = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-  json_decref(j);
-  if (!k->reference) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
-}
-
-// Why the cache st cannot serve key k (into why), or "" when it can.
-static void cache_mismatch(const ct_safetensors *st, const cache_key *k, const ct_ident *ref, char *why, size_t n) {
-  const char *data = ct_st_meta(st, "dataset_hash"), *trunc = ct_st_meta(st, "truncation");
-  const char *compute = ct_st_meta(st, "compute"), *was = ct_st_meta(st, "reference");
-  json_t *j = was ? json_loads(was, 0, NULL) : NULL;
-  ct_ident old;
-  why[0] = 0;
-  if (ct_st_check_content(st, NULL)) snprintf(why, n, "%s", ct_last_error());
-  else if (!trunc || strcmp(trunc, k->truncation)) snprintf(why, n, "it was made with %s, this run has %s",
-                                                             trunc ? trunc : "other truncation", k->truncation);
-  else if (!data || strcmp(data, k->data)) snprintf(why, n, "it was made on other data (tokens or pairs differ)");
-  else if (!j || ct_ident_parse(&old, "reference", j, st->path)) snprintf(why, n, "it names no reference model");
-  else if (ct_ident_differs(&old, ref, why, n)) {
-  } else if (!compute || strcmp(compute, k->compute))
-    snprintf(why, n, "it was made with %s matmuls, this run's are %s (bf16)", compute ? compute : "other",
-             k->compute);
-  json_decref(j);
-}
-
-// Fills rc from path when the cache there was made for key k; else returns false with the
-// reason in why ("" when there is no file).
-static bool load_ref_cache(const char *path, const ct_pref_dataset *ds, const cache_key *k, const ct_ident *ref,
-                           ref_cache *rc, char *why, size_t n) {
-  ct_safetensors st = {0};
-  why[0] = 0;
-  if (access(path, F_OK)) return false;
-  if (ct_st_open(&st, path)) {
-    snprintf(why, n, "%s", ct_last_error());
-    return false;
-  }
-  cache_mismatch(&st, k, ref, why, n);
-  const ct_st_tensor *c = ct_st_find(&st, "chosen"), *r = ct_st_find(&st, "rejected");
-  if (!why[0] && (!c || !r || c->numel != ds->n || r->numel != ds->n || ct_st_read_f32(&st, c, rc->c, ds->n) ||
-                  ct_st_read_f32(&st, r, rc->r, ds->n)))
-    snprintf(why, n, "it does not hold %d pairs' chosen and rejected sums", ds->n);
-  ct_st_close(&st);
-  return !why[0];
-}
-
-static int save_ref_cache(const char *path, const ct_pref_dataset *ds, const cache_key *k, const ref_cache *rc) {
-  ct_st_entry e[2] = {{.name = "chosen", .dtype = CT_DT_F32, .ndim = 1, .shape = {ds->n}, .data = rc->c},
-                      {.name = "rejected", .dtype = CT_DT_F32, .ndim = 1, .shape = {ds->n}, .data = rc->r}};
-  const char *mk[] = {"dataset_hash", "truncation", "reference", "compute"};
-  const char *mv[] = {k->data, k->truncation, k->reference, k->compute};
-  char tmp[CT_PATH_MAX + 8];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  int err = ct_st_write_checked(tmp, e, 2, mk, mv, 4);
-  if (!err && rename(tmp, path)) err = ct_set_error(CT_EIO, "%s: cannot rename", tmp);
-  return err;
-}
 
 // ---------------------------------------------------------------------------
 
@@ -227,12 +138,12 @@ static void policy_rows(dpo_t *d, ct_acts *acts, const ct_batch *b) {
 // Loads the reference (sized like the batch) the first time it is needed.
 static void load_reference(dpo_t *d) {
   if (d->ref_loaded) return;
-  if (ct_train_reference(d->tr, &d->ref, (int)d->cfg->ref_dtype, d->batch.cap_B, d->batch.cap_T)) fail(1, NULL);
+  if (ct_train_reference(d->tr, &d->ref, (int)d->cfg->ref_dtype, d->batch.cap_B, d->batch.cap_T)) ct_die(1, NULL);
   d->ref_loaded = true;
 }
 
 // Reference sums for the batch: from the cache, or by running the reference.
-static void reference_rows(dpo_t *d, const ct_batch *b, const ref_cache *cache, int m, const ct_acts *through) {
+static void reference_rows(dpo_t *d, const ct_batch *b, const ct_dpo_ref_cache *cache, int m, const ct_acts *through) {
   if (!d->need_ref) return;
   if (cache) {
     for (int i = 0; i < m; i++) d->ref_c[i] = cache->c[b->row_seq[i]], d->ref_r[i] = cache->r[b->row_seq[i]];
@@ -314,11 +225,11 @@ static json_t *stats_json(const dpo_stats *st, const char *prefix, bool sft) {
 
 // Sums n micro-batches' per-token sums over the ranks and adds their means to st.
 static void add_token_means(dpo_stats *st, ct_dpo_token_sums *tok, int n) {
-  if (ct_dist_sum_f64((double *)tok, n * (int)(sizeof *tok / sizeof(double)))) fail(1, NULL);
+  if (ct_dist_sum_f64((double *)tok, n * (int)(sizeof *tok / sizeof(double)))) ct_die(1, NULL);
   ct_dpo_token_means_add(&st->tok, tok, n);
 }
 
-static void evaluate(dpo_t *d, const ct_pref_dataset *ev, const ref_cache *cache) {
+static void evaluate(dpo_t *d, const ct_pref_dataset *ev, const ct_dpo_ref_cache *cache) {
   ct_train *tr = d->tr;
   int B = (int)d->cfg->per_device_eval_batch_size;
   long nc = 0;  // the whole set is one "step": the sft term averages over all its tokens
@@ -326,7 +237,7 @@ static void evaluate(dpo_t *d, const ct_pref_dataset *ev, const ref_cache *cache
   dpo_stats st = {0};
   int batches = (ev->n + B * tr->world - 1) / (B * tr->world);  // batch i: pairs of every rank
   ct_dpo_token_sums *tok = calloc(batches > 0 ? batches : 1, sizeof *tok);
-  if (!tok) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  if (!tok) ct_die(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   for (int i = 0, first = tr->rank * B; first < ev->n; i++, first += B * tr->world) {
     int m = 0;
     for (int k = first; k < ev->n && m < B; k++) d->pairs[m++] = k;
@@ -343,22 +254,22 @@ static void evaluate(dpo_t *d, const ct_pref_dataset *ev, const ref_cache *cache
   ct_log_info(&tr->log, "eval at step %ld: loss %.4f, reward accuracy %.3f, margin %.4f", tr->step,
               st.loss / (st.pairs ? st.pairs : 1), st.acc / (st.pairs ? st.pairs : 1),
               st.margin / (st.pairs ? st.pairs : 1));
-  if (ct_log_metrics(&tr->log, j)) fail(1, NULL);
+  if (ct_log_metrics(&tr->log, j)) ct_die(1, NULL);
 }
 
 // The reference's sums for a whole dataset, computed once and cached in output_dir.
-static void precompute(dpo_t *d, const ct_pref_dataset *ds, const char *name, ref_cache *cache) {
+static void precompute(dpo_t *d, const ct_pref_dataset *ds, const char *name, ct_dpo_ref_cache *cache) {
   ct_train *tr = d->tr;
   char path[CT_PATH_MAX];
-  if (ct_path_join(path, sizeof path, d->cfg->output_dir, name)) fail(1, NULL);
+  if (ct_path_join(path, sizeof path, d->cfg->output_dir, name)) ct_die(1, NULL);
   cache->c = malloc(sizeof(float) * ds->n);
   cache->r = malloc(sizeof(float) * ds->n);
-  if (!cache->c || !cache->r) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  if (!cache->c || !cache->r) ct_die(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   load_reference(d);  // its identity keys the cache
-  cache_key key;
-  cache_key_of(tr, ds, &key);
+  ct_dpo_cache_key key;
+  if (ct_dpo_cache_key_of(tr, ds, &key)) ct_die(1, NULL);
   char why[1600];
-  if (load_ref_cache(path, ds, &key, ct_train_frozen_find(tr, "reference"), cache, why, sizeof why)) {
+  if (ct_dpo_cache_load(path, ds, &key, ct_train_frozen_find(tr, "reference"), cache, why, sizeof why)) {
     ct_log_info(&tr->log, "reference log-probs: reusing %s", path);
     free(key.reference);
     return;
@@ -381,8 +292,8 @@ static void precompute(dpo_t *d, const ct_pref_dataset *ds, const char *name, re
     for (int i = 0; i < m; i++) cache->c[d->pairs[i]] = d->ref_c[i], cache->r[d->pairs[i]] = d->ref_r[i];
   }
   // every rank filled its share: sum the shares (the others are 0)
-  if (ct_dist_sum_f32(cache->c, ds->n) || ct_dist_sum_f32(cache->r, ds->n)) fail(1, NULL);
-  if (tr->rank == 0 && save_ref_cache(path, ds, &key, cache)) fail(1, NULL);
+  if (ct_dist_sum_f32(cache->c, ds->n) || ct_dist_sum_f32(cache->r, ds->n)) ct_die(1, NULL);
+  if (tr->rank == 0 && ct_dpo_cache_save(path, ds, &key, cache)) ct_die(1, NULL);
   free(key.reference);
 }
 
@@ -402,6 +313,100 @@ static void dpo_free(dpo_t *d) {
   ct_free_all(d->pairs, d->ref_c, d->ref_r, d->coef_row, d->tok);
 }
 
+// The train pairs and the eval pairs (when eval_dataset_path is set), said.
+static void load_data(dpo_t *d, ct_pref_dataset *train, ct_pref_dataset *eval) {
+  const ct_config *cfg = d->cfg;
+  ct_train *tr = d->tr;
+  ct_pref_opts po = {(int)cfg->max_length, (int)cfg->max_prompt_length, (int)cfg->max_completion_length,
+                     cfg->skip_bad_rows, tr->model.cfg.vocab_size, false};
+  if (ct_pref_load(train, cfg->dataset_path, tr->tok, &po)) ct_die(1, NULL);
+  ct_log_info(&tr->log, "train: %s: %d pairs, %ld tokens%s", train->path, train->n, train->n_tokens,
+              d->need_ref ? "" : " (reference-free loss: no reference model)");
+  if (train->n_truncated) ct_log_info(&tr->log, "train: %d pairs truncated", train->n_truncated);
+  if (train->n_bad)
+    ct_log_info(&tr->log, "train: %d malformed rows skipped; first: %s", train->n_bad, train->first_bad);
+  if (cfg->eval_dataset_path[0] && ct_pref_load(eval, cfg->eval_dataset_path, tr->tok, &po)) ct_die(1, NULL);
+}
+
+// DPO's rows of the memory plan: activations of 2B x T training and 2Be x T eval rows, the
+// LM head, the reference. Returns the head's rows at a time.
+static int plan_rows(const dpo_t *d, ct_plan *plan, int B, int Be, int T) {
+  const ct_model_config *mc = &d->tr->model.cfg;
+  int V = mc->vocab_size, C = mc->hidden_size, tiles = (int)d->cfg->num_vocab_tiling, Bmax = B > Be ? B : Be;
+  ct_train_plan_acts(d->tr, plan, 2 * B, 2 * Be, T);
+  // DPO's coefficients need every row's log-prob first: past hrows target tokens, the
+  // backward computes the logits a second time instead of keeping them all
+  int hrows = ct_head_chunk_rows(2 * B * T, V, CT_HEAD_MIN_ROWS);
+  ct_plan_addf(plan, ct_head_bytes(2 * Bmax * T, hrows, V, C, tiles),
+               "LM head: logits of %d of %d x %d tokens (more: computed twice) / %d chunks", hrows, 2 * B, T, tiles);
+  if (d->need_ref) ct_train_plan_reference(d->tr, plan, 2 * Bmax, T);
+  return hrows;
+}
+
+// The buffers the plan counted: pairs for a whole step (`global`), rows for 2·max(B, Be).
+static void dpo_init(dpo_t *d, int B, int Be, int T, int hrows, int global) {
+  ct_train *tr = d->tr;
+  const ct_model_config *mc = &tr->model.cfg;
+  int Bmax = B > Be ? B : Be, accum = (int)d->cfg->gradient_accumulation_steps;
+  int mode = d->cfg->gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
+  d->pairs = malloc(sizeof(int) * (global > Bmax ? global : Bmax));
+  d->ref_c = malloc(sizeof(float) * Bmax);
+  d->ref_r = malloc(sizeof(float) * Bmax);
+  d->coef_row = malloc(sizeof(float) * 2 * Bmax);
+  d->tok = malloc(sizeof *d->tok * accum);
+  if (!d->pairs || !d->ref_c || !d->ref_r || !d->coef_row || !d->tok || ct_batch_init(&d->batch, 2 * Bmax, T) ||
+      ct_head_init(&d->head, 2 * Bmax * T, hrows, mc->vocab_size, mc->hidden_size, (int)d->cfg->num_vocab_tiling) ||
+      row_sums_init(&d->pol, 2 * Bmax) || row_sums_init(&d->refs, 2 * Bmax) ||
+      ct_acts_init(&d->acts, &tr->model, 2 * B, T, mode) || ct_train_attach(tr, &d->acts) ||
+      (Be && (ct_acts_init(&d->eval_acts, &tr->model, 2 * Be, T, CT_ACTS_FORWARD) ||
+              ct_train_attach(tr, &d->eval_acts))))
+    ct_die(1, NULL);
+}
+
+// The reference's log-probs: precomputed once for both sets (the reference then freed), or
+// the reference loaded for every step (synced into checkpoints with sync_ref_model).
+static void reference_setup(dpo_t *d, const ct_pref_dataset *train, const ct_pref_dataset *eval,
+                            ct_dpo_ref_cache *cache_train, ct_dpo_ref_cache *cache_eval) {
+  const ct_config *cfg = d->cfg;
+  ct_train *tr = d->tr;
+  if (d->need_ref && cfg->precompute_ref_log_probs) {
+    precompute(d, train, "ref_logps_train.safetensors", cache_train);
+    if (cfg->eval_dataset_path[0]) precompute(d, eval, "ref_logps_eval.safetensors", cache_eval);
+    if (d->ref_loaded) {  // the reference is not needed any more
+      ct_frozen_free(&d->ref);
+      d->ref_loaded = false;
+    }
+  } else if (d->need_ref) {
+    load_reference(d);
+    if (cfg->sync_ref_model) {
+      tr->save_extra = save_ref;
+      tr->save_extra_ctx = d;
+      tr->save_extra_bytes = ct_model_param_bytes(&tr->model, false);  // (a float32 copy of the policy's shape)
+    }
+  }
+}
+
+// One optimizer step's gradients from its n pairs (d->pairs), this rank's micro-batches of
+// B; their statistics summed into st and each micro-batch's per-token sums into d->tok.
+static void train_step(dpo_t *d, const ct_pref_dataset *ds, const ct_dpo_ref_cache *cache, int n, int B,
+                       dpo_stats *st) {
+  ct_train *tr = d->tr;
+  int accum = (int)d->cfg->gradient_accumulation_steps;
+  long nc = chosen_tokens(ds, d->pairs, n);
+  double inv_pairs = 1.0 / n, inv_chosen = nc ? 1.0 / nc : 0;
+  memset(d->tok, 0, sizeof *d->tok * accum);
+  const int *step_pairs = d->pairs;  // (eval, which reuses d->pairs, runs after the step)
+  ct_loop_phase(tr, 0, accum, 0);  // (the heartbeat's line)
+  for (int k = 0, first, m; k < accum && (m = ct_loop_micro(tr, k, B, n, &first)); k++) {
+    ct_pref_batch(&d->batch, ds, step_pairs + first, m, ct_tokenizer_pad(tr->tok));
+    reference_rows(d, &d->batch, cache, m, &d->acts);  // before the policy: the head keeps its logits
+    ct_train_dropout_key(tr, k);
+    policy_rows(d, &d->acts, &d->batch);
+    pair_step(d, m, true, inv_pairs, inv_chosen, st, &d->tok[k]);
+    ct_loop_phase(tr, k + 1, accum, st->tokens);
+  }
+}
+
 int main(int argc, char **argv) {
   ct_config cfg;
   ct_train tr;
@@ -409,129 +414,62 @@ int main(int argc, char **argv) {
   dpo_t d = {.cfg = &cfg, .tr = &tr};
   losses_from(&cfg, &d.loss);  // (checked by check_config)
   d.need_ref = ct_dpo_needs_reference(&d.loss);
-  ct_pref_opts po = {(int)cfg.max_length, (int)cfg.max_prompt_length, (int)cfg.max_completion_length,
-                     cfg.skip_bad_rows, tr.model.cfg.vocab_size, false};
   ct_pref_dataset train, eval = {0};
-  if (ct_pref_load(&train, cfg.dataset_path, tr.tok, &po)) fail(1, NULL);
-  ct_log_info(&tr.log, "train: %s: %d pairs, %ld tokens%s", train.path, train.n, train.n_tokens,
-              d.need_ref ? "" : " (reference-free loss: no reference model)");
-  if (train.n_truncated) ct_log_info(&tr.log, "train: %d pairs truncated", train.n_truncated);
-  if (train.n_bad) ct_log_info(&tr.log, "train: %d malformed rows skipped; first: %s", train.n_bad, train.first_bad);
-  bool have_eval = cfg.eval_dataset_path[0] != 0;
-  if (have_eval && ct_pref_load(&eval, cfg.eval_dataset_path, tr.tok, &po)) fail(1, NULL);
+  load_data(&d, &train, &eval);
 
   int B = (int)cfg.per_device_train_batch_size, accum = (int)cfg.gradient_accumulation_steps;
-  int Be = have_eval ? (int)cfg.per_device_eval_batch_size : 0, Bmax = B > Be ? B : Be;
-  int global = B * accum * tr.world;
+  int Be = cfg.eval_dataset_path[0] ? (int)cfg.per_device_eval_batch_size : 0, global = B * accum * tr.world;
   int T = ct_pref_max_len(&train);
-  if (have_eval && ct_pref_max_len(&eval) > T) T = ct_pref_max_len(&eval);
-  if (ct_train_schedule(&tr, train.n, global, ct_pref_fingerprint(&train))) fail(1, NULL);
-  const ct_model_config *mc = &tr.model.cfg;
-  int V = mc->vocab_size, C = mc->hidden_size, tiles = (int)cfg.num_vocab_tiling;
-  int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
+  if (Be && ct_pref_max_len(&eval) > T) T = ct_pref_max_len(&eval);
+  if (ct_train_schedule(&tr, train.n, global, ct_pref_fingerprint(&train))) ct_die(1, NULL);
   ct_plan plan = {0};
-  ct_train_plan_acts(&tr, &plan, 2 * B, have_eval ? 2 * Be : 0, T);
-  // DPO's coefficients need every row's log-prob first: past hrows target tokens, the
-  // backward computes the logits a second time instead of keeping them all
-  int hrows = ct_head_chunk_rows(2 * B * T, V, CT_HEAD_MIN_ROWS);
-  ct_plan_addf(&plan, ct_head_bytes(2 * Bmax * T, hrows, V, C, tiles),
-               "LM head: logits of %d of %d x %d tokens (more: computed twice) / %d chunks", hrows, 2 * B, T, tiles);
-  if (d.need_ref) ct_train_plan_reference(&tr, &plan, 2 * Bmax, T);
-  bool dry;
-  if (ct_train_memory(&tr, &plan, "gradient_checkpointing=true, ref_dtype=bfloat16 or int8, "
-                      "precompute_ref_log_probs=true, num_vocab_tiling (more chunks), a smaller "
-                      "per_device_train_batch_size or max_length", &dry))
-    fail(1, NULL);
-  if (dry) {
+  int hrows = plan_rows(&d, &plan, B, Be, T);
+  if (ct_loop_memory(&tr, &plan, "gradient_checkpointing=true, ref_dtype=bfloat16 or int8, "
+                     "precompute_ref_log_probs=true, num_vocab_tiling (more chunks), a smaller "
+                     "per_device_train_batch_size or max_length")) {
     ct_pref_free(&train);
     ct_pref_free(&eval);
     ct_train_release(&tr);
     return 0;
   }
-  d.pairs = malloc(sizeof(int) * (global > Bmax ? global : Bmax));
-  d.ref_c = malloc(sizeof(float) * Bmax);
-  d.ref_r = malloc(sizeof(float) * Bmax);
-  d.coef_row = malloc(sizeof(float) * 2 * Bmax);
-  d.tok = malloc(sizeof *d.tok * accum);
-  if (!d.pairs || !d.ref_c || !d.ref_r || !d.coef_row || !d.tok || ct_batch_init(&d.batch, 2 * Bmax, T) ||
-      ct_head_init(&d.head, 2 * Bmax * T, hrows, V, C, tiles) ||
-      row_sums_init(&d.pol, 2 * Bmax) || row_sums_init(&d.refs, 2 * Bmax) ||
-      ct_acts_init(&d.acts, &tr.model, 2 * B, T, mode) || ct_train_attach(&tr, &d.acts) ||
-      (have_eval && (ct_acts_init(&d.eval_acts, &tr.model, 2 * Be, T, CT_ACTS_FORWARD) ||
-                     ct_train_attach(&tr, &d.eval_acts))))
-    fail(1, NULL);
-  ref_cache cache_train = {0}, cache_eval = {0};
+  dpo_init(&d, B, Be, T, hrows, global);
+  ct_dpo_ref_cache cache_train = {0}, cache_eval = {0};
   ct_train_watch_signals(&tr);  // (the reference pass can be long too)
-  if (d.need_ref && cfg.precompute_ref_log_probs) {
-    precompute(&d, &train, "ref_logps_train.safetensors", &cache_train);
-    if (have_eval) precompute(&d, &eval, "ref_logps_eval.safetensors", &cache_eval);
-    if (d.ref_loaded) {  // the reference is not needed any more
-      ct_frozen_free(&d.ref);
-      d.ref_loaded = false;
-    }
-  } else if (d.need_ref) {
-    load_reference(&d);
-    if (cfg.sync_ref_model) {
-      tr.save_extra = save_ref;
-      tr.save_extra_ctx = &d;
-      tr.save_extra_bytes = ct_model_param_bytes(&tr.model, false);  // (a float32 copy of the policy's shape)
-    }
-  }
-  const ref_cache *ct_ = cfg.precompute_ref_log_probs ? &cache_train : NULL;
-  const ref_cache *ce_ = cfg.precompute_ref_log_probs ? &cache_eval : NULL;
+  reference_setup(&d, &train, &eval, &cache_train, &cache_eval);
+  const ct_dpo_ref_cache *ct_ = cfg.precompute_ref_log_probs ? &cache_train : NULL;
+  const ct_dpo_ref_cache *ce_ = cfg.precompute_ref_log_probs ? &cache_eval : NULL;
   ct_train_log_schedule(&tr, train.n, global, B, accum, "pair");
-  if (have_eval && cfg.eval_on_start && tr.step == 0) evaluate(&d, &eval, ce_);
-  dpo_stats win = {0};
-  double win_norm = 0, t_win = ct_now();
-  int win_steps = 0;
+  if (ct_loop_eval_on_start(&tr)) evaluate(&d, &eval, ce_);
+  dpo_stats win;  // the logging window's sums
+  ct_window lw;
+  ct_window_init(&lw, &win, sizeof win);
   bool stop = false;
   while (tr.step < tr.total_steps && !stop) {
     int n = ct_train_next_seqs(&tr, d.pairs, global);
-    long nc = chosen_tokens(&train, d.pairs, n);
-    double inv_pairs = 1.0 / n, inv_chosen = nc ? 1.0 / nc : 0;
     dpo_stats st = {0};
-    memset(d.tok, 0, sizeof *d.tok * accum);
-    const int *step_pairs = d.pairs;  // (eval, which reuses d.pairs, runs after the step)
-    ct_log_phase(&tr.log, tr.step + 1, "training", 0, accum, "micro-batches", 0, NULL);  // (the heartbeat's line)
-    for (int k = 0; k < accum; k++) {
-      int first = (k * tr.world + tr.rank) * B;
-      if (first >= n) break;
-      int m = n - first < B ? n - first : B;
-      ct_pref_batch(&d.batch, &train, step_pairs + first, m, ct_tokenizer_pad(tr.tok));
-      reference_rows(&d, &d.batch, ct_, m, &d.acts);  // before the policy: the head keeps its logits
-      ct_train_dropout_key(&tr, k);
-      policy_rows(&d, &d.acts, &d.batch);
-      pair_step(&d, m, true, inv_pairs, inv_chosen, &st, &d.tok[k]);
-      ct_log_phase(&tr.log, tr.step + 1, "training", k + 1, accum, "micro-batches", st.tokens, NULL);
-    }
+    train_step(&d, &train, ct_, n, B, &st);
     ct_dist_sum_stats(&st);
     add_token_means(&st, d.tok, accum);
     double norm, lr;
-    if (ct_train_update(&tr, &norm, &lr)) fail(1, NULL);
+    if (ct_train_update(&tr, &norm, &lr)) ct_die(1, NULL);
     if (cfg.sync_ref_model && d.ref_loaded && tr.step % cfg.ref_model_sync_steps == 0 &&
         ct_train_sync_reference(&tr, &d.ref, cfg.ref_model_mixup_alpha))
-      fail(1, NULL);
+      ct_die(1, NULL);
     tr.num_tokens += st.tokens;
-    ct_stats_add(&win, &st);
-    win_norm += norm;
-    win_steps++;
-    double tok_s = win.tokens / (ct_now() - t_win);
+    ct_window_add(&lw, &st, 0, norm);
+    double tok_s = ct_window_rate(&lw, win.tokens);
     ct_log_progress(&tr.log, tr.step, st.loss / (st.pairs ? st.pairs : 1), tok_s);
-    bool last = tr.step == tr.total_steps;
     if (ct_train_log_due(&tr)) {
       json_t *j = stats_json(&win, "", ct_dpo_sft_weight(&d.loss) != 0);
       json_object_set_new(j, "step", json_integer(tr.step));
-      ct_train_log_fields(&tr, j, lr, win_norm / win_steps, tok_s);
-      if (ct_log_metrics(&tr.log, j)) fail(1, NULL);
-      memset(&win, 0, sizeof win);
-      win_norm = 0;
-      win_steps = 0;
-      t_win = ct_now();
+      ct_train_log_fields(&tr, j, lr, ct_window_norm(&lw), tok_s);
+      if (ct_log_metrics(&tr.log, j)) ct_die(1, NULL);
+      ct_window_reset(&lw);
     }
-    if (have_eval && cfg.eval_steps > 0 && tr.step % cfg.eval_steps == 0 && !last) evaluate(&d, &eval, ce_);
-    if (ct_train_after_step(&tr, &stop)) fail(1, NULL);
+    if (ct_loop_eval_after_step(&tr)) evaluate(&d, &eval, ce_);
+    if (ct_train_after_step(&tr, &stop)) ct_die(1, NULL);
   }
-  if (!stop && have_eval) evaluate(&d, &eval, ce_);
+  if (ct_loop_eval_at_end(&tr, stop)) evaluate(&d, &eval, ce_);
   dpo_free(&d);
   ct_free_all(cache_train.c, cache_train.r, cache_eval.c, cache_eval.r);
   ct_pref_free(&train);

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "die.h"
 #include "dist.h"
 #include "error.h"
 #include "fingerprint.h"
@@ -32,23 +33,19 @@
 #include "hf.h"
 #include "jsonl.h"
 #include "lm.h"
+#include "loop.h"
 #include "matmul.h"
 #include "mem.h"
 #include "pool.h"
 #include "prefs.h"
 #include "reward/loss.h"
 #include "reward_model.h"
+#include "run.h"
 #include "score.h"
 #include "rng.h"
 #include "train.h"
-#include "die.h"
-#include "run.h"
 #include "watch.h"
-
-static int fail(int code, const char *what) {
-  ct_die_name("reward");
-  ct_die(code, what);
-}
+#include "window.h"
 
 static int check_config(const ct_config *c) {
   if (c->num_vocab_tiling != 1)  // (base.yml sets every key: another value is the user's)
@@ -94,7 +91,7 @@ static void forward_pairs(rm_t *d, ct_acts *a, const ct_pref_dataset *ds, const 
     d->last[i] = ds->p_len[k] + ds->c_len[k] - 1;
     d->last[m + i] = ds->p_len[k] + ds->r_len[k] - 1;
   }
-  if (ct_forward_batch(&d->tr->model, a, b)) fail(1, NULL);
+  if (ct_forward_batch(&d->tr->model, a, b)) ct_die(1, NULL);
   ct_score_forward(a->lnf, d->last, b->B, b->T, d->tr->model.cfg.hidden_size, d->tr->model.w.score, d->r);
 }
 
@@ -122,7 +119,7 @@ static void pair_step(rm_t *d, const ct_pref_dataset *ds, const int *pairs, int 
 
 // TRL's metric names (prefix "eval_" on the eval set); the extremes are maxima over ranks.
 static json_t *stats_json(const rm_stats *st, ct_rm_range *e, const char *prefix, long step) {
-  if (ct_dist_max_f64((double *)e, 2)) fail(1, NULL);
+  if (ct_dist_max_f64((double *)e, 2)) ct_die(1, NULL);
   double n = st->s.pairs > 0 ? st->s.pairs : 1;
   const struct {
     const char *key;
@@ -157,7 +154,7 @@ static void evaluate(rm_t *d, const ct_pref_dataset *ev) {
   double n = st.s.pairs ? st.s.pairs : 1;
   ct_log_info(&tr->log, "eval at step %ld: loss %.4f, accuracy %.3f, margin %.4f (%.0f pairs)", tr->step,
               st.s.loss / n, st.s.correct / n, st.s.margin / n, st.s.pairs);
-  if (ct_log_metrics(&tr->log, j)) fail(1, NULL);
+  if (ct_log_metrics(&tr->log, j)) ct_die(1, NULL);
 }
 
 // A new score head on a causal LM's backbone: normal(0, initializer_range of its
@@ -167,7 +164,7 @@ static void init_score(ct_train *tr) {
   // a checkpoint's head, an adapter's (adapter_path), or the seeded initialization's
   if (tr->resumed_from[0] || !c->model_path[0] || c->adapter_path[0]) return;
   ct_model_config have;
-  if (ct_model_read_config(&have, c->model_path)) fail(1, NULL);
+  if (ct_model_read_config(&have, c->model_path)) ct_die(1, NULL);
   if (have.num_labels) return;  // continuing a reward model
   char p[CT_PATH_MAX];
   double std = 0.02;
@@ -196,6 +193,58 @@ static void rm_free(rm_t *d) {
   ct_free_all(d->pairs, d->last, d->r, d->d);
 }
 
+// The train pairs and the eval pairs (when eval_dataset_path is set), said.
+static void load_data(ct_train *tr, ct_pref_dataset *train, ct_pref_dataset *eval) {
+  const ct_config *cfg = tr->cfg;
+  ct_pref_opts po = {.max_length = (int)cfg->max_length, .skip_bad_rows = cfg->skip_bad_rows,
+                     .model_vocab = tr->model.cfg.vocab_size, .reward = true};
+  if (ct_pref_load(train, cfg->dataset_path, tr->tok, &po)) ct_die(1, NULL);
+  describe(tr, "train", train);
+  if (cfg->eval_dataset_path[0]) {
+    if (ct_pref_load(eval, cfg->eval_dataset_path, tr->tok, &po)) ct_die(1, NULL);
+    describe(tr, "eval", eval);
+  }
+}
+
+// The score head that trains (with use_peft the adapters' copy) and its first values; the
+// buffers: pairs for a whole step (`global`), rows for 2·max(B, Be).
+static void rm_init(rm_t *d, int B, int Be, int T, int global) {
+  const ct_config *cfg = d->cfg;
+  ct_train *tr = d->tr;
+  int Bmax = B > Be ? B : Be, mode = cfg->gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
+  if (cfg->use_peft) {  // the head that trains is the adapters' copy (its base's, or the adapter's)
+    ct_lora_attach(&tr->lora, &tr->model);
+    tr->g.score = tr->lora.g_score;
+  }
+  init_score(tr);
+  if (tr->bf16 && !cfg->use_peft)  // (the new head is not a matmul weight, but keep the copy exact)
+    ct_model_bf16_refresh(&tr->model);
+  d->pairs = malloc(sizeof(int) * (global > Bmax ? global : Bmax));
+  d->last = malloc(sizeof(int) * 2 * Bmax);
+  d->r = malloc(sizeof(double) * 2 * Bmax);
+  d->d = malloc(sizeof(double) * 2 * Bmax);
+  if (!d->pairs || !d->last || !d->r || !d->d || ct_batch_init(&d->batch, 2 * Bmax, T) ||
+      ct_acts_init(&d->acts, &tr->model, 2 * B, T, mode) || ct_train_attach(tr, &d->acts) ||
+      (Be && (ct_acts_init(&d->eval_acts, &tr->model, 2 * Be, T, CT_ACTS_FORWARD) ||
+              ct_train_attach(tr, &d->eval_acts))))
+    ct_die(1, NULL);
+}
+
+// One optimizer step's gradients from its n pairs (d->pairs), this rank's micro-batches of
+// B; their statistics summed into st.
+static void train_step(rm_t *d, const ct_pref_dataset *ds, int n, int B, rm_stats *st) {
+  ct_train *tr = d->tr;
+  int accum = (int)d->cfg->gradient_accumulation_steps;
+  const int *step_pairs = d->pairs;
+  ct_loop_phase(tr, 0, accum, 0);  // (the heartbeat's line)
+  for (int k = 0, first, m; k < accum && (m = ct_loop_micro(tr, k, B, n, &first)); k++) {
+    ct_train_dropout_key(tr, k);
+    forward_pairs(d, &d->acts, ds, step_pairs + first, m);
+    pair_step(d, ds, step_pairs + first, m, true, 1.0 / n, st);
+    ct_loop_phase(tr, k + 1, accum, st->tokens);
+  }
+}
+
 static int train_main(int argc, char **argv) {
   ct_config cfg;
   ct_train tr;
@@ -203,95 +252,51 @@ static int train_main(int argc, char **argv) {
   rm_t d = {.cfg = &cfg, .tr = &tr, .range = {-INFINITY, -INFINITY}};
   ct_model_config *mc = &tr.model.cfg;
   if (mc->pad_token_id < 0) mc->pad_token_id = ct_tokenizer_pad(tr.tok);  // transformers pools with it
-  ct_pref_opts po = {.max_length = (int)cfg.max_length, .skip_bad_rows = cfg.skip_bad_rows,
-                     .model_vocab = mc->vocab_size, .reward = true};
   ct_pref_dataset train, eval = {0};
-  if (ct_pref_load(&train, cfg.dataset_path, tr.tok, &po)) fail(1, NULL);
-  describe(&tr, "train", &train);
-  bool have_eval = cfg.eval_dataset_path[0] != 0;
-  if (have_eval) {
-    if (ct_pref_load(&eval, cfg.eval_dataset_path, tr.tok, &po)) fail(1, NULL);
-    describe(&tr, "eval", &eval);
-  }
+  load_data(&tr, &train, &eval);
   int B = (int)cfg.per_device_train_batch_size, accum = (int)cfg.gradient_accumulation_steps;
-  int Be = have_eval ? (int)cfg.per_device_eval_batch_size : 0, Bmax = B > Be ? B : Be;
+  int Be = cfg.eval_dataset_path[0] ? (int)cfg.per_device_eval_batch_size : 0;
   int global = B * accum * tr.world, T = ct_pref_max_len(&train);
-  if (have_eval && ct_pref_max_len(&eval) > T) T = ct_pref_max_len(&eval);
-  if (ct_train_schedule(&tr, train.n, global, ct_pref_fingerprint(&train))) fail(1, NULL);
-  int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
+  if (Be && ct_pref_max_len(&eval) > T) T = ct_pref_max_len(&eval);
+  if (ct_train_schedule(&tr, train.n, global, ct_pref_fingerprint(&train))) ct_die(1, NULL);
   ct_plan plan = {0};
-  ct_train_plan_acts(&tr, &plan, 2 * B, have_eval ? 2 * Be : 0, T);
-  bool dry;
-  if (ct_train_memory(&tr, &plan, "gradient_checkpointing=true, a smaller per_device_train_batch_size or max_length",
-                      &dry))
-    fail(1, NULL);
-  if (dry) {
+  ct_train_plan_acts(&tr, &plan, 2 * B, 2 * Be, T);
+  if (ct_loop_memory(&tr, &plan, "gradient_checkpointing=true, a smaller per_device_train_batch_size or max_length")) {
     ct_pref_free(&train);
     ct_pref_free(&eval);
     ct_train_release(&tr);
     return 0;
   }
-  if (cfg.use_peft) {  // the head that trains is the adapters' copy (its base's, or the adapter's)
-    ct_lora_attach(&tr.lora, &tr.model);
-    tr.g.score = tr.lora.g_score;
-  }
-  init_score(&tr);
-  if (tr.bf16 && !cfg.use_peft)  // (the new head is not a matmul weight, but keep the copy exact)
-    ct_model_bf16_refresh(&tr.model);
-  d.pairs = malloc(sizeof(int) * (global > Bmax ? global : Bmax));
-  d.last = malloc(sizeof(int) * 2 * Bmax);
-  d.r = malloc(sizeof(double) * 2 * Bmax);
-  d.d = malloc(sizeof(double) * 2 * Bmax);
-  if (!d.pairs || !d.last || !d.r || !d.d || ct_batch_init(&d.batch, 2 * Bmax, T) ||
-      ct_acts_init(&d.acts, &tr.model, 2 * B, T, mode) || ct_train_attach(&tr, &d.acts) ||
-      (have_eval && (ct_acts_init(&d.eval_acts, &tr.model, 2 * Be, T, CT_ACTS_FORWARD) ||
-                     ct_train_attach(&tr, &d.eval_acts))))
-    fail(1, NULL);
+  rm_init(&d, B, Be, T, global);
   ct_train_log_schedule(&tr, train.n, global, B, accum, "pair");
   ct_train_watch_signals(&tr);
-  if (have_eval && cfg.eval_on_start && tr.step == 0) evaluate(&d, &eval);
-  rm_stats win = {0};
-  double win_norm = 0, t_win = ct_now();
-  int win_steps = 0;
+  if (ct_loop_eval_on_start(&tr)) evaluate(&d, &eval);
+  rm_stats win;  // the logging window's sums (its extremes: d.range)
+  ct_window lw;
+  ct_window_init(&lw, &win, sizeof win);
   bool stop = false;
   while (tr.step < tr.total_steps && !stop) {
     int n = ct_train_next_seqs(&tr, d.pairs, global);
     rm_stats st = {0};
-    const int *step_pairs = d.pairs;
-    ct_log_phase(&tr.log, tr.step + 1, "training", 0, accum, "micro-batches", 0, NULL);  // (the heartbeat's line)
-    for (int k = 0; k < accum; k++) {
-      int first = (k * tr.world + tr.rank) * B;
-      if (first >= n) break;
-      int m = n - first < B ? n - first : B;
-      ct_train_dropout_key(&tr, k);
-      forward_pairs(&d, &d.acts, &train, step_pairs + first, m);
-      pair_step(&d, &train, step_pairs + first, m, true, 1.0 / n, &st);
-      ct_log_phase(&tr.log, tr.step + 1, "training", k + 1, accum, "micro-batches", st.tokens, NULL);
-    }
+    train_step(&d, &train, n, B, &st);
     ct_dist_sum_stats(&st);
     double norm, lr;
-    if (ct_train_update(&tr, &norm, &lr)) fail(1, NULL);
+    if (ct_train_update(&tr, &norm, &lr)) ct_die(1, NULL);
     tr.num_tokens += st.tokens;
-    ct_stats_add(&win, &st);
-    win_norm += norm;
-    win_steps++;
-    double tok_s = win.tokens / (ct_now() - t_win);
+    ct_window_add(&lw, &st, 0, norm);
+    double tok_s = ct_window_rate(&lw, win.tokens);
     ct_log_progress(&tr.log, tr.step, st.s.loss / (st.s.pairs ? st.s.pairs : 1), tok_s);
-    bool last = tr.step == tr.total_steps;
     if (ct_train_log_due(&tr)) {
       json_t *j = stats_json(&win, &d.range, "", tr.step);
-      ct_train_log_fields(&tr, j, lr, win_norm / win_steps, tok_s);
-      if (ct_log_metrics(&tr.log, j)) fail(1, NULL);
-      memset(&win, 0, sizeof win);
+      ct_train_log_fields(&tr, j, lr, ct_window_norm(&lw), tok_s);
+      if (ct_log_metrics(&tr.log, j)) ct_die(1, NULL);
+      ct_window_reset(&lw);
       d.range = (ct_rm_range){-INFINITY, -INFINITY};
-      win_norm = 0;
-      win_steps = 0;
-      t_win = ct_now();
     }
-    if (have_eval && cfg.eval_steps > 0 && tr.step % cfg.eval_steps == 0 && !last) evaluate(&d, &eval);
-    if (ct_train_after_step(&tr, &stop)) fail(1, NULL);
+    if (ct_loop_eval_after_step(&tr)) evaluate(&d, &eval);
+    if (ct_train_after_step(&tr, &stop)) ct_die(1, NULL);
   }
-  if (!stop && have_eval) evaluate(&d, &eval);
+  if (ct_loop_eval_at_end(&tr, stop)) evaluate(&d, &eval);
   rm_free(&d);
   ct_pref_free(&train);
   ct_pref_free(&eval);
@@ -304,11 +309,11 @@ static int train_main(int argc, char **argv) {
 // The config of a command that trains nothing (no dataset_path, output_dir unused).
 static void command_config(ct_config *cfg, int argc, char **argv, const char *cmd) {
   ct_blas_init(argc, argv);
-  if (ct_config_from_args(cfg, CT_TRAINER_REWARD, argc, argv)) fail(2, NULL);
-  if (!cfg->model_path[0]) fail(2, (ct_set_error(CT_ECONFIG, "%s: model_path=DIR (a reward model) is required", cmd), NULL));
+  if (ct_config_from_args(cfg, CT_TRAINER_REWARD, argc, argv)) ct_die(2, NULL);
+  if (!cfg->model_path[0]) ct_die(2, (ct_set_error(CT_ECONFIG, "%s: model_path=DIR (a reward model) is required", cmd), NULL));
   if (ct_pool_init(cfg->num_threads > 0 ? (int)cfg->num_threads : 0) ||
       ct_blas_room(ct_pool_threads(), 0, NULL, "lower num_threads"))
-    fail(1, NULL);
+    ct_die(1, NULL);
 }
 
 typedef struct {
@@ -360,16 +365,16 @@ static int score_row(void *ctx, json_t *row, int line) {
 static int score_main(int argc, char **argv) {
   ct_config cfg;
   command_config(&cfg, argc, argv, "score");
-  if (!cfg.data[0]) fail(2, (ct_set_error(CT_ECONFIG, "score: data=FILE.jsonl (rows to score) is required"), NULL));
+  if (!cfg.data[0]) ct_die(2, (ct_set_error(CT_ECONFIG, "score: data=FILE.jsonl (rows to score) is required"), NULL));
   ct_rm rm;
   int B = (int)cfg.per_device_eval_batch_size;
-  if (ct_rm_open(&rm, cfg.model_path, cfg.adapter_path, CT_STORE_F32, B, (int)cfg.max_length)) fail(1, NULL);
+  if (ct_rm_open(&rm, cfg.model_path, cfg.adapter_path, CT_STORE_F32, B, (int)cfg.max_length)) ct_die(1, NULL);
   score_rows s = {.rm = &rm, .path = cfg.data};
   ct_jsonl_stats js;
-  if (ct_jsonl_read(cfg.data, cfg.skip_bad_rows, score_row, &s, &js)) fail(1, NULL);
+  if (ct_jsonl_read(cfg.data, cfg.skip_bad_rows, score_row, &s, &js)) ct_die(1, NULL);
   double *r = malloc(sizeof(double) * (s.n ? s.n : 1));
   int too_long = 0;
-  if (!r || ct_rm_score_texts(&rm, s.texts, s.eos, s.n, r, &too_long)) fail(1, NULL);
+  if (!r || ct_rm_score_texts(&rm, s.texts, s.eos, s.n, r, &too_long)) ct_die(1, NULL);
   for (int i = 0; i < s.n; i++) {
     if (isfinite(r[i])) printf("{\"row\": %d, \"reward\": %.9g}\n", i, r[i]);
     else printf("{\"row\": %d, \"reward\": null}\n", i);
@@ -389,20 +394,20 @@ static int eval_main(int argc, char **argv) {
   command_config(&cfg, argc, argv, "eval");
   // the pairs: data= as `score` takes its rows (the README's form), or eval_dataset_path / dataset_path
   const char *path = cfg.data[0] ? cfg.data : cfg.eval_dataset_path[0] ? cfg.eval_dataset_path : cfg.dataset_path;
-  if (!path[0]) fail(2, (ct_set_error(CT_ECONFIG, "eval: data=PAIRS.jsonl (held-out preference pairs) is required"), NULL));
+  if (!path[0]) ct_die(2, (ct_set_error(CT_ECONFIG, "eval: data=PAIRS.jsonl (held-out preference pairs) is required"), NULL));
   ct_rm rm;
   if (ct_rm_open(&rm, cfg.model_path, cfg.adapter_path, CT_STORE_F32, (int)cfg.per_device_eval_batch_size,
                  (int)cfg.max_length))
-    fail(1, NULL);
+    ct_die(1, NULL);
   ct_pref_opts po = {.max_length = (int)cfg.max_length, .skip_bad_rows = cfg.skip_bad_rows, .reward = true};
   ct_pref_dataset ds;
-  if (ct_pref_load(&ds, path, rm.tok, &po)) fail(1, NULL);
+  if (ct_pref_load(&ds, path, rm.tok, &po)) ct_die(1, NULL);
   int n = ds.n;
   ct_ids *seq = calloc(2 * (size_t)n, sizeof *seq);
   const int **ids = malloc(sizeof *ids * 2 * n);
   int *len = malloc(sizeof(int) * 2 * n);
   double *r = malloc(sizeof(double) * 2 * n);
-  if (!seq || !ids || !len || !r) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  if (!seq || !ids || !len || !r) ct_die(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   for (int k = 0; k < n; k++) {  // rows k: prompt + chosen, n + k: prompt + rejected
     const int *p = ds.ids + ds.start[k], *c = p + ds.p_len[k], *rj = c + ds.c_len[k];
     for (int h = 0; h < 2; h++) {
@@ -412,7 +417,7 @@ static int eval_main(int argc, char **argv) {
       ids[h * n + k] = s->v, len[h * n + k] = s->n;
     }
   }
-  if (ct_rm_score_ids(&rm, ids, len, 2 * n, r, NULL)) fail(1, NULL);
+  if (ct_rm_score_ids(&rm, ids, len, 2 * n, r, NULL)) ct_die(1, NULL);
   ct_rm_sums s = {0};
   ct_rm_range e = {-INFINITY, -INFINITY};
   for (int k = 0; k < n; k++) {
@@ -434,6 +439,7 @@ static int eval_main(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  ct_die_name("reward");  // (score and eval: ct_train_start names it for training)
   if (argc >= 2 && (!strcmp(argv[1], "score") || !strcmp(argv[1], "eval"))) {
     bool score = !strcmp(argv[1], "score");
     argv[1] = argv[0];  // the command's own argv: program, then its arguments

@@ -20,12 +20,14 @@
 #include "chat_template.h"
 #include "config.h"
 #include "data.h"
+#include "die.h"
 #include "engine.h"
 #include "error.h"
 #include "fs.h"
 #include "generate.h"
 #include "jsonl.h"
 #include "matmul.h"
+#include "mem.h"
 #include "panel.h"
 #include "pool.h"
 #include "prompts.h"
@@ -39,11 +41,6 @@ int ct_sampler_bench(int argc, char **argv);  // bench.c
 int ct_sampler_bench_speculative(ct_engine *e, ct_spec_model *sm, const ct_tokenizer *tok,
                                  const ct_gen_request *reqs, int np, int reps);
 
-static int fail(int code, const char *what) {
-  fprintf(stderr, "sampler: %s%s%s\n", what ? what : "", what ? ": " : "", ct_last_error());
-  exit(code);
-}
-
 static int usage(void) {
   ct_config_write_help(stderr, CT_TRAINER_SAMPLER);  // the usage, the sampler's keys
   return 2;
@@ -56,45 +53,69 @@ typedef struct {
   ct_lora lora;  // adapter_path: applied by the engine on top of the model
 } setup_t;
 
+// save_quantized=DIR: the int8 model as loaded, with its tokenizer.
+static void save_quantized(const setup_t *s) {
+  const ct_config *cfg = s->cfg;
+  if (!s->w.int8)
+    ct_die(2, (ct_set_error(CT_ECONFIG, "%s: key 'save_quantized' needs quantization=int8",
+                            ct_config_origin(cfg, "save_quantized")), NULL));
+  if (ct_infer_save_int8(&s->w, cfg->save_quantized, cfg->model_path) || ct_tokenizer_save(s->tok, cfg->save_quantized))
+    ct_die(1, "saving the int8 model");
+  fprintf(stderr, "sampler: int8 model saved in %s\n", cfg->save_quantized);
+}
+
+// The model (with its adapters and the tokenizer) every command runs; dies on failure.
 static void setup(setup_t *s, const ct_config *cfg) {
   memset(s, 0, sizeof *s);
   s->cfg = cfg;
   if (!cfg->model_path[0])
-    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'model_path' is required", ct_config_origin(cfg, "model_path")), NULL));
+    ct_die(2, (ct_set_error(CT_ECONFIG, "%s: key 'model_path' is required", ct_config_origin(cfg, "model_path")), NULL));
   long cores = sysconf(_SC_NPROCESSORS_ONLN), threads = (long)cfg->num_threads;
   if (threads > cores && cores > 0) {  // more spinning threads than cores: crawls
     fprintf(stderr, "sampler: num_threads %ld is more than this machine's %ld cores: using %ld\n",
             threads, cores, cores);
     threads = cores;
   }
-  if (ct_pool_init((int)threads) || ct_blas_room(ct_pool_threads(), 0, NULL, "lower num_threads")) fail(1, NULL);
+  if (ct_pool_init((int)threads) || ct_blas_room(ct_pool_threads(), 0, NULL, "lower num_threads")) ct_die(1, NULL);
   const char *tdir = cfg->tokenizer_path[0] ? cfg->tokenizer_path : cfg->model_path;
-  if (ct_tokenizer_load_said(NULL, &s->tok, tdir)) fail(1, NULL);
+  if (ct_tokenizer_load_said(NULL, &s->tok, tdir)) ct_die(1, NULL);
   if (cfg->chat_template_path[0] && ct_tokenizer_load_chat_template(s->tok, cfg->chat_template_path))
-    fail(1, (ct_wrap_error(CT_EFORMAT, "%s: key 'chat_template_path'", ct_config_origin(cfg, "chat_template_path")), NULL));
-  if (ct_infer_load(&s->w, cfg->model_path, cfg->quantization == CT_QUANT_INT8)) fail(1, NULL);
+    ct_die(1, (ct_wrap_error(CT_EFORMAT, "%s: key 'chat_template_path'", ct_config_origin(cfg, "chat_template_path")), NULL));
+  if (ct_infer_load(&s->w, cfg->model_path, cfg->quantization == CT_QUANT_INT8)) ct_die(1, NULL);
   if (cfg->adapter_path[0] &&
       (ct_lora_load(&s->lora, cfg->adapter_path, &s->w.cfg) || ct_infer_attach_lora(&s->w, &s->lora)))
-    fail(1, NULL);
+    ct_die(1, NULL);
   if (cfg->quantization == CT_QUANT_BF16 && !s->w.int8 && !ct_panel16_native())
-    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'quantization': bf16 needs a CPU with AVX512_BF16 (and a build "
+    ct_die(2, (ct_set_error(CT_ECONFIG, "%s: key 'quantization': bf16 needs a CPU with AVX512_BF16 (and a build "
                           "for it: -march=native); use none or int8", ct_config_origin(cfg, "quantization")), NULL));
   int dropped, had = ct_tokenizer_vocab_size(s->tok);
   if (ct_tokenizer_fit(s->tok, s->w.cfg.vocab_size, &dropped))
-    fail(1, (ct_wrap_error(CT_EINVAL, "the tokenizer has %d tokens, the model only %d", had, s->w.cfg.vocab_size),
+    ct_die(1, (ct_wrap_error(CT_EINVAL, "the tokenizer has %d tokens, the model only %d", had, s->w.cfg.vocab_size),
              NULL));
   if (dropped)
     fprintf(stderr, "sampler: %d added token%s past the model's vocab_size %d left out (read as plain text)\n",
             dropped, dropped > 1 ? "s" : "", s->w.cfg.vocab_size);
-  if (cfg->save_quantized[0]) {
-    if (!s->w.int8)
-      fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'save_quantized' needs quantization=int8",
-                            ct_config_origin(cfg, "save_quantized")), NULL));
-    if (ct_infer_save_int8(&s->w, cfg->save_quantized, cfg->model_path) || ct_tokenizer_save(s->tok, cfg->save_quantized))
-      fail(1, "saving the int8 model");
-    fprintf(stderr, "sampler: int8 model saved in %s\n", cfg->save_quantized);
-  }
-  if (ct_infer_pack(&s->w, cfg->quantization == CT_QUANT_BF16 ? CT_PACK_BF16 : CT_PACK_F32)) fail(1, NULL);
+  if (cfg->save_quantized[0]) save_quantized(s);
+  if (ct_infer_pack(&s->w, cfg->quantization == CT_QUANT_BF16 ? CT_PACK_BF16 : CT_PACK_F32)) ct_die(1, NULL);
+}
+
+static void setup_free(setup_t *s) {
+  ct_infer_free(&s->w);
+  ct_lora_free(&s->lora);
+  ct_tokenizer_free(s->tok);
+}
+
+// The sampling keys, and the engine's shape from decode_slots, max_target_length and
+// max_prefill_length.
+static ct_sample_params sample_params(const ct_config *cfg) {
+  return (ct_sample_params){(float)cfg->temperature, (int)cfg->top_k, (float)cfg->top_p, (float)cfg->min_p,
+                            (float)cfg->repetition_penalty};
+}
+
+static ct_engine_opts engine_opts(const ct_config *cfg) {
+  int slots = (int)cfg->decode_slots;
+  return (ct_engine_opts){slots, (int)cfg->max_target_length,
+                          (int)(cfg->max_prefill_length > slots ? cfg->max_prefill_length : slots)};
 }
 
 // ---------------------------------------------------------------------------
@@ -234,7 +255,7 @@ static int speculate(const setup_t *s, const ct_engine_opts *eo, const ct_gen_re
   const ct_config *c = s->cfg;
   const char *key = c->temperature > 0 ? "temperature" : c->n != 1 ? "n" : c->adapter_path[0] ? "adapter_path" : NULL;
   if (key)
-    fail(2, (ct_set_error(CT_ECONFIG, "%s: key '%s': speculative=mtp decodes greedily, one sample, without adapters "
+    ct_die(2, (ct_set_error(CT_ECONFIG, "%s: key '%s': speculative=mtp decodes greedily, one sample, without adapters "
                           "(temperature=0, n=1, no adapter_path)", ct_config_origin(c, key), key), NULL));
   ct_spec_model sm;
   ct_spec_stats st = {0};
@@ -257,7 +278,7 @@ static ct_gen_request *requests(const ct_config *cfg, const setup_t *s, const pr
   const int *stop_ids;
   int n_stop = ct_tokenizer_stop_ids(s->tok, &stop_ids);
   ct_gen_request *reqs = calloc(np > 0 ? np : 1, sizeof *reqs);
-  if (!reqs) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  if (!reqs) ct_die(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   for (int i = 0; i < np; i++)
     reqs[i] = (ct_gen_request){ps[i].ids.v, ps[i].ids.n, n, ps[i].seed, sp, (int)cfg->max_new_tokens, stop_ids, n_stop,
                                (const char *const *)cfg->stop.v, cfg->stop.n};
@@ -269,32 +290,26 @@ static int cmd_generate(const ct_config *cfg) {
   setup(&s, cfg);
   prompt_t *ps = NULL;
   int np = 0;
-  if (read_prompts(&s, &ps, &np)) fail(1, NULL);
-  ct_sample_params sp = {(float)cfg->temperature, (int)cfg->top_k, (float)cfg->top_p,
-                         (float)cfg->min_p, (float)cfg->repetition_penalty};
-  ct_gen_request *reqs = requests(cfg, &s, ps, np, (int)cfg->n, sp);
-  int slots = (int)cfg->decode_slots;
-  ct_engine_opts eo = {slots, (int)cfg->max_target_length,
-                       (int)(cfg->max_prefill_length > slots ? cfg->max_prefill_length : slots)};
+  if (read_prompts(&s, &ps, &np)) ct_die(1, NULL);
+  ct_gen_request *reqs = requests(cfg, &s, ps, np, (int)cfg->n, sample_params(cfg));
+  ct_engine_opts eo = engine_opts(cfg);
   ct_engine *e = NULL;  // (speculative=mtp runs its own)
-  if (cfg->speculative != CT_SPEC_MTP && ct_engine_init(&e, &s.w, &eo)) fail(1, NULL);
+  if (cfg->speculative != CT_SPEC_MTP && ct_engine_init(&e, &s.w, &eo)) ct_die(1, NULL);
   out_t o = {.s = &s, .n_per = (int)cfg->n, .total = np * (int)cfg->n};
   o.done = calloc(o.total, sizeof *o.done);
   o.stream = cfg->output == CT_OUTPUT_TEXT && o.total == 1;
   ct_gen_callbacks cb = {on_done, on_token, &o};
   if (cfg->speculative == CT_SPEC_MTP) {
-    if (speculate(&s, &eo, reqs, np, &cb)) fail(1, NULL);
+    if (speculate(&s, &eo, reqs, np, &cb)) ct_die(1, NULL);
   } else if (ct_generate(e, s.tok, reqs, np, &cb)) {
-    fail(1, NULL);
+    ct_die(1, NULL);
   }
   ct_engine_free(e);
   for (int i = 0; i < np; i++) ct_ids_free(&ps[i].ids);
   free(ps);
   free(reqs);
   free(o.done);
-  ct_infer_free(&s.w);
-  ct_lora_free(&s.lora);
-  ct_tokenizer_free(s.tok);
+  setup_free(&s);
   return 0;
 }
 
@@ -315,45 +330,56 @@ static int acc_done(void *ctx, const ct_gen_result *r) {
   return 0;
 }
 
-static int cmd_accuracy(const ct_config *cfg) {
-  setup_t s;
-  setup(&s, cfg);
-  if (!cfg->data[0])
-    fail(2, (ct_set_error(CT_ECONFIG, "accuracy needs data=FILE.jsonl (rows with prompt and completion)"), NULL));
-  ct_prompt_set set;
-  prompt_t *ps = NULL;
-  if (load_prompts(&s, cfg->data, &set, &ps)) fail(1, NULL);
-  int n = set.n;
-  char **want = calloc(n, sizeof *want);
-  if (!want) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
-  for (int k = 0; k < n; k++) {
-    const char *c = json_string_value(json_object_get(set.rows[k], "completion"));
-    if (!c) fail(1, (ct_row_error(cfg->data, set.line[k], "key 'completion': expected a string"), NULL));
-    if (!(want[k] = strdup(c))) fail(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+// Each row's "completion" (malloc'd strings, n of them): what accuracy compares with.
+static char **read_wants(const ct_config *cfg, const ct_prompt_set *set) {
+  char **want = calloc(set->n, sizeof *want);
+  if (!want) ct_die(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  for (int k = 0; k < set->n; k++) {
+    const char *c = json_string_value(json_object_get(set->rows[k], "completion"));
+    if (!c) ct_die(1, (ct_row_error(cfg->data, set->line[k], "key 'completion': expected a string"), NULL));
+    if (!(want[k] = strdup(c))) ct_die(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   }
-  ct_prompt_set_free(&set);
+  return want;
+}
+
+// One request per row: one sample with the sampling keys, seeded by its row, as long as its
+// expected answer and a stop token, a little more.
+static ct_gen_request *accuracy_requests(const ct_config *cfg, const setup_t *s, const prompt_t *ps, char **want,
+                                         int n) {
   const int *stop_ids;
-  int n_stop = ct_tokenizer_stop_ids(s.tok, &stop_ids);
+  int n_stop = ct_tokenizer_stop_ids(s->tok, &stop_ids);
   ct_gen_request *reqs = calloc(n, sizeof *reqs);
-  ct_sample_params sp = {(float)cfg->temperature, (int)cfg->top_k, (float)cfg->top_p,
-                         (float)cfg->min_p, (float)cfg->repetition_penalty};
+  ct_sample_params sp = sample_params(cfg);
   for (int i = 0; i < n; i++) {
-    ct_ids w = {0};  // room for the expected answer and a stop token, a little more
-    ct_tokenizer_encode(s.tok, want[i], strlen(want[i]), true, &w);
+    ct_ids w = {0};
+    ct_tokenizer_encode(s->tok, want[i], strlen(want[i]), true, &w);
     reqs[i] = (ct_gen_request){.prompt = ps[i].ids.v, .prompt_len = ps[i].ids.n, .n = 1,
                                .seed = (uint64_t)cfg->seed + (uint64_t)i, .sp = sp,
                                .max_new_tokens = w.n + 4, .stop_ids = stop_ids, .n_stop_ids = n_stop,
                                .stop_strings = (const char *const *)cfg->stop.v, .n_stop_strings = cfg->stop.n};
     ct_ids_free(&w);
   }
-  int slots = (int)cfg->decode_slots;
-  ct_engine_opts eo = {slots, (int)cfg->max_target_length,
-                       (int)(cfg->max_prefill_length > slots ? cfg->max_prefill_length : slots)};
+  return reqs;
+}
+
+static int cmd_accuracy(const ct_config *cfg) {
+  setup_t s;
+  setup(&s, cfg);
+  if (!cfg->data[0])
+    ct_die(2, (ct_set_error(CT_ECONFIG, "accuracy needs data=FILE.jsonl (rows with prompt and completion)"), NULL));
+  ct_prompt_set set;
+  prompt_t *ps = NULL;
+  if (load_prompts(&s, cfg->data, &set, &ps)) ct_die(1, NULL);
+  int n = set.n;
+  char **want = read_wants(cfg, &set);
+  ct_prompt_set_free(&set);
+  ct_gen_request *reqs = accuracy_requests(cfg, &s, ps, want, n);
+  ct_engine_opts eo = engine_opts(cfg);
   ct_engine *e;
-  if (ct_engine_init(&e, &s.w, &eo)) fail(1, NULL);
+  if (ct_engine_init(&e, &s.w, &eo)) ct_die(1, NULL);
   acc_t a = {want, 0, 0};
   ct_gen_callbacks cb = {acc_done, NULL, &a};
-  if (ct_generate(e, s.tok, reqs, n, &cb)) fail(1, NULL);
+  if (ct_generate(e, s.tok, reqs, n, &cb)) ct_die(1, NULL);
   printf("{\"data\": \"%s\", \"rows\": %d, \"temperature\": %g, \"exact_match\": %.4f}\n", cfg->data,
          n, cfg->temperature, (double)a.hits / n);
   ct_engine_free(e);
@@ -364,9 +390,7 @@ static int cmd_accuracy(const ct_config *cfg) {
   free(ps);
   free(want);
   free(reqs);
-  ct_infer_free(&s.w);
-  ct_lora_free(&s.lora);
-  ct_tokenizer_free(s.tok);
+  setup_free(&s);
   return 0;
 }
 
@@ -374,69 +398,78 @@ static int cmd_accuracy(const ct_config *cfg) {
 // score: log-prob of each row's completion given its prompt, at `temperature` (0: at 1),
 // as generate reports the log-probs of what it samples.
 
+typedef struct {
+  ct_engine *e;   // one slot, prefilling `chunk` positions at a time
+  int chunk, V;
+  double tau;     // the temperature the log-probs are at
+  float *logits;  // (chunk, V)
+  int *slot, *pos, *outs, *tgt;  // (chunk) each
+} scorer_t;
+
+// One row's line: {"row", "logp" (the sum), "token_logps"} of its labeled tokens, each
+// token t predicted at t - 1.
+static void score_row(scorer_t *sc, int r, const int *ids, const uint8_t *lab, int len) {
+  int chunk = sc->chunk, V = sc->V;
+  double total = 0;
+  json_t *tl = json_array();
+  for (int start = 0; start < len; start += chunk) {
+    int n = len - start < chunk ? len - start : chunk, nout = 0;
+    for (int i = 0; i < n; i++) {
+      sc->pos[i] = start + i;
+      int t = start + i + 1;
+      if (t < len && lab[t]) {
+        sc->outs[nout] = i;
+        sc->tgt[nout++] = ids[t];
+      }
+    }
+    if (ct_engine_forward(sc->e, n, ids + start, sc->slot, sc->pos, sc->outs, nout, sc->logits)) ct_die(1, NULL);
+    for (int k = 0; k < nout; k++) {  // log-softmax of logits / tau
+      const float *l = sc->logits + (long)k * V;
+      float mx = l[0];
+      for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+      double sum = 0;
+      for (int v = 0; v < V; v++) sum += exp(((double)l[v] - mx) / sc->tau);
+      double lp = ((double)l[sc->tgt[k]] - mx) / sc->tau - log(sum);
+      total += lp;
+      json_array_append_new(tl, json_real(lp));
+    }
+  }
+  json_t *j = json_pack("{s:i,s:f,s:o}", "row", r, "logp", total, "token_logps", tl);
+  char *line = json_dumps(j, JSON_COMPACT);
+  printf("%s\n", line);
+  free(line);
+  json_decref(j);
+}
+
 static int cmd_score(const ct_config *cfg) {
   setup_t s;
   setup(&s, cfg);
   if (!cfg->data[0])
-    fail(2, (ct_set_error(CT_ECONFIG, "score needs data=FILE.jsonl (rows with prompt and completion)"), NULL));
+    ct_die(2, (ct_set_error(CT_ECONFIG, "score needs data=FILE.jsonl (rows with prompt and completion)"), NULL));
   // prompt/completion rows score the completion; a plain {"text"} row scores every token
   // after its first
   ct_data_opts o = {.max_length = (int)cfg->max_target_length, .completion_only_loss = true,
                     .text_field = "text", .model_vocab = s.w.cfg.vocab_size};
   ct_dataset ds;
-  if (ct_dataset_load(&ds, cfg->data, s.tok, &o)) fail(1, NULL);
+  if (ct_dataset_load(&ds, cfg->data, s.tok, &o)) ct_die(1, NULL);
   if (ds.n_empty || ds.n_truncated)
-    fail(1, (ct_set_error(CT_EFORMAT, "%s: %d rows have no completion tokens and %d were cut at "
+    ct_die(1, (ct_set_error(CT_EFORMAT, "%s: %d rows have no completion tokens and %d were cut at "
                           "max_target_length %ld", cfg->data, ds.n_empty, ds.n_truncated,
                           (long)cfg->max_target_length), NULL));
-  int chunk = 256, V = s.w.cfg.vocab_size;
-  double tau = cfg->temperature > 0 ? cfg->temperature : 1.0;  // as generate reports log-probs
+  int chunk = 256;
+  scorer_t sc = {.chunk = chunk, .V = s.w.cfg.vocab_size,
+                 .tau = cfg->temperature > 0 ? cfg->temperature : 1.0};  // as generate reports log-probs
   ct_engine_opts eo = {1, (int)cfg->max_target_length, chunk};
-  ct_engine *e;
-  if (ct_engine_init(&e, &s.w, &eo)) fail(1, NULL);
-  float *logits = malloc(sizeof(float) * (size_t)chunk * V);
-  int *slot = calloc(chunk, sizeof(int)), *pos = malloc(sizeof(int) * chunk), *outs = malloc(sizeof(int) * chunk);
-  int *tgt = malloc(sizeof(int) * chunk);
-  for (int r = 0; r < ds.n_rows; r++) {
-    const int *ids = ds.ids + ds.row_start[r];
-    const uint8_t *lab = ds.label + ds.row_start[r];
-    int len = ds.row_len[r];
-    double total = 0;
-    json_t *tl = json_array();
-    for (int start = 0; start < len; start += chunk) {  // token t is predicted at t - 1
-      int n = len - start < chunk ? len - start : chunk, nout = 0;
-      for (int i = 0; i < n; i++) {
-        pos[i] = start + i;
-        int t = start + i + 1;
-        if (t < len && lab[t]) {
-          outs[nout] = i;
-          tgt[nout++] = ids[t];
-        }
-      }
-      if (ct_engine_forward(e, n, ids + start, slot, pos, outs, nout, logits)) fail(1, NULL);
-      for (int k = 0; k < nout; k++) {  // log-softmax of logits / tau
-        const float *l = logits + (long)k * V;
-        float mx = l[0];
-        for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
-        double sum = 0;
-        for (int v = 0; v < V; v++) sum += exp(((double)l[v] - mx) / tau);
-        double lp = ((double)l[tgt[k]] - mx) / tau - log(sum);
-        total += lp;
-        json_array_append_new(tl, json_real(lp));
-      }
-    }
-    json_t *j = json_pack("{s:i,s:f,s:o}", "row", r, "logp", total, "token_logps", tl);
-    char *line = json_dumps(j, JSON_COMPACT);
-    printf("%s\n", line);
-    free(line);
-    json_decref(j);
-  }
-  free(logits); free(slot); free(pos); free(outs); free(tgt);
-  ct_engine_free(e);
+  if (ct_engine_init(&sc.e, &s.w, &eo)) ct_die(1, NULL);
+  sc.logits = malloc(sizeof(float) * (size_t)chunk * sc.V);
+  sc.slot = calloc(chunk, sizeof(int)), sc.pos = malloc(sizeof(int) * chunk), sc.outs = malloc(sizeof(int) * chunk);
+  sc.tgt = malloc(sizeof(int) * chunk);
+  for (int r = 0; r < ds.n_rows; r++)
+    score_row(&sc, r, ds.ids + ds.row_start[r], ds.label + ds.row_start[r], ds.row_len[r]);
+  ct_free_all(sc.logits, sc.slot, sc.pos, sc.outs, sc.tgt);
+  ct_engine_free(sc.e);
   ct_dataset_free(&ds);
-  ct_infer_free(&s.w);
-  ct_lora_free(&s.lora);
-  ct_tokenizer_free(s.tok);
+  setup_free(&s);
   return 0;
 }
 
@@ -447,31 +480,30 @@ static int cmd_score(const ct_config *cfg) {
 
 static int cmd_bench_speculative(const ct_config *cfg) {
   if (cfg->speculative != CT_SPEC_MTP)
-    fail(2, (ct_set_error(CT_ECONFIG, "%s: key 'speculative': bench compares speculative=mtp with plain decoding",
+    ct_die(2, (ct_set_error(CT_ECONFIG, "%s: key 'speculative': bench compares speculative=mtp with plain decoding",
                           ct_config_origin(cfg, "speculative")), NULL));
   setup_t s;
   setup(&s, cfg);
   prompt_t *ps = NULL;
   int np = 0;
-  if (read_prompts(&s, &ps, &np)) fail(1, NULL);
+  if (read_prompts(&s, &ps, &np)) ct_die(1, NULL);
   ct_gen_request *reqs = requests(cfg, &s, ps, np, 1, (ct_sample_params){0, 0, 1.0f, 0.0f, 1.0f});  // greedy
   ct_engine_opts eo = {1, (int)cfg->max_target_length, (int)cfg->max_prefill_length};
   ct_engine *e;
   ct_spec_model sm;
-  if (ct_engine_init(&e, &s.w, &eo) || ct_spec_load(&sm, &s.w, cfg->model_path, &eo)) fail(1, NULL);
-  if (ct_sampler_bench_speculative(e, &sm, s.tok, reqs, np, 3)) fail(1, NULL);
+  if (ct_engine_init(&e, &s.w, &eo) || ct_spec_load(&sm, &s.w, cfg->model_path, &eo)) ct_die(1, NULL);
+  if (ct_sampler_bench_speculative(e, &sm, s.tok, reqs, np, 3)) ct_die(1, NULL);
   ct_spec_free(&sm);
   ct_engine_free(e);
   for (int i = 0; i < np; i++) ct_ids_free(&ps[i].ids);
   free(ps);
   free(reqs);
-  ct_infer_free(&s.w);
-  ct_lora_free(&s.lora);
-  ct_tokenizer_free(s.tok);
+  setup_free(&s);
   return 0;
 }
 
 int main(int argc, char **argv) {
+  ct_die_name("sampler");
   int help = ct_config_usage(CT_TRAINER_SAMPLER, argc, argv);  // --help, -h, or nothing
   if (help >= 0) return help;
   ct_blas_init(argc, argv);
@@ -481,7 +513,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "bench") == 0 && !spec_bench) return ct_sampler_bench(argc - 1, argv + 1);
   if (strcmp(cmd, "generate") && strcmp(cmd, "score") && strcmp(cmd, "accuracy") && strcmp(cmd, "bench")) return usage();
   ct_config cfg;
-  if (ct_config_from_args(&cfg, CT_TRAINER_SAMPLER, argc - 1, argv + 1)) fail(2, NULL);
+  if (ct_config_from_args(&cfg, CT_TRAINER_SAMPLER, argc - 1, argv + 1)) ct_die(2, NULL);
   if (ct_config_ignored(&cfg)[0])  // a trainer's yml or a run's config.yml
     fprintf(stderr, "sampler: %s: skipped keys the sampler does not use: %s\n", argv[2], ct_config_ignored(&cfg));
   int rc = !strcmp(cmd, "generate") ? cmd_generate(&cfg)
