@@ -458,11 +458,7 @@ int ct_batch_init(ct_batch *b, int cap_B, int cap_T) {
 }
 
 void ct_batch_free(ct_batch *b) {
-  free(b->ids);
-  free(b->pos);
-  free(b->seg);
-  free(b->target);
-  free(b->row_seq);
+  ct_free_all(b->ids, b->pos, b->seg, b->target, b->row_seq);
   memset(b, 0, sizeof *b);
 }
 

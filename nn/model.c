@@ -380,12 +380,7 @@ void ct_model_free(ct_model *m) {
   ct_big_free(m->emb32);
   ct_big_free(m->params8);
   ct_big_free(m->s8);
-  free(m->s8off);
-  free(m->off16);
-  free(m->rope_cos);
-  free(m->rope_sin);
-  free(m->rope_cos_local);
-  free(m->rope_sin_local);
+  ct_free_all(m->s8off, m->off16, m->rope_cos, m->rope_sin, m->rope_cos_local, m->rope_sin_local);
   memset(m, 0, sizeof *m);
 }
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "mem.h"
 #include "hash.h"
 #include "pool.h"
 
@@ -127,11 +128,7 @@ void ct_st_close(ct_safetensors *st) {
     free(st->meta_keys[i]);
     free(st->meta_vals[i]);
   }
-  free(st->tensors);
-  free(st->by_name);
-  free(st->meta_keys);
-  free(st->meta_vals);
-  free(st->path);
+  ct_free_all(st->tensors, st->by_name, st->meta_keys, st->meta_vals, st->path);
   memset(st, 0, sizeof *st);
   st->fd = -1;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "mem.h"
 #include "tokenizer_internal.h"
 #include "tokenizer_sp.h"
 #include "unicode.h"
@@ -372,10 +373,7 @@ int ct_tok_index_added(ct_tokenizer *t) {
 
 // The added tokens' lookup structures (ct_tok_index_added builds them).
 void ct_tok_free_added_index(ct_tokenizer *t) {
-  free(t->bucket_list);
-  free(t->bucket_lens);
-  free(t->aslot);
-  free(t->anext);
+  ct_free_all(t->bucket_list, t->bucket_lens, t->aslot, t->anext);
   t->bucket_list = t->bucket_lens = t->anext = NULL;
   t->aslot = NULL;
 }

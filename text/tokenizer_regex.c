@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "mem.h"
 #include "unicode.h"
 
 // ---------------------------------------------------------------------------
@@ -855,10 +856,7 @@ int ct_regex_text_set(ct_regex_text *t, const char *s, size_t len) {
 }
 
 void ct_regex_text_free(ct_regex_text *t) {
-  free(t->cp);
-  free(t->prop);
-  free(t->off);
-  free(t->stack);
+  ct_free_all(t->cp, t->prop, t->off, t->stack);
   memset(t, 0, sizeof *t);
 }
 
