@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "bf16.h"
+#include "error.h"
 #include "fastmath.h"
 
 #if defined(__AVX512F__)
@@ -438,16 +439,17 @@ void ct_panel_gemm_px(const float *Pk, int N, int K, const float *xp, int S, flo
       }
 }
 
-void ct_panel_gemm(const float *Pk, int N, int K, const float *x, int ldx, int S, float *y, int ldy,
-                   int acc, int p0, int p1) {
+int ct_panel_gemm(const float *Pk, int N, int K, const float *x, int ldx, int S, float *y, int ldy,
+                  int acc, int p0, int p1) {
   float *xp = malloc(sizeof(float) * (size_t)(TB < S ? TB : S) * (K ? K : 1));
-  if (!xp) abort();  // a test helper's few KB; the engine packs into its own buffer
+  if (!xp) return ct_set_error(CT_ENOMEM, "panel: out of memory for %d x %d packed inputs", TB < S ? TB : S, K);
   for (int s0 = 0; s0 < S; s0 += TB) {
     int n = S - s0 < TB ? S - s0 : TB;
     ct_panel_pack_x(x + (long)s0 * ldx, ldx, n, K, 0, n, xp);
     ct_panel_gemm_px(Pk, N, K, xp, n, y + (long)s0 * ldy, ldy, acc, p0, p1);
   }
   free(xp);
+  return 0;
 }
 
 void ct_panel8_gemm(const int8_t *Pk, int N, int K, const uint8_t *xu, int ldx, const float *sx,

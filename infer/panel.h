@@ -51,7 +51,8 @@ void ct_panel16_row(const uint16_t *P, int N, int K, int n, float *out);
 // y[s, 32p + j] for s < S and panels p in [p0, p1): x (S, K; row stride ldx) times the
 // packed P's rows; acc != 0 adds the product to y instead of overwriting it. (Packs x
 // through a buffer it allocates: the tests' entry; the engine packs x once per product.)
-void ct_panel_gemm(const float *P, int N, int K, const float *x, int ldx, int S, float *y, int ldy,
+// CT_ENOMEM when that buffer cannot be had.
+int ct_panel_gemm(const float *P, int N, int K, const float *x, int ldx, int S, float *y, int ldy,
                    int acc, int p0, int p1);
 // x (S, K; row stride ldx) packed for the fp32 kernel: tiles of CT_PANEL_MR tokens, the tile
 // of tokens [s, s + mr) (mr = min(CT_PANEL_MR, S − s)) at xp + s·K, k-major: x[s + m, k] at
