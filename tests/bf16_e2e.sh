@@ -48,12 +48,8 @@ if DNNL_MAX_CPU_ISA=ALL "$BIN/sft" "$T/tiny.yml" output_dir="$T/probe" bf16=true
 
   echo "== resume in bf16: 8 steps straight == 3, stop, resume, 5 (bit for bit); checkpoints are fp32"
   common="max_steps=8 save_steps=3 eval_dataset_path= bf16=true gradient_accumulation_steps=2 per_device_train_batch_size=8 logging_steps=1"
-  "$BIN/sft" "$T/tiny.yml" output_dir="$T/straight" $common >"$T/a.log" 2>&1 || { cat "$T/a.log"; fail "straight run"; }
-  rc=0
-  CT_STOP_AFTER_STEP=3 "$BIN/sft" "$T/tiny.yml" output_dir="$T/resumed" $common >"$T/b.log" 2>&1 || rc=$?
-  [ "$rc" = 130 ] || { cat "$T/b.log"; fail "interrupted run exited $rc, expected 130"; }
-  "$BIN/sft" "$T/tiny.yml" output_dir="$T/resumed" $common resume_from_checkpoint=latest >"$T/c.log" 2>&1 \
-    || { cat "$T/c.log"; fail "resumed run"; }
+  straight_and_stopped 3
+  resume_stopped
   cmp "$T/straight/model.safetensors" "$T/resumed/model.safetensors" || fail "bf16 resume is not bit-identical"
   grep -q '"dtype": *"F32"\|"dtype":"F32"' "$T/resumed/checkpoint-3/model.safetensors" 2>/dev/null ||
     head -c 2000 "$T/resumed/checkpoint-3/model.safetensors" | grep -q F32 || fail "checkpoint is not float32"

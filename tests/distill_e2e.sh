@@ -6,8 +6,7 @@
 . tests/lib/common.sh
 start_test distill
 
-"$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 3000 50 41 6
-small_sft "$T/train.jsonl" "$T/teacher" 150 128 384
+reverse_sft "$T/train.jsonl" "$T/eval.jsonl" 50 41 6 "$T/teacher" 150 128 384
 cp -r "$T/teacher" "$T/teacher.orig"
 D="$BIN/distill"
 student="model.hidden_size=64 model.intermediate_size=192 model.num_hidden_layers=1

@@ -6,8 +6,7 @@
 . tests/lib/common.sh
 start_test dpo
 
-"$BIN/ctune-demo-data" reverse "$T/sft.jsonl" "$T/sft_eval.jsonl" 3000 20 21 6
-small_sft "$T/sft.jsonl" "$T/sft" 200 128 384
+reverse_sft "$T/sft.jsonl" "$T/sft_eval.jsonl" 20 21 6 "$T/sft" 200 128 384
 "$BIN/ctune-demo-data" reverse-prefs "$T/prefs.jsonl" "$T/prefs_eval.jsonl" 800 100 22 6
 D="$BIN/dpo"
 common="configs/dpo.yml model_path=$T/sft dataset_path=$T/prefs.jsonl max_length=24 logging_steps=1

@@ -4,12 +4,8 @@
 # bit-identical, the remote reward works against the bundled server (and its failures
 # stop the run or give NaN as configured), and bad settings fail before any rollout.
 . tests/lib/common.sh
-start_test grpo
-
-"$BIN/ctune-demo-data" reverse "$T/sft.jsonl" "$T/prompts.jsonl" 3000 200 31 6
-small_sft "$T/sft.jsonl" "$T/sft" 200 128 384
-G="$BIN/grpo"
-common="configs/grpo.yml model_path=$T/sft dataset_path=$T/prompts.jsonl answer_field=completion
+grpo_test grpo 200 128 384
+common="$policy
         per_device_train_batch_size=32 num_generations=8 max_completion_length=10 logging_steps=1
         save_steps=0 learning_rate=1e-4"
 

@@ -7,12 +7,8 @@
 # whitening's statistics must span both ranks' completions. Keys that would do nothing
 # with the chosen estimator are refused.
 . tests/lib/common.sh
-start_test grpo_estimators
-
-"$BIN/ctune-demo-data" reverse "$T/sft.jsonl" "$T/prompts.jsonl" 3000 200 31 6
-small_sft "$T/sft.jsonl" "$T/sft" 40 64 192
-G="$BIN/grpo"
-common="configs/grpo.yml model_path=$T/sft dataset_path=$T/prompts.jsonl answer_field=completion
+grpo_test grpo_estimators 40 64 192
+common="$policy
         per_device_train_batch_size=32 num_generations=8 max_completion_length=8 logging_steps=1
         save_steps=0 learning_rate=1e-3 reward_funcs=length,accuracy length_target=2"
 field() { sed -n "s/.*\"$1\":\([-0-9.e+a-z]*\).*/\1/p"; }

@@ -5,12 +5,8 @@
 # (rewards/<name>/std, completions/{min,max}_length, completions/*_terminated_length),
 # all recomputed here from the logged completions.
 . tests/lib/common.sh
-start_test grpo_logs
-
-"$BIN/ctune-demo-data" reverse "$T/sft.jsonl" "$T/prompts.jsonl" 3000 200 31 6
-small_sft "$T/sft.jsonl" "$T/sft" 40 64 192  # a few steps: some completions stop, some run out
-G="$BIN/grpo"
-common="configs/grpo.yml model_path=$T/sft dataset_path=$T/prompts.jsonl answer_field=completion
+grpo_test grpo_logs 40 64 192  # a few steps: some completions stop, some run out
+common="$policy
         per_device_train_batch_size=16 num_generations=8 max_completion_length=6 logging_steps=1
         save_steps=0 learning_rate=1e-4 reward_funcs=length,accuracy length_target=3"
 

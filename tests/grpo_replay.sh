@@ -5,10 +5,7 @@
 # path, and must give the logged loss and grad_norm (1e-5 relative) and the very same
 # saved model. The step-1 loss is also recomputed here from the rows alone (ratio 1, KL 0).
 . tests/lib/common.sh
-start_test grpo_replay
-
-"$BIN/ctune-demo-data" reverse "$T/sft.jsonl" "$T/prompts.jsonl" 3000 200 31 6
-small_sft "$T/sft.jsonl" "$T/sft" 40 64 192
+grpo_test grpo_replay 40 64 192
 keys="configs/grpo.yml model_path=$T/sft answer_field=completion per_device_train_batch_size=8
       gradient_accumulation_steps=2 num_generations=8 max_completion_length=6 logging_steps=1 save_steps=0
       learning_rate=1e-3 reward_funcs=length,accuracy length_target=3 max_steps=2 beta=0.04

@@ -8,8 +8,7 @@
 . tests/lib/common.sh
 start_test lora
 
-"$BIN/ctune-demo-data" reverse "$T/sft.jsonl" "$T/eval.jsonl" 3000 50 21 6
-small_sft "$T/sft.jsonl" "$T/base" 200 128 384
+reverse_sft "$T/sft.jsonl" "$T/eval.jsonl" 50 21 6 "$T/base" 200 128 384
 lora="use_peft=true lora_r=8 max_length=24 save_steps=0 logging_steps=1"
 
 echo "== SFT: adapters on the frozen base raise held-out accuracy"

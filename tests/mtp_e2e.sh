@@ -67,21 +67,13 @@ common="max_steps=4 save_steps=2 eval_dataset_path= logging_steps=1"
 
 echo "== resume: 9 steps straight == 4 steps, stop, resume, 5 steps (bit for bit, MTP weights too)"
 common="max_steps=9 save_steps=3 logging_steps=1 eval_dataset_path= mtp_num_layers=2 mtp_loss_scaling_factor=0.3 gradient_accumulation_steps=2"
-"$BIN/sft" "$T/tiny.yml" output_dir="$T/straight" $common >"$T/a.log" 2>&1 || { cat "$T/a.log"; fail "straight run"; }
-rc=0
-CT_STOP_AFTER_STEP=4 "$BIN/sft" "$T/tiny.yml" output_dir="$T/resumed" $common >"$T/b.log" 2>&1 || rc=$?
-[ "$rc" = 130 ] || { cat "$T/b.log"; fail "interrupted run exited $rc, expected 130"; }
+straight_and_stopped 4
 [ -s "$T/resumed/checkpoint-4/mtp.safetensors" ] || fail "the checkpoint lacks mtp.safetensors"
 grep -aq 'mtp\.layers\.0\.eh_proj\.weight\.exp_avg' "$T/resumed/checkpoint-4/optimizer.safetensors" \
   || fail "the checkpoint lacks the MTP weights' moments"
-"$BIN/sft" "$T/tiny.yml" output_dir="$T/resumed" $common resume_from_checkpoint=latest >"$T/c.log" 2>&1 \
-  || { cat "$T/c.log"; fail "resumed run"; }
+resume_stopped
 mtp_losses() { grep '"mtp_loss"' "$1" | sed 's/.*"step":\([0-9]*\).*"loss":\([-0-9.e+]*\).*"mtp_loss":\([-0-9.e+]*\).*/\1 \2 \3/'; }
-mtp_losses "$T/straight/metrics.jsonl" >"$T/l1"
-mtp_losses "$T/resumed/metrics.jsonl" >"$T/l2"
-[ "$(wc -l <"$T/l1")" = 9 ] || fail "straight run logged $(wc -l <"$T/l1") MTP steps, expected 9"
-diff "$T/l1" "$T/l2" || fail "per-step losses differ after resuming"
-cmp "$T/straight/model.safetensors" "$T/resumed/model.safetensors" || fail "final weights differ after resuming"
+resumed_equals_straight mtp_losses 9 "MTP steps"
 cmp "$T/straight/mtp.safetensors" "$T/resumed/mtp.safetensors" || fail "final MTP weights differ after resuming"
 # λ is in the gradient: another λ, another model
 "$BIN/sft" "$T/tiny.yml" output_dir="$T/lambda" $common mtp_loss_scaling_factor=0.6 max_steps=2 save_steps=0 \

@@ -4,8 +4,7 @@
 . tests/lib/common.sh
 start_test sampler
 
-"$BIN/ctune-demo-data" reverse "$T/train.jsonl" "$T/eval.jsonl" 3000 50 11 5
-small_sft "$T/train.jsonl" "$T/m" 150 128 384
+reverse_sft "$T/train.jsonl" "$T/eval.jsonl" 50 11 5 "$T/m" 150 128 384
 S="$BIN/sampler"
 
 echo "== generate: one prompt streams its completion"

@@ -419,15 +419,23 @@ static void adapters_of(ct_lora *lo, const ct_model *m, int r, double dropout, u
       for (long k = 0; k < lo->tensors[i].numel; k++) lo->params[lo->tensors[i].offset + k] = (float)(0.1 * ct_rng_normal(&rng));
 }
 
+// A tiny arch model into m with adapters_of's adapters into lo, their gradients bound to
+// the zeroed buffer returned (lo->n_floats floats).
+static float *tiny_with_adapters(ct_model *m, ct_lora *lo, const char *arch, int r, double dropout, uint64_t seed) {
+  tiny_model(m, arch);
+  adapters_of(lo, m, r, dropout, seed);
+  float *grads = calloc(lo->n_floats, 4);
+  CHECK_OK(ct_lora_bind_grads(lo, grads));
+  return grads;
+}
+
 static void test_lora_with_a_bf16_base_trains_as_fp32(void) {
   ct_model m;
-  tiny_model(&m, "llama");
   ct_lora lo;
-  adapters_of(&lo, &m, 2, 0, 3);
+  float *grads = tiny_with_adapters(&m, &lo, "llama", 2, 0, 3);
   long n = lo.n_floats;
-  float *start = malloc(4 * n), *grads = calloc(n, 4), *g[3];
+  float *start = malloc(4 * n), *g[3];
   memcpy(start, lo.params, 4 * n);
-  CHECK_OK(ct_lora_bind_grads(&lo, grads));
   double loss[3][LSTEPS];
   bool used[3];
   for (int k = 0; k < 3; k++) g[k] = malloc(4 * n);
@@ -472,12 +480,10 @@ static void test_lora_with_a_bf16_base_trains_as_fp32(void) {
 // base gives the fp32 loss and gradient within bf16 rounding.
 static void test_lora_dropout_in_bf16_matches_fp32(void) {
   ct_model m;
-  tiny_model(&m, "qwen2");
   ct_lora lo;
-  adapters_of(&lo, &m, 4, 0.3, 7);
+  float *grads = tiny_with_adapters(&m, &lo, "qwen2", 4, 0.3, 7);
   long n = lo.n_floats;
-  float *grads = calloc(n, 4), *g32 = malloc(4 * n);
-  CHECK_OK(ct_lora_bind_grads(&lo, grads));
+  float *g32 = malloc(4 * n);
   lo.dropout_key = 41;
   bool used;
   double l32 = lora_loss(&m, &lo, &used);

@@ -233,30 +233,50 @@ static int tok_kv(void *ctx, ct_gguf_writer *w) {
   return ct_gguf_kv_str(w, "tokenizer.ggml.model", "gpt2");
 }
 
+// An export of a model config into path, read back: its layout, the file's bytes, its keys
+// (the first 40; the rest zero) and tensor infos, the data section's offset, the tensor count.
+typedef struct {
+  ct_model lay;
+  rd r;
+  char keys[40][64];
+  info t[100];
+  size_t data;
+  int nt;
+} exported;
+
+// Exports c as type into path and reads back the header's keys and max_t tensor infos.
+static void export_and_read(exported *e, const ct_model_config *c, ct_gguf_type type, int max_t) {
+  memset(e->keys, 0, sizeof e->keys);
+  CHECK_OK(ct_model_layout(&e->lay, c));
+  CHECK_OK(ct_gguf_export(c, type, "tiny", fill, &e->lay, tok_kv, NULL, path));
+  e->r = slurp(path);
+  e->nt = read_header(&e->r, e->keys, 40, e->t, max_t, &e->data);
+}
+
+static void exported_free(exported *e) {
+  free(e->r.b);
+  unlink(path);
+  ct_model_free(&e->lay);
+}
+
 static void test_export_llama(void) {
   ct_model_config c = tiny("llama");
   c.rope_type = 1, c.rope_factor = 8, c.rope_low_freq_factor = 1, c.rope_high_freq_factor = 4;
   c.rope_original_max_pos = 64, c.rope_theta = 10000;
-  ct_model lay;
-  CHECK_OK(ct_model_layout(&lay, &c));
-  CHECK_OK(ct_gguf_export(&c, CT_GGUF_F32, "tiny", fill, &lay, tok_kv, NULL, path));
-  rd r = slurp(path);
-  char keys[40][64];
-  info t[40];
-  size_t data;
-  int nt = read_header(&r, keys, 40, t, 40, &data);
-  CHECK(nt == lay.n_tensors + 1);  // + rope_freqs
-  CHECK(!strcmp(keys[0], "general.architecture") && !strcmp(keys[4], "llama.vocab_size"));
-  CHECK(!strcmp(t[0].name, "token_embd.weight") && t[0].ne[0] == 32 && t[0].ne[1] == 40);
-  CHECK(!strcmp(t[nt - 2].name, "output.weight") && !strcmp(t[nt - 3].name, "output_norm.weight"));
-  CHECK(!strcmp(t[nt - 1].name, "rope_freqs.weight") && t[nt - 1].ne[0] == 8);
-  for (int i = 0; i < nt; i++) {
-    CHECK(t[i].offset % 32 == 0);
-    CHECK(t[i].type == 0);
-    const ct_tensor_info *ti = i < lay.n_tensors ? &lay.tensors[i] : NULL;
+  exported e;
+  export_and_read(&e, &c, CT_GGUF_F32, 40);
+  CHECK(e.nt == e.lay.n_tensors + 1);  // + rope_freqs
+  CHECK(!strcmp(e.keys[0], "general.architecture") && !strcmp(e.keys[4], "llama.vocab_size"));
+  CHECK(!strcmp(e.t[0].name, "token_embd.weight") && e.t[0].ne[0] == 32 && e.t[0].ne[1] == 40);
+  CHECK(!strcmp(e.t[e.nt - 2].name, "output.weight") && !strcmp(e.t[e.nt - 3].name, "output_norm.weight"));
+  CHECK(!strcmp(e.t[e.nt - 1].name, "rope_freqs.weight") && e.t[e.nt - 1].ne[0] == 8);
+  for (int i = 0; i < e.nt; i++) {
+    CHECK(e.t[i].offset % 32 == 0);
+    CHECK(e.t[i].type == 0);
+    const ct_tensor_info *ti = i < e.lay.n_tensors ? &e.lay.tensors[i] : NULL;
     if (!ti) continue;
-    const float *x = (const float *)(r.b + data + t[i].offset);
-    bool q = strstr(t[i].name, "attn_q.weight") != NULL, k = strstr(t[i].name, "attn_k.weight") != NULL;
+    const float *x = (const float *)(e.r.b + e.data + e.t[i].offset);
+    bool q = strstr(e.t[i].name, "attn_q.weight") != NULL, k = strstr(e.t[i].name, "attn_k.weight") != NULL;
     long cols = ti->ndim == 2 ? ti->shape[1] : 1;
     for (long row = 0; row < ti->shape[0]; row++) {
       long src = row;  // q/k: within each 16-row head, output row 2a+b is input row 8b+a
@@ -265,7 +285,7 @@ static void test_export_llama(void) {
     }
   }
   // rope factors: wavelength 2π·10000^(2i/16) against 64/4 = 16 and 64/1 = 64
-  const float *f = (const float *)(r.b + data + t[nt - 1].offset);
+  const float *f = (const float *)(e.r.b + e.data + e.t[e.nt - 1].offset);
   for (int i = 0; i < 8; i++) {
     double wl = 2 * M_PI * pow(10000, 2.0 * i / 16), want;
     if (wl < 16) want = 1;
@@ -277,31 +297,23 @@ static void test_export_llama(void) {
     CHECK_NEAR(f[i], want, 1e-5 * want);
   }
   CHECK(f[0] == 1 && f[7] == 8);
-  free(r.b);
-  unlink(path);
-  ct_model_free(&lay);
+  exported_free(&e);
 }
 
 static void test_export_qwen_q8(void) {
   // qwen3: q/k norms, no permutation, q8_0 matrices (rows of 32) and f32 vectors; tied: no output
   ct_model_config c = tiny("qwen3");
   c.tie_word_embeddings = true;
-  ct_model lay;
-  CHECK_OK(ct_model_layout(&lay, &c));
-  CHECK_OK(ct_gguf_export(&c, CT_GGUF_Q8_0, "tiny", fill, &lay, tok_kv, NULL, path));
-  rd r = slurp(path);
-  char keys[40][64];
-  info t[40];
-  size_t data;
-  int nt = read_header(&r, keys, 40, t, 40, &data);
-  CHECK(nt == lay.n_tensors);
+  exported e;
+  export_and_read(&e, &c, CT_GGUF_Q8_0, 40);
+  CHECK(e.nt == e.lay.n_tensors);
   bool norms = false;
-  for (int i = 0; i < nt; i++) {
-    CHECK(strcmp(t[i].name, "output.weight") != 0);
-    norms |= !strcmp(t[i].name, "blk.1.attn_k_norm.weight");
-    CHECK(t[i].type == (t[i].ndim == 1 ? 0u : 8u));
-    if (!strcmp(t[i].name, "blk.0.attn_q.weight")) {  // row 1 unpermuted: 1000·i + 32 .. + 63
-      const uint8_t *b = r.b + data + t[i].offset + 34;
+  for (int i = 0; i < e.nt; i++) {
+    CHECK(strcmp(e.t[i].name, "output.weight") != 0);
+    norms |= !strcmp(e.t[i].name, "blk.1.attn_k_norm.weight");
+    CHECK(e.t[i].type == (e.t[i].ndim == 1 ? 0u : 8u));
+    if (!strcmp(e.t[i].name, "blk.0.attn_q.weight")) {  // row 1 unpermuted: 1000·i + 32 .. + 63
+      const uint8_t *b = e.r.b + e.data + e.t[i].offset + 34;
       uint16_t d;
       memcpy(&d, b, 2);
       float amax = (float)(i * 1000 + 63);
@@ -309,10 +321,8 @@ static void test_export_qwen_q8(void) {
     }
   }
   CHECK(norms);
-  CHECK(!strcmp(keys[3], "general.quantization_version"));
-  free(r.b);
-  unlink(path);
-  ct_model_free(&lay);
+  CHECK(!strcmp(e.keys[3], "general.quantization_version"));
+  exported_free(&e);
 }
 
 // Gemma 3 the way llama.cpp's gemma3 runs it: 6 layers, the last full (pattern 6).
@@ -329,20 +339,14 @@ static void test_export_gemma3(void) {
   // names: the four norms of a layer; norms written as 1 + w; the window in the metadata
   ct_model_config c = gemma_tiny();
   c.rope_type = 2, c.rope_factor = 8;
-  ct_model lay;
-  CHECK_OK(ct_model_layout(&lay, &c));
-  CHECK_OK(ct_gguf_export(&c, CT_GGUF_F32, "tiny", fill, &lay, tok_kv, NULL, path));
-  rd r = slurp(path);
-  char keys[40][64] = {{0}};  // the loop below reads all 40; read_header fills the first ones
-  info t[100];
-  size_t data;
-  int nt = read_header(&r, keys, 40, t, 100, &data);
-  CHECK(nt == lay.n_tensors && nt == 1 + 6 * 13 + 1);
-  CHECK(!strcmp(keys[0], "general.architecture"));
+  exported e;
+  export_and_read(&e, &c, CT_GGUF_F32, 100);
+  CHECK(e.nt == e.lay.n_tensors && e.nt == 1 + 6 * 13 + 1);
+  CHECK(!strcmp(e.keys[0], "general.architecture"));
   bool win = false, scal = false;
   for (int k = 0; k < 40; k++) {
-    win |= !strcmp(keys[k], "gemma3.attention.sliding_window");
-    scal |= !strcmp(keys[k], "gemma3.rope.scaling.type");
+    win |= !strcmp(e.keys[k], "gemma3.attention.sliding_window");
+    scal |= !strcmp(e.keys[k], "gemma3.rope.scaling.type");
   }
   CHECK(win && scal);
   const char *want[] = {"blk.2.attn_norm.weight", "blk.2.post_attention_norm.weight", "blk.2.ffn_norm.weight",
@@ -352,23 +356,21 @@ static void test_export_gemma3(void) {
                       "model.layers.2.self_attn.q_norm.weight", "model.norm.weight"};
   for (int k = 0; k < 6; k++) {
     int i = 0;
-    while (i < nt && strcmp(t[i].name, want[k])) i++;
-    CHECK(i < nt);
-    if (i == nt) continue;
-    long src = ct_model_find_tensor(&lay, hf[k]) - lay.tensors;
-    const float *x = (const float *)(r.b + data + t[i].offset);
+    while (i < e.nt && strcmp(e.t[i].name, want[k])) i++;
+    CHECK(i < e.nt);
+    if (i == e.nt) continue;
+    long src = ct_model_find_tensor(&e.lay, hf[k]) - e.lay.tensors;
+    const float *x = (const float *)(e.r.b + e.data + e.t[i].offset);
     CHECK(x[0] == (float)(src * 1000) + 1 && x[3] == (float)(src * 1000 + 3) + 1);  // 1 + w
   }
-  for (int i = 0; i < nt; i++) {  // matrices as they are (no permutation, no shift)
-    CHECK(strcmp(t[i].name, "output.weight") != 0);
-    if (strcmp(t[i].name, "blk.1.attn_q.weight")) continue;
-    long src = ct_model_find_tensor(&lay, "model.layers.1.self_attn.q_proj.weight") - lay.tensors;
-    const float *x = (const float *)(r.b + data + t[i].offset);
+  for (int i = 0; i < e.nt; i++) {  // matrices as they are (no permutation, no shift)
+    CHECK(strcmp(e.t[i].name, "output.weight") != 0);
+    if (strcmp(e.t[i].name, "blk.1.attn_q.weight")) continue;
+    long src = ct_model_find_tensor(&e.lay, "model.layers.1.self_attn.q_proj.weight") - e.lay.tensors;
+    const float *x = (const float *)(e.r.b + e.data + e.t[i].offset);
     CHECK(x[32] == (float)(src * 1000 + 32));
   }
-  free(r.b);
-  unlink(path);
-  ct_model_free(&lay);
+  exported_free(&e);
 }
 
 // ct_gguf_read_info (what `ctune-ckpt inspect` shows) against this file's own reader, on an
@@ -376,50 +378,42 @@ static void test_export_gemma3(void) {
 // with CT_EFORMAT, never a crash or an allocation beyond the file's size.
 static void test_header_reader(void) {
   ct_model_config c = tiny("qwen3");
-  ct_model lay;
-  CHECK_OK(ct_model_layout(&lay, &c));
-  CHECK_OK(ct_gguf_export(&c, CT_GGUF_Q8_0, "tiny", fill, &lay, tok_kv, NULL, path));
-  rd r = slurp(path);
-  char keys[40][64];
-  info t[40];
-  size_t data;
-  int nt = read_header(&r, keys, 40, t, 40, &data);
+  exported e;
+  export_and_read(&e, &c, CT_GGUF_Q8_0, 40);
   ct_gguf_info g;
   CHECK_OK(ct_gguf_read_info(path, &g));
-  CHECK(g.version == 3 && g.n_tensors == nt && g.data_offset == data && g.file_size == r.n);
+  CHECK(g.version == 3 && g.n_tensors == e.nt && g.data_offset == e.data && g.file_size == e.r.n);
   CHECK(!strcmp(g.arch, "qwen3") && !strcmp(g.name, "tiny") && g.has_file_type && g.file_type == 7);
-  for (int i = 0; i < nt && i < g.n_tensors; i++) {
-    CHECK(!strcmp(g.t[i].name, t[i].name) && g.t[i].type == t[i].type && g.t[i].offset == t[i].offset);
-    CHECK(g.t[i].ndim == (int)t[i].ndim && g.t[i].ne[0] == (int64_t)t[i].ne[0]);
+  for (int i = 0; i < e.nt && i < g.n_tensors; i++) {
+    CHECK(!strcmp(g.t[i].name, e.t[i].name) && g.t[i].type == e.t[i].type && g.t[i].offset == e.t[i].offset);
+    CHECK(g.t[i].ndim == (int)e.t[i].ndim && g.t[i].ne[0] == (int64_t)e.t[i].ne[0]);
   }
   ct_gguf_info_free(&g);
   CHECK(ct_gguf_is_file(path));
   char cut[160];
   snprintf(cut, sizeof cut, "%s.cut", path);
-  for (size_t n = 0; n < data; n += n < 64 ? 1 : 7) {  // every header prefix (the data section is not read)
+  for (size_t n = 0; n < e.data; n += n < 64 ? 1 : 7) {  // every header prefix (the e.data section is not read)
     FILE *f = fopen(cut, "wb");
-    fwrite(r.b, 1, n, f);
+    fwrite(e.r.b, 1, n, f);
     fclose(f);
     CHECK(ct_gguf_read_info(cut, &g) == CT_EFORMAT);
   }
-  uint8_t *b = malloc(r.n);
-  memcpy(b, r.b, r.n);
+  uint8_t *b = malloc(e.r.n);
+  memcpy(b, e.r.b, e.r.n);
   uint64_t huge = (uint64_t)1 << 60;
   memcpy(b + 8, &huge, 8);  // tensor count
   FILE *f = fopen(cut, "wb");
-  fwrite(b, 1, r.n, f);
+  fwrite(b, 1, e.r.n, f);
   fclose(f);
   CHECK(ct_gguf_read_info(cut, &g) == CT_EFORMAT && strstr(ct_last_error(), "more than the file's"));
   memcpy(b, "GGUG", 4);
   f = fopen(cut, "wb");
-  fwrite(b, 1, r.n, f);
+  fwrite(b, 1, e.r.n, f);
   fclose(f);
   CHECK(!ct_gguf_is_file(cut) && ct_gguf_read_info(cut, &g) == CT_EFORMAT && strstr(ct_last_error(), "not a GGUF file"));
   free(b);
   unlink(cut);
-  free(r.b);
-  unlink(path);
-  ct_model_free(&lay);
+  exported_free(&e);
 }
 
 static void test_bad_input(void) {

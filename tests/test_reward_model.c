@@ -320,6 +320,15 @@ static void save_model(const ct_model *m, const char *dir) {
   ct_tokenizer_free(tok);
 }
 
+// Opens dir/name into st and checks that it holds the score head `score`, of shape [1, 16].
+static void open_with_score(ct_safetensors *st, const char *dir, const char *name, const char *score) {
+  char p[1100];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  CHECK_OK(ct_st_open(st, p));
+  const ct_st_tensor *sw = ct_st_find(st, score);
+  CHECK(sw && sw->ndim == 2 && sw->shape[0] == 1 && sw->shape[1] == 16);
+}
+
 static void test_saved_reward_model_has_hf_seq_cls_layout_and_reloads_with_same_rewards(void) {
   for (int tied = 0; tied < 2; tied++) {
     ct_model m;
@@ -336,10 +345,7 @@ static void test_saved_reward_model_has_hf_seq_cls_layout_and_reloads_with_same_
     CHECK(json_integer_value(json_object_get(j, "pad_token_id")) == 258);
     json_decref(j);
     ct_safetensors st;
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    CHECK_OK(ct_st_open(&st, p));
-    const ct_st_tensor *sw = ct_st_find(&st, "score.weight");
-    CHECK(sw && sw->ndim == 2 && sw->shape[0] == 1 && sw->shape[1] == 16);
+    open_with_score(&st, dir, "model.safetensors", "score.weight");
     CHECK(!ct_st_find(&st, "lm_head.weight"));  // a classifier has no LM head
     CHECK(ct_st_find(&st, "model.embed_tokens.weight") && ct_st_find(&st, "model.norm.weight"));
     ct_st_close(&st);
@@ -444,10 +450,7 @@ static void test_lora_reward_model_saved_as_peft_seq_cls_reloads_with_same_rewar
   CHECK(json_array_size(ms) == 2 && !strcmp(json_string_value(json_array_get(ms, 1)), "score"));
   json_decref(j);
   ct_safetensors st;
-  snprintf(p, sizeof p, "%s/adapter_model.safetensors", adir);
-  CHECK_OK(ct_st_open(&st, p));
-  const ct_st_tensor *sw = ct_st_find(&st, "base_model.model.score.weight");
-  CHECK(sw && sw->ndim == 2 && sw->shape[0] == 1 && sw->shape[1] == 16);
+  open_with_score(&st, adir, "adapter_model.safetensors", "base_model.model.score.weight");
   CHECK(ct_st_find(&st, "base_model.model.model.layers.1.mlp.down_proj.lora_B.weight") != NULL);
   ct_st_close(&st);
 

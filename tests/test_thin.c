@@ -16,16 +16,26 @@ enum { N = 45, K = 37, LDX = 41 };
 
 static float X[N * LDX], W[K * 16], U[N * 16];
 
+// Output (n, j) of ct_thin_out at scale 1, summed in double: sum_k X[n,k] W[k,j].
+static double out_sum(int n, int j) {
+  double s = 0;
+  for (int k = 0; k < K; k++) s += (double)X[n * LDX + k] * W[k * 16 + j];
+  return s;
+}
+
+// Gradient (k, j) of ct_thin_grad at scale 1, summed in double: sum_n X[n,k] U[n,j].
+static double grad_sum(int k, int j) {
+  double s = 0;
+  for (int n = 0; n < N; n++) s += (double)X[n * LDX + k] * U[n * 16 + j];
+  return s;
+}
+
 static void test_thin_out_matches_double_sums(void) {
   static float Y[N * 16];
   ct_thin_out(N, K, 0.5f, X, LDX, W, Y);
   double worst = 0;
   for (int n = 0; n < N; n++)
-    for (int j = 0; j < 16; j++) {
-      double s = 0;
-      for (int k = 0; k < K; k++) s += (double)X[n * LDX + k] * W[k * 16 + j];
-      worst = fmax(worst, fabs(Y[n * 16 + j] - 0.5 * s));
-    }
+    for (int j = 0; j < 16; j++) worst = fmax(worst, fabs(Y[n * 16 + j] - 0.5 * out_sum(n, j)));
   CHECK(worst < 2e-5);
 }
 
@@ -36,11 +46,8 @@ static void test_thin_grad_adds_to_g_and_matches_double_sums(void) {
   ct_thin_grad(N, K, 0.25f, X, LDX, U, G);
   double worst = 0;
   for (int k = 0; k < K; k++)
-    for (int j = 0; j < 16; j++) {
-      double s = 0;
-      for (int n = 0; n < N; n++) s += (double)X[n * LDX + k] * U[n * 16 + j];
-      worst = fmax(worst, fabs(G[k * 16 + j] - (G0[k * 16 + j] + 0.25 * s)));
-    }
+    for (int j = 0; j < 16; j++)
+      worst = fmax(worst, fabs(G[k * 16 + j] - (G0[k * 16 + j] + 0.25 * grad_sum(k, j))));
   CHECK(worst < 2e-5);
 }
 
@@ -58,9 +65,7 @@ static void test_same_bits_at_any_thread_count(void) {
   double worst = 0;
   for (int n = 0; n < N; n++)
     for (int j = 0; j < 16; j++) {
-      double s = 0;
-      for (int k = 0; k < K; k++) s += (double)X[n * LDX + k] * W[k * 16 + j];
-      worst = fmax(worst, fabs(Y[0][n * 16 + j] - 1.5 * s));  // (NaN makes fmax keep worst: checked below)
+      worst = fmax(worst, fabs(Y[0][n * 16 + j] - 1.5 * out_sum(n, j)));  // (NaN makes fmax keep worst: checked below)
       CHECK(!isnan(Y[0][n * 16 + j]));
     }
   CHECK(worst < 5e-5);

@@ -669,17 +669,24 @@ static void test_metaspace_prepends_per_scheme_and_splits_before_each_space() {
 // ---------------------------------------------------------------------------
 // Malformed files: each must fail with a message naming the file and the field.
 
-static void test_malformed_tokenizer_files_fail_with_clear_errors() {
-  char base[512];
-  snprintf(base, sizeof base, "%s/base", scratch_dir);
-  mkdir(base, 0700);
-  CHECK_OK(make_tiny(base, merges_json, false, NULL));
-  char path[600];
-  snprintf(path, sizeof path, "%s/tokenizer.json", base);
+// A tiny tokenizer (merges_json) made in dir = scratch_dir/name, path = its tokenizer.json;
+// that file parsed (NULL, failing a check, when it does not parse).
+static json_t *tiny_tokenizer_json(const char *name, char dir[512], char path[600]) {
+  snprintf(dir, 512, "%s/%s", scratch_dir, name);
+  mkdir(dir, 0700);
+  CHECK_OK(make_tiny(dir, merges_json, false, NULL));
+  snprintf(path, 600, "%s/tokenizer.json", dir);
   json_error_t err;
-  json_t *good = json_load_file(path, 0, &err);
-  CHECK(good != NULL);
+  json_t *j = json_load_file(path, 0, &err);
+  CHECK(j != NULL);
+  return j;
+}
+
+static void test_malformed_tokenizer_files_fail_with_clear_errors() {
+  char base[512], path[600];
+  json_t *good = tiny_tokenizer_json("base", base, path);
   if (!good) return;
+  json_error_t err;
   struct {
     const char *what, *set_path, *value, *want;
   } cases[] = {
@@ -989,15 +996,8 @@ static void test_concurrent_encodes_agree_with_a_single_thread() {
 // <extra_N> tokens): leftmost-longest matching, special ones only with `special`, the
 // first of two with the same content, and lookups by name.
 static void test_many_added_tokens_match_by_content() {
-  char dir[512];
-  snprintf(dir, sizeof dir, "%s/many_added", scratch_dir);
-  mkdir(dir, 0700);
-  CHECK_OK(make_tiny(dir, merges_json, false, NULL));
-  char path[600];
-  snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-  json_error_t err;
-  json_t *j = json_load_file(path, 0, &err);
-  CHECK(j != NULL);
+  char dir[512], path[600];
+  json_t *j = tiny_tokenizer_json("many_added", dir, path);
   if (!j) return;
   json_t *added = json_object_get(j, "added_tokens");
   enum { N = 3000 };

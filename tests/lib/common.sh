@@ -107,6 +107,67 @@ small_sft() {
     save_steps=0 >"$2.log" 2>&1 || { cat "$2.log"; fail "training the model in $2"; }
 }
 
+# reverse_sft TRAIN EVAL N_EVAL SEED MAX_LEN OUT STEPS HIDDEN INTERMEDIATE: the reverse task
+# from ctune-demo-data (3000 training rows in TRAIN, N_EVAL in EVAL, words of up to MAX_LEN
+# letters drawn with SEED; its summary printed) and small_sft's model trained on TRAIN in OUT.
+reverse_sft() {
+  "$BIN/ctune-demo-data" reverse "$1" "$2" 3000 "$3" "$4" "$5"
+  small_sft "$1" "$6" "$7" "$8" "$9"
+}
+
+# grpo_test NAME STEPS HIDDEN INTERMEDIATE: start_test NAME, then the GRPO tests' policy:
+# STEPS of small_sft on the reverse task ($T/sft.jsonl; 200 prompts in $T/prompts.jsonl)
+# in $T/sft. $G runs bin/grpo; $policy starts its arguments (the policy and its prompts).
+grpo_test() {
+  start_test "$1"
+  reverse_sft "$T/sft.jsonl" "$T/prompts.jsonl" 200 31 6 "$T/sft" "$2" "$3" "$4"
+  G="$BIN/grpo"
+  policy="configs/grpo.yml model_path=$T/sft dataset_path=$T/prompts.jsonl answer_field=completion"
+}
+
+# learned DIR FACTOR RISE LOSS_FAILURE: DIR's metrics.jsonl shows learning: the mean loss of
+# its last 5 logged steps is below FACTOR x that of its first 5 (else fail LOSS_FAILURE) and
+# the held-out token accuracy rose by more than RISE from the first eval to the last. Prints
+# both; sets $acc1 (the last eval's accuracy).
+learned() {
+  first=$(grep '"loss"' "$1/metrics.jsonl" | head -5 | field loss | awk '{s+=$1} END {print s/NR}')
+  last=$(grep '"loss"' "$1/metrics.jsonl" | tail -5 | field loss | awk '{s+=$1} END {print s/NR}')
+  acc0=$(grep eval_loss "$1/metrics.jsonl" | head -1 | field eval_mean_token_accuracy)
+  acc1=$(grep eval_loss "$1/metrics.jsonl" | tail -1 | field eval_mean_token_accuracy)
+  echo "loss $first -> $last, eval token accuracy $acc0 -> $acc1"
+  awk -v a="$first" -v b="$last" -v f="$2" 'BEGIN { exit !(b < f * a) }' || fail "$4"
+  awk -v a="$acc0" -v b="$acc1" -v r="$3" 'BEGIN { exit !(b > a + r) }' || fail "accuracy did not rise by $3"
+}
+
+# straight_and_stopped STEP: bin/sft $T/tiny.yml $common into $T/straight (log $T/a.log), and
+# into $T/resumed stopped after STEP (CT_STOP_AFTER_STEP: exit 130; log $T/b.log).
+straight_and_stopped() {
+  # shellcheck disable=SC2086
+  "$BIN/sft" "$T/tiny.yml" output_dir="$T/straight" $common >"$T/a.log" 2>&1 || { cat "$T/a.log"; fail "straight run"; }
+  rc=0
+  # shellcheck disable=SC2086
+  CT_STOP_AFTER_STEP=$1 "$BIN/sft" "$T/tiny.yml" output_dir="$T/resumed" $common >"$T/b.log" 2>&1 || rc=$?
+  [ "$rc" = 130 ] || { cat "$T/b.log"; fail "interrupted run exited $rc, expected 130"; }
+}
+
+# resume_stopped: the stopped run in $T/resumed resumed from its latest checkpoint (log $T/c.log).
+resume_stopped() {
+  # shellcheck disable=SC2086
+  "$BIN/sft" "$T/tiny.yml" output_dir="$T/resumed" $common resume_from_checkpoint=latest >"$T/c.log" 2>&1 \
+    || { cat "$T/c.log"; fail "resumed run"; }
+}
+
+# resumed_equals_straight LIST N WHAT: LIST (a function: FILE -> one line a logged step) gives
+# N lines (WHAT names them) for $T/straight, the same for $T/resumed (in $T/l1, $T/l2), and
+# the two final models are the same bytes.
+resumed_equals_straight() {
+  $1 "$T/straight/metrics.jsonl" >"$T/l1"
+  $1 "$T/resumed/metrics.jsonl" >"$T/l2"
+  [ "$(wc -l <"$T/l1")" = "$2" ] || fail "straight run logged $(wc -l <"$T/l1") $3, expected $2"
+  diff "$T/l1" "$T/l2" || fail "per-step losses differ after resuming"
+  cmp "$T/straight/model.safetensors" "$T/resumed/model.safetensors" || fail "final weights differ after resuming"
+}
+
 # merge_matches_adapter BASE ADAPTER EVAL: merges ADAPTER into BASE as $T/merged and fails
 # unless the merged model's greedy completions of EVAL's first 8 rows equal base + adapter.
 merge_matches_adapter() {
