@@ -1,4 +1,4 @@
-// test_kd: the soft distillation loss of distill/kd against definitions written here.
+// test_kd: the soft distillation loss of nn/kd against definitions written here.
 //   - ct_kd_reference (per token, double) against KL / generalized-JSD values computed in
 //     this file from probabilities (softmax of logits/τ, then Σ p log(p/q), the mixture
 //     M = β·p_T + (1−β)·p_S formed explicitly), and against literals computed outside;

@@ -433,7 +433,7 @@ static void test_mtp_safetensors_round_trip_and_refusals(void) {
 
 
 // ---------------------------------------------------------------------------
-// Self-speculative decoding (sampler/speculative.h): greedy output identical to plain
+// Self-speculative decoding (infer/speculative.h): greedy output identical to plain
 // decoding, token for token and log-prob for log-prob.
 
 typedef struct {

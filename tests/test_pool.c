@@ -116,8 +116,43 @@ static void test_chunk_range_tiles_exactly(void) {
       }
 }
 
+typedef struct {
+  _Atomic int hits[300];
+  _Atomic int calls, empty, bad_thread;
+} ranges_seen;
+
+static void count_range(void *ctx, long lo, long hi, int thread) {
+  ranges_seen *r = ctx;
+  atomic_fetch_add(&r->calls, 1);
+  if (hi <= lo) atomic_fetch_add(&r->empty, 1);
+  if (thread < 0 || thread >= ct_pool_threads()) atomic_fetch_add(&r->bad_thread, 1);
+  for (long i = lo; i < hi; i++) atomic_fetch_add(&r->hits[i], 1);
+}
+
+// ct_parallel_ranges runs every index once, in ct_chunk_range's chunks, never an empty one.
+static void test_parallel_ranges_cover_each_index_once(void) {
+  CHECK_OK(ct_pool_init(3));
+  for (long n = 0; n < 300; n += 37)
+    for (int parts = 1; parts < 12; parts += 5) {
+      ranges_seen r;
+      memset(&r, 0, sizeof r);
+      ct_parallel_ranges(n, 16, parts, count_range, &r);
+      int wrong = 0, nonempty = 0;
+      for (long i = 0; i < 300; i++) wrong += atomic_load(&r.hits[i]) != (i < n);
+      for (int i = 0; i < parts; i++) {
+        long lo, hi;
+        ct_chunk_range(n, 16, parts, i, &lo, &hi);
+        nonempty += hi > lo;
+      }
+      CHECK(wrong == 0);
+      CHECK(atomic_load(&r.calls) == nonempty && atomic_load(&r.empty) == 0 && atomic_load(&r.bad_thread) == 0);
+    }
+  ct_pool_free();
+}
+
 int main(void) {
   RUN(test_every_item_runs_once_on_a_valid_thread);
+  RUN(test_parallel_ranges_cover_each_index_once);
   RUN(test_job_right_after_restart_completes);
   RUN(test_short_jobs_back_to_back_with_late_workers);
   RUN(test_chunk_range_tiles_exactly);

@@ -1,9 +1,9 @@
-// The reward model's arithmetic (reward/loss, reward/score): the pair loss, its
+// The reward model's arithmetic (reward/loss, nn/score): the pair loss, its
 // derivatives and metric sums against hand values, and the gradient of the pair loss
 // through the score head (at each row's last real token) and the whole backbone against
 // central differences of the float64 reference model; the reward pooled by sequence
 // length under right and left padding with pad == EOS; a reward model saved in Hugging
-// Face's sequence-classification layout reloads (reward/model) with the same rewards; and
+// Face's sequence-classification layout reloads (common/reward_model) with the same rewards; and
 // the directories a reward model must not be (causal LM, num_labels 2, no score.weight,
 // no tokenizer) fail with their reason. With LoRA (use_peft): the gradient through the
 // score head (a modules_to_save copy) and every adapter factor against central
