@@ -130,15 +130,15 @@ static void fill_batch(replay_t *r, const row_t *rows, int n) {
 
 // One micro-batch's per-token loss for the head's rows a chunk at a time, as bin/grpo's.
 typedef struct {
-  replay_t *r;
-  const row_t *rows;  // the micro-batch's
   ct_grpo_micro m;
+  const row_t *rows;  // the micro-batch's
+  const replay_t *r;
   step_out *out;
 } token_loss;
 
 static void token_loss_rows(void *ctx, ct_head *h, int r0, int r1) {
   token_loss *t = ctx;
-  replay_t *r = t->r;
+  const replay_t *r = t->r;
   bool mask = r->cfg->mask_truncated_completions;
   for (int q = r0; q < r1; q++) {
     int T = r->batch.T, i = h->rows[q] / T, tok = h->rows[q] % T;
@@ -175,7 +175,7 @@ static int replay_step(replay_t *r, const row_t *rows, int n, step_out *out) {
       if (k < 0) return k;
       memcpy(r->ref_lp, h->logp, sizeof(float) * k);
     }
-    token_loss t = {r, rows + first, {clip, r->agg, &counts, micro_tokens, (int)c->max_completion_length}, out};
+    token_loss t = {{clip, r->agg, &counts, micro_tokens, (int)c->max_completion_length}, rows + first, r, out};
     int k = ct_lm_fused(&r->tr->model, &r->tr->g, &r->acts, h, &r->batch, token_loss_rows, &t);
     if (k < 0) return k;
     ct_backward(&r->tr->model, &r->tr->g, &r->acts, r->acts.dln, r->batch.B, r->batch.T);
