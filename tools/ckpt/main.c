@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "ckpt.h"
 #include "config.h"
 #include "error.h"
@@ -60,10 +61,7 @@ __attribute__((noreturn)) void ckpt_die(int code) {
 
 // value of key=... among the arguments, or NULL
 const char *ckpt_arg(int argc, char **argv, const char *key) {
-  size_t n = strlen(key);
-  for (int i = 2; i < argc; i++)
-    if (!strncmp(argv[i], key, n) && argv[i][n] == '=') return argv[i] + n + 1;
-  return NULL;
+  return ct_args_str(argc - 1, argv + 1, key, NULL);  // argv[1] is the command
 }
 
 // 0 when every argument is one of the keys (NULL-terminated, "key="); else a usage error
