@@ -4,6 +4,7 @@
 #include "loop.h"
 
 #include "die.h"
+#include "dist.h"
 
 bool ct_loop_memory(ct_train *tr, ct_plan *p, const char *knobs) {
   bool dry;
@@ -20,6 +21,11 @@ int ct_loop_micro(const ct_train *tr, int k, int B, int n, int *first) {
 bool ct_loop_micro_last(const ct_train *tr, int k, int accum, int B, int n) {
   int next;
   return k == accum - 1 || ct_loop_micro(tr, k + 1, B, n, &next) == 0;
+}
+
+void ct_loop_update(ct_train *tr, void *stats, size_t size, double *norm, double *lr) {
+  ct_dist_sum_f64(stats, (int)(size / sizeof(double)));  // (its result unchecked, as the mains' always was)
+  if (ct_train_update(tr, norm, lr)) ct_die(1, NULL);
 }
 
 void ct_loop_phase(ct_train *tr, int done, int accum, double tokens) {

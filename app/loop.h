@@ -11,13 +11,14 @@
 //       ... the micro-batch seqs[first .. first + m) ...
 //       ct_loop_phase(&tr, k + 1, accum, tokens);
 //     }
-//     ... ct_train_update, the metrics line ...
+//     ct_loop_update(&tr, &st, sizeof st, &norm, &lr); ... the metrics line ...
 //     if (ct_loop_eval_after_step(&tr)) evaluate(...);
 //     if (ct_train_after_step(&tr, &stop)) ct_die(1, NULL);
 //   }
 //   if (ct_loop_eval_at_end(&tr, stop)) evaluate(...);
 #pragma once
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "train.h"
 
@@ -35,6 +36,10 @@ int ct_loop_micro(const ct_train *tr, int k, int B, int n, int *first);
 // Whether micro-batch k (of accum) is this rank's last of the step: the one whose backward
 // may overlap the gradients' sum (ct_train_overlap_arm).
 bool ct_loop_micro_last(const ct_train *tr, int k, int accum, int B, int n);
+// A step's end, after its micro-batches: the step's statistics (stats: size bytes, doubles
+// only, as ct_dist_sum_stats takes) summed over the ranks, then the optimizer step
+// (ct_train_update, its gradient norm and learning rate into *norm, *lr), dying on failure.
+void ct_loop_update(ct_train *tr, void *stats, size_t size, double *norm, double *lr);
 // The progress line's "training" phase of the step being taken: `done` of accum
 // micro-batches, `tokens` processed so far (0 before the first).
 void ct_loop_phase(ct_train *tr, int done, int accum, double tokens);

@@ -137,3 +137,11 @@ double ct_grpo_token_weight(int agg, const ct_grpo_counts *c, int seq_len, doubl
     default: return 1.0 / c->tokens;
   }
 }
+
+double ct_grpo_micro_loss(const ct_grpo_micro *m, int seq_len, double lp, double old, double ref, double A,
+                          float *coef, ct_grpo_token_info *info) {
+  double w = ct_grpo_token_weight(m->agg, m->counts, seq_len, m->micro_tokens, m->max_completion_length), d;
+  double l = ct_grpo_token_loss(&m->clip, lp, old, ref, A, &d, info);
+  *coef = (float)(-w * d);  // coef = −dL/dlp
+  return w * l;
+}

@@ -75,3 +75,16 @@ double ct_grpo_token_weight(int agg, const ct_grpo_counts *c, int seq_len, doubl
 // ℓ_t, and *d = dℓ_t / d lp_t. ref is ignored when beta is 0.
 double ct_grpo_token_loss(const ct_grpo_clip *c, double lp, double old, double ref, double A,
                           double *d, ct_grpo_token_info *info);
+
+// How one micro-batch weighs and clips its completion tokens' losses.
+typedef struct {
+  ct_grpo_clip clip;
+  int agg;                       // CT_GRPO_AGG_*
+  const ct_grpo_counts *counts;  // of the whole optimizer step
+  double micro_tokens;           // this micro-batch's completion tokens, masked ones left out
+  int max_completion_length;
+} ct_grpo_micro;
+// One completion token of a sequence of seq_len tokens: returns its weighted loss w·ℓ_t and
+// sets *coef = −w·dℓ_t/dlp_t (the head's coefficient), w = ct_grpo_token_weight.
+double ct_grpo_micro_loss(const ct_grpo_micro *m, int seq_len, double lp, double old, double ref, double A,
+                          float *coef, ct_grpo_token_info *info);

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,30 @@
 // ---------------------------------------------------------------------------
 // Checkpoint directories
 
+// Calls fn(dir/<name>, count) for each entry of dir that `keep` accepts, in readdir's order,
+// stopping at the first error; `verb` says what failed when dir cannot be opened.
+static int each_entry(const char *dir, const char *verb, bool (*keep)(const char *name),
+                      int (*fn)(const char *path, int *count), int *count) {
+  DIR *d = opendir(dir);
+  if (!d) return ct_set_error(CT_EIO, "%s: %s: %s", dir, verb, strerror(errno));
+  struct dirent *e;
+  char p[CT_PATH_MAX];
+  int rc = 0;
+  while ((e = readdir(d)) && !rc) {
+    if (!keep(e->d_name)) continue;
+    rc = ct_path_join(p, sizeof p, dir, e->d_name);
+    if (!rc) rc = fn(p, count);
+  }
+  closedir(d);
+  return rc;
+}
+
+static bool not_dots(const char *name) { return strcmp(name, ".") != 0 && strcmp(name, "..") != 0; }
+
+static int fsync_file(const char *path, int *count) {
+  (void)count;
+  return ct_fsync_path(path, false);
+}
 
 int ct_ckpt_begin(const char *output_dir, long step, char *tmp, size_t tmp_size) {
   char name[64];
@@ -29,17 +54,7 @@ int ct_ckpt_begin(const char *output_dir, long step, char *tmp, size_t tmp_size)
 }
 
 int ct_ckpt_commit(const char *output_dir, long step, const char *tmp) {
-  DIR *d = opendir(tmp);
-  if (!d) return ct_set_error(CT_EIO, "%s: cannot open: %s", tmp, strerror(errno));
-  struct dirent *e;
-  char p[CT_PATH_MAX];
-  int rc = 0;
-  while ((e = readdir(d)) && !rc) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    rc = ct_path_join(p, sizeof p, tmp, e->d_name);
-    if (!rc) rc = ct_fsync_path(p, false);
-  }
-  closedir(d);
+  int rc = each_entry(tmp, "cannot open", not_dots, fsync_file, NULL);
   if (rc || (rc = ct_fsync_path(tmp, true))) return rc;
   char final[CT_PATH_MAX], name[64];
   snprintf(name, sizeof name, "checkpoint-%ld", step);
@@ -109,22 +124,21 @@ static int remove_aside(const char *output_dir, const char *name) {
   return ct_remove_tree(aside);
 }
 
+// What a run killed while writing leaves behind: a checkpoint or final model written aside,
+// or one being removed.
+static bool is_leftover(const char *n) {
+  return !strncmp(n, ".tmp-checkpoint-", 16) || !strcmp(n, ".tmp-final") || !strncmp(n, ".tmp-delete-", 12);
+}
+
+static int remove_counted(const char *path, int *removed) {
+  int rc = ct_remove_tree(path);
+  if (!rc) ++*removed;
+  return rc;
+}
+
 int ct_ckpt_clean(const char *output_dir, int *removed) {
   *removed = 0;
-  DIR *d = opendir(output_dir);
-  if (!d) return ct_set_error(CT_EIO, "%s: cannot list: %s", output_dir, strerror(errno));
-  struct dirent *e;
-  char p[CT_PATH_MAX];
-  int rc = 0;
-  while ((e = readdir(d)) && !rc) {
-    const char *n = e->d_name;
-    if (strncmp(n, ".tmp-checkpoint-", 16) && strcmp(n, ".tmp-final") && strncmp(n, ".tmp-delete-", 12)) continue;
-    rc = ct_path_join(p, sizeof p, output_dir, n);
-    if (!rc) rc = ct_remove_tree(p);
-    if (!rc) ++*removed;
-  }
-  closedir(d);
-  return rc;
+  return each_entry(output_dir, "cannot list", is_leftover, remove_counted, removed);
 }
 
 int ct_ckpt_lock(const char *output_dir, int *fd_out) {

@@ -95,6 +95,16 @@ static int add_entry(entry **es, int *n, int *cap, const entry *e, const char *p
   return 0;
 }
 
+// The name of pair p's key, its line in *line; NULL (the error set) when the key is not a
+// scalar.
+static const char *key_name(yaml_document_t *doc, const yaml_node_pair_t *p, const char *path, int *line) {
+  yaml_node_t *k = yaml_document_get_node(doc, p->key);
+  *line = (int)k->start_mark.line + 1;
+  if (k->type == YAML_SCALAR_NODE) return (const char *)k->data.scalar.value;
+  ct_set_error(CT_ECONFIG, "%s:%d: a key must be a name, got %s", path, *line, config_node_kind(k));
+  return NULL;
+}
+
 // Flattens the document into entries (the model block becomes model.* entries),
 // rejecting duplicates and anything that is not a mapping of names.
 static int collect_entries(yaml_document_t *doc, const char *path, entry **es, int *n) {
@@ -110,13 +120,10 @@ static int collect_entries(yaml_document_t *doc, const char *path, entry **es, i
   }
   for (yaml_node_pair_t *p = root->data.mapping.pairs.start;
        !rc && p < root->data.mapping.pairs.top; p++) {
-    yaml_node_t *kn = yaml_document_get_node(doc, p->key);
     yaml_node_t *vn = yaml_document_get_node(doc, p->value);
-    int line = (int)kn->start_mark.line + 1;
-    if (kn->type != YAML_SCALAR_NODE)
-      return ct_set_error(CT_ECONFIG, "%s:%d: a key must be a name, got %s", path, line,
-                          config_node_kind(kn));
-    const char *name = (const char *)kn->data.scalar.value;
+    int line;
+    const char *name = key_name(doc, p, path, &line);
+    if (!name) return CT_ECONFIG;
     entry e = {name, NULL, line, vn};
     if (strcmp(name, "model") != 0) {
       rc = add_entry(es, n, &cap, &e, path);
@@ -130,12 +137,9 @@ static int collect_entries(yaml_document_t *doc, const char *path, entry **es, i
                           "got %s", path, line, config_node_kind(vn));
     for (yaml_node_pair_t *q = vn->data.mapping.pairs.start;
          !rc && q < vn->data.mapping.pairs.top; q++) {
-      yaml_node_t *sk = yaml_document_get_node(doc, q->key);
-      int sline = (int)sk->start_mark.line + 1;
-      if (sk->type != YAML_SCALAR_NODE)
-        return ct_set_error(CT_ECONFIG, "%s:%d: a key must be a name, got %s", path, sline,
-                            config_node_kind(sk));
-      const char *sub = (const char *)sk->data.scalar.value;
+      int sline;
+      const char *sub = key_name(doc, q, path, &sline);
+      if (!sub) return CT_ECONFIG;
       entry se = {NULL, malloc(strlen(MODEL_PREFIX) + strlen(sub) + 1), sline,
                   yaml_document_get_node(doc, q->value)};
       if (!se.owned) return ct_set_error(CT_ENOMEM, "out of memory");

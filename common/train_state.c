@@ -17,6 +17,7 @@
 
 #include "error.h"
 #include "fs.h"
+#include "hfjson.h"
 
 // A checkpoint's files against the checksums its trainer_state.json recorded ("files":
 // {name: {"bytes", "xxh64"}}; older checkpoints have none and are not checked).
@@ -54,11 +55,9 @@ static bool parse_hex64(const char *s, uint64_t *v) {
 
 int ct_train_state_read(ct_train *tr, const char *dir) {
   char path[CT_PATH_MAX];
-  int rc = ct_path_join(path, sizeof path, dir, "trainer_state.json");
+  json_t *j;
+  int rc = ct_hfjson_read(dir, "trainer_state.json", path, sizeof path, &j);
   if (rc) return rc;
-  json_error_t err;
-  json_t *j = json_load_file(path, 0, &err);
-  if (!j) return ct_set_error(CT_EFORMAT, "%s: %s", path, err.text);
   json_t *ct = json_object_get(j, "ctune");
   json_t *rng = json_object_get(ct, "rng"), *files = json_object_get(ct, "files");
   json_t *frozen = json_object_get(ct, "frozen");  // NULL: saved before identities were recorded

@@ -68,11 +68,12 @@ int ct_prompt_tokens(const ct_tokenizer *tok, const json_t *row, const char *whe
   return 0;
 }
 
+// ct_prompt_set_load's reader: what it reads with, then the set it fills (cap rows allocated).
 typedef struct {
-  ct_prompt_set *s;
   const char *path;
   const ct_tokenizer *tok;
   const ct_prompt_opts *o;
+  ct_prompt_set *s;
   int cap;
 } set_loader;
 
@@ -113,7 +114,7 @@ static int load_row(void *ctx, json_t *row, int line) {
 int ct_prompt_set_load(ct_prompt_set *s, const char *path, const ct_tokenizer *tok,
                        const ct_prompt_opts *o) {
   memset(s, 0, sizeof *s);
-  set_loader L = {s, path, tok, o, 0};
+  set_loader L = {path, tok, o, s, 0};
   ct_jsonl_stats st;
   int rc = ct_jsonl_read(path, o->skip_bad_rows, load_row, &L, &st);
   s->n_bad = st.n_bad;

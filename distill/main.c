@@ -254,9 +254,8 @@ int main(int argc, char **argv) {
     for (int i = 0; !generated && i < n; i++) labels += ct_seq_labels(&d.train, d.seqs[i]);
     ct_distill_stats st = {0};
     if (ct_distill_train_pass(&d, n, generated, labels, &st)) ct_die(1, NULL);
-    ct_dist_sum_stats(&st);
     double norm, lr;
-    if (ct_train_update(&tr, &norm, &lr)) ct_die(1, NULL);
+    ct_loop_update(&tr, &st, sizeof st, &norm, &lr);
     tr.num_tokens += st.input_tokens;
     double step_loss = (d.alpha * d.tau * d.tau * st.soft + (1 - d.alpha) * st.hard) / (st.tokens > 0 ? st.tokens : 1);
     ct_window_add(&w, &st, step_loss, norm);

@@ -448,10 +448,9 @@ int main(int argc, char **argv) {
     int n = ct_train_next_seqs(&tr, d.pairs, global);
     dpo_stats st = {0};
     train_step(&d, &train, ct_, n, B, &st);
-    ct_dist_sum_stats(&st);
-    add_token_means(&st, d.tok, accum);
     double norm, lr;
-    if (ct_train_update(&tr, &norm, &lr)) ct_die(1, NULL);
+    ct_loop_update(&tr, &st, sizeof st, &norm, &lr);
+    add_token_means(&st, d.tok, accum);
     if (cfg.sync_ref_model && d.ref_loaded && tr.step % cfg.ref_model_sync_steps == 0 &&
         ct_train_sync_reference(&tr, &d.ref, cfg.ref_model_mixup_alpha))
       ct_die(1, NULL);

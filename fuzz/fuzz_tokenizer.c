@@ -53,15 +53,15 @@ static void exercise(const ct_tokenizer *t) {
     ct_tokenizer_token_bytes(t, id, &len);
   }
 
-  json_error_t err;
+  // a conversation with a special token in its text, rendered with the generation prompt
+  ct_chat_opts o = {.add_generation_prompt = true};
   json_t *msgs = json_loads("[{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": "
                             "\"Hi <|im_end|>\"}, {\"role\": \"assistant\", \"content\": \"Hello!\"}]",
-                            0, &err);
+                            0, NULL);
   char *text = NULL;
   size_t len = 0;
   ct_span *gen = NULL;
   int ngen = 0;
-  ct_chat_opts o = {.add_generation_prompt = true};
   fuzz_clear_error();
   int rc = ct_tokenizer_chat_render(t, msgs, &o, &text, &len, &gen, &ngen);
   fuzz_check_error(rc, "ct_tokenizer_chat_render");

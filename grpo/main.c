@@ -303,9 +303,8 @@ int main(int argc, char **argv) {
     double t1 = ct_now();
     ct_grpo_step_stats st = {0};
     if (ct_grpo_train_pass(&g, iter == 0, &st)) ct_die(1, NULL);
-    ct_dist_sum_stats(&st);
     double norm, lr;
-    if (ct_train_update(&tr, &norm, &lr)) ct_die(1, NULL);
+    ct_loop_update(&tr, &st, sizeof st, &norm, &lr);
     if (cfg.sync_ref_model && g.use_ref && tr.step % cfg.ref_model_sync_steps == 0 &&
         ct_train_sync_reference(&tr, &g.ref, cfg.ref_model_mixup_alpha))
       ct_die(1, NULL);

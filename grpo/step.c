@@ -15,16 +15,13 @@ typedef struct {
   ct_grpo *g;
   int first;  // the micro-batch's first rollout
   bool first_pass;
-  const ct_grpo_counts *counts;
-  double micro_tokens;
-  ct_grpo_clip clip;
+  ct_grpo_micro m;
   ct_grpo_step_stats *st;
 } token_loss;
 
 static void token_loss_rows(void *ctx, ct_head *h, int r0, int r1) {
   token_loss *t = ctx;
   ct_grpo *g = t->g;
-  const ct_config *c = g->cfg;
   ct_grpo_step_stats *st = t->st;
   for (int q = r0; q < r1; q++) {
     int j;
@@ -32,14 +29,11 @@ static void token_loss_rows(void *ctx, ct_head *h, int r0, int r1) {
     h->coef[q] = h->zcoef[q] = 0;
     // old log-probs: the policy's before this rollout's first update. The first pass
     // computes them (ratio exactly 1) and keeps them when later passes reuse the rollouts.
-    double lp = h->logp[q], old = t->first_pass ? lp : r->old[j], d;
+    double lp = h->logp[q], old = t->first_pass ? lp : r->old[j];
     if (t->first_pass && r->old) r->old[j] = h->logp[q];
     if (r->masked) continue;
-    double w = ct_grpo_token_weight(g->agg, t->counts, r->n, t->micro_tokens, (int)c->max_completion_length);
     ct_grpo_token_info info;
-    double l = ct_grpo_token_loss(&t->clip, lp, old, g->use_ref ? r->ref[j] : 0, r->adv, &d, &info);
-    h->coef[q] = (float)(-w * d);  // coef = −dL/dlp
-    st->loss += w * l;
+    st->loss += ct_grpo_micro_loss(&t->m, r->n, lp, old, g->use_ref ? r->ref[j] : 0, r->adv, &h->coef[q], &info);
     st->kl += info.kl;
     st->clip_lo += info.clipped_low;
     st->clip_hi += info.clipped_high;
@@ -70,7 +64,7 @@ int ct_grpo_train_pass(ct_grpo *g, bool first_pass, ct_grpo_step_stats *st) {
     ct_train_dropout_key(tr, first / B);
     const ct_batch *b = &g->batch;
     ct_acts *a = &g->acts;
-    token_loss t = {g, first, first_pass, &counts, micro_tokens, clip, st};
+    token_loss t = {g, first, first_pass, {clip, g->agg, &counts, micro_tokens, (int)c->max_completion_length}, st};
     int rc = ct_lm_fused(&tr->model, &tr->g, a, &g->head, b, token_loss_rows, &t);
     if (rc < 0) return rc;
     st->input_tokens += b->n_tokens;

@@ -30,10 +30,16 @@ static void shown_value(const json_t *v, char *buf, size_t n) {
   free(t);
 }
 
+// key's value, or NULL when it is absent or null (the key takes its default).
+static json_t *given(const cfg_reader *r, const char *key) {
+  json_t *v = json_object_get(r->j, key);
+  return json_is_null(v) ? NULL : v;
+}
+
 // An integer key; its range is ct_model_config_check's (which names the key).
 static int get_int(const cfg_reader *r, const char *key, long def, bool required, int *out) {
-  json_t *v = json_object_get(r->j, key);
-  if (!v || json_is_null(v)) {
+  json_t *v = given(r, key);
+  if (!v) {
     if (required) return ct_set_error(CT_EFORMAT, "%s: key '%s%s' is missing", r->path, r->in, key);
     *out = (int)def;
     return 0;
@@ -49,11 +55,8 @@ static int get_int(const cfg_reader *r, const char *key, long def, bool required
 }
 
 static int get_float(const cfg_reader *r, const char *key, double def, float *out) {
-  json_t *v = json_object_get(r->j, key);
-  if (!v || json_is_null(v)) {
-    *out = (float)def;
-    return 0;
-  }
+  json_t *v = given(r, key);
+  if (!v) return *out = (float)def, 0;
   if (!json_is_number(v))
     return ct_set_error(CT_EFORMAT, "%s: key '%s%s': expected a number", r->path, r->in, key);
   *out = (float)json_number_value(v);
@@ -61,11 +64,8 @@ static int get_float(const cfg_reader *r, const char *key, double def, float *ou
 }
 
 static int get_bool(const cfg_reader *r, const char *key, bool def, bool *out) {
-  json_t *v = json_object_get(r->j, key);
-  if (!v || json_is_null(v)) {
-    *out = def;
-    return 0;
-  }
+  json_t *v = given(r, key);
+  if (!v) return *out = def, 0;
   if (!json_is_boolean(v))
     return ct_set_error(CT_EFORMAT, "%s: key '%s%s': expected true or false", r->path, r->in, key);
   *out = json_is_true(v);

@@ -9,6 +9,15 @@
 #include <string.h>
 
 #include "error.h"
+#include "fs.h"
+
+int ct_hfjson_read(const char *dir, const char *name, char *path, size_t n, json_t **j) {
+  int rc = ct_path_join(path, n, dir, name);
+  if (rc) return rc;
+  json_error_t err;
+  *j = json_load_file(path, 0, &err);
+  return *j ? 0 : ct_set_error(CT_EFORMAT, "%s: %s", path, err.text);
+}
 
 void ct_hfjson_real(double d, char *buf) {
   if (!isfinite(d)) {  // json.dumps' spellings (not JSON, but what Python writes)

@@ -4,7 +4,13 @@
 // 10000.0; not jansson's 0.050000000000000003), an integer as an integer — and a config
 // written again from the one it was read from, keeping what it does not change.
 #pragma once
+#include <stddef.h>
+
 #include <jansson.h>
+
+// dir/name read into *j (a new reference), its path into path (n bytes, for the caller's
+// messages). CT_EFORMAT "<path>: <jansson's message>" when it cannot be read or parsed.
+int ct_hfjson_read(const char *dir, const char *name, char *path, size_t n, json_t **j);
 
 // j to path, indented by 2, ending in a newline. CT_EIO naming path on failure.
 int ct_hfjson_write(const json_t *j, const char *path);

@@ -219,11 +219,9 @@ static int target_index(const char *name) {
 
 int ct_lora_read_config(ct_lora_config *lc, const char *dir) {
   char path[CT_PATH_MAX];
-  int rc = ct_path_join(path, sizeof path, dir, "adapter_config.json");
+  json_t *j;
+  int rc = ct_hfjson_read(dir, "adapter_config.json", path, sizeof path, &j);
   if (rc) return rc;
-  json_error_t err;
-  json_t *j = json_load_file(path, 0, &err);
-  if (!j) return ct_set_error(CT_EFORMAT, "%s: %s", path, err.text);
   memset(lc, 0, sizeof *lc);
   const char *type = json_string_value(json_object_get(j, "peft_type"));
   json_t *tm = json_object_get(j, "target_modules"), *ms = json_object_get(j, "modules_to_save");

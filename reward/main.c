@@ -279,9 +279,8 @@ static int train_main(int argc, char **argv) {
     int n = ct_train_next_seqs(&tr, d.pairs, global);
     rm_stats st = {0};
     train_step(&d, &train, n, B, &st);
-    ct_dist_sum_stats(&st);
     double norm, lr;
-    if (ct_train_update(&tr, &norm, &lr)) ct_die(1, NULL);
+    ct_loop_update(&tr, &st, sizeof st, &norm, &lr);
     tr.num_tokens += st.tokens;
     ct_window_add(&lw, &st, 0, norm);
     double tok_s = ct_window_rate(&lw, win.tokens);

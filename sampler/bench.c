@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "engine.h"
 #include "error.h"
 #include "forward.h"
@@ -23,19 +24,6 @@
 #include "pool.h"
 #include "speculative.h"
 #include "weights.h"
-
-// The value of key=VALUE in argv, or def.
-static const char *sarg(int argc, char **argv, const char *key, const char *def) {
-  size_t n = strlen(key);
-  for (int i = 1; i < argc; i++)
-    if (strncmp(argv[i], key, n) == 0 && argv[i][n] == '=') return argv[i] + n + 1;
-  return def;
-}
-
-static long arg(int argc, char **argv, const char *key, long def) {
-  const char *v = sarg(argc, argv, key, NULL);
-  return v ? atol(v) : def;
-}
 
 static const char *const quant_names[3] = {"fp32", "bf16", "int8"};
 
@@ -153,10 +141,10 @@ static double prefill_rate(ct_engine *e, const ct_model *m, ct_acts *a, int prom
 // precision; all three by default), only=prefill|decode (one of the two measurements;
 // profiling one kernel at a time).
 int ct_sampler_bench(int argc, char **argv) {
-  if (ct_pool_init((int)arg(argc, argv, "threads", 0))) return 1;
-  int L = (int)arg(argc, argv, "layers", 30), steps = (int)arg(argc, argv, "steps", 32);
-  int reps = (int)arg(argc, argv, "reps", 3);
-  const char *quant = sarg(argc, argv, "quant", "all"), *only = sarg(argc, argv, "only", "all");
+  if (ct_pool_init((int)ct_args_long(argc, argv, "threads", 0))) return 1;
+  int L = (int)ct_args_long(argc, argv, "layers", 30), steps = (int)ct_args_long(argc, argv, "steps", 32);
+  int reps = (int)ct_args_long(argc, argv, "reps", 3);
+  const char *quant = ct_args_str(argc, argv, "quant", "all"), *only = ct_args_str(argc, argv, "only", "all");
   bool do_prefill = strcmp(only, "decode") != 0, do_decode = strcmp(only, "prefill") != 0;
   if (strcmp(quant, "all") && strcmp(quant, "fp32") && strcmp(quant, "bf16") && strcmp(quant, "int8")) {
     fprintf(stderr, "sampler bench: quant=%s: expected fp32, bf16 or int8\n", quant);

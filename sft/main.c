@@ -203,9 +203,8 @@ int main(int argc, char **argv) {
     int n = ct_train_next_seqs(&tr, w.seqs, global);
     ct_lm_stats st = {0};
     train_step(&tr, &w, &train, n, B, &st);
-    ct_dist_sum_stats(&st);
     double norm, lr;
-    if (ct_train_update(&tr, &norm, &lr)) ct_die(1, NULL);
+    ct_loop_update(&tr, &st, sizeof st, &norm, &lr);
     tr.num_tokens += st.tokens;
     double step_loss = (st.loss + cfg.z_loss_multiplier * st.z) / (st.targets > 0 ? st.targets : 1) +
                        cfg.mtp_loss_scaling_factor * ct_mtp_mean_loss(&st.mtp, D);

@@ -52,6 +52,23 @@ static int load_replace(const loadctx *L, const json_t *n, const char *where, ct
                 json_string_value(content), json_string_length(content));
 }
 
+typedef int (*stage_loader)(ct_tokenizer *t, const loadctx *L, const json_t *n, const char *where);
+
+// A Sequence: the list n[key], each of its items loaded by `load` as "<where>.<key>[i]", a
+// path cut to room - 1 bytes (160 for pre-tokenizers, 128 for the others).
+static int load_sequence(ct_tokenizer *t, const loadctx *L, const json_t *n, const char *where, const char *key,
+                         size_t room, stage_loader load) {
+  const json_t *list = json_object_get(n, key);
+  if (!json_is_array(list)) return FAIL(CT_EFORMAT, "%s: %s.%s: expected a list", L->file, where, key);
+  for (size_t i = 0; i < json_array_size(list); i++) {
+    char sub[160];
+    snprintf(sub, room, "%s.%s[%zu]", where, key, i);
+    int rc = load(t, L, json_array_get(list, i), sub);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 int ct_tok_load_normalizer(ct_tokenizer *t, const loadctx *L, const json_t *n, const char *where) {
   if (!n || json_is_null(n)) return 0;
   const char *type = ct_tok_type_of(n);
@@ -68,17 +85,7 @@ int ct_tok_load_normalizer(ct_tokenizer *t, const loadctx *L, const json_t *n, c
     return add_op(&t->ops, &t->nops, CT_SP_PREPEND, CT_SP_PLAIN, json_string_value(pre), json_string_length(pre), "", 0);
   }
   if (!strcmp(type, "Replace")) return load_replace(L, n, where, &t->ops, &t->nops);
-  if (!strcmp(type, "Sequence")) {
-    const json_t *list = json_object_get(n, "normalizers");
-    if (!json_is_array(list)) return FAIL(CT_EFORMAT, "%s: %s.normalizers: expected a list", L->file, where);
-    for (size_t i = 0; i < json_array_size(list); i++) {
-      char sub[128];
-      snprintf(sub, sizeof sub, "%s.normalizers[%zu]", where, i);
-      int rc = ct_tok_load_normalizer(t, L, json_array_get(list, i), sub);
-      if (rc) return rc;
-    }
-    return 0;
-  }
+  if (!strcmp(type, "Sequence")) return load_sequence(t, L, n, where, "normalizers", 128, ct_tok_load_normalizer);
   return FAIL(CT_EFORMAT, "%s: %s.type: normalizer '%s' is not supported (NFC, Prepend, Replace, Sequence)", L->file,
               where, type);
 }
@@ -151,17 +158,7 @@ int ct_tok_load_pretok(ct_tokenizer *t, const loadctx *L, const json_t *p, const
   if (!p || json_is_null(p)) return 0;
   const char *type = ct_tok_type_of(p);
   if (!type) return FAIL(CT_EFORMAT, "%s: %s.type: missing", L->file, where);
-  if (!strcmp(type, "Sequence")) {
-    const json_t *list = json_object_get(p, "pretokenizers");
-    if (!json_is_array(list)) return FAIL(CT_EFORMAT, "%s: %s.pretokenizers: expected a list", L->file, where);
-    for (size_t i = 0; i < json_array_size(list); i++) {
-      char sub[160];
-      snprintf(sub, sizeof sub, "%s.pretokenizers[%zu]", where, i);
-      int rc = ct_tok_load_pretok(t, L, json_array_get(list, i), sub);
-      if (rc) return rc;
-    }
-    return 0;
-  }
+  if (!strcmp(type, "Sequence")) return load_sequence(t, L, p, where, "pretokenizers", 160, ct_tok_load_pretok);
   if (!strcmp(type, "ByteLevel")) {
     if (ct_tok_is_true(json_object_get(p, "add_prefix_space")) && add_step(t, (pretok_step){.kind = STEP_PREFIX}))
       return CT_ENOMEM;
@@ -212,17 +209,7 @@ int ct_tok_load_decoder(ct_tokenizer *t, const loadctx *L, const json_t *d, cons
   const char *type = ct_tok_type_of(d);
   if (!type) return FAIL(CT_EFORMAT, "%s: %s.type: missing", L->file, where);
   if (!strcmp(type, "ByteLevel")) return 0;
-  if (!strcmp(type, "Sequence")) {
-    const json_t *list = json_object_get(d, "decoders");
-    if (!json_is_array(list)) return FAIL(CT_EFORMAT, "%s: %s.decoders: expected a list", L->file, where);
-    for (size_t i = 0; i < json_array_size(list); i++) {
-      char sub[128];
-      snprintf(sub, sizeof sub, "%s.decoders[%zu]", where, i);
-      int rc = ct_tok_load_decoder(t, L, json_array_get(list, i), sub);
-      if (rc) return rc;
-    }
-    return 0;
-  }
+  if (!strcmp(type, "Sequence")) return load_sequence(t, L, d, where, "decoders", 128, ct_tok_load_decoder);
   if (!t->sp)
     return FAIL(CT_EFORMAT, "%s: %s.type: decoder '%s' is not supported with ByteLevel (only ByteLevel)", L->file,
                 where, type);

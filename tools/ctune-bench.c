@@ -31,6 +31,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "args.h"
 #include "bf16.h"
 #include "data.h"
 #include "dnnl.h"
@@ -58,22 +59,10 @@ static double bench_now(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static const char *str_arg(int argc, char **argv, const char *key, const char *def) {
-  size_t n = strlen(key);
-  for (int i = 1; i < argc; i++)
-    if (strncmp(argv[i], key, n) == 0 && argv[i][n] == '=') return argv[i] + n + 1;
-  return def;
-}
-
-static long arg(int argc, char **argv, const char *key, long def) {
-  const char *v = str_arg(argc, argv, key, NULL);
-  return v ? atol(v) : def;
-}
-
 // gemma=0: SmolLM-135M; 1 (or 270m): gemma-3-270m; 1b: gemma-3-1b (the 270m's layer kinds
 // and heads, wider); qwen=0.5b: Qwen2.5-0.5B; anything else is an error
 static int bench_config(int argc, char **argv, int L, ct_model_config *c) {
-  const char *g = str_arg(argc, argv, "gemma", "0"), *q = str_arg(argc, argv, "qwen", "0");
+  const char *g = ct_args_str(argc, argv, "gemma", "0"), *q = ct_args_str(argc, argv, "qwen", "0");
   if (strcmp(q, "0") && strcmp(g, "0")) return fprintf(stderr, "ctune-bench: qwen= and gemma= exclude each other\n"), 1;
   if (!strcmp(q, "0.5b")) {  // Qwen2.5-0.5B: SmolLM's layer kinds with q/k/v biases, wider (layers=24 in full)
     *c = ct_model_config_smollm135m(L);
@@ -174,9 +163,9 @@ static void kd_teacher_chunk(void *ctx, int n, int v0, int nv, float *out) {
 }
 
 static int bench_kd(int argc, char **argv, double peak) {
-  int n = (int)arg(argc, argv, "rows", 512), C = (int)arg(argc, argv, "hidden", 1024);
-  int V = (int)arg(argc, argv, "vocab", 151936), tiling = (int)arg(argc, argv, "tiling", 8);
-  int steps = (int)arg(argc, argv, "steps", 3);
+  int n = (int)ct_args_long(argc, argv, "rows", 512), C = (int)ct_args_long(argc, argv, "hidden", 1024);
+  int V = (int)ct_args_long(argc, argv, "vocab", 151936), tiling = (int)ct_args_long(argc, argv, "tiling", 8);
+  int steps = (int)ct_args_long(argc, argv, "steps", 3);
   float *hs = random_floats((long)n * C, 1, 1.0f), *ht = random_floats((long)n * C, 2, 1.0f);
   float *W = random_floats((long)V * C, 3, 0.1f), *Wt = random_floats((long)V * C, 4, 0.1f);
   float *dW = random_floats((long)V * C, 5, 0.0f), *dh = random_floats((long)n * C, 6, 0.0f);
@@ -253,16 +242,16 @@ static int usage(FILE *f) {
 int main(int argc, char **argv) {
   if (ct_config_help_asked(argc, argv)) return usage(stdout);
   ct_blas_init(argc, argv);
-  int threads = (int)arg(argc, argv, "threads", 0);
-  const char *clk = str_arg(argc, argv, "clock", "wall");
+  int threads = (int)ct_args_long(argc, argv, "threads", 0);
+  const char *clk = ct_args_str(argc, argv, "clock", "wall");
   if (strcmp(clk, "wall") && strcmp(clk, "cpu"))
     return fprintf(stderr, "ctune-bench: clock=%s is not wall or cpu\n", clk), 2;
   cpu_clock = !strcmp(clk, "cpu");
   if (ct_pool_init(threads)) return 1;
   bool kd = argc > 1 && !strcmp(argv[1], "kd");
-  int L = (int)arg(argc, argv, "layers", 30), B = (int)arg(argc, argv, "batch", 4);
-  int T = (int)arg(argc, argv, "seq", 256), steps = (int)arg(argc, argv, "steps", 4);
-  int tiling = (int)arg(argc, argv, "tiling", 1);
+  int L = (int)ct_args_long(argc, argv, "layers", 30), B = (int)ct_args_long(argc, argv, "batch", 4);
+  int T = (int)ct_args_long(argc, argv, "seq", 256), steps = (int)ct_args_long(argc, argv, "steps", 4);
+  int tiling = (int)ct_args_long(argc, argv, "tiling", 1);
   printf("machine: %d threads, OpenBLAS core %s\n", ct_pool_threads(), ct_blas_corename());
   double peak = sgemm_gflops(2048, 10);
   printf("sgemm 2048x2048x2048: %.1f GFLOP/s\n", peak);
@@ -272,11 +261,11 @@ int main(int argc, char **argv) {
     printf("oneDNN bf16 2048x2048x2048: %.1f GFLOP/s\n", gemm_gflops(true, 'N', 'T', 2048, 2048, 2048, 10));
     return 0;
   }
-  if (argc > 1 && !strcmp(argv[1], "gemm")) return bench_gemm((int)arg(argc, argv, "tokens", 1024));
+  if (argc > 1 && !strcmp(argv[1], "gemm")) return bench_gemm((int)ct_args_long(argc, argv, "tokens", 1024));
 
   ct_model_config c;
   if (bench_config(argc, argv, L, &c)) return 2;
-  int rank = (int)arg(argc, argv, "lora", 0);
+  int rank = (int)ct_args_long(argc, argv, "lora", 0);
   ct_model m;
   ct_acts a;
   ct_head h;
@@ -287,7 +276,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   ct_model_init_random(&m, 1, 0.02f);
-  if (arg(argc, argv, "bf16", 0)) {  // the projections in bf16; the peak is oneDNN's
+  if (ct_args_long(argc, argv, "bf16", 0)) {  // the projections in bf16; the peak is oneDNN's
     ct_acts_free(&a);  // again, with the bf16 inputs of the matmuls
     if (ct_dnnl_init() || ct_model_bf16_compute(&m) || ct_acts_init(&a, &m, B, T, CT_ACTS_KEEP))
       return fprintf(stderr, "ctune-bench: %s\n", ct_last_error()), 1;

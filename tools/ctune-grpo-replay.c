@@ -130,31 +130,26 @@ static void fill_batch(replay_t *r, const row_t *rows, int n) {
 
 // One micro-batch's per-token loss for the head's rows a chunk at a time, as bin/grpo's.
 typedef struct {
-  replay_t *r;
+  ct_grpo_micro m;
   const row_t *rows;  // the micro-batch's
-  const ct_grpo_counts *counts;
-  double micro_tokens;
-  ct_grpo_clip clip;
+  const replay_t *r;
   step_out *out;
 } token_loss;
 
 static void token_loss_rows(void *ctx, ct_head *h, int r0, int r1) {
   token_loss *t = ctx;
-  replay_t *r = t->r;
-  const ct_config *c = r->cfg;
-  bool mask = c->mask_truncated_completions;
+  const replay_t *r = t->r;
+  bool mask = r->cfg->mask_truncated_completions;
   for (int q = r0; q < r1; q++) {
     int T = r->batch.T, i = h->rows[q] / T, tok = h->rows[q] % T;
     const row_t *o = &t->rows[i];
     int j = tok + 1 - o->prompt.n;  // completion token j is predicted at t = prompt + j − 1
-    double lp = h->logp[q], d;
+    double lp = h->logp[q];
     t->out->max_diff = fmax(t->out->max_diff, fabs(lp - o->lp[j]));
     h->coef[q] = h->zcoef[q] = 0;
     if (mask && o->truncated) continue;
-    double w = ct_grpo_token_weight(r->agg, t->counts, o->ids.n, t->micro_tokens, (int)c->max_completion_length);
     ct_grpo_token_info info;
-    t->out->loss += w * ct_grpo_token_loss(&t->clip, lp, lp, r->use_ref ? r->ref_lp[q] : 0, o->adv, &d, &info);
-    h->coef[q] = (float)(-w * d);
+    t->out->loss += ct_grpo_micro_loss(&t->m, o->ids.n, lp, lp, r->use_ref ? r->ref_lp[q] : 0, o->adv, &h->coef[q], &info);
   }
 }
 
@@ -180,7 +175,7 @@ static int replay_step(replay_t *r, const row_t *rows, int n, step_out *out) {
       if (k < 0) return k;
       memcpy(r->ref_lp, h->logp, sizeof(float) * k);
     }
-    token_loss t = {r, rows + first, &counts, micro_tokens, clip, out};
+    token_loss t = {{clip, r->agg, &counts, micro_tokens, (int)c->max_completion_length}, rows + first, r, out};
     int k = ct_lm_fused(&r->tr->model, &r->tr->g, &r->acts, h, &r->batch, token_loss_rows, &t);
     if (k < 0) return k;
     ct_backward(&r->tr->model, &r->tr->g, &r->acts, r->acts.dln, r->batch.B, r->batch.T);

@@ -441,6 +441,13 @@ static void put_esc(FILE *o, const char *s, size_t n) {
 
 static void esc(FILE *o, const char *s) { put_esc(o, s, strlen(s)); }
 
+// open, s escaped, close: a text inside its markup ("<code>", s, "</code>").
+static void esc_in(FILE *o, const char *open, const char *s, const char *close) {
+  fputs(open, o);
+  esc(o, s);
+  fputs(close, o);
+}
+
 // Tableau's ten colours; past ten runs the cycle repeats with dashes.
 static const char *const colours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                                       "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
@@ -541,9 +548,7 @@ static void curve_thin(const rp_series *s, const rp_axis *x, bool *keep) {
 static void curve_write(FILE *o, const rp_series *s, const rp_run *r, int ri, const rp_axis *x, const rp_axis *y) {
   bool *keep = xrealloc(NULL, (size_t)s->n * sizeof *keep);
   curve_thin(s, x, keep);
-  fputs("<path class=\"line\" data-key=\"", o);
-  esc(o, s->key);
-  fputs("\" data-run=\"", o);
+  esc_in(o, "<path class=\"line\" data-key=\"", s->key, "\" data-run=\"");
   esc(o, r->label);
   fprintf(o, "\" fill=\"none\" stroke=\"%s\"%s stroke-width=\"1.6\" stroke-linejoin=\"round\" d=\"", run_colour(ri),
           run_dash(ri));
@@ -683,13 +688,9 @@ static void page_write(FILE *o, const rp_run *runs, int nr, const rp_chart *char
     const rp_run *r = &runs[i];
     fputs("<tr class=\"run\"><td>", o);
     swatch_write(o, i);
-    fputs(" <b>", o);
-    esc(o, r->label);
-    fputs("</b>", o);
+    esc_in(o, " <b>", r->label, "</b>");
     if (strcmp(r->label, r->dir)) {
-      fputs("<br/><code>", o);
-      esc(o, r->dir);
-      fputs("</code>", o);
+      esc_in(o, "<br/><code>", r->dir, "</code>");
     }
     fputs("</td><td>", o);
     esc(o, r->trainer[0] ? r->trainer : "?");
@@ -697,11 +698,8 @@ static void page_write(FILE *o, const rp_run *runs, int nr, const rp_chart *char
     else fputs("</td><td class=\"empty\">no metrics yet</td><td></td><td>", o);
     for (int k = 0; k < r->n_logs; k++) {
       if (k) fputs("<br/>", o);
-      fputs("<code>", o);
-      esc(o, r->log_name[k]);
-      fputs(":</code> <code>", o);
-      esc(o, r->log_line[k] ? r->log_line[k] : "(empty)");
-      fputs("</code>", o);
+      esc_in(o, "<code>", r->log_name[k], ":</code> ");
+      esc_in(o, "<code>", r->log_line[k] ? r->log_line[k] : "(empty)", "</code>");
     }
     if (!r->n_logs) fputs("<span class=\"empty\">no log found</span>", o);
     fputs("</td></tr>\n", o);
@@ -724,22 +722,16 @@ static void page_write(FILE *o, const rp_run *runs, int nr, const rp_chart *char
     const rp_run *r = &runs[i];
     fputs("<h3>", o);
     swatch_write(o, i);
-    fputs(" ", o);
-    esc(o, r->label);
-    fputs("</h3>\n<p>last metrics line: ", o);
+    esc_in(o, " ", r->label, "</h3>\n<p>last metrics line: ");
     if (r->last_line) {
-      fputs("<code class=\"last\">", o);
-      esc(o, r->last_line);
-      fputs("</code>", o);
+      esc_in(o, "<code class=\"last\">", r->last_line, "</code>");
     } else {
       fputs("<span class=\"empty\">none yet</span>", o);
     }
     if (r->partial_line) fprintf(o, " (line %ld, unfinished, was skipped)", r->partial_line);
     fputs("</p>\n", o);
     if (r->config) {
-      fputs("<details><summary>config.yml (the resolved configuration)</summary>\n<pre>", o);
-      esc(o, r->config);
-      fputs("</pre>\n</details>\n", o);
+      esc_in(o, "<details><summary>config.yml (the resolved configuration)</summary>\n<pre>", r->config, "</pre>\n</details>\n");
     } else {
       fputs("<p class=\"empty\">no config.yml</p>\n", o);
     }

@@ -19,12 +19,14 @@ int ckpt_convert(int argc, char **argv);     // convert.c
 int ckpt_compare(int argc, char **argv);     // compare.c
 int ckpt_shard(int argc, char **argv);       // shard.c
 
-// main.c: the usage (to stdout for --help: returns 0; else 2), the last error and exit,
-// an argument's value, and a usage error for an unknown argument.
+// main.c: the usage (to stdout for --help: returns 0; else 2), the last error and exit.
 int ckpt_usage(FILE *f);
 __attribute__((noreturn)) void ckpt_die(int code);
-const char *ckpt_arg(int argc, char **argv, const char *key);
-int ckpt_check_args(int argc, char **argv, const char *const *known);
+// A sub-command's key=value arguments: v[k] = the value of known[k] ("key=", NULL-terminated),
+// or NULL. Returns 0, or 2 after a usage error: an argument that is none of the keys
+// ("ctune-ckpt: <command>: unknown argument '...'"), or the first missing one of the first
+// `required` keys ("ctune-ckpt: <command>: <key>= is required").
+int ckpt_args(int argc, char **argv, const char *const *known, int required, const char **v);
 
 // merge.c
 int ckpt_load_merged(ct_model *m, ct_lora *lo, const char *base, const char *adapter);
@@ -63,3 +65,14 @@ int ckpt_write_stream_file(const char *path, const ct_st_dir *d, const tensor_re
                            const ct_safetensors *meta, stream_buf *b, uint64_t *total);
 tensor_ref *ckpt_tensor_list(const ct_st_dir *d, int *n);
 int ckpt_write_index(const char *dir, const char *const *names, const char *const *files, int n, uint64_t total);
+
+// stream.c: a sub-command that rewrites a model's tensors into out= (convert, shard). With
+// in= not a directory it prints "ctune-ckpt: <cmd>: in=<in> is not a directory" and returns 2.
+// Else it opens in's tensors into *d and calls write(d, tmp, b, ctx) to put the tensor files
+// into a fresh temporary directory tmp through the buffer b; the model's other files follow
+// (config.json's dtype set to dtype, unless NULL), then tmp becomes out and it returns 0 with
+// *d open for the caller's summary (ct_st_dir_close). On any failure it prints the error,
+// removes tmp and exits 1.
+typedef int (*ckpt_write_fn)(const ct_st_dir *d, const char *tmp, stream_buf *b, void *ctx);
+int ckpt_rewrite(const char *cmd, ct_st_dir *d, const char *in, const char *out, const char *dtype,
+                 ckpt_write_fn write, void *ctx);

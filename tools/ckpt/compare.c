@@ -85,14 +85,11 @@ static bool same_shape(const ct_st_tensor *a, const ct_st_tensor *b) {
 
 int ckpt_compare(int argc, char **argv) {
   static const char *const known[] = {"a=", "b=", "rtol=", "atol=", NULL};
-  if (ckpt_check_args(argc, argv, known)) return 2;
-  const char *pa = ckpt_arg(argc, argv, "a"), *pb = ckpt_arg(argc, argv, "b");
+  const char *v[4];
+  if (ckpt_args(argc, argv, known, 2, v)) return 2;
+  const char *pa = v[0], *pb = v[1];
   double rtol = 1e-5, atol = 1e-8;  // numpy.allclose's
-  if (!pa || !pb) {
-    fprintf(stderr, "ctune-ckpt: compare: %s= is required\n", pa ? "b" : "a");
-    return ckpt_usage(stderr);
-  }
-  if (!parse_tol(ckpt_arg(argc, argv, "rtol"), &rtol) || !parse_tol(ckpt_arg(argc, argv, "atol"), &atol)) {
+  if (!parse_tol(v[2], &rtol) || !parse_tol(v[3], &atol)) {
     fprintf(stderr, "ctune-ckpt: compare: rtol and atol must be finite numbers >= 0\n");
     return 2;
   }

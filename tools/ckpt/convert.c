@@ -14,7 +14,9 @@ static const struct {
   ct_dtype dt;
 } out_dtypes[] = {{"float32", CT_DT_F32}, {"bfloat16", CT_DT_BF16}, {"float16", CT_DT_F16}};
 
-static int convert_files(const ct_st_dir *d, const char *tmp, ct_dtype to, stream_buf *b) {
+// ckpt_write_fn: the tensors as the dtype *ctx.
+static int convert_files(const ct_st_dir *d, const char *tmp, stream_buf *b, void *ctx) {
+  ct_dtype to = *(const ct_dtype *)ctx;
   int n, rc = 0;
   tensor_ref *list = ckpt_tensor_list(d, &n);
   if (!list) return CT_ENOMEM;
@@ -43,34 +45,21 @@ static int convert_files(const ct_st_dir *d, const char *tmp, ct_dtype to, strea
 
 int ckpt_convert(int argc, char **argv) {
   static const char *const known[] = {"in=", "out=", "dtype=", NULL};
-  if (ckpt_check_args(argc, argv, known)) return 2;
-  const char *in = ckpt_arg(argc, argv, "in"), *out = ckpt_arg(argc, argv, "out"), *dname = ckpt_arg(argc, argv, "dtype");
-  if (!in || !out || !dname) {
-    fprintf(stderr, "ctune-ckpt: convert: %s= is required\n", !in ? "in" : !out ? "out" : "dtype");
-    return ckpt_usage(stderr);
-  }
+  const char *v[3];
+  if (ckpt_args(argc, argv, known, 3, v)) return 2;
+  const char *in = v[0], *out = v[1], *dname = v[2];
   int k = 0;
   while (k < 3 && strcmp(dname, out_dtypes[k].name)) k++;
   if (k == 3) {
     fprintf(stderr, "ctune-ckpt: convert: dtype '%s' is not bfloat16, float16 or float32\n", dname);
     return 2;
   }
-  if (!ckpt_is_dir(in)) {
-    fprintf(stderr, "ctune-ckpt: convert: in=%s is not a directory\n", in);
-    return 2;
-  }
   ct_st_dir d;
-  stream_buf b = {0};
-  char tmp[CT_PATH_MAX] = "";
-  if (ckpt_open_tensors(&d, in, false) || ckpt_out_begin(out, tmp, sizeof tmp) || ckpt_stream_buf_init(&b) ||
-      convert_files(&d, tmp, out_dtypes[k].dt, &b) || ckpt_copy_model_files(in, tmp, dname) || ckpt_out_commit(tmp, out)) {
-    fprintf(stderr, "ctune-ckpt: %s\n", ct_last_error());
-    if (tmp[0]) ct_remove_tree(tmp);
-    exit(1);
-  }
+  ct_dtype to = out_dtypes[k].dt;
+  int rc = ckpt_rewrite("convert", &d, in, out, dname, convert_files, &to);
+  if (rc) return rc;
   fprintf(stderr, "ctune-ckpt: %s (%d tensors) written to %s as %s; peak memory %.1f MiB\n", in, d.n, out, dname,
           ckpt_peak_mib());
-  ckpt_stream_buf_free(&b);
   ct_st_dir_close(&d);
   return 0;
 }

@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "ckpt.h"
 #include "config.h"
 #include "error.h"
@@ -58,21 +59,32 @@ __attribute__((noreturn)) void ckpt_die(int code) {
   exit(code);
 }
 
-// value of key=... among the arguments, or NULL
-const char *ckpt_arg(int argc, char **argv, const char *key) {
-  size_t n = strlen(key);
-  for (int i = 2; i < argc; i++)
-    if (!strncmp(argv[i], key, n) && argv[i][n] == '=') return argv[i] + n + 1;
-  return NULL;
+// value of key=... among the sub-command's arguments, or NULL
+static const char *ckpt_arg(int argc, char **argv, const char *key) {
+  return ct_args_str(argc - 1, argv + 1, key, NULL);  // argv[1] is the command
 }
 
 // 0 when every argument is one of the keys (NULL-terminated, "key="); else a usage error
-int ckpt_check_args(int argc, char **argv, const char *const *known) {
+static int ckpt_check_args(int argc, char **argv, const char *const *known) {
   for (int i = 2; i < argc; i++) {
     bool ok = false;
     for (int k = 0; known[k]; k++) ok |= !strncmp(argv[i], known[k], strlen(known[k]));
     if (!ok) {
       fprintf(stderr, "ctune-ckpt: %s: unknown argument '%s'\n", argv[1], argv[i]);
+      return ckpt_usage(stderr);
+    }
+  }
+  return 0;
+}
+
+int ckpt_args(int argc, char **argv, const char *const *known, int required, const char **v) {
+  if (ckpt_check_args(argc, argv, known)) return 2;
+  for (int k = 0; known[k]; k++) {
+    char key[64];
+    snprintf(key, sizeof key, "%.*s", (int)strlen(known[k]) - 1, known[k]);  // without the '='
+    v[k] = ckpt_arg(argc, argv, key);
+    if (k < required && !v[k]) {
+      fprintf(stderr, "ctune-ckpt: %s: %s= is required\n", argv[1], key);
       return ckpt_usage(stderr);
     }
   }

@@ -22,9 +22,9 @@ int ckpt_load_merged(ct_model *m, ct_lora *lo, const char *base, const char *ada
 
 int ckpt_merge_lora(int argc, char **argv) {
   static const char *const known[] = {"base=", "adapter=", "out=", "dtype=", NULL};
-  if (ckpt_check_args(argc, argv, known)) return 2;
-  const char *base = ckpt_arg(argc, argv, "base"), *adapter = ckpt_arg(argc, argv, "adapter"), *out = ckpt_arg(argc, argv, "out");
-  const char *dtype = ckpt_arg(argc, argv, "dtype");
+  const char *v[4];
+  if (ckpt_args(argc, argv, known, 0, v)) return 2;
+  const char *base = v[0], *adapter = v[1], *out = v[2], *dtype = v[3];
   if (!base || !adapter || !out) return ckpt_usage(stderr);
   if (dtype && strcmp(dtype, "float32") && strcmp(dtype, "bfloat16")) {
     fprintf(stderr, "ctune-ckpt: merge-lora: dtype '%s' is not float32 or bfloat16\n", dtype);

@@ -39,7 +39,15 @@ static int plan_shards(const tensor_ref *list, int n, uint64_t max, int *shard_o
   return n ? s + 1 : 1;
 }
 
-static int shard_files(const ct_st_dir *d, const char *tmp, uint64_t max, stream_buf *b, int *n_shards) {
+typedef struct {
+  uint64_t max;  // bytes a shard may hold
+  int n_shards;  // written
+} shard_job;
+
+// ckpt_write_fn: the tensors in shards of at most job->max bytes.
+static int shard_files(const ct_st_dir *d, const char *tmp, stream_buf *b, void *ctx) {
+  shard_job *job = ctx;
+  uint64_t max = job->max;
   int n, rc = 0;
   tensor_ref *list = ckpt_tensor_list(d, &n);
   if (!list) return CT_ENOMEM;
@@ -61,7 +69,7 @@ static int shard_files(const ct_st_dir *d, const char *tmp, uint64_t max, stream
     at += k;
   }
   if (!rc && S > 1) rc = ckpt_write_index(tmp, names, files, n, total);
-  *n_shards = S;
+  job->n_shards = S;
   free(fname);
   free(names);
   free(files);
@@ -72,34 +80,21 @@ static int shard_files(const ct_st_dir *d, const char *tmp, uint64_t max, stream
 
 int ckpt_shard(int argc, char **argv) {
   static const char *const known[] = {"in=", "out=", "max_shard_size=", NULL};
-  if (ckpt_check_args(argc, argv, known)) return 2;
-  const char *in = ckpt_arg(argc, argv, "in"), *out = ckpt_arg(argc, argv, "out"), *ms = ckpt_arg(argc, argv, "max_shard_size");
-  if (!in || !out) {
-    fprintf(stderr, "ctune-ckpt: shard: %s= is required\n", in ? "out" : "in");
-    return ckpt_usage(stderr);
-  }
+  const char *v[3];
+  if (ckpt_args(argc, argv, known, 2, v)) return 2;
+  const char *in = v[0], *out = v[1], *ms = v[2];
   uint64_t max = parse_size(ms ? ms : "5GB");  // transformers' default for save_pretrained
   if (!max) {
     fprintf(stderr, "ctune-ckpt: shard: max_shard_size '%s' is not a size like 2GB, 500MB, 1GiB or a byte count\n", ms);
     return 2;
   }
-  if (!ckpt_is_dir(in)) {
-    fprintf(stderr, "ctune-ckpt: shard: in=%s is not a directory\n", in);
-    return 2;
-  }
   ct_st_dir d;
-  stream_buf b = {0};
-  char tmp[CT_PATH_MAX] = "";
-  int S = 0;
-  if (ckpt_open_tensors(&d, in, false) || ckpt_out_begin(out, tmp, sizeof tmp) || ckpt_stream_buf_init(&b) ||
-      shard_files(&d, tmp, max, &b, &S) || ckpt_copy_model_files(in, tmp, NULL) || ckpt_out_commit(tmp, out)) {
-    fprintf(stderr, "ctune-ckpt: %s\n", ct_last_error());
-    if (tmp[0]) ct_remove_tree(tmp);
-    exit(1);
-  }
+  shard_job job = {max, 0};
+  int rc = ckpt_rewrite("shard", &d, in, out, NULL, shard_files, &job);
+  if (rc) return rc;
+  int S = job.n_shards;
   fprintf(stderr, "ctune-ckpt: %s (%d tensors) written to %s as %d shard%s of at most %llu bytes; peak memory %.1f MiB\n",
           in, d.n, out, S, S == 1 ? "" : "s", (unsigned long long)max, ckpt_peak_mib());
-  ckpt_stream_buf_free(&b);
   ct_st_dir_close(&d);
   return 0;
 }

@@ -325,3 +325,21 @@ int ckpt_write_index(const char *dir, const char *const *names, const char *cons
   json_decref(j);
   return rc;
 }
+
+int ckpt_rewrite(const char *cmd, ct_st_dir *d, const char *in, const char *out, const char *dtype,
+                 ckpt_write_fn write, void *ctx) {
+  if (!ckpt_is_dir(in)) {
+    fprintf(stderr, "ctune-ckpt: %s: in=%s is not a directory\n", cmd, in);
+    return 2;
+  }
+  stream_buf b = {0};
+  char tmp[CT_PATH_MAX] = "";
+  if (ckpt_open_tensors(d, in, false) || ckpt_out_begin(out, tmp, sizeof tmp) || ckpt_stream_buf_init(&b) ||
+      write(d, tmp, &b, ctx) || ckpt_copy_model_files(in, tmp, dtype) || ckpt_out_commit(tmp, out)) {
+    fprintf(stderr, "ctune-ckpt: %s\n", ct_last_error());
+    if (tmp[0]) ct_remove_tree(tmp);
+    exit(1);
+  }
+  ckpt_stream_buf_free(&b);
+  return 0;
+}

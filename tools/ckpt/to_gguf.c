@@ -341,13 +341,9 @@ static int tok_open(gguf_tok *g, const char *dir, ct_tokenizer *tok, int V) {
 
 int ckpt_gguf(int argc, char **argv) {
   static const char *const known[] = {"in=", "out=", "type=", "adapter=", "name=", NULL};
-  if (ckpt_check_args(argc, argv, known)) return 2;
-  const char *in = ckpt_arg(argc, argv, "in"), *out = ckpt_arg(argc, argv, "out"), *adapter = ckpt_arg(argc, argv, "adapter");
-  const char *tname = ckpt_arg(argc, argv, "type"), *name = ckpt_arg(argc, argv, "name");
-  if (!in || !out) {
-    fprintf(stderr, "ctune-ckpt: gguf: %s= is required\n", in ? "out" : "in");
-    return ckpt_usage(stderr);
-  }
+  const char *v[5];
+  if (ckpt_args(argc, argv, known, 2, v)) return 2;
+  const char *in = v[0], *out = v[1], *tname = v[2], *adapter = v[3], *name = v[4];
   ct_gguf_type type = CT_GGUF_F16;
   if (tname && ct_gguf_type_parse(tname, &type)) {
     fprintf(stderr, "ctune-ckpt: gguf: %s\n", ct_last_error());
