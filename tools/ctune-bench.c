@@ -228,41 +228,12 @@ static int bench_gemm(int n) {
   return 0;
 }
 
-static int usage(FILE *f) {
-  fputs("usage: ctune-bench [train] [bf16=0|1] [layers=30] [batch=4] [seq=256] [steps=4] [threads=0] [tiling=1]\n"
-        "                   [gemma=0|1|1b] [qwen=0|0.5b] [lora=0] [clock=wall|cpu]\n"
-        "       ctune-bench kd [rows=512] [hidden=1024] [vocab=151936] [tiling=8] [steps=3]\n"
-        "       ctune-bench peak [threads=0]\n"
-        "  train: training throughput of a SmolLM-135M-shaped model against this machine's sgemm\n"
-        "  kd:    the distillation soft loss against the plain cross-entropy head\n"
-        "  peak:  this machine's sgemm and oneDNN bf16 rates at 2048^3 (what compute limits are taken against)\n", f);
-  return 0;
-}
-
-int main(int argc, char **argv) {
-  if (ct_config_help_asked(argc, argv)) return usage(stdout);
-  ct_blas_init(argc, argv);
-  int threads = (int)ct_args_long(argc, argv, "threads", 0);
-  const char *clk = ct_args_str(argc, argv, "clock", "wall");
-  if (strcmp(clk, "wall") && strcmp(clk, "cpu"))
-    return fprintf(stderr, "ctune-bench: clock=%s is not wall or cpu\n", clk), 2;
-  cpu_clock = !strcmp(clk, "cpu");
-  if (ct_pool_init(threads)) return 1;
-  bool kd = argc > 1 && !strcmp(argv[1], "kd");
+// `train`: steps of forward + LM head + backward + AdamW against peak (sgemm's, or with bf16=1
+// oneDNN bf16's).
+static int bench_train(int argc, char **argv, double peak) {
   int L = (int)ct_args_long(argc, argv, "layers", 30), B = (int)ct_args_long(argc, argv, "batch", 4);
   int T = (int)ct_args_long(argc, argv, "seq", 256), steps = (int)ct_args_long(argc, argv, "steps", 4);
   int tiling = (int)ct_args_long(argc, argv, "tiling", 1);
-  printf("machine: %d threads, OpenBLAS core %s\n", ct_pool_threads(), ct_blas_corename());
-  double peak = sgemm_gflops(2048, 10);
-  printf("sgemm 2048x2048x2048: %.1f GFLOP/s\n", peak);
-  if (kd) return bench_kd(argc, argv, peak);
-  if (argc > 1 && !strcmp(argv[1], "peak")) {  // the bf16 rate needs AVX512_BF16 or AMX
-    if (ct_dnnl_init()) return fprintf(stderr, "ctune-bench: %s\n", ct_last_error()), 1;
-    printf("oneDNN bf16 2048x2048x2048: %.1f GFLOP/s\n", gemm_gflops(true, 'N', 'T', 2048, 2048, 2048, 10));
-    return 0;
-  }
-  if (argc > 1 && !strcmp(argv[1], "gemm")) return bench_gemm((int)ct_args_long(argc, argv, "tokens", 1024));
-
   ct_model_config c;
   if (bench_config(argc, argv, L, &c)) return 2;
   int rank = (int)ct_args_long(argc, argv, "lora", 0);
@@ -337,4 +308,37 @@ int main(int argc, char **argv) {
   printf("train: %.0f tokens/s, %.1f GFLOP/s = %.1f%% of the peak (best of %d steps)\n",
          B * T / best, flops / best / 1e9, 100 * flops / best / 1e9 / peak, steps);
   return 0;
+}
+
+static int usage(FILE *f) {
+  fputs("usage: ctune-bench [train] [bf16=0|1] [layers=30] [batch=4] [seq=256] [steps=4] [threads=0] [tiling=1]\n"
+        "                   [gemma=0|1|1b] [qwen=0|0.5b] [lora=0] [clock=wall|cpu]\n"
+        "       ctune-bench kd [rows=512] [hidden=1024] [vocab=151936] [tiling=8] [steps=3]\n"
+        "       ctune-bench peak [threads=0]\n"
+        "  train: training throughput of a SmolLM-135M-shaped model against this machine's sgemm\n"
+        "  kd:    the distillation soft loss against the plain cross-entropy head\n"
+        "  peak:  this machine's sgemm and oneDNN bf16 rates at 2048^3 (what compute limits are taken against)\n", f);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (ct_config_help_asked(argc, argv)) return usage(stdout);
+  ct_blas_init(argc, argv);
+  int threads = (int)ct_args_long(argc, argv, "threads", 0);
+  const char *clk = ct_args_str(argc, argv, "clock", "wall");
+  if (strcmp(clk, "wall") && strcmp(clk, "cpu"))
+    return fprintf(stderr, "ctune-bench: clock=%s is not wall or cpu\n", clk), 2;
+  cpu_clock = !strcmp(clk, "cpu");
+  if (ct_pool_init(threads)) return 1;
+  printf("machine: %d threads, OpenBLAS core %s\n", ct_pool_threads(), ct_blas_corename());
+  double peak = sgemm_gflops(2048, 10);
+  printf("sgemm 2048x2048x2048: %.1f GFLOP/s\n", peak);
+  if (argc > 1 && !strcmp(argv[1], "kd")) return bench_kd(argc, argv, peak);
+  if (argc > 1 && !strcmp(argv[1], "peak")) {  // the bf16 rate needs AVX512_BF16 or AMX
+    if (ct_dnnl_init()) return fprintf(stderr, "ctune-bench: %s\n", ct_last_error()), 1;
+    printf("oneDNN bf16 2048x2048x2048: %.1f GFLOP/s\n", gemm_gflops(true, 'N', 'T', 2048, 2048, 2048, 10));
+    return 0;
+  }
+  if (argc > 1 && !strcmp(argv[1], "gemm")) return bench_gemm((int)ct_args_long(argc, argv, "tokens", 1024));
+  return bench_train(argc, argv, peak);
 }

@@ -96,16 +96,20 @@ static unsigned long long make_addition(ct_rng *r, int digits, char *prompt, cha
   return ((unsigned long long)a * (unsigned long long)range + (unsigned long long)b) << 1;
 }
 
-int main(int argc, char **argv) {
-  if (ct_config_help_asked(argc, argv)) return usage(stdout);
-  if (argc < 4) return usage(stderr);
-  int prefs = strcmp(argv[1], "reverse-prefs") == 0;
-  int reverse = prefs || strcmp(argv[1], "reverse") == 0;
-  if (!reverse && strcmp(argv[1], "addition") != 0) return usage(stderr);
-  // n_train n_eval seed max_len|digits noise: in this order, or as name=value in any order
-  const char *names[] = {"n_train", "n_eval", "seed", reverse ? "max_len" : "digits", "noise"};
-  unsigned long long v[4] = {20000, 500, 1234, reverse ? 8 : 3};
-  double noise = 0;
+typedef struct {
+  bool prefs, reverse;     // reverse-prefs, reverse (or addition)
+  long n_train, n_eval;
+  unsigned long long seed;
+  int size;                // max_len (reverse) or digits (addition)
+  double noise;
+} opts;
+
+// n_train n_eval seed max_len|digits noise: in this order, or as name=value in any order.
+// 0, or the exit code after its message.
+static int parse_args(int argc, char **argv, opts *o) {
+  const char *names[] = {"n_train", "n_eval", "seed", o->reverse ? "max_len" : "digits", "noise"};
+  unsigned long long v[4] = {20000, 500, 1234, o->reverse ? 8 : 3};
+  o->noise = 0;
   for (int a = 4, pos = 0; a < argc; a++) {
     const char *eq = strchr(argv[a], '='), *text = eq ? eq + 1 : argv[a];
     int k = eq ? -1 : pos++;
@@ -119,67 +123,88 @@ int main(int argc, char **argv) {
     char *end;
     errno = 0;
     if (k < 4) v[k] = strtoull(text, &end, 10);
-    else noise = strtod(text, &end);
+    else o->noise = strtod(text, &end);
     if (end == text || *end || errno || (k < 4 && !isdigit((unsigned char)text[0]))) {
       fprintf(stderr, "ctune-demo-data: %s: '%s' is not %s\n", names[k], text, k < 4 ? "a whole number" : "a number");
       return 2;
     }
   }
-  long n_train = v[0] > (1ull << 40) ? -1 : (long)v[0], n_eval = v[1] > (1ull << 40) ? -1 : (long)v[1];
-  unsigned long long seed = v[2];
-  int size = v[3] > 64 ? -1 : (int)v[3];
-  if (n_train < 1 || n_eval < 1 || (reverse && (size < 3 || size > 30)) ||
-      (!reverse && (size < 1 || size > 9)) || !(noise >= 0 && noise < 1) ||
-      (noise > 0 && (prefs || !reverse))) {
+  o->n_train = v[0] > (1ull << 40) ? -1 : (long)v[0];
+  o->n_eval = v[1] > (1ull << 40) ? -1 : (long)v[1];
+  o->seed = v[2];
+  o->size = v[3] > 64 ? -1 : (int)v[3];
+  return 0;
+}
+
+// The values' ranges, and room for that many distinct rows. 0, or 2 after the message.
+static int check_opts(const opts *o) {
+  if (o->n_train < 1 || o->n_eval < 1 || (o->reverse && (o->size < 3 || o->size > 30)) ||
+      (!o->reverse && (o->size < 1 || o->size > 9)) || !(o->noise >= 0 && o->noise < 1) ||
+      (o->noise > 0 && (o->prefs || !o->reverse))) {
     fprintf(stderr, "ctune-demo-data: out of range: n_train and n_eval >= 1, max_len 3-30 (reverse) or digits 1-9 "
             "(addition), noise in [0, 1) and for reverse only\n");
     return 2;
   }
   double distinct = 1;  // how many different rows exist
-  for (int i = 0; i < (reverse ? size : 2 * size); i++) distinct *= reverse ? 26 : 10;
-  if ((double)(n_train + n_eval) > 0.5 * distinct) {
-    fprintf(stderr, "ctune-demo-data: %ld rows would repeat: make the task larger\n", n_train + n_eval);
+  for (int i = 0; i < (o->reverse ? o->size : 2 * o->size); i++) distinct *= o->reverse ? 26 : 10;
+  if ((double)(o->n_train + o->n_eval) > 0.5 * distinct) {
+    fprintf(stderr, "ctune-demo-data: %ld rows would repeat: make the task larger\n", o->n_train + o->n_eval);
     return 2;
   }
+  return 0;
+}
+
+// count rows not in `seen` into path (train: noisy demonstrations when o->noise > 0). 0 or 1.
+static int write_rows(const opts *o, const char *path, long count, bool train, ct_rng *r, keyset *seen) {
+  char prompt[64], completion[64], rejected[64];
+  FILE *out = fopen(path, "w");
+  if (!out) {
+    fprintf(stderr, "ctune-demo-data: cannot write %s\n", path);
+    return 1;
+  }
+  for (long i = 0; i < count;) {
+    unsigned long long key = o->reverse ? make_reverse(r, o->size, prompt, completion)
+                                        : make_addition(r, o->size, prompt, completion);
+    if (!keyset_add(seen, key)) continue;
+    char word[40];  // the prompt is "reverse <word>:"
+    if (o->reverse) snprintf(word, sizeof word, "%.*s", (int)strlen(completion), prompt + 8);
+    if (o->noise > 0 && train && ct_rng_uniform(r) < o->noise) {  // a mistaken demonstration
+      near_miss(r, word, completion, rejected);
+      strcpy(completion, rejected);
+    }
+    if (o->prefs) {
+      near_miss(r, word, completion, rejected);
+      fprintf(out, "{\"prompt\": \"%s\", \"chosen\": \"%s\", \"rejected\": \"%s\"}\n", prompt,
+              completion, rejected);
+    } else {
+      fprintf(out, "{\"prompt\": \"%s\", \"completion\": \"%s\"}\n", prompt, completion);
+    }
+    i++;
+  }
+  if (fclose(out)) {
+    fprintf(stderr, "ctune-demo-data: cannot write %s\n", path);
+    return 1;
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (ct_config_help_asked(argc, argv)) return usage(stdout);
+  if (argc < 4) return usage(stderr);
+  opts o = {0};
+  o.prefs = strcmp(argv[1], "reverse-prefs") == 0;
+  o.reverse = o.prefs || strcmp(argv[1], "reverse") == 0;
+  if (!o.reverse && strcmp(argv[1], "addition") != 0) return usage(stderr);
+  int rc = parse_args(argc, argv, &o);
+  if (rc || (rc = check_opts(&o))) return rc;
   keyset seen = {NULL, 1};
-  while (seen.cap < 4 * (n_train + n_eval)) seen.cap *= 2;
+  while (seen.cap < 4 * (o.n_train + o.n_eval)) seen.cap *= 2;
   seen.slot = calloc((size_t)seen.cap, sizeof *seen.slot);
   if (!seen.slot) return 1;
   ct_rng r;
-  ct_rng_seed(&r, seed);
-  const char *paths[2] = {argv[2], argv[3]};
-  long counts[2] = {n_train, n_eval};
-  char prompt[64], completion[64], rejected[64];
-  for (int f = 0; f < 2; f++) {
-    FILE *out = fopen(paths[f], "w");
-    if (!out) {
-      fprintf(stderr, "ctune-demo-data: cannot write %s\n", paths[f]);
-      return 1;
-    }
-    for (long i = 0; i < counts[f];) {
-      unsigned long long key = reverse ? make_reverse(&r, size, prompt, completion)
-                                       : make_addition(&r, size, prompt, completion);
-      if (!keyset_add(&seen, key)) continue;
-      char word[40];  // the prompt is "reverse <word>:"
-      if (reverse) snprintf(word, sizeof word, "%.*s", (int)strlen(completion), prompt + 8);
-      if (noise > 0 && f == 0 && ct_rng_uniform(&r) < noise) {  // a mistaken demonstration
-        near_miss(&r, word, completion, rejected);
-        strcpy(completion, rejected);
-      }
-      if (prefs) {
-        near_miss(&r, word, completion, rejected);
-        fprintf(out, "{\"prompt\": \"%s\", \"chosen\": \"%s\", \"rejected\": \"%s\"}\n", prompt,
-                completion, rejected);
-      } else {
-        fprintf(out, "{\"prompt\": \"%s\", \"completion\": \"%s\"}\n", prompt, completion);
-      }
-      i++;
-    }
-    if (fclose(out)) {
-      fprintf(stderr, "ctune-demo-data: cannot write %s\n", paths[f]);
-      return 1;
-    }
-  }
+  ct_rng_seed(&r, o.seed);
+  rc = write_rows(&o, argv[2], o.n_train, true, &r, &seen);
+  if (!rc) rc = write_rows(&o, argv[3], o.n_eval, false, &r, &seen);
   free(seen.slot);
-  return 0;
+  return rc;
 }
