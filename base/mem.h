@@ -18,7 +18,7 @@ size_t ct_big_peak(void);
 // This process's resident memory now (bytes), and the machine's MemAvailable (bytes;
 // 0 when /proc/meminfo cannot be read).
 size_t ct_rss_now(void);
-size_t ct_mem_available(void);
+size_t ct_mem_available(void);  // (CT_MEM_AVAILABLE_MB overrides it: tests)
 
 // The other bounds on this process's memory. The address-space limit (RLIMIT_AS, `ulimit
 // -v`; SIZE_MAX when none) and the address space mapped now (VmSize: libraries, thread

@@ -429,8 +429,11 @@ const key_def config_keys[] = {
                 "loads as int8 directly)."},
     {"save_quantized", K_STR, SAMPLER, OFF(save_quantized), "",
      .comment = "With quantization=int8: also write the int8 model to this directory."},
-    {"decode_slots", K_INT, GRPO | SAMPLER, OFF(decode_slots), "16", IN(1, 4096),
-     .comment = "Sequences decoded together (continuous batching)."},
+    {"decode_slots", K_INT, GRPO | SAMPLER, OFF(decode_slots), "0", IN(0, 4096),
+     .comment = "Sequences decoded together (continuous batching). 0: GRPO decodes the rank's whole "
+                "generation batch at once (per_device_train_batch_size x gradient_accumulation_steps "
+                "completions), or as many as the memory plan holds beside the rest (it says which); the "
+                "sampler 16."},
     {"max_prefill_length", K_INT, SAMPLER, OFF(max_prefill_length), "1024", IN(1, 1048576),
      .comment = "Longest prompt, in tokens; also the tokens one packed prefill pass holds."},
     {"max_target_length", K_INT, SAMPLER, OFF(max_target_length), "2048", IN(2, 1048576),

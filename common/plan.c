@@ -67,17 +67,22 @@ static int check_address_space(const ct_plan *p, ct_log *log, double total, cons
                       AS_SLACK(p) / MiB, knobs);
 }
 
-int ct_plan_check(const ct_plan *p, ct_log *log, int ranks_here, const char *knobs, bool *over_memory) {
-  const double MiB = 1048576.0;
-  if (over_memory) *over_memory = false;
+double ct_plan_room(int ranks_here, double *cgroup_limit) {
   size_t cg_room, cg_limit;
   ct_mem_cgroup_room("", &cg_room, &cg_limit);
   double machine = (double)ct_mem_available(), room = cg_room < machine || machine <= 0 ? (double)cg_room : machine;
   bool cg = cg_room != SIZE_MAX && (machine <= 0 || (double)cg_room < machine);
   if (room >= (double)SIZE_MAX) room = 0;  // (neither known)
-  double total = ct_plan_total(p), avail = room / (ranks_here > 0 ? ranks_here : 1);
+  if (cgroup_limit) *cgroup_limit = cg ? (double)cg_limit : 0;
+  return room / (ranks_here > 0 ? ranks_here : 1);
+}
+
+int ct_plan_check(const ct_plan *p, ct_log *log, int ranks_here, const char *knobs, bool *over_memory) {
+  const double MiB = 1048576.0;
+  if (over_memory) *over_memory = false;
+  double cg_limit, avail = ct_plan_room(ranks_here, &cg_limit), total = ct_plan_total(p);
   char src[96] = "";
-  if (cg) snprintf(src, sizeof src, " (cgroup memory limit %.0f MiB)", cg_limit / MiB);
+  if (cg_limit > 0) snprintf(src, sizeof src, " (cgroup memory limit %.0f MiB)", cg_limit / MiB);
   ct_log_info(log, "memory plan (MiB):");
   for (int i = 0; i < p->n; i++) ct_log_info(log, "  %9.0f  %s", p->row[i].bytes / MiB, p->row[i].what);
   ct_log_info(log, "  %9.0f  total, of %.0f available%s%s", total / MiB, avail / MiB,

@@ -29,6 +29,10 @@ double ct_plan_total(const ct_plan *p);
 // add it last, after the rows of what is still to allocate.
 void ct_plan_add_resident(ct_plan *p);
 
+// The memory one of ranks_here ranks on this machine may plan for: MemAvailable, or a
+// cgroup's room when that is less, shared evenly; 0 when neither is known. *cgroup_limit
+// (may be NULL): the cgroup's limit when it is what binds, else 0.
+double ct_plan_room(int ranks_here, double *cgroup_limit);
 // Prints the plan (MiB per row, the total, the memory available to this rank) on the
 // log, then: 0 when it fits; CT_ENOMEM naming the total, what is available and `knobs`
 // (the settings that shrink this trainer's plan) when it does not. Available is the least

@@ -104,6 +104,10 @@ int ct_train_setup(ct_train *tr, ct_config *cfg);
 // With dry_run it stops there (*dry = true, nothing allocated). Otherwise it allocates
 // the parameters and fills them (model_path, the checkpoint, or the seeded
 // initialization), the gradients and the moments (restored when resuming).
+// ct_train_memory's own rows of the plan (the policy's parameters, gradients, optimizer
+// state, its bf16 copy, and what the process holds already), added to p without a check:
+// what a trainer sizing another row against the room (ct_plan_room) counts beside it.
+int ct_train_plan_policy(const ct_train *tr, ct_plan *p);
 int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry);
 
 // The policy's forwards through a apply its adapters (use_peft) or none; training forwards

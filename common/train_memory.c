@@ -69,9 +69,9 @@ static int mtp_weights(ct_train *tr, const char *dir) {
   return 0;
 }
 
-int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
+int ct_train_plan_policy(const ct_train *tr, ct_plan *p) {
   const ct_config *cfg = tr->cfg;
-  ct_model *m = &tr->model;
+  const ct_model *m = &tr->model;
   bool peft = cfg->use_peft, bf16 = peft && cfg->base_dtype == CT_STORE_BF16, i8 = peft && cfg->base_dtype == CT_STORE_INT8;
   double trained_bytes;
   if (peft) {
@@ -90,6 +90,15 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   if (rc) return rc;
   if (tr->bf16 && !bf16) ct_plan_add(p, "bf16 weight copy for the matmuls", ct_model_param_bytes(m, true));
   ct_plan_add_resident(p);
+  return 0;
+}
+
+int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
+  const ct_config *cfg = tr->cfg;
+  ct_model *m = &tr->model;
+  bool peft = cfg->use_peft, bf16 = peft && cfg->base_dtype == CT_STORE_BF16, i8 = peft && cfg->base_dtype == CT_STORE_INT8;
+  int rc = ct_train_plan_policy(tr, p);
+  if (rc) return rc;
   *dry = cfg->dry_run;
   bool over_memory;
   rc = ct_plan_check(p, &tr->log, ct_dist_local_size(), knobs, &over_memory);

@@ -175,9 +175,15 @@ static void grpo_free(ct_grpo *g) {
 // A step's shape: prompts (all ranks) and this rank's, sequence length, the fused head's
 // rows at a time (grpo/step.c), the engine's slots and positions.
 typedef struct {
-  int step_prompts, per_rank_prompts, T, hrows;
+  int step_prompts, per_rank_prompts, T, hrows, max_prompt;
   ct_engine_opts eo;
 } shape_t;
+
+// The engine's shape for `slots` decode slots: positions for the longest prompt and its
+// completion; a pass holds the longest prompt's prefill, or one token per slot.
+static ct_engine_opts engine_opts(const shape_t *s, int slots) {
+  return (ct_engine_opts){slots, s->T, s->max_prompt > slots ? s->max_prompt : slots};
+}
 
 // The prompts (and eval prompts), each row checked by the reward functions, the step
 // schedule over them, and the step's shape.
@@ -202,15 +208,54 @@ static shape_t load_prompts(ct_grpo *g) {
   for (int i = 0; i < g->prompts.n; i++) max_prompt = g->prompts.ids[i].n > max_prompt ? g->prompts.ids[i].n : max_prompt;
   for (int i = 0; i < g->eval.n; i++) max_prompt = g->eval.ids[i].n > max_prompt ? g->eval.ids[i].n : max_prompt;
   s.T = max_prompt + (int)cfg->max_completion_length;
-  int slots = (int)cfg->decode_slots;
-  s.eo = (ct_engine_opts){slots, s.T, max_prompt > slots ? max_prompt : slots};
+  s.max_prompt = max_prompt;
+  s.eo = engine_opts(&s, (int)cfg->decode_slots);  // (decode_slots 0: plan() picks them)
   s.hrows = ct_head_chunk_rows(B * s.T, tr->model.cfg.vocab_size, CT_HEAD_MIN_ROWS_GRPO);
   return s;
 }
 
+// decode_slots 0: one slot per completion of the rank's generation batch, so that a step's
+// rollouts decode together; fewer when the memory plan cannot hold that many KV caches beside
+// `rest` (its other rows, the policy's, and the packed weights): then the most it holds, at
+// least 16 (the plan refuses those as it would have). Says which, and why.
+static int pick_slots(ct_grpo *g, const shape_t *s, const ct_plan *rest) {
+  ct_train *tr = g->tr;
+  const ct_model_config *mc = &tr->model.cfg;
+  int want = s->per_rank_prompts * g->G, floor = want < 16 ? want : 16;
+  ct_plan all = *rest;
+  if (ct_train_plan_policy(tr, &all)) ct_die(1, NULL);
+  double room = ct_plan_room(ct_dist_local_size(), NULL);
+  double others = ct_plan_total(&all) + ct_infer_pack_bytes(mc, ct_policy_engine_pack(tr));
+  int lo = floor, hi = want;  // the most slots whose engine fits: binary search (bytes grow with slots)
+  while (room > 0 && lo < hi) {
+    int mid = lo + (hi - lo + 1) / 2;
+    ct_engine_opts eo = engine_opts(s, mid);
+    if (others + ct_engine_bytes(mc, &eo) <= room) lo = mid;
+    else hi = mid - 1;
+  }
+  int slots = room > 0 ? lo : want;
+  if (slots == want)
+    ct_log_info(&tr->log, "decode_slots: %d, the rank's %d prompts x %d completions decoding together", slots,
+                s->per_rank_prompts, g->G);
+  else
+    ct_log_info(&tr->log, "decode_slots: %d of the rank's %d completions: the memory plan holds no more KV caches "
+                "beside the rest (decode_slots sets them)", slots, want);
+  return slots;
+}
+
+// The plan's rows of the frozen models: the reference and the reward models.
+static void frozen_rows(const ct_grpo *g, ct_plan *p, int B, int T) {
+  const ct_config *cfg = g->cfg;
+  if (g->use_ref) ct_train_plan_reference(g->tr, p, B, T);
+  for (int k = 0, kind; k < cfg->reward_funcs.n; k++)
+    if (!ct_reward_kind(cfg->reward_funcs.v[k], &kind) && kind == CT_REWARD_MODEL)
+      ct_plan_addf(p, ct_rm_bytes(cfg->reward_funcs.v[k], (int)cfg->reward_model_dtype, B, reward_model_tokens(cfg)),
+                   "reward model %s (%s)", cfg->reward_funcs.v[k], ct_store_names[cfg->reward_model_dtype]);
+}
+
 // The memory plan: the policy's activations and head, the engine, the reference, the reward
 // models. Returns true for a dry run.
-static bool plan(ct_grpo *g, const shape_t *s) {
+static bool plan(ct_grpo *g, shape_t *s) {
   const ct_config *cfg = g->cfg;
   ct_train *tr = g->tr;
   const ct_model_config *mc = &tr->model.cfg;
@@ -221,12 +266,13 @@ static bool plan(ct_grpo *g, const shape_t *s) {
   ct_train_plan_acts(tr, &plan, B, 0, T);
   ct_plan_addf(&plan, ct_head_bytes(B * T, s->hrows, V, C, tiles),
                "LM head: logits of %d of %d x %d tokens at a time / %d chunks", s->hrows, B, T, tiles);
+  if (!cfg->decode_slots) {  // (sized against every other row)
+    ct_plan rest = plan;
+    frozen_rows(g, &rest, B, T);
+    s->eo = engine_opts(s, pick_slots(g, s, &rest));
+  }
   ct_policy_engine_plan(&plan, mc, &s->eo, ct_policy_engine_pack(tr), "the weights");
-  if (g->use_ref) ct_train_plan_reference(tr, &plan, B, T);
-  for (int k = 0, kind; k < cfg->reward_funcs.n; k++)
-    if (!ct_reward_kind(cfg->reward_funcs.v[k], &kind) && kind == CT_REWARD_MODEL)
-      ct_plan_addf(&plan, ct_rm_bytes(cfg->reward_funcs.v[k], (int)cfg->reward_model_dtype, B, reward_model_tokens(cfg)),
-                   "reward model %s (%s)", cfg->reward_funcs.v[k], ct_store_names[cfg->reward_model_dtype]);
+  frozen_rows(g, &plan, B, T);
   if (ct_model_rope_reserve(&tr->model, T)) ct_die(1, NULL);
   return ct_loop_memory(tr, &plan, "gradient_checkpointing=true, ref_dtype=bfloat16 or int8 (or beta=0: "
                         "no reference), num_vocab_tiling, a smaller per_device_train_batch_size, "

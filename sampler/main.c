@@ -113,7 +113,7 @@ static ct_sample_params sample_params(const ct_config *cfg) {
 }
 
 static ct_engine_opts engine_opts(const ct_config *cfg) {
-  int slots = (int)cfg->decode_slots;
+  int slots = cfg->decode_slots > 0 ? (int)cfg->decode_slots : 16;  // (0: the default)
   return (ct_engine_opts){slots, (int)cfg->max_target_length,
                           (int)(cfg->max_prefill_length > slots ? cfg->max_prefill_length : slots)};
 }

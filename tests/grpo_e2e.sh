@@ -21,6 +21,16 @@ for k in reward_std frac_reward_zero_std kl clip_ratio/low_mean clip_ratio/high_
   grep -q "\"$k\"" "$T/len/metrics.jsonl" || fail "metrics lack $k"
 done
 
+echo "== decode_slots 0 decodes the step's 32 completions together; the rollouts are those of 4 slots, bit for bit"
+grep -q "decode_slots: 32, the rank's 4 prompts x 8 completions decoding together" "$T/len.log" \
+  || { cat "$T/len.log"; fail "decode_slots 0 did not take the generation batch"; }
+"$G" $common output_dir="$T/s4" max_steps=3 reward_funcs=length length_target=2 decode_slots=4 \
+  log_completions=true >"$T/s4.log" 2>&1 || { cat "$T/s4.log"; fail "grpo, 4 slots"; }
+"$G" $common output_dir="$T/sall" max_steps=3 reward_funcs=length length_target=2 \
+  log_completions=true >"$T/sall.log" 2>&1 || { cat "$T/sall.log"; fail "grpo, decode_slots 0"; }
+cmp "$T/s4/completions.jsonl" "$T/sall/completions.jsonl" && cmp "$T/s4/model.safetensors" "$T/sall/model.safetensors" \
+  || fail "the rollouts depend on the slots beside them"
+
 echo "== reward_weights weigh the reward functions; eval scores greedy completions"
 head -8 "$T/prompts.jsonl" >"$T/evalp.jsonl"
 "$G" $common output_dir="$T/w" max_steps=2 reward_funcs=length,accuracy reward_weights=0.5,-1 length_target=2 \

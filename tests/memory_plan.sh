@@ -42,4 +42,30 @@ grep -q "the memory plan needs .* MiB but .* MiB are available; shrink it with g
   || { cat "$T/big.log"; fail "no clear refusal"; }
 rss=$(cat "$T/rss" | tail -1)
 [ "$rss" -lt 200000 ] || fail "the refused run still reached $rss KiB"
+echo "== GRPO's decode_slots 0: the rank's whole generation batch, or as many KV caches as the plan holds"
+# 4 KiB of KV cache per position (4 layers x 2 kv heads x 64 x K and V, float32): 4 MiB a slot
+# at 1 + 1024 positions, so 16 slots and 64 differ by ~190 MiB, far past the run's own noise
+"$BIN/sft" configs/sft.yml dataset_path="$T/train.jsonl" output_dir="$T/q" max_steps=1 learning_rate=0 save_steps=0 \
+  model.hidden_size=256 model.intermediate_size=512 model.num_hidden_layers=4 model.num_attention_heads=4 \
+  model.num_key_value_heads=2 model.max_position_embeddings=2048 max_length=32 >"$T/q.log" 2>&1 \
+  || { cat "$T/q.log"; fail "the GRPO policy"; }
+grpo_dry() {  # grpo_dry NAME [key=value ...]: a dry run of 8 prompts x 8 completions a step
+  name=$1; shift
+  "$BIN/grpo" configs/grpo.yml model_path="$T/q" dataset_path="$T/train.jsonl" answer_field=completion output_dir="$T/$name" \
+    per_device_train_batch_size=16 gradient_accumulation_steps=4 num_generations=8 max_completion_length=1024 \
+    dry_run=true "$@" >"$T/$name.log" 2>&1
+}
+grpo_dry g16 decode_slots=16 || { cat "$T/g16.log"; fail "GRPO dry run, 16 slots"; }
+total16=$(sed -n 's/.* \([0-9][0-9]*\)  total, of .*/\1/p' "$T/g16.log")
+grpo_dry gall || { cat "$T/gall.log"; fail "GRPO dry run, decode_slots 0"; }
+grep -q "decode_slots: 64, the rank's 8 prompts x 8 completions decoding together" "$T/gall.log" &&
+  grep -q "sampler: KV cache of 64 slots" "$T/gall.log" || { cat "$T/gall.log"; fail "decode_slots 0 did not take 64 slots"; }
+CT_MEM_AVAILABLE_MB=$((total16 + 100)) grpo_dry gsome || { cat "$T/gsome.log"; fail "GRPO dry run in $((total16 + 100)) MiB"; }
+some=$(sed -n "s/.*decode_slots: \([0-9]*\) of the rank's 64 completions: the memory plan holds no more.*/\1/p" "$T/gsome.log")
+[ -n "$some" ] && [ "$some" -gt 16 ] && [ "$some" -lt 64 ] || { cat "$T/gsome.log"; fail "in $((total16 + 100)) MiB: not 16 < slots < 64"; }
+grep -q "sampler: KV cache of $some slots" "$T/gsome.log" || fail "the plan's KV cache is not $some slots"
+echo "16 slots: plan $total16 MiB; 64 slots in any room; $some slots in $((total16 + 100)) MiB"
+CT_MEM_AVAILABLE_MB=$((total16 - 100)) grpo_dry gnone && fail "a plan over the room ran"
+grep -q "decode_slots: 16 of the rank's 64" "$T/gnone.log" && grep -q "the memory plan needs .* MiB but" "$T/gnone.log" \
+  || { cat "$T/gnone.log"; fail "too little room: not 16 slots and a refusal"; }
 echo "memory plan: all checks passed"
