@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "distill/distill.h"
+#include "dnnl.h"
 #include "error.h"
 #include "hash.h"
 #include "ident.h"
@@ -77,6 +78,7 @@ int ct_distill_precompute(const ct_config *cfg, ct_train *tr, const ct_tokenizer
       }
     }
   }
+  if (!rc) rc = ct_dnnl_check();  // (bf16: a failed product left NaN logits; write no file of them)
   ct_topk file = {.k = k, .n = total, .idx = idx, .logit = lg, .data_hash = data_hash(ds)};
   if (!rc) rc = ct_topk_write(cfg->teacher_logits_path, &file, cfg->teacher_path);
   if (!rc) ct_log_info(&tr->log, "wrote %s", cfg->teacher_logits_path);
