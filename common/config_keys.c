@@ -28,6 +28,7 @@
 
 const char *const ct_save_dtype_names[] = {"float32", "bfloat16", NULL};
 const char *const ct_bf16_names[] = {"false", "true", "auto", NULL};
+const char *const ct_gc_names[] = {"false", "true", "always", NULL};
 const char *const ct_model_type_names[] = {"llama", "qwen2", "qwen3", "mistral", "gemma3_text", NULL};
 const char *const ct_output_names[] = {"text", "json", NULL};
 const char *const ct_quantization_names[] = {"none", "int8", "bf16", NULL};
@@ -52,6 +53,7 @@ const char *const ct_lora_save_names[] = {"embed_tokens", "lm_head", "score", "c
 NAMES_MATCH(ct_save_dtype_names, CT_DTYPE_COUNT);
 NAMES_MATCH(ct_model_type_names, CT_MODEL_COUNT);
 NAMES_MATCH(ct_bf16_names, CT_BF16_COUNT);
+NAMES_MATCH(ct_gc_names, CT_GC_COUNT);
 NAMES_MATCH(ct_output_names, CT_OUTPUT_COUNT);
 NAMES_MATCH(ct_quantization_names, CT_QUANT_COUNT);
 NAMES_MATCH(ct_truncate_names, CT_TRUNCATE_COUNT);
@@ -203,10 +205,12 @@ const key_def config_keys[] = {
     {"num_threads", K_INT, ALL | SAMPLER, OFF(num_threads), "0", IN(0, 4096),
      .comment = "Compute threads per process. 0 = all cores, divided among the MPI ranks "
                 "on each machine."},
-    {"gradient_checkpointing", K_BOOL, ALL, OFF(gradient_checkpointing), "false",
+    {"gradient_checkpointing", K_ENUM, ALL, OFF(gradient_checkpointing), "false", .choices = ct_gc_names,
+     .bool_as = {"true", "false"},
      .comment = "Keep only each layer's input and recompute the layer in backward: activation "
                 "memory of one layer instead of all, for about a third more compute. Same "
-                "gradients bit for bit."},
+                "gradients bit for bit. true: only when the memory plan cannot hold every layer's "
+                "activations (it says which); always: even when it can."},
     {"bf16", K_ENUM, ALL, OFF(bf16), "false", .choices = ct_bf16_names, .bool_as = {"true", "false"},
      .comment = "Matrix products of the trained model in bfloat16 (oneDNN, fp32 sums and outputs; "
                 "about twice fp32's speed on CPUs with AVX512_BF16 or AMX); weights, gradients, "

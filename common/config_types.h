@@ -24,6 +24,10 @@ extern const char *const ct_save_dtype_names[];
 // bf16: matmuls of the trained model in bfloat16 (oneDNN) or float32 (OpenBLAS)
 enum { CT_BF16_FALSE, CT_BF16_TRUE, CT_BF16_AUTO, CT_BF16_COUNT };
 extern const char *const ct_bf16_names[];
+// gradient_checkpointing: false keeps every layer's activations; true recomputes unless the
+// memory plan holds them all anyway; always recomputes.
+enum { CT_GC_FALSE, CT_GC_TRUE, CT_GC_ALWAYS, CT_GC_COUNT };
+extern const char *const ct_gc_names[];
 enum { CT_MODEL_LLAMA, CT_MODEL_QWEN2, CT_MODEL_QWEN3, CT_MODEL_MISTRAL, CT_MODEL_GEMMA3, CT_MODEL_COUNT };
 extern const char *const ct_model_type_names[];
 enum { CT_OUTPUT_TEXT, CT_OUTPUT_JSON, CT_OUTPUT_COUNT };
@@ -157,7 +161,7 @@ typedef struct {
   int64_t mtp_num_layers;          // multi-token prediction depths D (0 = off)
   double mtp_loss_scaling_factor;  // λ: the loss adds λ · mean_k CE_k
   int64_t num_threads;  // 0 = all cores, divided among local MPI ranks
-  int gradient_checkpointing;
+  int gradient_checkpointing;  // CT_GC_*
   int bf16;                  // CT_BF16_*
   int dry_run;
 

@@ -62,6 +62,9 @@ typedef struct {
   ct_weights g;       // views of grads into the model's layout (NULL members: frozen weights)
   ct_adamw adam;
   bool bf16;          // the model's matmuls run in bf16 (bf16: true, or auto on a bf16 CPU)
+  // the training activations' mode (CT_ACTS_KEEP or _RECOMPUTE) as the memory plan settled it
+  // (ct_train_plan_acts, ct_train_memory), and their row of that plan (-1: none)
+  int acts_mode, acts_row, acts_B, acts_T;
   // position
   long step;          // optimizer steps taken
   long total_steps;
@@ -123,8 +126,9 @@ int ct_tokenizer_load_said(ct_log *log, ct_tokenizer **tok, const char *dir);
 // num_tokens, tokens_per_s.
 void ct_train_log_fields(const ct_train *tr, json_t *j, double lr, double grad_norm, double tokens_per_s);
 // Adds the activations' rows to a memory plan: rows x T training tokens in the mode
-// gradient_checkpointing picks, and eval_rows x T forward-only ones (none when 0).
-void ct_train_plan_acts(const ct_train *tr, ct_plan *plan, int rows, int eval_rows, int T);
+// gradient_checkpointing picks (tr->acts_mode; with `true` ct_train_memory keeps every layer
+// instead when the whole plan fits that way), and eval_rows x T forward-only ones (none when 0).
+void ct_train_plan_acts(ct_train *tr, ct_plan *plan, int rows, int eval_rows, int T);
 // Before a training micro-batch's forward: which LoRA dropout masks it draws (a function
 // of seed, step, micro-batch and rank, so a resumed run draws the same).
 void ct_train_dropout_key(ct_train *tr, int micro);

@@ -5,6 +5,7 @@
 // ct_train_free. The optimizer's files are read in train_moments.c.
 #include "train_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -93,12 +94,31 @@ int ct_train_plan_policy(const ct_train *tr, ct_plan *p) {
   return 0;
 }
 
+// gradient_checkpointing: true — every layer's activations in place of the recomputation's
+// when the whole plan then still fits (with a tenth of the room to spare): the same gradients,
+// bit for bit, one forward fewer per micro-batch.
+static void keep_if_room(ct_train *tr, ct_plan *p) {
+  if (tr->cfg->gradient_checkpointing != CT_GC_TRUE || tr->acts_row < 0 || tr->acts_mode != CT_ACTS_RECOMPUTE) return;
+  const double MiB = 1048576.0;
+  double keep = ct_train_acts_bytes(tr, tr->acts_B, tr->acts_T, CT_ACTS_KEEP), was = p->row[tr->acts_row].bytes;
+  double total = ct_plan_total(p) - was + keep, room = ct_plan_room(ct_dist_local_size(), NULL);
+  if (room <= 0 || total > 0.9 * room) return;
+  p->row[tr->acts_row].bytes = keep;
+  snprintf(p->row[tr->acts_row].what, sizeof p->row[0].what, "activations, %d x %d tokens (every layer)", tr->acts_B,
+           tr->acts_T);
+  tr->acts_mode = CT_ACTS_KEEP;
+  ct_log_info(&tr->log, "gradient_checkpointing: every layer's activations fit (%.0f MiB, the plan %.0f of %.0f MiB): "
+              "kept, no recomputation (gradient_checkpointing: always recomputes anyway)", keep / MiB, total / MiB,
+              room / MiB);
+}
+
 int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   const ct_config *cfg = tr->cfg;
   ct_model *m = &tr->model;
   bool peft = cfg->use_peft, bf16 = peft && cfg->base_dtype == CT_STORE_BF16, i8 = peft && cfg->base_dtype == CT_STORE_INT8;
   int rc = ct_train_plan_policy(tr, p);
   if (rc) return rc;
+  keep_if_room(tr, p);
   *dry = cfg->dry_run;
   bool over_memory;
   rc = ct_plan_check(p, &tr->log, ct_dist_local_size(), knobs, &over_memory);
@@ -199,10 +219,15 @@ double ct_train_acts_bytes(const ct_train *tr, int B, int T, int mode) {
   return b;
 }
 
-void ct_train_plan_acts(const ct_train *tr, ct_plan *plan, int rows, int eval_rows, int T) {
-  bool ckpt = tr->cfg->gradient_checkpointing;
-  ct_plan_addf(plan, ct_train_acts_bytes(tr, rows, T, ckpt ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP),
+void ct_train_plan_acts(ct_train *tr, ct_plan *plan, int rows, int eval_rows, int T) {
+  bool ckpt = tr->cfg->gradient_checkpointing != CT_GC_FALSE;
+  tr->acts_mode = ckpt ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
+  tr->acts_B = rows;
+  tr->acts_T = T;
+  int n = plan->n;
+  ct_plan_addf(plan, ct_train_acts_bytes(tr, rows, T, tr->acts_mode),
                "activations, %d x %d tokens (%s)", rows, T, ckpt ? "layer inputs + one layer" : "every layer");
+  tr->acts_row = plan->n > n && n < CT_PLAN_ROWS - 1 ? n : -1;
   if (eval_rows > 0)
     ct_plan_addf(plan, ct_train_acts_bytes(tr, eval_rows, T, CT_ACTS_FORWARD), "evaluation activations, %d x %d tokens",
                  eval_rows, T);

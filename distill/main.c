@@ -151,7 +151,7 @@ static void build(ct_distill *d) {
   ct_train *tr = d->tr;
   const ct_model_config *mc = &tr->model.cfg;
   int B = d->B, T = d->T, Be = d->Be, Bmax = B > Be ? B : Be, accum = d->accum, C = mc->hidden_size;
-  int tiles = (int)cfg->num_vocab_tiling, mode = cfg->gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
+  int tiles = (int)cfg->num_vocab_tiling, mode = tr->acts_mode;
   if (!d->offline && (ct_distill_teacher_load(&d->teacher, cfg, B, T) ||
                       (tr->bf16 && ct_frozen_compute_bf16(&d->teacher.f))))
     ct_die(1, NULL);

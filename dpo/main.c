@@ -348,7 +348,7 @@ static void dpo_init(dpo_t *d, int B, int Be, int T, int hrows, int global) {
   ct_train *tr = d->tr;
   const ct_model_config *mc = &tr->model.cfg;
   int Bmax = B > Be ? B : Be, accum = (int)d->cfg->gradient_accumulation_steps;
-  int mode = d->cfg->gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
+  int mode = tr->acts_mode;
   d->pairs = malloc(sizeof(int) * (global > Bmax ? global : Bmax));
   d->ref_c = malloc(sizeof(float) * Bmax);
   d->ref_r = malloc(sizeof(float) * Bmax);

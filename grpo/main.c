@@ -286,7 +286,7 @@ static void build(ct_grpo *g, const shape_t *s) {
   ct_train *tr = g->tr;
   const ct_model_config *mc = &tr->model.cfg;
   int B = (int)cfg->per_device_train_batch_size, T = s->T;
-  int mode = cfg->gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
+  int mode = tr->acts_mode;
   init_rewards(g);
   if (ct_completions_open(&g->log, cfg->output_dir, cfg->log_completions, (int)cfg->num_completions_to_print,
                           tr->step, &tr->log))

@@ -211,7 +211,7 @@ static void load_data(ct_train *tr, ct_pref_dataset *train, ct_pref_dataset *eva
 static void rm_init(rm_t *d, int B, int Be, int T, int global) {
   const ct_config *cfg = d->cfg;
   ct_train *tr = d->tr;
-  int Bmax = B > Be ? B : Be, mode = cfg->gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
+  int Bmax = B > Be ? B : Be, mode = tr->acts_mode;
   if (cfg->use_peft) {  // the head that trains is the adapters' copy (its base's, or the adapter's)
     ct_lora_attach(&tr->lora, &tr->model);
     tr->g.score = tr->lora.g_score;

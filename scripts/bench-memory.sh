@@ -16,15 +16,15 @@ echo "OpenBLAS kernel: ${OPENBLAS_CORETYPE:-chosen by ctune for this CPU}"
 # the 0.5B model: its initialization, saved in bfloat16 by a step at learning rate 0
 run q_init "$BIN/sft" $sft_args $qwen output_dir="$T/q" max_steps=1 learning_rate=0 save_dtype=bfloat16
 run q_sft "$BIN/sft" $sft_args $qwen output_dir="$T/q1" max_steps=3
-run q_sft_gc "$BIN/sft" $sft_args $qwen output_dir="$T/q2" max_steps=3 gradient_checkpointing=true
+run q_sft_gc "$BIN/sft" $sft_args $qwen output_dir="$T/q2" max_steps=3 gradient_checkpointing=always
 run q_dpo "$BIN/dpo" $dpo_args model_path="$T/q" output_dir="$T/q3" max_steps=2
 run q_dpo_bf16 "$BIN/dpo" $dpo_args model_path="$T/q" output_dir="$T/q4" max_steps=2 ref_dtype=bfloat16
 rm -rf "$T/q1" "$T/q2" "$T/q3" "$T/q4"
-run l_init "$BIN/sft" $sft_args $llama output_dir="$T/l" max_steps=1 learning_rate=0 save_dtype=bfloat16 gradient_checkpointing=true
+run l_init "$BIN/sft" $sft_args $llama output_dir="$T/l" max_steps=1 learning_rate=0 save_dtype=bfloat16 gradient_checkpointing=always
 run l_sft "$BIN/sft" $sft_args $llama output_dir="$T/l1" max_steps=2
-run l_sft_gc "$BIN/sft" $sft_args $llama output_dir="$T/l2" max_steps=2 gradient_checkpointing=true
-run l_dpo "$BIN/dpo" $dpo_args model_path="$T/l" output_dir="$T/l3" max_steps=1 gradient_checkpointing=true
-run l_dpo_bf16 "$BIN/dpo" $dpo_args model_path="$T/l" output_dir="$T/l4" max_steps=1 ref_dtype=bfloat16 gradient_checkpointing=true
+run l_sft_gc "$BIN/sft" $sft_args $llama output_dir="$T/l2" max_steps=2 gradient_checkpointing=always
+run l_dpo "$BIN/dpo" $dpo_args model_path="$T/l" output_dir="$T/l3" max_steps=1 gradient_checkpointing=always
+run l_dpo_bf16 "$BIN/dpo" $dpo_args model_path="$T/l" output_dir="$T/l4" max_steps=1 ref_dtype=bfloat16 gradient_checkpointing=always
 
 echo "| run (batch 1 x 512 tokens) | its plan | peak resident | launch to first step | tokens/s (mean after step 1) |"
 echo "| --- | --- | --- | --- | --- |"

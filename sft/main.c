@@ -108,7 +108,7 @@ static void load_data(ct_train *tr, ct_dataset *train, ct_dataset *eval) {
 
 // SFT's rows of the memory plan: activations of B x T training and Be x T eval tokens, the
 // fused LM head, multi-token prediction's depths. Returns the head's rows at a time.
-static int plan_rows(const ct_train *tr, ct_plan *plan, int B, int Be, int T) {
+static int plan_rows(ct_train *tr, ct_plan *plan, int B, int Be, int T) {
   const ct_model_config *mc = &tr->model.cfg;
   int V = mc->vocab_size, C = mc->hidden_size, tiles = (int)tr->cfg->num_vocab_tiling, Bmax = B > Be ? B : Be;
   ct_train_plan_acts(tr, plan, B, Be, T);
@@ -125,7 +125,7 @@ static int plan_rows(const ct_train *tr, ct_plan *plan, int B, int Be, int T) {
 // The work space the plan counted: seqs for a whole step (`global`).
 static void workspace_init(ct_train *tr, workspace *w, int B, int Be, int T, int hrows, int global) {
   const ct_model_config *mc = &tr->model.cfg;
-  int Bmax = B > Be ? B : Be, mode = tr->cfg->gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
+  int Bmax = B > Be ? B : Be, mode = tr->acts_mode;
   w->seqs = malloc(sizeof(int) * (global > Bmax ? global : Bmax));
   if (!w->seqs || ct_acts_init(&w->acts, &tr->model, B, T, mode) || ct_train_attach(tr, &w->acts) ||
       (Be && (ct_acts_init(&w->eval_acts, &tr->model, Be, T, CT_ACTS_FORWARD) || ct_train_attach(tr, &w->eval_acts))) ||

@@ -52,7 +52,7 @@ awk -v l="$l" -v n="$nll" 'BEGIN { d = l - log(2) - n; exit !(n > 0.1 && d < 1e-
 grep -q '"eval_nll_loss"' "$T/rpo/metrics.jsonl" || fail "no eval_nll_loss"
 
 echo "== gradient_checkpointing gives the same steps, bit for bit"
-"$D" $common output_dir="$T/gc" max_steps=5 gradient_checkpointing=true >"$T/gc.log" 2>&1 || { cat "$T/gc.log"; fail "gc run"; }
+"$D" $common output_dir="$T/gc" max_steps=5 gradient_checkpointing=always >"$T/gc.log" 2>&1 || { cat "$T/gc.log"; fail "gc run"; }
 [ "$(steps "$T/a/metrics.jsonl" | head -5 | sed 's/"tokens_per_s":[0-9.e+]*//; s/"epoch":[0-9.e+]*//')" = \
   "$(steps "$T/gc/metrics.jsonl" | sed 's/"tokens_per_s":[0-9.e+]*//; s/"epoch":[0-9.e+]*//')" ] \
   || fail "gradient_checkpointing changed the steps"

@@ -1,6 +1,7 @@
 #!/bin/sh
 # The memory plan: printed before anything big is allocated, within 10% of the peak
-# resident memory a run then reaches (with and without gradient_checkpointing), a dry
+# resident memory a run then reaches (with and without recomputation), gradient_checkpointing:
+# true recomputing only when the plan cannot keep every layer, a dry
 # run that stops after it, and a model too big for the machine refused before any
 # allocation, naming the knobs that shrink it.
 . tests/lib/common.sh
@@ -14,7 +15,7 @@ shape="configs/sft.yml dataset_path=$T/train.jsonl model.vocab_size=32000 model.
        model.intermediate_size=1536 model.num_hidden_layers=8 model.num_attention_heads=8
        model.num_key_value_heads=4 max_length=128 per_device_train_batch_size=4 save_steps=0
        packing=true completion_only_loss=false"
-for gc in false true; do
+for gc in false always; do
   "$BIN/sft" $shape output_dir="$T/o$gc" max_steps=2 gradient_checkpointing=$gc >"$T/$gc.log" 2>&1 \
     || { cat "$T/$gc.log"; fail "sft run"; }
   plan=$(sed -n 's/.* \([0-9][0-9]*\)  total, of .*/\1/p' "$T/$gc.log")
@@ -24,8 +25,20 @@ for gc in false true; do
     || fail "the plan ($plan MiB) is not within 10% of the peak ($peak MiB)"
   eval "plan_$gc=$plan"
 done
-awk -v a="$plan_true" -v b="$plan_false" 'BEGIN { exit !(a < b - 50) }' \
-  || fail "gradient_checkpointing does not shrink the plan ($plan_false -> $plan_true MiB)"
+awk -v a="$plan_always" -v b="$plan_false" 'BEGIN { exit !(a < b - 50) }' \
+  || fail "gradient_checkpointing does not shrink the plan ($plan_false -> $plan_always MiB)"
+
+echo "== gradient_checkpointing: true recomputes only when the plan cannot keep every layer"
+"$BIN/sft" $shape output_dir="$T/keep" max_steps=2 gradient_checkpointing=true dry_run=true >"$T/keep.log" 2>&1 \
+  || { cat "$T/keep.log"; fail "dry run, gradient_checkpointing true"; }
+grep -q "gradient_checkpointing: every layer's activations fit .*: kept, no recomputation" "$T/keep.log" &&
+  grep -q "activations, 4 x 128 tokens (every layer)" "$T/keep.log" || { cat "$T/keep.log"; fail "true did not keep them in ample room"; }
+room=$((plan_false * 10 / 9 - 20))  # the kept plan needs a tenth spare: this room holds only the recomputing one
+CT_MEM_AVAILABLE_MB=$room "$BIN/sft" $shape output_dir="$T/tight" max_steps=2 gradient_checkpointing=true dry_run=true \
+  >"$T/tight.log" 2>&1 || { cat "$T/tight.log"; fail "dry run, gradient_checkpointing true, $room MiB"; }
+! grep -q "kept, no recomputation" "$T/tight.log" && grep -q "(layer inputs + one layer)" "$T/tight.log" \
+  || { cat "$T/tight.log"; fail "true kept every layer in $room MiB"; }
+echo "gradient_checkpointing=true: every layer kept in ample room, recomputed in $room MiB"
 
 echo "== dry_run prints the plan and allocates nothing"
 "$BIN/sft" $shape output_dir="$T/dry" max_steps=2 dry_run=true >"$T/dry.log" 2>&1 || { cat "$T/dry.log"; fail "dry run"; }

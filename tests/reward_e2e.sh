@@ -95,7 +95,7 @@ losses "$T/s1/metrics.jsonl" >"$T/r1"
 losses "$T/s2/metrics.jsonl" >"$T/r2"
 diff "$T/r1" "$T/r2" || fail "losses differ after resuming"
 cmp "$T/s1/model.safetensors" "$T/s2/model.safetensors" || fail "weights differ after resuming"
-"$R" $args output_dir="$T/gc" gradient_checkpointing=true save_steps=0 >"$T/gc.log" 2>&1 || { cat "$T/gc.log"; fail "gc run"; }
+"$R" $args output_dir="$T/gc" gradient_checkpointing=always save_steps=0 >"$T/gc.log" 2>&1 || { cat "$T/gc.log"; fail "gc run"; }
 cmp "$T/s1/model.safetensors" "$T/gc/model.safetensors" || fail "gradient_checkpointing changed the weights"
 
 echo "== a reward model continues from its own directory (its head is kept)"
