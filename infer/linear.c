@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amx.h"
 #include "bf16.h"
 #include "panel.h"
 #include "pool.h"
@@ -206,7 +207,8 @@ static int quantize_x(const float *x, int ldx, int S, int K) {
   return 0;
 }
 
-// x rounded to bf16 for bf16 panels: (S, 2⌈K/2⌉), an odd K padded with a 0 column.
+// x rounded to bf16 for bf16 panels: (S, 2⌈K/2⌉), an odd K padded with a 0 column, and
+// 16 rows of zeros after the S rows (AMX reads whole 16-row tiles: see amx.h).
 static struct {
   uint16_t *x16;
   long cap;
@@ -225,9 +227,11 @@ static void narrow_task(void *ctx, int part, int thread) {
 }
 
 static int narrow_x(const float *x, int ldx, int S, int K) {
-  if (!(BX.x16 = reserve(BX.x16, &BX.cap, (long)S * 2 * ((K + 1) / 2), sizeof(uint16_t)))) return -1;
+  long ld = 2 * ((K + 1) / 2);
+  if (!(BX.x16 = reserve(BX.x16, &BX.cap, (S + 16L) * ld, sizeof(uint16_t)))) return -1;
   rows_job j = {x, ldx, S, K, ct_pool_parts(S), false};
   ct_parallel_for(j.parts, narrow_task, &j);
+  memset(BX.x16 + S * ld, 0, 16 * ld * sizeof(uint16_t));
   return 0;
 }
 
@@ -264,7 +268,13 @@ static void panel_range(const lin_job *j, long p0, long p1, long s0, long s1) {
                    j->ldy, j->acc, (int)p0, (int)p1);
   else if (w->p16) {
     long ld = 2 * ((w->cols + 1) / 2);
-    ct_panel16_gemm(w->p16, w->rows, w->cols, BX.x16 + s0 * ld, (int)ld, S, y, j->ldy, j->acc, (int)p0, (int)p1);
+    const uint16_t *x16 = BX.x16 + s0 * ld;
+    if (ct_amx_ready() && ct_amx_fits(w->cols)) {  // full panels on AMX, the narrow last one below
+      ct_amx_gemm16(w->p16, w->rows, w->cols, x16, (int)ld, S, y, j->ldy, j->acc, (int)p0, (int)p1);
+      if (p1 * CT_PANEL <= w->rows) return;
+      p0 = p1 - 1;
+    }
+    ct_panel16_gemm(w->p16, w->rows, w->cols, x16, (int)ld, S, y, j->ldy, j->acc, (int)p0, (int)p1);
   } else
     ct_panel_gemm_px(w->p32, w->rows, w->cols, PX.xp + s0 * w->cols, S, y, j->ldy, j->acc, (int)p0, (int)p1);
 }

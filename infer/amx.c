@@ -1,0 +1,136 @@
+// amx: bf16 products on AMX tiles over the engine's bf16 panels (see amx.h).
+#include "amx.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "panel.h"
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+// Linux hands out the 8 KB tile state only to a process that asks for it (arch_prctl).
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+static bool ready;
+static pthread_once_t ready_once = PTHREAD_ONCE_INIT;
+
+static void decide(void) {
+  const char *env = getenv("CT_AMX");
+  if (env && strcmp(env, "0") == 0) return;
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
+  if (!(d & (1u << 24)) || !(d & (1u << 22))) return;  // AMX-TILE, AMX-BF16
+  ready = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+
+bool ct_amx_ready(void) {
+  pthread_once(&ready_once, decide);
+  return ready;
+}
+
+// Every tile 16 rows × 64 bytes: C tiles 16 × 16 fp32, A tiles 16 tokens × 16 k pairs,
+// B tiles 16 k pairs × 16 columns (each a pair).
+typedef struct __attribute__((aligned(64))) {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} tile_config;
+
+static void configure(void) {
+  tile_config c;
+  memset(&c, 0, sizeof c);
+  c.palette = 1;
+  for (int t = 0; t < 8; t++) c.colsb[t] = 64, c.rows[t] = 16;
+  _tile_loadconfig(&c);
+}
+
+// out (rows, 32) += or = c (16·blocks, 32), the first `rows` rows.
+static void put(const float *c, int rows, float *y, int ldy, int acc) {
+  for (int r = 0; r < rows; r++) {
+    float *yr = y + (long)r * ldy;
+    const float *cr = c + r * 32;
+    if (acc)
+      for (int j = 0; j < 32; j++) yr[j] += cr[j];
+    else
+      memcpy(yr, cr, 32 * sizeof(float));
+  }
+}
+
+// One panel (Pp: K/2 pair rows of 128 bytes) × tokens [0, 32) of x (ldx bytes apart):
+// C tiles 0–3 = tokens 0–15 / 16–31 × columns 0–15 / 16–31.
+static void block32(const uint16_t *Pp, int K2, const uint16_t *x, long ldx, float *c) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  const char *xa = (const char *)x, *xb = xa + 16 * ldx;
+  for (int k = 0; k < K2; k += 16) {
+    const uint16_t *b = Pp + (long)k * 64;
+    _tile_loadd(4, xa + 4L * k, ldx);
+    _tile_loadd(6, b, 128);
+    _tile_loadd(7, b + 32, 128);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_loadd(5, xb + 4L * k, ldx);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, c, 128);
+  _tile_stored(1, c + 16, 128);
+  _tile_stored(2, c + 16 * 32, 128);
+  _tile_stored(3, c + 16 * 32 + 16, 128);
+}
+
+// The same for tokens [0, 16).
+static void block16(const uint16_t *Pp, int K2, const uint16_t *x, long ldx, float *c) {
+  _tile_zero(0);
+  _tile_zero(1);
+  const char *xa = (const char *)x;
+  for (int k = 0; k < K2; k += 16) {
+    const uint16_t *b = Pp + (long)k * 64;
+    _tile_loadd(4, xa + 4L * k, ldx);
+    _tile_loadd(6, b, 128);
+    _tile_loadd(7, b + 32, 128);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+  }
+  _tile_stored(0, c, 128);
+  _tile_stored(1, c + 16, 128);
+}
+
+void ct_amx_gemm16(const uint16_t *Pk, int N, int K, const uint16_t *x16, int ldx16, int S, float *y, int ldy,
+                   int acc, int p0, int p1) {
+  if (p1 > N / CT_PANEL) p1 = N / CT_PANEL;  // full panels only
+  if (p0 >= p1 || S <= 0) return;
+  float c[32 * 32] __attribute__((aligned(64)));
+  const long ldx = 2L * ldx16;
+  const int K2 = K / 2;
+  configure();
+  for (int p = p0; p < p1; p++) {
+    const uint16_t *Pp = Pk + (long)p * CT_PANEL * K;
+    for (int s = 0; s < S; s += 32) {
+      const uint16_t *xs = x16 + (long)s * ldx16;
+      int rows = S - s < 32 ? S - s : 32;
+      if (rows > 16) block32(Pp, K2, xs, ldx, c);
+      else block16(Pp, K2, xs, ldx, c);
+      put(c, rows, y + (long)s * ldy + (long)p * CT_PANEL, ldy, acc);
+    }
+  }
+  _tile_release();
+}
+
+#else
+bool ct_amx_ready(void) { return false; }
+void ct_amx_gemm16(const uint16_t *Pk, int N, int K, const uint16_t *x16, int ldx16, int S, float *y, int ldy,
+                   int acc, int p0, int p1) {
+  (void)Pk, (void)N, (void)K, (void)x16, (void)ldx16, (void)S, (void)y, (void)ldy, (void)acc, (void)p0, (void)p1;
+}  // never called: ct_amx_ready() is false
+#endif
+
+bool ct_amx_fits(int K) { return K > 0 && K % 32 == 0; }
