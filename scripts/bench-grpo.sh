@@ -62,4 +62,6 @@ awk -v g="$gen" -v t="$train" -v w="$wall" -v p="$peak" -v len="$len" -v ntok="$
   flop = 2 * N * comp + 4 * N * ntok
   if (rate > 0) printf "  compute limit %.1f s = %.1f TFLOP (%d completion, %d trained tokens) / oneDNN bf16 %.0f GFLOP/s (best of %d readings, the least %.0f): the step (rollouts + training) reaches %.0f%% of it\n",
     flop / (rate * 1e9), flop / 1e12, comp, ntok, rate, n, lo, 100 * flop / (rate * 1e9) / (g + t)
+  if (rate > 0) printf "  rollouts: %.0f GFLOP/s (2N per completion token) = %.0f%% of that rate; training: %.0f GFLOP/s (4N per trained token) = %.0f%%\n",
+    2 * N * comp / g / 1e9, 100 * 2 * N * comp / g / 1e9 / rate, 4 * N * ntok / t / 1e9, 100 * 4 * N * ntok / t / 1e9 / rate
   else print "  compute limit: no oneDNN bf16 rate on this CPU (ctune-bench peak failed)" }'
