@@ -62,9 +62,22 @@ static void put(const float *c, int rows, float *y, int ldy, int acc) {
   }
 }
 
+// With more than one block of tokens, the next panel's lines are fetched into L2 while
+// this one computes: per_step lines from *next on every k step (the weights stream from
+// memory once per decode step; without it the first token block of each panel stalls on
+// them: the 0.5B model's LM head at 128 tokens ran ~15% slower).
+typedef struct {
+  const char *next, *end;
+  int per_step;
+} prefetch;
+
+static inline __attribute__((always_inline)) void fetch_step(prefetch *f) {
+  for (int i = 0; i < f->per_step && f->next < f->end; i++, f->next += 64) _mm_prefetch(f->next, _MM_HINT_T1);
+}
+
 // One panel (Pp: K/2 pair rows of 128 bytes) × tokens [0, 32) of x (ldx bytes apart):
 // C tiles 0–3 = tokens 0–15 / 16–31 × columns 0–15 / 16–31.
-static void block32(const uint16_t *Pp, int K2, const uint16_t *x, long ldx, float *c) {
+static void block32(const uint16_t *Pp, int K2, const uint16_t *x, long ldx, float *c, prefetch *f) {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
@@ -80,6 +93,7 @@ static void block32(const uint16_t *Pp, int K2, const uint16_t *x, long ldx, flo
     _tile_loadd(5, xb + 4L * k, ldx);
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
+    fetch_step(f);
   }
   _tile_stored(0, c, 128);
   _tile_stored(1, c + 16, 128);
@@ -88,7 +102,7 @@ static void block32(const uint16_t *Pp, int K2, const uint16_t *x, long ldx, flo
 }
 
 // The same for tokens [0, 16).
-static void block16(const uint16_t *Pp, int K2, const uint16_t *x, long ldx, float *c) {
+static void block16(const uint16_t *Pp, int K2, const uint16_t *x, long ldx, float *c, prefetch *f) {
   _tile_zero(0);
   _tile_zero(1);
   const char *xa = (const char *)x;
@@ -99,6 +113,7 @@ static void block16(const uint16_t *Pp, int K2, const uint16_t *x, long ldx, flo
     _tile_loadd(7, b + 32, 128);
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
+    fetch_step(f);
   }
   _tile_stored(0, c, 128);
   _tile_stored(1, c + 16, 128);
@@ -111,14 +126,20 @@ void ct_amx_gemm16(const uint16_t *Pk, int N, int K, const uint16_t *x16, int ld
   float c[32 * 32] __attribute__((aligned(64)));
   const long ldx = 2L * ldx16;
   const int K2 = K / 2;
+  const long panel_bytes = 64L * K;                   // 32 rows × K bf16
+  const int steps = (S + 31) / 32 * (K2 / 16);       // k steps per panel
+  const int per_step = (int)((panel_bytes / 64 + steps - 1) / steps);
   configure();
   for (int p = p0; p < p1; p++) {
     const uint16_t *Pp = Pk + (long)p * CT_PANEL * K;
+    // (one token block streams the panel once: the hardware's prefetcher keeps up then)
+    const char *nx = p + 1 < p1 && S > 32 ? (const char *)(Pp + CT_PANEL * (long)K) : NULL;
+    prefetch f = {nx, nx ? nx + panel_bytes : NULL, per_step};
     for (int s = 0; s < S; s += 32) {
       const uint16_t *xs = x16 + (long)s * ldx16;
       int rows = S - s < 32 ? S - s : 32;
-      if (rows > 16) block32(Pp, K2, xs, ldx, c);
-      else block16(Pp, K2, xs, ldx, c);
+      if (rows > 16) block32(Pp, K2, xs, ldx, c, &f);
+      else block16(Pp, K2, xs, ldx, c, &f);
       put(c, rows, y + (long)s * ldy + (long)p * CT_PANEL, ldy, acc);
     }
   }

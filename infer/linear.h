@@ -1,7 +1,9 @@
 // linear: the inference engine's matrix products, y = x · Wᵀ for a few rows x, with W
 // packed into panels (fp32 or bf16, see panel.h: register-blocked, the batched decode's
 // kernels), in plain fp32 rows (the training parameters themselves, no copy: the
-// adapters' small matrices), or int8 with one scale per output row. Each output is one
+// adapters' small matrices), or int8 with one scale per output row. bf16 panels run on
+// AMX tiles where the CPU has them (amx.h; the narrow last panel, and W whose width is not
+// a multiple of 32, stay on the panel kernel). Each output is one
 // chain of products in a fixed order, so a token's result is bit-identical whatever else
 // shares the batch and whatever the thread count: the sampler's seeded outputs do not
 // depend on continuous batching.
