@@ -13,9 +13,9 @@ bool ct_dnnl_bf16_cpu(void);
 int ct_dnnl_init(void);
 
 // Row-major C (M, N) = op(A) · op(B) + beta · C, A and B bf16, C fp32, the products summed
-// in fp32. beta is 0 or 1. ta/tb: 'N' or 'T'. The rows or columns of C are split across
-// the pool's threads, each running oneDNN single-threaded (oneDNN's OpenMP threads would
-// compete with the pool for the same cores). Primitives are created once per shape and
+// in fp32. beta is 0 or 1. ta/tb: 'N' or 'T'. The rows or columns of C are split into parts
+// of ~1024 that the pool's threads claim as they come free, each running oneDNN
+// single-threaded (oneDNN's OpenMP threads would compete with the pool for the same cores). Primitives are created once per shape and
 // split (creation takes ~0.1-1 ms) and kept until ct_dnnl_free. Needs ct_dnnl_init.
 // It cannot fail as kernels do not (void): when oneDNN does (a broken install, memory for a
 // primitive or scratchpad), the part of C it leaves is NaN and ct_dnnl_check reports why.
