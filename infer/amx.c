@@ -75,13 +75,17 @@ static inline __attribute__((always_inline)) void fetch_step(prefetch *f) {
   for (int i = 0; i < f->per_step && f->next < f->end; i++, f->next += 64) _mm_prefetch(f->next, _MM_HINT_T1);
 }
 
-// One panel (Pp: K/2 pair rows of 128 bytes) × tokens [0, 32) of x (ldx bytes apart):
-// C tiles 0–3 = tokens 0–15 / 16–31 × columns 0–15 / 16–31.
-static void block32(const uint16_t *Pp, int K2, const uint16_t *x, long ldx, float *c, prefetch *f) {
+// One panel (Pp: K/2 pair rows of 128 bytes) × tokens [0, 32) of x (ldx bytes apart), or
+// [0, 16) when !two: C tiles 0–3 = tokens 0–15 / 16–31 × columns 0–15 / 16–31. (Inlined
+// with `two` a constant: the two shapes compile to their own loops.)
+static inline __attribute__((always_inline)) void block(const uint16_t *Pp, int K2, const uint16_t *x, long ldx,
+                                                        float *c, prefetch *f, const bool two) {
   _tile_zero(0);
   _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
+  if (two) {
+    _tile_zero(2);
+    _tile_zero(3);
+  }
   const char *xa = (const char *)x, *xb = xa + 16 * ldx;
   for (int k = 0; k < K2; k += 16) {
     const uint16_t *b = Pp + (long)k * 64;
@@ -90,33 +94,19 @@ static void block32(const uint16_t *Pp, int K2, const uint16_t *x, long ldx, flo
     _tile_loadd(7, b + 32, 128);
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
-    _tile_loadd(5, xb + 4L * k, ldx);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
+    if (two) {
+      _tile_loadd(5, xb + 4L * k, ldx);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
     fetch_step(f);
   }
   _tile_stored(0, c, 128);
   _tile_stored(1, c + 16, 128);
-  _tile_stored(2, c + 16 * 32, 128);
-  _tile_stored(3, c + 16 * 32 + 16, 128);
-}
-
-// The same for tokens [0, 16).
-static void block16(const uint16_t *Pp, int K2, const uint16_t *x, long ldx, float *c, prefetch *f) {
-  _tile_zero(0);
-  _tile_zero(1);
-  const char *xa = (const char *)x;
-  for (int k = 0; k < K2; k += 16) {
-    const uint16_t *b = Pp + (long)k * 64;
-    _tile_loadd(4, xa + 4L * k, ldx);
-    _tile_loadd(6, b, 128);
-    _tile_loadd(7, b + 32, 128);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    fetch_step(f);
+  if (two) {
+    _tile_stored(2, c + 16 * 32, 128);
+    _tile_stored(3, c + 16 * 32 + 16, 128);
   }
-  _tile_stored(0, c, 128);
-  _tile_stored(1, c + 16, 128);
 }
 
 void ct_amx_gemm16(const uint16_t *Pk, int N, int K, const uint16_t *x16, int ldx16, int S, float *y, int ldy,
@@ -138,8 +128,8 @@ void ct_amx_gemm16(const uint16_t *Pk, int N, int K, const uint16_t *x16, int ld
     for (int s = 0; s < S; s += 32) {
       const uint16_t *xs = x16 + (long)s * ldx16;
       int rows = S - s < 32 ? S - s : 32;
-      if (rows > 16) block32(Pp, K2, xs, ldx, c, &f);
-      else block16(Pp, K2, xs, ldx, c, &f);
+      if (rows > 16) block(Pp, K2, xs, ldx, c, &f, true);
+      else block(Pp, K2, xs, ldx, c, &f, false);
       put(c, rows, y + (long)s * ldy + (long)p * CT_PANEL, ldy, acc);
     }
   }
