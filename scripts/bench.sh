@@ -23,6 +23,8 @@ section "distillation soft loss vs the cross-entropy head, Qwen3-0.6B hidden siz
 "$BIN/ctune-bench" kd
 section "sampler: prefill and decode, fp32, bf16 and int8, vs the memory-bandwidth bound"
 "$BIN/sampler" bench
+section "sampler: batched bf16 decode of 128 slots, Qwen2.5-0.5B shape, against the oneDNN bf16 rate (AMX tiles where present)"
+"$BIN/ctune-bench" decode qwen=0.5b layers=24
 # scripts/bench-<name>.sh "$BIN", each under its title (the list is read from fd 3: the scripts keep stdin)
 while IFS='|' read -r name title <&3; do
   section "$title"

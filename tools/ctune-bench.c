@@ -4,6 +4,7 @@
 //   ctune-bench [train] [layers=30] [batch=4] [seq=256] [steps=4] [threads=0] [tiling=1] [gemma=0|1|1b]
 //               [qwen=0|0.5b] [lora=0] [clock=wall|cpu]
 //   ctune-bench kd [rows=512] [hidden=1024] [vocab=151936] [tiling=8] [steps=3]
+//   ctune-bench decode [qwen=0|0.5b] [layers=30] [slots=128] [steps=16]
 //
 // The model is SmolLM-135M-shaped (hidden 576, 30 layers, 9 heads, 3 kv heads,
 // intermediate 1536, vocab 49152, tied embeddings), or with gemma=1 gemma-3-270m-shaped
@@ -19,6 +20,10 @@
 // weight gradient, so a step counts 4 x (matmul parameters) + the adapters' 6 x r x (in +
 // out) per token + attention; AdamW updates the adapters only.
 //
+// `decode` times the inference engine's batched decode in bf16 (every slot one token a step,
+// the LM head's logits for each), as GRPO's rollouts run it, against oneDNN's bf16 2048³
+// rate read between its runs: GFLOP/s count 2 x (matmul parameters) per token.
+//
 // `kd` times the distillation soft loss (nn/kd.c: teacher and student logits in
 // vocabulary chunks, JSD, gradient) against the plain cross-entropy head (common/loss.c)
 // on the same rows, at Qwen3-0.6B's hidden size and vocabulary. Tiled, the soft loss does
@@ -31,10 +36,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "amx.h"
 #include "args.h"
 #include "bf16.h"
 #include "data.h"
 #include "dnnl.h"
+#include "engine.h"
 #include "kd.h"
 #include "config.h"
 #include "error.h"
@@ -44,8 +51,10 @@
 #include "matmul.h"
 #include "mem.h"
 #include "optim.h"
+#include "panel.h"
 #include "pool.h"
 #include "rng.h"
+#include "weights.h"
 
 // clock=cpu times by this process's CPU time instead of the wall clock: with threads=1 on a
 // shared machine, other processes' time slices then stay out of the figures (with more
@@ -310,14 +319,65 @@ static int bench_train(int argc, char **argv, double peak) {
   return 0;
 }
 
+// `decode`: tokens/s of `slots` slots decoding together for `steps` steps after a 16-token
+// prompt each, bf16 panels (AMX tiles where present), best of 3 runs; each run is followed
+// by one oneDNN bf16 2048³ reading, the best of which is the yardstick.
+static int bench_decode(int argc, char **argv) {
+  int L = (int)ct_args_long(argc, argv, "layers", 30), S = (int)ct_args_long(argc, argv, "slots", 128);
+  int steps = (int)ct_args_long(argc, argv, "steps", 16), prompt = 16;
+  ct_model_config c;
+  if (S < 1 || steps < 1) return fprintf(stderr, "ctune-bench: decode needs slots >= 1 and steps >= 1\n"), 2;
+  if (bench_config(argc, argv, L, &c)) return 2;
+  if (ct_dnnl_init()) return fprintf(stderr, "ctune-bench: %s\n", ct_last_error()), 1;
+  ct_model m;
+  ct_infer_weights w;
+  ct_engine *e;
+  ct_engine_opts o = {S, prompt + steps, S > prompt ? S : prompt};
+  if (ct_model_init(&m, &c, 1) || ct_model_rope_reserve(&m, prompt + steps)) return 1;
+  ct_model_init_random(&m, 1, 0.02f);
+  if (ct_infer_from_model(&w, &m) || ct_infer_pack(&w, CT_PACK_BF16) || ct_engine_init(&e, &w, &o))
+    return fprintf(stderr, "ctune-bench: %s\n", ct_last_error()), 1;
+  int *ids = malloc(sizeof(int) * S), *slot = malloc(sizeof(int) * S), *pos = malloc(sizeof(int) * S);
+  int *outs = malloc(sizeof(int) * S), pids[16], ps[16], pp[16], last = prompt - 1;
+  float *logits = malloc(sizeof(float) * S * c.vocab_size);
+  if (!ids || !slot || !pos || !outs || !logits) return fprintf(stderr, "ctune-bench: out of memory\n"), 1;
+  double best = 0, peak = 0, flops = ct_model_train_flops_per_token(&c, 0) / 3;  // 2 x matmul parameters
+  for (int r = 0; r < 3; r++) {
+    for (int s = 0; s < S; s++) {  // every run from position `prompt` again
+      for (int i = 0; i < prompt; i++) pids[i] = (i * 31 + s * 7) % c.vocab_size, ps[i] = s, pp[i] = i;
+      ct_engine_forward(e, prompt, pids, ps, pp, &last, 1, logits);
+    }
+    double t = bench_now();
+    for (int k = 0; k < steps; k++) {
+      for (int s = 0; s < S; s++) ids[s] = (k * 13 + s) % c.vocab_size, slot[s] = s, pos[s] = prompt + k, outs[s] = s;
+      if (ct_engine_forward(e, S, ids, slot, pos, outs, S, logits)) return fprintf(stderr, "ctune-bench: %s\n", ct_last_error()), 1;
+    }
+    t = (double)S * steps / (bench_now() - t);
+    best = t > best ? t : best;
+    double g = gemm_gflops(true, 'N', 'T', 2048, 2048, 2048, 3);
+    peak = g > peak ? g : peak;
+  }
+  printf("decode: %d slots x %d steps, bf16 on %s: %.0f tokens/s = %.0f GFLOP/s = %.0f%% of oneDNN bf16 2048^3 "
+         "(%.0f GFLOP/s; each the best of 3, alternated)\n", S, steps,
+         ct_amx_ready() ? "AMX tiles" : ct_panel16_native() ? "AVX512_BF16 panels" : "the panels' C emulation", best,
+         best * flops / 1e9, 100 * best * flops / 1e9 / peak, peak);
+  free(ids), free(slot), free(pos), free(outs), free(logits);
+  ct_engine_free(e);
+  ct_infer_free(&w);
+  ct_model_free(&m);
+  return 0;
+}
+
 static int usage(FILE *f) {
   fputs("usage: ctune-bench [train] [bf16=0|1] [layers=30] [batch=4] [seq=256] [steps=4] [threads=0] [tiling=1]\n"
         "                   [gemma=0|1|1b] [qwen=0|0.5b] [lora=0] [clock=wall|cpu]\n"
         "       ctune-bench kd [rows=512] [hidden=1024] [vocab=151936] [tiling=8] [steps=3]\n"
         "       ctune-bench peak [threads=0]\n"
+        "       ctune-bench decode [qwen=0|0.5b] [layers=30] [slots=128] [steps=16]\n"
         "  train: training throughput of a SmolLM-135M-shaped model against this machine's sgemm\n"
         "  kd:    the distillation soft loss against the plain cross-entropy head\n"
-        "  peak:  this machine's sgemm and oneDNN bf16 rates at 2048^3 (what compute limits are taken against)\n", f);
+        "  peak:  this machine's sgemm and oneDNN bf16 rates at 2048^3 (what compute limits are taken against)\n"
+        "  decode: the engine's batched bf16 decode against the oneDNN bf16 rate\n", f);
   return 0;
 }
 
@@ -339,6 +399,7 @@ int main(int argc, char **argv) {
     printf("oneDNN bf16 2048x2048x2048: %.1f GFLOP/s\n", gemm_gflops(true, 'N', 'T', 2048, 2048, 2048, 10));
     return 0;
   }
+  if (argc > 1 && !strcmp(argv[1], "decode")) return bench_decode(argc, argv);
   if (argc > 1 && !strcmp(argv[1], "gemm")) return bench_gemm((int)ct_args_long(argc, argv, "tokens", 1024));
   return bench_train(argc, argv, peak);
 }
