@@ -16,6 +16,10 @@
 #include "mem.h"
 #include "pool.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 static int tiles_of(int V, int ntiles) { return ntiles < 1 ? 1 : ntiles > V ? V : ntiles; }
 
 double ct_head_bytes(int cap_rows, int logit_rows, int V, int C, int ntiles) {
@@ -106,6 +110,40 @@ typedef struct {
   bool bf16;   // dlogits_range: leave the dlogits in bf16 (see dlogits_row16)
 } chunk_job;
 
+// The largest of l[0, n) and (*at) the first index holding it; NaNs are passed over, and
+// with no value above −∞ it is −∞ at 0. 16 lanes each keep their own largest value and the
+// first index of it; of the lanes holding the overall largest, the least index is the
+// first in the row (as the one-by-one scan: the profile had that scan at 3% of a GRPO step).
+static float max_at(const float *l, int n, int *at) {
+  float m = -INFINITY;
+  int v = 0, best = 0;
+#if defined(__AVX512F__)
+  if (n >= 16) {
+    __m512 vm = _mm512_set1_ps(-INFINITY);
+    __m512i vi = _mm512_setzero_si512(), idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i step = _mm512_set1_epi32(16);
+    for (; v + 16 <= n; v += 16, idx = _mm512_add_epi32(idx, step)) {
+      __m512 x = _mm512_loadu_ps(l + v);
+      __mmask16 gt = _mm512_cmp_ps_mask(x, vm, _CMP_GT_OQ);  // false for NaN: passed over
+      vm = _mm512_mask_mov_ps(vm, gt, x);
+      vi = _mm512_mask_mov_epi32(vi, gt, idx);
+    }
+    m = _mm512_reduce_max_ps(vm);
+    if (m > -INFINITY) {
+      __mmask16 top = _mm512_cmp_ps_mask(vm, _mm512_set1_ps(m), _CMP_EQ_OQ);
+      best = _mm512_mask_reduce_min_epi32(top, vi);
+    }
+  }
+#endif
+  for (; v < n; v++)  // the tail, or the whole row without AVX-512
+    if (l[v] > m) {
+      m = l[v];
+      best = v;
+    }
+  *at = best;
+  return m;
+}
+
 // Folds one chunk of logits into each row's running max (kept in lse until the end),
 // Σ e^(l−max), Σ e^(l−max)·l, Σ l, argmax and target logit (kept in logp until the end).
 static void fold_chunk_range(void *ctx, long lo, long hi, int thread) {
@@ -114,13 +152,8 @@ static void fold_chunk_range(void *ctx, long lo, long hi, int thread) {
   ct_head *h = j->h;
   for (long r = lo; r < hi; r++) {
     const float *l = h->logits + r * j->nv;
-    float mt = -INFINITY;
-    int at = 0;
-    for (int v = 0; v < j->nv; v++)
-      if (l[v] > mt) {
-        mt = l[v];
-        at = v;
-      }
+    int at;
+    float mt = max_at(l, j->nv, &at);
     float st = 0, sxt = 0, slt = 0;
 #pragma omp simd reduction(+ : st, sxt, slt)
     for (int v = 0; v < j->nv; v++) {

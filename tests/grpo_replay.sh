@@ -37,6 +37,11 @@ grep '^{"step":1,' "$T/run/completions.jsonl" | sed 's/.*"completion_ids":\[\([^
 expect 1 "not a completions.jsonl row" "$BIN/ctune-grpo-replay" $keys dataset_path="$T/prompts.jsonl" output_dir="$T/x"
 expect 1 "not the same number for every step" "$BIN/ctune-grpo-replay" $keys dataset_path="$T/run/completions.jsonl" \
   output_dir="$T/x" max_steps=3
+# completion ids are bounded by the model's vocab_size (what its sampler draws), not the tokenizer's
+V=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$T/sft/config.json")
+sed '1s/"completion_ids":\[[0-9]*/"completion_ids":['"$V"'/' "$T/run/completions.jsonl" >"$T/big.jsonl"
+expect 1 "big.jsonl:1: key 'completion_ids'\[0\]: token id $V is not below the model's vocab_size $V" \
+  "$BIN/ctune-grpo-replay" $keys dataset_path="$T/big.jsonl" output_dir="$T/x"
 expect 2 "num_iterations" "$BIN/ctune-grpo-replay" $keys dataset_path="$T/run/completions.jsonl" output_dir="$T/x" \
   num_iterations=2
 echo "grpo replay: loss, grad_norm and the model match"

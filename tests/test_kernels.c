@@ -924,6 +924,43 @@ static void head_backward_run(float *dW, float *dh, const float *dW0, head_case 
 // Three objectives: coef only (cross-entropy), zcoef only (z-loss style), both; each with
 // one vocabulary tile, with three (whose backward recomputes the logits), and with one
 // tile but a logits buffer for 4 rows only (the forward narrows its chunks to fit).
+// Integer hidden values and weights: every logit an exact small integer whatever the order
+// of its sum, so most rows hold their largest value more than once. argmax is the first
+// of them, as a one-by-one scan has it: across the 16-lane blocks, the tail and vocabulary
+// chunks (V = 103: six blocks and a tail of 7; 1, 3 and 7 chunks).
+static void test_head_argmax_is_the_first_of_tied_maxima(void) {
+  seed(29);
+  head_case hc;
+  head_case_init(&hc, 40, 3, 103);
+  for (long i = 0; i < (long)hc.N * hc.C; i++) hc.hidden[i] = (float)ct_rng_below(&rng, 3) - 1.0f;
+  for (long i = 0; i < (long)hc.V * hc.C; i++) hc.W[i] = (float)ct_rng_below(&rng, 5) - 2.0f;
+  int ties = 0;
+  for (int ntiles = 1; ntiles <= 7; ntiles += 3) {
+    ct_head h;
+    CHECK_OK(ct_head_init(&h, hc.N, hc.N, hc.V, hc.C, ntiles));
+    ct_head_gather(&h, hc.hidden, hc.target, hc.N);
+    ct_head_forward(&h, hc.W);
+    bool ok = true;
+    for (int r = 0; r < h.n; r++) {
+      const float *x = hc.hidden + (long)h.rows[r] * hc.C;
+      double best = -INFINITY;
+      int first = -1, count = 0;
+      for (int v = 0; v < hc.V; v++) {
+        double l = 0;
+        for (int c = 0; c < hc.C; c++) l += (double)x[c] * hc.W[(long)v * hc.C + c];
+        if (l > best) best = l, first = v, count = 1;
+        else if (l == best) count++;
+      }
+      ties += count > 1;
+      ok &= h.argmax[r] == first;
+    }
+    CHECK(ok);
+    ct_head_free(&h);
+  }
+  CHECK(ties > 10);  // the case really has ties
+  head_case_free(&hc);
+}
+
 static void test_head_backward_matches_central_differences(void) {
   seed(18);
   head_case hc;
@@ -1368,6 +1405,7 @@ int main(int argc, char **argv) {
   RUN_WATCHED(test_attention_is_bit_identical_for_1_and_2_threads, 30);
   RUN_WATCHED(test_head_gather_keeps_only_rows_with_a_target, 30);
   RUN_WATCHED(test_head_forward_matches_double_reference, 30);
+  RUN_WATCHED(test_head_argmax_is_the_first_of_tied_maxima, 30);
   RUN_WATCHED(test_head_backward_matches_central_differences, 30);
   RUN_WATCHED(test_head_backward_writes_zero_d_hidden_for_rows_without_target, 30);
   RUN_WATCHED(test_head_vocab_tiling_matches_untiled_for_n_1_2_3_4_8, 30);

@@ -20,6 +20,7 @@
 // prompts rebuilt from the logged prompt alone (a row's tools/chat_template_kwargs are
 // not logged).
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +56,7 @@ typedef struct {
   long max_step;
   row_t *rows;
   int n, cap;
-  int model_vocab;     // the model's vocab_size, named in token-id errors
+  int model_vocab;     // the model's vocab_size: completion ids are below it
 } reader_t;
 
 // The logged prompt as a row ct_prompt_tokens reads: a string or message list stays
@@ -90,8 +91,14 @@ static int read_row(void *ctx, json_t *j, int line) {
   json_t *p = prompt_row(json_object_get(j, "prompt"));
   int rc = p ? ct_prompt_tokens(r->tok, p, where, &r->po, &o->prompt) : ct_set_error(CT_ENOMEM, "out of memory");
   json_decref(p);
-  if (!rc && ct_jsonl_ids(ids, ct_tokenizer_vocab_size(r->tok), r->model_vocab, "completion_ids", &o->ids))
+  // the policy sampled these over its whole vocab_size: ids past the tokenizer's (a padded
+  // embedding's rows, which an untrained model does sample) are the run's own tokens
+  if (!rc && ct_jsonl_ids(ids, INT_MAX, r->model_vocab, "completion_ids", &o->ids))
     rc = ct_row_error(r->path, line, "%s", ct_last_error());
+  for (int i = 0; !rc && i < o->ids.n; i++)
+    if (o->ids.v[i] >= r->model_vocab)
+      rc = ct_row_error(r->path, line, "key 'completion_ids'[%d]: token id %d is not below the model's "
+                        "vocab_size %d (the ids its sampler draws)", i, o->ids.v[i], r->model_vocab);
   if (!rc && (int)json_array_size(lp) != o->ids.n)
     rc = ct_row_error(r->path, line, "key 'logprobs': %zu values for %d completion_ids", json_array_size(lp), o->ids.n);
   if (!rc && !(o->lp = malloc(sizeof(float) * (o->ids.n ? o->ids.n : 1)))) rc = ct_set_error(CT_ENOMEM, "out of memory");
