@@ -1,6 +1,6 @@
 // advantage: reward sums, group advantages (group_norm, rloo, reinforce_baseline and
-// the whitening the last two use), the per-token clipped surrogate with the k3 KL, and each
-// loss_type's token weight. Rollouts and batching are the trainer's.
+// the whitening the last two use) and each loss_type's token weight (the per-token
+// objective is objective.c's). Rollouts and batching are the trainer's.
 #include "advantage.h"
 
 #include <math.h>
@@ -9,9 +9,6 @@
 #include "config.h"
 #include "dist.h"
 
-const char *const ct_grpo_loss_type_names[] = {"grpo", "bnpo", "dr_grpo", "dapo", NULL};
-_Static_assert(sizeof ct_grpo_loss_type_names / sizeof *ct_grpo_loss_type_names == CT_GRPO_AGG_COUNT + 1,
-               "ct_grpo_loss_type_names must name every CT_GRPO_AGG_* value");
 
 void ct_grpo_total_rewards(const double *R, int n, int K, const double *w, double *r) {
   for (int i = 0; i < n; i++) {
@@ -103,31 +100,6 @@ int ct_grpo_whiten(double *adv, const double *w, int n, int kind) {
   return 0;
 }
 
-double ct_grpo_token_loss(const ct_grpo_clip *c, double lp, double old, double ref, double A,
-                          double *d, ct_grpo_token_info *info) {
-  double rho = exp(lp - old);
-  double lo = 1 - c->eps_low, hi = 1 + c->eps_high;
-  double clipped = rho < lo ? lo : rho > hi ? hi : rho;
-  double u = rho * A, v = clipped * A, loss;
-  info->clipped_low = rho < lo && A < 0;
-  info->clipped_high = rho > hi && A > 0;
-  if (u <= v) {  // the unclipped term is the smaller: it carries the gradient
-    loss = -u;
-    *d = -A * rho;
-  } else {
-    loss = -v;
-    *d = 0;
-  }
-  info->kl = 0;
-  if (c->beta > 0) {
-    double t = ref - lp, e = exp(t);
-    info->kl = e - t - 1;
-    loss += c->beta * info->kl;
-    *d += c->beta * (1 - e);  // d/dlp of e^(ref−lp) − (ref−lp) − 1
-  }
-  return loss;
-}
-
 double ct_grpo_token_weight(int agg, const ct_grpo_counts *c, int seq_len, double micro_tokens,
                             int max_completion_length) {
   switch (agg) {
@@ -136,12 +108,4 @@ double ct_grpo_token_weight(int agg, const ct_grpo_counts *c, int seq_len, doubl
     case CT_GRPO_AGG_DR_GRPO: return 1.0 / (c->sequences * (double)max_completion_length);
     default: return 1.0 / c->tokens;
   }
-}
-
-double ct_grpo_micro_loss(const ct_grpo_micro *m, int seq_len, double lp, double old, double ref, double A,
-                          float *coef, ct_grpo_token_info *info) {
-  double w = ct_grpo_token_weight(m->agg, m->counts, seq_len, m->micro_tokens, m->max_completion_length), d;
-  double l = ct_grpo_token_loss(&m->clip, lp, old, ref, A, &d, info);
-  *coef = (float)(-w * d);  // coef = −dL/dlp
-  return w * l;
 }

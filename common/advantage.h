@@ -1,4 +1,4 @@
-// advantage: group-relative advantages and the clipped-surrogate token loss.
+// advantage: group-relative advantages and the token weights of each loss_type.
 //
 //   r = Σ_k w_k·R_k (a NaN reward counts 0, as TRL's nansum), per group of G completions:
 //   A = (r − mean_group) / (std + 1e-4), std Bessel-corrected, of the group
@@ -10,8 +10,7 @@
 //   reinforce_baseline  A_i = r_i − mean_group, then whitened over every completion token
 //                       of the batch (REINFORCE++-baseline, OpenRLHF's experience maker)
 //
-//   token loss ℓ_t = −min(ρ_t·A, clip(ρ_t, 1−ε_low, 1+ε_high)·A) + β·kl_t,
-//   ρ_t = exp(lp_t − old_t), kl_t = exp(ref_t − lp_t) − (ref_t − lp_t) − 1.
+//   The per-token objective these advantages enter is objective.h's.
 #pragma once
 
 // Weighted sums of per-function rewards R (n, K) into r (n).
@@ -61,30 +60,13 @@ typedef struct {
 //            1 / (micro-batches · tokens in this micro-batch)
 //   dr_grpo  token sum / (sequences · max_completion_length)
 //   dapo     token sum / tokens of the whole step
-// Counts are of the whole optimizer step (all micro-batches, all ranks) and leave out
-// masked completions, whose tokens get no weight.
+// Counts are of the whole optimizer step (all micro-batches, all ranks). Tokens leave out
+// masked completions (mask_truncated_completions: their tokens get no weight); sequences
+// count every completion, masked ones too, as TRL's mean over the batch's rows does (grpo,
+// sapo) and its division by the batch's row count (dr_grpo).
 enum { CT_GRPO_AGG_GRPO, CT_GRPO_AGG_BNPO, CT_GRPO_AGG_DR_GRPO, CT_GRPO_AGG_DAPO, CT_GRPO_AGG_COUNT };
-// "grpo", ..., NULL: the loss_type name of each CT_GRPO_AGG_* value.
-extern const char *const ct_grpo_loss_type_names[];
 typedef struct {
   double tokens, sequences, micro_batches;
 } ct_grpo_counts;
 double ct_grpo_token_weight(int agg, const ct_grpo_counts *c, int seq_len, double micro_tokens,
                             int max_completion_length);
-
-// ℓ_t, and *d = dℓ_t / d lp_t. ref is ignored when beta is 0.
-double ct_grpo_token_loss(const ct_grpo_clip *c, double lp, double old, double ref, double A,
-                          double *d, ct_grpo_token_info *info);
-
-// How one micro-batch weighs and clips its completion tokens' losses.
-typedef struct {
-  ct_grpo_clip clip;
-  int agg;                       // CT_GRPO_AGG_*
-  const ct_grpo_counts *counts;  // of the whole optimizer step
-  double micro_tokens;           // this micro-batch's completion tokens, masked ones left out
-  int max_completion_length;
-} ct_grpo_micro;
-// One completion token of a sequence of seq_len tokens: returns its weighted loss w·ℓ_t and
-// sets *coef = −w·dℓ_t/dlp_t (the head's coefficient), w = ct_grpo_token_weight.
-double ct_grpo_micro_loss(const ct_grpo_micro *m, int seq_len, double lp, double old, double ref, double A,
-                          float *coef, ct_grpo_token_info *info);

@@ -49,6 +49,8 @@ typedef struct {
   unsigned required;            // CT_TRAINER_* mask of the trainers that cannot run without it
   const char *bool_as[2];       // string and enum keys TRL also takes as booleans: the
                                 // values true and false stand for ({true, false})
+  const char *null_as;          // number keys whose TRL default is None: what null (~,
+                                // null, nothing) stands for here (their "off" value)
 } key_def;
 
 #define NKINDS 6  // sft, dpo, grpo, distill, sampler, reward

@@ -36,11 +36,12 @@ const char *const ct_truncate_names[] = {"error", "left", NULL};
 const char *const ct_speculative_names[] = {"none", "mtp", NULL};
 // loss_type by trainer (test_dpo_loss checks them against dpo/loss.c and grpo/), and their union
 #define DPO_LOSSES "sigmoid", "hinge", "ipo", "robust", "sft", "simpo"
-#define GRPO_LOSSES "grpo", "bnpo", "dr_grpo", "dapo"
+#define GRPO_LOSSES "grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"
 const char *const ct_loss_type_names[] = {DPO_LOSSES, GRPO_LOSSES, NULL};
 const char *const ct_dpo_loss_choices[] = {DPO_LOSSES, NULL};
 const char *const ct_grpo_loss_choices[] = {GRPO_LOSSES, NULL};
 const char *const ct_scale_rewards_names[] = {"group", "batch", "none", NULL};
+const char *const ct_is_level_names[] = {"token", "sequence", NULL};
 const char *const ct_advantage_estimator_names[] = {"group_norm", "rloo", "reinforce_baseline", NULL};
 const char *const ct_reward_failure_names[] = {"error", "nan", NULL};
 const char *const ct_reward_func_names[] = {"accuracy", "format", "length", "remote", NULL};
@@ -59,6 +60,7 @@ NAMES_MATCH(ct_quantization_names, CT_QUANT_COUNT);
 NAMES_MATCH(ct_truncate_names, CT_TRUNCATE_COUNT);
 NAMES_MATCH(ct_speculative_names, CT_SPEC_COUNT);
 NAMES_MATCH(ct_scale_rewards_names, CT_SCALE_COUNT);
+NAMES_MATCH(ct_is_level_names, CT_IS_COUNT);
 NAMES_MATCH(ct_advantage_estimator_names, CT_ADV_COUNT);
 NAMES_MATCH(ct_reward_failure_names, CT_REWARD_FAIL_COUNT);
 NAMES_MATCH(ct_reward_func_names, CT_REWARD_COUNT);
@@ -289,7 +291,9 @@ const key_def config_keys[] = {
      .per_trainer_choices = {NULL, ct_dpo_loss_choices, ct_grpo_loss_choices},
      .comment = "DPO: preference losses (sigmoid, hinge, ipo, robust, sft, simpo), summed with "
                 "loss_weights ([sigmoid, sft] is RPO). GRPO: one of grpo, bnpo, dr_grpo, dapo "
-                "(how token losses are averaged)."},
+                "(the clipped surrogate; how token losses are averaged), cispo (the clipped ratio, "
+                "no gradient through it, times A and the log-prob; averaged as dapo), sapo (a "
+                "sigmoid gate instead of the clip; averaged as grpo)."},
     {"loss_weights", K_FLOAT_LIST, DPO, OFF(loss_weights), "[]", FROM(0),
      .comment = "Weight of each loss_type entry. Empty = 1 each."},
     {"label_smoothing", K_FLOAT, DPO, OFF(label_smoothing), "0.0", CLOPEN(0, 0.5),
@@ -332,8 +336,25 @@ const key_def config_keys[] = {
      .comment = "Optimizer steps taken on each batch of rollouts (TRL's mu)."},
     {"epsilon", K_FLOAT, GRPO, OFF(epsilon), "0.2", OPEN(0, 1),
      .comment = "Lower clipping range of the probability ratio."},
-    {"epsilon_high", K_FLOAT, GRPO, OFF(epsilon_high), "0.0", CLOPEN(0, 10),
-     .comment = "Upper clipping range; 0 = epsilon (DAPO uses a larger one)."},
+    {"epsilon_high", K_FLOAT, GRPO, OFF(epsilon_high), "0.0", CLOPEN(0, 10), .null_as = "0.0",
+     .comment = "Upper clipping range; 0 = epsilon (DAPO uses a larger one). cispo: the cap "
+                "on the ratio itself (ScaleRL recommends 5.0)."},
+    {"delta", K_FLOAT, GRPO, OFF(delta), "0.0", FROM(0), .null_as = "0.0",
+     .comment = "Two-sided clipping (INTELLECT-2): the unclipped ratio is capped at delta too "
+                "(use more than 1 + epsilon_high); 0 = off (TRL's None)."},
+    {"importance_sampling_level", K_ENUM, GRPO, OFF(importance_sampling_level), "token",
+     .choices = ct_is_level_names,
+     .comment = "token: a ratio per token; sequence: one per completion, exp of the mean of its "
+                "tokens' log-ratios (GSPO)."},
+    {"sapo_temperature_pos", K_FLOAT, GRPO, OFF(sapo_temperature_pos), "1.0", OPEN(0, INFINITY),
+     .comment = "sapo: the gate's temperature for tokens of a positive advantage."},
+    {"sapo_temperature_neg", K_FLOAT, GRPO, OFF(sapo_temperature_neg), "1.05", OPEN(0, INFINITY),
+     .comment = "sapo: the gate's temperature for the others."},
+    {"use_bias_correction_kl", K_BOOL, GRPO, OFF(use_bias_correction_kl), "false",
+     .comment = "The KL term times the importance weight (DeepSeek-V3.2's unbiased estimate)."},
+    {"off_policy_mask_threshold", K_FLOAT, GRPO, OFF(off_policy_mask_threshold), "0.0", FROM(0), .null_as = "0.0",
+     .comment = "Drop completions of negative advantage whose mean (sampler - policy) log-prob "
+                "exceeds this (DeepSeek-V3.2's off-policy sequence mask); 0 = off (TRL's None)."},
     {"scale_rewards", K_ENUM, GRPO, OFF(scale_rewards), "group", .choices = ct_scale_rewards_names,
      .bool_as = {"group", "none"},
      .comment = "Advantages divided by the group's reward std (group), the batch's (batch), "

@@ -40,6 +40,8 @@ enum { CT_TRUNCATE_ERROR, CT_TRUNCATE_LEFT, CT_TRUNCATE_COUNT };
 extern const char *const ct_truncate_names[];
 enum { CT_SCALE_GROUP, CT_SCALE_BATCH, CT_SCALE_NONE, CT_SCALE_COUNT };
 extern const char *const ct_scale_rewards_names[];
+enum { CT_IS_TOKEN, CT_IS_SEQUENCE, CT_IS_COUNT };
+extern const char *const ct_is_level_names[];
 // advantage_estimator (grpo/advantage.h has the formulas; OpenRLHF's names).
 enum { CT_ADV_GROUP_NORM, CT_ADV_RLOO, CT_ADV_REINFORCE_BASELINE, CT_ADV_COUNT };
 extern const char *const ct_advantage_estimator_names[];
@@ -202,6 +204,11 @@ typedef struct {
   double epsilon;
   double epsilon_high;
   int scale_rewards;  // CT_SCALE_*
+  double delta;                      // 0 = off
+  int importance_sampling_level;     // CT_IS_*
+  double sapo_temperature_pos, sapo_temperature_neg;
+  int use_bias_correction_kl;
+  double off_policy_mask_threshold;  // 0 = off
   int advantage_estimator;  // CT_ADV_*
   int normalize_advantages;
   int mask_truncated_completions;

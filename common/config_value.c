@@ -303,6 +303,7 @@ int config_set_scalar(ct_config *c, int ki, const char *text, int plain, const c
   void *f = field_of(c, k);
   int truth, is_null = plain && config_is_null_word(text);
   if (k->bool_as[0] && plain && !is_null && !parse_bool(text, &truth)) text = k->bool_as[truth ? 0 : 1];
+  if (k->null_as && is_null) text = k->null_as;
   if (k->type == K_STR) {
     char *s = config_dup_str(is_null ? "" : text);
     if (!s) return ct_set_error(CT_ENOMEM, "out of memory");

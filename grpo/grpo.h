@@ -14,6 +14,7 @@
 #include "frozen.h"
 #include "grpo/rewards.h"
 #include "head.h"
+#include "objective.h"
 #include "prompts.h"
 #include "sample.h"
 #include "train.h"
@@ -60,6 +61,7 @@ typedef struct {
   ct_prompt_set prompts;
   ct_prompt_set eval;   // eval_dataset_path's prompts (n = 0 without)
   int G, agg, K;
+  ct_grpo_objective obj;  // loss_type and its options (agg: its token weighting)
   ct_reward **rewards;  // (K)
   double *weights;      // (K)
   ct_policy_engine pe;  // the engine over the policy's own weights: the rollouts
@@ -80,7 +82,8 @@ typedef struct {
 } ct_grpo;
 
 typedef struct {
-  double loss, kl, clip_lo, clip_hi, entropy, tokens, input_tokens;
+  double loss, entropy, tokens, input_tokens;
+  ct_grpo_span_info info;  // kl, clipping, the off-policy mask
 } ct_grpo_step_stats;
 
 // rollout.c ------------------------------------------------------------------

@@ -47,14 +47,22 @@ int ct_grpo_log_step(ct_grpo *g, const ct_grpo_step_stats *st, double lr, double
   ct_train *tr = g->tr;
   double tok = st->tokens > 0 ? st->tokens : 1, n = s->completions > 0 ? s->completions : 1;
   double groups = s->groups > 0 ? s->groups : 1;
-  json_t *j = json_pack("{s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}",
+  const ct_grpo_span_info *in = &st->info;
+  json_t *j = json_pack("{s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}",
                         "step", (json_int_t)tr->step, "loss", st->loss, "reward", s->reward / n,
                         "reward_std", s->group_std / groups, "frac_reward_zero_std", s->zero_std_groups / groups,
-                        "kl", st->kl / tok, "clip_ratio/low_mean", st->clip_lo / tok,
-                        "clip_ratio/high_mean", st->clip_hi / tok, "completions/mean_length", s->length / n,
+                        "kl", in->kl / tok, "completions/mean_length", s->length / n,
                         "completions/clipped_ratio", s->truncated / n, "entropy", st->entropy / tok,
                         "learning_rate", lr, "grad_norm", norm, "num_tokens", tr->num_tokens,
                         "time/generation_s", new_rollouts ? g->gen_s : 0.0, "time/training_s", train_s);
+  if (g->obj.policy == CT_GRPO_POLICY_CISPO) {  // TRL's: cispo's cap, else the clip's two sides
+    json_object_set_new(j, "cispo_clip_ratio", json_real(in->cispo_clipped / tok));
+  } else {
+    json_object_set_new(j, "clip_ratio/low_mean", json_real(in->clipped_low / tok));
+    json_object_set_new(j, "clip_ratio/high_mean", json_real(in->clipped_high / tok));
+    json_object_set_new(j, "clip_ratio/region_mean", json_real((in->clipped_low + in->clipped_high) / tok));
+  }
+  if (g->obj.opm) json_object_set_new(j, "off_policy_mask/masked_ratio", json_real(in->masked / tok));
   set_length_metrics(j, s, &g->lens);
   json_object_set_new(j, "time/scoring_s", json_real(new_rollouts ? g->score_s : 0.0));
   char key[96];

@@ -30,13 +30,8 @@
 
 // GRPO's own checks of the config, before anything is loaded.
 static int agg_kind(const ct_config *c, int *kind) {
-  const char *o = ct_config_origin(c, "loss_type");
-  if (c->loss_type.n != 1)
-    return ct_set_error(CT_ECONFIG, "%s: key 'loss_type': GRPO takes one loss_type (grpo, bnpo, "
-                        "dr_grpo or dapo)", o);
-  for (int i = 0; ct_grpo_loss_type_names[i]; i++)  // (the config took GRPO's names only)
-    if (!strcmp(c->loss_type.v[0], ct_grpo_loss_type_names[i])) return *kind = i, 0;
-  return ct_set_error(CT_ECONFIG, "%s: key 'loss_type': '%s' is no GRPO loss", o, c->loss_type.v[0]);
+  ct_grpo_objective o;
+  return ct_grpo_objective_of(c, false, &o, kind);
 }
 
 static int reward_init(const ct_config *c, int k, bool check_only, ct_reward **out);
@@ -331,7 +326,8 @@ int main(int argc, char **argv) {
   ct_train tr;
   ct_train_start(&tr, &cfg, CT_TRAINER_GRPO, argc, argv, check_config);
   ct_grpo g = {.cfg = &cfg, .tr = &tr, .G = (int)cfg.num_generations};
-  agg_kind(&cfg, &g.agg);  // (checked by check_config, which also checked every reward function)
+  // (checked by check_config, which also checked every reward function)
+  ct_grpo_objective_of(&cfg, cfg.beta > 0, &g.obj, &g.agg);
   shape_t s = load_prompts(&g);
   if (plan(&g, &s)) {
     grpo_free(&g);

@@ -10,23 +10,31 @@ keys="configs/grpo.yml model_path=$T/sft answer_field=completion per_device_trai
       gradient_accumulation_steps=2 num_generations=8 max_completion_length=6 logging_steps=1 save_steps=0
       learning_rate=1e-3 reward_funcs=length,accuracy length_target=3 max_steps=2 beta=0.04
       mask_truncated_completions=true"
-"$BIN/grpo" $keys dataset_path="$T/prompts.jsonl" output_dir="$T/run" >"$T/run.log" 2>&1 \
-  || { cat "$T/run.log"; fail "grpo run"; }
-"$BIN/ctune-grpo-replay" $keys dataset_path="$T/run/completions.jsonl" output_dir="$T/replay" >"$T/replay.log" 2>&1 \
-  || { cat "$T/replay.log"; fail "replay"; }
+# run_and_replay DIR KEYS...: bin/grpo into $T/DIR, its replay into $T/DIR.replay; the
+# logged loss and grad_norm (1e-5 relative), the saved model (bit for bit) and the logged
+# log-probs must match
+run_and_replay() {
+  d=$1
+  shift
+  "$BIN/grpo" "$@" dataset_path="$T/prompts.jsonl" output_dir="$T/$d" >"$T/run.log" 2>&1 \
+    || { cat "$T/run.log"; fail "grpo run ($d)"; }
+  "$BIN/ctune-grpo-replay" "$@" dataset_path="$T/$d/completions.jsonl" output_dir="$T/$d.replay" >"$T/replay.log" 2>&1 \
+    || { cat "$T/replay.log"; fail "replay ($d)"; }
+  for k in loss grad_norm; do
+    field $k "$T/$d/metrics.jsonl" >"$T/a"
+    field $k "$T/$d.replay/metrics.jsonl" >"$T/b"
+    [ "$(wc -l <"$T/b")" = 2 ] || fail "the replay logged $(wc -l <"$T/b") steps, not 2 ($d)"
+    paste "$T/a" "$T/b" | awk -v k=$k '{ d = $1 - $2; if (d < 0) d = -d; print k ": logged " $1 ", replayed " $2;
+                                         if (d > 1e-5 * ($1 < 0 ? -$1 : $1)) bad = 1 } END { exit bad }' \
+      || fail "replayed $k differs from the logged one ($d)"
+  done
+  cmp "$T/$d/model.safetensors" "$T/$d.replay/model.safetensors" || fail "the replayed model differs from the trained one ($d)"
+  # the sampler's logged log-probs are the ones training computes (same numerics)
+  field 'replay\/max_logprob_diff' "$T/$d.replay/metrics.jsonl" | awk '{ print "max |sampling - training log-prob|: " $1;
+    if ($1 > 1e-4) bad = 1 } END { exit bad }' || fail "logged log-probs differ from the training forward's ($d)"
+}
 field() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p" "$2"; }
-for k in loss grad_norm; do
-  field $k "$T/run/metrics.jsonl" >"$T/a"
-  field $k "$T/replay/metrics.jsonl" >"$T/b"
-  [ "$(wc -l <"$T/b")" = 2 ] || fail "the replay logged $(wc -l <"$T/b") steps, not 2"
-  paste "$T/a" "$T/b" | awk -v k=$k '{ d = $1 - $2; if (d < 0) d = -d; print k ": logged " $1 ", replayed " $2;
-                                       if (d > 1e-5 * ($1 < 0 ? -$1 : $1)) bad = 1 } END { exit bad }' \
-    || fail "replayed $k differs from the logged one"
-done
-cmp "$T/run/model.safetensors" "$T/replay/model.safetensors" || fail "the replayed model differs from the trained one"
-# the sampler's logged log-probs are the ones training computes (same numerics)
-field 'replay\/max_logprob_diff' "$T/replay/metrics.jsonl" | awk '{ print "max |sampling - training log-prob|: " $1;
-  if ($1 > 1e-4) bad = 1 } END { exit bad }' || fail "logged log-probs differ from the training forward's"
+run_and_replay run $keys
 # step 1 from the rows alone: dapo at ratio 1 with the policy still the reference (KL 0) is
 # -Σ A·n / Σ n over completions not masked (finish_reason length are masked here)
 grep '^{"step":1,' "$T/run/completions.jsonl" | sed 's/.*"completion_ids":\[\([^]]*\)\].*"finish_reason":"\([a-z]*\)".*"advantage":\([-0-9.e+]*\).*/\1 \2 \3/' |
@@ -34,6 +42,18 @@ grep '^{"step":1,' "$T/run/completions.jsonl" | sed 's/.*"completion_ids":\[\([^
     $2 == "stop" { n = split($1, _, ","); s += $3 * n; t += n }
     END { l = -s / t; d = l - logged; if (d < 0) d = -d; print "step-1 loss from the rows: " l ", logged " logged
           exit !(t > 0 && d <= 1e-5 * (l < 0 ? -l : l) + 1e-7) }' || fail "step-1 loss from the rows differs"
+# GSPO's sequence-level ratio with SAPO's gate, the KL with its bias correction and the
+# off-policy mask: these need every token of a completion before any coefficient, so the
+# head runs unfused; the replay must agree all the same. At step 1 (ratio 1, policy = its
+# reference) each completion's token loss is -sigmoid(0)*4/tau*A = -2A/tau (tau 1 for A > 0,
+# else 1.05), averaged as grpo over all 16 completions, truncated ones counting 0
+run_and_replay sapo $keys loss_type=sapo importance_sampling_level=sequence use_bias_correction_kl=true \
+  off_policy_mask_threshold=0.5
+grep '^{"step":1,' "$T/sapo/completions.jsonl" | sed 's/.*"finish_reason":"\([a-z]*\)".*"advantage":\([-0-9.e+]*\).*/\1 \2/' |
+  awk -v logged="$(field loss "$T/sapo/metrics.jsonl" | head -1)" '
+    { n++ } $1 == "stop" { s += -2 * $2 / ($2 > 0 ? 1 : 1.05) }
+    END { l = s / n; d = l - logged; if (d < 0) d = -d; print "sapo step-1 loss from the rows: " l ", logged " logged
+          exit !(n == 16 && d <= 1e-5 * (l < 0 ? -l : l) + 1e-7) }' || fail "sapo's step-1 loss from the rows differs"
 expect 1 "not a completions.jsonl row" "$BIN/ctune-grpo-replay" $keys dataset_path="$T/prompts.jsonl" output_dir="$T/x"
 expect 1 "not the same number for every step" "$BIN/ctune-grpo-replay" $keys dataset_path="$T/run/completions.jsonl" \
   output_dir="$T/x" max_steps=3

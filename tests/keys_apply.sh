@@ -20,6 +20,12 @@ echo "== keys that only act with another key's value"
 for k in ref_model_path=$T/none ref_dtype=int8 sync_ref_model=true ref_model_mixup_alpha=0.5 ref_model_sync_steps=4; do
   expect 2 "key '${k%%=*}': GRPO loads a reference only for the KL term, and beta is 0" $G "$k"
 done
+for k in sapo_temperature_pos=2 sapo_temperature_neg=2; do
+  expect 2 "key '${k%%=*}': sapo's gate takes it, and loss_type is dapo" $G "$k"
+done
+expect 2 "key 'delta': caps the clipped surrogate's ratio (loss_type grpo, bnpo, dr_grpo, dapo), and loss_type is cispo" \
+  $G delta=1.5 loss_type=cispo
+expect 2 "key 'use_bias_correction_kl': scales the KL term, and beta is 0" $G use_bias_correction_kl=true
 for k in seq_kd=true log_completions=true num_completions_to_print=2 max_new_tokens=16; do
   expect 2 "key '${k%%=*}' acts on generated batches, and lmbda is 0" $D "$k"
 done

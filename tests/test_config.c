@@ -484,6 +484,21 @@ static void test_trl_boolean_spellings_of_string_and_enum_keys(void) {
   ct_config_free(&c);
 }
 
+// TRL's None for the GRPO numbers whose off value is 0 (epsilon_high, delta,
+// off_policy_mask_threshold): null, ~ or nothing in a yml; other numbers still refuse it.
+static void test_trl_none_of_number_keys_is_their_off_value(void) {
+  ct_config c;
+  put("t.yml", "epsilon_high: null\ndelta: ~\noff_policy_mask_threshold:\nepsilon: 0.1\n");
+  CHECK_OK(load(&c, CT_TRAINER_GRPO, "t.yml"));
+  CHECK(c.epsilon_high == 0 && c.delta == 0 && c.off_policy_mask_threshold == 0 && c.epsilon == 0.1);
+  ct_config_free(&c);
+  put("t.yml", "delta: 1.4\n");
+  CHECK_OK(load(&c, CT_TRAINER_GRPO, "t.yml"));
+  CHECK(c.delta == 1.4);
+  ct_config_free(&c);
+  CHECK_ERR(load_text(CT_TRAINER_GRPO, "epsilon: null\n"), at(1), "key 'epsilon': expected a number");
+}
+
 static void test_bad_enum_value_lists_the_choices(void) {
   CHECK_ERR(load_text(CT_TRAINER_SFT, "seed: 2\nlr_scheduler_type: cosin\n"), at(2),
             "key 'lr_scheduler_type': 'cosin' is not one of linear, cosine, constant, "
@@ -1051,6 +1066,7 @@ int main(int argc, char **argv) {
   RUN(test_out_of_range_names_the_key_range_and_line);
   RUN(test_booleans_accept_yaml_1_1_words);
   RUN(test_trl_boolean_spellings_of_string_and_enum_keys);
+  RUN(test_trl_none_of_number_keys_is_their_off_value);
   RUN(test_bad_enum_value_lists_the_choices);
   RUN(test_key_for_another_trainer_is_rejected);
   RUN(test_duplicate_key_in_one_file_is_rejected);

@@ -9,6 +9,7 @@
 #include "config.h"
 #include "dpo/loss.h"
 #include "advantage.h"
+#include "objective.h"
 #include "test.h"
 
 // −log σ(t) = log(1 + e^(−t)), written out for the moderate t the hand values use.

@@ -2,9 +2,13 @@
 // scalings), the clipped surrogate and k3 KL per token (values and derivatives), and the
 // four loss_type weightings, all against numbers worked out by hand.
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "config.h"
 #include "advantage.h"
+#include "objective.h"
 #include "test.h"
 
 static void test_weighted_rewards_leave_nan_out(void) {
@@ -193,6 +197,162 @@ static void test_loss_type_weights_match_hand_values(void) {
   CHECK_NEAR(8 * ct_grpo_token_weight(CT_GRPO_AGG_DAPO, &c, 3, 3, 8), 1.0, 1e-15);
 }
 
+// ---------------------------------------------------------------------------
+// TRL's GRPOTrainer._compute_loss, written out in float64 over a (B, T) micro-batch the way
+// the PyTorch code reads (masks, broadcasts, each loss_type's reduction), as a function of
+// the log-probs lp. sg is the same log-probs where TRL detaches them (cispo's clamped
+// ratio, the off-policy mask): finite differences move lp and hold sg, so they give the
+// gradient autograd would. Rows b with trunc[b] are truncated completions under
+// mask_truncated_completions: their whole mask is 0.
+enum { RB = 5, RT = 7, MAXLEN = 9 };
+typedef struct {
+  int len[RB];
+  bool trunc[RB];
+  double old[RB][RT], ref[RB][RT], q[RB][RT], A[RB];
+} trl_case;
+
+typedef struct {
+  const char *loss_type;
+  bool sequence, bias_kl;
+  double eps, eps_high, beta, delta, tau_pos, tau_neg, opm;  // delta, opm: 0 = None
+} trl_cfg;
+
+static double trl_loss(const trl_cfg *k, const trl_case *c, double lp[RB][RT], double sg[RB][RT]) {
+  double mask[RB][RT], liw[RB][RT], ptl[RB][RT];
+  for (int b = 0; b < RB; b++)
+    for (int t = 0; t < RT; t++) mask[b][t] = t < c->len[b] && !c->trunc[b];
+  for (int b = 0; b < RB; b++) {
+    double sum = 0, n = 0, kl_sum = 0;
+    for (int t = 0; t < RT; t++) sum += (lp[b][t] - c->old[b][t]) * mask[b][t], n += mask[b][t];
+    for (int t = 0; t < RT; t++) liw[b][t] = k->sequence ? sum / fmax(n, 1) : lp[b][t] - c->old[b][t];
+    // off-policy mask, from the detached log-probs: keep when A >= 0 or the mean KL <= delta
+    for (int t = 0; t < RT; t++) kl_sum += (c->q[b][t] - sg[b][t]) * mask[b][t];
+    double keep = k->opm > 0 ? (c->A[b] >= 0 || kl_sum / fmax(n, 1) <= k->opm) : 1;
+    for (int t = 0; t < RT; t++) {
+      double c1 = exp(liw[b][t]), A = c->A[b], p;
+      if (!strcmp(k->loss_type, "cispo")) {
+        double sgw = k->sequence ? 0 : sg[b][t] - c->old[b][t];
+        if (k->sequence) {  // the detached sequence weight
+          double s2 = 0;
+          for (int u = 0; u < RT; u++) s2 += (sg[b][u] - c->old[b][u]) * mask[b][u];
+          sgw = s2 / fmax(n, 1);
+        }
+        p = -fmin(exp(sgw), k->eps_high) * A * lp[b][t];
+      } else if (!strcmp(k->loss_type, "sapo")) {
+        double tau = A > 0 ? k->tau_pos : k->tau_neg;
+        p = -(1 / (1 + exp(-tau * (c1 - 1)))) * 4 / tau * A;
+      } else {
+        double c2 = fmin(fmax(c1, 1 - k->eps), 1 + k->eps_high), c1d = k->delta > 0 ? fmin(c1, k->delta) : c1;
+        p = -fmin(c1d * A, c2 * A);
+      }
+      p *= keep;
+      if (k->beta > 0) {
+        double x = c->ref[b][t] - lp[b][t], kl = exp(x) - x - 1;
+        p += k->beta * kl * (k->bias_kl ? c1 : 1);
+      }
+      ptl[b][t] = p;
+    }
+  }
+  double L = 0, all = 0;
+  for (int b = 0; b < RB; b++)
+    for (int t = 0; t < RT; t++) all += mask[b][t];
+  const char *lt = k->loss_type;
+  for (int b = 0; b < RB; b++) {
+    double row = 0, n = 0;
+    for (int t = 0; t < RT; t++) row += ptl[b][t] * mask[b][t], n += mask[b][t];
+    if (!strcmp(lt, "grpo") || !strcmp(lt, "sapo")) L += row / fmax(n, 1) / RB;  // .mean() over B
+    else if (!strcmp(lt, "bnpo")) L += row / fmax(all, 1);
+    else if (!strcmp(lt, "dr_grpo")) L += row / (RB * (double)MAXLEN);
+    else L += row / fmax(all, 1);  // dapo, cispo: num_items_in_batch
+  }
+  return L;
+}
+
+// ct_grpo_span_loss over the micro-batch as bin/grpo runs it: counts of the step (every
+// completion a sequence, masked ones' tokens left out), masked completions skipped.
+static double ours(const trl_cfg *k, const trl_case *c, float lp[RB][RT], float coef[RB][RT]) {
+  ct_config cfg = {0};
+  char *lt[] = {(char *)k->loss_type};
+  cfg.loss_type = (ct_str_list){lt, 1};
+  cfg.epsilon = k->eps, cfg.epsilon_high = k->eps_high, cfg.beta = k->beta, cfg.delta = k->delta;
+  cfg.importance_sampling_level = k->sequence ? CT_IS_SEQUENCE : CT_IS_TOKEN;
+  cfg.sapo_temperature_pos = k->tau_pos, cfg.sapo_temperature_neg = k->tau_neg;
+  cfg.use_bias_correction_kl = k->bias_kl, cfg.off_policy_mask_threshold = k->opm;
+  ct_grpo_micro m = {0};
+  CHECK_OK(ct_grpo_objective_of(&cfg, k->beta > 0, &m.obj, &m.agg));
+  ct_grpo_counts counts = {0, RB, 1};
+  for (int b = 0; b < RB; b++) counts.tokens += c->trunc[b] ? 0 : c->len[b];
+  m.counts = &counts, m.micro_tokens = counts.tokens, m.max_completion_length = MAXLEN;
+  double L = 0;
+  ct_grpo_span_info info = {0};
+  for (int b = 0; b < RB; b++) {
+    float old[RT], ref[RT], q[RT];
+    for (int t = 0; t < RT; t++) old[t] = (float)c->old[b][t], ref[t] = (float)c->ref[b][t], q[t] = (float)c->q[b][t];
+    memset(coef[b], 0, sizeof coef[b]);
+    if (c->trunc[b]) continue;
+    if (ct_grpo_needs_whole(&m.obj)) {
+      L += ct_grpo_span_loss(&m, c->len[b], c->len[b], lp[b], old, ref, q, c->A[b], coef[b], &info);
+    } else {  // token-local: any split of the completion into spans gives the same
+      int cut = c->len[b] / 2;
+      L += ct_grpo_span_loss(&m, c->len[b], cut, lp[b], old, ref, q, c->A[b], coef[b], &info);
+      L += ct_grpo_span_loss(&m, c->len[b], c->len[b] - cut, lp[b] + cut, old + cut, ref + cut, q + cut, c->A[b],
+                             coef[b] + cut, &info);
+    }
+  }
+  return L;
+}
+
+// Every loss_type, both importance-sampling levels, delta, SAPO's temperatures, the KL with
+// and without the bias correction, and the off-policy mask: the loss equals TRL's formula
+// in float64, and each coefficient equals −∂L/∂lp_t by central differences of it. The
+// ratios are away from 1 (old ≠ lp, as on a later pass), so clips, caps and gates act.
+static void test_objectives_match_trls_formula_and_its_gradient(void) {
+  trl_case c = {{7, 3, 5, 1, 6}, {false, false, true, false, false}, {{0}}, {{0}}, {{0}}, {0.9, -1.3, 0.4, -0.2, 1.7}};
+  float lp[RB][RT];
+  double dlp[RB][RT];
+  uint64_t r = 12345;
+  for (int b = 0; b < RB; b++)
+    for (int t = 0; t < RT; t++) {
+      double u[4];
+      for (int i = 0; i < 4; i++) r = r * 6364136223846793005ULL + 1442695040888963407ULL, u[i] = (double)(r >> 11) / 9007199254740992.0;
+      lp[b][t] = (float)(-0.2 - 2.5 * u[0]);
+      dlp[b][t] = lp[b][t];
+      c.old[b][t] = (float)(lp[b][t] + 0.7 * (u[1] - 0.5));  // ratios e^±0.35
+      c.ref[b][t] = (float)(lp[b][t] + 0.8 * (u[2] - 0.5));
+      c.q[b][t] = (float)(lp[b][t] + 0.6 * (u[3] - 0.3));
+    }
+  const trl_cfg cfgs[] = {
+      {"grpo", false, false, 0.2, 0.2, 0, 0, 1, 1.05, 0},     {"bnpo", false, false, 0.2, 0.28, 0.04, 0, 1, 1.05, 0},
+      {"dr_grpo", false, false, 0.1, 0.15, 0, 0, 1, 1.05, 0}, {"dapo", false, false, 0.2, 0.28, 0.04, 1.25, 1, 1.05, 0},
+      {"dapo", true, false, 0.05, 0.05, 0, 0, 1, 1.05, 0},    {"grpo", true, true, 0.2, 0.2, 0.1, 1.3, 1, 1.05, 0},
+      {"cispo", false, false, 0.2, 1.1, 0, 0, 1, 1.05, 0},    {"cispo", true, false, 0.2, 1.05, 0.04, 0, 1, 1.05, 0},
+      {"sapo", false, false, 0.2, 0.2, 0, 0, 1, 1.05, 0},     {"sapo", true, true, 0.2, 0.2, 0.05, 0, 2.0, 0.7, 0},
+      {"dapo", false, true, 0.2, 0.28, 0.08, 0, 1, 1.05, 0.05}, {"grpo", true, false, 0.2, 0.2, 0, 0, 1, 1.05, 0.1}};
+  for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
+    const trl_cfg *k = &cfgs[i];
+    float coef[RB][RT];
+    double sg[RB][RT];
+    memcpy(sg, dlp, sizeof sg);
+    double L = ours(k, &c, lp, coef), want = trl_loss(k, &c, dlp, sg), worst = 0;
+    for (int b = 0; b < RB; b++)
+      for (int t = 0; t < RT; t++) {
+        double h = 1e-6, x = dlp[b][t];
+        dlp[b][t] = x + h;
+        double up = trl_loss(k, &c, dlp, sg);
+        dlp[b][t] = x - h;
+        double dn = trl_loss(k, &c, dlp, sg);
+        dlp[b][t] = x;
+        double g = -(up - dn) / (2 * h);  // −∂L/∂lp_t
+        worst = fmax(worst, fabs(coef[b][t] - g) / (1e-3 + fabs(g)));
+      }
+    if (worst > 1e-4 || fabs(L - want) > 1e-6 * (1 + fabs(want)))
+      printf("  %s%s: loss %.9g, TRL's %.9g; worst coefficient error %.2g\n", k->loss_type,
+             k->sequence ? " (sequence)" : "", L, want, worst);
+    CHECK(worst <= 1e-4);
+    CHECK_NEAR(L, want, 1e-6 * (1 + fabs(want)));
+  }
+}
+
 int main(void) {
   RUN(test_weighted_rewards_leave_nan_out);
   RUN(test_group_advantages_are_standardized_with_bessel_std);
@@ -206,5 +366,6 @@ int main(void) {
   RUN(test_kl_is_zero_at_the_reference_and_k3_elsewhere);
   RUN(test_token_loss_gradient_matches_finite_differences);
   RUN(test_loss_type_weights_match_hand_values);
+  RUN(test_objectives_match_trls_formula_and_its_gradient);
   return test_summary();
 }

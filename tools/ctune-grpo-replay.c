@@ -30,6 +30,7 @@
 #include "data.h"
 #include "error.h"
 #include "forward.h"
+#include "objective.h"
 #include "advantage.h"
 #include "jsonl.h"
 #include "lm.h"
@@ -112,6 +113,7 @@ typedef struct {
   ct_train *tr;
   const ct_config *cfg;
   int agg;
+  ct_grpo_objective obj;
   ct_acts acts;
   ct_head head;
   ct_batch batch;
@@ -122,6 +124,7 @@ typedef struct {
 
 typedef struct {
   double loss, max_diff;
+  ct_grpo_span_info info;
 } step_out;
 
 // Rows [first, first + n) into the batch: prompt + completion, targets on the completion.
@@ -143,20 +146,29 @@ typedef struct {
   step_out *out;
 } token_loss;
 
+// The rows' completion (index into t->rows) and its token j.
+static int row_of(const token_loss *t, const ct_head *h, int q, int *j) {
+  int T = t->r->batch.T, i = h->rows[q] / T;
+  *j = h->rows[q] % T + 1 - t->rows[i].prompt.n;  // completion token j is predicted at t = prompt + j − 1
+  return i;
+}
+
+// As bin/grpo's: spans of one completion at a time, old = this forward's log-probs (num_iterations 1).
 static void token_loss_rows(void *ctx, ct_head *h, int r0, int r1) {
   token_loss *t = ctx;
   const replay_t *r = t->r;
   bool mask = r->cfg->mask_truncated_completions;
-  for (int q = r0; q < r1; q++) {
-    int T = r->batch.T, i = h->rows[q] / T, tok = h->rows[q] % T;
+  for (int q = r0; q < r1;) {
+    int j, j2, i = row_of(t, h, q, &j), q1 = q + 1;
+    while (q1 < r1 && row_of(t, h, q1, &j2) == i) q1++;
     const row_t *o = &t->rows[i];
-    int j = tok + 1 - o->prompt.n;  // completion token j is predicted at t = prompt + j − 1
-    double lp = h->logp[q];
-    t->out->max_diff = fmax(t->out->max_diff, fabs(lp - o->lp[j]));
-    h->coef[q] = h->zcoef[q] = 0;
-    if (mask && o->truncated) continue;
-    ct_grpo_token_info info;
-    t->out->loss += ct_grpo_micro_loss(&t->m, o->ids.n, lp, lp, r->use_ref ? r->ref_lp[q] : 0, o->adv, &h->coef[q], &info);
+    const float *lp = h->logp + q;
+    for (int k = 0; k < q1 - q; k++) t->out->max_diff = fmax(t->out->max_diff, fabs(lp[k] - o->lp[j + k]));
+    memset(h->zcoef + q, 0, sizeof(float) * (q1 - q));
+    if (mask && o->truncated) memset(h->coef + q, 0, sizeof(float) * (q1 - q));
+    else t->out->loss += ct_grpo_span_loss(&t->m, o->ids.n, q1 - q, lp, lp, r->use_ref ? r->ref_lp + q : NULL,
+                                           o->lp + j, o->adv, h->coef + q, &t->out->info);
+    q = q1;
   }
 }
 
@@ -164,11 +176,10 @@ static void token_loss_rows(void *ctx, ct_head *h, int r0, int r1) {
 static int replay_step(replay_t *r, const row_t *rows, int n, step_out *out) {
   const ct_config *c = r->cfg;
   int B = (int)c->per_device_train_batch_size;
-  ct_grpo_clip clip = {c->epsilon, c->epsilon_high > 0 ? c->epsilon_high : c->epsilon, r->use_ref ? c->beta : 0};
   bool mask = c->mask_truncated_completions;
   ct_grpo_counts counts = {0};
   for (int i = 0; i < n; i++)
-    if (!(mask && rows[i].truncated) && rows[i].ids.n > 0) counts.tokens += rows[i].ids.n, counts.sequences += 1;
+    counts.tokens += mask && rows[i].truncated ? 0 : rows[i].ids.n, counts.sequences += 1;
   counts.micro_batches = (n + B - 1) / B;
   for (int first = 0; first < n; first += B) {
     int m = n - first < B ? n - first : B;
@@ -182,19 +193,24 @@ static int replay_step(replay_t *r, const row_t *rows, int n, step_out *out) {
       if (k < 0) return k;
       memcpy(r->ref_lp, h->logp, sizeof(float) * k);
     }
-    token_loss t = {{clip, r->agg, &counts, micro_tokens, (int)c->max_completion_length}, rows + first, r, out};
-    int k = ct_lm_fused(&r->tr->model, &r->tr->g, &r->acts, h, &r->batch, token_loss_rows, &t);
+    token_loss t = {{r->obj, r->agg, &counts, micro_tokens, (int)c->max_completion_length}, rows + first, r, out};
+    const ct_model *md = &r->tr->model;
+    int k;
+    if (!ct_grpo_needs_whole(&r->obj)) {
+      if ((k = ct_lm_fused(md, &r->tr->g, &r->acts, h, &r->batch, token_loss_rows, &t)) >= 0)
+        ct_backward(md, &r->tr->g, &r->acts, r->acts.dln, r->batch.B, r->batch.T);
+    } else if ((k = ct_lm_forward(md, &r->acts, h, &r->batch)) >= 0) {
+      token_loss_rows(&t, h, 0, k);
+      ct_lm_backward(md, &r->tr->g, &r->acts, h, &r->batch);
+    }
     if (k < 0) return k;
-    ct_backward(&r->tr->model, &r->tr->g, &r->acts, r->acts.dln, r->batch.B, r->batch.T);
   }
   return 0;
 }
 
 static int agg_kind(const ct_config *c, int *kind) {
-  for (int i = 0; c->loss_type.n == 1 && ct_grpo_loss_type_names[i]; i++)
-    if (!strcmp(c->loss_type.v[0], ct_grpo_loss_type_names[i])) return *kind = i, 0;
-  return ct_set_error(CT_ECONFIG, "%s: key 'loss_type': one of grpo, bnpo, dr_grpo, dapo",
-                      ct_config_origin(c, "loss_type"));
+  ct_grpo_objective o;
+  return ct_grpo_objective_of(c, false, &o, kind);
 }
 
 static int check_config(const ct_config *c) {
@@ -228,7 +244,7 @@ int main(int argc, char **argv) {
   ct_die_name(tr.name);  // (its own errors: ct_die)
   if (tr.world != 1) ct_die(1, (ct_set_error(CT_EINVAL, "replay runs on one rank"), NULL));
   replay_t r = {.tr = &tr, .cfg = &cfg, .use_ref = cfg.beta > 0};
-  agg_kind(&cfg, &r.agg);
+  ct_grpo_objective_of(&cfg, r.use_ref, &r.obj, &r.agg);
   reader_t rd = {tr.tok, cfg.dataset_path, {true, (int)cfg.max_prompt_length, cfg.truncate_prompt == CT_TRUNCATE_LEFT,
                  "max_prompt_length", tr.model.cfg.vocab_size, false}, cfg.max_steps, NULL, 0, 0, tr.model.cfg.vocab_size};
   ct_jsonl_stats js;

@@ -1,0 +1,149 @@
+// objective: GRPO's per-token objective and its coefficients (objective.h).
+#include "objective.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "config.h"
+#include "error.h"
+
+const char *const ct_grpo_loss_type_names[] = {"grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", NULL};
+static const int kind_policy[] = {CT_GRPO_POLICY_CLIP, CT_GRPO_POLICY_CLIP, CT_GRPO_POLICY_CLIP,
+                                  CT_GRPO_POLICY_CLIP, CT_GRPO_POLICY_CISPO, CT_GRPO_POLICY_SAPO};
+static const int kind_agg[] = {CT_GRPO_AGG_GRPO, CT_GRPO_AGG_BNPO, CT_GRPO_AGG_DR_GRPO,
+                               CT_GRPO_AGG_DAPO, CT_GRPO_AGG_DAPO,  CT_GRPO_AGG_GRPO};
+_Static_assert(sizeof ct_grpo_loss_type_names / sizeof *ct_grpo_loss_type_names == sizeof kind_policy / sizeof *kind_policy + 1 &&
+               sizeof kind_policy == sizeof kind_agg, "a policy and a weighting for every loss_type");
+
+int ct_grpo_loss_kind(const char *loss_type, int *policy, int *agg) {
+  for (int i = 0; ct_grpo_loss_type_names[i]; i++)
+    if (!strcmp(loss_type, ct_grpo_loss_type_names[i])) return *policy = kind_policy[i], *agg = kind_agg[i], 0;
+  return -1;
+}
+
+int ct_grpo_objective_of(const ct_config *c, bool use_ref, ct_grpo_objective *o, int *agg) {
+  const char *where = ct_config_origin(c, "loss_type");
+  if (c->loss_type.n != 1)
+    return ct_set_error(CT_ECONFIG, "%s: key 'loss_type': GRPO takes one loss_type (grpo, bnpo, dr_grpo, dapo, "
+                        "cispo or sapo)", where);
+  memset(o, 0, sizeof *o);
+  if (ct_grpo_loss_kind(c->loss_type.v[0], &o->policy, agg))
+    return ct_set_error(CT_ECONFIG, "%s: key 'loss_type': '%s' is no GRPO loss", where, c->loss_type.v[0]);
+  const char *lt = c->loss_type.v[0];
+  static const char *const sapo_keys[] = {"sapo_temperature_pos", "sapo_temperature_neg"};
+  for (int i = 0; i < 2; i++)  // keys that would do nothing are refused, naming why
+    if (o->policy != CT_GRPO_POLICY_SAPO && ct_config_is_set(c, sapo_keys[i]))
+      return ct_set_error(CT_ECONFIG, "%s: key '%s': sapo's gate takes it, and loss_type is %s",
+                          ct_config_origin(c, sapo_keys[i]), sapo_keys[i], lt);
+  if (o->policy != CT_GRPO_POLICY_CLIP && c->delta > 0)
+    return ct_set_error(CT_ECONFIG, "%s: key 'delta': caps the clipped surrogate's ratio (loss_type grpo, bnpo, "
+                        "dr_grpo, dapo), and loss_type is %s", ct_config_origin(c, "delta"), lt);
+  if (c->use_bias_correction_kl && !(c->beta > 0))
+    return ct_set_error(CT_ECONFIG, "%s: key 'use_bias_correction_kl': scales the KL term, and beta is 0",
+                        ct_config_origin(c, "use_bias_correction_kl"));
+  o->clip = (ct_grpo_clip){c->epsilon, c->epsilon_high > 0 ? c->epsilon_high : c->epsilon, use_ref ? c->beta : 0};
+  o->sequence = c->importance_sampling_level == CT_IS_SEQUENCE;
+  o->delta = c->delta;
+  o->tau_pos = c->sapo_temperature_pos;
+  o->tau_neg = c->sapo_temperature_neg;
+  o->bias_kl = c->use_bias_correction_kl;
+  o->opm = c->off_policy_mask_threshold > 0;
+  o->opm_threshold = c->off_policy_mask_threshold;
+  return 0;
+}
+
+bool ct_grpo_needs_whole(const ct_grpo_objective *o) { return o->sequence || o->opm; }
+
+// The clip or sapo policy term p(s) at importance weight s, and *dp = dp/ds.
+static double policy_term(const ct_grpo_objective *o, double s, double A, double *dp) {
+  if (o->policy == CT_GRPO_POLICY_SAPO) {
+    double tau = A > 0 ? o->tau_pos : o->tau_neg, g = 1 / (1 + exp(-tau * (s - 1)));
+    *dp = -4 * g * (1 - g) * A;
+    return -g * 4 / tau * A;
+  }
+  double lo = 1 - o->clip.eps_low, hi = 1 + o->clip.eps_high;
+  double c = s < lo ? lo : s > hi ? hi : s, dc = s >= lo && s <= hi;  // clamp passes the gradient on its bounds
+  double s1 = s, d1 = 1;
+  if (o->delta > 0 && s > o->delta) s1 = o->delta, d1 = 0;
+  double u = s1 * A, v = c * A;
+  *dp = u < v ? -A * d1 : v < u ? -A * dc : -A * 0.5 * (d1 + dc);
+  return u <= v ? -u : -v;
+}
+
+typedef struct {
+  double l;   // ℓ_t
+  double d;   // ∂ℓ_t/∂lp_t through the token's own terms (cispo's lp_t, the KL's)
+  double ds;  // ∂ℓ_t/∂s
+} token_terms;
+
+// Token t's terms at importance weight s; info (when not NULL) counts it.
+static token_terms terms(const ct_grpo_objective *o, double s, double A, double lp, const double *ref, bool keep,
+                         ct_grpo_span_info *info) {
+  token_terms r = {0, 0, 0};
+  double eh = o->clip.eps_high, el = o->clip.eps_low;
+  if (o->policy == CT_GRPO_POLICY_CISPO) {
+    double cap = s < eh ? s : eh;  // no gradient through it
+    r.l = -cap * A * lp;
+    r.d = -cap * A;
+  } else {
+    r.l = policy_term(o, s, A, &r.ds);
+  }
+  if (!keep) r.l = r.d = r.ds = 0;
+  if (info) {
+    if (o->policy == CT_GRPO_POLICY_CISPO) info->cispo_clipped += s > eh && A > 0;
+    else info->clipped_low += s < 1 - el && A < 0, info->clipped_high += s > 1 + eh && A > 0;
+    info->masked += !keep;
+  }
+  if (ref) {  // β·k_t, times s with use_bias_correction_kl
+    double x = *ref - lp, e = exp(x), k = e - x - 1, f = o->bias_kl ? s : 1;
+    if (info) info->kl += k;
+    r.l += o->clip.beta * k * f;
+    r.d += o->clip.beta * (1 - e) * f;
+    if (o->bias_kl) r.ds += o->clip.beta * k;
+  }
+  return r;
+}
+
+double ct_grpo_span_loss(const ct_grpo_micro *m, int seq_len, int n, const float *lp, const float *old,
+                         const float *ref, const float *q, double A, float *coef, ct_grpo_span_info *info) {
+  const ct_grpo_objective *o = &m->obj;
+  double w = ct_grpo_token_weight(m->agg, m->counts, seq_len, m->micro_tokens, m->max_completion_length);
+  if (!(o->clip.beta > 0)) ref = NULL;
+  double dn = n > 0 ? n : 1;  // TRL's mask.sum(-1).clamp(min=1)
+  // the completion-wide quantities: GSPO's weight s, the off-policy mask, and Σ_t w·∂ℓ_t/∂s
+  // (which reaches every lp_t through ∂s/∂lp_t = s/n)
+  double s_seq = 1, shared = 0;
+  bool keep = true;
+  if (ct_grpo_needs_whole(o)) {
+    double sr = 0, sq = 0;
+    for (int t = 0; t < n; t++) sr += (double)lp[t] - old[t], sq += (double)(q ? q[t] : old[t]) - lp[t];
+    s_seq = exp(sr / dn);
+    keep = !o->opm || A >= 0 || sq / dn <= o->opm_threshold;
+  }
+  double rt;  // ref[t] in double
+  if (o->sequence)
+    for (int t = 0; t < n; t++)
+      shared += w * terms(o, s_seq, A, lp[t], ref ? (rt = ref[t], &rt) : NULL, keep, NULL).ds;
+  double loss = 0;
+  for (int t = 0; t < n; t++) {
+    double s = o->sequence ? s_seq : exp((double)lp[t] - old[t]);
+    token_terms r = terms(o, s, A, lp[t], ref ? (rt = ref[t], &rt) : NULL, keep, info);
+    loss += w * r.l;
+    double g = o->sequence ? shared * s_seq / dn : w * r.ds * s;  // through s
+    coef[t] = (float)(-(w * r.d + g));
+  }
+  return loss;
+}
+
+double ct_grpo_token_loss(const ct_grpo_clip *c, double lp, double old, double ref, double A, double *d,
+                          ct_grpo_token_info *info) {
+  ct_grpo_objective o = {.clip = *c};
+  ct_grpo_span_info si = {0};
+  double s = exp(lp - old);
+  token_terms r = terms(&o, s, A, lp, c->beta > 0 ? &ref : NULL, true, &si);
+  *d = r.d + r.ds * s;
+  info->kl = si.kl;
+  info->clipped_low = si.clipped_low > 0;
+  info->clipped_high = si.clipped_high > 0;
+  return r.l;
+}

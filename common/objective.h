@@ -1,0 +1,88 @@
+// objective: GRPO's per-token policy objective over one completion, TRL's GRPOTrainer
+// _compute_loss term by term (loss_type, importance_sampling_level, delta, SAPO's
+// temperatures, use_bias_correction_kl, off_policy_mask_threshold), and the coefficient
+// −dL/dlp_t of every completion token that the LM head's backward takes.
+//
+// Per completion i of n tokens, with lp_t this forward's log-probs, old_t the log-probs
+// before the step's first update (= lp_t on the first pass), A the advantage:
+//   importance weight  s_t = exp(lp_t − old_t)                         (token)
+//                      s_t = exp(Σ_u (lp_u − old_u) / n) for every t   (sequence: GSPO)
+//   policy term p_t    clip (grpo, bnpo, dr_grpo, dapo):
+//                        −min(s'·A, clamp(s, 1 − ε, 1 + ε_high)·A), s' = min(s, delta) when
+//                        delta is set (INTELLECT-2's two-sided clip), else s
+//                      cispo: −sg(min(s, ε_high))·A·lp_t   (sg: no gradient through it)
+//                      sapo:  −σ(τ·(s − 1))·(4/τ)·A, τ = sapo_temperature_pos when A > 0,
+//                        else sapo_temperature_neg
+//   off-policy mask    m = 1 when A ≥ 0 or Σ_u (q_u − lp_u) / n ≤ off_policy_mask_threshold,
+//                      else 0 (q: the sampler's log-probs; DeepSeek-V3.2's sequence mask)
+//   KL term            k_t = e^(ref_t − lp_t) − (ref_t − lp_t) − 1, times s_t with
+//                      use_bias_correction_kl
+//   token loss         ℓ_t = m·p_t + β·k_t
+// and the step's loss L = Σ_i Σ_t w_i·ℓ_t, w_i the loss_type's token weight (advantage.h's
+// ct_grpo_token_weight: cispo weighs as dapo, sapo as grpo). Where PyTorch's min meets a tie
+// its gradient splits in halves between the two terms, as here.
+#pragma once
+#include <stdbool.h>
+
+#include "advantage.h"
+#include "config.h"
+
+enum { CT_GRPO_POLICY_CLIP, CT_GRPO_POLICY_CISPO, CT_GRPO_POLICY_SAPO };
+
+typedef struct {
+  ct_grpo_clip clip;         // ε, ε_high, β (β 0: no KL term)
+  int policy;                // CT_GRPO_POLICY_*
+  bool sequence;             // importance_sampling_level: sequence
+  double delta;              // 0: off
+  double tau_pos, tau_neg;   // sapo's temperatures
+  bool bias_kl;              // use_bias_correction_kl
+  bool opm;                  // off_policy_mask_threshold set
+  double opm_threshold;
+} ct_grpo_objective;
+
+// GRPO's loss_type names: grpo, bnpo, dr_grpo, dapo, cispo, sapo, NULL.
+extern const char *const ct_grpo_loss_type_names[];
+
+// loss_type's policy term and weighting: grpo, bnpo, dr_grpo, dapo, cispo, sapo. Returns
+// 0, or −1 for another name.
+int ct_grpo_loss_kind(const char *loss_type, int *policy, int *agg);
+
+// The objective a GRPO config sets (use_ref: a reference is loaded, so β applies) and its
+// token weighting (*agg). Fails (CT_ECONFIG, naming the key) for a loss_type of DPO's or
+// more than one.
+int ct_grpo_objective_of(const ct_config *c, bool use_ref, ct_grpo_objective *o, int *agg);
+
+// Whether a token's coefficient depends on the completion's other tokens (sequence-level
+// weights, the off-policy mask): then ct_grpo_span_loss takes whole completions only.
+bool ct_grpo_needs_whole(const ct_grpo_objective *o);
+
+// Sums over the tokens a call saw (the metrics of TRL's names).
+typedef struct {
+  double kl;            // Σ k_t (0 without a reference)
+  double clipped_low;   // tokens with s < 1 − ε and A < 0
+  double clipped_high;  // tokens with s > 1 + ε_high and A > 0
+  double cispo_clipped; // cispo: tokens with s > ε_high and A > 0
+  double masked;        // tokens the off-policy mask dropped
+} ct_grpo_span_info;
+
+// One token of the clip policy at token level (loss_type grpo's term, before weighting):
+// ℓ_t, and *d = dℓ_t/dlp_t. ref is ignored when beta is 0.
+double ct_grpo_token_loss(const ct_grpo_clip *c, double lp, double old, double ref, double A, double *d,
+                          ct_grpo_token_info *info);
+
+// How one micro-batch weighs its completion tokens.
+typedef struct {
+  ct_grpo_objective obj;
+  int agg;                       // CT_GRPO_AGG_*
+  const ct_grpo_counts *counts;  // of the whole optimizer step
+  double micro_tokens;           // this micro-batch's completion tokens, masked ones left out
+  int max_completion_length;
+} ct_grpo_micro;
+
+// Tokens [0, n) of a completion of seq_len tokens (n = seq_len unless the objective is
+// token-local, when any span of it may come): lp, old (n); ref (n) or NULL when β is 0;
+// q (n) the sampler's log-probs, or NULL (the off-policy mask then reads old). Adds the
+// tokens' share of L to the return value's sum and sets coef[t] = −dL/dlp_t; info
+// accumulates (never reset here).
+double ct_grpo_span_loss(const ct_grpo_micro *m, int seq_len, int n, const float *lp, const float *old,
+                         const float *ref, const float *q, double A, float *coef, ct_grpo_span_info *info);
