@@ -42,6 +42,7 @@ const char *const ct_dpo_loss_choices[] = {DPO_LOSSES, NULL};
 const char *const ct_grpo_loss_choices[] = {GRPO_LOSSES, NULL};
 const char *const ct_scale_rewards_names[] = {"group", "batch", "none", NULL};
 const char *const ct_is_level_names[] = {"token", "sequence", NULL};
+const char *const ct_is_mode_names[] = {"token_truncate", "token_mask", "sequence_truncate", "sequence_mask", NULL};
 const char *const ct_advantage_estimator_names[] = {"group_norm", "rloo", "reinforce_baseline", NULL};
 const char *const ct_reward_failure_names[] = {"error", "nan", NULL};
 const char *const ct_reward_func_names[] = {"accuracy", "format", "length", "remote", NULL};
@@ -61,6 +62,7 @@ NAMES_MATCH(ct_truncate_names, CT_TRUNCATE_COUNT);
 NAMES_MATCH(ct_speculative_names, CT_SPEC_COUNT);
 NAMES_MATCH(ct_scale_rewards_names, CT_SCALE_COUNT);
 NAMES_MATCH(ct_is_level_names, CT_IS_COUNT);
+NAMES_MATCH(ct_is_mode_names, CT_ISC_COUNT);
 NAMES_MATCH(ct_advantage_estimator_names, CT_ADV_COUNT);
 NAMES_MATCH(ct_reward_failure_names, CT_REWARD_FAIL_COUNT);
 NAMES_MATCH(ct_reward_func_names, CT_REWARD_COUNT);
@@ -352,6 +354,23 @@ const key_def config_keys[] = {
      .comment = "sapo: the gate's temperature for the others."},
     {"use_bias_correction_kl", K_BOOL, GRPO, OFF(use_bias_correction_kl), "false",
      .comment = "The KL term times the importance weight (DeepSeek-V3.2's unbiased estimate)."},
+    {"vllm_importance_sampling_correction", K_BOOL, GRPO, OFF(vllm_importance_sampling_correction), "false",
+     .comment = "Weigh each token's policy term by how much likelier the training forward finds the "
+                "sampled token than the sampler did (bf16 or int8 rollouts): exp(old - sampler "
+                "log-prob), per token or per completion (the sum), as the mode says (TRL's vLLM "
+                "correction; the sampler plays vLLM's part). Off as in TRL without vLLM."},
+    {"vllm_importance_sampling_mode", K_ENUM, GRPO, OFF(vllm_importance_sampling_mode), "sequence_mask",
+     .choices = ct_is_mode_names,
+     .comment = "token_ or sequence_: a ratio per token or per completion; _truncate clamps it to "
+                "[clip_min, clip_max], _mask zeroes it outside that range."},
+    {"vllm_importance_sampling_clip_max", K_FLOAT, GRPO, OFF(vllm_importance_sampling_clip_max), "3.0",
+     FROM(0), .nonfinite = 1, .null_as = ".inf",
+     .comment = "The correction's upper bound (null: none). TRL's older name: vllm_importance_sampling_cap."},
+    {"vllm_importance_sampling_clip_min", K_FLOAT, GRPO, OFF(vllm_importance_sampling_clip_min), "0.0",
+     FROM(0), .null_as = "0.0", .comment = "The correction's lower bound (0 = TRL's None)."},
+    {"top_entropy_quantile", K_FLOAT, GRPO, OFF(top_entropy_quantile), "1.0", IN(0, 1),
+     .comment = "Train only on the micro-batch's highest-entropy completion tokens: those at or "
+                "above this quantile from the top (0.2: the top 20%; Beyond the 80/20 Rule); 1 = all."},
     {"off_policy_mask_threshold", K_FLOAT, GRPO, OFF(off_policy_mask_threshold), "0.0", FROM(0), .null_as = "0.0",
      .comment = "Drop completions of negative advantage whose mean (sampler - policy) log-prob "
                 "exceeds this (DeepSeek-V3.2's off-policy sequence mask); 0 = off (TRL's None)."},

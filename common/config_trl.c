@@ -57,6 +57,7 @@ static int map_torch_dtype(ct_config *c, const char *name, const char *v, const 
 #define NO_EQ(name, note) {name, NULL, NULL, note}
 static const trl_key TRL_KEYS[] = {
     {"max_seq_length", "max_length", NULL, NULL},
+    {"vllm_importance_sampling_cap", "vllm_importance_sampling_clip_max", NULL, NULL},  // TRL < 0.26
     {"per_gpu_train_batch_size", "per_device_train_batch_size", NULL, NULL},
     {"per_gpu_eval_batch_size", "per_device_eval_batch_size", NULL, NULL},
     {"model_name_or_path", "model_path", NULL, NULL},

@@ -42,6 +42,8 @@ enum { CT_SCALE_GROUP, CT_SCALE_BATCH, CT_SCALE_NONE, CT_SCALE_COUNT };
 extern const char *const ct_scale_rewards_names[];
 enum { CT_IS_TOKEN, CT_IS_SEQUENCE, CT_IS_COUNT };
 extern const char *const ct_is_level_names[];
+enum { CT_ISC_TOKEN_TRUNCATE, CT_ISC_TOKEN_MASK, CT_ISC_SEQUENCE_TRUNCATE, CT_ISC_SEQUENCE_MASK, CT_ISC_COUNT };
+extern const char *const ct_is_mode_names[];
 // advantage_estimator (grpo/advantage.h has the formulas; OpenRLHF's names).
 enum { CT_ADV_GROUP_NORM, CT_ADV_RLOO, CT_ADV_REINFORCE_BASELINE, CT_ADV_COUNT };
 extern const char *const ct_advantage_estimator_names[];
@@ -209,6 +211,10 @@ typedef struct {
   double sapo_temperature_pos, sapo_temperature_neg;
   int use_bias_correction_kl;
   double off_policy_mask_threshold;  // 0 = off
+  double top_entropy_quantile;       // 1 = every token
+  int vllm_importance_sampling_correction;
+  int vllm_importance_sampling_mode;  // CT_ISC_*
+  double vllm_importance_sampling_clip_max, vllm_importance_sampling_clip_min;
   int advantage_estimator;  // CT_ADV_*
   int normalize_advantages;
   int mask_truncated_completions;

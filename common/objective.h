@@ -15,6 +15,10 @@
 //                        else sapo_temperature_neg
 //   off-policy mask    m = 1 when A ≥ 0 or Σ_u (q_u − lp_u) / n ≤ off_policy_mask_threshold,
 //                      else 0 (q: the sampler's log-probs; DeepSeek-V3.2's sequence mask)
+//   entropy mask       e_t = 1 when token t's entropy H_t ≥ the (1 − top_entropy_quantile)
+//                      quantile of the micro-batch's completion tokens' entropies (all
+//                      ranks' micro-batches at once; torch.quantile's linear interpolation),
+//                      else 0; 1 with top_entropy_quantile 1
 //   KL term            k_t = e^(ref_t − lp_t) − (ref_t − lp_t) − 1, times s_t with
 //                      use_bias_correction_kl
 //   token loss         ℓ_t = m·p_t + β·k_t
@@ -38,6 +42,9 @@ typedef struct {
   bool bias_kl;              // use_bias_correction_kl
   bool opm;                  // off_policy_mask_threshold set
   double opm_threshold;
+  int isc;                   // vllm_importance_sampling_mode (CT_ISC_*), or −1: no correction
+  double isc_min, isc_max;
+  double top_entropy;        // top_entropy_quantile (1: every token)
 } ct_grpo_objective;
 
 // GRPO's loss_type names: grpo, bnpo, dr_grpo, dapo, cispo, sapo, NULL.
@@ -53,8 +60,19 @@ int ct_grpo_loss_kind(const char *loss_type, int *policy, int *agg);
 int ct_grpo_objective_of(const ct_config *c, bool use_ref, ct_grpo_objective *o, int *agg);
 
 // Whether a token's coefficient depends on the completion's other tokens (sequence-level
-// weights, the off-policy mask): then ct_grpo_span_loss takes whole completions only.
+// weights, the off-policy mask, a sequence_ correction) or the micro-batch's (the entropy
+// quantile): then every log-prob and entropy of a micro-batch comes before any coefficient
+// and ct_grpo_span_loss takes whole completions only.
 bool ct_grpo_needs_whole(const ct_grpo_objective *o);
+
+// torch.quantile(x, q) of x (n, sorted in place here), linear interpolation between the
+// nearest ranks; −∞ when n is 0.
+double ct_grpo_quantile(float *x, long n, double q);
+
+// The entropy mask's threshold over the micro-batch of every rank: ent (n) this rank's
+// completion tokens' entropies (masked completions left out). A collective at world size >
+// 1 (every rank calls it, once per micro-batch). Returns 0 or an error (memory, MPI).
+int ct_grpo_entropy_threshold(const ct_grpo_objective *o, const float *ent, long n, double *threshold);
 
 // Sums over the tokens a call saw (the metrics of TRL's names).
 typedef struct {
@@ -63,7 +81,16 @@ typedef struct {
   double clipped_high;  // tokens with s > 1 + ε_high and A > 0
   double cispo_clipped; // cispo: tokens with s > ε_high and A > 0
   double masked;        // tokens the off-policy mask dropped
+  double low_entropy;   // tokens the entropy mask dropped
+  double lp_diff, lp_diff_n;  // Σ |old − q| over the tokens with a sampler log-prob, their count
+  double is_sum, is_n;  // Σ of the sampler correction's ratios (one per token, or per
+                        // completion in sequence_ modes) and their count
 } ct_grpo_span_info;
+
+// Extremes over the same tokens (maxima; a minimum is kept negated), −∞ before any.
+typedef struct {
+  double lp_diff_max, is_max, is_neg_min;
+} ct_grpo_span_max;
 
 // One token of the clip policy at token level (loss_type grpo's term, before weighting):
 // ℓ_t, and *d = dℓ_t/dlp_t. ref is ignored when beta is 0.
@@ -77,12 +104,15 @@ typedef struct {
   const ct_grpo_counts *counts;  // of the whole optimizer step
   double micro_tokens;           // this micro-batch's completion tokens, masked ones left out
   int max_completion_length;
+  double entropy_threshold;      // ct_grpo_entropy_threshold's, with top_entropy_quantile < 1
 } ct_grpo_micro;
 
 // Tokens [0, n) of a completion of seq_len tokens (n = seq_len unless the objective is
-// token-local, when any span of it may come): lp, old (n); ref (n) or NULL when β is 0;
-// q (n) the sampler's log-probs, or NULL (the off-policy mask then reads old). Adds the
-// tokens' share of L to the return value's sum and sets coef[t] = −dL/dlp_t; info
-// accumulates (never reset here).
+// token-local, when any span of it may come): lp, old (n); ent (n) their entropies (read
+// with top_entropy_quantile < 1, else may be NULL); ref (n) or NULL when β is 0;
+// q (n) the sampler's log-probs, or NULL (the off-policy mask then reads old; no sampler
+// correction). Returns the tokens' share of L and sets coef[t] = −dL/dlp_t; info and mx
+// (mx may be NULL) accumulate, never reset here.
 double ct_grpo_span_loss(const ct_grpo_micro *m, int seq_len, int n, const float *lp, const float *old,
-                         const float *ref, const float *q, double A, float *coef, ct_grpo_span_info *info);
+                         const float *ent, const float *ref, const float *q, double A, float *coef,
+                         ct_grpo_span_info *info, ct_grpo_span_max *mx);

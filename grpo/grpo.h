@@ -62,6 +62,7 @@ typedef struct {
   ct_prompt_set eval;   // eval_dataset_path's prompts (n = 0 without)
   int G, agg, K;
   ct_grpo_objective obj;  // loss_type and its options (agg: its token weighting)
+  ct_grpo_span_max mx;    // extremes of the last training pass (all ranks after ct_grpo_train_pass)
   ct_reward **rewards;  // (K)
   double *weights;      // (K)
   ct_policy_engine pe;  // the engine over the policy's own weights: the rollouts

@@ -63,6 +63,17 @@ int ct_grpo_log_step(ct_grpo *g, const ct_grpo_step_stats *st, double lr, double
     json_object_set_new(j, "clip_ratio/region_mean", json_real((in->clipped_low + in->clipped_high) / tok));
   }
   if (g->obj.opm) json_object_set_new(j, "off_policy_mask/masked_ratio", json_real(in->masked / tok));
+  // the sampler against the training forward (TRL's sampling/ metrics; those of the
+  // difference always, those of the correction when it is on)
+  if (in->lp_diff_n > 0) {
+    json_object_set_new(j, "sampling/sampling_logp_difference/mean", json_real(in->lp_diff / in->lp_diff_n));
+    json_object_set_new(j, "sampling/sampling_logp_difference/max", json_real(g->mx.lp_diff_max));
+  }
+  if (in->is_n > 0) {
+    json_object_set_new(j, "sampling/importance_sampling_ratio/min", json_real(-g->mx.is_neg_min));
+    json_object_set_new(j, "sampling/importance_sampling_ratio/mean", json_real(in->is_sum / in->is_n));
+    json_object_set_new(j, "sampling/importance_sampling_ratio/max", json_real(g->mx.is_max));
+  }
   set_length_metrics(j, s, &g->lens);
   json_object_set_new(j, "time/scoring_s", json_real(new_rollouts ? g->score_s : 0.0));
   char key[96];

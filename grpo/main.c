@@ -344,7 +344,7 @@ int main(int argc, char **argv) {
     if (iter == 0) rollouts(&g, s.step_prompts);
     double t1 = ct_now();
     ct_grpo_step_stats st = {0};
-    if (ct_grpo_train_pass(&g, iter == 0, &st)) ct_die(1, NULL);
+    if (ct_grpo_train_pass(&g, iter == 0, &st) || ct_dist_max_f64((double *)&g.mx, 3)) ct_die(1, NULL);
     double norm, lr;
     ct_loop_update(&tr, &st, sizeof st, &norm, &lr);
     if (cfg.sync_ref_model && g.use_ref && tr.step % cfg.ref_model_sync_steps == 0 &&

@@ -1,7 +1,9 @@
 // grpo/step: the policy-gradient pass of one optimizer step over this rank's rollouts:
 // per micro-batch the policy's forward, the clipped surrogate (+ beta x k3 KL) per
 // completion token, weighted as loss_type says, and its gradient back through the model.
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "advantage.h"
@@ -40,14 +42,29 @@ static void token_loss_rows(void *ctx, ct_head *h, int r0, int r1) {
     if (r->masked) {
       memset(h->coef + q, 0, sizeof(float) * n);
     } else {
-      st->loss += ct_grpo_span_loss(&t->m, r->n, n, lp, old, g->use_ref ? r->ref + j : NULL, r->lp ? r->lp + j : NULL,
-                                    r->adv, h->coef + q, &st->info);
+      st->loss += ct_grpo_span_loss(&t->m, r->n, n, lp, old, h->entropy + q, g->use_ref ? r->ref + j : NULL,
+                                    r->lp ? r->lp + j : NULL, r->adv, h->coef + q, &st->info, &g->mx);
       for (int k = q; k < q1; k++) st->entropy += h->entropy[k];
       st->tokens += n;
     }
     memset(h->zcoef + q, 0, sizeof(float) * n);
     q = q1;
   }
+}
+
+// The entropy mask's threshold for the micro-batch at `first` (n head rows), from the
+// entropies of its completions that are not masked, with every rank's.
+static int entropy_threshold(ct_grpo *g, int first, int n, double *threshold) {
+  float *ent = malloc(sizeof(float) * (n > 0 ? n : 1));
+  if (!ent) return ct_set_error(CT_ENOMEM, "out of memory");
+  long k = 0;
+  for (int q = 0; q < n; q++) {
+    int j;
+    if (!ct_grpo_gathered(g, first, q, &j)->masked) ent[k++] = g->head.entropy[q];
+  }
+  int rc = ct_grpo_entropy_threshold(&g->obj, ent, k, threshold);
+  free(ent);
+  return rc;
 }
 
 int ct_grpo_train_pass(ct_grpo *g, bool first_pass, ct_grpo_step_stats *st) {
@@ -60,6 +77,7 @@ int ct_grpo_train_pass(ct_grpo *g, bool first_pass, ct_grpo_step_stats *st) {
     counts.tokens += g->ro[i].masked ? 0 : g->ro[i].n, counts.sequences += 1;  // (as TRL: see advantage.h)
   counts.micro_batches = (g->n_ro + B - 1) / B;
   ct_dist_sum_stats(&counts);
+  g->mx = (ct_grpo_span_max){-INFINITY, -INFINITY, -INFINITY};
   ct_loop_phase(tr, 0, (g->n_ro + B - 1) / B, 0);
   for (int first = 0; first < g->n_ro; first += B) {
     int n = g->n_ro - first < B ? g->n_ro - first : B;
@@ -70,14 +88,15 @@ int ct_grpo_train_pass(ct_grpo *g, bool first_pass, ct_grpo_step_stats *st) {
     ct_train_dropout_key(tr, first / B);
     const ct_batch *b = &g->batch;
     ct_acts *a = &g->acts;
-    token_loss t = {g, first, first_pass, {g->obj, g->agg, &counts, micro_tokens, (int)c->max_completion_length}, st};
+    token_loss t = {g, first, first_pass, {g->obj, g->agg, &counts, micro_tokens, (int)c->max_completion_length, 0}, st};
     int rc;
     if (!ct_grpo_needs_whole(&g->obj)) {
       if ((rc = ct_lm_fused(&tr->model, &tr->g, a, &g->head, b, token_loss_rows, &t)) >= 0)
         ct_backward(&tr->model, &tr->g, a, a->dln, b->B, b->T);
     } else if ((rc = ct_lm_forward(&tr->model, a, &g->head, b)) >= 0) {
       // every completion's log-probs before any coefficient (the head's logits run twice)
-      token_loss_rows(&t, &g->head, 0, rc);
+      if (g->obj.top_entropy < 1 && (rc = entropy_threshold(g, first, rc, &t.m.entropy_threshold))) return rc;
+      token_loss_rows(&t, &g->head, 0, g->head.n);
       ct_lm_backward(&tr->model, &tr->g, a, &g->head, b);
     }
     if (rc < 0) return rc;

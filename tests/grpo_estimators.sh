@@ -4,7 +4,7 @@
 # loss stays finite), its config.yml records the estimator, and every logged advantage in
 # completions.jsonl equals the formula recomputed from the step's logged rewards (and
 # lengths: reinforce_baseline whitens over tokens) — under 2 MPI ranks too, where the
-# whitening's statistics must span both ranks' completions. Keys that would do nothing
+# whitening's statistics must span both ranks' completions (and top_entropy_quantile's). Keys that would do nothing
 # with the chosen estimator are refused.
 . tests/lib/common.sh
 grpo_test grpo_estimators 40 64 192
@@ -59,6 +59,17 @@ if command -v mpirun >/dev/null; then
     awk -v G=8 -v E=$e -v NORM=1 -f tests/lib/completions.awk "$T/two_$e/completions.jsonl" "$T/two_$e/metrics.jsonl" \
       || fail "2 ranks, $e: advantages differ from the step's whitening"
   done
+  # top_entropy_quantile's threshold is the quantile of both ranks' tokens at once (TRL
+  # gathers them): 2 ranks x 16 completions give the first step's loss of 1 rank x 32
+  for np in 1 2; do
+    mpirun $root --oversubscribe -np $np "$G" $common output_dir="$T/ent$np" max_steps=1 num_threads=1 \
+      per_device_train_batch_size=$((32 / np)) top_entropy_quantile=0.3 >"$T/ent.log" 2>&1 \
+      || { cat "$T/ent.log"; fail "$np-rank run with top_entropy_quantile"; }
+  done
+  l1=$(field loss <"$T/ent1/metrics.jsonl") l2=$(field loss <"$T/ent2/metrics.jsonl")
+  echo "top_entropy_quantile 0.3: loss $l1 on 1 rank, $l2 on 2"
+  awk -v a="$l1" -v b="$l2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != 0 && d <= 1e-5 * (a < 0 ? -a : a)) }' \
+    || fail "the entropy quantile does not span both ranks (loss $l1 vs $l2)"
 else
   echo "mpirun missing: skipped"
 fi

@@ -48,12 +48,22 @@ grep '^{"step":1,' "$T/run/completions.jsonl" | sed 's/.*"completion_ids":\[\([^
 # reference) each completion's token loss is -sigmoid(0)*4/tau*A = -2A/tau (tau 1 for A > 0,
 # else 1.05), averaged as grpo over all 16 completions, truncated ones counting 0
 run_and_replay sapo $keys loss_type=sapo importance_sampling_level=sequence use_bias_correction_kl=true \
-  off_policy_mask_threshold=0.5
+  off_policy_mask_threshold=0.5 vllm_importance_sampling_correction=true vllm_importance_sampling_mode=sequence_truncate
+# the sampler against the training forward, in float32: the same numerics, ratios of 1
+for k in sampling/sampling_logp_difference/max sampling/importance_sampling_ratio/min \
+         sampling/importance_sampling_ratio/max; do
+  field "$(echo $k | sed 's|/|\\/|g')" "$T/sapo/metrics.jsonl" | awk -v k=$k '{ d = $1; if (k ~ /ratio/) d -= 1; if (d < 0) d = -d
+    if (d > 1e-4) bad = 1; n++ } END { print k ": within 1e-4 of " (k ~ /ratio/ ? 1 : 0) " at every step"; exit bad || n != 2 }' \
+    || fail "$k is off in a float32 run"
+done
 grep '^{"step":1,' "$T/sapo/completions.jsonl" | sed 's/.*"finish_reason":"\([a-z]*\)".*"advantage":\([-0-9.e+]*\).*/\1 \2/' |
   awk -v logged="$(field loss "$T/sapo/metrics.jsonl" | head -1)" '
     { n++ } $1 == "stop" { s += -2 * $2 / ($2 > 0 ? 1 : 1.05) }
     END { l = s / n; d = l - logged; if (d < 0) d = -d; print "sapo step-1 loss from the rows: " l ", logged " logged
           exit !(n == 16 && d <= 1e-5 * (l < 0 ? -l : l) + 1e-7) }' || fail "sapo's step-1 loss from the rows differs"
+# the entropy mask's quantile spans the micro-batch: computed before any coefficient, as GSPO
+run_and_replay entropy $keys top_entropy_quantile=0.3 vllm_importance_sampling_correction=true \
+  vllm_importance_sampling_mode=token_mask
 expect 1 "not a completions.jsonl row" "$BIN/ctune-grpo-replay" $keys dataset_path="$T/prompts.jsonl" output_dir="$T/x"
 expect 1 "not the same number for every step" "$BIN/ctune-grpo-replay" $keys dataset_path="$T/run/completions.jsonl" \
   output_dir="$T/x" max_steps=3

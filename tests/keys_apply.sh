@@ -26,6 +26,11 @@ done
 expect 2 "key 'delta': caps the clipped surrogate's ratio (loss_type grpo, bnpo, dr_grpo, dapo), and loss_type is cispo" \
   $G delta=1.5 loss_type=cispo
 expect 2 "key 'use_bias_correction_kl': scales the KL term, and beta is 0" $G use_bias_correction_kl=true
+for k in vllm_importance_sampling_mode=token_mask vllm_importance_sampling_clip_max=2 vllm_importance_sampling_cap=2; do
+  expect 2 "key 'vllm_importance_sampling_[a-z_]*': shapes the sampler correction, and vllm_importance_sampling_correction is false" $G "$k"
+done
+expect 2 "key 'vllm_importance_sampling_clip_min': 2 is above vllm_importance_sampling_clip_max 1.5" $G \
+  vllm_importance_sampling_correction=true vllm_importance_sampling_clip_min=2 vllm_importance_sampling_clip_max=1.5
 for k in seq_kd=true log_completions=true num_completions_to_print=2 max_new_tokens=16; do
   expect 2 "key '${k%%=*}' acts on generated batches, and lmbda is 0" $D "$k"
 done

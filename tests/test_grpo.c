@@ -209,18 +209,41 @@ typedef struct {
   int len[RB];
   bool trunc[RB];
   double old[RB][RT], ref[RB][RT], q[RB][RT], A[RB];
+  float ent[RB][RT];  // the tokens' entropies
 } trl_case;
 
 typedef struct {
   const char *loss_type;
   bool sequence, bias_kl;
   double eps, eps_high, beta, delta, tau_pos, tau_neg, opm;  // delta, opm: 0 = None
+  int isc;                   // vllm_importance_sampling_mode + 1 (0: no correction)
+  double isc_min, isc_max;   // its clip_min (0 = None) and clip_max
+  double top_entropy;        // top_entropy_quantile (0 in a row below: 1)
 } trl_cfg;
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+// get_high_entropy_mask's threshold: torch.quantile(entropies[mask], 1 − top_entropy_quantile),
+// linear interpolation between the order statistics.
+static double trl_entropy_threshold(const trl_cfg *k, const trl_case *c, double mask[RB][RT]) {
+  double v[RB * RT];
+  int n = 0;
+  for (int b = 0; b < RB; b++)
+    for (int t = 0; t < RT; t++)
+      if (mask[b][t]) v[n++] = c->ent[b][t];
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  double pos = (1 - k->top_entropy) * (n - 1), f = floor(pos);
+  return f + 1 < n ? v[(int)f] + (pos - f) * (v[(int)f + 1] - v[(int)f]) : v[n - 1];
+}
 
 static double trl_loss(const trl_cfg *k, const trl_case *c, double lp[RB][RT], double sg[RB][RT]) {
   double mask[RB][RT], liw[RB][RT], ptl[RB][RT];
   for (int b = 0; b < RB; b++)
     for (int t = 0; t < RT; t++) mask[b][t] = t < c->len[b] && !c->trunc[b];
+  double thr = k->top_entropy > 0 && k->top_entropy < 1 ? trl_entropy_threshold(k, c, mask) : -INFINITY;
   for (int b = 0; b < RB; b++) {
     double sum = 0, n = 0, kl_sum = 0;
     for (int t = 0; t < RT; t++) sum += (lp[b][t] - c->old[b][t]) * mask[b][t], n += mask[b][t];
@@ -228,6 +251,18 @@ static double trl_loss(const trl_cfg *k, const trl_case *c, double lp[RB][RT], d
     // off-policy mask, from the detached log-probs: keep when A >= 0 or the mean KL <= delta
     for (int t = 0; t < RT; t++) kl_sum += (c->q[b][t] - sg[b][t]) * mask[b][t];
     double keep = k->opm > 0 ? (c->A[b] >= 0 || kl_sum / fmax(n, 1) <= k->opm) : 1;
+    // the sampler correction, from old and the sampler's q (no gradient): per token, or one
+    // per row from the row's sum; clamped (truncate) or zeroed outside [min, max] (mask)
+    double isr[RT], row_diff = 0;
+    int mode = k->isc - 1;
+    for (int t = 0; t < RT; t++) row_diff += (c->old[b][t] - c->q[b][t]) * mask[b][t];
+    for (int t = 0; t < RT; t++) {
+      bool seq = mode == CT_ISC_SEQUENCE_TRUNCATE || mode == CT_ISC_SEQUENCE_MASK;
+      double x = exp(seq ? row_diff : (c->old[b][t] - c->q[b][t]) * mask[b][t]);
+      if (mode == CT_ISC_TOKEN_TRUNCATE || mode == CT_ISC_SEQUENCE_TRUNCATE) x = fmin(fmax(x, k->isc_min), k->isc_max);
+      else if (x < k->isc_min || x > k->isc_max) x = 0;
+      isr[t] = k->isc ? x : 1;
+    }
     for (int t = 0; t < RT; t++) {
       double c1 = exp(liw[b][t]), A = c->A[b], p;
       if (!strcmp(k->loss_type, "cispo")) {
@@ -245,7 +280,7 @@ static double trl_loss(const trl_cfg *k, const trl_case *c, double lp[RB][RT], d
         double c2 = fmin(fmax(c1, 1 - k->eps), 1 + k->eps_high), c1d = k->delta > 0 ? fmin(c1, k->delta) : c1;
         p = -fmin(c1d * A, c2 * A);
       }
-      p *= keep;
+      p *= keep * isr[t] * (c->ent[b][t] * mask[b][t] >= (float)thr && mask[b][t]);
       if (k->beta > 0) {
         double x = c->ref[b][t] - lp[b][t], kl = exp(x) - x - 1;
         p += k->beta * kl * (k->bias_kl ? c1 : 1);
@@ -278,11 +313,21 @@ static double ours(const trl_cfg *k, const trl_case *c, float lp[RB][RT], float 
   cfg.importance_sampling_level = k->sequence ? CT_IS_SEQUENCE : CT_IS_TOKEN;
   cfg.sapo_temperature_pos = k->tau_pos, cfg.sapo_temperature_neg = k->tau_neg;
   cfg.use_bias_correction_kl = k->bias_kl, cfg.off_policy_mask_threshold = k->opm;
+  cfg.vllm_importance_sampling_correction = k->isc > 0;
+  cfg.vllm_importance_sampling_mode = k->isc > 0 ? k->isc - 1 : 0;
+  cfg.vllm_importance_sampling_clip_min = k->isc_min, cfg.vllm_importance_sampling_clip_max = k->isc_max;
+  cfg.top_entropy_quantile = k->top_entropy > 0 ? k->top_entropy : 1;
   ct_grpo_micro m = {0};
   CHECK_OK(ct_grpo_objective_of(&cfg, k->beta > 0, &m.obj, &m.agg));
   ct_grpo_counts counts = {0, RB, 1};
   for (int b = 0; b < RB; b++) counts.tokens += c->trunc[b] ? 0 : c->len[b];
   m.counts = &counts, m.micro_tokens = counts.tokens, m.max_completion_length = MAXLEN;
+  float ents[RB * RT];
+  long ne = 0;
+  for (int b = 0; b < RB; b++)
+    for (int t = 0; t < c->len[b] && !c->trunc[b]; t++) ents[ne++] = c->ent[b][t];
+  if (m.obj.top_entropy < 1) CHECK_OK(ct_grpo_entropy_threshold(&m.obj, ents, ne, &m.entropy_threshold));
+  const float(*ent)[RT] = c->ent;
   double L = 0;
   ct_grpo_span_info info = {0};
   for (int b = 0; b < RB; b++) {
@@ -291,23 +336,24 @@ static double ours(const trl_cfg *k, const trl_case *c, float lp[RB][RT], float 
     memset(coef[b], 0, sizeof coef[b]);
     if (c->trunc[b]) continue;
     if (ct_grpo_needs_whole(&m.obj)) {
-      L += ct_grpo_span_loss(&m, c->len[b], c->len[b], lp[b], old, ref, q, c->A[b], coef[b], &info);
+      L += ct_grpo_span_loss(&m, c->len[b], c->len[b], lp[b], old, ent[b], ref, q, c->A[b], coef[b], &info, NULL);
     } else {  // token-local: any split of the completion into spans gives the same
       int cut = c->len[b] / 2;
-      L += ct_grpo_span_loss(&m, c->len[b], cut, lp[b], old, ref, q, c->A[b], coef[b], &info);
-      L += ct_grpo_span_loss(&m, c->len[b], c->len[b] - cut, lp[b] + cut, old + cut, ref + cut, q + cut, c->A[b],
-                             coef[b] + cut, &info);
+      L += ct_grpo_span_loss(&m, c->len[b], cut, lp[b], old, ent[b], ref, q, c->A[b], coef[b], &info, NULL);
+      L += ct_grpo_span_loss(&m, c->len[b], c->len[b] - cut, lp[b] + cut, old + cut, ent[b] + cut, ref + cut, q + cut, c->A[b],
+                             coef[b] + cut, &info, NULL);
     }
   }
   return L;
 }
 
 // Every loss_type, both importance-sampling levels, delta, SAPO's temperatures, the KL with
-// and without the bias correction, and the off-policy mask: the loss equals TRL's formula
+// and without the bias correction, the off-policy mask, the sampler correction's modes and
+// the entropy mask: the loss equals TRL's formula
 // in float64, and each coefficient equals −∂L/∂lp_t by central differences of it. The
 // ratios are away from 1 (old ≠ lp, as on a later pass), so clips, caps and gates act.
 static void test_objectives_match_trls_formula_and_its_gradient(void) {
-  trl_case c = {{7, 3, 5, 1, 6}, {false, false, true, false, false}, {{0}}, {{0}}, {{0}}, {0.9, -1.3, 0.4, -0.2, 1.7}};
+  trl_case c = {{7, 3, 5, 1, 6}, {false, false, true, false, false}, {{0}}, {{0}}, {{0}}, {0.9, -1.3, 0.4, -0.2, 1.7}, {{0}}};
   float lp[RB][RT];
   double dlp[RB][RT];
   uint64_t r = 12345;
@@ -320,14 +366,26 @@ static void test_objectives_match_trls_formula_and_its_gradient(void) {
       c.old[b][t] = (float)(lp[b][t] + 0.7 * (u[1] - 0.5));  // ratios e^±0.35
       c.ref[b][t] = (float)(lp[b][t] + 0.8 * (u[2] - 0.5));
       c.q[b][t] = (float)(lp[b][t] + 0.6 * (u[3] - 0.3));
+      c.ent[b][t] = (float)(0.1 + 4 * u[0] * u[1]);
     }
+  c.ent[0][2] = c.ent[1][1] = c.ent[4][3];  // ties at the threshold go either side alike
   const trl_cfg cfgs[] = {
-      {"grpo", false, false, 0.2, 0.2, 0, 0, 1, 1.05, 0},     {"bnpo", false, false, 0.2, 0.28, 0.04, 0, 1, 1.05, 0},
-      {"dr_grpo", false, false, 0.1, 0.15, 0, 0, 1, 1.05, 0}, {"dapo", false, false, 0.2, 0.28, 0.04, 1.25, 1, 1.05, 0},
-      {"dapo", true, false, 0.05, 0.05, 0, 0, 1, 1.05, 0},    {"grpo", true, true, 0.2, 0.2, 0.1, 1.3, 1, 1.05, 0},
-      {"cispo", false, false, 0.2, 1.1, 0, 0, 1, 1.05, 0},    {"cispo", true, false, 0.2, 1.05, 0.04, 0, 1, 1.05, 0},
-      {"sapo", false, false, 0.2, 0.2, 0, 0, 1, 1.05, 0},     {"sapo", true, true, 0.2, 0.2, 0.05, 0, 2.0, 0.7, 0},
-      {"dapo", false, true, 0.2, 0.28, 0.08, 0, 1, 1.05, 0.05}, {"grpo", true, false, 0.2, 0.2, 0, 0, 1, 1.05, 0.1}};
+      {"grpo", false, false, 0.2, 0.2, 0, 0, 1, 1.05, 0, 0, 0, 0, 0},     {"bnpo", false, false, 0.2, 0.28, 0.04, 0, 1, 1.05, 0, 0, 0, 0, 0},
+      {"dr_grpo", false, false, 0.1, 0.15, 0, 0, 1, 1.05, 0, 0, 0, 0, 0}, {"dapo", false, false, 0.2, 0.28, 0.04, 1.25, 1, 1.05, 0, 0, 0, 0, 0},
+      {"dapo", true, false, 0.05, 0.05, 0, 0, 1, 1.05, 0, 0, 0, 0, 0},    {"grpo", true, true, 0.2, 0.2, 0.1, 1.3, 1, 1.05, 0, 0, 0, 0, 0},
+      {"cispo", false, false, 0.2, 1.1, 0, 0, 1, 1.05, 0, 0, 0, 0, 0},    {"cispo", true, false, 0.2, 1.05, 0.04, 0, 1, 1.05, 0, 0, 0, 0, 0},
+      {"sapo", false, false, 0.2, 0.2, 0, 0, 1, 1.05, 0, 0, 0, 0, 0},     {"sapo", true, true, 0.2, 0.2, 0.05, 0, 2.0, 0.7, 0, 0, 0, 0, 0},
+      {"dapo", false, true, 0.2, 0.28, 0.08, 0, 1, 1.05, 0.05, 0, 0, 0, 0}, {"grpo", true, false, 0.2, 0.2, 0, 0, 1, 1.05, 0.1, 0, 0, 0, 0},
+      // the sampler correction's four modes (TRL's default clip_max 3; a clip_min too)
+      {"dapo", false, false, 0.2, 0.28, 0, 0, 1, 1.05, 0, 1 + CT_ISC_TOKEN_TRUNCATE, 0.8, 1.2, 0},
+      {"grpo", false, false, 0.2, 0.2, 0.04, 0, 1, 1.05, 0, 1 + CT_ISC_TOKEN_MASK, 0.8, 1.25, 0},
+      {"dapo", false, false, 0.2, 0.28, 0, 0, 1, 1.05, 0, 1 + CT_ISC_SEQUENCE_TRUNCATE, 0, 3.0, 0},
+      {"sapo", true, false, 0.2, 0.2, 0, 0, 1, 1.05, 0, 1 + CT_ISC_SEQUENCE_MASK, 0.5, 3.0, 0},
+      {"cispo", false, false, 0.2, 5.0, 0, 0, 1, 1.05, 0, 1 + CT_ISC_SEQUENCE_MASK, 0, 3.0, 0},
+      // the entropy mask over the 17 tokens: the top 20% (an interpolated quantile) and the top
+      // 25% (the 0.75 quantile is the 13th smallest entropy itself: that token stays)
+      {"dapo", false, false, 0.2, 0.28, 0.04, 0, 1, 1.05, 0, 0, 0, 0, 0.2},
+      {"grpo", true, false, 0.2, 0.2, 0, 0, 1, 1.05, 0, 1 + CT_ISC_TOKEN_TRUNCATE, 0, 3.0, 0.25}};
   for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
     const trl_cfg *k = &cfgs[i];
     float coef[RB][RT];

@@ -166,8 +166,8 @@ static void token_loss_rows(void *ctx, ct_head *h, int r0, int r1) {
     for (int k = 0; k < q1 - q; k++) t->out->max_diff = fmax(t->out->max_diff, fabs(lp[k] - o->lp[j + k]));
     memset(h->zcoef + q, 0, sizeof(float) * (q1 - q));
     if (mask && o->truncated) memset(h->coef + q, 0, sizeof(float) * (q1 - q));
-    else t->out->loss += ct_grpo_span_loss(&t->m, o->ids.n, q1 - q, lp, lp, r->use_ref ? r->ref_lp + q : NULL,
-                                           o->lp + j, o->adv, h->coef + q, &t->out->info);
+    else t->out->loss += ct_grpo_span_loss(&t->m, o->ids.n, q1 - q, lp, lp, h->entropy + q, r->use_ref ? r->ref_lp + q : NULL,
+                                           o->lp + j, o->adv, h->coef + q, &t->out->info, NULL);
     q = q1;
   }
 }
@@ -193,13 +193,24 @@ static int replay_step(replay_t *r, const row_t *rows, int n, step_out *out) {
       if (k < 0) return k;
       memcpy(r->ref_lp, h->logp, sizeof(float) * k);
     }
-    token_loss t = {{r->obj, r->agg, &counts, micro_tokens, (int)c->max_completion_length}, rows + first, r, out};
+    token_loss t = {{r->obj, r->agg, &counts, micro_tokens, (int)c->max_completion_length, 0}, rows + first, r, out};
     const ct_model *md = &r->tr->model;
     int k;
     if (!ct_grpo_needs_whole(&r->obj)) {
       if ((k = ct_lm_fused(md, &r->tr->g, &r->acts, h, &r->batch, token_loss_rows, &t)) >= 0)
         ct_backward(md, &r->tr->g, &r->acts, r->acts.dln, r->batch.B, r->batch.T);
     } else if ((k = ct_lm_forward(md, &r->acts, h, &r->batch)) >= 0) {
+      if (r->obj.top_entropy < 1) {  // the entropy quantile of the completions not masked
+        float *ent = malloc(sizeof(float) * (k > 0 ? k : 1));
+        long e = 0;
+        int j;
+        if (!ent) return ct_set_error(CT_ENOMEM, "out of memory");
+        for (int q = 0; q < k; q++)
+          if (!(mask && rows[first + row_of(&t, h, q, &j)].truncated)) ent[e++] = h->entropy[q];
+        int rc = ct_grpo_entropy_threshold(&r->obj, ent, e, &t.m.entropy_threshold);
+        free(ent);
+        if (rc) return rc;
+      }
       token_loss_rows(&t, h, 0, k);
       ct_lm_backward(md, &r->tr->g, &r->acts, h, &r->batch);
     }
