@@ -45,7 +45,7 @@ const char *const ct_is_level_names[] = {"token", "sequence", NULL};
 const char *const ct_is_mode_names[] = {"token_truncate", "token_mask", "sequence_truncate", "sequence_mask", NULL};
 const char *const ct_advantage_estimator_names[] = {"group_norm", "rloo", "reinforce_baseline", NULL};
 const char *const ct_reward_failure_names[] = {"error", "nan", NULL};
-const char *const ct_reward_func_names[] = {"accuracy", "format", "length", "remote", NULL};
+const char *const ct_reward_func_names[] = {"accuracy", "format", "length", "overlong", "remote", NULL};
 // the frozen module's storages a reward model (with its score head) can use: CT_STORE_F32, _BF16
 const char *const ct_lora_module_names[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                             "down_proj", "all-linear", NULL};
@@ -390,7 +390,7 @@ const key_def config_keys[] = {
     {"mask_truncated_completions", K_BOOL, GRPO, OFF(mask_truncated_completions), "false",
      .comment = "Completions that never reached an end-of-turn token get no loss."},
     {"reward_funcs", K_STR_LIST, GRPO, OFF(reward_funcs), "accuracy",
-     .comment = "Reward functions, summed with reward_weights: accuracy, format, length, remote, or "
+     .comment = "Reward functions, summed with reward_weights: accuracy, format, length, overlong, remote, or "
                 "the directory of a sequence-classification reward model (e.g. one bin/reward "
                 "trained), run in-process; its metrics are named after the directory's last part."},
     {"reward_model_dtype", K_ENUM, GRPO, OFF(reward_model_dtype), "float32", .choices = ct_store_names,
@@ -412,6 +412,10 @@ const key_def config_keys[] = {
                 "completion (re.search; (?s) lets . match a newline)."},
     {"length_target", K_INT, GRPO, OFF(length_target), "0", FROM(0),
      .comment = "length: reward -|characters - target| / target."},
+    {"overlong_buffer_len", K_INT, GRPO, OFF(overlong_buffer_len), "0", FROM(0),
+     .comment = "overlong (DAPO's soft overlong punishment, TRL's get_soft_overlong_punishment with "
+                "max_completion_len = max_completion_length): 0 up to max_completion_length - this many "
+                "tokens, then falling linearly to -1 at max_completion_length."},
     {"reward_url", K_STR, GRPO, OFF(reward_url), "",
      .comment = "remote: the reward server (POST {query, prompts, labels} -> {rewards})."},
     {"reward_api_key_env", K_STR, GRPO, OFF(reward_api_key_env), "",

@@ -76,6 +76,11 @@ static int check_config(const ct_config *c) {
     if (ct_config_is_set(c, ref_keys[i]))
       return ct_set_error(CT_ECONFIG, "%s: key '%s': GRPO loads a reference only for the KL term, and "
                           "beta is 0; set beta > 0 or drop the key", ct_config_origin(c, ref_keys[i]), ref_keys[i]);
+  bool overlong = false;
+  for (int k = 0; k < c->reward_funcs.n; k++) overlong |= !strcmp(c->reward_funcs.v[k], "overlong");
+  if (!overlong && ct_config_is_set(c, "overlong_buffer_len"))
+    return ct_set_error(CT_ECONFIG, "%s: key 'overlong_buffer_len': the overlong reward's, and reward_funcs "
+                        "has no overlong", ct_config_origin(c, "overlong_buffer_len"));
   if (c->max_completion_length < 1)
     return ct_set_error(CT_ECONFIG, "%s: key 'max_completion_length' must be at least 1 for GRPO",
                         ct_config_origin(c, "max_completion_length"));
@@ -99,6 +104,8 @@ static int reward_init(const ct_config *c, int k, bool check_only, ct_reward **o
   ct_reward_opts o = {.answer_field = c->answer_field, .answer_regex = c->answer_regex,
                       .numeric = c->answer_numeric, .format_regex = c->format_regex,
                       .target_length = (int)c->length_target, .url = c->reward_url,
+                      .overlong_max_len = (int)c->max_completion_length,
+                      .overlong_buffer = (int)c->overlong_buffer_len,
                       .api_key_env = c->reward_api_key_env,
                       .connect_timeout_s = c->reward_connect_timeout, .timeout_s = c->reward_timeout,
                       .retries = (int)c->reward_retries, .backoff_s = c->reward_backoff,

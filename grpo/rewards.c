@@ -36,6 +36,7 @@ struct ct_reward {
   ct_pyregex *re;      // accuracy: answer_regex (or NULL); format: format_regex
   int group;           // accuracy: the group of re's last match that is the answer
   int target_length;
+  int overlong_max_len, overlong_buffer;  // overlong
   // remote
   char *url;
   char *key_env;       // the variable holding the API key (for messages), or NULL
@@ -69,7 +70,7 @@ int ct_reward_kind(const char *name, int *kind) {
   }
   return ct_set_error(CT_ECONFIG,
                       "reward function \"%s\" does not exist; choose accuracy, format, "
-                      "length, remote, or a reward model's directory (a path with a /)", name ? name : "(null)");
+                      "length, overlong, remote, or a reward model's directory (a path with a /)", name ? name : "(null)");
 }
 
 const char *ct_reward_name(const ct_reward *r) {
@@ -326,6 +327,12 @@ int ct_reward_init(ct_reward **out, int kind, const ct_reward_opts *o) {
       rc = key_error(o, CT_ECONFIG, "length_target", "must be > 0 (got %d)", o->target_length);
     r->target_length = o->target_length;
   }
+  if (!rc && kind == CT_REWARD_OVERLONG) {
+    if (o->overlong_buffer <= 0 || o->overlong_buffer > o->overlong_max_len)
+      rc = key_error(o, CT_ECONFIG, "overlong_buffer_len", "the overlong reward needs 0 < overlong_buffer_len "
+                     "<= max_completion_length (%d; got %d)", o->overlong_max_len, o->overlong_buffer);
+    r->overlong_max_len = o->overlong_max_len, r->overlong_buffer = o->overlong_buffer;
+  }
   if (!rc && kind == CT_REWARD_REMOTE) rc = init_remote(r, o);
   if (!rc && kind == CT_REWARD_MODEL) rc = init_model(r, o);
   if (rc) {
@@ -522,6 +529,12 @@ static double length(const ct_reward *r, const ct_reward_item *it) {
   if (!it->completion) return NAN;
   double len = (double)strlen(it->completion), t = r->target_length;
   return -fabs(len - t) / t;
+}
+
+static double overlong(const ct_reward *r, const ct_reward_item *it) {
+  int L = r->overlong_max_len, B = r->overlong_buffer, n = it->completion_tokens;
+  if (n <= L - B) return 0;
+  return n <= L ? (double)(L - B - n) / B : -1;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -837,6 +850,7 @@ int ct_reward_score(ct_reward *r, const ct_reward_item *items, int n, double *ou
   for (int i = 0; i < n; i++)
     out[i] = r->kind == CT_REWARD_ACCURACY ? accuracy(r, &items[i])
              : r->kind == CT_REWARD_FORMAT ? format(r, &items[i])
+             : r->kind == CT_REWARD_OVERLONG ? overlong(r, &items[i])
                                            : length(r, &items[i]);
   return 0;
 }

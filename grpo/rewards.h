@@ -30,6 +30,9 @@ typedef struct {
                               // completion, else 0
   // length
   int target_length;          // reward = -|length - target| / target, length in bytes
+  // overlong (DAPO's soft overlong punishment): with L = max_len, B = buffer and n the
+  // completion's tokens, 0 when n ≤ L − B, (L − B − n) / B when L − B < n ≤ L, else −1
+  int overlong_max_len, overlong_buffer;
   // remote
   const char *url;            // http://host:port/path or https://...
   const char *api_key_env;    // NULL or "": no key; else the environment variable holding
@@ -67,6 +70,7 @@ typedef struct {
   const char *prompt;
   const char *completion;
   const json_t *row;
+  int completion_tokens;  // (overlong) its token count
 } ct_reward_item;
 
 // Scores n items into out (NaN where a reward cannot be computed). Errors only for the

@@ -72,4 +72,16 @@ expect 2 "no row of $T/p.jsonl has the field 'solution', which the remote reward
   "$G" $common dataset_path="$T/p.jsonl" output_dir="$T/x" reward_funcs=remote \
   reward_url=http://127.0.0.1:9/score answer_field=solution
 [ ! -e "$T/x/metrics.jsonl" ] || fail "a run started despite a bad field"
+echo "== overlong: every completion's reward is DAPO's soft punishment of its token count"
+"$G" $common dataset_path="$T/p.jsonl" output_dir="$T/ol" reward_funcs=overlong overlong_buffer_len=6 \
+  max_completion_length=10 temperature=1.5 >"$T/ol.log" 2>&1 || { cat "$T/ol.log"; fail "overlong run"; }
+sed 's/.*"completion_ids":\[\([^]]*\)\].*"overlong":\([-0-9.e+]*\).*/\1 \2/' "$T/ol/completions.jsonl" |
+  awk '{ n = split($1, _, ","); want = n <= 4 ? 0 : n <= 10 ? (4 - n) / 6 : -1; d = $2 - want; if (d < 0) d = -d
+         if (d > 1e-9) bad = 1; seen[n > 4] = 1; k++ }
+       END { print k " completions: rewards as (L - B - n) / B past L - B = 4"; exit bad || !seen[0] || !seen[1] }' \
+  || fail "overlong rewards differ from the formula (or all completions fell on one side of the buffer)"
+expect 2 "key 'overlong_buffer_len': the overlong reward's, and reward_funcs has no overlong" \
+  "$G" $common dataset_path="$T/p.jsonl" output_dir="$T/x" overlong_buffer_len=4
+expect 2 "key 'overlong_buffer_len': the overlong reward needs 0 < overlong_buffer_len <= max_completion_length (10; got 0)" \
+  "$G" $common dataset_path="$T/p.jsonl" output_dir="$T/x" reward_funcs=overlong max_completion_length=10
 echo "grpo rewards end-to-end: all checks passed"

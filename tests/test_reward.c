@@ -261,6 +261,29 @@ static void test_length_penalizes_distance_from_the_target_in_bytes(void) {
   ct_reward_free(r);
 }
 
+// DAPO's soft overlong punishment as TRL's get_soft_overlong_punishment(100, 20) computes it:
+// 0 up to 80 tokens, (80 − n) / 20 from 81 to 100 (its docstring's 90 tokens: −0.5), −1 past.
+static void test_overlong_is_trls_soft_punishment(void) {
+  ct_reward *r = make(CT_REWARD_OVERLONG, (ct_reward_opts){.overlong_max_len = 100, .overlong_buffer = 20});
+  int n[] = {0, 1, 79, 80, 81, 90, 99, 100, 101, 150};
+  for (size_t i = 0; i < sizeof n / sizeof *n; i++) {
+    ct_reward_item it = {.completion = "", .completion_tokens = n[i]};
+    double out, want = n[i] <= 80 ? 0.0 : n[i] <= 100 ? (80.0 - n[i]) / 20.0 : -1.0;
+    CHECK_OK(ct_reward_score(r, &it, 1, &out));
+    CHECK_NEAR(out, want, 1e-15);
+  }
+  ct_reward_item it = {.completion_tokens = 90};
+  double out;
+  CHECK_OK(ct_reward_score(r, &it, 1, &out));
+  CHECK(out == -0.5);
+  ct_reward_free(r);
+  // the buffer must lie within max_completion_length, and be set at all
+  CHECK(init_fails(CT_REWARD_OVERLONG, (ct_reward_opts){.overlong_max_len = 100, .overlong_buffer = 0}, CT_ECONFIG,
+                   "overlong_buffer_len", "the overlong reward needs 0 < overlong_buffer_len <= max_completion_length (100; got 0)"));
+  CHECK(init_fails(CT_REWARD_OVERLONG, (ct_reward_opts){.overlong_max_len = 10, .overlong_buffer = 11}, CT_ECONFIG,
+                   "overlong_buffer_len", "got 11"));
+}
+
 static void test_score_fills_every_item(void) {
   ct_reward *r = make(CT_REWARD_LENGTH, (ct_reward_opts){.target_length = 2});
   ct_reward_item it[3] = {{.completion = "a"}, {.completion = "ab"}, {.completion = "abcd"}};
@@ -329,9 +352,9 @@ static void test_check_rows_names_the_key_the_field_and_the_row(void) {
 // ---------------------------------------------------------------------------------------
 // options
 
-static void test_kind_parses_the_four_names_and_lists_the_choices(void) {
-  const char *names[] = {"accuracy", "format", "length", "remote"};
-  for (int k = 0; k < 4; k++) {
+static void test_kind_parses_the_five_names_and_lists_the_choices(void) {
+  const char *names[] = {"accuracy", "format", "length", "overlong", "remote"};
+  for (int k = 0; k < 5; k++) {
     int kind = -1;
     CHECK_OK(ct_reward_kind(names[k], &kind));
     CHECK(kind == k);
@@ -850,9 +873,10 @@ int main(void) {
   RUN(test_format_is_one_when_the_regex_matches_anywhere);
   RUN(test_regex_is_pythons_re);
   RUN(test_length_penalizes_distance_from_the_target_in_bytes);
+  RUN(test_overlong_is_trls_soft_punishment);
   RUN(test_score_fills_every_item);
   RUN(test_check_rows_names_the_key_the_field_and_the_row);
-  RUN(test_kind_parses_the_four_names_and_lists_the_choices);
+  RUN(test_kind_parses_the_five_names_and_lists_the_choices);
   RUN(test_init_rejects_bad_options_naming_the_option);
   RUN(test_remote_ok_returns_the_servers_rewards_and_reuses_the_handle);
   RUN(test_remote_sends_batches_of_the_configured_size);
