@@ -5,9 +5,11 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 
 #include "config.h"
 #include "dist.h"
+#include "error.h"
 
 
 void ct_grpo_total_rewards(const double *R, int n, int K, const double *w, double *r) {
@@ -98,6 +100,38 @@ int ct_grpo_whiten(double *adv, const double *w, int n, int kind) {
   double div = tokens ? sqrt(fmax(s[2] / count, 1e-8)) : (count > 1 ? sqrt(s[2] / (count - 1)) : 0) + 1e-4;
   for (int i = 0; i < n; i++) adv[i] = (adv[i] - mean) / div;
   return 0;
+}
+
+int ct_grpo_normalize_then_sum(const double *R, int groups, int G, int K, const double *w, double *r, double *adv) {
+  int n = groups * G;
+  for (int i = 0; i < n; i++) r[i] = 0;
+  for (int p = 0; p < groups; p++)
+    for (int k = 0; k < K; k++) {
+      double m = 0, c = 0, v = 0;
+      for (int i = p * G; i < (p + 1) * G; i++)
+        if (R[(long)i * K + k] == R[(long)i * K + k]) m += R[(long)i * K + k], c += 1;
+      m /= c;
+      for (int i = p * G; i < (p + 1) * G; i++)
+        if (R[(long)i * K + k] == R[(long)i * K + k]) v += (R[(long)i * K + k] - m) * (R[(long)i * K + k] - m);
+      double sd = sqrt(v / c * (c / (c - 1)));  // TRL's nanstd: NaN for one value
+      for (int i = p * G; i < (p + 1) * G; i++) {
+        double z = (R[(long)i * K + k] - m) / (sd + 1e-4);
+        if (z == z) r[i] += (w ? w[k] : 1.0) * z;  // nansum
+      }
+    }
+  int kept = 0;
+  double *x = malloc(sizeof(double) * (n > 0 ? n : 1));
+  if (!x) return ct_set_error(CT_ENOMEM, "out of memory");
+  for (int i = 0; i < n; i++) {
+    bool any = false;
+    for (int k = 0; k < K; k++) any |= R[(long)i * K + k] == R[(long)i * K + k];
+    if (!any) r[i] = NAN;  // unscorable
+    else x[kept++] = r[i];
+  }
+  int rc = ct_grpo_whiten(x, NULL, kept, CT_WHITEN_COMPLETIONS);  // over every rank's
+  for (int i = 0, j = 0; i < n; i++) adv[i] = r[i] == r[i] ? x[j++] : 0;
+  free(x);
+  return rc;
 }
 
 double ct_grpo_token_weight(int agg, const ct_grpo_counts *c, int seq_len, double micro_tokens,

@@ -24,6 +24,15 @@ double ct_grpo_group_std(const double *x, int G, double *mean);
 // groups whose rewards are all equal.
 int ct_grpo_advantages(const double *r, int groups, int G, int scale, double batch_std, double *adv);
 
+// multi_objective_aggregation normalize_then_sum (GDPO, as TRL computes it): each reward
+// function's scores R (n = groups·G rows, K columns) normalized within each group,
+// z = (R − nanmean) / (nanstd + 1e-4) (NaN scores left out of both; a group holding a
+// function's score once gets NaN: TRL's nanstd of one value), summed with the weights w
+// over the non-NaN z into r; a row whose every R is NaN (unscorable) gets r = NaN. Then
+// advantages A = (r − mean) / (std + 1e-4) over every rank's non-NaN r (Bessel std; a
+// collective), and 0 for the unscorable. Returns 0, or the error of the cross-rank sum.
+int ct_grpo_normalize_then_sum(const double *R, int groups, int G, int K, const double *w, double *r, double *adv);
+
 // rloo's leave-one-out advantages (n = groups·G rewards in group order); a group whose
 // rewards are all equal gets 0 exactly. Returns the number of such groups.
 int ct_grpo_rloo(const double *r, int groups, int G, double *adv);

@@ -42,6 +42,7 @@ const char *const ct_dpo_loss_choices[] = {DPO_LOSSES, NULL};
 const char *const ct_grpo_loss_choices[] = {GRPO_LOSSES, NULL};
 const char *const ct_scale_rewards_names[] = {"group", "batch", "none", NULL};
 const char *const ct_is_level_names[] = {"token", "sequence", NULL};
+const char *const ct_moa_names[] = {"sum_then_normalize", "normalize_then_sum", NULL};
 const char *const ct_is_mode_names[] = {"token_truncate", "token_mask", "sequence_truncate", "sequence_mask", NULL};
 const char *const ct_advantage_estimator_names[] = {"group_norm", "rloo", "reinforce_baseline", NULL};
 const char *const ct_reward_failure_names[] = {"error", "nan", NULL};
@@ -62,6 +63,7 @@ NAMES_MATCH(ct_truncate_names, CT_TRUNCATE_COUNT);
 NAMES_MATCH(ct_speculative_names, CT_SPEC_COUNT);
 NAMES_MATCH(ct_scale_rewards_names, CT_SCALE_COUNT);
 NAMES_MATCH(ct_is_level_names, CT_IS_COUNT);
+NAMES_MATCH(ct_moa_names, CT_MOA_COUNT);
 NAMES_MATCH(ct_is_mode_names, CT_ISC_COUNT);
 NAMES_MATCH(ct_advantage_estimator_names, CT_ADV_COUNT);
 NAMES_MATCH(ct_reward_failure_names, CT_REWARD_FAIL_COUNT);
@@ -379,6 +381,11 @@ const key_def config_keys[] = {
      .comment = "Advantages divided by the group's reward std (group), the batch's (batch), "
                 "or not at all (none); TRL's true and false mean group and none. "
                 "advantage_estimator group_norm only."},
+    {"multi_objective_aggregation", K_ENUM, GRPO, OFF(multi_objective_aggregation), "sum_then_normalize",
+     .choices = ct_moa_names,
+     .comment = "sum_then_normalize: the weighted sum of the rewards, then advantage_estimator; "
+                "normalize_then_sum (GDPO): each reward function normalized within its group, "
+                "the weighted sum, then (x - mean) / (std + 1e-4) over the whole batch."},
     {"advantage_estimator", K_ENUM, GRPO, OFF(advantage_estimator), "group_norm",
      .choices = ct_advantage_estimator_names,
      .comment = "group_norm: (r - group mean) / scale_rewards' std (GRPO); rloo: r minus the "

@@ -42,6 +42,8 @@ enum { CT_SCALE_GROUP, CT_SCALE_BATCH, CT_SCALE_NONE, CT_SCALE_COUNT };
 extern const char *const ct_scale_rewards_names[];
 enum { CT_IS_TOKEN, CT_IS_SEQUENCE, CT_IS_COUNT };
 extern const char *const ct_is_level_names[];
+enum { CT_MOA_SUM_THEN_NORMALIZE, CT_MOA_NORMALIZE_THEN_SUM, CT_MOA_COUNT };
+extern const char *const ct_moa_names[];
 enum { CT_ISC_TOKEN_TRUNCATE, CT_ISC_TOKEN_MASK, CT_ISC_SEQUENCE_TRUNCATE, CT_ISC_SEQUENCE_MASK, CT_ISC_COUNT };
 extern const char *const ct_is_mode_names[];
 // advantage_estimator (grpo/advantage.h has the formulas; OpenRLHF's names).
@@ -216,6 +218,7 @@ typedef struct {
   int vllm_importance_sampling_mode;  // CT_ISC_*
   double vllm_importance_sampling_clip_max, vllm_importance_sampling_clip_min;
   int advantage_estimator;  // CT_ADV_*
+  int multi_objective_aggregation;  // CT_MOA_*
   int normalize_advantages;
   int mask_truncated_completions;
   ct_str_list reward_funcs;

@@ -40,6 +40,17 @@ static int reward_init(const ct_config *c, int k, bool check_only, ct_reward **o
 // either set for another estimator would do nothing.
 static int check_estimator(const ct_config *c) {
   const char *est = ct_advantage_estimator_names[c->advantage_estimator];
+  if (c->multi_objective_aggregation == CT_MOA_NORMALIZE_THEN_SUM) {  // its own normalization
+    static const char *const keys[] = {"scale_rewards", "advantage_estimator", "normalize_advantages"};
+    bool other[] = {c->scale_rewards != CT_SCALE_GROUP, c->advantage_estimator != CT_ADV_GROUP_NORM,
+                    c->normalize_advantages != 0};
+    for (int i = 0; i < 3; i++)
+      if (other[i])
+        return ct_set_error(CT_ECONFIG, "%s: key '%s': multi_objective_aggregation normalize_then_sum "
+                            "normalizes the rewards itself (per function in each group, then over the batch)",
+                            ct_config_origin(c, keys[i]), keys[i]);
+    return 0;
+  }
   if (c->scale_rewards != CT_SCALE_GROUP && c->advantage_estimator != CT_ADV_GROUP_NORM)
     return ct_set_error(CT_ECONFIG, "%s: key 'scale_rewards': '%s' scales group_norm's advantages, and "
                         "advantage_estimator is %s; drop the key or use group_norm",

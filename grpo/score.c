@@ -101,7 +101,15 @@ int ct_grpo_score(ct_grpo *g) {
   ct_dist_sum_stats(&part);
   double mean = part.reward / part.completions;
   double var = (part.reward_sq - part.completions * mean * mean) / (part.completions > 1 ? part.completions - 1 : 1);
-  int z = advantages(g, r, sqrt(var > 0 ? var : 0), adv);
+  int z;
+  if (c->multi_objective_aggregation == CT_MOA_NORMALIZE_THEN_SUM) {  // (r stays the weighted sum, as logged)
+    double *rn = malloc(sizeof(double) * m);
+    z = rn ? ct_grpo_normalize_then_sum(R, groups, g->G, K, g->weights, rn, adv) : ct_set_error(CT_ENOMEM, "out of memory");
+    free(rn);
+    if (z == 0 && !(var > 0)) z = groups;  // frac_reward_zero_std: all or none here, as TRL's batch std
+  } else {
+    z = advantages(g, r, sqrt(var > 0 ? var : 0), adv);
+  }
   if (z < 0) return ct_free_all(R, r, adv), z;
   double zero = z;
   ct_dist_sum_f64(&zero, 1);

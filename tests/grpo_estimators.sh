@@ -74,6 +74,17 @@ else
   echo "mpirun missing: skipped"
 fi
 
+echo "== multi_objective_aggregation normalize_then_sum: the step's advantages are whitened over the batch"
+"$G" $common output_dir="$T/nts" max_steps=1 multi_objective_aggregation=normalize_then_sum >"$T/nts.log" 2>&1 \
+  || { cat "$T/nts.log"; fail "normalize_then_sum run"; }
+sed 's/.*"advantage":\([-0-9.e+]*\).*/\1/' "$T/nts/completions.jsonl" |
+  awk '{ s += $1; q += $1 * $1; n++ } END { m = s / n; sd = sqrt((q - n * m * m) / (n - 1))
+         printf "%d advantages: mean %.2g, std %.6f\n", n, m, sd
+         exit !(n == 32 && m < 1e-9 && m > -1e-9 && sd > 0.999 && sd < 1) }' \
+  || fail "normalize_then_sum's advantages are not whitened over the batch"
+expect 2 "key 'scale_rewards': multi_objective_aggregation normalize_then_sum normalizes the rewards itself" \
+  "$G" $common output_dir="$T/x" multi_objective_aggregation=normalize_then_sum scale_rewards=batch
+
 echo "== keys that would do nothing with the chosen estimator are refused"
 expect 2 "key 'scale_rewards': 'batch' scales group_norm's advantages, and advantage_estimator is rloo" \
   "$G" $common output_dir="$T/x" advantage_estimator=rloo scale_rewards=batch

@@ -197,6 +197,57 @@ static void test_loss_type_weights_match_hand_values(void) {
   CHECK_NEAR(8 * ct_grpo_token_weight(CT_GRPO_AGG_DAPO, &c, 3, 3, 8), 1.0, 1e-15);
 }
 
+// TRL's nanstd: Bessel-corrected, NaN left out (NaN for a single value).
+static double trl_nanstd(const double *x, int n, int stride) {
+  double m = 0, c = 0, v = 0;
+  for (int i = 0; i < n; i++)
+    if (!isnan(x[i * stride])) m += x[i * stride], c++;
+  m /= c;
+  for (int i = 0; i < n; i++)
+    if (!isnan(x[i * stride])) v += (x[i * stride] - m) * (x[i * stride] - m);
+  return sqrt(v / c * c / (c - 1));
+}
+
+// multi_objective_aggregation normalize_then_sum against TRL's branch written out: 2 groups
+// of 4, 3 reward functions with NaN scores, a group holding one function's score once, and
+// a row no function scored.
+static void test_normalize_then_sum_matches_trls_branch(void) {
+  enum { N = 8, K = 3, G = 4 };
+  const double R[N][K] = {{1, 0.5, NAN},   {0, 0.25, NAN}, {1, NAN, 2}, {0.5, 1, NAN},
+                          {NAN, NAN, NAN}, {2, 0, 1},      {1, 0, NAN}, {3, 0.75, NAN}};
+  const double w[K] = {1.0, 0.5, 2.0};
+  double r[N], adv[N], want_r[N], want[N];
+  CHECK_OK(ct_grpo_normalize_then_sum(&R[0][0], N / G, G, K, w, r, adv));
+  // grouped (groups, G, K): mean_k and std_k over each group's G, reward_k = (x − mean)/(std + 1e-4)
+  for (int i = 0; i < N; i++) want_r[i] = 0;
+  for (int p = 0; p < N / G; p++)
+    for (int k = 0; k < K; k++) {
+      double m = 0, c = 0;
+      for (int i = p * G; i < p * G + G; i++)
+        if (!isnan(R[i][k])) m += R[i][k], c++;
+      m /= c;
+      double sd = trl_nanstd(&R[p * G][k], G, K);
+      for (int i = p * G; i < p * G + G; i++) {
+        double z = (R[i][k] - m) / (sd + 1e-4);
+        if (!isnan(z)) want_r[i] += w[k] * z;
+      }
+    }
+  want_r[4] = NAN;  // unscorable: every function NaN
+  double mean = 0, c = 0;
+  for (int i = 0; i < N; i++)
+    if (!isnan(want_r[i])) mean += want_r[i], c++;
+  mean /= c;
+  double sd = trl_nanstd(want_r, N, 1);
+  for (int i = 0; i < N; i++) want[i] = isnan(want_r[i]) ? 0 : (want_r[i] - mean) / (sd + 1e-4);
+  for (int i = 0; i < N; i++) {
+    CHECK(isnan(want_r[i]) ? isnan(r[i]) : fabs(r[i] - want_r[i]) < 1e-12);
+    CHECK_NEAR(adv[i], want[i], 1e-12);
+  }
+  CHECK(adv[4] == 0);
+  // the third function's group 1 held one score: its z is NaN and adds nothing to row 2
+  CHECK(fabs(r[2] - want_r[2]) < 1e-12);
+}
+
 // ---------------------------------------------------------------------------
 // TRL's GRPOTrainer._compute_loss, written out in float64 over a (B, T) micro-batch the way
 // the PyTorch code reads (masks, broadcasts, each loss_type's reduction), as a function of
@@ -425,5 +476,6 @@ int main(void) {
   RUN(test_token_loss_gradient_matches_finite_differences);
   RUN(test_loss_type_weights_match_hand_values);
   RUN(test_objectives_match_trls_formula_and_its_gradient);
+  RUN(test_normalize_then_sum_matches_trls_branch);
   return test_summary();
 }
