@@ -278,6 +278,7 @@ typedef struct {
   ct_float_list loss_weights;  // empty = 1 for each loss_type
   double label_smoothing;
   double simpo_gamma;
+  double discopop_tau;
   int precompute_ref_log_probs;
 
   ct_model_spec model;

@@ -5,13 +5,48 @@
 #include <math.h>
 #include <stddef.h>
 
-const char *const ct_dpo_loss_type_names[] = {"sigmoid", "hinge", "ipo", "robust", "sft", "simpo", NULL};
+const char *const ct_dpo_loss_type_names[] = {"sigmoid",  "hinge",    "ipo",       "robust",   "sft",
+                                              "simpo",    "exo_pair", "nca_pair",  "bco_pair", "sppo_hard",
+                                              "apo_zero", "apo_down", "discopop", "sigmoid_norm", NULL};
 _Static_assert(sizeof ct_dpo_loss_type_names / sizeof *ct_dpo_loss_type_names == CT_DPO_COUNT + 1,
                "ct_dpo_loss_type_names must name every CT_DPO_* value");
 
 // log σ(x), stable for large |x|
 static double log_sigmoid(double x) { return x >= 0 ? -log1p(exp(-x)) : x - log1p(exp(x)); }
 static double sigmoid(double x) { return x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)); }
+
+// σ'(x) = σ(x)·σ(−x)
+static double dsigmoid(double x) { return sigmoid(x) * sigmoid(-x); }
+
+// The losses of TRL's that read x_c = β·ρ_c and x_r = β·ρ_r apart (not only their
+// difference): L, and dL/dx_c, dL/dx_r into *gc, *gr.
+static double apart(const ct_dpo_loss *o, int type, double xc, double xr, double *gc, double *gr) {
+  double z = xc - xr;
+  switch (type) {
+    case CT_DPO_NCA_PAIR:
+      *gc = -sigmoid(-xc) + 0.5 * sigmoid(xc);
+      *gr = 0.5 * sigmoid(xr);
+      return -log_sigmoid(xc) - 0.5 * log_sigmoid(-xc) - 0.5 * log_sigmoid(-xr);
+    case CT_DPO_BCO_PAIR:
+      *gc = -sigmoid(-xc);
+      *gr = sigmoid(xr);
+      return -log_sigmoid(xc) - log_sigmoid(-xr);
+    case CT_DPO_SPPO_HARD: {  // in ρ: (ρ_c − 1/(2β))², i.e. (x_c − ½)²/β²
+      double b2 = o->beta * o->beta;
+      *gc = 2 * (xc - 0.5) / b2;
+      *gr = 2 * (xr + 0.5) / b2;
+      return ((xc - 0.5) * (xc - 0.5) + (xr + 0.5) * (xr + 0.5)) / b2;
+    }
+    case CT_DPO_APO_ZERO:
+      *gc = -dsigmoid(xc);
+      *gr = dsigmoid(xr);
+      return 1 - sigmoid(xc) + sigmoid(xr);
+    default:  // CT_DPO_APO_DOWN
+      *gc = dsigmoid(xc) - dsigmoid(z);
+      *gr = dsigmoid(z);
+      return sigmoid(xc) + 1 - sigmoid(z);
+  }
+}
 
 double ct_dpo_pair_loss(const ct_dpo_loss *o, double lp_c, double lp_r, double ref_c, double ref_r,
                         int len_c, int len_r, double *d_c, double *d_r) {
@@ -50,6 +85,38 @@ double ct_dpo_pair_loss(const ct_dpo_loss *o, double lp_c, double lp_r, double r
       }
       case CT_DPO_SFT:
         break;  // token-averaged by the trainer
+      case CT_DPO_EXO_PAIR: {
+        double q = sigmoid(x), ql = sigmoid(-x);
+        L = q * (log_sigmoid(x) - log1p(-e)) + ql * (log_sigmoid(-x) - log(e));
+        dx = q * ql * (x + log(e) - log1p(-e));  // log σ(x) − log σ(−x) = x
+        break;
+      }
+      case CT_DPO_DISCOPOP: {
+        double t = o->discopop_tau, m = sigmoid(x / t), dm = m * (1 - m) / t;
+        // e^(−x)·m without inf·0 at large |x|: 1 / (e^x + e^(x − x/τ)) for x < 0
+        double em = x >= 0 ? exp(-x) * m : 1 / (exp(x) + exp(x - x / t));
+        L = -log_sigmoid(x) * (1 - m) + em;
+        dx = -sigmoid(-x) * (1 - m) + log_sigmoid(x) * dm - em + em * (1 - m) / t;
+        break;
+      }
+      case CT_DPO_SIGMOID_NORM: {
+        double z = b * ((lp_c - ref_c) / len_c - (lp_r - ref_r) / len_r);
+        L = -log_sigmoid(z);
+        *d_c += w * -sigmoid(-z) * b / len_c;
+        *d_r -= w * -sigmoid(-z) * b / len_r;
+        break;
+      }
+      case CT_DPO_NCA_PAIR:
+      case CT_DPO_BCO_PAIR:
+      case CT_DPO_SPPO_HARD:
+      case CT_DPO_APO_ZERO:
+      case CT_DPO_APO_DOWN: {
+        double gc, gr;
+        L = apart(o, o->type[k], b * (lp_c - ref_c), b * (lp_r - ref_r), &gc, &gr);
+        *d_c += w * gc * b;
+        *d_r += w * gr * b;
+        break;
+      }
     }
     total += w * L;
     *d_c += w * dx * b;  // x = β(lp_c − ...) − β(lp_r − ...)

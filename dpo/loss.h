@@ -9,9 +9,22 @@
 //   simpo    −(1−ε)·logσ(z) − ε·logσ(−z), z = β·(logπ(c)/|c| − logπ(r)/|r|) − γ  (no reference)
 //   sft      cross-entropy over the chosen tokens: not per pair (it is averaged over
 //            the step's chosen tokens by the trainer), so 0 here.
+// TRL's other per-pair losses (dpo_trainer.py's names), x_c = β·ρ_c, x_r = β·ρ_r, z = βΔ:
+//   exo_pair      σ(z)·(logσ(z) − log(1−ε)) + σ(−z)·(logσ(−z) − log ε)   (ε > 0)
+//   nca_pair      −logσ(x_c) − ½·logσ(−x_c) − ½·logσ(−x_r)
+//   bco_pair      −logσ(x_c) − logσ(−x_r)
+//   sppo_hard     (ρ_c − 1/(2β))² + (ρ_r + 1/(2β))²
+//   apo_zero      1 − σ(x_c) + σ(x_r)
+//   apo_down      σ(x_c) + 1 − σ(z)
+//   discopop      −logσ(z)·(1 − m) + e^(−z)·m, m = σ(z/τ), τ = discopop_tau (gradient through m too)
+//   sigmoid_norm  −logσ(β·(ρ_c/|c| − ρ_r/|r|))
 #pragma once
 
-enum { CT_DPO_SIGMOID, CT_DPO_HINGE, CT_DPO_IPO, CT_DPO_ROBUST, CT_DPO_SFT, CT_DPO_SIMPO, CT_DPO_COUNT };
+enum {
+  CT_DPO_SIGMOID, CT_DPO_HINGE, CT_DPO_IPO, CT_DPO_ROBUST, CT_DPO_SFT, CT_DPO_SIMPO, CT_DPO_EXO_PAIR,
+  CT_DPO_NCA_PAIR, CT_DPO_BCO_PAIR, CT_DPO_SPPO_HARD, CT_DPO_APO_ZERO, CT_DPO_APO_DOWN, CT_DPO_DISCOPOP,
+  CT_DPO_SIGMOID_NORM, CT_DPO_COUNT
+};
 // "sigmoid", ..., NULL: the loss_type name of each CT_DPO_* value.
 extern const char *const ct_dpo_loss_type_names[];
 
@@ -19,7 +32,7 @@ typedef struct {
   int n;
   int type[8];       // CT_DPO_*
   double weight[8];
-  double beta, label_smoothing, simpo_gamma;
+  double beta, label_smoothing, simpo_gamma, discopop_tau;
 } ct_dpo_loss;
 
 // Weighted sum of the pair losses; *d_c and *d_r get d(loss)/d logπ(c) and d logπ(r).

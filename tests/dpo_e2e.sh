@@ -107,6 +107,21 @@ ra1=$(steps "$T/a/metrics.jsonl" | head -1 | field 'rewards\/chosen')
 echo "step-1 rewards/chosen: simpo $rc1, sigmoid $ra1"
 awk -v r="$rc1" -v a="$ra1" 'BEGIN { exit !(r < 0 && a == 0) }' || fail "simpo's step-1 rewards $rc1 are relative to a reference"
 
+echo "== TRL's other pair losses: at step 1 (policy = reference, every log-ratio 0) each is its closed form"
+b=0.1  # the run's beta (checked below against its config.yml)
+for lw in "exo_pair 0.5*(log(0.5)-log(1-0.001))+0.5*(log(0.5)-log(0.001))" "nca_pair 2*log(2)" "bco_pair 2*log(2)" \
+          "sppo_hard 2*(0.5/$b)^2" "apo_zero 1" "apo_down 1" "discopop 0.5*log(2)+0.5" "sigmoid_norm log(2)"; do
+  l=${lw%% *} want=${lw#* }
+  "$D" $common output_dir="$T/l_$l" max_steps=1 loss_type=$l label_smoothing=0.001 >"$T/l.log" 2>&1 \
+    || { cat "$T/l.log"; fail "dpo loss_type=$l"; }
+  got=$(steps "$T/l_$l/metrics.jsonl" | head -1 | field loss)
+  grep -q "^beta: $b" "$T/l_$l/config.yml" || fail "the run's beta is not $b"
+  awk -v g="$got" -v l=$l "BEGIN { w = $want; d = g - w; if (d < 0) d = -d; printf \"%s: step-1 loss %s, formula %.6g\\n\", l, g, w
+                                   exit !(g != \"\" && d <= 1e-5 * (w < 0 ? -w : w) + 1e-6) }" || fail "$l's step-1 loss"
+done
+expect 2 "key 'label_smoothing': exo_pair divides by it" "$D" $common output_dir="$T/x" loss_type=exo_pair
+expect 2 "key 'discopop_tau': discopop's, and loss_type has no discopop" "$D" $common output_dir="$T/x" discopop_tau=0.1
+
 echo "== bad input"
 printf '{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"prompt": "a", "rejected": "c"}\n' >"$T/bad.jsonl"
 expect 1 "bad.jsonl:2: key 'chosen' is missing" "$D" $common output_dir="$T/x" dataset_path="$T/bad.jsonl"

@@ -140,11 +140,14 @@ static void test_weighted_list_sums_weighted_losses(void) {
 
 // βΔ = ±980: log(1 + e^980) overflows a naive formula; every loss must stay finite.
 static void test_large_margins_stay_finite(void) {
-  int types[] = {CT_DPO_SIGMOID, CT_DPO_HINGE, CT_DPO_IPO, CT_DPO_ROBUST, CT_DPO_SIMPO, CT_DPO_SFT};
+  int types[] = {CT_DPO_SIGMOID,  CT_DPO_HINGE,    CT_DPO_IPO,       CT_DPO_ROBUST,   CT_DPO_SIMPO,
+                 CT_DPO_SFT,      CT_DPO_EXO_PAIR, CT_DPO_NCA_PAIR,  CT_DPO_BCO_PAIR, CT_DPO_SPPO_HARD,
+                 CT_DPO_APO_ZERO, CT_DPO_APO_DOWN, CT_DPO_DISCOPOP, CT_DPO_SIGMOID_NORM};
   for (int sign = -1; sign <= 1; sign += 2)
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
       for (int s = 0; s < 2; s++) {
-        ct_dpo_loss o = one(types[k], types[k] == CT_DPO_SIMPO ? 2 : 0.1, s ? 0.1 : 0);
+        ct_dpo_loss o = one(types[k], types[k] == CT_DPO_SIMPO ? 2 : 0.1, s || types[k] == CT_DPO_EXO_PAIR ? 0.1 : 0);
+        o.discopop_tau = 0.05;
         // ρ_c = big, ρ_r = −big (|c| = |r| = 1): βΔ = ±980, SimPO's z = ±19600 − γ
         double dc, dr, big = 4900.0 * sign;
         double L = ct_dpo_pair_loss(&o, -5000 + big, -5000 - big, -5000, -5000, 1, 1, &dc, &dr);
@@ -242,6 +245,63 @@ static void test_gradients_match_finite_differences_for_every_loss_type(void) {
       }
 }
 
+// TRL's dpo_trainer.py per-pair losses, written out as its code reads in float64 (F.logsigmoid
+// as log(1/(1+e^−x)), torch.sigmoid as 1/(1+e^−x)), from the policy and reference sums.
+static double trl_sig(double x) { return 1 / (1 + exp(-x)); }
+static double trl_logsig(double x) { return -log1p(exp(-x)); }
+static double trl_pair(int type, double beta, double eps, double tau, double lp_c, double lp_r, double ref_c,
+                       double ref_r, int len_c, int len_r) {
+  double cs = lp_c - ref_c, rs = lp_r - ref_r, d = cs - rs, cr = beta * cs, rr = beta * rs;
+  switch (type) {
+    case CT_DPO_EXO_PAIR:
+      return trl_sig(beta * d) * (trl_logsig(beta * d) - log1p(-eps)) +
+             trl_sig(-beta * d) * (trl_logsig(-beta * d) - log(eps));
+    case CT_DPO_NCA_PAIR: return -trl_logsig(cr) - 0.5 * trl_logsig(-cr) - 0.5 * trl_logsig(-rr);
+    case CT_DPO_BCO_PAIR: return -trl_logsig(cr) - trl_logsig(-rr);
+    case CT_DPO_SPPO_HARD: return pow(cs - 0.5 / beta, 2) + pow(rs + 0.5 / beta, 2);
+    case CT_DPO_APO_ZERO: return (1 - trl_sig(beta * cs)) + trl_sig(beta * rs);
+    case CT_DPO_APO_DOWN: return trl_sig(beta * cs) + (1 - trl_sig(beta * d));
+    case CT_DPO_DISCOPOP: {
+      double logits = d * beta, mod = trl_sig(logits / tau);
+      return -trl_logsig(logits) * (1 - mod) + exp(-logits) * mod;
+    }
+    default:  // CT_DPO_SIGMOID_NORM
+      return -trl_logsig(beta * (cs / len_c - rs / len_r));
+  }
+}
+
+// Each of TRL's other per-pair losses: the value equals the transcription above, and d_c,
+// d_r its central differences, at random pairs (margins within a few units of βΔ, where
+// every term matters), for β 0.1, 0.5, 2 (exo_pair: ε 1e-3 and 0.1; discopop: τ 0.05, 1).
+static void test_trls_other_pair_losses_match_its_formulas(void) {
+  const int types[] = {CT_DPO_EXO_PAIR, CT_DPO_NCA_PAIR, CT_DPO_BCO_PAIR, CT_DPO_SPPO_HARD,
+                       CT_DPO_APO_ZERO, CT_DPO_APO_DOWN, CT_DPO_DISCOPOP, CT_DPO_SIGMOID_NORM};
+  const double betas[] = {0.1, 0.5, 2};
+  for (size_t k = 0; k < sizeof types / sizeof *types; k++)
+    for (int b = 0; b < 3; b++)
+      for (int v = 0; v < 2; v++) {
+        double beta = betas[b], eps = v ? 0.1 : 1e-3, tau = v ? 1 : 0.05, worst = 0;
+        ct_dpo_loss o = {.n = 1, .type = {types[k]}, .weight = {1}, .beta = beta, .label_smoothing = eps,
+                         .discopop_tau = tau};
+        for (int it = 0; it < 100; it++) {
+          double lp_c = -40 * uniform() - 0.5, lp_r = -40 * uniform() - 0.5;
+          double ref_c = lp_c + 4 / beta * (uniform() - 0.5), ref_r = lp_r + 4 / beta * (uniform() - 0.5);
+          int len_c = 1 + (int)(uniform() * 20), len_r = 1 + (int)(uniform() * 20);
+          double dc, dr, h = 1e-6;
+          double L = ct_dpo_pair_loss(&o, lp_c, lp_r, ref_c, ref_r, len_c, len_r, &dc, &dr);
+          double want = trl_pair(types[k], beta, eps, tau, lp_c, lp_r, ref_c, ref_r, len_c, len_r);
+          double fc = (trl_pair(types[k], beta, eps, tau, lp_c + h, lp_r, ref_c, ref_r, len_c, len_r) -
+                       trl_pair(types[k], beta, eps, tau, lp_c - h, lp_r, ref_c, ref_r, len_c, len_r)) / (2 * h);
+          double fr = (trl_pair(types[k], beta, eps, tau, lp_c, lp_r + h, ref_c, ref_r, len_c, len_r) -
+                       trl_pair(types[k], beta, eps, tau, lp_c, lp_r - h, ref_c, ref_r, len_c, len_r)) / (2 * h);
+          worst = fmax(worst, fabs(L - want) / (1e-9 + fabs(want)));
+          worst = fmax(worst, fmax(fabs(dc - fc), fabs(dr - fr)) / (1e-3 + fmax(fabs(fc), fabs(fr))));
+        }
+        if (worst > 1e-6) fprintf(stderr, "  %s beta %g: worst relative error %.3g\n", ct_dpo_loss_type_names[types[k]], beta, worst);
+        CHECK(worst <= 1e-6);
+      }
+}
+
 static void test_gradients_match_finite_differences_for_weighted_lists(void) {
   ct_dpo_loss lists[] = {
       {.n = 2, .type = {CT_DPO_SIGMOID, CT_DPO_IPO}, .weight = {0.3, 1.7}, .beta = 0.1},
@@ -313,6 +373,7 @@ int main(void) {
   RUN(test_policy_equal_to_reference_gives_log2_and_half_beta_gradients);
   RUN(test_gradients_match_finite_differences_for_every_loss_type);
   RUN(test_gradients_match_finite_differences_for_weighted_lists);
+  RUN(test_trls_other_pair_losses_match_its_formulas);
   RUN(test_needs_reference_is_false_only_for_simpo_and_sft_lists);
   RUN(test_sft_weight_sums_sft_terms_and_is_zero_without_them);
   RUN(test_config_loss_type_union_is_dpo_then_grpo_names);
