@@ -36,7 +36,7 @@ const char *const ct_truncate_names[] = {"error", "left", NULL};
 const char *const ct_speculative_names[] = {"none", "mtp", NULL};
 // loss_type by trainer (test_dpo_loss checks them against dpo/loss.c and grpo/), and their union
 #define DPO_LOSSES "sigmoid", "hinge", "ipo", "robust", "sft", "simpo", "exo_pair", "nca_pair", "bco_pair", \
-    "sppo_hard", "apo_zero", "apo_down", "discopop", "sigmoid_norm"
+    "sppo_hard", "apo_zero", "apo_down", "discopop", "sigmoid_norm", "orpo", "cpo"
 #define GRPO_LOSSES "grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"
 const char *const ct_loss_type_names[] = {DPO_LOSSES, GRPO_LOSSES, NULL};
 const char *const ct_dpo_loss_choices[] = {DPO_LOSSES, NULL};
@@ -295,7 +295,9 @@ const key_def config_keys[] = {
      .per_trainer = {NULL, "sigmoid", "dapo"}, .choices = ct_loss_type_names,
      .per_trainer_choices = {NULL, ct_dpo_loss_choices, ct_grpo_loss_choices},
      .comment = "DPO: preference losses (sigmoid, hinge, ipo, robust, sft, simpo, and TRL's exo_pair, "
-                "nca_pair, bco_pair, sppo_hard, apo_zero, apo_down, discopop, sigmoid_norm), summed with "
+                "nca_pair, bco_pair, sppo_hard, apo_zero, apo_down, discopop, sigmoid_norm; and, with no "
+                "reference, orpo (ORPOTrainer's loss: odds ratio + NLL) and cpo (CPOTrainer's: sigmoid + "
+                "cpo_alpha x NLL)), summed with "
                 "loss_weights ([sigmoid, sft] is RPO). GRPO: one of grpo, bnpo, dr_grpo, dapo "
                 "(the clipped surrogate; how token losses are averaged), cispo (the clipped ratio, "
                 "no gradient through it, times A and the log-prob; averaged as dapo), sapo (a "
@@ -305,6 +307,8 @@ const key_def config_keys[] = {
     {"label_smoothing", K_FLOAT, DPO, OFF(label_smoothing), "0.0", CLOPEN(0, 0.5),
      .comment = "Probability that a preference label is flipped (cDPO, robust, simpo); exo_pair's "
                 "epsilon (must be > 0 there)."},
+    {"cpo_alpha", K_FLOAT, DPO, OFF(cpo_alpha), "1.0", FROM(0),
+     .comment = "cpo: the weight of its NLL term on the chosen tokens."},
     {"discopop_tau", K_FLOAT, DPO, OFF(discopop_tau), "0.05", OPEN(0, INFINITY),
      .comment = "discopop: the temperature of the mix between the logistic and exponential terms."},
     {"simpo_gamma", K_FLOAT, DPO, OFF(simpo_gamma), "0.5", FROM(0),

@@ -279,6 +279,7 @@ typedef struct {
   double label_smoothing;
   double simpo_gamma;
   double discopop_tau;
+  double cpo_alpha;
   int precompute_ref_log_probs;
 
   ct_model_spec model;

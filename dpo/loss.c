@@ -7,13 +7,17 @@
 
 const char *const ct_dpo_loss_type_names[] = {"sigmoid",  "hinge",    "ipo",       "robust",   "sft",
                                               "simpo",    "exo_pair", "nca_pair",  "bco_pair", "sppo_hard",
-                                              "apo_zero", "apo_down", "discopop", "sigmoid_norm", NULL};
+                                              "apo_zero", "apo_down", "discopop", "sigmoid_norm", "orpo",
+                                              "cpo",      NULL};
 _Static_assert(sizeof ct_dpo_loss_type_names / sizeof *ct_dpo_loss_type_names == CT_DPO_COUNT + 1,
                "ct_dpo_loss_type_names must name every CT_DPO_* value");
 
 // log σ(x), stable for large |x|
 static double log_sigmoid(double x) { return x >= 0 ? -log1p(exp(-x)) : x - log1p(exp(x)); }
 static double sigmoid(double x) { return x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)); }
+
+// log(1 − e^x) for x < 0, accurate at both ends (Mächler's log1mexp)
+static double log1mexp(double x) { return x > -M_LN2 ? log(-expm1(x)) : log1p(-exp(x)); }
 
 // σ'(x) = σ(x)·σ(−x)
 static double dsigmoid(double x) { return sigmoid(x) * sigmoid(-x); }
@@ -106,6 +110,23 @@ double ct_dpo_pair_loss(const ct_dpo_loss *o, double lp_c, double lp_r, double r
         *d_r -= w * -sigmoid(-z) * b / len_r;
         break;
       }
+      case CT_DPO_ORPO: {  // in the mean log-probs a = logπ/|y| (< 0)
+        double ac = lp_c / len_c, ar = lp_r / len_r;
+        double lo = (ac - ar) - (log1mexp(ac) - log1mexp(ar));
+        L = -b * log_sigmoid(lo);
+        double dlo = -b * sigmoid(-lo);  // dL/dlog_odds
+        *d_c += w * dlo / -expm1(ac) / len_c;  // dlog_odds/da_c = 1 / (1 − e^a_c)
+        *d_r -= w * dlo / -expm1(ar) / len_r;
+        break;
+      }
+      case CT_DPO_CPO: {
+        double z = b * (lp_c - lp_r);
+        L = -(1 - e) * log_sigmoid(z) - e * log_sigmoid(-z);
+        double dz = -(1 - e) * sigmoid(-z) + e * sigmoid(z);
+        *d_c += w * dz * b;
+        *d_r -= w * dz * b;
+        break;
+      }
       case CT_DPO_NCA_PAIR:
       case CT_DPO_BCO_PAIR:
       case CT_DPO_SPPO_HARD:
@@ -127,13 +148,16 @@ double ct_dpo_pair_loss(const ct_dpo_loss *o, double lp_c, double lp_r, double r
 
 int ct_dpo_needs_reference(const ct_dpo_loss *o) {
   for (int k = 0; k < o->n; k++)
-    if (o->type[k] != CT_DPO_SIMPO && o->type[k] != CT_DPO_SFT) return 1;
+    if (o->type[k] != CT_DPO_SIMPO && o->type[k] != CT_DPO_SFT && o->type[k] != CT_DPO_ORPO &&
+        o->type[k] != CT_DPO_CPO)
+      return 1;
   return 0;
 }
 
 double ct_dpo_sft_weight(const ct_dpo_loss *o) {
   double w = 0;
   for (int k = 0; k < o->n; k++)
-    if (o->type[k] == CT_DPO_SFT) w += o->weight[k];
+    if (o->type[k] == CT_DPO_SFT || o->type[k] == CT_DPO_ORPO) w += o->weight[k];
+    else if (o->type[k] == CT_DPO_CPO) w += o->weight[k] * o->cpo_alpha;
   return w;
 }

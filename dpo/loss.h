@@ -18,12 +18,17 @@
 //   apo_down      σ(x_c) + 1 − σ(z)
 //   discopop      −logσ(z)·(1 − m) + e^(−z)·m, m = σ(z/τ), τ = discopop_tau (gradient through m too)
 //   sigmoid_norm  −logσ(β·(ρ_c/|c| − ρ_r/|r|))
+// Reference-free (TRL's experimental trainers), each with its NLL term on the chosen tokens
+// (the sft term, which the trainer adds: weight 1 for orpo, cpo_alpha for cpo):
+//   orpo  −β·logσ(log_odds), log_odds = (a_c − a_r) − (log(1 − e^a_c) − log(1 − e^a_r)),
+//         a = logπ(y)/|y| (ORPOTrainer: λ = beta)
+//   cpo   −(1−ε)·logσ(β·(logπ(c) − logπ(r))) − ε·logσ(−β·(logπ(c) − logπ(r)))  (CPOTrainer's sigmoid)
 #pragma once
 
 enum {
   CT_DPO_SIGMOID, CT_DPO_HINGE, CT_DPO_IPO, CT_DPO_ROBUST, CT_DPO_SFT, CT_DPO_SIMPO, CT_DPO_EXO_PAIR,
   CT_DPO_NCA_PAIR, CT_DPO_BCO_PAIR, CT_DPO_SPPO_HARD, CT_DPO_APO_ZERO, CT_DPO_APO_DOWN, CT_DPO_DISCOPOP,
-  CT_DPO_SIGMOID_NORM, CT_DPO_COUNT
+  CT_DPO_SIGMOID_NORM, CT_DPO_ORPO, CT_DPO_CPO, CT_DPO_COUNT
 };
 // "sigmoid", ..., NULL: the loss_type name of each CT_DPO_* value.
 extern const char *const ct_dpo_loss_type_names[];
@@ -32,7 +37,7 @@ typedef struct {
   int n;
   int type[8];       // CT_DPO_*
   double weight[8];
-  double beta, label_smoothing, simpo_gamma, discopop_tau;
+  double beta, label_smoothing, simpo_gamma, discopop_tau, cpo_alpha;
 } ct_dpo_loss;
 
 // Weighted sum of the pair losses; *d_c and *d_r get d(loss)/d logπ(c) and d logπ(r).
@@ -40,7 +45,8 @@ typedef struct {
 double ct_dpo_pair_loss(const ct_dpo_loss *o, double lp_c, double lp_r, double ref_c, double ref_r,
                         int len_c, int len_r, double *d_c, double *d_r);
 
-// True when some loss needs the reference model (all but simpo and sft).
+// True when some loss needs the reference model (all but simpo, orpo, cpo and sft).
 int ct_dpo_needs_reference(const ct_dpo_loss *o);
-// The weight of the sft term (0 when absent).
+// The weight of the NLL term on the chosen tokens: sft's, orpo's and cpo_alpha·cpo's (0 when
+// none).
 double ct_dpo_sft_weight(const ct_dpo_loss *o);

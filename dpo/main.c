@@ -41,7 +41,7 @@
 // The losses from config: loss_type list, loss_weights, beta (the config made it 2.0 by default for simpo).
 static int losses_from(const ct_config *c, ct_dpo_loss *o) {
   *o = (ct_dpo_loss){.n = c->loss_type.n, .beta = c->beta, .label_smoothing = c->label_smoothing,
-                     .simpo_gamma = c->simpo_gamma, .discopop_tau = c->discopop_tau};
+                     .simpo_gamma = c->simpo_gamma, .discopop_tau = c->discopop_tau, .cpo_alpha = c->cpo_alpha};
   if (o->n > 8)
     return ct_set_error(CT_ECONFIG, "%s: key 'loss_type': at most 8 losses", ct_config_origin(c, "loss_type"));
   if (c->loss_weights.n && c->loss_weights.n != c->loss_type.n)
@@ -56,14 +56,17 @@ static int losses_from(const ct_config *c, ct_dpo_loss *o) {
       return ct_set_error(CT_ECONFIG, "%s: key 'loss_type': '%s' is no DPO loss", ct_config_origin(c, "loss_type"),
                           c->loss_type.v[k]);
     o->weight[k] = c->loss_weights.n ? c->loss_weights.v[k] : 1.0;
-    simpo |= o->type[k] == CT_DPO_SIMPO;
+    simpo |= o->type[k] == CT_DPO_SIMPO || o->type[k] == CT_DPO_ORPO || o->type[k] == CT_DPO_CPO;
   }
   for (int k = 0; k < o->n; k++)
     if (o->type[k] == CT_DPO_EXO_PAIR && !(c->label_smoothing > 0))
       return ct_set_error(CT_ECONFIG, "%s: key 'label_smoothing': exo_pair divides by it (its epsilon): set it "
                           "above 0 (the EXO paper uses 1e-3)", ct_config_origin(c, "label_smoothing"));
-  bool disco = false;
-  for (int k = 0; k < o->n; k++) disco |= o->type[k] == CT_DPO_DISCOPOP;
+  bool disco = false, cpo = false;
+  for (int k = 0; k < o->n; k++) disco |= o->type[k] == CT_DPO_DISCOPOP, cpo |= o->type[k] == CT_DPO_CPO;
+  if (!cpo && ct_config_is_set(c, "cpo_alpha") && c->cpo_alpha != 1.0)
+    return ct_set_error(CT_ECONFIG, "%s: key 'cpo_alpha': cpo's, and loss_type has no cpo",
+                        ct_config_origin(c, "cpo_alpha"));
   if (!disco && c->discopop_tau != 0.05 && ct_config_is_set(c, "discopop_tau"))
     return ct_set_error(CT_ECONFIG, "%s: key 'discopop_tau': discopop's, and loss_type has no discopop",
                         ct_config_origin(c, "discopop_tau"));

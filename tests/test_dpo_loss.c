@@ -265,17 +265,27 @@ static double trl_pair(int type, double beta, double eps, double tau, double lp_
       double logits = d * beta, mod = trl_sig(logits / tau);
       return -trl_logsig(logits) * (1 - mod) + exp(-logits) * mod;
     }
+    case CT_DPO_ORPO: {  // odds_ratio_loss on average_log_prob=True log-probs; the trainer's −losses.mean()
+      double pc = lp_c / len_c, pr = lp_r / len_r;
+      double log_odds = (pc - pr) - (log(1 - exp(pc)) - log(1 - exp(pr)));
+      return -(beta * trl_logsig(log_odds));
+    }
+    case CT_DPO_CPO: {  // cpo_loss, loss_type sigmoid, alpha 0: logits = chosen − rejected (sums)
+      double logits = lp_c - lp_r;
+      return -trl_logsig(beta * logits) * (1 - eps) - trl_logsig(-beta * logits) * eps;
+    }
     default:  // CT_DPO_SIGMOID_NORM
       return -trl_logsig(beta * (cs / len_c - rs / len_r));
   }
 }
 
-// Each of TRL's other per-pair losses: the value equals the transcription above, and d_c,
+// Each of TRL's other per-pair losses (and ORPO's and CPO's pair terms, their NLL being the
+// trainer's sft term): the value equals the transcription above, and d_c,
 // d_r its central differences, at random pairs (margins within a few units of βΔ, where
 // every term matters), for β 0.1, 0.5, 2 (exo_pair: ε 1e-3 and 0.1; discopop: τ 0.05, 1).
 static void test_trls_other_pair_losses_match_its_formulas(void) {
-  const int types[] = {CT_DPO_EXO_PAIR, CT_DPO_NCA_PAIR, CT_DPO_BCO_PAIR, CT_DPO_SPPO_HARD,
-                       CT_DPO_APO_ZERO, CT_DPO_APO_DOWN, CT_DPO_DISCOPOP, CT_DPO_SIGMOID_NORM};
+  const int types[] = {CT_DPO_EXO_PAIR, CT_DPO_NCA_PAIR, CT_DPO_BCO_PAIR,     CT_DPO_SPPO_HARD, CT_DPO_APO_ZERO,
+                       CT_DPO_APO_DOWN, CT_DPO_DISCOPOP, CT_DPO_SIGMOID_NORM, CT_DPO_ORPO,      CT_DPO_CPO};
   const double betas[] = {0.1, 0.5, 2};
   for (size_t k = 0; k < sizeof types / sizeof *types; k++)
     for (int b = 0; b < 3; b++)
@@ -321,10 +331,11 @@ static void test_gradients_match_finite_differences_for_weighted_lists(void) {
   }
 }
 
-static void test_needs_reference_is_false_only_for_simpo_and_sft_lists(void) {
-  for (int type = CT_DPO_SIGMOID; type <= CT_DPO_SIMPO; type++) {
+static void test_needs_reference_is_false_only_for_simpo_orpo_cpo_and_sft_lists(void) {
+  for (int type = 0; type < CT_DPO_COUNT; type++) {
     ct_dpo_loss o = one(type, 0.1, 0);
-    CHECK(ct_dpo_needs_reference(&o) == (type != CT_DPO_SIMPO && type != CT_DPO_SFT));
+    bool free = type == CT_DPO_SIMPO || type == CT_DPO_SFT || type == CT_DPO_ORPO || type == CT_DPO_CPO;
+    CHECK(ct_dpo_needs_reference(&o) == !free);
   }
   ct_dpo_loss o = {.n = 2, .type = {CT_DPO_SIMPO, CT_DPO_SFT}, .weight = {1, 1}};
   CHECK(!ct_dpo_needs_reference(&o));
@@ -341,6 +352,9 @@ static void test_sft_weight_sums_sft_terms_and_is_zero_without_them(void) {
   CHECK(ct_dpo_sft_weight(&o) == 0);
   o = (ct_dpo_loss){.n = 3, .type = {CT_DPO_SFT, CT_DPO_SIMPO, CT_DPO_SFT}, .weight = {0.5, 1, 0.75}};
   CHECK(ct_dpo_sft_weight(&o) == 1.25);
+  // ORPO's NLL weighs 1, CPO's cpo_alpha (each times the entry's weight)
+  o = (ct_dpo_loss){.n = 2, .type = {CT_DPO_ORPO, CT_DPO_CPO}, .weight = {0.5, 2}, .cpo_alpha = 0.25};
+  CHECK(ct_dpo_sft_weight(&o) == 1.0);
 }
 
 // config validates loss_type against one union list; it must be DPO's names then GRPO's.
@@ -374,7 +388,7 @@ int main(void) {
   RUN(test_gradients_match_finite_differences_for_every_loss_type);
   RUN(test_gradients_match_finite_differences_for_weighted_lists);
   RUN(test_trls_other_pair_losses_match_its_formulas);
-  RUN(test_needs_reference_is_false_only_for_simpo_and_sft_lists);
+  RUN(test_needs_reference_is_false_only_for_simpo_orpo_cpo_and_sft_lists);
   RUN(test_sft_weight_sums_sft_terms_and_is_zero_without_them);
   RUN(test_config_loss_type_union_is_dpo_then_grpo_names);
   return test_summary();
