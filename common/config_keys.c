@@ -47,7 +47,8 @@ const char *const ct_moa_names[] = {"sum_then_normalize", "normalize_then_sum", 
 const char *const ct_is_mode_names[] = {"token_truncate", "token_mask", "sequence_truncate", "sequence_mask", NULL};
 const char *const ct_advantage_estimator_names[] = {"group_norm", "rloo", "reinforce_baseline", NULL};
 const char *const ct_reward_failure_names[] = {"error", "nan", NULL};
-const char *const ct_reward_func_names[] = {"accuracy", "format", "length", "overlong", "remote", NULL};
+const char *const ct_reward_func_names[] = {"accuracy",           "format", "length", "overlong", "think_format",
+                                            "repetition_penalty", "cosine", "remote", NULL};
 // the frozen module's storages a reward model (with its score head) can use: CT_STORE_F32, _BF16
 const char *const ct_lora_module_names[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                             "down_proj", "all-linear", NULL};
@@ -406,7 +407,8 @@ const key_def config_keys[] = {
     {"mask_truncated_completions", K_BOOL, GRPO, OFF(mask_truncated_completions), "false",
      .comment = "Completions that never reached an end-of-turn token get no loss."},
     {"reward_funcs", K_STR_LIST, GRPO, OFF(reward_funcs), "accuracy",
-     .comment = "Reward functions, summed with reward_weights: accuracy, format, length, overlong, remote, or "
+     .comment = "Reward functions, summed with reward_weights: accuracy, format, length, overlong, "
+                "think_format, repetition_penalty, cosine, remote, or "
                 "the directory of a sequence-classification reward model (e.g. one bin/reward "
                 "trained), run in-process; its metrics are named after the directory's last part."},
     {"reward_model_dtype", K_ENUM, GRPO, OFF(reward_model_dtype), "float32", .choices = ct_store_names,
@@ -432,6 +434,21 @@ const key_def config_keys[] = {
      .comment = "overlong (DAPO's soft overlong punishment, TRL's get_soft_overlong_punishment with "
                 "max_completion_len = max_completion_length): 0 up to max_completion_length - this many "
                 "tokens, then falling linearly to -1 at max_completion_length."},
+    {"repetition_ngram_size", K_INT, GRPO, OFF(repetition_ngram_size), "3", FROM(1),
+     .comment = "repetition_penalty (TRL's get_repetition_penalty_reward): the n of its token n-grams."},
+    {"repetition_max_penalty", K_FLOAT, GRPO, OFF(repetition_max_penalty), "-1.0", IN(-INFINITY, 0),
+     .comment = "repetition_penalty: (1 - unique / all n-grams) x this (not positive)."},
+    {"cosine_max_len", K_INT, GRPO, OFF(cosine_max_len), "0", FROM(0),
+     .comment = "cosine (TRL's get_cosine_scaled_reward): the length that ends its schedule; 0 = "
+                "max_completion_length."},
+    {"cosine_min_value_wrong", K_FLOAT, GRPO, OFF(cosine_min_value_wrong), "-1.0", ANY,
+     .comment = "cosine: a wrong completion's reward at length 0."},
+    {"cosine_max_value_wrong", K_FLOAT, GRPO, OFF(cosine_max_value_wrong), "-0.5", ANY,
+     .comment = "cosine: a wrong completion's reward at cosine_max_len."},
+    {"cosine_min_value_correct", K_FLOAT, GRPO, OFF(cosine_min_value_correct), "0.5", ANY,
+     .comment = "cosine: a correct completion's reward at cosine_max_len."},
+    {"cosine_max_value_correct", K_FLOAT, GRPO, OFF(cosine_max_value_correct), "1.0", ANY,
+     .comment = "cosine: a correct completion's reward at length 0."},
     {"reward_url", K_STR, GRPO, OFF(reward_url), "",
      .comment = "remote: the reward server (POST {query, prompts, labels} -> {rewards})."},
     {"reward_api_key_env", K_STR, GRPO, OFF(reward_api_key_env), "",

@@ -52,7 +52,10 @@ extern const char *const ct_advantage_estimator_names[];
 enum { CT_REWARD_FAIL_ERROR, CT_REWARD_FAIL_NAN, CT_REWARD_FAIL_COUNT };
 extern const char *const ct_reward_failure_names[];
 // The built-in reward functions (grpo/reward.c implements them).
-enum { CT_REWARD_ACCURACY, CT_REWARD_FORMAT, CT_REWARD_LENGTH, CT_REWARD_OVERLONG, CT_REWARD_REMOTE, CT_REWARD_COUNT };
+enum {
+  CT_REWARD_ACCURACY, CT_REWARD_FORMAT, CT_REWARD_LENGTH, CT_REWARD_OVERLONG, CT_REWARD_THINK_FORMAT,
+  CT_REWARD_REPETITION, CT_REWARD_COSINE, CT_REWARD_REMOTE, CT_REWARD_COUNT
+};
 extern const char *const ct_reward_func_names[];
 // lora_target_modules items (lora.h's names, and all-linear), lora_modules_to_save items.
 extern const char *const ct_lora_module_names[];
@@ -229,6 +232,10 @@ typedef struct {
   char *format_regex;
   int64_t length_target;
   int64_t overlong_buffer_len;
+  int64_t repetition_ngram_size;
+  double repetition_max_penalty;
+  int64_t cosine_max_len;
+  double cosine_min_value_wrong, cosine_max_value_wrong, cosine_min_value_correct, cosine_max_value_correct;
   char *chat_template_path;
   char *reward_url;
   char *reward_api_key_env;

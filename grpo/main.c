@@ -87,11 +87,18 @@ static int check_config(const ct_config *c) {
     if (ct_config_is_set(c, ref_keys[i]))
       return ct_set_error(CT_ECONFIG, "%s: key '%s': GRPO loads a reference only for the KL term, and "
                           "beta is 0; set beta > 0 or drop the key", ct_config_origin(c, ref_keys[i]), ref_keys[i]);
-  bool overlong = false;
-  for (int k = 0; k < c->reward_funcs.n; k++) overlong |= !strcmp(c->reward_funcs.v[k], "overlong");
-  if (!overlong && ct_config_is_set(c, "overlong_buffer_len"))
-    return ct_set_error(CT_ECONFIG, "%s: key 'overlong_buffer_len': the overlong reward's, and reward_funcs "
-                        "has no overlong", ct_config_origin(c, "overlong_buffer_len"));
+  static const char *const own[][2] = {  // a reward function's keys, refused without it
+      {"overlong_buffer_len", "overlong"},        {"repetition_ngram_size", "repetition_penalty"},
+      {"repetition_max_penalty", "repetition_penalty"}, {"cosine_max_len", "cosine"},
+      {"cosine_min_value_wrong", "cosine"},       {"cosine_max_value_wrong", "cosine"},
+      {"cosine_min_value_correct", "cosine"},     {"cosine_max_value_correct", "cosine"}};
+  for (size_t i = 0; i < sizeof own / sizeof *own; i++) {
+    bool used = false;
+    for (int k = 0; k < c->reward_funcs.n; k++) used |= !strcmp(c->reward_funcs.v[k], own[i][1]);
+    if (!used && ct_config_is_set(c, own[i][0]))
+      return ct_set_error(CT_ECONFIG, "%s: key '%s': the %s reward's, and reward_funcs has no %s",
+                          ct_config_origin(c, own[i][0]), own[i][0], own[i][1], own[i][1]);
+  }
   if (c->max_completion_length < 1)
     return ct_set_error(CT_ECONFIG, "%s: key 'max_completion_length' must be at least 1 for GRPO",
                         ct_config_origin(c, "max_completion_length"));
@@ -117,6 +124,10 @@ static int reward_init(const ct_config *c, int k, bool check_only, ct_reward **o
                       .target_length = (int)c->length_target, .url = c->reward_url,
                       .overlong_max_len = (int)c->max_completion_length,
                       .overlong_buffer = (int)c->overlong_buffer_len,
+                      .ngram = (int)c->repetition_ngram_size, .max_penalty = c->repetition_max_penalty,
+                      .cosine_max_len = (int)(c->cosine_max_len > 0 ? c->cosine_max_len : c->max_completion_length),
+                      .min_value_wrong = c->cosine_min_value_wrong, .max_value_wrong = c->cosine_max_value_wrong,
+                      .min_value_correct = c->cosine_min_value_correct, .max_value_correct = c->cosine_max_value_correct,
                       .api_key_env = c->reward_api_key_env,
                       .connect_timeout_s = c->reward_connect_timeout, .timeout_s = c->reward_timeout,
                       .retries = (int)c->reward_retries, .backoff_s = c->reward_backoff,

@@ -37,6 +37,10 @@ struct ct_reward {
   int group;           // accuracy: the group of re's last match that is the answer
   int target_length;
   int overlong_max_len, overlong_buffer;  // overlong
+  int ngram;                              // repetition_penalty
+  double max_penalty;
+  int cosine_max_len;                     // cosine
+  double cos_lo_wrong, cos_hi_wrong, cos_lo_right, cos_hi_right;
   // remote
   char *url;
   char *key_env;       // the variable holding the API key (for messages), or NULL
@@ -70,7 +74,8 @@ int ct_reward_kind(const char *name, int *kind) {
   }
   return ct_set_error(CT_ECONFIG,
                       "reward function \"%s\" does not exist; choose accuracy, format, "
-                      "length, overlong, remote, or a reward model's directory (a path with a /)", name ? name : "(null)");
+                      "length, overlong, think_format, repetition_penalty, cosine, remote, or a reward model's "
+                      "directory (a path with a /)", name ? name : "(null)");
 }
 
 const char *ct_reward_name(const ct_reward *r) {
@@ -314,7 +319,7 @@ int ct_reward_init(ct_reward **out, int kind, const ct_reward_opts *o) {
   r->field_origin = strdup(from ? from : "answer_field");
   r->labels_required = o->labels_required;
   int rc = r->answer_field && r->field_origin ? 0 : ct_set_error(CT_ENOMEM, "out of memory");
-  if (!rc && kind == CT_REWARD_ACCURACY && o->answer_regex && *o->answer_regex)
+  if (!rc && (kind == CT_REWARD_ACCURACY || kind == CT_REWARD_COSINE) && o->answer_regex && *o->answer_regex)
     rc = compile(r, o, "answer_regex", o->answer_regex);
   if (!rc && kind == CT_REWARD_FORMAT) {
     if (!o->format_regex || !*o->format_regex)
@@ -332,6 +337,19 @@ int ct_reward_init(ct_reward **out, int kind, const ct_reward_opts *o) {
       rc = key_error(o, CT_ECONFIG, "overlong_buffer_len", "the overlong reward needs 0 < overlong_buffer_len "
                      "<= max_completion_length (%d; got %d)", o->overlong_max_len, o->overlong_buffer);
     r->overlong_max_len = o->overlong_max_len, r->overlong_buffer = o->overlong_buffer;
+  }
+  if (!rc && kind == CT_REWARD_REPETITION) {
+    if (o->ngram < 1) rc = key_error(o, CT_ECONFIG, "repetition_ngram_size", "must be at least 1 (got %d)", o->ngram);
+    else if (!(o->max_penalty <= 0))
+      rc = key_error(o, CT_ECONFIG, "repetition_max_penalty", "must not be positive (got %g)", o->max_penalty);
+    r->ngram = o->ngram, r->max_penalty = o->max_penalty;
+  }
+  if (!rc && kind == CT_REWARD_COSINE) {
+    if (o->cosine_max_len < 1)
+      rc = key_error(o, CT_ECONFIG, "cosine_max_len", "must be at least 1 (got %d)", o->cosine_max_len);
+    r->cosine_max_len = o->cosine_max_len;
+    r->cos_lo_wrong = o->min_value_wrong, r->cos_hi_wrong = o->max_value_wrong;
+    r->cos_lo_right = o->min_value_correct, r->cos_hi_right = o->max_value_correct;
   }
   if (!rc && kind == CT_REWARD_REMOTE) rc = init_remote(r, o);
   if (!rc && kind == CT_REWARD_MODEL) rc = init_model(r, o);
@@ -457,7 +475,8 @@ static double format(const ct_reward *r, const ct_reward_item *it) {
 // the dataset field a reward reads
 
 const char *ct_reward_field(const ct_reward *r) {
-  bool reads = r->kind == CT_REWARD_ACCURACY || (r->kind == CT_REWARD_REMOTE && r->labels_required);
+  bool reads = r->kind == CT_REWARD_ACCURACY || r->kind == CT_REWARD_COSINE ||
+               (r->kind == CT_REWARD_REMOTE && r->labels_required);
   return reads ? r->answer_field : NULL;
 }
 
@@ -476,7 +495,8 @@ static bool row_readable(const ct_reward *r, const char *field, const json_t *ro
     snprintf(why, cap, "no field '%s'", field);
   else if (!answer_text(row, field, buf, sizeof buf, &text))
     snprintf(why, cap, "field '%s' is %s; it must be a string or a number", field, json_kind(v));
-  else if (r->kind == CT_REWARD_ACCURACY && r->numeric && !parse_number(text, strlen(text), &x))
+  else if ((r->kind == CT_REWARD_ACCURACY || r->kind == CT_REWARD_COSINE) && r->numeric &&
+           !parse_number(text, strlen(text), &x))
     snprintf(why, cap, "field '%s' is \"%.40s%s\", not a number (answer_numeric is true)", field, text,
              strlen(text) > 40 ? "..." : "");
   else
@@ -529,6 +549,46 @@ static double length(const ct_reward *r, const ct_reward_item *it) {
   if (!it->completion) return NAN;
   double len = (double)strlen(it->completion), t = r->target_length;
   return -fabs(len - t) / t;
+}
+
+// TRL's think_format_reward: re.match(r"^<think>(?!.*<think>)(.*?)</think>.*$", c, DOTALL |
+// MULTILINE) — the completion starts with <think>, holds no second <think>, and closes one.
+static double think_format(const ct_reward_item *it) {
+  const char *c = it->completion, *open = "<think>";
+  if (!c) return NAN;
+  size_t n = strlen(open);
+  return !strncmp(c, open, n) && !strstr(c + n, open) && strstr(c + n, "</think>") ? 1 : 0;
+}
+
+static int cmp_gram(const void *a, const void *b, void *ng) {
+  return memcmp(*(const int *const *)a, *(const int *const *)b, sizeof(int) * (size_t)*(int *)ng);
+}
+
+// TRL's repetition penalty over the completion's token n-grams.
+static double repetition(const ct_reward *r, const ct_reward_item *it) {
+  int n = it->completion_tokens, g = r->ngram;
+  if (n < g) return 0;
+  if (!it->completion_ids) return NAN;
+  int total = n - g + 1, unique = 0;
+  const int **grams = malloc(sizeof *grams * (size_t)total);
+  if (!grams) return NAN;
+  for (int i = 0; i < total; i++) grams[i] = it->completion_ids + i;
+  qsort_r(grams, (size_t)total, sizeof *grams, cmp_gram, &g);
+  for (int i = 0; i < total; i++) unique += i == 0 || cmp_gram(&grams[i - 1], &grams[i], &g) != 0;
+  free(grams);
+  double scaling = 1 - (double)unique / total;
+  return scaling ? scaling * r->max_penalty : 0.0;
+}
+
+static double accuracy(const ct_reward *r, const ct_reward_item *it);
+
+// TRL's cosine-scaled correctness.
+static double cosine(const ct_reward *r, const ct_reward_item *it) {
+  double right = accuracy(r, it);
+  if (right != right) return NAN;
+  double progress = fmin((double)it->completion_tokens / r->cosine_max_len, 1.0), c = cos(progress * M_PI);
+  double lo = right > 0 ? r->cos_lo_right : r->cos_hi_wrong, hi = right > 0 ? r->cos_hi_right : r->cos_lo_wrong;
+  return lo + 0.5 * (hi - lo) * (1.0 + c);
 }
 
 static double overlong(const ct_reward *r, const ct_reward_item *it) {
@@ -851,6 +911,9 @@ int ct_reward_score(ct_reward *r, const ct_reward_item *items, int n, double *ou
     out[i] = r->kind == CT_REWARD_ACCURACY ? accuracy(r, &items[i])
              : r->kind == CT_REWARD_FORMAT ? format(r, &items[i])
              : r->kind == CT_REWARD_OVERLONG ? overlong(r, &items[i])
+             : r->kind == CT_REWARD_THINK_FORMAT ? think_format(&items[i])
+             : r->kind == CT_REWARD_REPETITION ? repetition(r, &items[i])
+             : r->kind == CT_REWARD_COSINE ? cosine(r, &items[i])
                                            : length(r, &items[i]);
   return 0;
 }

@@ -33,6 +33,16 @@ typedef struct {
   // overlong (DAPO's soft overlong punishment): with L = max_len, B = buffer and n the
   // completion's tokens, 0 when n ≤ L − B, (L − B − n) / B when L − B < n ≤ L, else −1
   int overlong_max_len, overlong_buffer;
+  // repetition_penalty (TRL's get_repetition_penalty_reward): over the completion's token
+  // ids, (1 − unique n-grams / n-grams) × max_penalty; 0 below n tokens
+  int ngram;
+  double max_penalty;
+  // cosine (TRL's get_cosine_scaled_reward): accuracy's verdict (same options) scaled by
+  // the length n: v_lo + ½(v_hi − v_lo)(1 + cos(π·min(n / max_len, 1))), (v_lo, v_hi) =
+  // (min_value_correct, max_value_correct) when correct, else (max_value_wrong,
+  // min_value_wrong); NaN where accuracy is NaN
+  int cosine_max_len;
+  double min_value_wrong, max_value_wrong, min_value_correct, max_value_correct;
   // remote
   const char *url;            // http://host:port/path or https://...
   const char *api_key_env;    // NULL or "": no key; else the environment variable holding
@@ -70,7 +80,8 @@ typedef struct {
   const char *prompt;
   const char *completion;
   const json_t *row;
-  int completion_tokens;  // (overlong) its token count
+  int completion_tokens;       // (overlong, repetition_penalty, cosine) its token count
+  const int *completion_ids;   // (repetition_penalty) its tokens
 } ct_reward_item;
 
 // Scores n items into out (NaN where a reward cannot be computed). Errors only for the

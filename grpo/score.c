@@ -18,7 +18,7 @@ int ct_grpo_reward_matrix(ct_grpo *g, const ct_prompt_set *set, const ct_grpo_ro
   ct_reward_item *items = malloc(sizeof *items * m);
   if (!col || !items) return ct_free_all(col, items), ct_set_error(CT_ENOMEM, "out of memory");
   for (int i = 0; i < n; i++)
-    items[i] = (ct_reward_item){set->text[ro[i].prompt], ro[i].text, set->rows[ro[i].prompt], ro[i].n};
+    items[i] = (ct_reward_item){set->text[ro[i].prompt], ro[i].text, set->rows[ro[i].prompt], ro[i].n, ro[i].ids};
   memset(func, 0, sizeof *func * K);
   for (int k = 0; k < K; k++) {
     int rc = ct_reward_score(g->rewards[k], items, n, col);

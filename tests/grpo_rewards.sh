@@ -80,6 +80,23 @@ sed 's/.*"completion_ids":\[\([^]]*\)\].*"overlong":\([-0-9.e+]*\).*/\1 \2/' "$T
          if (d > 1e-9) bad = 1; seen[n > 4] = 1; k++ }
        END { print k " completions: rewards as (L - B - n) / B past L - B = 4"; exit bad || !seen[0] || !seen[1] }' \
   || fail "overlong rewards differ from the formula (or all completions fell on one side of the buffer)"
+echo "== repetition_penalty, cosine and think_format: each completion's reward is TRL's formula"
+"$G" $common dataset_path="$T/p.jsonl" output_dir="$T/rc" reward_funcs=accuracy,repetition_penalty,cosine,think_format \
+  repetition_ngram_size=2 temperature=1.2 'answer_regex=answer is (\d+)' >"$T/rc.log" 2>&1 || { cat "$T/rc.log"; fail "rc run"; }
+sed 's/.*"completion_ids":\[\([^]]*\)\].*"accuracy":\([-0-9.e+]*\),"repetition_penalty":\([-0-9.e+]*\),"cosine":\([-0-9.e+]*\),"think_format":\([-0-9.e+]*\).*/\1 \2 \3 \4 \5/' \
+  "$T/rc/completions.jsonl" | awk '
+  { n = split($1, id, ","); seen = 0; u = 0; delete g
+    for (i = 1; i + 1 <= n; i++) { k = id[i] "," id[i + 1]; if (!(k in g)) u++; g[k] = 1 }
+    rep = n < 2 ? 0 : (1 - u / (n - 1)) * -1; if (rep == 0) rep = 0
+    p = n / 16; if (p > 1) p = 1; c = cos(p * 3.14159265358979)
+    cosr = $2 > 0 ? 0.5 + 0.25 * (1 + c) : -0.5 - 0.25 * (1 + c)
+    d1 = $3 - rep; d2 = $4 - cosr; if (d1 < 0) d1 = -d1; if (d2 < 0) d2 = -d2
+    if (d1 > 1e-9 || d2 > 1e-9 || $5 != 0) { bad = 1; print "row " NR ": " $0 " (want " rep ", " cosr ")" }
+    r += $3 < 0; k2++ }
+  END { print k2 " completions: repetition_penalty (" r " below 0), cosine and think_format as the formulas"; exit bad || k2 != 16 }' \
+  || fail "repetition_penalty / cosine / think_format differ from TRL's formulas"
+expect 2 "key 'cosine_max_len': the cosine reward's, and reward_funcs has no cosine" \
+  "$G" $common dataset_path="$T/p.jsonl" output_dir="$T/x" cosine_max_len=8
 expect 2 "key 'overlong_buffer_len': the overlong reward's, and reward_funcs has no overlong" \
   "$G" $common dataset_path="$T/p.jsonl" output_dir="$T/x" overlong_buffer_len=4
 expect 2 "key 'overlong_buffer_len': the overlong reward needs 0 < overlong_buffer_len <= max_completion_length (10; got 0)" \

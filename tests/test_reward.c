@@ -284,6 +284,91 @@ static void test_overlong_is_trls_soft_punishment(void) {
                    "overlong_buffer_len", "got 11"));
 }
 
+// TRL's think_format_reward: its docstring's two cases, then the pattern's corners — a second
+// <think> anywhere, no closing tag, text before the opening one, newlines inside.
+static void test_think_format_is_trls_pattern(void) {
+  ct_reward *r = make(CT_REWARD_THINK_FORMAT, (ct_reward_opts){0});
+  CHECK(score1(r, "<think>\nThis is my reasoning.\n</think>\nThis is my answer.", NULL) == 1);
+  CHECK(score1(r, "<think>\nThis is my reasoning.\nThis is my answer.", NULL) == 0);
+  CHECK(score1(r, "<think></think>", NULL) == 1);
+  CHECK(score1(r, "<think>a</think>b<think>c</think>", NULL) == 0);  // (?!.*<think>)
+  CHECK(score1(r, " <think>a</think>", NULL) == 0);                   // re.match: at the start
+  CHECK(score1(r, "<think>a\n\nb</think>\n\n42", NULL) == 1);
+  CHECK(score1(r, "</think><think>", NULL) == 0);
+  CHECK(isnan(score1(r, NULL, NULL)));
+  ct_reward_free(r);
+}
+
+// The share of distinct n-grams counted one pair of positions at a time.
+static double repetition_brute(const int *ids, int n, int g, double p) {
+  if (n < g) return 0;
+  int total = n - g + 1, unique = 0;
+  for (int i = 0; i < total; i++) {
+    bool seen = false;
+    for (int j = 0; j < i && !seen; j++) seen = !memcmp(ids + i, ids + j, sizeof(int) * g);
+    unique += !seen;
+  }
+  double scaling = 1 - (double)unique / total;
+  return scaling ? scaling * p : 0;
+}
+
+// TRL's get_repetition_penalty_reward(ngram_size, max_penalty) over token ids: its docstring's
+// example ([1, 2, 3, 4] → 0, [5, 5, 5, 5, 5] → −0.75 with n = 2), then random ids of a small
+// alphabet against a pairwise count, for n 1 to 4.
+static void test_repetition_penalty_is_trls_ngram_share(void) {
+  ct_reward *r = make(CT_REWARD_REPETITION, (ct_reward_opts){.ngram = 2, .max_penalty = -1.0});
+  int a[] = {1, 2, 3, 4}, b[] = {5, 5, 5, 5, 5};
+  ct_reward_item it[2] = {{.completion = "", .completion_tokens = 4, .completion_ids = a},
+                          {.completion = "", .completion_tokens = 5, .completion_ids = b}};
+  double out[2];
+  CHECK_OK(ct_reward_score(r, it, 2, out));
+  CHECK(out[0] == 0.0 && out[1] == -0.75);
+  ct_reward_free(r);
+  unsigned x = 7;
+  for (int g = 1; g <= 4; g++) {
+    r = make(CT_REWARD_REPETITION, (ct_reward_opts){.ngram = g, .max_penalty = -0.5});
+    for (int n = 0; n < 40; n++) {
+      int ids[40];
+      for (int i = 0; i < n; i++) x = x * 1103515245u + 12345u, ids[i] = (int)(x >> 16) % 3;
+      ct_reward_item one = {.completion = "", .completion_tokens = n, .completion_ids = ids};
+      double got;
+      CHECK_OK(ct_reward_score(r, &one, 1, &got));
+      CHECK_NEAR(got, repetition_brute(ids, n, g, -0.5), 1e-15);
+    }
+    ct_reward_free(r);
+  }
+  CHECK(init_fails(CT_REWARD_REPETITION, (ct_reward_opts){.ngram = 3, .max_penalty = 0.5}, CT_ECONFIG,
+                   "repetition_max_penalty", "must not be positive"));
+}
+
+// TRL's get_cosine_scaled_reward(max_len 100) with its default bounds, over the accuracy
+// verdict: correct 1.0 at length 0 falling to 0.5 at 100 (and past it), wrong −1.0 rising
+// to −0.5; its docstring's 50-token pair; NaN where accuracy has no reference.
+static void test_cosine_scales_accuracy_by_length_as_trl(void) {
+  ct_reward *r = make(CT_REWARD_COSINE, (ct_reward_opts){.cosine_max_len = 100, .min_value_wrong = -1.0,
+                                                          .max_value_wrong = -0.5, .min_value_correct = 0.5,
+                                                          .max_value_correct = 1.0});
+  json_t *row = json_loads("{\"answer\": \"42\"}", 0, NULL);
+  int lens[] = {0, 1, 25, 50, 99, 100, 150};
+  for (size_t i = 0; i < sizeof lens / sizeof *lens; i++)
+    for (int right = 0; right < 2; right++) {
+      ct_reward_item it = {.completion = right ? "42" : "41", .row = row, .completion_tokens = lens[i]};
+      double got, c = cos(fmin(lens[i] / 100.0, 1.0) * M_PI);
+      double lo = right ? 0.5 : -0.5, hi = right ? 1.0 : -1.0;
+      CHECK_OK(ct_reward_score(r, &it, 1, &got));
+      CHECK_NEAR(got, lo + 0.5 * (hi - lo) * (1 + c), 1e-15);
+    }
+  ct_reward_item half = {.completion = "42", .row = row, .completion_tokens = 50};
+  double got;
+  CHECK_OK(ct_reward_score(r, &half, 1, &got));
+  CHECK_NEAR(got, 0.75, 1e-15);  // the docstring's correct one; the wrong one −0.75
+  ct_reward_item none = {.completion = "42", .row = NULL, .completion_tokens = 50};
+  CHECK_OK(ct_reward_score(r, &none, 1, &got));
+  CHECK(isnan(got));
+  json_decref(row);
+  ct_reward_free(r);
+}
+
 static void test_score_fills_every_item(void) {
   ct_reward *r = make(CT_REWARD_LENGTH, (ct_reward_opts){.target_length = 2});
   ct_reward_item it[3] = {{.completion = "a"}, {.completion = "ab"}, {.completion = "abcd"}};
@@ -352,9 +437,10 @@ static void test_check_rows_names_the_key_the_field_and_the_row(void) {
 // ---------------------------------------------------------------------------------------
 // options
 
-static void test_kind_parses_the_five_names_and_lists_the_choices(void) {
-  const char *names[] = {"accuracy", "format", "length", "overlong", "remote"};
-  for (int k = 0; k < 5; k++) {
+static void test_kind_parses_the_eight_names_and_lists_the_choices(void) {
+  const char *names[] = {"accuracy", "format", "length", "overlong", "think_format", "repetition_penalty", "cosine",
+                         "remote"};
+  for (int k = 0; k < 8; k++) {
     int kind = -1;
     CHECK_OK(ct_reward_kind(names[k], &kind));
     CHECK(kind == k);
@@ -403,7 +489,7 @@ static void test_init_rejects_bad_options_naming_the_option(void) {
   CHECK(init_fails(CT_REWARD_REMOTE, bad, CT_ECONFIG, "reward_retries", NULL));
   bad = o, bad.backoff_s = NAN;
   CHECK(init_fails(CT_REWARD_REMOTE, bad, CT_ECONFIG, "reward_backoff", NULL));
-  CHECK(init_fails(7, o, CT_EINVAL, "kind", NULL));
+  CHECK(init_fails(CT_REWARD_MODEL + 1, o, CT_EINVAL, "kind", NULL));
   // options that are fine do not contact the server
   ct_reward *r = make(CT_REWARD_REMOTE, o);
   CHECK(r && strcmp(ct_reward_name(r), "remote") == 0);
@@ -874,9 +960,12 @@ int main(void) {
   RUN(test_regex_is_pythons_re);
   RUN(test_length_penalizes_distance_from_the_target_in_bytes);
   RUN(test_overlong_is_trls_soft_punishment);
+  RUN(test_think_format_is_trls_pattern);
+  RUN(test_repetition_penalty_is_trls_ngram_share);
+  RUN(test_cosine_scales_accuracy_by_length_as_trl);
   RUN(test_score_fills_every_item);
   RUN(test_check_rows_names_the_key_the_field_and_the_row);
-  RUN(test_kind_parses_the_five_names_and_lists_the_choices);
+  RUN(test_kind_parses_the_eight_names_and_lists_the_choices);
   RUN(test_init_rejects_bad_options_naming_the_option);
   RUN(test_remote_ok_returns_the_servers_rewards_and_reuses_the_handle);
   RUN(test_remote_sends_batches_of_the_configured_size);
