@@ -425,6 +425,10 @@ const key_def config_keys[] = {
                 "empty = the whole completion."},
     {"answer_numeric", K_BOOL, GRPO, OFF(answer_numeric), "false",
      .comment = "accuracy: compare answers as numbers."},
+    {"answer_math", K_BOOL, GRPO, OFF(answer_math), "false",
+     .comment = "accuracy, cosine: compare as math answers, as TRL's math-verify accuracy_reward on "
+                "GSM8K / MATH data (numbers, fractions, percentages, LaTeX forms); without "
+                "answer_regex the completion's answer is its last \\boxed{} or $...$."},
     {"format_regex", K_STR, GRPO, OFF(format_regex), "",
      .comment = "format: reward 1 when this Python re pattern (PCRE2) matches somewhere in the "
                 "completion (re.search; (?s) lets . match a newline)."},

@@ -229,6 +229,7 @@ typedef struct {
   char *answer_field;
   char *answer_regex;
   int answer_numeric;
+  int answer_math;
   char *format_regex;
   int64_t length_target;
   int64_t overlong_buffer_len;

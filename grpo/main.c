@@ -87,6 +87,9 @@ static int check_config(const ct_config *c) {
     if (ct_config_is_set(c, ref_keys[i]))
       return ct_set_error(CT_ECONFIG, "%s: key '%s': GRPO loads a reference only for the KL term, and "
                           "beta is 0; set beta > 0 or drop the key", ct_config_origin(c, ref_keys[i]), ref_keys[i]);
+  if (c->answer_math && c->answer_numeric)
+    return ct_set_error(CT_ECONFIG, "%s: key 'answer_math': compares as math answers, and answer_numeric "
+                        "as plain numbers: set one", ct_config_origin(c, "answer_math"));
   static const char *const own[][2] = {  // a reward function's keys, refused without it
       {"overlong_buffer_len", "overlong"},        {"repetition_ngram_size", "repetition_penalty"},
       {"repetition_max_penalty", "repetition_penalty"}, {"cosine_max_len", "cosine"},
@@ -120,7 +123,7 @@ static int reward_model_tokens(const ct_config *c) {
 // are config errors); check_only: a reward model is checked, not loaded.
 static int reward_init(const ct_config *c, int k, bool check_only, ct_reward **out) {
   ct_reward_opts o = {.answer_field = c->answer_field, .answer_regex = c->answer_regex,
-                      .numeric = c->answer_numeric, .format_regex = c->format_regex,
+                      .numeric = c->answer_numeric, .math = c->answer_math, .format_regex = c->format_regex,
                       .target_length = (int)c->length_target, .url = c->reward_url,
                       .overlong_max_len = (int)c->max_completion_length,
                       .overlong_buffer = (int)c->overlong_buffer_len,

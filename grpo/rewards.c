@@ -19,6 +19,7 @@
 
 #include "config.h"
 #include "error.h"
+#include "grpo/mathans.h"
 #include "jsonl.h"
 #include "pyregex.h"
 #include "reward_model.h"
@@ -33,6 +34,7 @@ struct ct_reward {
   char *field_origin;  // where answer_field came from, for messages
   bool labels_required;  // remote: every row must have answer_field
   bool numeric;
+  bool math;            // answer_math
   ct_pyregex *re;      // accuracy: answer_regex (or NULL); format: format_regex
   int group;           // accuracy: the group of re's last match that is the answer
   int target_length;
@@ -314,6 +316,7 @@ int ct_reward_init(ct_reward **out, int kind, const ct_reward_opts *o) {
   if (!r) return ct_set_error(CT_ENOMEM, "out of memory");
   r->kind = kind;
   r->numeric = o->numeric;
+  r->math = o->math;
   r->answer_field = strdup(o->answer_field && *o->answer_field ? o->answer_field : "answer");
   const char *from = o->cfg ? ct_config_origin(o->cfg, "answer_field") : NULL;
   r->field_origin = strdup(from ? from : "answer_field");
@@ -444,10 +447,26 @@ static int extract(const ct_reward *r, const char *c, const char **s, size_t *n)
   return rc;
 }
 
+// answer_math: the completion's answer (answer_regex's, else its last \boxed{} or math span)
+// against the reference as math answers; NaN when the reference reads as nothing.
+static double math_accuracy(const ct_reward *r, const char *want, const char *completion) {
+  if (ct_math_equal("x", 1, want, strlen(want)) < 0) return NAN;
+  const char *got;
+  size_t got_n;
+  if (r->re) {
+    int found = extract(r, completion, &got, &got_n);
+    if (found <= 0) return found ? NAN : 0;
+  } else if (!ct_math_extract(completion, &got, &got_n)) {
+    return 0;
+  }
+  return ct_math_equal(got, got_n, want, strlen(want)) > 0 ? 1 : 0;
+}
+
 static double accuracy(const ct_reward *r, const ct_reward_item *it) {
   char buf[64];
   const char *want;
   if (!answer_text(it->row, r->answer_field, buf, sizeof buf, &want)) return NAN;
+  if (r->math) return it->completion ? math_accuracy(r, want, it->completion) : NAN;
   size_t want_n = strlen(want);
   double b = 0;
   if (r->numeric && !parse_number(want, want_n, &b)) return NAN;

@@ -25,6 +25,8 @@ typedef struct {
                               // match is the completion's answer; "" = the whole completion
   bool numeric;               // compare as numbers (1e-6 relative, "," ignored) instead of
                               // strings (both trimmed of surrounding whitespace)
+  bool math;                  // compare as math answers (mathans.h; without answer_regex the
+                              // answer is the completion's last \boxed{} or math span)
   // format
   const char *format_regex;   // Python re syntax: reward 1 when re.search finds it in the
                               // completion, else 0

@@ -95,6 +95,8 @@ sed 's/.*"completion_ids":\[\([^]]*\)\].*"accuracy":\([-0-9.e+]*\),"repetition_p
     r += $3 < 0; k2++ }
   END { print k2 " completions: repetition_penalty (" r " below 0), cosine and think_format as the formulas"; exit bad || k2 != 16 }' \
   || fail "repetition_penalty / cosine / think_format differ from TRL's formulas"
+expect 2 "key 'answer_math': compares as math answers, and answer_numeric as plain numbers: set one" \
+  "$G" $common dataset_path="$T/p.jsonl" output_dir="$T/x" answer_math=true answer_numeric=true
 expect 2 "key 'cosine_max_len': the cosine reward's, and reward_funcs has no cosine" \
   "$G" $common dataset_path="$T/p.jsonl" output_dir="$T/x" cosine_max_len=8
 expect 2 "key 'overlong_buffer_len': the overlong reward's, and reward_funcs has no overlong" \

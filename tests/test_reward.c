@@ -369,6 +369,24 @@ static void test_cosine_scales_accuracy_by_length_as_trl(void) {
   ct_reward_free(r);
 }
 
+// answer_math: TRL's accuracy_reward on MATH-style rows — the boxed answer against the
+// reference as math; no boxed or math span is 0; answer_regex picks the answer instead; an
+// empty reference is NaN (TRL: None, the example skipped); integers from JSON read as numbers.
+static void test_accuracy_with_answer_math_compares_boxed_answers_as_math(void) {
+  ct_reward *r = make(CT_REWARD_ACCURACY, (ct_reward_opts){.math = true});
+  CHECK(score1(r, "so \\boxed{0.5}", "{\"answer\": \"\\\\frac{1}{2}\"}") == 1);
+  CHECK(score1(r, "so \\boxed{\\dfrac{1}{2}}.", "{\"answer\": \"0.5\"}") == 1);
+  CHECK(score1(r, "it is $50\\%$", "{\"answer\": \"0.5\"}") == 1);
+  CHECK(score1(r, "\\boxed{1,200}", "{\"answer\": 1200}") == 1);
+  CHECK(score1(r, "\\boxed{3}", "{\"answer\": \"4\"}") == 0);
+  CHECK(score1(r, "the answer is 0.5", "{\"answer\": \"0.5\"}") == 0);
+  CHECK(isnan(score1(r, "\\boxed{1}", "{\"answer\": \"\"}")));
+  ct_reward_free(r);
+  r = make(CT_REWARD_ACCURACY, (ct_reward_opts){.math = true, .answer_regex = "#### (.*)"});
+  CHECK(score1(r, "work...\n#### 1,000", "{\"answer\": \"1000\"}") == 1);
+  ct_reward_free(r);
+}
+
 static void test_score_fills_every_item(void) {
   ct_reward *r = make(CT_REWARD_LENGTH, (ct_reward_opts){.target_length = 2});
   ct_reward_item it[3] = {{.completion = "a"}, {.completion = "ab"}, {.completion = "abcd"}};
@@ -963,6 +981,7 @@ int main(void) {
   RUN(test_think_format_is_trls_pattern);
   RUN(test_repetition_penalty_is_trls_ngram_share);
   RUN(test_cosine_scales_accuracy_by_length_as_trl);
+  RUN(test_accuracy_with_answer_math_compares_boxed_answers_as_math);
   RUN(test_score_fills_every_item);
   RUN(test_check_rows_names_the_key_the_field_and_the_row);
   RUN(test_kind_parses_the_eight_names_and_lists_the_choices);
