@@ -404,6 +404,12 @@ const key_def config_keys[] = {
     {"normalize_advantages", K_BOOL, GRPO, OFF(normalize_advantages), "false",
      .comment = "rloo: whiten the step's advantages, (A - mean) / (std + 1e-4) over all "
                 "completions (TRL's RLOO option)."},
+    {"filter_groups", K_BOOL, GRPO, OFF(filter_groups), "false",
+     .comment = "DAPO's dynamic sampling (verl's filter_groups): groups whose rewards are all equal "
+                "are dropped and more prompts are sampled until the batch is full, at most "
+                "max_num_gen_batches batches a step (the last one fills any gap with its other groups)."},
+    {"max_num_gen_batches", K_INT, GRPO, OFF(max_num_gen_batches), "10", IN(1, 1000),
+     .comment = "filter_groups: prompt batches generated per step at most (verl's name)."},
     {"mask_truncated_completions", K_BOOL, GRPO, OFF(mask_truncated_completions), "false",
      .comment = "Completions that never reached an end-of-turn token get no loss."},
     {"reward_funcs", K_STR_LIST, GRPO, OFF(reward_funcs), "accuracy",

@@ -94,7 +94,7 @@ int ct_grpo_entropy_threshold(const ct_grpo_objective *o, const float *ent, long
   if (!all) return ct_set_error(CT_ENOMEM, "out of memory for the entropy quantile");
   float *counts = all + world * most;  // (world)
   counts[rank] = (float)n;
-  memcpy(all + rank * most, ent, sizeof(float) * n);
+  if (n) memcpy(all + rank * most, ent, sizeof(float) * n);
   int rc = ct_dist_sum_f32(all, (world * most + world));
   long total = 0;
   for (int r = 0; !rc && r < world; r++) {  // packed to the front, in rank order

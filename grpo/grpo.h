@@ -55,6 +55,13 @@ typedef struct {
 } ct_grpo_reward_mean;
 #define CT_GRPO_REWARD_MEAN_DOUBLES ((int)(sizeof(ct_grpo_reward_mean) / sizeof(double)))
 
+// filter_groups: what a step's dynamic sampling generated and kept (summed over ranks).
+typedef struct {
+  double batches;          // prompt batches generated
+  double zero_std_groups;  // groups whose rewards were all equal, among all generated
+  double kept_zero_std;    // of those, kept to fill the last batch allowed
+} ct_grpo_filter_stats;
+
 typedef struct {
   const ct_config *cfg;
   ct_train *tr;
@@ -63,6 +70,7 @@ typedef struct {
   int G, agg, K;
   ct_grpo_objective obj;  // loss_type and its options (agg: its token weighting)
   ct_grpo_span_max mx;    // extremes of the last training pass (all ranks after ct_grpo_train_pass)
+  ct_grpo_filter_stats fg;  // the last rollouts' dynamic sampling
   ct_reward **rewards;  // (K)
   double *weights;      // (K)
   ct_policy_engine pe;  // the engine over the policy's own weights: the rollouts
@@ -114,7 +122,7 @@ int ct_grpo_reward_matrix(ct_grpo *g, const ct_prompt_set *set, const ct_grpo_ro
 // Scores every rollout with each reward function, sums them with the weights, and turns
 // the sums into group advantages; fills g->rs, g->lens and g->func (summed over ranks)
 // and logs the rollouts (collective).
-int ct_grpo_score(ct_grpo *g);
+int ct_grpo_score(ct_grpo *g, const double *scored);
 
 // step.c ---------------------------------------------------------------------
 

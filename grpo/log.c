@@ -63,6 +63,11 @@ int ct_grpo_log_step(ct_grpo *g, const ct_grpo_step_stats *st, double lr, double
     json_object_set_new(j, "clip_ratio/region_mean", json_real((in->clipped_low + in->clipped_high) / tok));
   }
   if (g->obj.opm) json_object_set_new(j, "off_policy_mask/masked_ratio", json_real(in->masked / tok));
+  if (g->cfg->filter_groups && new_rollouts) {  // verl's num_gen_batches, and what was dropped
+    json_object_set_new(j, "filter_groups/num_gen_batches", json_real(g->fg.batches));
+    json_object_set_new(j, "filter_groups/zero_std_groups", json_real(g->fg.zero_std_groups));
+    json_object_set_new(j, "filter_groups/kept_zero_std_groups", json_real(g->fg.kept_zero_std));
+  }
   // the sampler against the training forward (TRL's sampling/ metrics; those of the
   // difference always, those of the correction when it is on)
   if (in->lp_diff_n > 0) {

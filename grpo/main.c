@@ -87,6 +87,9 @@ static int check_config(const ct_config *c) {
     if (ct_config_is_set(c, ref_keys[i]))
       return ct_set_error(CT_ECONFIG, "%s: key '%s': GRPO loads a reference only for the KL term, and "
                           "beta is 0; set beta > 0 or drop the key", ct_config_origin(c, ref_keys[i]), ref_keys[i]);
+  if (!c->filter_groups && ct_config_is_set(c, "max_num_gen_batches"))
+    return ct_set_error(CT_ECONFIG, "%s: key 'max_num_gen_batches': caps filter_groups' batches, and "
+                        "filter_groups is false", ct_config_origin(c, "max_num_gen_batches"));
   if (c->answer_math && c->answer_numeric)
     return ct_set_error(CT_ECONFIG, "%s: key 'answer_math': compares as math answers, and answer_numeric "
                         "as plain numbers: set one", ct_config_origin(c, "answer_math"));
@@ -335,19 +338,71 @@ static void build(ct_grpo *g, const shape_t *s) {
 
 // New rollouts for the next num_iterations steps: this rank's share of the step's prompts,
 // G completions each, scored into advantages, and the reference's log-probs of them.
+// DAPO's dynamic sampling (verl's filter_groups): batches of prompts are generated and
+// scored until this rank holds its per_rank_prompts groups whose rewards are not all equal
+// (every rank: they stop together), at most max_num_gen_batches batches; the last batch
+// allowed fills what is still missing with its other groups (zero-std ones included), and
+// a batch's groups beyond what a rank needs are dropped unused, as verl drops them. The
+// kept groups' scores go to ct_grpo_score, which computes the advantages over them.
+static void filtered_rollouts(ct_grpo *g, int step_prompts, ct_sample_params sp) {
+  const ct_config *cfg = g->cfg;
+  ct_train *tr = g->tr;
+  int G = g->G, K = g->K, want = (int)(cfg->per_device_train_batch_size * cfg->gradient_accumulation_steps);
+  ct_grpo_rollout *tmp = calloc((size_t)want, sizeof *tmp);
+  double *R = malloc(sizeof(double) * want * K), *Rtmp = malloc(sizeof(double) * want * K), r[1024];
+  ct_grpo_reward_mean *func = calloc((size_t)K, sizeof *func);
+  if (!tmp || !R || !Rtmp || !func || G > 1024) ct_die(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  int kept = 0;
+  g->fg = (ct_grpo_filter_stats){0};
+  for (int round = 0; round < cfg->max_num_gen_batches; round++) {
+    int n = ct_train_next_seqs(tr, g->step_prompts, step_prompts);
+    int lo = n * tr->rank / tr->world, hi = n * (tr->rank + 1) / tr->world, m = (hi - lo) * G;
+    bool last = round + 1 == cfg->max_num_gen_batches;
+    if (ct_grpo_generate(g, &g->prompts, g->step_prompts + lo, hi - lo, G, sp, tmp, true) ||
+        ct_grpo_reward_matrix(g, &g->prompts, tmp, m, Rtmp, func))
+      ct_die(1, NULL);
+    g->fg.batches += 1;
+    for (int p = 0; p < m / G; p++) {
+      ct_grpo_total_rewards(Rtmp + (long)p * G * K, G, K, g->weights, r);
+      bool same = true;
+      for (int i = 1; i < G; i++) same &= r[i] == r[0];
+      if (same) g->fg.zero_std_groups += 1;
+      if (kept < want && (!same || last)) {  // moved into the step's rollouts
+        memcpy(g->ro + kept, tmp + (long)p * G, sizeof *tmp * G);
+        memset(tmp + (long)p * G, 0, sizeof *tmp * G);
+        memcpy(R + (long)kept * K, Rtmp + (long)p * G * K, sizeof(double) * G * K);
+        kept += G;
+        g->fg.kept_zero_std += same;
+      }
+    }
+    ct_grpo_rollouts_free(tmp, m);
+    if (ct_dist_max_int(kept < want) == 0) break;
+  }
+  g->n_ro = kept;
+  if (ct_grpo_score(g, R)) ct_die(1, NULL);
+  ct_dist_sum_stats(&g->fg);
+  g->fg.batches /= tr->world;  // (every rank ran the same batches)
+  ct_free_all(tmp, R, Rtmp, func);
+}
+
 static void rollouts(ct_grpo *g, int step_prompts) {
   const ct_config *cfg = g->cfg;
   ct_train *tr = g->tr;
   double t0 = ct_now();
-  int n = ct_train_next_seqs(tr, g->step_prompts, step_prompts);
-  int lo = n * tr->rank / tr->world, hi = n * (tr->rank + 1) / tr->world;
   ct_grpo_rollouts_free(g->ro, g->n_ro);
-  g->n_ro = (hi - lo) * g->G;
   ct_sample_params sp = {(float)cfg->temperature, (int)cfg->top_k, (float)cfg->top_p, (float)cfg->min_p,
                          (float)cfg->repetition_penalty};
-  if (ct_grpo_generate(g, &g->prompts, g->step_prompts + lo, hi - lo, g->G, sp, g->ro, true)) ct_die(1, NULL);
-  double ts = ct_now();
-  if (ct_grpo_score(g)) ct_die(1, NULL);
+  double ts = t0;
+  if (cfg->filter_groups) {
+    filtered_rollouts(g, step_prompts, sp);
+  } else {
+    int n = ct_train_next_seqs(tr, g->step_prompts, step_prompts);
+    int lo = n * tr->rank / tr->world, hi = n * (tr->rank + 1) / tr->world;
+    g->n_ro = (hi - lo) * g->G;
+    if (ct_grpo_generate(g, &g->prompts, g->step_prompts + lo, hi - lo, g->G, sp, g->ro, true)) ct_die(1, NULL);
+    ts = ct_now();
+    if (ct_grpo_score(g, NULL)) ct_die(1, NULL);
+  }
   g->score_s = ct_now() - ts;
   if (g->use_ref && ct_grpo_ref_logps(g)) ct_die(1, NULL);
   g->gen_s = ct_now() - t0;

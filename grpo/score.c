@@ -75,13 +75,22 @@ static int advantages(ct_grpo *g, const double *r, double batch_std, double *adv
   }
 }
 
-int ct_grpo_score(ct_grpo *g) {
+int ct_grpo_score(ct_grpo *g, const double *scored) {
   const ct_config *c = g->cfg;
   int n = g->n_ro, K = g->K, groups = n / g->G;
   size_t m = n > 0 ? (size_t)n : 1;
   double *R = malloc(sizeof(double) * m * K), *r = malloc(sizeof(double) * m), *adv = malloc(sizeof(double) * m);
-  int rc = !R || !r || !adv ? ct_set_error(CT_ENOMEM, "out of memory")
-                            : ct_grpo_reward_matrix(g, &g->prompts, g->ro, n, R, g->func);
+  int rc = !R || !r || !adv ? ct_set_error(CT_ENOMEM, "out of memory") : 0;
+  if (!rc && !scored) rc = ct_grpo_reward_matrix(g, &g->prompts, g->ro, n, R, g->func);
+  if (!rc && scored) {  // the scores as computed (dynamic sampling); their per-function sums
+    memcpy(R, scored, sizeof(double) * n * K);
+    memset(g->func, 0, sizeof *g->func * K);
+    for (int i = 0; i < n; i++)
+      for (int k = 0; k < K; k++) {
+        double v = R[(long)i * K + k];
+        if (v == v) g->func[k].sum += v, g->func[k].sq += v * v, g->func[k].n += 1;
+      }
+  }
   if (rc) return ct_free_all(R, r, adv), rc;
   ct_grpo_total_rewards(R, n, K, g->weights, r);
   ct_grpo_rollout_stats *s = &g->rs;

@@ -106,6 +106,14 @@ int ct_grpo_train_pass(ct_grpo *g, bool first_pass, ct_grpo_step_stats *st) {
     ct_log_phase(&tr->log, tr->step + 1, "training", first / B + 1, (g->n_ro + B - 1) / B, "micro-batches",
                  st->input_tokens, reward);
   }
+  // a rank with fewer micro-batches (a short last batch of the data) still joins the others'
+  // per-micro-batch collective: the entropy quantile
+  int mine = (g->n_ro + B - 1) / B, most = ct_dist_max_int(mine);
+  for (int k = mine; k < most && g->obj.top_entropy < 1; k++) {
+    double unused;
+    int rc = ct_grpo_entropy_threshold(&g->obj, NULL, 0, &unused);
+    if (rc) return rc;
+  }
   return 0;
 }
 

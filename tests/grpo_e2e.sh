@@ -112,6 +112,27 @@ resume_exact s checkpoint-3
 echo "== num_iterations=2: a stop (or checkpoint) mid-batch waits for the batch's last step; resume is exact"
 resume_exact i checkpoint-4 num_iterations=2
 
+echo "== filter_groups: groups whose rewards are all equal are dropped and more prompts sampled"
+"$G" $common output_dir="$T/fg" max_steps=4 reward_funcs=accuracy filter_groups=true max_num_gen_batches=3 \
+  log_completions=true >"$T/fg.log" 2>&1 || { cat "$T/fg.log"; fail "filter_groups run"; }
+# every step trains on its 32 completions; the groups of 8 whose rewards are all equal are only
+# those the last batch allowed kept (kept_zero_std_groups), and at least one group was dropped
+sed 's/.*"step":\([0-9]*\),.*"reward":\([-0-9.e+]*\),.*/\1 \2/' "$T/fg/completions.jsonl" |
+  awk '{ i = c[$1] + 0; c[$1] = i + 1; k = $1 ":" int(i / 8); if (!(k in lo) || $2 < lo[k]) lo[k] = $2; if (!(k in hi) || $2 > hi[k]) hi[k] = $2 }
+       END { for (k in lo) { n++; z += lo[k] == hi[k] } for (s in c) if (c[s] != 32) bad = 1
+             print n " groups trained, " z " of them of equal rewards"; print z >"/dev/stderr"; exit bad || n != 16 }' \
+  2>"$T/fg.z" || fail "filter_groups: a step did not train on 32 completions"
+kept=$(field 'filter_groups\/kept_zero_std_groups' <"$T/fg/metrics.jsonl" | awk '{ s += $1 } END { print s }')
+zero=$(field 'filter_groups\/zero_std_groups' <"$T/fg/metrics.jsonl" | awk '{ s += $1 } END { print s }')
+batches=$(field 'filter_groups\/num_gen_batches' <"$T/fg/metrics.jsonl" | tr '\n' ' ')
+echo "zero-std groups generated $zero, kept $kept; batches per step: $batches"
+[ "$(cat "$T/fg.z")" = "$kept" ] || fail "filter_groups: $(cat "$T/fg.z") trained groups of equal rewards, $kept counted as kept"
+awk -v z="$zero" -v k="$kept" 'BEGIN { exit !(z > k) }' || fail "filter_groups dropped nothing (no group of equal rewards?)"
+expect 2 "key 'max_num_gen_batches': caps filter_groups' batches, and filter_groups is false" \
+  "$G" $common output_dir="$T/x" max_num_gen_batches=2
+echo "== filter_groups: resume is exact (the extra batches' data position is in the checkpoint)"
+resume_exact fgr checkpoint-3 reward_funcs=accuracy filter_groups=true max_num_gen_batches=3
+
 echo "== remote reward against the bundled server"
 start_server() {  # start_server MODE: sets $server and $port (a port file of its own)
   "$BIN/ctune-reward-server" port=0 mode="$1" >"$T/port.$1" 2>"$T/server.log" &

@@ -10,7 +10,7 @@ server=""  # a background server's pid, stopped at exit
 # start_test NAME: a fresh temporary directory $T, removed (and $server stopped) at exit.
 start_test() {
   T=$(mktemp -d "/tmp/ct_$1.XXXXXX")
-  trap '[ -z "$server" ] || kill $server 2>/dev/null || true; rm -rf "$T"' EXIT
+  trap '[ -z "$server" ] || kill $server 2>/dev/null || true; [ -n "${CT_KEEP_TMP:-}" ] || rm -rf "$T"' EXIT
 }
 
 # fail MESSAGE: print and exit 1.
