@@ -349,9 +349,10 @@ static void filtered_rollouts(ct_grpo *g, int step_prompts, ct_sample_params sp)
   ct_train *tr = g->tr;
   int G = g->G, K = g->K, want = (int)(cfg->per_device_train_batch_size * cfg->gradient_accumulation_steps);
   ct_grpo_rollout *tmp = calloc((size_t)want, sizeof *tmp);
-  double *R = malloc(sizeof(double) * want * K), *Rtmp = malloc(sizeof(double) * want * K), r[1024];
+  double *R = malloc(sizeof(double) * want * K), *Rtmp = malloc(sizeof(double) * want * K);
+  double *r = malloc(sizeof(double) * G);  // a group's weighted sums
   ct_grpo_reward_mean *func = calloc((size_t)K, sizeof *func);
-  if (!tmp || !R || !Rtmp || !func || G > 1024) ct_die(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  if (!tmp || !R || !Rtmp || !r || !func) ct_die(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   int kept = 0;
   g->fg = (ct_grpo_filter_stats){0};
   for (int round = 0; round < cfg->max_num_gen_batches; round++) {
@@ -382,7 +383,7 @@ static void filtered_rollouts(ct_grpo *g, int step_prompts, ct_sample_params sp)
   if (ct_grpo_score(g, R)) ct_die(1, NULL);
   ct_dist_sum_stats(&g->fg);
   g->fg.batches /= tr->world;  // (every rank ran the same batches)
-  ct_free_all(tmp, R, Rtmp, func);
+  ct_free_all(tmp, R, Rtmp, r, func);
 }
 
 static void rollouts(ct_grpo *g, int step_prompts) {
