@@ -36,7 +36,7 @@ const char *const ct_truncate_names[] = {"error", "left", NULL};
 const char *const ct_speculative_names[] = {"none", "mtp", NULL};
 // loss_type by trainer (test_dpo_loss checks them against dpo/loss.c and grpo/), and their union
 #define DPO_LOSSES "sigmoid", "hinge", "ipo", "robust", "sft", "simpo", "exo_pair", "nca_pair", "bco_pair", \
-    "sppo_hard", "apo_zero", "apo_down", "discopop", "sigmoid_norm", "orpo", "cpo"
+    "sppo_hard", "apo_zero", "apo_down", "discopop", "sigmoid_norm", "orpo", "cpo", "aot", "aot_unpaired"
 #define GRPO_LOSSES "grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"
 const char *const ct_loss_type_names[] = {DPO_LOSSES, GRPO_LOSSES, NULL};
 const char *const ct_dpo_loss_choices[] = {DPO_LOSSES, NULL};
@@ -296,7 +296,8 @@ const key_def config_keys[] = {
      .per_trainer = {NULL, "sigmoid", "dapo"}, .choices = ct_loss_type_names,
      .per_trainer_choices = {NULL, ct_dpo_loss_choices, ct_grpo_loss_choices},
      .comment = "DPO: preference losses (sigmoid, hinge, ipo, robust, sft, simpo, and TRL's exo_pair, "
-                "nca_pair, bco_pair, sppo_hard, apo_zero, apo_down, discopop, sigmoid_norm; and, with no "
+                "nca_pair, bco_pair, sppo_hard, apo_zero, apo_down, discopop, sigmoid_norm, aot and "
+                "aot_unpaired (over the micro-batch, sorted); and, with no "
                 "reference, orpo (ORPOTrainer's loss: odds ratio + NLL) and cpo (CPOTrainer's: sigmoid + "
                 "cpo_alpha x NLL)), summed with "
                 "loss_weights ([sigmoid, sft] is RPO). GRPO: one of grpo, bnpo, dr_grpo, dapo "

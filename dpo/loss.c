@@ -4,11 +4,12 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 const char *const ct_dpo_loss_type_names[] = {"sigmoid",  "hinge",    "ipo",       "robust",   "sft",
                                               "simpo",    "exo_pair", "nca_pair",  "bco_pair", "sppo_hard",
                                               "apo_zero", "apo_down", "discopop", "sigmoid_norm", "orpo",
-                                              "cpo",      NULL};
+                                              "cpo",      "aot",      "aot_unpaired", NULL};
 _Static_assert(sizeof ct_dpo_loss_type_names / sizeof *ct_dpo_loss_type_names == CT_DPO_COUNT + 1,
                "ct_dpo_loss_type_names must name every CT_DPO_* value");
 
@@ -144,6 +145,51 @@ double ct_dpo_pair_loss(const ct_dpo_loss *o, double lp_c, double lp_r, double r
     *d_r -= w * dx * b;
   }
   return total;
+}
+
+typedef struct {
+  double v;
+  int at;
+} ranked;
+
+static int cmp_ranked(const void *a, const void *b) {
+  double x = ((const ranked *)a)->v, y = ((const ranked *)b)->v;
+  return (x > y) - (x < y);
+}
+
+// x (m) sorted ascending with the index each value came from.
+static ranked *sorted(const double *x, int m) {
+  ranked *r = malloc(sizeof *r * (size_t)(m > 0 ? m : 1));
+  if (!r) return NULL;
+  for (int i = 0; i < m; i++) r[i] = (ranked){x[i], i};
+  qsort(r, (size_t)m, sizeof *r, cmp_ranked);
+  return r;
+}
+
+void ct_dpo_batch_terms(const ct_dpo_loss *o, int m, const double *lp_c, const double *lp_r, const double *ref_c,
+                        const double *ref_r, double *L, double *d_c, double *d_r) {
+  double b = o->beta, e = o->label_smoothing;
+  double *u = malloc(sizeof(double) * (size_t)(m > 0 ? m : 1)), *v = malloc(sizeof(double) * (size_t)(m > 0 ? m : 1));
+  for (int k = 0; k < o->n && u && v; k++) {
+    int t = o->type[k];
+    if (t != CT_DPO_AOT && t != CT_DPO_AOT_UNPAIRED) continue;
+    for (int j = 0; j < m; j++) {  // aot: policy vs reference margins; unpaired: chosen vs rejected ratios
+      u[j] = t == CT_DPO_AOT ? lp_c[j] - lp_r[j] : lp_c[j] - ref_c[j];
+      v[j] = t == CT_DPO_AOT ? ref_c[j] - ref_r[j] : lp_r[j] - ref_r[j];
+    }
+    ranked *su = sorted(u, m), *sv = sorted(v, m);
+    for (int i = 0; su && sv && i < m; i++) {
+      double x = b * (su[i].v - sv[i].v), w = o->weight[k];
+      double l = -(1 - e) * log_sigmoid(x) - e * log_sigmoid(-x), g = b * (-(1 - e) * sigmoid(-x) + e * sigmoid(x));
+      int jc = su[i].at;  // the pair whose u sits at position i (its c and r in aot)
+      L[jc] += w * l;
+      d_c[jc] += w * g;
+      if (t == CT_DPO_AOT) d_r[jc] -= w * g;
+      else d_r[sv[i].at] -= w * g;  // unpaired: the rejected ratio at position i (a constant in aot)
+    }
+    free(su), free(sv);
+  }
+  free(u), free(v);
 }
 
 int ct_dpo_needs_reference(const ct_dpo_loss *o) {

@@ -28,7 +28,7 @@
 enum {
   CT_DPO_SIGMOID, CT_DPO_HINGE, CT_DPO_IPO, CT_DPO_ROBUST, CT_DPO_SFT, CT_DPO_SIMPO, CT_DPO_EXO_PAIR,
   CT_DPO_NCA_PAIR, CT_DPO_BCO_PAIR, CT_DPO_SPPO_HARD, CT_DPO_APO_ZERO, CT_DPO_APO_DOWN, CT_DPO_DISCOPOP,
-  CT_DPO_SIGMOID_NORM, CT_DPO_ORPO, CT_DPO_CPO, CT_DPO_COUNT
+  CT_DPO_SIGMOID_NORM, CT_DPO_ORPO, CT_DPO_CPO, CT_DPO_AOT, CT_DPO_AOT_UNPAIRED, CT_DPO_COUNT
 };
 // "sigmoid", ..., NULL: the loss_type name of each CT_DPO_* value.
 extern const char *const ct_dpo_loss_type_names[];
@@ -39,6 +39,15 @@ typedef struct {
   double weight[8];
   double beta, label_smoothing, simpo_gamma, discopop_tau, cpo_alpha;
 } ct_dpo_loss;
+
+// AOT (TRL's aot, and aot_unpaired; aot_pair is TRL's older name of aot): not per pair but
+// over the micro-batch's m pairs, sorted — aot: δ_i = sort(logπ(c) − logπ(r))_i −
+// sort(logπ_ref(c) − logπ_ref(r))_i; aot_unpaired: δ_i = sort(ρ_c)_i − sort(ρ_r)_i; each
+// −(1−ε)·logσ(βδ_i) − ε·logσ(−βδ_i), summed over i. ct_dpo_pair_loss leaves them out;
+// ct_dpo_batch_terms adds them to each pair's L, d_c, d_r (position i's loss goes to the pair
+// whose value sits there; the gradient follows each value through the sort).
+void ct_dpo_batch_terms(const ct_dpo_loss *o, int m, const double *lp_c, const double *lp_r, const double *ref_c,
+                        const double *ref_r, double *L, double *d_c, double *d_r);
 
 // Weighted sum of the pair losses; *d_c and *d_r get d(loss)/d logπ(c) and d logπ(r).
 // lens > 0. ref_c/ref_r are ignored by simpo.

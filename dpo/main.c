@@ -176,11 +176,22 @@ static void pair_step(dpo_t *d, int m, bool train, double inv_pairs, double inv_
   double sft_w = ct_dpo_sft_weight(&d->loss), beta = d->loss.beta;
   bool ref = d->need_ref;
   float *coef_row = d->coef_row;
+  // the micro-batch-wide terms (aot): every pair's share first
+  // (bt: each pair's L, d_c, d_r, then its log-probs lc, lr, rc, rr in double)
+  double *bt = calloc((size_t)(m > 0 ? m : 1) * 7, sizeof *bt), *lcs = bt + 3 * m, *lrs = bt + 4 * m;
+  double *rcs = bt + 5 * m, *rrs = bt + 6 * m;
+  if (!bt) ct_die(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
+  for (int i = 0; i < m; i++) {
+    lcs[i] = d->pol.row_lp[i], lrs[i] = d->pol.row_lp[m + i];
+    rcs[i] = ref ? d->ref_c[i] : 0, rrs[i] = ref ? d->ref_r[i] : 0;
+  }
+  ct_dpo_batch_terms(&d->loss, m, lcs, lrs, rcs, rrs, bt, bt + m, bt + 2 * m);
   for (int i = 0; i < m; i++) {
     double lc = d->pol.row_lp[i], lr = d->pol.row_lp[m + i];
-    double rc = ref ? d->ref_c[i] : 0, rr = ref ? d->ref_r[i] : 0, dc, dr;
+    double rc = rcs[i], rr = rrs[i], dc, dr;
     int nc = d->pol.row_len[i], nr = d->pol.row_len[m + i];
-    double L = ct_dpo_pair_loss(&d->loss, lc, lr, rc, rr, nc, nr, &dc, &dr);
+    double L = ct_dpo_pair_loss(&d->loss, lc, lr, rc, rr, nc, nr, &dc, &dr) + bt[i];
+    dc += bt[m + i], dr += bt[2 * m + i];
     // the implicit rewards: β·(logπ − logπ_ref), or β·(mean log-prob) without a reference
     double wc = ref ? beta * (lc - rc) : beta * lc / nc, wr = ref ? beta * (lr - rr) : beta * lr / nr;
     st->loss += L;
@@ -194,6 +205,7 @@ static void pair_step(dpo_t *d, int m, bool train, double inv_pairs, double inv_
     coef_row[i] = (float)(-dc * inv_pairs);       // coef = −dL/dlogp of each of the row's tokens
     coef_row[m + i] = (float)(-dr * inv_pairs);
   }
+  free(bt);
   for (int r = 0; r < h->n; r++) {
     int row = h->rows[r] / b->T;
     bool chosen = row < m;

@@ -110,7 +110,8 @@ awk -v r="$rc1" -v a="$ra1" 'BEGIN { exit !(r < 0 && a == 0) }' || fail "simpo's
 echo "== TRL's other pair losses: at step 1 (policy = reference, every log-ratio 0) each is its closed form"
 b=0.1  # the run's beta (checked below against its config.yml)
 for lw in "exo_pair 0.5*(log(0.5)-log(1-0.001))+0.5*(log(0.5)-log(0.001))" "nca_pair 2*log(2)" "bco_pair 2*log(2)" \
-          "sppo_hard 2*(0.5/$b)^2" "apo_zero 1" "apo_down 1" "discopop 0.5*log(2)+0.5" "sigmoid_norm log(2)"; do
+          "sppo_hard 2*(0.5/$b)^2" "apo_zero 1" "apo_down 1" "discopop 0.5*log(2)+0.5" "sigmoid_norm log(2)" \
+          "aot log(2)" "aot_unpaired log(2)"; do
   l=${lw%% *} want=${lw#* }
   "$D" $common output_dir="$T/l_$l" max_steps=1 loss_type=$l label_smoothing=0.001 >"$T/l.log" 2>&1 \
     || { cat "$T/l.log"; fail "dpo loss_type=$l"; }

@@ -312,6 +312,68 @@ static void test_trls_other_pair_losses_match_its_formulas(void) {
       }
 }
 
+static int cmp_dbl(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+// TRL's aot / aot_unpaired over a batch of m pairs, as dpo_trainer.py reads: torch.sort of
+// the two vectors, then −logσ(βδ)(1−ε) − logσ(−βδ)ε per position; the sum (TRL's .mean()
+// times m: the trainer divides by the pairs).
+static double trl_aot(int unpaired, double beta, double eps, int m, const double *lc, const double *lr,
+                      const double *rc, const double *rr) {
+  double u[16], v[16], L = 0;
+  for (int j = 0; j < m; j++) {
+    u[j] = unpaired ? lc[j] - rc[j] : lc[j] - lr[j];
+    v[j] = unpaired ? lr[j] - rr[j] : rc[j] - rr[j];
+  }
+  qsort(u, (size_t)m, sizeof *u, cmp_dbl);
+  qsort(v, (size_t)m, sizeof *v, cmp_dbl);
+  for (int i = 0; i < m; i++) {
+    double d = u[i] - v[i];
+    L += -trl_logsig(beta * d) * (1 - eps) - trl_logsig(-beta * d) * eps;
+  }
+  return L;
+}
+
+// aot and aot_unpaired (with label smoothing, and beside a per-pair sigmoid term): the
+// pairs' summed loss equals TRL's, and each pair's d_c, d_r its central differences, for
+// batches of 1 to 12 pairs.
+static void test_aot_sorts_the_batch_as_trl(void) {
+  for (int unpaired = 0; unpaired < 2; unpaired++)
+    for (int m = 1; m <= 12; m += 1) {
+      double lc[16], lr[16], rc[16], rr[16], L[16] = {0}, dc[16] = {0}, dr[16] = {0}, beta = 0.5, eps = 0.1;
+      for (int j = 0; j < m; j++) {
+        lc[j] = -20 * uniform() - 1, lr[j] = -20 * uniform() - 1;
+        rc[j] = lc[j] + 3 * (uniform() - 0.5), rr[j] = lr[j] + 3 * (uniform() - 0.5);
+      }
+      ct_dpo_loss o = {.n = 2, .type = {unpaired ? CT_DPO_AOT_UNPAIRED : CT_DPO_AOT, CT_DPO_SIGMOID},
+                       .weight = {1.5, 0}, .beta = beta, .label_smoothing = eps};
+      ct_dpo_batch_terms(&o, m, lc, lr, rc, rr, L, dc, dr);
+      double sum = 0, worst = 0, h = 1e-6;
+      for (int j = 0; j < m; j++) sum += L[j];
+      double want = 1.5 * trl_aot(unpaired, beta, eps, m, lc, lr, rc, rr);
+      for (int j = 0; j < m; j++)
+        for (int side = 0; side < 2; side++) {
+          double *x = side ? &lr[j] : &lc[j], x0 = *x;
+          *x = x0 + h;
+          double up = 1.5 * trl_aot(unpaired, beta, eps, m, lc, lr, rc, rr);
+          *x = x0 - h;
+          double dn = 1.5 * trl_aot(unpaired, beta, eps, m, lc, lr, rc, rr);
+          *x = x0;
+          double fd = (up - dn) / (2 * h), got = side ? dr[j] : dc[j];
+          worst = fmax(worst, fabs(got - fd) / (1e-3 + fabs(fd)));
+        }
+      CHECK_NEAR(sum, want, 1e-9 * (1 + fabs(want)));
+      if (worst > 1e-5) fprintf(stderr, "  aot%s m %d: worst gradient error %.3g\n", unpaired ? "_unpaired" : "", m, worst);
+      CHECK(worst <= 1e-5);
+      // the per-pair function leaves aot out entirely
+      double c, r;
+      ct_dpo_loss only = {.n = 1, .type = {o.type[0]}, .weight = {1}, .beta = beta};
+      CHECK(ct_dpo_pair_loss(&only, lc[0], lr[0], rc[0], rr[0], 3, 4, &c, &r) == 0 && c == 0 && r == 0);
+    }
+}
+
 static void test_gradients_match_finite_differences_for_weighted_lists(void) {
   ct_dpo_loss lists[] = {
       {.n = 2, .type = {CT_DPO_SIGMOID, CT_DPO_IPO}, .weight = {0.3, 1.7}, .beta = 0.1},
@@ -388,6 +450,7 @@ int main(void) {
   RUN(test_gradients_match_finite_differences_for_every_loss_type);
   RUN(test_gradients_match_finite_differences_for_weighted_lists);
   RUN(test_trls_other_pair_losses_match_its_formulas);
+  RUN(test_aot_sorts_the_batch_as_trl);
   RUN(test_needs_reference_is_false_only_for_simpo_orpo_cpo_and_sft_lists);
   RUN(test_sft_weight_sums_sft_terms_and_is_zero_without_them);
   RUN(test_config_loss_type_union_is_dpo_then_grpo_names);
