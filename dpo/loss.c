@@ -112,8 +112,7 @@ double ct_dpo_pair_loss(const ct_dpo_loss *o, double lp_c, double lp_r, double r
         break;
       }
       case CT_DPO_ORPO: {  // in the mean log-probs a = logπ/|y| (< 0)
-        double ac = lp_c / len_c, ar = lp_r / len_r;
-        double lo = (ac - ar) - (log1mexp(ac) - log1mexp(ar));
+        double ac = lp_c / len_c, ar = lp_r / len_r, lo = ct_dpo_log_odds(lp_c, lp_r, len_c, len_r);
         L = -b * log_sigmoid(lo);
         double dlo = -b * sigmoid(-lo);  // dL/dlog_odds
         *d_c += w * dlo / -expm1(ac) / len_c;  // dlog_odds/da_c = 1 / (1 − e^a_c)
@@ -191,6 +190,13 @@ void ct_dpo_batch_terms(const ct_dpo_loss *o, int m, const double *lp_c, const d
   }
   free(u), free(v);
 }
+
+double ct_dpo_log_odds(double lp_c, double lp_r, int len_c, int len_r) {
+  double ac = lp_c / len_c, ar = lp_r / len_r;
+  return (ac - ar) - (log1mexp(ac) - log1mexp(ar));
+}
+
+double ct_dpo_log_sigmoid(double x) { return log_sigmoid(x); }
 
 int ct_dpo_needs_reference(const ct_dpo_loss *o) {
   for (int k = 0; k < o->n; k++)

@@ -54,6 +54,12 @@ void ct_dpo_batch_terms(const ct_dpo_loss *o, int m, const double *lp_c, const d
 double ct_dpo_pair_loss(const ct_dpo_loss *o, double lp_c, double lp_r, double ref_c, double ref_r,
                         int len_c, int len_r, double *d_c, double *d_r);
 
+// ORPO's log odds of the chosen over the rejected completion, from the mean log-probs
+// (its metric log_odds_chosen; log_odds_ratio is its log σ).
+double ct_dpo_log_odds(double lp_c, double lp_r, int len_c, int len_r);
+// log σ(x), stable for large |x|.
+double ct_dpo_log_sigmoid(double x);
+
 // True when some loss needs the reference model (all but simpo, orpo, cpo and sft).
 int ct_dpo_needs_reference(const ct_dpo_loss *o);
 // The weight of the NLL term on the chosen tokens: sft's, orpo's and cpo_alpha·cpo's (0 when

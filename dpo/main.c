@@ -120,6 +120,7 @@ static void row_sums_free(row_sums *s) { ct_free_all(s->row_lp, s->row_len, s->r
 
 typedef struct {
   double loss, lp_c, lp_r, rw_c, rw_r, acc, margin, pairs, tokens;
+  double log_odds, log_odds_sig;  // orpo: Σ log odds, Σ log σ(log odds)
   ct_dpo_token_means tok;  // added after the ranks' sums (its micro-batches already are)
 } dpo_stats;
 
@@ -128,6 +129,7 @@ typedef struct {
   ct_train *tr;
   ct_dpo_loss loss;
   bool need_ref;
+  bool orpo;  // loss_type has orpo: its log_odds_* metrics
   ct_frozen ref;         // the reference, when resident (not precomputed)
   bool ref_loaded;
   ct_acts acts;          // the policy's, kept (or recomputed) for backward
@@ -202,6 +204,10 @@ static void pair_step(dpo_t *d, int m, bool train, double inv_pairs, double inv_
     st->acc += wc > wr;
     st->margin += wc - wr;
     st->pairs += 1;
+    if (d->orpo) {
+      double lo = ct_dpo_log_odds(lc, lr, nc, nr);
+      st->log_odds += lo, st->log_odds_sig += ct_dpo_log_sigmoid(lo);
+    }
     coef_row[i] = (float)(-dc * inv_pairs);       // coef = −dL/dlogp of each of the row's tokens
     coef_row[m + i] = (float)(-dr * inv_pairs);
   }
@@ -226,7 +232,7 @@ static long chosen_tokens(const ct_pref_dataset *ds, const int *pairs, int n) {
 }
 
 // The metrics of st with TRL's names; nll_loss only with an sft term (RPO), as TRL.
-static json_t *stats_json(const dpo_stats *st, const char *prefix, bool sft) {
+static json_t *stats_json(const dpo_stats *st, const char *prefix, bool sft, bool orpo) {
   double n = st->pairs > 0 ? st->pairs : 1, nm = st->tok.micro > 0 ? st->tok.micro : 1;
   json_t *j = json_object();
   const struct {
@@ -237,7 +243,8 @@ static json_t *stats_json(const dpo_stats *st, const char *prefix, bool sft) {
            {"logps/chosen", st->lp_c, n}, {"logps/rejected", st->lp_r, n},
            {"logits/chosen", st->tok.logits_c, nm}, {"logits/rejected", st->tok.logits_r, nm},
            {"entropy", st->tok.entropy, nm}, {"mean_token_accuracy", st->tok.accuracy, nm},
-           {sft ? "nll_loss" : NULL, st->tok.nll, nm}};
+           {sft ? "nll_loss" : NULL, st->tok.nll, nm},
+           {orpo ? "log_odds_ratio" : NULL, st->log_odds_sig, n}, {orpo ? "log_odds_chosen" : NULL, st->log_odds, n}};
   char k[64];
   for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
     if (!m[i].key) continue;
@@ -273,7 +280,7 @@ static void evaluate(dpo_t *d, const ct_pref_dataset *ev, const ct_dpo_ref_cache
   ct_dist_sum_stats(&st);
   add_token_means(&st, tok, batches);
   free(tok);
-  json_t *j = stats_json(&st, "eval_", ct_dpo_sft_weight(&d->loss) != 0);
+  json_t *j = stats_json(&st, "eval_", ct_dpo_sft_weight(&d->loss) != 0, d->orpo);
   json_object_set_new(j, "step", json_integer(tr->step));
   ct_log_info(&tr->log, "eval at step %ld: loss %.4f, reward accuracy %.3f, margin %.4f", tr->step,
               st.loss / (st.pairs ? st.pairs : 1), st.acc / (st.pairs ? st.pairs : 1),
@@ -438,6 +445,7 @@ int main(int argc, char **argv) {
   dpo_t d = {.cfg = &cfg, .tr = &tr};
   losses_from(&cfg, &d.loss);  // (checked by check_config)
   d.need_ref = ct_dpo_needs_reference(&d.loss);
+  for (int k = 0; k < d.loss.n; k++) d.orpo |= d.loss.type[k] == CT_DPO_ORPO;
   ct_pref_dataset train, eval = {0};
   load_data(&d, &train, &eval);
 
@@ -483,7 +491,7 @@ int main(int argc, char **argv) {
     double tok_s = ct_window_rate(&lw, win.tokens);
     ct_log_progress(&tr.log, tr.step, st.loss / (st.pairs ? st.pairs : 1), tok_s);
     if (ct_train_log_due(&tr)) {
-      json_t *j = stats_json(&win, "", ct_dpo_sft_weight(&d.loss) != 0);
+      json_t *j = stats_json(&win, "", ct_dpo_sft_weight(&d.loss) != 0, d.orpo);
       json_object_set_new(j, "step", json_integer(tr.step));
       ct_train_log_fields(&tr, j, lr, ct_window_norm(&lw), tok_s);
       if (ct_log_metrics(&tr.log, j)) ct_die(1, NULL);

@@ -127,6 +127,18 @@ for l in orpo cpo; do
     eval_on_start=true >"$T/$l.log" 2>&1 || { cat "$T/$l.log"; fail "$l"; }
   grep -q "no reference model" "$T/$l.log" || fail "$l loaded a reference"
   grep -q '"nll_loss"' "$T/$l/metrics.jsonl" || fail "$l logs no nll_loss"
+  if [ $l = orpo ]; then  # TRL's metrics of the odds ratio: log_odds_ratio = mean log σ(log_odds_chosen pair by pair)
+    for k in log_odds_ratio log_odds_chosen eval_log_odds_ratio eval_log_odds_chosen; do
+      grep -q "\"$k\"" "$T/$l/metrics.jsonl" || fail "orpo logs no $k"
+    done
+    # (log σ is concave: the mean of log σ is at most log σ of the mean)
+    steps "$T/$l/metrics.jsonl" | head -1 | awk '{ match($0, /"log_odds_ratio":[-0-9.e+]*/); r = substr($0, RSTART + 17, RLENGTH - 17) + 0
+      match($0, /"log_odds_chosen":[-0-9.e+]*/); c = substr($0, RSTART + 18, RLENGTH - 18) + 0
+      print "orpo step 1: log_odds_chosen " c ", log_odds_ratio " r; exit !(r < 0 && r <= -log(1 + exp(-c)) + 1e-6) }' \
+      || fail "orpo's log_odds_ratio is no mean log-sigmoid of its log odds"
+  else
+    ! grep -q log_odds "$T/$l/metrics.jsonl" || fail "$l logs ORPO's log_odds metrics"
+  fi
   # the starting SFT model already ranks chosen above rejected (accuracy ~1 without a reference):
   # learning shows as the held-out loss and margin
   l0=$(grep eval_loss "$T/$l/metrics.jsonl" | head -1 | field eval_loss)
