@@ -37,7 +37,7 @@ const char *const ct_speculative_names[] = {"none", "mtp", NULL};
 // loss_type by trainer (test_dpo_loss checks them against dpo/loss.c and grpo/), and their union
 #define DPO_LOSSES "sigmoid", "hinge", "ipo", "robust", "sft", "simpo", "exo_pair", "nca_pair", "bco_pair", \
     "sppo_hard", "apo_zero", "apo_down", "discopop", "sigmoid_norm", "orpo", "cpo", "aot", "aot_unpaired"
-#define GRPO_LOSSES "grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"
+#define GRPO_LOSSES "grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "vespo"
 const char *const ct_loss_type_names[] = {DPO_LOSSES, GRPO_LOSSES, NULL};
 const char *const ct_dpo_loss_choices[] = {DPO_LOSSES, NULL};
 const char *const ct_grpo_loss_choices[] = {GRPO_LOSSES, NULL};
@@ -303,7 +303,8 @@ const key_def config_keys[] = {
                 "loss_weights ([sigmoid, sft] is RPO). GRPO: one of grpo, bnpo, dr_grpo, dapo "
                 "(the clipped surrogate; how token losses are averaged), cispo (the clipped ratio, "
                 "no gradient through it, times A and the log-prob; averaged as dapo), sapo (a "
-                "sigmoid gate instead of the clip; averaged as grpo)."},
+                "sigmoid gate instead of the clip; averaged as grpo), vespo (a gamma weight of the sequence's "
+                "ratio, no gradient through it, times A and the log-prob; averaged as dapo)."},
     {"loss_weights", K_FLOAT_LIST, DPO, OFF(loss_weights), "[]", FROM(0),
      .comment = "Weight of each loss_type entry. Empty = 1 each."},
     {"label_smoothing", K_FLOAT, DPO, OFF(label_smoothing), "0.0", CLOPEN(0, 0.5),
@@ -365,6 +366,14 @@ const key_def config_keys[] = {
      .comment = "sapo: the gate's temperature for tokens of a positive advantage."},
     {"sapo_temperature_neg", K_FLOAT, GRPO, OFF(sapo_temperature_neg), "1.05", OPEN(0, INFINITY),
      .comment = "sapo: the gate's temperature for the others."},
+    {"vespo_k_pos", K_FLOAT, GRPO, OFF(vespo_k_pos), "2.0", ANY,
+     .comment = "vespo: the power k of its weight for A >= 0."},
+    {"vespo_lambda_pos", K_FLOAT, GRPO, OFF(vespo_lambda_pos), "3.0", ANY,
+     .comment = "vespo: the decay lambda of its weight for A >= 0."},
+    {"vespo_k_neg", K_FLOAT, GRPO, OFF(vespo_k_neg), "3.0", ANY,
+     .comment = "vespo: the power k for A < 0."},
+    {"vespo_lambda_neg", K_FLOAT, GRPO, OFF(vespo_lambda_neg), "2.0", ANY,
+     .comment = "vespo: the decay lambda for A < 0."},
     {"use_bias_correction_kl", K_BOOL, GRPO, OFF(use_bias_correction_kl), "false",
      .comment = "The KL term times the importance weight (DeepSeek-V3.2's unbiased estimate)."},
     {"vllm_importance_sampling_correction", K_BOOL, GRPO, OFF(vllm_importance_sampling_correction), "false",

@@ -214,6 +214,7 @@ typedef struct {
   double delta;                      // 0 = off
   int importance_sampling_level;     // CT_IS_*
   double sapo_temperature_pos, sapo_temperature_neg;
+  double vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg;
   int use_bias_correction_kl;
   double off_policy_mask_threshold;  // 0 = off
   double top_entropy_quantile;       // 1 = every token

@@ -9,11 +9,12 @@
 #include "dist.h"
 #include "error.h"
 
-const char *const ct_grpo_loss_type_names[] = {"grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", NULL};
-static const int kind_policy[] = {CT_GRPO_POLICY_CLIP, CT_GRPO_POLICY_CLIP, CT_GRPO_POLICY_CLIP,
-                                  CT_GRPO_POLICY_CLIP, CT_GRPO_POLICY_CISPO, CT_GRPO_POLICY_SAPO};
-static const int kind_agg[] = {CT_GRPO_AGG_GRPO, CT_GRPO_AGG_BNPO, CT_GRPO_AGG_DR_GRPO,
-                               CT_GRPO_AGG_DAPO, CT_GRPO_AGG_DAPO,  CT_GRPO_AGG_GRPO};
+const char *const ct_grpo_loss_type_names[] = {"grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "vespo", NULL};
+static const int kind_policy[] = {CT_GRPO_POLICY_CLIP,  CT_GRPO_POLICY_CLIP, CT_GRPO_POLICY_CLIP,
+                                  CT_GRPO_POLICY_CLIP,  CT_GRPO_POLICY_CISPO, CT_GRPO_POLICY_SAPO,
+                                  CT_GRPO_POLICY_VESPO};
+static const int kind_agg[] = {CT_GRPO_AGG_GRPO, CT_GRPO_AGG_BNPO, CT_GRPO_AGG_DR_GRPO, CT_GRPO_AGG_DAPO,
+                               CT_GRPO_AGG_DAPO, CT_GRPO_AGG_GRPO, CT_GRPO_AGG_DAPO};
 _Static_assert(sizeof ct_grpo_loss_type_names / sizeof *ct_grpo_loss_type_names == sizeof kind_policy / sizeof *kind_policy + 1 &&
                sizeof kind_policy == sizeof kind_agg, "a policy and a weighting for every loss_type");
 
@@ -32,6 +33,11 @@ int ct_grpo_objective_of(const ct_config *c, bool use_ref, ct_grpo_objective *o,
   if (ct_grpo_loss_kind(c->loss_type.v[0], &o->policy, agg))
     return ct_set_error(CT_ECONFIG, "%s: key 'loss_type': '%s' is no GRPO loss", where, c->loss_type.v[0]);
   const char *lt = c->loss_type.v[0];
+  static const char *const vespo_keys[] = {"vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"};
+  for (int i = 0; i < 4; i++)
+    if (o->policy != CT_GRPO_POLICY_VESPO && ct_config_is_set(c, vespo_keys[i]))
+      return ct_set_error(CT_ECONFIG, "%s: key '%s': vespo's weighting takes it, and loss_type is %s",
+                          ct_config_origin(c, vespo_keys[i]), vespo_keys[i], lt);
   static const char *const sapo_keys[] = {"sapo_temperature_pos", "sapo_temperature_neg"};
   for (int i = 0; i < 2; i++)  // keys that would do nothing are refused, naming why
     if (o->policy != CT_GRPO_POLICY_SAPO && ct_config_is_set(c, sapo_keys[i]))
@@ -61,6 +67,12 @@ int ct_grpo_objective_of(const ct_config *c, bool use_ref, ct_grpo_objective *o,
   o->isc_min = c->vllm_importance_sampling_clip_min;
   o->isc_max = c->vllm_importance_sampling_clip_max;
   o->top_entropy = c->top_entropy_quantile;
+  o->k_pos = c->vespo_k_pos, o->lambda_pos = c->vespo_lambda_pos;
+  o->k_neg = c->vespo_k_neg, o->lambda_neg = c->vespo_lambda_neg;
+  if (o->policy == CT_GRPO_POLICY_VESPO && (o->isc == CT_ISC_SEQUENCE_TRUNCATE || o->isc == CT_ISC_SEQUENCE_MASK))
+    return ct_set_error(CT_ECONFIG, "%s: key 'vllm_importance_sampling_mode': vespo folds a token_ correction "
+                        "into its weight (token_truncate or token_mask), as TRL requires",
+                        ct_config_origin(c, "vllm_importance_sampling_mode"));
   if (o->isc >= 0 && !(o->isc_min <= o->isc_max))
     return ct_set_error(CT_ECONFIG, "%s: key 'vllm_importance_sampling_clip_min': %g is above "
                         "vllm_importance_sampling_clip_max %g", ct_config_origin(c, "vllm_importance_sampling_clip_min"),
@@ -69,7 +81,7 @@ int ct_grpo_objective_of(const ct_config *c, bool use_ref, ct_grpo_objective *o,
 }
 
 bool ct_grpo_needs_whole(const ct_grpo_objective *o) {
-  return o->sequence || o->opm || o->isc == CT_ISC_SEQUENCE_TRUNCATE || o->isc == CT_ISC_SEQUENCE_MASK ||
+  return o->sequence || o->opm || o->policy == CT_GRPO_POLICY_VESPO || o->isc == CT_ISC_SEQUENCE_TRUNCATE || o->isc == CT_ISC_SEQUENCE_MASK ||
          o->top_entropy < 1;
 }
 
@@ -145,10 +157,14 @@ typedef struct {
 // Token t's terms at importance weight s and sampler correction cr (1: none); info (when
 // not NULL) counts it.
 static token_terms terms(const ct_grpo_objective *o, double s, double cr, double A, double lp, const double *ref,
-                         bool keep, bool high, ct_grpo_span_info *info) {
+                         bool keep, bool high, double phi, ct_grpo_span_info *info) {
   token_terms r = {0, 0, 0};
   double eh = o->clip.eps_high, el = o->clip.eps_low;
-  if (o->policy == CT_GRPO_POLICY_CISPO) {
+  if (o->policy == CT_GRPO_POLICY_VESPO) {  // φ carries no gradient; the correction is in it
+    r.l = -phi * A * lp;
+    r.d = -phi * A;
+    cr = 1;
+  } else if (o->policy == CT_GRPO_POLICY_CISPO) {
     double cap = s < eh ? s : eh;  // no gradient through it
     r.l = -cap * A * lp;
     r.d = -cap * A;
@@ -160,6 +176,7 @@ static token_terms terms(const ct_grpo_objective *o, double s, double cr, double
   if (info) {
     if (o->policy == CT_GRPO_POLICY_CISPO) info->cispo_clipped += s > eh && A > 0;
     else info->clipped_low += s < 1 - el && A < 0, info->clipped_high += s > 1 + eh && A > 0;
+    if (o->policy == CT_GRPO_POLICY_VESPO) info->phi_sum += phi;
     info->masked += !keep;
     info->low_entropy += !high;
   }
@@ -171,6 +188,25 @@ static token_terms terms(const ct_grpo_objective *o, double s, double cr, double
     if (o->bias_kl) r.ds += o->clip.beta * k;
   }
   return r;
+}
+
+// VESPO's sequence weight φ (TRL's get_gamma_weights): from the clamped log-ratios' sum and,
+// with a token_ correction (q given), the clamped logs of its ratios.
+static double vespo_phi(const ct_grpo_objective *o, int n, const float *lp, const float *old, const float *q,
+                        double A) {
+  const double lo = log(1e-8);
+  double sl = 0;
+  for (int t = 0; t < n; t++) {
+    sl += fmin(fmax((double)lp[t] - old[t], -20.0), 20.0);
+    if (q) {
+      double c = correction(o, (double)old[t] - q[t]), lc = c > 0 ? log(c) : lo;
+      sl += fmin(fmax(lc, lo), 20.0);
+    }
+  }
+  double lw = fmin(fmax(sl, lo), 20.0), w = exp(lw);
+  double k = A >= 0 ? o->k_pos : o->k_neg, lam = fmax(A >= 0 ? o->lambda_pos : o->lambda_neg, 1e-4);
+  double phi = exp(lam + k * lw - lam * w);
+  return isfinite(phi) ? phi : 0;
 }
 
 // Whether token t is among the micro-batch's high-entropy ones (every token with
@@ -205,11 +241,12 @@ double ct_grpo_span_loss(const ct_grpo_micro *m, int seq_len, int n, const float
       if (mx) note_max(&mx->is_max, cr_seq), note_max(&mx->is_neg_min, -cr_seq);
     }
   }
+  double phi = o->policy == CT_GRPO_POLICY_VESPO ? vespo_phi(o, n, lp, old, isc && !isc_seq ? q : NULL, A) : 0;
   double rt;  // ref[t] in double
   if (o->sequence)
     for (int t = 0; t < n; t++) {
       double cr = isc && !isc_seq ? correction(o, (double)old[t] - q[t]) : cr_seq;
-      shared += w * terms(o, s_seq, cr, A, lp[t], ref ? (rt = ref[t], &rt) : NULL, keep, high(m, ent, t), NULL).ds;
+      shared += w * terms(o, s_seq, cr, A, lp[t], ref ? (rt = ref[t], &rt) : NULL, keep, high(m, ent, t), phi, NULL).ds;
     }
   double loss = 0;
   for (int t = 0; t < n; t++) {
@@ -224,7 +261,7 @@ double ct_grpo_span_loss(const ct_grpo_micro *m, int seq_len, int n, const float
       info->is_sum += cr, info->is_n += 1;
       if (mx) note_max(&mx->is_max, cr), note_max(&mx->is_neg_min, -cr);
     }
-    token_terms r = terms(o, s, cr, A, lp[t], ref ? (rt = ref[t], &rt) : NULL, keep, high(m, ent, t), info);
+    token_terms r = terms(o, s, cr, A, lp[t], ref ? (rt = ref[t], &rt) : NULL, keep, high(m, ent, t), phi, info);
     loss += w * r.l;
     double g = o->sequence ? shared * s_seq / dn : w * r.ds * s;  // through s
     coef[t] = (float)(-(w * r.d + g));
@@ -237,7 +274,7 @@ double ct_grpo_token_loss(const ct_grpo_clip *c, double lp, double old, double r
   ct_grpo_objective o = {.clip = *c, .isc = -1, .top_entropy = 1};
   ct_grpo_span_info si = {0};
   double s = exp(lp - old);
-  token_terms r = terms(&o, s, 1, A, lp, c->beta > 0 ? &ref : NULL, true, true, &si);
+  token_terms r = terms(&o, s, 1, A, lp, c->beta > 0 ? &ref : NULL, true, true, 0, &si);
   *d = r.d + r.ds * s;
   info->kl = si.kl;
   info->clipped_low = si.clipped_low > 0;

@@ -13,6 +13,11 @@
 //                      cispo: −sg(min(s, ε_high))·A·lp_t   (sg: no gradient through it)
 //                      sapo:  −σ(τ·(s − 1))·(4/τ)·A, τ = sapo_temperature_pos when A > 0,
 //                        else sapo_temperature_neg
+//                      vespo: −sg(φ)·A·lp_t, φ = e^(λ + k·log w − λ·w) (0 where not finite),
+//                        log w = clamp(Σ_u clamp(lp_u − old_u, ±20) + Σ_u clamp(log c_u, log 1e-8,
+//                        20), log 1e-8, 20) (the c_u of a token_ correction, else none), (k, λ)
+//                        = vespo_k_pos/lambda_pos when A ≥ 0, else _neg; the correction is not
+//                        applied again; averaged as dapo
 //   off-policy mask    m = 1 when A ≥ 0 or Σ_u (q_u − lp_u) / n ≤ off_policy_mask_threshold,
 //                      else 0 (q: the sampler's log-probs; DeepSeek-V3.2's sequence mask)
 //   entropy mask       e_t = 1 when token t's entropy H_t ≥ the (1 − top_entropy_quantile)
@@ -31,7 +36,7 @@
 #include "advantage.h"
 #include "config.h"
 
-enum { CT_GRPO_POLICY_CLIP, CT_GRPO_POLICY_CISPO, CT_GRPO_POLICY_SAPO };
+enum { CT_GRPO_POLICY_CLIP, CT_GRPO_POLICY_CISPO, CT_GRPO_POLICY_SAPO, CT_GRPO_POLICY_VESPO };
 
 typedef struct {
   ct_grpo_clip clip;         // ε, ε_high, β (β 0: no KL term)
@@ -45,9 +50,10 @@ typedef struct {
   int isc;                   // vllm_importance_sampling_mode (CT_ISC_*), or −1: no correction
   double isc_min, isc_max;
   double top_entropy;        // top_entropy_quantile (1: every token)
+  double k_pos, lambda_pos, k_neg, lambda_neg;  // vespo's
 } ct_grpo_objective;
 
-// GRPO's loss_type names: grpo, bnpo, dr_grpo, dapo, cispo, sapo, NULL.
+// GRPO's loss_type names: grpo, bnpo, dr_grpo, dapo, cispo, sapo, vespo, NULL.
 extern const char *const ct_grpo_loss_type_names[];
 
 // loss_type's policy term and weighting: grpo, bnpo, dr_grpo, dapo, cispo, sapo. Returns
@@ -83,6 +89,7 @@ typedef struct {
   double masked;        // tokens the off-policy mask dropped
   double low_entropy;   // tokens the entropy mask dropped
   double lp_diff, lp_diff_n;  // Σ |old − q| over the tokens with a sampler log-prob, their count
+  double phi_sum;       // vespo: Σ φ over the tokens
   double is_sum, is_n;  // Σ of the sampler correction's ratios (one per token, or per
                         // completion in sequence_ modes) and their count
 } ct_grpo_span_info;

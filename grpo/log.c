@@ -55,8 +55,10 @@ int ct_grpo_log_step(ct_grpo *g, const ct_grpo_step_stats *st, double lr, double
                         "completions/clipped_ratio", s->truncated / n, "entropy", st->entropy / tok,
                         "learning_rate", lr, "grad_norm", norm, "num_tokens", tr->num_tokens,
                         "time/generation_s", new_rollouts ? g->gen_s : 0.0, "time/training_s", train_s);
-  if (g->obj.policy == CT_GRPO_POLICY_CISPO) {  // TRL's: cispo's cap, else the clip's two sides
+  if (g->obj.policy == CT_GRPO_POLICY_CISPO) {  // TRL's: cispo's cap, vespo's weight, else the clip's two sides
     json_object_set_new(j, "cispo_clip_ratio", json_real(in->cispo_clipped / tok));
+  } else if (g->obj.policy == CT_GRPO_POLICY_VESPO) {
+    json_object_set_new(j, "vespo/phi_seq_mean", json_real(in->phi_sum / tok));
   } else {
     json_object_set_new(j, "clip_ratio/low_mean", json_real(in->clipped_low / tok));
     json_object_set_new(j, "clip_ratio/high_mean", json_real(in->clipped_high / tok));

@@ -61,6 +61,17 @@ grep '^{"step":1,' "$T/sapo/completions.jsonl" | sed 's/.*"finish_reason":"\([a-
     { n++ } $1 == "stop" { s += -2 * $2 / ($2 > 0 ? 1 : 1.05) }
     END { l = s / n; d = l - logged; if (d < 0) d = -d; print "sapo step-1 loss from the rows: " l ", logged " logged
           exit !(n == 16 && d <= 1e-5 * (l < 0 ? -l : l) + 1e-7) }' || fail "sapo's step-1 loss from the rows differs"
+# vespo: its weight φ needs the whole completion's log-ratios; at step 1 (ratios 1) φ = 1 and
+# the loss is −Σ A·lp / Σ n over the completions not masked (its log-probs are the logged ones)
+run_and_replay vespo $keys loss_type=vespo vllm_importance_sampling_correction=true \
+  vllm_importance_sampling_mode=token_truncate
+grep -q '"vespo/phi_seq_mean"' "$T/vespo/metrics.jsonl" || fail "vespo logs no vespo/phi_seq_mean"
+grep '^{"step":1,' "$T/vespo/completions.jsonl" |
+  sed 's/.*"logprobs":\[\([^]]*\)\].*"finish_reason":"\([a-z]*\)".*"advantage":\([-0-9.e+]*\).*/\1 \2 \3/' |
+  awk -v logged="$(field loss "$T/vespo/metrics.jsonl" | head -1)" '
+    $2 == "stop" { n = split($1, lp, ","); for (i = 1; i <= n; i++) s -= $3 * lp[i]; t += n }
+    END { l = s / t; d = l - logged; if (d < 0) d = -d; print "vespo step-1 loss from the rows: " l ", logged " logged
+          exit !(t > 0 && d <= 1e-4 * (l < 0 ? -l : l) + 1e-6) }' || fail "vespo's step-1 loss from the rows differs"
 # the entropy mask's quantile spans the micro-batch: computed before any coefficient, as GSPO
 run_and_replay entropy $keys top_entropy_quantile=0.3 vllm_importance_sampling_correction=true \
   vllm_importance_sampling_mode=token_mask

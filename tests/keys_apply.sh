@@ -20,6 +20,11 @@ echo "== keys that only act with another key's value"
 for k in ref_model_path=$T/none ref_dtype=int8 sync_ref_model=true ref_model_mixup_alpha=0.5 ref_model_sync_steps=4; do
   expect 2 "key '${k%%=*}': GRPO loads a reference only for the KL term, and beta is 0" $G "$k"
 done
+for k in vespo_k_pos=1 vespo_lambda_neg=1; do
+  expect 2 "key '${k%%=*}': vespo's weighting takes it, and loss_type is dapo" $G "$k"
+done
+expect 2 "key 'vllm_importance_sampling_mode': vespo folds a token_ correction into its weight" $G loss_type=vespo \
+  vllm_importance_sampling_correction=true vllm_importance_sampling_mode=sequence_mask
 for k in sapo_temperature_pos=2 sapo_temperature_neg=2; do
   expect 2 "key '${k%%=*}': sapo's gate takes it, and loss_type is dapo" $G "$k"
 done

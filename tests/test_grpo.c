@@ -270,6 +270,7 @@ typedef struct {
   int isc;                   // vllm_importance_sampling_mode + 1 (0: no correction)
   double isc_min, isc_max;   // its clip_min (0 = None) and clip_max
   double top_entropy;        // top_entropy_quantile (0 in a row below: 1)
+  double vk_pos, vl_pos, vk_neg, vl_neg;  // vespo's (0 in a row below: TRL's defaults 2, 3, 3, 2)
 } trl_cfg;
 
 static int cmp_double(const void *a, const void *b) {
@@ -324,6 +325,16 @@ static double trl_loss(const trl_cfg *k, const trl_case *c, double lp[RB][RT], d
           sgw = s2 / fmax(n, 1);
         }
         p = -fmin(exp(sgw), k->eps_high) * A * lp[b][t];
+      } else if (!strcmp(k->loss_type, "vespo")) {  // get_gamma_weights, under no_grad (sg)
+        double lo = log(1e-8), sl = 0;
+        for (int u = 0; u < RT; u++) {
+          sl += fmin(fmax(sg[b][u] - c->old[b][u], -20.0), 20.0) * mask[b][u];
+          if (k->isc) sl += fmin(fmax(log(isr[u]), lo), 20.0);  // (TRL sums these over every position)
+        }
+        double lw = fmin(fmax(sl, lo), 20.0), kk = A >= 0 ? k->vk_pos : k->vk_neg;
+        double lam = fmax(A >= 0 ? k->vl_pos : k->vl_neg, 1e-4), phi = exp(lam + kk * lw - lam * exp(lw));
+        if (!isfinite(phi)) phi = 0;
+        p = -phi * A * lp[b][t];
       } else if (!strcmp(k->loss_type, "sapo")) {
         double tau = A > 0 ? k->tau_pos : k->tau_neg;
         p = -(1 / (1 + exp(-tau * (c1 - 1)))) * 4 / tau * A;
@@ -331,7 +342,7 @@ static double trl_loss(const trl_cfg *k, const trl_case *c, double lp[RB][RT], d
         double c2 = fmin(fmax(c1, 1 - k->eps), 1 + k->eps_high), c1d = k->delta > 0 ? fmin(c1, k->delta) : c1;
         p = -fmin(c1d * A, c2 * A);
       }
-      p *= keep * isr[t] * (c->ent[b][t] * mask[b][t] >= (float)thr && mask[b][t]);
+      p *= keep * (strcmp(k->loss_type, "vespo") ? isr[t] : 1) * (c->ent[b][t] * mask[b][t] >= (float)thr && mask[b][t]);
       if (k->beta > 0) {
         double x = c->ref[b][t] - lp[b][t], kl = exp(x) - x - 1;
         p += k->beta * kl * (k->bias_kl ? c1 : 1);
@@ -349,7 +360,7 @@ static double trl_loss(const trl_cfg *k, const trl_case *c, double lp[RB][RT], d
     if (!strcmp(lt, "grpo") || !strcmp(lt, "sapo")) L += row / fmax(n, 1) / RB;  // .mean() over B
     else if (!strcmp(lt, "bnpo")) L += row / fmax(all, 1);
     else if (!strcmp(lt, "dr_grpo")) L += row / (RB * (double)MAXLEN);
-    else L += row / fmax(all, 1);  // dapo, cispo: num_items_in_batch
+    else L += row / fmax(all, 1);  // dapo, cispo, vespo: num_items_in_batch
   }
   return L;
 }
@@ -368,6 +379,7 @@ static double ours(const trl_cfg *k, const trl_case *c, float lp[RB][RT], float 
   cfg.vllm_importance_sampling_mode = k->isc > 0 ? k->isc - 1 : 0;
   cfg.vllm_importance_sampling_clip_min = k->isc_min, cfg.vllm_importance_sampling_clip_max = k->isc_max;
   cfg.top_entropy_quantile = k->top_entropy > 0 ? k->top_entropy : 1;
+  cfg.vespo_k_pos = k->vk_pos, cfg.vespo_lambda_pos = k->vl_pos, cfg.vespo_k_neg = k->vk_neg, cfg.vespo_lambda_neg = k->vl_neg;
   ct_grpo_micro m = {0};
   CHECK_OK(ct_grpo_objective_of(&cfg, k->beta > 0, &m.obj, &m.agg));
   ct_grpo_counts counts = {0, RB, 1};
@@ -421,22 +433,27 @@ static void test_objectives_match_trls_formula_and_its_gradient(void) {
     }
   c.ent[0][2] = c.ent[1][1] = c.ent[4][3];  // ties at the threshold go either side alike
   const trl_cfg cfgs[] = {
-      {"grpo", false, false, 0.2, 0.2, 0, 0, 1, 1.05, 0, 0, 0, 0, 0},     {"bnpo", false, false, 0.2, 0.28, 0.04, 0, 1, 1.05, 0, 0, 0, 0, 0},
-      {"dr_grpo", false, false, 0.1, 0.15, 0, 0, 1, 1.05, 0, 0, 0, 0, 0}, {"dapo", false, false, 0.2, 0.28, 0.04, 1.25, 1, 1.05, 0, 0, 0, 0, 0},
-      {"dapo", true, false, 0.05, 0.05, 0, 0, 1, 1.05, 0, 0, 0, 0, 0},    {"grpo", true, true, 0.2, 0.2, 0.1, 1.3, 1, 1.05, 0, 0, 0, 0, 0},
-      {"cispo", false, false, 0.2, 1.1, 0, 0, 1, 1.05, 0, 0, 0, 0, 0},    {"cispo", true, false, 0.2, 1.05, 0.04, 0, 1, 1.05, 0, 0, 0, 0, 0},
-      {"sapo", false, false, 0.2, 0.2, 0, 0, 1, 1.05, 0, 0, 0, 0, 0},     {"sapo", true, true, 0.2, 0.2, 0.05, 0, 2.0, 0.7, 0, 0, 0, 0, 0},
-      {"dapo", false, true, 0.2, 0.28, 0.08, 0, 1, 1.05, 0.05, 0, 0, 0, 0}, {"grpo", true, false, 0.2, 0.2, 0, 0, 1, 1.05, 0.1, 0, 0, 0, 0},
+      {"grpo", false, false, 0.2, 0.2, 0, 0, 1, 1.05, 0, 0, 0, 0, 0, 0, 0, 0, 0},     {"bnpo", false, false, 0.2, 0.28, 0.04, 0, 1, 1.05, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+      {"dr_grpo", false, false, 0.1, 0.15, 0, 0, 1, 1.05, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {"dapo", false, false, 0.2, 0.28, 0.04, 1.25, 1, 1.05, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+      {"dapo", true, false, 0.05, 0.05, 0, 0, 1, 1.05, 0, 0, 0, 0, 0, 0, 0, 0, 0},    {"grpo", true, true, 0.2, 0.2, 0.1, 1.3, 1, 1.05, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+      {"cispo", false, false, 0.2, 1.1, 0, 0, 1, 1.05, 0, 0, 0, 0, 0, 0, 0, 0, 0},    {"cispo", true, false, 0.2, 1.05, 0.04, 0, 1, 1.05, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+      {"sapo", false, false, 0.2, 0.2, 0, 0, 1, 1.05, 0, 0, 0, 0, 0, 0, 0, 0, 0},     {"sapo", true, true, 0.2, 0.2, 0.05, 0, 2.0, 0.7, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+      {"dapo", false, true, 0.2, 0.28, 0.08, 0, 1, 1.05, 0.05, 0, 0, 0, 0, 0, 0, 0, 0}, {"grpo", true, false, 0.2, 0.2, 0, 0, 1, 1.05, 0.1, 0, 0, 0, 0, 0, 0, 0, 0},
       // the sampler correction's four modes (TRL's default clip_max 3; a clip_min too)
-      {"dapo", false, false, 0.2, 0.28, 0, 0, 1, 1.05, 0, 1 + CT_ISC_TOKEN_TRUNCATE, 0.8, 1.2, 0},
-      {"grpo", false, false, 0.2, 0.2, 0.04, 0, 1, 1.05, 0, 1 + CT_ISC_TOKEN_MASK, 0.8, 1.25, 0},
-      {"dapo", false, false, 0.2, 0.28, 0, 0, 1, 1.05, 0, 1 + CT_ISC_SEQUENCE_TRUNCATE, 0, 3.0, 0},
-      {"sapo", true, false, 0.2, 0.2, 0, 0, 1, 1.05, 0, 1 + CT_ISC_SEQUENCE_MASK, 0.5, 3.0, 0},
-      {"cispo", false, false, 0.2, 5.0, 0, 0, 1, 1.05, 0, 1 + CT_ISC_SEQUENCE_MASK, 0, 3.0, 0},
+      {"dapo", false, false, 0.2, 0.28, 0, 0, 1, 1.05, 0, 1 + CT_ISC_TOKEN_TRUNCATE, 0.8, 1.2, 0, 0, 0, 0, 0},
+      {"grpo", false, false, 0.2, 0.2, 0.04, 0, 1, 1.05, 0, 1 + CT_ISC_TOKEN_MASK, 0.8, 1.25, 0, 0, 0, 0, 0},
+      {"dapo", false, false, 0.2, 0.28, 0, 0, 1, 1.05, 0, 1 + CT_ISC_SEQUENCE_TRUNCATE, 0, 3.0, 0, 0, 0, 0, 0},
+      {"sapo", true, false, 0.2, 0.2, 0, 0, 1, 1.05, 0, 1 + CT_ISC_SEQUENCE_MASK, 0.5, 3.0, 0, 0, 0, 0, 0},
+      {"cispo", false, false, 0.2, 5.0, 0, 0, 1, 1.05, 0, 1 + CT_ISC_SEQUENCE_MASK, 0, 3.0, 0, 0, 0, 0, 0},
       // the entropy mask over the 17 tokens: the top 20% (an interpolated quantile) and the top
       // 25% (the 0.75 quantile is the 13th smallest entropy itself: that token stays)
-      {"dapo", false, false, 0.2, 0.28, 0.04, 0, 1, 1.05, 0, 0, 0, 0, 0.2},
-      {"grpo", true, false, 0.2, 0.2, 0, 0, 1, 1.05, 0, 1 + CT_ISC_TOKEN_TRUNCATE, 0, 3.0, 0.25}};
+      {"dapo", false, false, 0.2, 0.28, 0.04, 0, 1, 1.05, 0, 0, 0, 0, 0.2, 0, 0, 0, 0},
+      {"grpo", true, false, 0.2, 0.2, 0, 0, 1, 1.05, 0, 1 + CT_ISC_TOKEN_TRUNCATE, 0, 3.0, 0.25, 0, 0, 0, 0},
+      // vespo: TRL's default gamma weights, alone, with KL, and with a token correction folded in
+      {"vespo", false, false, 0.2, 0.2, 0, 0, 1, 1.05, 0, 0, 0, 0, 0, 2, 3, 3, 2},
+      {"vespo", false, false, 0.2, 0.2, 0.04, 0, 1, 1.05, 0, 0, 0, 0, 0, 1.5, 0.5, 2.5, 1.0},
+      {"vespo", false, false, 0.2, 0.2, 0, 0, 1, 1.05, 0, 1 + CT_ISC_TOKEN_MASK, 0.6, 1.6, 0, 2, 3, 3, 2},
+      {"vespo", false, false, 0.2, 0.2, 0, 0, 1, 1.05, 0, 1 + CT_ISC_TOKEN_TRUNCATE, 0.7, 1.4, 0, 2, 3, 3, 2}};
   for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
     const trl_cfg *k = &cfgs[i];
     float coef[RB][RT];
