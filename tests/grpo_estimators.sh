@@ -66,6 +66,18 @@ if command -v mpirun >/dev/null; then
       per_device_train_batch_size=$((32 / np)) top_entropy_quantile=0.3 >"$T/ent.log" 2>&1 \
       || { cat "$T/ent.log"; fail "$np-rank run with top_entropy_quantile"; }
   done
+  # filter_groups under 2 ranks: they draw batches together until both are full; every step
+  # trains on its 32 completions, each group of them with unequal rewards unless kept to fill
+  mpirun $root --oversubscribe -np 2 "$G" $common output_dir="$T/fg2" max_steps=2 num_threads=1 \
+    per_device_train_batch_size=16 filter_groups=true max_num_gen_batches=4 >"$T/fg2.log" 2>&1 \
+    || { cat "$T/fg2.log"; fail "2-rank run with filter_groups"; }
+  kept=$(field 'filter_groups\/kept_zero_std_groups' <"$T/fg2/metrics.jsonl" | awk '{ s += $1 } END { print s }')
+  sed 's/.*"step":\([0-9]*\),.*"reward":\([-0-9.e+]*\),.*/\1 \2/' "$T/fg2/completions.jsonl" |
+    awk -v kept="$kept" '{ i = c[$1] + 0; c[$1] = i + 1; k = $1 ":" int(i / 8)
+           if (!(k in lo) || $2 < lo[k]) lo[k] = $2; if (!(k in hi) || $2 > hi[k]) hi[k] = $2 }
+         END { for (k in lo) { n++; z += lo[k] == hi[k] } for (s in c) if (c[s] != 32) bad = 1
+               print "2 ranks, filter_groups: " n " groups trained, " z " of equal rewards, " kept " counted as kept"
+               exit bad || n != 8 || z != kept }' || fail "filter_groups under 2 ranks"
   l1=$(field loss <"$T/ent1/metrics.jsonl") l2=$(field loss <"$T/ent2/metrics.jsonl")
   echo "top_entropy_quantile 0.3: loss $l1 on 1 rank, $l2 on 2"
   awk -v a="$l1" -v b="$l2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != 0 && d <= 1e-5 * (a < 0 ? -a : a)) }' \
