@@ -6,7 +6,19 @@
 
 #include "panel.h"
 
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+// Compiled into any AVX-512 build by GCC 11 or later (the code's own functions get the AMX
+// target; nothing else in the build does), and used only where the CPU has AMX
+// (ct_amx_ready): a portable x86-64-v4 binary gets the tiles on Sapphire Rapids and runs
+// the panels on Zen 4. Clang gets AMX only from -march (-mamx-tile -mamx-bf16).
+#if defined(__x86_64__) && defined(__AVX512F__) && !defined(__AMX_TILE__) && defined(__GNUC__) && \
+    !defined(__clang__) && __GNUC__ >= 11
+#pragma GCC target("amx-tile,amx-bf16")
+#define CT_AMX_BUILT 1
+#elif defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#define CT_AMX_BUILT 1
+#endif
+
+#if defined(CT_AMX_BUILT)
 #include <cpuid.h>
 #include <immintrin.h>
 #include <pthread.h>

@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-// True when AMX-BF16 is compiled in (-march=native on such a CPU), the CPU has it, the
+// True when AMX-BF16 is compiled in (any AVX-512 build by GCC 11+), the CPU has it, the
 // kernel granted this process the tile state, and CT_AMX is not "0" (the tests' and
 // benchmarks' switch back to the panels). Decided once per process.
 bool ct_amx_ready(void);
