@@ -34,6 +34,10 @@ static struct {
   void *ctx;
 } P = {.n = 1, .mu = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER, .gate = GATE_CLOSED};
 
+static atomic_long loops_run;  // parallel loops handed to the workers (ct_pool_loops)
+
+long ct_pool_loops(void) { return atomic_load_explicit(&loops_run, memory_order_relaxed); }
+
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -132,6 +136,7 @@ void ct_parallel_for(int n, ct_task_fn task, void *ctx) {
     for (int i = 0; i < n; i++) task(ctx, i, in_task ? current_thread : 0);
     return;
   }
+  atomic_fetch_add_explicit(&loops_run, 1, memory_order_relaxed);
   P.fn = task;
   P.ctx = ctx;
   P.items = n;

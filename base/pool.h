@@ -18,6 +18,10 @@ int ct_pool_threads(void);
 // Items are claimed dynamically; a loop inside a task runs serially.
 void ct_parallel_for(int n, ct_task_fn task, void *ctx);
 
+// Parallel loops handed to the workers so far (serial ones not counted): each is a
+// wake-up and a barrier.
+long ct_pool_loops(void);
+
 // How many parts to split n rows into for ct_parallel_for: 4 per thread (dynamic
 // claiming evens out uneven rows), at most n, at least 1.
 int ct_pool_parts(long n);

@@ -7,6 +7,7 @@
 
 #include "dnnl.h"
 #include "error.h"
+#include "prof.h"
 
 int ct_forward_batch(const ct_model *m, ct_acts *a, const ct_batch *b) {
   int N = b->B * b->T;
@@ -42,13 +43,15 @@ int ct_lm_forward(const ct_model *m, ct_acts *a, ct_head *h, const ct_batch *b) 
   if (rc) return rc;
   int n = ct_head_gather(h, a->lnf, b->target, b->B * b->T);
   const float *W = ct_lm_head_weight(m, a);
+  double t0 = ct_prof_now();
   if (n >= 0 && !W) ct_head_forward_fn(h, model_logits, (void *)m);  // a bf16-stored head
   else if (n >= 0) ct_head_forward_bf16(h, W, ct_model_w16(m, W));  // bf16 products with bf16 compute
+  ct_prof_add(CT_PROF_HEAD, t0);
   return n;
 }
 
 void ct_lm_backward(const ct_model *m, const ct_weights *g, ct_acts *a, ct_head *h, const ct_batch *b) {
-  ct_head_backward(h, ct_lm_head_weight(m, a), ct_lm_head_grad(g, a), a->dln, b->B * b->T);
+  CT_PROF(CT_PROF_HEAD, ct_head_backward(h, ct_lm_head_weight(m, a), ct_lm_head_grad(g, a), a->dln, b->B * b->T));
   ct_backward(m, g, a, a->dln, b->B, b->T);
 }
 
@@ -60,7 +63,7 @@ int ct_lm_fused(const ct_model *m, const ct_weights *g, ct_acts *a, ct_head *h, 
   if (n < 0) return n;
   const float *W = ct_lm_head_weight(m, a);
   if (!W) return ct_set_error(CT_EINVAL, "training through an LM head stored without a float32 copy");
-  ct_head_fused(h, W, ct_model_w16(m, W), ct_lm_head_grad(g, a), a->dln, b->B * b->T, coef, ctx);
+  CT_PROF(CT_PROF_HEAD, ct_head_fused(h, W, ct_model_w16(m, W), ct_lm_head_grad(g, a), a->dln, b->B * b->T, coef, ctx));
   return n;
 }
 

@@ -11,11 +11,15 @@ int ct_policy_engine_pack(const ct_train *tr) {
 }
 
 void ct_policy_engine_plan(ct_plan *p, const ct_model_config *mc, const ct_engine_opts *eo, int pack,
-                           const char *weights) {
+                           const char *weights, const ct_train *peft) {
   ct_plan_addf(p, ct_engine_bytes(mc, eo), "sampler: KV cache of %d slots x %d positions", eo->slots, eo->max_len);
   if (weights)
     ct_plan_addf(p, ct_infer_pack_bytes(mc, pack), "sampler: %s packed for decoding (%s)", weights,
                  pack == CT_PACK_BF16 ? "bfloat16" : "float32");
+  if (!peft) return;
+  ct_lora_config lc = ct_train_lora_config(peft->cfg);  // (an adapter_path's own config, if it reads)
+  if (peft->cfg->adapter_path[0]) ct_lora_read_config(&lc, peft->cfg->adapter_path);
+  ct_plan_addf(p, ct_lora_bytes(&lc, mc), "sampler: the LoRA adapters packed for a generation");
 }
 
 int ct_policy_engine_init(ct_policy_engine *p, ct_train *tr, int pack, const ct_engine_opts *eo) {

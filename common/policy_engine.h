@@ -24,9 +24,10 @@ typedef struct {
 int ct_policy_engine_pack(const ct_train *tr);
 // The memory plan's rows: the engine's KV cache over a model of config mc (eo's slots x
 // positions) and, with `weights` (what is packed: "the weights", "the student"), the packed
-// panels of kind pack.
+// panels of kind pack, and with `peft` (tr's use_peft run, else NULL) its adapters packed
+// for a generation (ct_engine_lora_pin).
 void ct_policy_engine_plan(ct_plan *p, const ct_model_config *mc, const ct_engine_opts *eo, int pack,
-                           const char *weights);
+                           const char *weights, const ct_train *peft);
 // The engine over tr's model (and its adapters with use_peft), packed as pack says.
 int ct_policy_engine_init(ct_policy_engine *p, ct_train *tr, int pack, const ct_engine_opts *eo);
 // Before a generation: the panels as trained so far (nothing to do for LoRA, or before init).

@@ -12,6 +12,7 @@
 
 #include "dist.h"
 #include "error.h"
+#include "prof.h"
 #include "fs.h"
 #include "pool.h"
 #include "stop.h"
@@ -73,6 +74,7 @@ void ct_train_log_done(ct_train *tr) {
   getrusage(RUSAGE_SELF, &ru);  // ru_maxrss is in kilobytes on Linux
   ct_log_info(&tr->log, "done: %ld steps; model saved in %s; peak memory %.0f MiB", tr->step,
               tr->cfg->output_dir, ru.ru_maxrss / 1024.0);
+  ct_prof_report(stderr);
   long steps = tr->step - tr->step0;
   if (tr->world > 1 && steps > 0)
     ct_log_info(&tr->log, "communication: %.3f MB sent per optimizer step by rank 0 (ring count, %ld steps)",

@@ -111,6 +111,8 @@ int ct_train_setup(ct_train *tr, ct_config *cfg);
 // state, its bf16 copy, and what the process holds already), added to p without a check:
 // what a trainer sizing another row against the room (ct_plan_room) counts beside it.
 int ct_train_plan_policy(const ct_train *tr, ct_plan *p);
+// The adapters' config from the lora_* keys (use_peft without adapter_path).
+ct_lora_config ct_train_lora_config(const ct_config *c);
 int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry);
 
 // The policy's forwards through a apply its adapters (use_peft) or none; training forwards

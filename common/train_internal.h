@@ -13,8 +13,6 @@ int ct_train_rope_positions(const ct_config *c);
 // A whole model (parameters allocated and filled): read from dir, or (dir NULL or "")
 // built from the `model:` keys with the seeded initialization.
 int ct_train_load_model(ct_train *tr, ct_model *m, const char *dir);
-// The adapters' config from the lora_* keys (use_peft without adapter_path).
-ct_lora_config ct_train_lora_config(const ct_config *c);
 
 // train_state.c: trainer_state.json
 // A resumed run's position (step, epoch, data order, rng, frozen inputs ...) from dir's

@@ -139,7 +139,7 @@ static bool plan(ct_distill *d) {
     ct_plan_addf(&plan, 8.0 * B * T * d->tk.f.k, "teacher top-%d logits of a batch", d->tk.f.k);
   if (cfg->lmbda > 0)  // the engine over the teacher (seq_kd) or the student, packed
     ct_policy_engine_plan(&plan, cfg->seq_kd ? &tc : mc, &d->geo, ct_policy_engine_pack(tr),
-                          cfg->seq_kd ? NULL : "the student");
+                          cfg->seq_kd ? NULL : "the student", !cfg->seq_kd && cfg->use_peft ? tr : NULL);
   return ct_loop_memory(tr, &plan, "gradient_checkpointing=true, teacher_dtype=bfloat16 or int8, "
                         "num_vocab_tiling, a smaller per_device_train_batch_size or max_length");
 }

@@ -301,7 +301,8 @@ static bool plan(ct_grpo *g, shape_t *s) {
     frozen_rows(g, &rest, B, T);
     s->eo = engine_opts(s, pick_slots(g, s, &rest));
   }
-  ct_policy_engine_plan(&plan, mc, &s->eo, ct_policy_engine_pack(tr), "the weights");
+  ct_policy_engine_plan(&plan, mc, &s->eo, ct_policy_engine_pack(tr), "the weights",
+                        cfg->use_peft ? tr : NULL);
   frozen_rows(g, &plan, B, T);
   if (ct_model_rope_reserve(&tr->model, T)) ct_die(1, NULL);
   return ct_loop_memory(tr, &plan, "gradient_checkpointing=true, ref_dtype=bfloat16 or int8 (or beta=0: "

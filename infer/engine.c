@@ -23,6 +23,7 @@
 #include "mem.h"
 #include "panel.h"
 #include "pool.h"
+#include "prof.h"
 #include "stop.h"
 #include "thin.h"
 
@@ -45,6 +46,8 @@ struct ct_engine {
   int *units;                  // (max_tokens + 1) first token of each unit (runs cut to qb)
   float *lora_u;               // (max_tokens, r) the adapters' inner products
   float *lora_p;               // (r · max(in, out)) one adapter matrix packed into panels
+  float *pinned;               // ct_engine_lora_pin: adapter (l, t) at pin_at[l][t], A's then B's
+  long pin_at[CT_MAX_LAYERS][CT_LORA_TARGETS];
   int *ids, *pos, *slot;
   long bytes;
 };
@@ -155,7 +158,7 @@ void ct_engine_free(ct_engine *e) {
                          e->qkv, e->qkv_save, e->qk_rstd, e->rstd, e->att, e->gu, e->h, e->scores,
                          e->rope_cos_local, e->rope_sin_local, e->wn};
   for (int i = 0; i < N_BUFS; i++) ct_big_free(bufs[i]);
-  ct_free_all(e->ids, e->pos, e->slot, e->units, e->lora_u, e->lora_p, e);
+  ct_free_all(e->ids, e->pos, e->slot, e->units, e->lora_u, e->lora_p, e->pinned, e);
 }
 
 const ct_infer_weights *ct_engine_weights(const ct_engine *e) { return e->w; }
@@ -498,28 +501,77 @@ static void embed_rows(ct_engine *e, int n) {
   for (int i = 0; i < n; i++) ct_linear_row(E, e->ids[i], e->x + (long)i * e->C);
 }
 
+// Adapter (l, t) packed at P: A transposed (in, r) for thin.h at rank 16, else A's panels
+// (r, in); then B's panels (out, r). r·(in + out) floats.
+static void pack_adapter(const ct_lora *lo, int l, int t, float *P) {
+  int in, out, row0, r = lo->cfg.r;
+  ct_lora_dims(&lo->mc, t, &in, &out, &row0);
+  if (ct_thin_takes(r)) ct_thin_transpose(lo->w[l][t].A, in, P);
+  else ct_panel_pack(lo->w[l][t].A, r, in, P);
+  ct_panel_pack(lo->w[l][t].B, out, r, P + (long)in * r);
+}
+
+double ct_engine_lora_bytes(const ct_lora *lo) {
+  double n = 0;
+  for (int l = 0; lo && l < lo->mc.num_layers; l++)
+    for (int t = 0; t < CT_LORA_TARGETS; t++) {
+      int in, out, row0;
+      ct_lora_dims(&lo->mc, t, &in, &out, &row0);
+      if (lo->w[l][t].A) n += (double)lo->cfg.r * (in + out);
+    }
+  return sizeof(float) * n;
+}
+
+static void pin_task(void *ctx, int k, int thread) {
+  (void)thread;
+  ct_engine *e = ctx;
+  int l = k / CT_LORA_TARGETS, t = k % CT_LORA_TARGETS;
+  if (e->w->lora->w[l][t].A) pack_adapter(e->w->lora, l, t, e->pinned + e->pin_at[l][t]);
+}
+
+void ct_engine_lora_pin(ct_engine *e) {
+  const ct_lora *lo = e->w->lora;
+  ct_engine_lora_unpin(e);
+  if (!lo || !(e->pinned = malloc((size_t)ct_engine_lora_bytes(lo) + sizeof(float)))) return;
+  long at = 0;
+  for (int l = 0; l < e->L; l++)
+    for (int t = 0; t < CT_LORA_TARGETS; t++) {
+      int in, out, row0;
+      ct_lora_dims(&lo->mc, t, &in, &out, &row0);
+      e->pin_at[l][t] = at;
+      if (lo->w[l][t].A) at += (long)lo->cfg.r * (in + out);
+    }
+  ct_parallel_for(e->L * CT_LORA_TARGETS, pin_task, e);
+}
+
+void ct_engine_lora_unpin(ct_engine *e) {
+  free(e->pinned);
+  e->pinned = NULL;
+}
+
 // Adapter t of layer l on the n rows of x (n, ldx): y (n, ldy) += s · (x·Aᵀ)·Bᵀ in the
-// target's columns. At rank 16 x·Aᵀ runs on thin.h's kernel (A transposed on every call);
-// otherwise A, and B always, are packed into panels on every call (they train between
-// generations; packing is r·(in + out) values next to a pass's n·r·(in + out) products), so
-// each output is a fixed-order chain (panel.h) and batching changes no bit here either.
+// target's columns. At rank 16 x·Aᵀ runs on thin.h's kernel (A transposed); otherwise A,
+// and B always, go through panels: packed once by ct_engine_lora_pin, else on every call
+// (they train between generations; packing is r·(in + out) values next to a pass's
+// n·r·(in + out) products). Each output is a fixed-order chain (panel.h), so batching
+// changes no bit here either, pinned or not.
 static void lora_add(ct_engine *e, int l, int t, const float *x, int ldx, int n, float *y, int ldy) {
   const ct_lora *lo = e->w->lora;
   if (!lo || !lo->w[l][t].A) return;
   int in, out, row0, r = lo->cfg.r;
   ct_lora_dims(&lo->mc, t, &in, &out, &row0);
-  const float *A = lo->w[l][t].A;
+  const float *Ap = e->pinned ? e->pinned + e->pin_at[l][t] : e->lora_p, *Bp = Ap + (long)in * r;
+  if (!e->pinned && ct_thin_takes(r)) ct_thin_transpose(lo->w[l][t].A, in, e->lora_p);
+  else if (!e->pinned) ct_panel_pack(lo->w[l][t].A, r, in, e->lora_p);
   if (ct_thin_takes(r)) {  // thin.h: the same fmaf chains as a panel's, without 16-row panels
-    ct_thin_transpose(A, in, e->lora_p);
-    ct_thin_out(n, in, lo->scale, x, ldx, e->lora_p, e->lora_u);
+    ct_thin_out(n, in, lo->scale, x, ldx, Ap, e->lora_u);
   } else {
-    ct_panel_pack(A, r, in, e->lora_p);
-    ct_linear m = {.rows = r, .cols = in, .p32 = e->lora_p};
+    ct_linear m = {.rows = r, .cols = in, .p32 = Ap};
     ct_linear_forward(&m, x, ldx, n, e->lora_u, r, 0);
     for (long i = 0; i < (long)n * r; i++) e->lora_u[i] *= lo->scale;
   }
-  ct_panel_pack(lo->w[l][t].B, out, r, e->lora_p);
-  ct_linear m = {.rows = out, .cols = r, .p32 = e->lora_p};
+  if (!e->pinned) ct_panel_pack(lo->w[l][t].B, out, r, e->lora_p), Bp = e->lora_p;
+  ct_linear m = {.rows = out, .cols = r, .p32 = Bp};
   ct_linear_forward(&m, e->lora_u, r, n, y + row0, ldy, 1);
 }
 
@@ -544,7 +596,7 @@ static int pass(ct_engine *e, int n, const int *ids, const float *x_in, const in
   const ct_model_config *c = &e->w->cfg;
   int C = e->C, QKV = e->QKV, Hd = e->H * e->hd, F = e->F;
   if (x_in) memcpy(e->x, x_in, sizeof(float) * n * C);
-  else embed_rows(e, n);
+  else CT_PROF(CT_PROF_E_OTHER, embed_rows(e, n));
   if (c->gemma && !x_in) {  // x *= sqrt(C) (a float32 scalar, as the training forward)
     float es = ct_embed_scale(c);
     for (long i = 0; i < (long)n * C; i++) e->x[i] *= es;
@@ -555,47 +607,50 @@ static int pass(ct_engine *e, int n, const int *ids, const float *x_in, const in
     ct_stop_poll(NULL, 0, 0);  // (a stop within a long prefill)
     const ct_infer_layer *w = &e->w->layers[l];
     bool win = ct_layer_window(c, l) > 0;
-    ct_rmsnorm_forward(e->ln, e->rstd, e->x, NW(w->ln1, C), n, C, c->rms_norm_eps);
-    ct_linear_forward(&w->qkv, e->ln, C, n, e->qkv, QKV, 0);  // (n, QKV)
-    for (int t = CT_LORA_Q; t <= CT_LORA_V; t++) lora_add(e, l, t, e->ln, C, n, e->qkv, QKV);
-    if (w->bqkv) ct_bias_forward(e->qkv, w->bqkv, n, QKV, QKV);
+    CT_PROF(CT_PROF_E_OTHER, ct_rmsnorm_forward(e->ln, e->rstd, e->x, NW(w->ln1, C), n, C, c->rms_norm_eps));
+    CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward(&w->qkv, e->ln, C, n, e->qkv, QKV, 0));  // (n, QKV)
+    CT_PROF(CT_PROF_E_LORA, for (int t = CT_LORA_Q; t <= CT_LORA_V; t++) lora_add(e, l, t, e->ln, C, n, e->qkv, QKV));
+    CT_PROF(CT_PROF_E_OTHER, if (w->bqkv) ct_bias_forward(e->qkv, w->bqkv, n, QKV, QKV));
     if (w->qnorm) {
-      ct_headnorm_forward(e->qkv, e->qkv_save, e->qk_rstd, NW(w->qnorm, e->hd), n, e->H, e->hd, QKV,
-                          c->rms_norm_eps);
-      ct_headnorm_forward(e->qkv + Hd, e->qkv_save + Hd, e->qk_rstd + (long)n * e->H, NW(w->knorm, e->hd),
-                          n, e->KV, e->hd, QKV, c->rms_norm_eps);
+      CT_PROF(CT_PROF_E_OTHER, ct_headnorm_forward(e->qkv, e->qkv_save, e->qk_rstd, NW(w->qnorm, e->hd), n, e->H, e->hd, QKV,
+                          c->rms_norm_eps));
+      CT_PROF(CT_PROF_E_OTHER, ct_headnorm_forward(e->qkv + Hd, e->qkv_save + Hd, e->qk_rstd + (long)n * e->H, NW(w->knorm, e->hd),
+                          n, e->KV, e->hd, QKV, c->rms_norm_eps));
     }
-    ct_rope(e->qkv, e->pos, win ? e->rope_cos_local : e->rope_cos, win ? e->rope_sin_local : e->rope_sin, n,
-            e->H + e->KV, e->hd, QKV, 0);
-    attention(e, l, n, nu);
+    CT_PROF(CT_PROF_E_OTHER, ct_rope(e->qkv, e->pos, win ? e->rope_cos_local : e->rope_cos, win ? e->rope_sin_local : e->rope_sin, n,
+            e->H + e->KV, e->hd, QKV, 0));
+    CT_PROF(CT_PROF_E_ATTENTION, attention(e, l, n, nu));
     if (c->gemma) {  // x += norm(att · Woᵀ), the projection in ln (free now), the norm in xo
-      ct_linear_forward(&w->o, e->att, Hd, n, e->ln, C, 0);
-      lora_add(e, l, CT_LORA_O, e->att, Hd, n, e->ln, C);
-      ct_rmsnorm_forward(e->xo, e->rstd, e->ln, NW(w->post_attn, C), n, C, c->rms_norm_eps);
-      ct_add_rows(e->x, e->xo, n, C);
+      CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward(&w->o, e->att, Hd, n, e->ln, C, 0));
+      CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_O, e->att, Hd, n, e->ln, C));
+      CT_PROF(CT_PROF_E_OTHER, ct_rmsnorm_forward(e->xo, e->rstd, e->ln, NW(w->post_attn, C), n, C, c->rms_norm_eps));
+      CT_PROF(CT_PROF_E_OTHER, ct_add_rows(e->x, e->xo, n, C));
     } else {
-      ct_linear_forward(&w->o, e->att, Hd, n, e->x, C, 1);        // x += att · Woᵀ
-      lora_add(e, l, CT_LORA_O, e->att, Hd, n, e->x, C);
+      CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward(&w->o, e->att, Hd, n, e->x, C, 1));        // x += att · Woᵀ
+      CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_O, e->att, Hd, n, e->x, C));
     }
-    ct_rmsnorm_forward(e->ln, e->rstd, e->x, NW(w->ln2, C), n, C, c->rms_norm_eps);
-    ct_linear_forward(&w->gu, e->ln, C, n, e->gu, 2 * F, 0);    // (n, 2F)
-    lora_add(e, l, CT_LORA_GATE, e->ln, C, n, e->gu, 2 * F);
-    lora_add(e, l, CT_LORA_UP, e->ln, C, n, e->gu, 2 * F);
+    CT_PROF(CT_PROF_E_OTHER, ct_rmsnorm_forward(e->ln, e->rstd, e->x, NW(w->ln2, C), n, C, c->rms_norm_eps));
+    CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward(&w->gu, e->ln, C, n, e->gu, 2 * F, 0));    // (n, 2F)
+    CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_GATE, e->ln, C, n, e->gu, 2 * F));
+    CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_UP, e->ln, C, n, e->gu, 2 * F));
     if (c->gemma) {  // x += norm(gelu_tanh(g)·u · Wdownᵀ)
-      ct_geglu_forward(e->h, e->gu, n, F);
-      ct_linear_forward(&w->down, e->h, F, n, e->ln, C, 0);
-      lora_add(e, l, CT_LORA_DOWN, e->h, F, n, e->ln, C);
-      ct_rmsnorm_forward(e->xo, e->rstd, e->ln, NW(w->post_ff, C), n, C, c->rms_norm_eps);
-      ct_add_rows(e->x, e->xo, n, C);
+      CT_PROF(CT_PROF_E_OTHER, ct_geglu_forward(e->h, e->gu, n, F));
+      CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward(&w->down, e->h, F, n, e->ln, C, 0));
+      CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_DOWN, e->h, F, n, e->ln, C));
+      CT_PROF(CT_PROF_E_OTHER, ct_rmsnorm_forward(e->xo, e->rstd, e->ln, NW(w->post_ff, C), n, C, c->rms_norm_eps));
+      CT_PROF(CT_PROF_E_OTHER, ct_add_rows(e->x, e->xo, n, C));
       continue;
     }
     // x += h · Wdownᵀ, h = swiglu(gu): computed while packed unless the adapter reads h
     bool h_read = e->w->lora && e->w->lora->w[l][CT_LORA_DOWN].A;
-    if (h_read || ct_linear_forward_swiglu(&w->down, e->gu, 2 * F, n, e->x, C, 1)) {
-      ct_swiglu_forward(e->h, e->gu, n, F);
-      ct_linear_forward(&w->down, e->h, F, n, e->x, C, 1);
+    double t0 = ct_prof_now();
+    bool fused = !h_read && !ct_linear_forward_swiglu(&w->down, e->gu, 2 * F, n, e->x, C, 1);
+    ct_prof_add(CT_PROF_E_LINEAR, t0);
+    if (!fused) {
+      CT_PROF(CT_PROF_E_OTHER, ct_swiglu_forward(e->h, e->gu, n, F));
+      CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward(&w->down, e->h, F, n, e->x, C, 1));
     }
-    lora_add(e, l, CT_LORA_DOWN, e->h, F, n, e->x, C);
+    CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_DOWN, e->h, F, n, e->x, C));
   }
   if (top) memcpy(top, e->x, sizeof(float) * n * C);
   if (nout == 0) return 0;
@@ -605,9 +660,9 @@ static int pass(ct_engine *e, int n, const int *ids, const float *x_in, const in
     return 0;
   }
   for (int k = 0; k < nout; k++) memcpy(e->xo + (long)k * C, e->x + (long)out[k] * C, sizeof(float) * C);
-  ct_rmsnorm_forward(e->ln, e->rstd, e->xo, NW(e->w->norm, C), nout, C, c->rms_norm_eps);
+  CT_PROF(CT_PROF_E_HEAD, ct_rmsnorm_forward(e->ln, e->rstd, e->xo, NW(e->w->norm, C), nout, C, c->rms_norm_eps);
+          ct_linear_forward(&e->w->lm_head, e->ln, C, nout, logits, e->V, 0));
 #undef NW
-  ct_linear_forward(&e->w->lm_head, e->ln, C, nout, logits, e->V, 0);
   return 0;
 }
 

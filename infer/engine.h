@@ -43,6 +43,17 @@ int ct_engine_forward_hidden(ct_engine *e, int n, const int *ids, const int *slo
 int ct_engine_forward_top(ct_engine *e, int n, const int *ids, const float *x_in, const int *slot, const int *pos,
                           const int *out, int nout, float *logits, float *top);
 
+// Packs every LoRA adapter of the weights once (A as the thin kernel or the panels read
+// it, B into panels) for the passes that follow, until ct_engine_lora_unpin; unpinned, a
+// pass packs each adapter it applies (at 16 threads that serial packing and its loops
+// were a third of GRPO's rollout time). The adapters must not change while pinned:
+// ct_generate pins for its own duration. The same bits either way. Without adapters, or
+// without memory for the copy (ct_engine_lora_bytes), passes keep packing per call.
+void ct_engine_lora_pin(ct_engine *e);
+void ct_engine_lora_unpin(ct_engine *e);
+// The bytes of that packed copy: the adapters' size.
+double ct_engine_lora_bytes(const ct_lora *lo);
+
 // Copies positions [0, len) of slot src's cache into slot dst (multisampling).
 int ct_engine_copy_slot(ct_engine *e, int src, int dst, int len);
 

@@ -9,6 +9,7 @@
 
 #include "error.h"
 #include "pool.h"
+#include "prof.h"
 
 const char *const ct_finish_names[] = {"stop", "length", NULL};
 
@@ -256,6 +257,7 @@ int ct_generate(ct_engine *e, const ct_tokenizer *tok, const ct_gen_request *req
   g.pick_lp = malloc(sizeof(float) * S);
   if (!rc && (!g.ws || !g.pick || !g.pick_lp)) rc = ct_set_error(CT_ENOMEM, "generate: out of memory");
   for (int t = 0; !rc && t < g.nws; t++) rc = ct_sampler_ws_init(&g.ws[t], g.V);
+  if (!rc) CT_PROF(CT_PROF_E_LORA, ct_engine_lora_pin(e));  // (the adapters hold still until we return)
   int next_req = 0, next_sample = 0;
   while (!rc) {
     // 1. admit waiting samples into free slots; prompts that fit share one packed pass
@@ -294,7 +296,7 @@ int ct_generate(ct_engine *e, const ct_tokenizer *tok, const ct_gen_request *req
     }
     if (!rc && ngroups > 0) {
       rc = ct_engine_forward(e, ntok, g.ids, g.slot, g.pos, outs, ngroups, g.logits);
-      for (int k = 0; !rc && k < ngroups; k++) rc = start_group(&g, &groups[k], g.logits + (long)k * g.V);
+      CT_PROF(CT_PROF_SAMPLE, for (int k = 0; !rc && k < ngroups; k++) rc = start_group(&g, &groups[k], g.logits + (long)k * g.V));
     }
     if (rc) break;
     // 2. one decode step for every active slot
@@ -312,8 +314,9 @@ int ct_generate(ct_engine *e, const ct_tokenizer *tok, const ct_gen_request *req
       continue;
     }
     rc = ct_engine_forward(e, n, g.ids, g.slot, g.pos, outs, n, g.logits);
-    if (!rc) rc = choose_all(&g, n);
+    if (!rc) CT_PROF(CT_PROF_SAMPLE, rc = choose_all(&g, n));
   }
+  ct_engine_lora_unpin(e);
   for (int i = 0; g.slots && i < S; i++) {
     free(g.slots[i].gs.ids);
     free(g.slots[i].gs.lps);

@@ -16,6 +16,7 @@
 #include "lora.h"
 #include "matmul.h"
 #include "pool.h"
+#include "prof.h"
 #include "stop.h"
 
 typedef struct {
@@ -186,11 +187,11 @@ static void proj_forward(const ct_model *m, const ct_acts *a, long N, int out, i
                          int ldx, const float *W, float beta, float *y, int ldy) {
   const uint16_t *W16 = ct_model_w16(m, W);
   if (!W16) {
-    ct_sgemm('N', 'T', (int)N, out, in, 1, x, ldx, W, in, beta, y, ldy);
+    CT_PROF(CT_PROF_PRODUCT, ct_sgemm('N', 'T', (int)N, out, in, 1, x, ldx, W, in, beta, y, ldy));
     return;
   }
-  ct_bf16_narrow_rows(a->x16, x, (int)N, in, ldx);
-  ct_gemm_bf16('N', 'T', (int)N, out, in, a->x16, in, W16, in, beta, y, ldy);
+  CT_PROF(CT_PROF_NARROW, ct_bf16_narrow_rows(a->x16, x, (int)N, in, ldx));
+  CT_PROF(CT_PROF_PRODUCT, ct_gemm_bf16('N', 'T', (int)N, out, in, a->x16, in, W16, in, beta, y, ldy));
 }
 
 // dx (N, in) = dy (N, out) · W and, when gW, gW (out, in) += dyᵀ · x (x (N, in)); packed rows.
@@ -198,15 +199,15 @@ static void proj_backward(const ct_model *m, const ct_acts *a, long N, int out, 
                           const float *x, const float *W, float *gW, float *dx) {
   const uint16_t *W16 = ct_model_w16(m, W);
   if (!W16) {
-    ct_sgemm('N', 'N', (int)N, in, out, 1, dy, out, W, in, 0, dx, in);
-    if (gW) ct_sgemm('T', 'N', out, in, (int)N, 1, dy, out, x, in, 1, gW, in);
+    CT_PROF(CT_PROF_PRODUCT, ct_sgemm('N', 'N', (int)N, in, out, 1, dy, out, W, in, 0, dx, in));
+    CT_PROF(CT_PROF_PRODUCT, if (gW) ct_sgemm('T', 'N', out, in, (int)N, 1, dy, out, x, in, 1, gW, in));
     return;
   }
-  ct_bf16_narrow_rows(a->dy16, dy, (int)N, out, out);
-  ct_gemm_bf16('N', 'N', (int)N, in, out, a->dy16, out, W16, in, 0, dx, in);
+  CT_PROF(CT_PROF_NARROW, ct_bf16_narrow_rows(a->dy16, dy, (int)N, out, out));
+  CT_PROF(CT_PROF_PRODUCT, ct_gemm_bf16('N', 'N', (int)N, in, out, a->dy16, out, W16, in, 0, dx, in));
   if (!gW) return;
-  ct_bf16_narrow_rows(a->x16, x, (int)N, in, in);
-  ct_gemm_bf16('T', 'N', out, in, (int)N, a->dy16, out, a->x16, in, 1, gW, in);
+  CT_PROF(CT_PROF_NARROW, ct_bf16_narrow_rows(a->x16, x, (int)N, in, in));
+  CT_PROF(CT_PROF_PRODUCT, ct_gemm_bf16('T', 'N', out, in, (int)N, a->dy16, out, a->x16, in, 1, gW, in));
 }
 
 // Layer l's attention options and RoPE tables (sliding layers: their window and base).
@@ -224,7 +225,7 @@ static ct_attn_dims attn_dims(const ct_model *m, int l, int B, int T, const floa
 // Gemma's sandwich norm: y (N, C) += rmsnorm(v) (rstd saved); a->tmp holds the norm's output.
 static void post_norm_add(const ct_model_config *c, const ct_acts *a, float *y, const float *v, const float *w,
                           float *rstd, long N, bool add) {
-  ct_rmsnorm_forward(a->tmp, rstd, v, NW(w, c->hidden_size), (int)N, c->hidden_size, c->rms_norm_eps);
+  CT_PROF(CT_PROF_NORM, ct_rmsnorm_forward(a->tmp, rstd, v, NW(w, c->hidden_size), (int)N, c->hidden_size, c->rms_norm_eps));
   if (add) ct_add_rows(y, a->tmp, N, c->hidden_size);
 }
 
@@ -243,46 +244,46 @@ static void layer_forward(const ct_model *m, int l, int kind, const ct_layer_wei
   const float *rc, *rs;
   ct_attn_dims ad = attn_dims(m, kind, B, T, &rc, &rs);
   ct_adapter_run ad_run = adapters_of(a);
-  ct_rmsnorm_forward(la->ln1, la->rstd1, la->x, NW(w->ln1, d.C), (int)N, (int)d.C, c->rms_norm_eps);
+  CT_PROF(CT_PROF_NORM, ct_rmsnorm_forward(la->ln1, la->rstd1, la->x, NW(w->ln1, d.C), (int)N, (int)d.C, c->rms_norm_eps));
   proj_forward(m, a, N, (int)d.QKV, (int)d.C, la->ln1, (int)d.C, w->wqkv, 0, la->qkv, (int)d.QKV);
-  for (int t = CT_LORA_Q; t <= CT_LORA_V; t++) ct_adapter_forward(&ad_run, l, t, la->ln1, (int)d.C, la->qkv, (int)d.QKV, N);
-  if (w->bqkv) ct_bias_forward(la->qkv, w->bqkv, (int)N, (int)d.QKV, (int)d.QKV);
+  CT_PROF(CT_PROF_LORA, for (int t = CT_LORA_Q; t <= CT_LORA_V; t++) ct_adapter_forward(&ad_run, l, t, la->ln1, (int)d.C, la->qkv, (int)d.QKV, N));
+  CT_PROF(CT_PROF_POINTWISE, if (w->bqkv) ct_bias_forward(la->qkv, w->bqkv, (int)N, (int)d.QKV, (int)d.QKV));
   if (c->qk_norm) {
     // q heads and k heads have separate weights: two calls over the same rows
-    ct_headnorm_forward(la->qkv, la->qkv_pre, la->qk_rstd, NW(w->qnorm, d.hd), (int)N, (int)d.H, (int)d.hd,
-                        (int)d.QKV, c->rms_norm_eps);
-    ct_headnorm_forward(la->qkv + d.H * d.hd, la->qkv_pre + d.H * d.hd, la->qk_rstd + N * d.H,
-                        NW(w->knorm, d.hd), (int)N, (int)d.KV, (int)d.hd, (int)d.QKV, c->rms_norm_eps);
+    CT_PROF(CT_PROF_NORM, ct_headnorm_forward(la->qkv, la->qkv_pre, la->qk_rstd, NW(w->qnorm, d.hd), (int)N, (int)d.H, (int)d.hd,
+                        (int)d.QKV, c->rms_norm_eps));
+    CT_PROF(CT_PROF_NORM, ct_headnorm_forward(la->qkv + d.H * d.hd, la->qkv_pre + d.H * d.hd, la->qk_rstd + N * d.H,
+                        NW(w->knorm, d.hd), (int)N, (int)d.KV, (int)d.hd, (int)d.QKV, c->rms_norm_eps));
   }
   // q and k heads are adjacent: rotate all H + KV of them in one pass
-  ct_rope(la->qkv, a->pos, rc, rs, (int)N, (int)(d.H + d.KV), (int)d.hd, (int)d.QKV, 0);
-  ct_attention_forward(la->att, la->lse, la->qkv, a->seg, ad, a->scratch, a->qk_max ? a->qk_max + l * d.H : NULL);
+  CT_PROF(CT_PROF_POINTWISE, ct_rope(la->qkv, a->pos, rc, rs, (int)N, (int)(d.H + d.KV), (int)d.hd, (int)d.QKV, 0));
+  CT_PROF(CT_PROF_ATTENTION, ct_attention_forward(la->att, la->lse, la->qkv, a->seg, ad, a->scratch, a->qk_max ? a->qk_max + l * d.H : NULL));
   if (la->x2 != la->x) memcpy(la->x2, la->x, sizeof(float) * N * d.C);
   if (c->gemma) {  // x2 = x + norm(att · Woᵀ)
     proj_forward(m, a, N, (int)d.C, (int)(d.H * d.hd), la->att, (int)(d.H * d.hd), w->wo, 0, la->ao, (int)d.C);
-    ct_adapter_forward(&ad_run, l, CT_LORA_O, la->att, (int)(d.H * d.hd), la->ao, (int)d.C, N);
+    CT_PROF(CT_PROF_LORA, ct_adapter_forward(&ad_run, l, CT_LORA_O, la->att, (int)(d.H * d.hd), la->ao, (int)d.C, N));
     post_norm_add(c, a, la->x2, la->ao, w->post_attn, la->rstd_ao, N, true);
   } else {
     proj_forward(m, a, N, (int)d.C, (int)(d.H * d.hd), la->att, (int)(d.H * d.hd), w->wo, 1, la->x2, (int)d.C);
-    ct_adapter_forward(&ad_run, l, CT_LORA_O, la->att, (int)(d.H * d.hd), la->x2, (int)d.C, N);
+    CT_PROF(CT_PROF_LORA, ct_adapter_forward(&ad_run, l, CT_LORA_O, la->att, (int)(d.H * d.hd), la->x2, (int)d.C, N));
   }
-  ct_rmsnorm_forward(la->ln2, la->rstd2, la->x2, NW(w->ln2, d.C), (int)N, (int)d.C, c->rms_norm_eps);
+  CT_PROF(CT_PROF_NORM, ct_rmsnorm_forward(la->ln2, la->rstd2, la->x2, NW(w->ln2, d.C), (int)N, (int)d.C, c->rms_norm_eps));
   proj_forward(m, a, N, (int)(2 * d.F), (int)d.C, la->ln2, (int)d.C, w->wgu, 0, la->gu, (int)(2 * d.F));
-  ct_adapter_forward(&ad_run, l, CT_LORA_GATE, la->ln2, (int)d.C, la->gu, (int)(2 * d.F), N);
-  ct_adapter_forward(&ad_run, l, CT_LORA_UP, la->ln2, (int)d.C, la->gu, (int)(2 * d.F), N);
+  CT_PROF(CT_PROF_LORA, ct_adapter_forward(&ad_run, l, CT_LORA_GATE, la->ln2, (int)d.C, la->gu, (int)(2 * d.F), N));
+  CT_PROF(CT_PROF_LORA, ct_adapter_forward(&ad_run, l, CT_LORA_UP, la->ln2, (int)d.C, la->gu, (int)(2 * d.F), N));
   if (c->gemma) {  // xn = x2 + norm(h · Wdownᵀ); backward reads mo and its rstd
-    ct_geglu_forward(la->h, la->gu, (int)N, (int)d.F);
+    CT_PROF(CT_PROF_POINTWISE, ct_geglu_forward(la->h, la->gu, (int)N, (int)d.F));
     proj_forward(m, a, N, (int)d.C, (int)d.F, la->h, (int)d.F, w->wdown, 0, la->mo, (int)d.C);
-    ct_adapter_forward(&ad_run, l, CT_LORA_DOWN, la->h, (int)d.F, la->mo, (int)d.C, N);
+    CT_PROF(CT_PROF_LORA, ct_adapter_forward(&ad_run, l, CT_LORA_DOWN, la->h, (int)d.F, la->mo, (int)d.C, N));
     if (full && la->xn != la->x2) memcpy(la->xn, la->x2, sizeof(float) * N * d.C);
     post_norm_add(c, a, la->xn, la->mo, w->post_ff, la->rstd_mo, N, full);
     return;
   }
-  ct_swiglu_forward(la->h, la->gu, (int)N, (int)d.F);
+  CT_PROF(CT_PROF_POINTWISE, ct_swiglu_forward(la->h, la->gu, (int)N, (int)d.F));
   if (!full) return;
   if (la->xn != la->x2) memcpy(la->xn, la->x2, sizeof(float) * N * d.C);
   proj_forward(m, a, N, (int)d.C, (int)d.F, la->h, (int)d.F, w->wdown, 1, la->xn, (int)d.C);
-  ct_adapter_forward(&ad_run, l, CT_LORA_DOWN, la->h, (int)d.F, la->xn, (int)d.C, N);
+  CT_PROF(CT_PROF_LORA, ct_adapter_forward(&ad_run, l, CT_LORA_DOWN, la->h, (int)d.F, la->xn, (int)d.C, N));
 }
 
 void ct_forward(const ct_model *m, ct_acts *a, int B, int T) {
@@ -301,7 +302,7 @@ void ct_forward(const ct_model *m, ct_acts *a, int B, int T) {
     layer_acts la = layer_slots(a, &d, l);
     layer_forward(m, l, l, ct_model_layer(m, l), &la, a, B, T, true);
   }
-  ct_rmsnorm_forward(a->lnf, a->rstdf, ct_acts_top(a, c), NW(ct_model_norm(m), d.C), (int)N, (int)d.C, c->rms_norm_eps);
+  CT_PROF(CT_PROF_NORM, ct_rmsnorm_forward(a->lnf, a->rstdf, ct_acts_top(a, c), NW(ct_model_norm(m), d.C), (int)N, (int)d.C, c->rms_norm_eps));
 }
 
 // Layer backward: a->dres holds the gradient of the layer's output on entry and of its
@@ -321,54 +322,54 @@ static void layer_backward(const ct_model *m, int l, int kind, const ct_layer_we
   const float *rc, *rs;
   ct_attn_dims ad = attn_dims(m, kind, B, T, &rc, &rs);
   if (a->mode == CT_ACTS_KEEP) {  // (RECOMPUTE just did; its last norm output is ln2)
-    if (c->gemma) ct_geglu_forward(h, gu, (int)N, (int)d.F);
-    else ct_swiglu_forward(h, gu, (int)N, (int)d.F);
-    ct_rmsnorm_apply(ln2, rstd2, x2, NW(w->ln2, d.C), (int)N, (int)d.C);
+    CT_PROF(CT_PROF_POINTWISE, if (c->gemma) ct_geglu_forward(h, gu, (int)N, (int)d.F);
+                               else ct_swiglu_forward(h, gu, (int)N, (int)d.F));
+    CT_PROF(CT_PROF_NORM, ct_rmsnorm_apply(ln2, rstd2, x2, NW(w->ln2, d.C), (int)N, (int)d.C));
   }
 
   // MLP: xn = x2 + h · Wdownᵀ (Gemma: x2 + norm(h · Wdownᵀ), dmo (N, C) into dln)
   const float *dmo = dres;
   if (c->gemma) {
-    ct_rmsnorm_backward(a->dln, gw->post_ff, dres, la.mo, NW(w->post_ff, d.C), la.rstd_mo, (int)N, (int)d.C,
-                        0, a->scratch);
+    CT_PROF(CT_PROF_NORM, ct_rmsnorm_backward(a->dln, gw->post_ff, dres, la.mo, NW(w->post_ff, d.C), la.rstd_mo, (int)N, (int)d.C,
+                        0, a->scratch));
     dmo = a->dln;
   }
   proj_backward(m, a, N, (int)d.C, (int)d.F, dmo, h, w->wdown, gw->wdown, a->dh);  // dh (N, F)
-  ct_adapter_backward(&ad_run, l, CT_LORA_DOWN, h, (int)d.F, dmo, (int)d.C, a->dh, (int)d.F, N);
+  CT_PROF(CT_PROF_LORA, ct_adapter_backward(&ad_run, l, CT_LORA_DOWN, h, (int)d.F, dmo, (int)d.C, a->dh, (int)d.F, N));
   float *dgu = gu;  // (N, 2F) in place: the layer's gu is not read again
-  if (c->gemma) ct_geglu_backward(dgu, a->dh, gu, (int)N, (int)d.F);
-  else ct_swiglu_backward(dgu, a->dh, gu, (int)N, (int)d.F);
+  CT_PROF(CT_PROF_POINTWISE, if (c->gemma) ct_geglu_backward(dgu, a->dh, gu, (int)N, (int)d.F);
+                             else ct_swiglu_backward(dgu, a->dh, gu, (int)N, (int)d.F));
   proj_backward(m, a, N, (int)(2 * d.F), (int)d.C, dgu, ln2, w->wgu, gw->wgu, a->dln);  // dln2 (N, C)
-  ct_adapter_backward(&ad_run, l, CT_LORA_GATE, ln2, (int)d.C, dgu, (int)(2 * d.F), a->dln, (int)d.C, N);
-  ct_adapter_backward(&ad_run, l, CT_LORA_UP, ln2, (int)d.C, dgu, (int)(2 * d.F), a->dln, (int)d.C, N);
-  ct_rmsnorm_backward(dres, gw->ln2, a->dln, x2, NW(w->ln2, d.C), rstd2, (int)N, (int)d.C, 1,
-                      a->scratch);                                  // dres is now dx2
+  CT_PROF(CT_PROF_LORA, ct_adapter_backward(&ad_run, l, CT_LORA_GATE, ln2, (int)d.C, dgu, (int)(2 * d.F), a->dln, (int)d.C, N));
+  CT_PROF(CT_PROF_LORA, ct_adapter_backward(&ad_run, l, CT_LORA_UP, ln2, (int)d.C, dgu, (int)(2 * d.F), a->dln, (int)d.C, N));
+  CT_PROF(CT_PROF_NORM, ct_rmsnorm_backward(dres, gw->ln2, a->dln, x2, NW(w->ln2, d.C), rstd2, (int)N, (int)d.C, 1,
+                      a->scratch));                                  // dres is now dx2
 
   // attention: x2 = x + att · Woᵀ (Gemma: x + norm(att · Woᵀ), dao (N, C) into dln)
   const float *dao = dres;
   if (c->gemma) {
-    ct_rmsnorm_backward(a->dln, gw->post_attn, dres, la.ao, NW(w->post_attn, d.C), la.rstd_ao, (int)N,
-                        (int)d.C, 0, a->scratch);
+    CT_PROF(CT_PROF_NORM, ct_rmsnorm_backward(a->dln, gw->post_attn, dres, la.ao, NW(w->post_attn, d.C), la.rstd_ao, (int)N,
+                        (int)d.C, 0, a->scratch));
     dao = a->dln;
   }
   proj_backward(m, a, N, (int)d.C, Hd, dao, att, w->wo, gw->wo, a->datt);  // datt (N, H*hd)
-  ct_adapter_backward(&ad_run, l, CT_LORA_O, att, Hd, dao, (int)d.C, a->datt, Hd, N);
-  ct_attention_backward(a->dqkv, a->datt, att, lse, qkv, a->seg, ad, a->scratch);
-  ct_rope(a->dqkv, a->pos, rc, rs, (int)N, (int)(d.H + d.KV), (int)d.hd, (int)d.QKV, 1);
+  CT_PROF(CT_PROF_LORA, ct_adapter_backward(&ad_run, l, CT_LORA_O, att, Hd, dao, (int)d.C, a->datt, Hd, N));
+  CT_PROF(CT_PROF_ATTENTION, ct_attention_backward(a->dqkv, a->datt, att, lse, qkv, a->seg, ad, a->scratch));
+  CT_PROF(CT_PROF_POINTWISE, ct_rope(a->dqkv, a->pos, rc, rs, (int)N, (int)(d.H + d.KV), (int)d.hd, (int)d.QKV, 1));
   if (c->qk_norm) {
     float *pre = la.qkv_pre, *r = la.qk_rstd;
-    ct_headnorm_backward(a->dqkv, gw->qnorm, pre, NW(w->qnorm, d.hd), r, (int)N, (int)d.H, (int)d.hd,
-                         (int)d.QKV, a->scratch);
-    ct_headnorm_backward(a->dqkv + d.H * d.hd, gw->knorm, pre + d.H * d.hd, NW(w->knorm, d.hd),
-                         r + N * d.H, (int)N, (int)d.KV, (int)d.hd, (int)d.QKV, a->scratch);
+    CT_PROF(CT_PROF_NORM, ct_headnorm_backward(a->dqkv, gw->qnorm, pre, NW(w->qnorm, d.hd), r, (int)N, (int)d.H, (int)d.hd,
+                         (int)d.QKV, a->scratch));
+    CT_PROF(CT_PROF_NORM, ct_headnorm_backward(a->dqkv + d.H * d.hd, gw->knorm, pre + d.H * d.hd, NW(w->knorm, d.hd),
+                         r + N * d.H, (int)N, (int)d.KV, (int)d.hd, (int)d.QKV, a->scratch));
   }
-  if (gw->bqkv) ct_bias_backward(gw->bqkv, a->dqkv, (int)N, (int)d.QKV, (int)d.QKV, a->scratch);
-  ct_rmsnorm_apply(ln1, rstd1, x, NW(w->ln1, d.C), (int)N, (int)d.C);  // (over ln2: one slot)
+  CT_PROF(CT_PROF_POINTWISE, if (gw->bqkv) ct_bias_backward(gw->bqkv, a->dqkv, (int)N, (int)d.QKV, (int)d.QKV, a->scratch));
+  CT_PROF(CT_PROF_NORM, ct_rmsnorm_apply(ln1, rstd1, x, NW(w->ln1, d.C), (int)N, (int)d.C));  // (over ln2: one slot)
   proj_backward(m, a, N, (int)d.QKV, (int)d.C, a->dqkv, ln1, w->wqkv, gw->wqkv, a->dln);  // dln1 (N, C)
   for (int t = CT_LORA_Q; t <= CT_LORA_V; t++)
-    ct_adapter_backward(&ad_run, l, t, ln1, (int)d.C, a->dqkv, (int)d.QKV, a->dln, (int)d.C, N);
-  ct_rmsnorm_backward(dres, gw->ln1, a->dln, x, NW(w->ln1, d.C), rstd1, (int)N, (int)d.C, 1,
-                      a->scratch);                                  // dres is now dx
+    CT_PROF(CT_PROF_LORA, ct_adapter_backward(&ad_run, l, t, ln1, (int)d.C, a->dqkv, (int)d.QKV, a->dln, (int)d.C, N));
+  CT_PROF(CT_PROF_NORM, ct_rmsnorm_backward(dres, gw->ln1, a->dln, x, NW(w->ln1, d.C), rstd1, (int)N, (int)d.C, 1,
+                      a->scratch));                                  // dres is now dx
 }
 
 void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float *dlnf, int B,
@@ -378,8 +379,8 @@ void ct_backward(const ct_model *m, const ct_weights *g, ct_acts *a, const float
   long N = (long)B * T;
   float *dres = a->dres;  // (N, C) gradient of the residual stream, carried down the layers
   a->n = N;                // (the forward's: backward follows it on the same batch)
-  ct_rmsnorm_backward(dres, g->norm, dlnf, ct_acts_top(a, c), NW(ct_model_norm(m), d.C), a->rstdf, (int)N,
-                      (int)d.C, 0, a->scratch);
+  CT_PROF(CT_PROF_NORM, ct_rmsnorm_backward(dres, g->norm, dlnf, ct_acts_top(a, c), NW(ct_model_norm(m), d.C), a->rstdf, (int)N,
+                      (int)d.C, 0, a->scratch));
   if (a->dx_top) ct_add_rows(dres, a->dx_top, N, (int)d.C);  // (multi-token prediction's)
   for (int l = (int)d.L - 1; l >= 0; l--) {
     ct_stop_poll("backward, layer", d.L - l, d.L);

@@ -65,3 +65,4 @@ awk -v g="$gen" -v t="$train" -v w="$wall" -v p="$peak" -v len="$len" -v ntok="$
   if (rate > 0) printf "  rollouts: %.0f GFLOP/s (2N per completion token) = %.0f%% of that rate; training: %.0f GFLOP/s (4N per trained token) = %.0f%%\n",
     2 * N * comp / g / 1e9, 100 * 2 * N * comp / g / 1e9 / rate, 4 * N * ntok / t / 1e9, 100 * 4 * N * ntok / t / 1e9 / rate
   else print "  compute limit: no oneDNN bf16 rate on this CPU (ctune-bench peak failed)" }'
+grep "^profile" "$T/grpo.log" || true  # (CT_PROFILE=1: where the step's time went)

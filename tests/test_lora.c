@@ -185,6 +185,20 @@ static void check_engine_against_training_forward(int r) {
   for (long i = 0; i < (long)N * V; i++) worst = fmax(worst, fabs(want[i] - got[i]));
   fprintf(stderr, "    engine with adapters (r %d) vs training forward: max |logit diff| %.2e\n", r, worst);
   CHECK(worst < 2e-5);
+  // adapters packed once for a generation (ct_engine_lora_pin): the same bits as packed per
+  // call; unpinned again, a change to the adapters shows in the next pass
+  float *pinned = malloc(sizeof(float) * N * V);
+  ct_engine_lora_pin(e);
+  CHECK_OK(ct_engine_forward(e, N, b.ids, slot, b.pos, out, N, pinned));
+  CHECK(memcmp(pinned, got, sizeof(float) * N * V) == 0);
+  lo.w[0][CT_LORA_V].B[0] += 1.0f;
+  CHECK_OK(ct_engine_forward(e, N, b.ids, slot, b.pos, out, N, pinned));
+  CHECK(memcmp(pinned, got, sizeof(float) * N * V) == 0);  // (pinned: the packed copy is what runs)
+  ct_engine_lora_unpin(e);
+  CHECK_OK(ct_engine_forward(e, N, b.ids, slot, b.pos, out, N, pinned));
+  CHECK(memcmp(pinned, got, sizeof(float) * N * V) != 0);
+  lo.w[0][CT_LORA_V].B[0] -= 1.0f;
+  free(pinned);
   ct_engine_free(e);
   ct_infer_free(&w);
   ct_acts_free(&a);

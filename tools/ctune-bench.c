@@ -53,6 +53,7 @@
 #include "optim.h"
 #include "panel.h"
 #include "pool.h"
+#include "prof.h"
 #include "rng.h"
 #include "weights.h"
 
@@ -314,6 +315,7 @@ static int bench_train(int argc, char **argv, double peak) {
       printf("  step %d: %.3f s, loss %.3f, %.0f tokens/s, %.1f GFLOP/s\n", s, t,
              st.loss / st.targets, B * T / t, flops / t / 1e9);
   }
+  ct_prof_report(stdout);  // (CT_PROFILE=1: every step's, warm-up included)
   printf("train: %.0f tokens/s, %.1f GFLOP/s = %.1f%% of the peak (best of %d steps)\n",
          B * T / best, flops / best / 1e9, 100 * flops / best / 1e9 / peak, steps);
   return 0;
@@ -357,6 +359,7 @@ static int bench_decode(int argc, char **argv) {
     double g = gemm_gflops(true, 'N', 'T', 2048, 2048, 2048, 3);
     peak = g > peak ? g : peak;
   }
+  ct_prof_report(stdout);  // (CT_PROFILE=1: both kinds' runs)
   printf("decode: %d slots x %d steps, bf16 on %s: %.0f tokens/s = %.0f GFLOP/s = %.0f%% of oneDNN bf16 2048^3 "
          "(%.0f GFLOP/s; each the best of 3, alternated)\n", S, steps,
          ct_amx_ready() ? "AMX tiles" : ct_panel16_native() ? "AVX512_BF16 panels" : "the panels' C emulation", best,
