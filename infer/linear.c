@@ -251,9 +251,14 @@ static void pack_x_task(void *ctx, int part, int thread) {
   else ct_panel_pack_x(j->x, j->ldx, j->S, j->K, (int)s0, (int)s1, PX.xp);
 }
 
+// A copy this small (an adapter's (S, r) inner products at decode) runs on the calling
+// thread: at 16 threads waking the pool cost more than the copy (same bits either way).
+enum { SERIAL_COPY = 16384 };  // floats
+
 static int pack_x(const float *x, int ldx, int S, int K, bool swiglu) {
   if (!(PX.xp = reserve(PX.xp, &PX.cap, (long)S * K, sizeof(float)))) return -1;
-  rows_job j = {x, ldx, S, K, ct_pool_parts((S + CT_PANEL_MR - 1) / CT_PANEL_MR), swiglu};
+  int parts = !swiglu && (long)S * K <= SERIAL_COPY ? 1 : ct_pool_parts((S + CT_PANEL_MR - 1) / CT_PANEL_MR);
+  rows_job j = {x, ldx, S, K, parts, swiglu};
   ct_parallel_for(j.parts, pack_x_task, &j);
   return 0;
 }
