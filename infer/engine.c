@@ -485,9 +485,10 @@ static int make_units(ct_engine *e, int n) {
 
 // Caches every k/v of the pass, then each token attends to its slot.
 static void attention(ct_engine *e, int l, int n, int nu) {
-  long KVd = (long)e->KV * e->hd;  // (a decode step's few k/v rows: stored on this thread)
-  pass_job j = {e, l, n, n * KVd <= 16384 ? 1 : ct_pool_parts(n), 0, ct_layer_window(&e->w->cfg, l) > 0};
-  ct_parallel_for(j.parts, store_kv_task, &j);
+  pass_job j = {e, l, n, ct_pool_parts(n), 0, ct_layer_window(&e->w->cfg, l) > 0};
+  ct_parallel_for(j.parts, store_kv_task, &j);  // (on every thread even at decode: its scattered
+                                                // stores miss the cache; serial they cost 1.7 s
+                                                // more of a 16-core GRPO step's rollouts)
   j.tasks = (j.single ? n : nu) * e->KV;
   j.parts = j.tasks < 32 * ct_pool_threads() ? j.tasks : 32 * ct_pool_threads();
   ct_parallel_for(j.parts, attend_part, &j);
