@@ -36,7 +36,8 @@ const char *const ct_truncate_names[] = {"error", "left", NULL};
 const char *const ct_speculative_names[] = {"none", "mtp", NULL};
 // loss_type by trainer (test_dpo_loss checks them against dpo/loss.c and grpo/), and their union
 #define DPO_LOSSES "sigmoid", "hinge", "ipo", "robust", "sft", "simpo", "exo_pair", "nca_pair", "bco_pair", \
-    "sppo_hard", "apo_zero", "apo_down", "discopop", "sigmoid_norm", "orpo", "cpo", "aot", "aot_unpaired"
+    "sppo_hard", "apo_zero", "apo_down", "discopop", "sigmoid_norm", "orpo", "cpo", "aot", "aot_unpaired", \
+    "kto", "apo_zero_unpaired"
 #define GRPO_LOSSES "grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "vespo"
 const char *const ct_loss_type_names[] = {DPO_LOSSES, GRPO_LOSSES, NULL};
 const char *const ct_dpo_loss_choices[] = {DPO_LOSSES, NULL};
@@ -300,7 +301,8 @@ const key_def config_keys[] = {
                 "aot_unpaired (over the micro-batch, sorted); and, with no "
                 "reference, orpo (ORPOTrainer's loss: odds ratio + NLL) and cpo (CPOTrainer's: sigmoid + "
                 "cpo_alpha x NLL)), summed with "
-                "loss_weights ([sigmoid, sft] is RPO). GRPO: one of grpo, bnpo, dr_grpo, dapo "
+                "loss_weights ([sigmoid, sft] is RPO); or, alone, over unpaired rows {prompt, completion, label} "
+                "(TRL's KTOTrainer), kto or apo_zero_unpaired. GRPO: one of grpo, bnpo, dr_grpo, dapo "
                 "(the clipped surrogate; how token losses are averaged), cispo (the clipped ratio, "
                 "no gradient through it, times A and the log-prob; averaged as dapo), sapo (a "
                 "sigmoid gate instead of the clip; averaged as grpo), vespo (a gamma weight of the sequence's "
@@ -312,6 +314,10 @@ const key_def config_keys[] = {
                 "epsilon (must be > 0 there)."},
     {"cpo_alpha", K_FLOAT, DPO, OFF(cpo_alpha), "1.0", FROM(0),
      .comment = "cpo: the weight of its NLL term on the chosen tokens."},
+    {"desirable_weight", K_FLOAT, DPO, OFF(desirable_weight), "1.0", FROM(0),
+     .comment = "kto, apo_zero_unpaired: the weight of a desirable example's loss (label true)."},
+    {"undesirable_weight", K_FLOAT, DPO, OFF(undesirable_weight), "1.0", FROM(0),
+     .comment = "kto, apo_zero_unpaired: the weight of an undesirable example's loss (label false)."},
     {"discopop_tau", K_FLOAT, DPO, OFF(discopop_tau), "0.05", OPEN(0, INFINITY),
      .comment = "discopop: the temperature of the mix between the logistic and exponential terms."},
     {"simpo_gamma", K_FLOAT, DPO, OFF(simpo_gamma), "0.5", FROM(0),

@@ -290,6 +290,7 @@ typedef struct {
   double label_smoothing;
   double simpo_gamma;
   double discopop_tau;
+  double desirable_weight, undesirable_weight;
   double cpo_alpha;
   int precompute_ref_log_probs;
 

@@ -28,7 +28,8 @@ uint64_t ct_pref_fingerprint(const ct_pref_dataset *ds) {
   uint64_t h = HASH_ARRAY(0, ds->ids, ds->n_tokens);
   h = HASH_ARRAY(h, ds->p_len, ds->n);
   h = HASH_ARRAY(h, ds->c_len, ds->n);
-  return HASH_ARRAY(h, ds->r_len, ds->n);
+  h = HASH_ARRAY(h, ds->r_len, ds->n);
+  return ds->label ? HASH_ARRAY(h, ds->label, ds->n) : h;  // (unpaired: a flipped label is other data)
 }
 
 uint64_t ct_prompt_set_fingerprint(const ct_prompt_set *s) {

@@ -21,6 +21,9 @@ typedef struct {
   ct_ids p, c, r;  // the row being built
   float margin;    // its margin (reward pairs)
   long cap_margin;
+  int label;       // unpaired: the row's label (1, 0), or -1 for a pair (unpaired after loading)
+  int kinds;       // unpaired: bit 0 a row of pairs seen, bit 1 an unpaired row seen
+  long cap_label;
 } loader;
 
 // Row-level error: "path:line: message"; CT_EFORMAT lets the caller skip the row.
@@ -175,9 +178,50 @@ static int reward_row(loader *L, const json_t *j, const json_t *pi) {
   return rc;
 }
 
+// An unpaired row (TRL's KTO format): prompt and completion (strings, or message lists
+// through the chat template as a pair's completions are), and a boolean label.
+static int unpaired_row(loader *L, const json_t *j) {
+  const json_t *p = json_object_get(j, "prompt"), *c = json_object_get(j, "completion"),
+               *lab = json_object_get(j, "label");
+  const char *missing = !p ? "prompt" : !c ? "completion" : !lab ? "label" : NULL;
+  if (missing) return ROW_ERROR(L, "key '%s' is missing (an unpaired row is {\"prompt\", \"completion\", "
+                                "\"label\": true or false})", missing);
+  if (!json_is_boolean(lab)) return ROW_ERROR(L, "key 'label': expected true or false");
+  L->label = json_is_true(lab);
+  if (json_is_string(p) && json_is_string(c)) {
+    if (!*json_string_value(c)) return ROW_ERROR(L, "key 'completion': the completion is empty");
+    int eos = ct_tokenizer_eos(L->tok);
+    int rc = encode_prompt(L, json_string_value(p));
+    if (!rc) rc = encode(L, json_string_value(c), &L->c);
+    if (!rc && eos >= 0) rc = ct_ids_push(&L->c, eos);
+    return rc;
+  }
+  if (json_is_array(p) && json_is_array(c)) {
+    if (!json_array_size(c)) return ROW_ERROR(L, "key 'completion': the completion is empty");
+    char *ptext;
+    int rc = ct_row_chat(L->tok, j, p, "prompt", true, &ptext);
+    if (rc) return ROW_ERROR(L, "%s", ct_last_error());
+    rc = encode_prompt(L, ptext);
+    if (!rc) rc = chat_completion(L, p, ptext, c, "completion", &L->c);
+    free(ptext);
+    return rc;
+  }
+  return ROW_ERROR(L, "keys 'prompt' and 'completion': expected two strings or two message lists");
+}
+
 static int row(loader *L, const json_t *j) {
   if (!json_is_object(j)) return ROW_ERROR(L, "expected a JSON object");
   L->row = j;
+  if (L->o->unpaired) {  // unpaired rows, or pairs to unpair; not both in one file
+    bool un = json_object_get(j, "completion") || json_object_get(j, "label");
+    int kind = un ? 2 : 1;
+    if (L->kinds && !(L->kinds & kind))
+      return ROW_ERROR(L, "%s row in a file of %s rows: use one kind per file", un ? "an unpaired" : "a paired",
+                       un ? "paired" : "unpaired");
+    L->kinds |= kind;
+    L->label = -1;
+    if (un) return unpaired_row(L, j);
+  }
   const json_t *pi = json_object_get(j, "prompt_input_ids");
   if (L->o->reward) return reward_row(L, j, pi);
   if (pi) {
@@ -251,7 +295,9 @@ static int keep(loader *L) {
     np = o->max_prompt_length;
     cut = true;
   }
-  if (nc == 0 || nr == 0) return ROW_ERROR(L, "key '%s': the completion has no tokens", nc ? "rejected" : "chosen");
+  bool one = o->unpaired && L->label >= 0;  // an unpaired row: one completion
+  if (nc == 0 || (nr == 0 && !one))
+    return ROW_ERROR(L, "key '%s': the completion has no tokens", one ? "completion" : nc ? "rejected" : "chosen");
   // the first completion token is predicted from the token before it
   if (np == 0 && !o->reward) return ROW_ERROR(L, "key 'prompt': the prompt has no tokens, so nothing predicts "
                                 "the first completion token");
@@ -285,10 +331,16 @@ static int keep(loader *L) {
     L->cap_margin = cm;
     ds->margin[ds->n] = L->margin;
   }
+  if (o->unpaired) {
+    long cl = L->cap_label;
+    if (grow((void **)&ds->label, &cl, ds->n + 1, 1)) return CT_ENOMEM;
+    L->cap_label = cl;
+    ds->label[ds->n] = (signed char)L->label;
+  }
   int *dst = ds->ids + ds->n_tokens;
   if (np) memcpy(dst, pv, sizeof(int) * np);
   memcpy(dst + np, L->c.v, sizeof(int) * nc);
-  memcpy(dst + np + nc, L->r.v, sizeof(int) * nr);
+  if (nr) memcpy(dst + np + nc, L->r.v, sizeof(int) * nr);  // (an unpaired row has none)
   ds->start[ds->n] = ds->n_tokens;
   ds->p_len[ds->n] = np;
   ds->c_len[ds->n] = nc;
@@ -307,6 +359,46 @@ static int load_row(void *ctx, json_t *j, int line) {
   return rc ? rc : keep(L);
 }
 
+// A file of pairs made unpaired as TRL's unpair_preference_dataset does (a batched map of
+// 1000 rows): per block of 1000 pairs, each pair's prompt + chosen (desirable), then each
+// one's prompt + rejected (undesirable).
+static int unpair(ct_pref_dataset *ds) {
+  int n = 2 * ds->n;
+  long tokens = 0;
+  for (int k = 0; k < ds->n; k++) tokens += 2L * ds->p_len[k] + ds->c_len[k] + ds->r_len[k];
+  int *ids = malloc(sizeof(int) * (tokens > 0 ? tokens : 1)), *p_len = malloc(sizeof(int) * n);
+  int *c_len = malloc(sizeof(int) * n), *r_len = calloc(n, sizeof(int)), *line = malloc(sizeof(int) * n);
+  long *start = malloc(sizeof(long) * n);
+  signed char *label = malloc(n);
+  if (!ids || !p_len || !c_len || !r_len || !line || !start || !label) {
+    ct_free_all(ids, p_len, c_len, r_len, line, start, label);
+    return ct_set_error(CT_ENOMEM, "%s: out of memory", ds->path);
+  }
+  long at = 0;
+  int e = 0;
+  for (int b0 = 0; b0 < ds->n; b0 += 1000) {
+    int b1 = ds->n - b0 < 1000 ? ds->n : b0 + 1000;
+    for (int chosen = 1; chosen >= 0; chosen--)
+      for (int k = b0; k < b1; k++, e++) {
+        const int *p = ds->ids + ds->start[k], *c = p + ds->p_len[k] + (chosen ? 0 : ds->c_len[k]);
+        int np = ds->p_len[k], nc = chosen ? ds->c_len[k] : ds->r_len[k];
+        memcpy(ids + at, p, sizeof(int) * np);
+        memcpy(ids + at + np, c, sizeof(int) * nc);
+        start[e] = at, p_len[e] = np, c_len[e] = nc, line[e] = ds->line[k], label[e] = (signed char)chosen;
+        at += np + nc;
+      }
+  }
+  ct_free_all(ds->ids, ds->p_len, ds->c_len, ds->r_len, ds->line, ds->start, ds->label);
+  char first_bad[sizeof ds->first_bad];
+  memcpy(first_bad, ds->first_bad, sizeof first_bad);
+  *ds = (ct_pref_dataset){.path = ds->path, .n = n, .ids = ids, .n_tokens = at, .start = start, .p_len = p_len,
+                          .c_len = c_len, .r_len = r_len, .line = line, .label = label, .n_lines = ds->n_lines,
+                          .n_bad = ds->n_bad, .n_truncated = ds->n_truncated, .n_dropped = ds->n_dropped,
+                          .max_length = ds->max_length};
+  memcpy(ds->first_bad, first_bad, sizeof first_bad);
+  return 0;
+}
+
 int ct_pref_load(ct_pref_dataset *ds, const char *path, const ct_tokenizer *tok,
                  const ct_pref_opts *o) {
   memset(ds, 0, sizeof *ds);
@@ -321,19 +413,31 @@ int ct_pref_load(ct_pref_dataset *ds, const char *path, const ct_tokenizer *tok,
   ct_ids_free(&L.c);
   ct_ids_free(&L.r);
   if (!rc && ds->n == 0)
-    rc = ct_set_error(CT_EFORMAT, "%s: no usable preference pairs (%d lines, %d malformed%s)", path,
-                      ds->n_lines, ds->n_bad, ds->n_dropped ? ", the rest longer than max_length" : "");
+    rc = ct_set_error(CT_EFORMAT, "%s: no usable preference %s (%d lines, %d malformed%s)", path,
+                      o->unpaired ? "rows" : "pairs", ds->n_lines, ds->n_bad,
+                      ds->n_dropped ? ", the rest longer than max_length" : "");
+  ds->max_length = o->max_length;
+  if (!rc && o->unpaired && L.kinds == 1) rc = unpair(ds);
   if (rc) ct_pref_free(ds);  // frees only: the error message stays
   return rc;
 }
 
 void ct_pref_free(ct_pref_dataset *ds) {
-  ct_free_all(ds->path, ds->ids, ds->start, ds->p_len, ds->c_len, ds->r_len, ds->line, ds->margin);
+  ct_free_all(ds->path, ds->ids, ds->start, ds->p_len, ds->c_len, ds->r_len, ds->line, ds->margin, ds->label);
   memset(ds, 0, sizeof *ds);
 }
 
 int ct_pref_max_len(const ct_pref_dataset *ds) {
   int m = 1;
+  if (ds->label) {  // any prompt beside any completion (the KL rows), up to max_length
+    int mp = 0, mc = 0;
+    for (int i = 0; i < ds->n; i++) {
+      mp = ds->p_len[i] > mp ? ds->p_len[i] : mp;
+      mc = ds->c_len[i] > mc ? ds->c_len[i] : mc;
+    }
+    m = mp + mc;
+    return ds->max_length > 0 && m > ds->max_length ? ds->max_length : m;
+  }
   for (int i = 0; i < ds->n; i++) {
     int a = ds->p_len[i] + ds->c_len[i], b = ds->p_len[i] + ds->r_len[i];
     m = a > m ? a : m;
@@ -360,4 +464,27 @@ void ct_pref_batch(ct_batch *b, const ct_pref_dataset *ds, const int *pairs, int
     ct_batch_row(b, i, p, ds->p_len[k], c, ds->c_len[k], pad_id);
     ct_batch_row(b, n + i, p, ds->p_len[k], r, ds->r_len[k], pad_id);
   }
+}
+
+void ct_pref_batch_unpaired(ct_batch *b, const ct_pref_dataset *ds, const int *rows, int n, bool kl, int pad_id) {
+  b->B = kl ? 2 * n : n;
+  b->T = 1;
+  b->n_target = b->n_tokens = 0;
+  for (int pass = 0; pass < 2; pass++)  // the width first, then the rows
+    for (int i = 0; i < n; i++) {
+      int k = rows[i], j = rows[(i + n - 1) % n], np = ds->p_len[k];
+      const int *p = ds->ids + ds->start[k];
+      int nk = ds->c_len[j];  // the KL row: prompt k, example j's completion, within max_length
+      if (ds->max_length > 0 && np + nk > ds->max_length) nk = ds->max_length - np;
+      if (pass == 0) {
+        int w = np + ds->c_len[k] > (kl ? np + nk : 0) ? np + ds->c_len[k] : np + nk;
+        b->T = w > b->T ? w : b->T;
+        continue;
+      }
+      b->row_seq[i] = k;
+      ct_batch_row(b, i, p, np, p + np, ds->c_len[k], pad_id);
+      if (!kl) continue;
+      b->row_seq[n + i] = k;
+      ct_batch_row(b, n + i, p, np, ds->ids + ds->start[j] + ds->p_len[j], nk, pad_id);
+    }
 }

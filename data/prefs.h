@@ -21,6 +21,11 @@ typedef struct {
   // "margin" number is kept, and a pair with an answer longer than max_length (prompt
   // included) is dropped and counted in n_dropped, never truncated.
   bool reward;
+  // Unpaired rows (TRL's KTOTrainer): {"prompt", "completion", "label": true|false}, strings
+  // or conversations; a file of pairs instead is unpaired as TRL does (each pair's chosen
+  // answer desirable, its rejected one undesirable; per block of 1000 pairs, the chosen
+  // answers first, so no example sits beside its own prompt's other answer).
+  bool unpaired;
 } ct_pref_opts;
 
 typedef struct {
@@ -32,6 +37,8 @@ typedef struct {
   int *p_len, *c_len, *r_len;  // (n) lengths; chosen follows the prompt, rejected the chosen
   int *line;             // (n) line in the file
   float *margin;         // (n) reward pairs: the row's margin (0 without one); else NULL
+  signed char *label;    // (n) unpaired examples: 1 desirable, 0 undesirable (r_len 0); else NULL
+  int max_length;        // the options' (KL rows are cut to it)
   int n_lines, n_bad, n_truncated, n_dropped;
   char first_bad[512];
 } ct_pref_dataset;
@@ -45,5 +52,12 @@ void ct_pref_free(ct_pref_dataset *ds);
 // the longest prompt + completion.
 void ct_pref_batch(ct_batch *b, const ct_pref_dataset *ds, const int *pairs, int n, int pad_id);
 
-// Longest prompt + completion of the dataset.
+// A batch of n unpaired examples: rows 0..n-1 prompt + completion; with `kl`, rows n..2n-1
+// prompt i + the completion of example i − 1 (example n − 1's for row n: TRL's KTO pairs,
+// cycled by one within the batch), cut to max_length: the mismatched pairs its KL term
+// reads. Targets on completion tokens only.
+void ct_pref_batch_unpaired(ct_batch *b, const ct_pref_dataset *ds, const int *rows, int n, bool kl, int pad_id);
+
+// Longest prompt + completion of the dataset (unpaired: of any prompt with any completion,
+// up to max_length, which bounds the KL rows).
 int ct_pref_max_len(const ct_pref_dataset *ds);

@@ -9,7 +9,8 @@
 const char *const ct_dpo_loss_type_names[] = {"sigmoid",  "hinge",    "ipo",       "robust",   "sft",
                                               "simpo",    "exo_pair", "nca_pair",  "bco_pair", "sppo_hard",
                                               "apo_zero", "apo_down", "discopop", "sigmoid_norm", "orpo",
-                                              "cpo",      "aot",      "aot_unpaired", NULL};
+                                              "cpo",      "aot",      "aot_unpaired", "kto",
+                                              "apo_zero_unpaired", NULL};
 _Static_assert(sizeof ct_dpo_loss_type_names / sizeof *ct_dpo_loss_type_names == CT_DPO_COUNT + 1,
                "ct_dpo_loss_type_names must name every CT_DPO_* value");
 
@@ -212,4 +213,34 @@ double ct_dpo_sft_weight(const ct_dpo_loss *o) {
     if (o->type[k] == CT_DPO_SFT || o->type[k] == CT_DPO_ORPO) w += o->weight[k];
     else if (o->type[k] == CT_DPO_CPO) w += o->weight[k] * o->cpo_alpha;
   return w;
+}
+
+int ct_dpo_unpaired(const ct_dpo_loss *o) {
+  for (int k = 0; k < o->n; k++)
+    if (o->type[k] == CT_DPO_KTO || o->type[k] == CT_DPO_APO_ZERO_UNPAIRED) return 1;
+  return 0;
+}
+
+int ct_dpo_kto_kl(const ct_dpo_loss *o) {
+  for (int k = 0; k < o->n; k++)
+    if (o->type[k] == CT_DPO_KTO) return 1;
+  return 0;
+}
+
+double ct_dpo_kto_loss(const ct_dpo_loss *o, bool desirable, double lp, double ref, double kl, double *d) {
+  double b = o->beta, rho = lp - ref, total = 0;
+  *d = 0;
+  for (int k = 0; k < o->n; k++) {
+    double w = o->weight[k] * (desirable ? o->desirable_weight : o->undesirable_weight);
+    if (o->type[k] == CT_DPO_KTO) {  // 1 − σ(±β(ρ − KL)): d/dρ = ∓β·σ'
+      double z = desirable ? b * (rho - kl) : b * (kl - rho);
+      total += w * (1 - sigmoid(z));
+      *d += w * (desirable ? -b : b) * dsigmoid(z);
+    } else if (o->type[k] == CT_DPO_APO_ZERO_UNPAIRED) {
+      double z = b * rho;
+      total += w * (desirable ? 1 - sigmoid(z) : sigmoid(z));
+      *d += w * (desirable ? -b : b) * dsigmoid(z);
+    }
+  }
+  return total;
 }

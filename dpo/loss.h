@@ -24,11 +24,13 @@
 //         a = logπ(y)/|y| (ORPOTrainer: λ = beta)
 //   cpo   −(1−ε)·logσ(β·(logπ(c) − logπ(r))) − ε·logσ(−β·(logπ(c) − logπ(r)))  (CPOTrainer's sigmoid)
 #pragma once
+#include <stdbool.h>
 
 enum {
   CT_DPO_SIGMOID, CT_DPO_HINGE, CT_DPO_IPO, CT_DPO_ROBUST, CT_DPO_SFT, CT_DPO_SIMPO, CT_DPO_EXO_PAIR,
   CT_DPO_NCA_PAIR, CT_DPO_BCO_PAIR, CT_DPO_SPPO_HARD, CT_DPO_APO_ZERO, CT_DPO_APO_DOWN, CT_DPO_DISCOPOP,
-  CT_DPO_SIGMOID_NORM, CT_DPO_ORPO, CT_DPO_CPO, CT_DPO_AOT, CT_DPO_AOT_UNPAIRED, CT_DPO_COUNT
+  CT_DPO_SIGMOID_NORM, CT_DPO_ORPO, CT_DPO_CPO, CT_DPO_AOT, CT_DPO_AOT_UNPAIRED, CT_DPO_KTO,
+  CT_DPO_APO_ZERO_UNPAIRED, CT_DPO_COUNT
 };
 // "sigmoid", ..., NULL: the loss_type name of each CT_DPO_* value.
 extern const char *const ct_dpo_loss_type_names[];
@@ -38,7 +40,20 @@ typedef struct {
   int type[8];       // CT_DPO_*
   double weight[8];
   double beta, label_smoothing, simpo_gamma, discopop_tau, cpo_alpha;
+  double desirable_weight, undesirable_weight;  // kto, apo_zero_unpaired
 } ct_dpo_loss;
+
+// KTO's losses (TRL's KTOTrainer), over unpaired examples (prompt, completion, label) and
+// not pairs: loss_type kto or apo_zero_unpaired, alone. ρ = logπ(y) − logπ_ref(y), w_d =
+// desirable_weight, w_u = undesirable_weight, KL = the batch's estimate (a constant here):
+//   kto                desirable w_d·(1 − σ(β(ρ − KL))), undesirable w_u·(1 − σ(β(KL − ρ)))
+//   apo_zero_unpaired  desirable w_d·(1 − σ(βρ)),        undesirable w_u·σ(βρ)
+// The trainer averages them over the step's examples. True when loss_type is one of these.
+int ct_dpo_unpaired(const ct_dpo_loss *o);
+// True when the loss reads KL (kto): the batch then holds its mismatched rows.
+int ct_dpo_kto_kl(const ct_dpo_loss *o);
+// One example's loss (its weight included) and, in *d, d(loss)/d logπ(y).
+double ct_dpo_kto_loss(const ct_dpo_loss *o, bool desirable, double lp, double ref, double kl, double *d);
 
 // AOT (TRL's aot, and aot_unpaired; aot_pair is TRL's older name of aot): not per pair but
 // over the micro-batch's m pairs, sorted — aot: δ_i = sort(logπ(c) − logπ(r))_i −

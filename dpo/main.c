@@ -41,7 +41,8 @@
 // The losses from config: loss_type list, loss_weights, beta (the config made it 2.0 by default for simpo).
 static int losses_from(const ct_config *c, ct_dpo_loss *o) {
   *o = (ct_dpo_loss){.n = c->loss_type.n, .beta = c->beta, .label_smoothing = c->label_smoothing,
-                     .simpo_gamma = c->simpo_gamma, .discopop_tau = c->discopop_tau, .cpo_alpha = c->cpo_alpha};
+                     .simpo_gamma = c->simpo_gamma, .discopop_tau = c->discopop_tau, .cpo_alpha = c->cpo_alpha,
+                     .desirable_weight = c->desirable_weight, .undesirable_weight = c->undesirable_weight};
   if (o->n > 8)
     return ct_set_error(CT_ECONFIG, "%s: key 'loss_type': at most 8 losses", ct_config_origin(c, "loss_type"));
   if (c->loss_weights.n && c->loss_weights.n != c->loss_type.n)
@@ -70,6 +71,24 @@ static int losses_from(const ct_config *c, ct_dpo_loss *o) {
   if (!disco && c->discopop_tau != 0.05 && ct_config_is_set(c, "discopop_tau"))
     return ct_set_error(CT_ECONFIG, "%s: key 'discopop_tau': discopop's, and loss_type has no discopop",
                         ct_config_origin(c, "discopop_tau"));
+  if (ct_dpo_unpaired(o) && o->n > 1)
+    return ct_set_error(CT_ECONFIG, "%s: key 'loss_type': kto and apo_zero_unpaired train on unpaired rows "
+                        "{prompt, completion, label}, so they take no other loss_type beside them",
+                        ct_config_origin(c, "loss_type"));
+  for (int k = 0; k < 2 && !ct_dpo_unpaired(o); k++) {
+    const char *key = k ? "undesirable_weight" : "desirable_weight";
+    if (ct_config_is_set(c, key) && (k ? c->undesirable_weight : c->desirable_weight) != 1.0)
+      return ct_set_error(CT_ECONFIG, "%s: key '%s': kto's and apo_zero_unpaired's, and loss_type has neither",
+                          ct_config_origin(c, key), key);
+  }
+  if (ct_dpo_kto_kl(o) && c->precompute_ref_log_probs)
+    return ct_set_error(CT_ECONFIG, "%s: kto's KL term reads the reference on each micro-batch's mismatched "
+                        "pairs, which are made per batch: its log-probs cannot be precomputed (apo_zero_unpaired's can)",
+                        ct_config_origin(c, "precompute_ref_log_probs"));
+  if (ct_dpo_kto_kl(o) && c->per_device_train_batch_size < 2)
+    return ct_set_error(CT_ECONFIG, "%s: key 'per_device_train_batch_size': kto pairs each prompt with another "
+                        "example's completion of its micro-batch (its KL term), so it needs at least 2",
+                        ct_config_origin(c, "per_device_train_batch_size"));
   if (o->beta <= 0 && o->n && (ct_dpo_needs_reference(o) || simpo))
     return ct_set_error(CT_ECONFIG, "%s: key 'beta' must be positive for DPO losses", ct_config_origin(c, "beta"));
   return 0;
@@ -121,6 +140,7 @@ static void row_sums_free(row_sums *s) { ct_free_all(s->row_lp, s->row_len, s->r
 typedef struct {
   double loss, lp_c, lp_r, rw_c, rw_r, acc, margin, pairs, tokens;
   double log_odds, log_odds_sig;  // orpo: Σ log odds, Σ log σ(log odds)
+  double n_c, n_r, kl, kl_n;      // unpaired: desirable and undesirable examples; Σ KL, its micro-batches
   ct_dpo_token_means tok;  // added after the ranks' sums (its micro-batches already are)
 } dpo_stats;
 
@@ -130,6 +150,7 @@ typedef struct {
   ct_dpo_loss loss;
   bool need_ref;
   bool orpo;  // loss_type has orpo: its log_odds_* metrics
+  bool unpaired, kl;  // kto / apo_zero_unpaired: unpaired examples; kto: and its KL rows
   ct_frozen ref;         // the reference, when resident (not precomputed)
   bool ref_loaded;
   ct_acts acts;          // the policy's, kept (or recomputed) for backward
@@ -165,7 +186,53 @@ static void reference_rows(dpo_t *d, const ct_batch *b, const ct_dpo_ref_cache *
   }
   ct_frozen_through(&d->ref, through);  // (a LoRA policy's: idle until its pass after this)
   sum_rows(&d->refs, &d->head, ct_frozen_logps(&d->ref, b, &d->head), b);
-  for (int i = 0; i < m; i++) d->ref_c[i] = d->refs.row_lp[i], d->ref_r[i] = d->refs.row_lp[m + i];
+  for (int i = 0; i < m; i++)  // (unpaired: the KL rows, or none)
+    d->ref_c[i] = d->refs.row_lp[i], d->ref_r[i] = b->B == 2 * m ? d->refs.row_lp[m + i] : 0;
+}
+
+// Micro-batch of m pairs, or of m unpaired examples (with their KL rows for kto).
+static void make_batch(dpo_t *d, const ct_pref_dataset *ds, const int *rows, int m) {
+  int pad = ct_tokenizer_pad(d->tr->tok);
+  if (d->unpaired) ct_pref_batch_unpaired(&d->batch, ds, rows, m, d->kl, pad);
+  else ct_pref_batch(&d->batch, ds, rows, m, pad);
+}
+
+// kto's KL estimate for this micro-batch: the mean over its m KL rows of logπ − logπ_ref,
+// averaged over the ranks that hold a micro-batch here (TRL's gather().mean()), at least 0.
+// Every rank calls it once per micro-batch of the step, m = 0 where it holds none.
+static double batch_kl(dpo_t *d, int m) {
+  double s[2] = {0, 0};
+  for (int i = 0; i < m; i++) s[0] += ((double)d->pol.row_lp[m + i] - d->ref_r[i]) / m;
+  s[1] = m > 0;
+  if (ct_dist_sum_f64(s, 2)) ct_die(1, NULL);
+  return s[1] > 0 && s[0] > 0 ? s[0] / s[1] : 0;
+}
+
+// KTO's micro-batch (rows 0..m-1 the examples of ds, then kto's KL rows, which take no
+// gradient); inv_n normalizes by the step's examples. As pair_step otherwise.
+static void unpaired_step(dpo_t *d, const ct_pref_dataset *ds, int m, bool train, double inv_n, double kl,
+                          dpo_stats *st, ct_dpo_token_sums *tok) {
+  const ct_batch *b = &d->batch;
+  ct_head *h = &d->head;
+  signed char cls[2 * m + 1];  // token metrics: desirable rows chosen, undesirable rejected, KL rows out
+  for (int i = 0; i < b->B; i++) {
+    bool ex = i < m, des = ex && ds->label[b->row_seq[i]];
+    double lp = d->pol.row_lp[i], ref = ex ? d->ref_c[i] : 0, dl = 0;
+    cls[i] = ex ? des : -1;
+    d->coef_row[i] = 0;
+    if (!ex) continue;
+    st->loss += ct_dpo_kto_loss(&d->loss, des, lp, ref, kl, &dl);
+    st->pairs += 1;
+    *(des ? &st->lp_c : &st->lp_r) += lp;
+    *(des ? &st->rw_c : &st->rw_r) += d->loss.beta * (lp - ref);
+    *(des ? &st->n_c : &st->n_r) += 1;
+    st->tokens += ds->p_len[b->row_seq[i]] + ds->c_len[b->row_seq[i]];  // (TRL's num_tokens: not the KL rows)
+    d->coef_row[i] = (float)(-dl * inv_n);
+  }
+  if (d->kl && d->tr->rank == 0) st->kl += kl, st->kl_n += 1;  // (the same on every rank)
+  for (int r = 0; r < h->n; r++) h->coef[r] = d->coef_row[h->rows[r] / b->T], h->zcoef[r] = 0;
+  ct_dpo_token_sums_add_rows(tok, h, b->T, cls);
+  if (train) ct_lm_backward(&d->tr->model, &d->tr->g, &d->acts, h, b);
 }
 
 // Pair losses of a micro-batch; with `train`, the gradient goes back through the policy.
@@ -254,10 +321,58 @@ static json_t *stats_json(const dpo_stats *st, const char *prefix, bool sft, boo
   return j;
 }
 
+// KTO's metrics with TRL's names (KTOTrainer): each mean over its own examples or micro-batches.
+static json_t *unpaired_json(const dpo_stats *st, const char *prefix, bool kl) {
+  const ct_dpo_token_means *t = &st->tok;
+  const struct {
+    const char *key;
+    double value, count;
+  } m[] = {{"loss", st->loss, st->pairs}, {kl ? "kl" : NULL, st->kl, st->kl_n},
+           {"rewards/chosen", st->rw_c, st->n_c}, {"rewards/rejected", st->rw_r, st->n_r},
+           {"logps/chosen", st->lp_c, st->n_c}, {"logps/rejected", st->lp_r, st->n_r},
+           {"logits/chosen", t->logits_c, t->micro_c}, {"logits/rejected", t->logits_r, t->micro_r},
+           {"entropy", t->entropy, t->micro}};
+  json_t *j = json_object();
+  char k[64];
+  for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+    if (!m[i].key || m[i].count <= 0) continue;  // (TRL logs a mean only when it has values)
+    snprintf(k, sizeof k, "%s%s", prefix, m[i].key);
+    json_object_set_new(j, k, json_real(m[i].value / m[i].count));
+  }
+  if (st->n_c > 0 && st->n_r > 0) {
+    snprintf(k, sizeof k, "%srewards/margins", prefix);
+    json_object_set_new(j, k, json_real(st->rw_c / st->n_c - st->rw_r / st->n_r));
+  }
+  return j;
+}
+
+static json_t *metrics_json(const dpo_t *d, const dpo_stats *st, const char *prefix) {
+  if (d->unpaired) return unpaired_json(st, prefix, d->kl);
+  return stats_json(st, prefix, ct_dpo_sft_weight(&d->loss) != 0, d->orpo);
+}
+
 // Sums n micro-batches' per-token sums over the ranks and adds their means to st.
-static void add_token_means(dpo_stats *st, ct_dpo_token_sums *tok, int n) {
+static void add_token_means(const dpo_t *d, dpo_stats *st, ct_dpo_token_sums *tok, int n) {
   if (ct_dist_sum_f64((double *)tok, n * (int)(sizeof *tok / sizeof(double)))) ct_die(1, NULL);
-  ct_dpo_token_means_add(&st->tok, tok, n);
+  if (d->unpaired) ct_dpo_token_means_add_unpaired(&st->tok, tok, n);
+  else ct_dpo_token_means_add(&st->tok, tok, n);
+}
+
+// One micro-batch's losses after the forwards: pairs, or unpaired examples (kto: its KL
+// estimate first, a collective over the ranks).
+static void micro_step(dpo_t *d, const ct_pref_dataset *ds, int m, bool train, double inv_n, double inv_chosen,
+                       dpo_stats *st, ct_dpo_token_sums *tok) {
+  if (!d->unpaired) {
+    pair_step(d, m, train, inv_n, inv_chosen, st, tok);
+    return;
+  }
+  unpaired_step(d, ds, m, train, inv_n, d->kl ? batch_kl(d, m) : 0, st, tok);
+}
+
+// kto: a rank with fewer micro-batches (`mine`) than the most any rank holds (rank 0's, which
+// every rank can count) still joins their KL collectives.
+static void join_kl(dpo_t *d, int mine, int most) {
+  for (int k = mine; d->kl && k < most; k++) batch_kl(d, 0);
 }
 
 static void evaluate(dpo_t *d, const ct_pref_dataset *ev, const ct_dpo_ref_cache *cache) {
@@ -269,22 +384,28 @@ static void evaluate(dpo_t *d, const ct_pref_dataset *ev, const ct_dpo_ref_cache
   int batches = (ev->n + B * tr->world - 1) / (B * tr->world);  // batch i: pairs of every rank
   ct_dpo_token_sums *tok = calloc(batches > 0 ? batches : 1, sizeof *tok);
   if (!tok) ct_die(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
-  for (int i = 0, first = tr->rank * B; first < ev->n; i++, first += B * tr->world) {
+  int mine = 0;
+  for (int i = 0, first = tr->rank * B; first < ev->n; i++, first += B * tr->world, mine++) {
     int m = 0;
     for (int k = first; k < ev->n && m < B; k++) d->pairs[m++] = k;
-    ct_pref_batch(&d->batch, ev, d->pairs, m, ct_tokenizer_pad(tr->tok));
+    make_batch(d, ev, d->pairs, m);
     reference_rows(d, &d->batch, cache, m, &d->eval_acts);
     policy_rows(d, &d->eval_acts, &d->batch);
-    pair_step(d, m, false, 1.0 / ev->n, nc ? 1.0 / nc : 0, &st, &tok[i]);
+    micro_step(d, ev, m, false, 1.0 / ev->n, nc ? 1.0 / nc : 0, &st, &tok[i]);
   }
+  join_kl(d, mine, batches);
   ct_dist_sum_stats(&st);
-  add_token_means(&st, tok, batches);
+  add_token_means(d, &st, tok, batches);
   free(tok);
-  json_t *j = stats_json(&st, "eval_", ct_dpo_sft_weight(&d->loss) != 0, d->orpo);
+  json_t *j = metrics_json(d, &st, "eval_");
   json_object_set_new(j, "step", json_integer(tr->step));
-  ct_log_info(&tr->log, "eval at step %ld: loss %.4f, reward accuracy %.3f, margin %.4f", tr->step,
-              st.loss / (st.pairs ? st.pairs : 1), st.acc / (st.pairs ? st.pairs : 1),
-              st.margin / (st.pairs ? st.pairs : 1));
+  if (d->unpaired)
+    ct_log_info(&tr->log, "eval at step %ld: loss %.4f, reward margin %.4f", tr->step, st.loss / (st.pairs ? st.pairs : 1),
+                (st.n_c ? st.rw_c / st.n_c : 0) - (st.n_r ? st.rw_r / st.n_r : 0));
+  else
+    ct_log_info(&tr->log, "eval at step %ld: loss %.4f, reward accuracy %.3f, margin %.4f", tr->step,
+                st.loss / (st.pairs ? st.pairs : 1), st.acc / (st.pairs ? st.pairs : 1),
+                st.margin / (st.pairs ? st.pairs : 1));
   if (ct_log_metrics(&tr->log, j)) ct_die(1, NULL);
 }
 
@@ -316,7 +437,7 @@ static void precompute(dpo_t *d, const ct_pref_dataset *ds, const char *name, ct
   for (int first = tr->rank * B; first < ds->n; first += B * tr->world) {
     int m = 0;
     for (int k = first; k < ds->n && m < B; k++) d->pairs[m++] = k;
-    ct_pref_batch(&d->batch, ds, d->pairs, m, ct_tokenizer_pad(tr->tok));
+    make_batch(d, ds, d->pairs, m);
     reference_rows(d, &d->batch, NULL, m, &d->acts);
     tokens += d->batch.n_tokens;
     ct_log_phase(&tr->log, tr->step + 1, "reference log-probs", ++done, batches, "batches", tokens, NULL);
@@ -349,11 +470,18 @@ static void load_data(dpo_t *d, ct_pref_dataset *train, ct_pref_dataset *eval) {
   const ct_config *cfg = d->cfg;
   ct_train *tr = d->tr;
   ct_pref_opts po = {(int)cfg->max_length, (int)cfg->max_prompt_length, (int)cfg->max_completion_length,
-                     cfg->skip_bad_rows, tr->model.cfg.vocab_size, false};
+                     cfg->skip_bad_rows, tr->model.cfg.vocab_size, false, d->unpaired};
   if (ct_pref_load(train, cfg->dataset_path, tr->tok, &po)) ct_die(1, NULL);
-  ct_log_info(&tr->log, "train: %s: %d pairs, %ld tokens%s", train->path, train->n, train->n_tokens,
-              d->need_ref ? "" : " (reference-free loss: no reference model)");
-  if (train->n_truncated) ct_log_info(&tr->log, "train: %d pairs truncated", train->n_truncated);
+  if (d->unpaired) {
+    int des = 0;
+    for (int k = 0; k < train->n; k++) des += train->label[k];
+    ct_log_info(&tr->log, "train: %s: %d unpaired examples (%d desirable, %d undesirable), %ld tokens", train->path,
+                train->n, des, train->n - des, train->n_tokens);
+  } else {
+    ct_log_info(&tr->log, "train: %s: %d pairs, %ld tokens%s", train->path, train->n, train->n_tokens,
+                d->need_ref ? "" : " (reference-free loss: no reference model)");
+  }
+  if (train->n_truncated) ct_log_info(&tr->log, "train: %d %s truncated", train->n_truncated, d->unpaired ? "rows" : "pairs");
   if (train->n_bad)
     ct_log_info(&tr->log, "train: %d malformed rows skipped; first: %s", train->n_bad, train->first_bad);
   if (cfg->eval_dataset_path[0] && ct_pref_load(eval, cfg->eval_dataset_path, tr->tok, &po)) ct_die(1, NULL);
@@ -428,14 +556,17 @@ static void train_step(dpo_t *d, const ct_pref_dataset *ds, const ct_dpo_ref_cac
   memset(d->tok, 0, sizeof *d->tok * accum);
   const int *step_pairs = d->pairs;  // (eval, which reuses d->pairs, runs after the step)
   ct_loop_phase(tr, 0, accum, 0);  // (the heartbeat's line)
-  for (int k = 0, first, m; k < accum && (m = ct_loop_micro(tr, k, B, n, &first)); k++) {
-    ct_pref_batch(&d->batch, ds, step_pairs + first, m, ct_tokenizer_pad(tr->tok));
+  int k = 0;
+  for (int first, m; k < accum && (m = ct_loop_micro(tr, k, B, n, &first)); k++) {
+    make_batch(d, ds, step_pairs + first, m);
     reference_rows(d, &d->batch, cache, m, &d->acts);  // before the policy: the head keeps its logits
     ct_train_dropout_key(tr, k);
     policy_rows(d, &d->acts, &d->batch);
-    pair_step(d, m, true, inv_pairs, inv_chosen, st, &d->tok[k]);
+    micro_step(d, ds, m, true, inv_pairs, inv_chosen, st, &d->tok[k]);
     ct_loop_phase(tr, k + 1, accum, st->tokens);
   }
+  int per_k = B * tr->world, most = (n + per_k - 1) / per_k;  // (rank 0's micro-batches)
+  join_kl(d, k, most < accum ? most : accum);
 }
 
 int main(int argc, char **argv) {
@@ -446,6 +577,7 @@ int main(int argc, char **argv) {
   losses_from(&cfg, &d.loss);  // (checked by check_config)
   d.need_ref = ct_dpo_needs_reference(&d.loss);
   for (int k = 0; k < d.loss.n; k++) d.orpo |= d.loss.type[k] == CT_DPO_ORPO;
+  d.unpaired = ct_dpo_unpaired(&d.loss), d.kl = ct_dpo_kto_kl(&d.loss);
   ct_pref_dataset train, eval = {0};
   load_data(&d, &train, &eval);
 
@@ -470,7 +602,7 @@ int main(int argc, char **argv) {
   reference_setup(&d, &train, &eval, &cache_train, &cache_eval);
   const ct_dpo_ref_cache *ct_ = cfg.precompute_ref_log_probs ? &cache_train : NULL;
   const ct_dpo_ref_cache *ce_ = cfg.precompute_ref_log_probs ? &cache_eval : NULL;
-  ct_train_log_schedule(&tr, train.n, global, B, accum, "pair");
+  ct_train_log_schedule(&tr, train.n, global, B, accum, d.unpaired ? "example" : "pair");
   if (ct_loop_eval_on_start(&tr)) evaluate(&d, &eval, ce_);
   dpo_stats win;  // the logging window's sums
   ct_window lw;
@@ -482,7 +614,7 @@ int main(int argc, char **argv) {
     train_step(&d, &train, ct_, n, B, &st);
     double norm, lr;
     ct_loop_update(&tr, &st, sizeof st, &norm, &lr);
-    add_token_means(&st, d.tok, accum);
+    add_token_means(&d, &st, d.tok, accum);
     if (cfg.sync_ref_model && d.ref_loaded && tr.step % cfg.ref_model_sync_steps == 0 &&
         ct_train_sync_reference(&tr, &d.ref, cfg.ref_model_mixup_alpha))
       ct_die(1, NULL);
@@ -491,7 +623,7 @@ int main(int argc, char **argv) {
     double tok_s = ct_window_rate(&lw, win.tokens);
     ct_log_progress(&tr.log, tr.step, st.loss / (st.pairs ? st.pairs : 1), tok_s);
     if (ct_train_log_due(&tr)) {
-      json_t *j = stats_json(&win, "", ct_dpo_sft_weight(&d.loss) != 0, d.orpo);
+      json_t *j = metrics_json(&d, &win, "");
       json_object_set_new(j, "step", json_integer(tr.step));
       ct_train_log_fields(&tr, j, lr, ct_window_norm(&lw), tok_s);
       if (ct_log_metrics(&tr.log, j)) ct_die(1, NULL);

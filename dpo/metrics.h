@@ -24,12 +24,22 @@ typedef struct {
 typedef struct {
   double logits_c, logits_r, nll, entropy, accuracy;
   double micro;
+  double micro_c, micro_r;  // unpaired: micro-batches with chosen tokens, with rejected ones
 } ct_dpo_token_means;
 
 // Adds the tokens of head h, after a forward of a batch of rows of T positions whose
 // first m rows are the chosen completions and the next m the rejected ones.
 void ct_dpo_token_sums_add(ct_dpo_token_sums *s, const ct_head *h, int T, int m);
 
+// The same for rows of any order: cls[row] 1 chosen, 0 rejected, −1 left out (KTO's KL rows;
+// its desirable examples count as chosen, its undesirable ones as rejected).
+void ct_dpo_token_sums_add_rows(ct_dpo_token_sums *s, const ct_head *h, int T, const signed char *cls);
+
 // Adds the token means of n micro-batches (each already summed over ranks). Entries
 // without chosen tokens are micro-batches no rank ran (the short last step): skipped.
 void ct_dpo_token_means_add(ct_dpo_token_means *mean, const ct_dpo_token_sums *s, int n);
+
+// KTO's: logits/chosen over the micro-batches that have chosen tokens (micro_c), logits/rejected
+// over those with rejected ones (micro_r), entropy over all that ran (micro), as TRL's
+// KTOTrainer appends each only when it has tokens.
+void ct_dpo_token_means_add_unpaired(ct_dpo_token_means *mean, const ct_dpo_token_sums *s, int n);

@@ -40,8 +40,10 @@ static void sft(const char *path, const ct_data_opts *o) {
   ct_dataset_free(&ds);
 }
 
-static void prefs(const char *path) {
-  ct_pref_opts o = {.max_length = 48, .max_prompt_length = 16, .max_completion_length = 32, .skip_bad_rows = true};
+// Pairs, or (unpaired) KTO's rows or pairs made unpaired, with their KL rows.
+static void prefs(const char *path, bool unpaired) {
+  ct_pref_opts o = {.max_length = 48, .max_prompt_length = 16, .max_completion_length = 32, .skip_bad_rows = true,
+                    .unpaired = unpaired};
   ct_pref_dataset ds;
   fuzz_clear_error();
   int rc = ct_pref_load(&ds, path, tok, &o);
@@ -50,10 +52,12 @@ static void prefs(const char *path) {
   int T = ct_pref_max_len(&ds);
   if (T > o.max_length) abort();
   ct_batch b;
-  if (ct_batch_init(&b, 4, T > 0 ? T : 1)) abort();
-  for (int p = 0; p < ds.n; p += 2) {
-    int pairs[2] = {p, p + 1 < ds.n ? p + 1 : p};
-    ct_pref_batch(&b, &ds, pairs, 2, ct_tokenizer_pad(tok));
+  if (ct_batch_init(&b, 6, T > 0 ? T : 1)) abort();
+  for (int p = 0; p < ds.n; p += 3) {
+    int rows[3] = {p, p + 1 < ds.n ? p + 1 : p, p + 2 < ds.n ? p + 2 : p};
+    if (unpaired) ct_pref_batch_unpaired(&b, &ds, rows, 3, true, ct_tokenizer_pad(tok));
+    else ct_pref_batch(&b, &ds, rows, 2, ct_tokenizer_pad(tok));
+    if (b.T > T) abort();
     for (long i = 0; i < (long)b.B * b.T; i++) check_id(b.ids[i], false), check_id(b.target[i], true);
   }
   ct_batch_free(&b);
@@ -85,7 +89,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   ct_data_opts rows = {.max_length = 12, .assistant_only_loss = true, .skip_bad_rows = true, .text_field = "content"};
   sft(path, &packed);
   sft(path, &rows);
-  prefs(path);
+  prefs(path, false);
+  prefs(path, true);
   prompts(path);
   return 0;
 }

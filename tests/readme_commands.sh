@@ -17,6 +17,7 @@ ln -s "$top/configs" "$W/configs"
 F="$W/fixtures"
 "$BIN/ctune-demo-data" reverse "$F/train.jsonl" "$F/eval.jsonl" 64 16 3 6 >/dev/null
 "$BIN/ctune-demo-data" reverse-prefs "$F/prefs.jsonl" "$F/heldout.jsonl" 24 8 5 6 >/dev/null
+"$BIN/ctune-demo-data" reverse-kto "$F/kto.jsonl" "$F/kto_heldout.jsonl" 24 8 7 6 >/dev/null
 cp "$F/prefs.jsonl" "$F/pairs.jsonl"
 cp "$F/train.jsonl" "$F/data.jsonl"
 head -8 "$F/train.jsonl" >"$F/rows.jsonl"
@@ -89,6 +90,7 @@ line "bin/ctune-ckpt gguf in=base adapter=out out=model.gguf"
 scenario preference  # out/sft: a model to start from
 cp -r "$S/my-hf-model" "$S/out/sft"
 line "bin/dpo configs/dpo.yml model_path=out/sft dataset_path=prefs.jsonl output_dir=out/dpo"
+line "bin/dpo configs/kto.yml model_path=out/sft dataset_path=kto.jsonl output_dir=out/kto"
 line "bin/grpo configs/grpo.yml model_path=out/sft dataset_path=prompts.jsonl output_dir=out/grpo"
 line "bin/reward configs/reward.yml model_path=out/sft dataset_path=pairs.jsonl output_dir=out/rm"
 line "bin/reward score model_path=out/rm data=rows.jsonl"

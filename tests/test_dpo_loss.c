@@ -393,6 +393,78 @@ static void test_gradients_match_finite_differences_for_weighted_lists(void) {
   }
 }
 
+
+// TRL's KTOTrainer._compute_loss for one micro-batch, as its code reads, in float64: kl =
+// clamp(mean(KL_logps − ref_KL_logps), 0) (detached), the desirable examples' losses
+// 1 − σ(β(ρ − kl)) (kto) or 1 − σ(βρ) (apo_zero_unpaired), the undesirable ones' 1 − σ(β(kl − ρ))
+// or σ(βρ), cat(w_d·chosen, w_u·rejected).nanmean().
+static double trl_kto(bool apo, double beta, double wd, double wu, int m, const double *lp, const double *ref,
+                      const bool *label, double kl) {
+  double chosen[16], rejected[16];
+  int nc = 0, nr = 0;
+  for (int i = 0; i < m; i++) {
+    double lr = lp[i] - ref[i];
+    if (label[i]) chosen[nc++] = apo ? 1 - trl_sig(beta * lr) : 1 - trl_sig(beta * (lr - kl));
+    else rejected[nr++] = apo ? trl_sig(beta * lr) : 1 - trl_sig(beta * (kl - lr));
+  }
+  double sum = 0;
+  for (int i = 0; i < nc; i++) sum += wd * chosen[i];
+  for (int i = 0; i < nr; i++) sum += wu * rejected[i];
+  return sum / (nc + nr);
+}
+
+static void test_kto_losses_match_trls_formula_and_its_gradient(void) {
+  const double h = 1e-6;
+  int bad = 0, checked = 0;
+  for (int it = 0; it < 60; it++) {
+    bool apo = it % 2;
+    int m = 2 + it % 7;
+    double beta = it % 3 == 0 ? 0.1 : it % 3 == 1 ? 0.5 : 2, wd = 0.5 + uniform(), wu = 0.5 + 1.5 * uniform();
+    double lp[16], ref[16], kl_rows[16], kl = 0;
+    bool label[16];
+    for (int i = 0; i < m; i++) {
+      lp[i] = -40 * uniform() - 0.5, ref[i] = lp[i] + 8 * (uniform() - 0.5), label[i] = uniform() < 0.5;
+      kl_rows[i] = 6 * (uniform() - 0.3);  // KL_logps − ref_KL_logps of the mismatched rows
+      kl += kl_rows[i] / m;
+    }
+    kl = kl > 0 ? kl : 0;  // .clamp(min=0)
+    ct_dpo_loss o = {.n = 1, .type = {apo ? CT_DPO_APO_ZERO_UNPAIRED : CT_DPO_KTO}, .weight = {1}, .beta = beta,
+                     .desirable_weight = wd, .undesirable_weight = wu};
+    double ours = 0, d[16];
+    for (int i = 0; i < m; i++) ours += ct_dpo_kto_loss(&o, label[i], lp[i], ref[i], kl, &d[i]) / m;
+    double want = trl_kto(apo, beta, wd, wu, m, lp, ref, label, kl);
+    if (!(fabs(ours - want) <= 1e-12 * fmax(1, fabs(want)))) {
+      if (bad++ < 3) fprintf(stderr, "  %s m %d: loss %.15g, TRL's %.15g\n", apo ? "apo_zero_unpaired" : "kto", m, ours, want);
+    }
+    for (int i = 0; i < m; i++) {  // TRL's gradient: the kl term is detached, so only lp[i] moves
+      double keep = lp[i];
+      lp[i] = keep + h;
+      double up = trl_kto(apo, beta, wd, wu, m, lp, ref, label, kl);
+      lp[i] = keep - h;
+      double down = trl_kto(apo, beta, wd, wu, m, lp, ref, label, kl);
+      lp[i] = keep;
+      double fd = (up - down) / (2 * h), g = d[i] / m;
+      checked++;
+      if (!(fabs(fd - g) <= 1e-7 * fmax(fabs(g), 1e-3)) && bad++ < 3)
+        fprintf(stderr, "  %s example %d: d %.10g, TRL's by differences %.10g\n", apo ? "apo" : "kto", i, g, fd);
+    }
+  }
+  CHECK(bad == 0 && checked > 200);
+  // policy = reference and no KL: every example's loss is 1/2 of its weight, as TRL's first step
+  ct_dpo_loss o = {.n = 1, .type = {CT_DPO_KTO}, .weight = {1}, .beta = 0.1, .desirable_weight = 2,
+                   .undesirable_weight = 1};
+  double dd;
+  CHECK_NEAR(ct_dpo_kto_loss(&o, true, -5, -5, 0, &dd), 1.0, 1e-15);
+  CHECK_NEAR(dd, -2 * 0.1 * 0.25, 1e-15);
+  CHECK_NEAR(ct_dpo_kto_loss(&o, false, -5, -5, 0, &dd), 0.5, 1e-15);
+  CHECK_NEAR(dd, 0.1 * 0.25, 1e-15);
+  CHECK(ct_dpo_unpaired(&o) && ct_dpo_kto_kl(&o));
+  o.type[0] = CT_DPO_APO_ZERO_UNPAIRED;
+  CHECK(ct_dpo_unpaired(&o) && !ct_dpo_kto_kl(&o));
+  o.type[0] = CT_DPO_APO_ZERO;
+  CHECK(!ct_dpo_unpaired(&o) && !ct_dpo_kto_kl(&o));
+}
+
 static void test_needs_reference_is_false_only_for_simpo_orpo_cpo_and_sft_lists(void) {
   for (int type = 0; type < CT_DPO_COUNT; type++) {
     ct_dpo_loss o = one(type, 0.1, 0);
@@ -451,6 +523,7 @@ int main(void) {
   RUN(test_gradients_match_finite_differences_for_weighted_lists);
   RUN(test_trls_other_pair_losses_match_its_formulas);
   RUN(test_aot_sorts_the_batch_as_trl);
+  RUN(test_kto_losses_match_trls_formula_and_its_gradient);
   RUN(test_needs_reference_is_false_only_for_simpo_orpo_cpo_and_sft_lists);
   RUN(test_sft_weight_sums_sft_terms_and_is_zero_without_them);
   RUN(test_config_loss_type_union_is_dpo_then_grpo_names);

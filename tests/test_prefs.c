@@ -620,6 +620,65 @@ static void test_every_completion_token_is_predicted_even_with_an_empty_prompt(v
   }
 }
 
+
+// KTO's unpaired rows: the label kept, one completion (with EOS), the KL rows of a batch the
+// prompt of example i with example i − 1's completion (the first with the last), cut to
+// max_length; a file of pairs unpaired as TRL's unpair_preference_dataset orders it; bad rows.
+static void test_unpaired_rows_their_kl_rows_and_unpaired_pairs(void) {
+  ct_pref_dataset ds;
+  ct_pref_opts o = opts();
+  o.unpaired = true;
+  o.max_length = 9;
+  CHECK_OK(ct_pref_load(&ds, write_file("u.jsonl",
+           "{\"prompt\": \"ab\", \"completion\": \"cde\", \"label\": true}\n"
+           "{\"prompt\": \"fghij\", \"completion\": \"k\", \"label\": false}\n"
+           "{\"prompt\": \"l\", \"completion\": \"mnopqr\", \"label\": true}\n"), tok, &o));
+  CHECK(ds.n == 3 && ds.label && ds.label[0] == 1 && ds.label[1] == 0 && ds.label[2] == 1);
+  CHECK(ds.r_len[0] == 0 && ds.c_len[0] == 4 && C(&ds, 0)[3] == EOS);
+  CHECK(ct_pref_max_len(&ds) == 9);  // 5 + 7 capped by max_length
+  ct_batch b;
+  CHECK_OK(ct_batch_init(&b, 6, ct_pref_max_len(&ds)));
+  int rows[3] = {0, 1, 2};
+  ct_pref_batch_unpaired(&b, &ds, rows, 3, true, PAD);
+  CHECK(b.B == 6 && b.T == 9);
+  for (int i = 0; i < 3; i++) {
+    int k = rows[i], j = rows[(i + 2) % 3], nk = ds.c_len[j];
+    if (ds.p_len[k] + nk > 9) nk = 9 - ds.p_len[k];
+    CHECK(b.row_seq[i] == k && b.row_seq[3 + i] == k);
+    check_row(&b, i, P(&ds, k), ds.p_len[k], C(&ds, k), ds.c_len[k]);
+    check_row(&b, 3 + i, P(&ds, k), ds.p_len[k], C(&ds, j), nk);  // "fghij" + "mnop" (cut), ...
+  }
+  ct_pref_batch_unpaired(&b, &ds, rows, 2, false, PAD);  // apo_zero_unpaired: no KL rows
+  CHECK(b.B == 2 && b.T == 7);  // "fghij" + "k" + EOS
+  check_row(&b, 1, P(&ds, 1), 5, C(&ds, 1), 2);
+  ct_batch_free(&b);
+  ct_pref_free(&ds);
+  // pairs: the chosen answers of the block first, then the rejected ones (TRL's order)
+  o.max_length = 64;
+  CHECK_OK(ct_pref_load(&ds, write_file("p.jsonl",
+           "{\"prompt\": \"a\", \"chosen\": \"b\", \"rejected\": \"c\"}\n"
+           "{\"prompt\": \"d\", \"chosen\": \"e\", \"rejected\": \"f\"}\n"), tok, &o));
+  CHECK(ds.n == 4 && ds.label[0] == 1 && ds.label[1] == 1 && ds.label[2] == 0 && ds.label[3] == 0);
+  int order[4] = {'b', 'e', 'c', 'f'};
+  for (int k = 0; k < 4; k++) CHECK(ds.p_len[k] == 1 && ds.c_len[k] == 2 && C(&ds, k)[0] == order[k]);
+  CHECK(P(&ds, 2)[0] == 'a' && P(&ds, 3)[0] == 'd' && ds.line[3] == 2);
+  ct_pref_free(&ds);
+  // bad rows name the file, the line and the key
+  const char *bad[][2] = {
+      {"{\"prompt\": \"a\", \"completion\": \"b\", \"label\": 1}\n", "u1.jsonl:1: key 'label': expected true or false"},
+      {"{\"prompt\": \"a\", \"label\": true}\n", "u1.jsonl:1: key 'completion' is missing"},
+      {"{\"completion\": \"a\", \"label\": true}\n", "u1.jsonl:1: key 'prompt' is missing"},
+      {"{\"prompt\": \"a\", \"completion\": \"\", \"label\": true}\n", "u1.jsonl:1: key 'completion': the completion is empty"},
+      {"{\"prompt\": \"a\", \"completion\": \"b\", \"label\": true}\n{\"prompt\": \"a\", \"chosen\": \"b\", \"rejected\": \"c\"}\n",
+       "u1.jsonl:2: a paired row in a file of unpaired rows"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    CHECK(ct_pref_load(&ds, write_file("u1.jsonl", bad[i][0]), tok, &o) == CT_EFORMAT);
+    if (!strstr(ct_last_error(), bad[i][1])) fprintf(stderr, "  got: %s\n  want: %s\n", ct_last_error(), bad[i][1]);
+    CHECK(strstr(ct_last_error(), bad[i][1]) != NULL);
+  }
+}
+
 int main(void) {
   if (scratch_make("/tmp/ct_test_prefs_XXXXXX") || ct_tokenizer_bytes(&tok)) return 1;
   EOS = ct_tokenizer_eos(tok);
@@ -643,6 +702,7 @@ int main(void) {
   RUN(test_bos_tokenizer_prepends_one_bos_to_the_prompt_only);
   RUN(test_pairs_and_prompts_pass_tools_and_template_kwargs);
   RUN(test_every_completion_token_is_predicted_even_with_an_empty_prompt);
+  RUN(test_unpaired_rows_their_kl_rows_and_unpaired_pairs);
   ct_tokenizer_free(tok);
   if (scratch_remove()) return 1;
   return test_summary();

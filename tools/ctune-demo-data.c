@@ -2,6 +2,7 @@
 //
 //   ctune-demo-data reverse       TRAIN.jsonl EVAL.jsonl [n_train] [n_eval] [seed] [max_len] [noise]
 //   ctune-demo-data reverse-prefs TRAIN.jsonl EVAL.jsonl [n_train] [n_eval] [seed] [max_len]
+//   ctune-demo-data reverse-kto   TRAIN.jsonl EVAL.jsonl [n_train] [n_eval] [seed] [max_len]
 //   ctune-demo-data addition      TRAIN.jsonl EVAL.jsonl [n_train] [n_eval] [seed] [digits]
 //
 // reverse:  {"prompt": "reverse kqxmb:", "completion": "bmxqk"}: lowercase words of
@@ -12,6 +13,9 @@
 // reverse-prefs: {"prompt": "reverse kqxmb:", "chosen": "bmxqk", "rejected": "bmqxk"}:
 //           DPO pairs whose rejected answer is a plausible mistake (two neighbouring
 //           letters swapped, a letter dropped, or the word not reversed).
+// reverse-kto: {"prompt": "reverse kqxmb:", "completion": "bmqxk", "label": false}: the
+//           prefs' unpaired version (TRL's KTO format): each prompt once, with its right
+//           answer (label true) or, one time in two, a plausible mistake (label false).
 // addition: {"prompt": "357+048=", "completion": "0405"}: two numbers of up to `digits`
 //           digits (default 3), at fixed width.
 // Held-out rows never repeat a training row. The seed fixes the output on every machine
@@ -26,7 +30,7 @@
 #include "rng.h"
 
 static int usage(FILE *f) {
-  fprintf(f, "usage: ctune-demo-data reverse|reverse-prefs|addition TRAIN.jsonl EVAL.jsonl [n_train=20000] "
+  fprintf(f, "usage: ctune-demo-data reverse|reverse-prefs|reverse-kto|addition TRAIN.jsonl EVAL.jsonl [n_train=20000] "
                   "[n_eval=500] [seed=1234] [max_len=8 | digits=3] [noise=0 (reverse only)]\n"
              "The numbers are given in this order, or as name=value in any order.\n");
   return f == stdout ? 0 : 2;  // --help: exit 0
@@ -97,7 +101,7 @@ static unsigned long long make_addition(ct_rng *r, int digits, char *prompt, cha
 }
 
 typedef struct {
-  bool prefs, reverse;     // reverse-prefs, reverse (or addition)
+  bool prefs, kto, reverse;  // reverse-prefs, reverse-kto, reverse (or addition)
   long n_train, n_eval;
   unsigned long long seed;
   int size;                // max_len (reverse) or digits (addition)
@@ -140,7 +144,7 @@ static int parse_args(int argc, char **argv, opts *o) {
 static int check_opts(const opts *o) {
   if (o->n_train < 1 || o->n_eval < 1 || (o->reverse && (o->size < 3 || o->size > 30)) ||
       (!o->reverse && (o->size < 1 || o->size > 9)) || !(o->noise >= 0 && o->noise < 1) ||
-      (o->noise > 0 && (o->prefs || !o->reverse))) {
+      (o->noise > 0 && (o->prefs || o->kto || !o->reverse))) {
     fprintf(stderr, "ctune-demo-data: out of range: n_train and n_eval >= 1, max_len 3-30 (reverse) or digits 1-9 "
             "(addition), noise in [0, 1) and for reverse only\n");
     return 2;
@@ -172,7 +176,12 @@ static int write_rows(const opts *o, const char *path, long count, bool train, c
       near_miss(r, word, completion, rejected);
       strcpy(completion, rejected);
     }
-    if (o->prefs) {
+    if (o->kto) {
+      bool good = ct_rng_uniform(r) < 0.5;
+      if (!good) near_miss(r, word, completion, rejected);
+      fprintf(out, "{\"prompt\": \"%s\", \"completion\": \"%s\", \"label\": %s}\n", prompt,
+              good ? completion : rejected, good ? "true" : "false");
+    } else if (o->prefs) {
       near_miss(r, word, completion, rejected);
       fprintf(out, "{\"prompt\": \"%s\", \"chosen\": \"%s\", \"rejected\": \"%s\"}\n", prompt,
               completion, rejected);
@@ -193,7 +202,8 @@ int main(int argc, char **argv) {
   if (argc < 4) return usage(stderr);
   opts o = {0};
   o.prefs = strcmp(argv[1], "reverse-prefs") == 0;
-  o.reverse = o.prefs || strcmp(argv[1], "reverse") == 0;
+  o.kto = strcmp(argv[1], "reverse-kto") == 0;
+  o.reverse = o.prefs || o.kto || strcmp(argv[1], "reverse") == 0;
   if (!o.reverse && strcmp(argv[1], "addition") != 0) return usage(stderr);
   int rc = parse_args(argc, argv, &o);
   if (rc || (rc = check_opts(&o))) return rc;
