@@ -38,15 +38,35 @@ static bool all_equal(const double *x, int G) {
   return same;
 }
 
+// nanmean (*mean) and Bessel-corrected nanstd of one group's rewards, NaNs (unscorable)
+// left out; *count gets how many are not NaN. The std is NaN below two values, as TRL's.
+static double group_nanstd(const double *x, int G, double *mean, int *count) {
+  double m = 0, var = 0;
+  int c = 0;
+  for (int i = 0; i < G; i++)
+    if (x[i] == x[i]) m += x[i], c++;
+  m = c ? m / c : NAN;
+  for (int i = 0; i < G; i++)
+    if (x[i] == x[i]) var += (x[i] - m) * (x[i] - m);
+  *mean = m, *count = c;
+  return c > 1 ? sqrt(var / (c - 1)) : NAN;
+}
+
 int ct_grpo_advantages(const double *r, int groups, int G, int scale, double batch_std, double *adv) {
   int zero = 0;
   for (int g = 0; g < groups; g++) {
     const double *x = r + (long)g * G;
-    double mean, std = ct_grpo_group_std(x, G, &mean);
-    bool same = all_equal(x, G);
+    int c, k = 0;
+    double mean, std = group_nanstd(x, G, &mean, &c), first = NAN;
+    bool same = c > 1;  // (TRL's isclose(std, 0): not for a std of NaN)
+    for (int i = 0; i < G; i++)
+      if (x[i] == x[i]) same &= k++ == 0 ? (first = x[i], true) : x[i] == first;
     zero += same;
     double div = scale == CT_SCALE_GROUP ? std + 1e-4 : scale == CT_SCALE_BATCH ? batch_std + 1e-4 : 1.0;
-    for (int i = 0; i < G; i++) adv[(long)g * G + i] = same ? 0.0 : (x[i] - mean) / div;
+    for (int i = 0; i < G; i++) {
+      double a = same ? 0.0 : (x[i] - mean) / div;
+      adv[(long)g * G + i] = a == a ? a : 0.0;  // an unscorable completion (and a lone score's NaN): 0
+    }
   }
   return zero;
 }

@@ -1,6 +1,7 @@
 // advantage: group-relative advantages and the token weights of each loss_type.
 //
-//   r = Σ_k w_k·R_k (a NaN reward counts 0, as TRL's nansum), per group of G completions:
+//   r = Σ_k w_k·R_k (a NaN reward counts 0, as TRL's nansum; r is NaN when every R_k is:
+//   unscorable, left out of group_norm's statistics with A = 0), per group of G completions:
 //   A = (r − mean_group) / (std + 1e-4), std Bessel-corrected, of the group
 //   (scale group) or of the whole batch (scale batch); scale none: A = r − mean_group.
 //   A group whose rewards are all equal gets A = 0 exactly.
@@ -20,8 +21,11 @@ void ct_grpo_total_rewards(const double *R, int n, int K, const double *w, doubl
 double ct_grpo_group_std(const double *x, int G, double *mean);
 
 // Advantages for n = groups·G rewards in group order. batch_std is the std of every
-// reward of the step (all ranks), used when scale == batch. Returns the number of
-// groups whose rewards are all equal.
+// reward of the step (all ranks), used when scale == batch. A NaN reward is an unscorable
+// completion (every reward function gave NaN), as TRL's sum_then_normalize marks it: it is
+// left out of its group's mean and std (Bessel-corrected, NaN below two values) and gets
+// A = 0, as does an advantage that comes out NaN. Returns the number of groups whose
+// rewards (two or more, not NaN) are all equal.
 int ct_grpo_advantages(const double *r, int groups, int G, int scale, double batch_std, double *adv);
 
 // multi_objective_aggregation normalize_then_sum (GDPO, as TRL computes it): each reward

@@ -1,6 +1,7 @@
 // grpo/eval: the greedy evaluation on eval_dataset_path's prompts, scored by the reward
 // functions (one completion per prompt, the prompts split across ranks).
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -20,11 +21,18 @@ static int log_eval(ct_grpo *g, const ct_grpo_rollout *ro, int m, const double *
   struct {
     double reward, length, clipped, count;
   } s = {0};
-  for (int i = 0; i < m; i++) s.reward += r[i], s.length += ro[i].n, s.clipped += ro[i].truncated, s.count += 1;
+  double scored = 0;  // (unscorable completions, every function NaN, are left out of eval_reward, as TRL)
+  for (int i = 0; i < m; i++) {
+    bool any = K == 0;
+    for (int k = 0; k < K; k++) any |= R[(long)i * K + k] == R[(long)i * K + k];
+    if (any) s.reward += r[i], scored += 1;
+    s.length += ro[i].n, s.clipped += ro[i].truncated, s.count += 1;
+  }
+  if ((rc = ct_dist_sum_f64(&scored, 1))) return rc;
   if ((rc = ct_dist_sum_stats(&s)) || (rc = ct_dist_sum_f64((double *)func, CT_GRPO_REWARD_MEAN_DOUBLES * K)))
     return rc;
   double c = s.count > 0 ? s.count : 1;
-  json_t *j = json_pack("{s:I,s:f,s:f,s:f}", "step", (json_int_t)tr->step, "eval_reward", s.reward / c,
+  json_t *j = json_pack("{s:I,s:f,s:f,s:f}", "step", (json_int_t)tr->step, "eval_reward", s.reward / (scored > 0 ? scored : 1),
                         "eval_completions/mean_length", s.length / c, "eval_completions/clipped_ratio", s.clipped / c);
   char key[96];
   for (int k = 0; k < K; k++) {
@@ -32,7 +40,7 @@ static int log_eval(ct_grpo *g, const ct_grpo_rollout *ro, int m, const double *
     json_object_set_new(j, key, json_real(func[k].n > 0 ? func[k].sum / func[k].n : NAN));
   }
   ct_log_info(&tr->log, "eval at step %ld: mean reward %.4f of greedy completions of %d prompts", tr->step,
-              s.reward / c, n);
+              s.reward / (scored > 0 ? scored : 1), n);
   return ct_log_metrics(&tr->log, j);
 }
 

@@ -36,10 +36,10 @@ typedef struct {
 
 // The metrics of one set of rollouts, summed over ranks (all doubles: ct_dist_sum_stats).
 typedef struct {
-  double reward, reward_sq;  // Σ r, Σ r² over completions
+  double reward, reward_sq, scored;  // Σ r, Σ r² over the scorable completions, and how many
   double completions, truncated, length;
   double terminated_length;  // Σ length of the completions ended by a stop token
-  double group_std, zero_std_groups, groups;
+  double zero_std_groups, groups;
 } ct_grpo_rollout_stats;
 
 // Completion lengths' extremes, as maxima over ranks (ct_dist_max_f64): a minimum is kept

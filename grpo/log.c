@@ -46,11 +46,12 @@ int ct_grpo_log_step(ct_grpo *g, const ct_grpo_step_stats *st, double lr, double
   const ct_grpo_rollout_stats *s = &g->rs;
   ct_train *tr = g->tr;
   double tok = st->tokens > 0 ? st->tokens : 1, n = s->completions > 0 ? s->completions : 1;
-  double groups = s->groups > 0 ? s->groups : 1;
+  double groups = s->groups > 0 ? s->groups : 1, scored = s->scored > 0 ? s->scored : 1;
+  double var = s->scored > 1 ? (s->reward_sq - s->reward * s->reward / s->scored) / (s->scored - 1) : 0;
   const ct_grpo_span_info *in = &st->info;
   json_t *j = json_pack("{s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}",
-                        "step", (json_int_t)tr->step, "loss", st->loss, "reward", s->reward / n,
-                        "reward_std", s->group_std / groups, "frac_reward_zero_std", s->zero_std_groups / groups,
+                        "step", (json_int_t)tr->step, "loss", st->loss, "reward", s->reward / scored,
+                        "reward_std", sqrt(var > 0 ? var : 0), "frac_reward_zero_std", s->zero_std_groups / groups,
                         "kl", in->kl / tok, "completions/mean_length", s->length / n,
                         "completions/clipped_ratio", s->truncated / n, "entropy", st->entropy / tok,
                         "learning_rate", lr, "grad_norm", norm, "num_tokens", tr->num_tokens,

@@ -441,7 +441,7 @@ int main(int argc, char **argv) {
       ct_die(1, NULL);
     double train_s = ct_now() - t1;
     tr.num_tokens += st.input_tokens;
-    ct_log_progress(&tr.log, tr.step, g.rs.reward / (g.rs.completions > 0 ? g.rs.completions : 1),
+    ct_log_progress(&tr.log, tr.step, g.rs.reward / (g.rs.scored > 0 ? g.rs.scored : 1),
                     st.input_tokens / (ct_now() - t_win));
     t_win = ct_now();
     if (ct_train_log_due(&tr) && ct_grpo_log_step(&g, &st, lr, norm, iter == 0, train_s)) ct_die(1, NULL);

@@ -93,23 +93,27 @@ int ct_grpo_score(ct_grpo *g, const double *scored) {
   }
   if (rc) return ct_free_all(R, r, adv), rc;
   ct_grpo_total_rewards(R, n, K, g->weights, r);
+  // unscorable completions (every reward function NaN: TRL's unscorable_mask) are left out of
+  // the logged reward and its std, and group_norm leaves them out of its statistics (A = 0);
+  // their r stays the nansum (0) for the rollout log and the other estimators
+  double *rn = malloc(sizeof(double) * m);
+  if (!rn) return ct_free_all(R, r, adv), ct_set_error(CT_ENOMEM, "out of memory");
   ct_grpo_rollout_stats *s = &g->rs;
   memset(s, 0, sizeof *s);
   for (int i = 0; i < n; i++) {
-    s->reward += r[i];
-    s->reward_sq += r[i] * r[i];
+    bool any = K == 0;
+    for (int k = 0; k < K; k++) any |= R[(long)i * K + k] == R[(long)i * K + k];
+    rn[i] = any ? r[i] : NAN;
+    if (any) s->reward += r[i], s->reward_sq += r[i] * r[i], s->scored += 1;
   }
-  if ((rc = length_stats(g, s))) return ct_free_all(R, r, adv), rc;
-  for (int p = 0; p < groups; p++) {
-    double mean;
-    s->group_std += ct_grpo_group_std(r + (long)p * g->G, g->G, &mean);
-  }
+  if ((rc = length_stats(g, s))) return ct_free_all(R, r, adv, rn), rc;
   s->groups = groups;
-  // the batch std needs every rank's rewards; the zero-std count needs the advantages
+  // the batch std needs every rank's rewards (TRL's nanstd: Bessel, over the scorable ones);
+  // the zero-std count needs the advantages
   ct_grpo_rollout_stats part = *s;
   ct_dist_sum_stats(&part);
-  double mean = part.reward / part.completions;
-  double var = (part.reward_sq - part.completions * mean * mean) / (part.completions > 1 ? part.completions - 1 : 1);
+  double mean = part.scored > 0 ? part.reward / part.scored : 0;
+  double var = part.scored > 1 ? (part.reward_sq - part.scored * mean * mean) / (part.scored - 1) : 0;
   int z;
   if (c->multi_objective_aggregation == CT_MOA_NORMALIZE_THEN_SUM) {  // (r stays the weighted sum, as logged)
     double *rn = malloc(sizeof(double) * m);
@@ -117,8 +121,9 @@ int ct_grpo_score(ct_grpo *g, const double *scored) {
     free(rn);
     if (z == 0 && !(var > 0)) z = groups;  // frac_reward_zero_std: all or none here, as TRL's batch std
   } else {
-    z = advantages(g, r, sqrt(var > 0 ? var : 0), adv);
+    z = advantages(g, c->advantage_estimator == CT_ADV_GROUP_NORM ? rn : r, sqrt(var > 0 ? var : 0), adv);
   }
+  free(rn);
   if (z < 0) return ct_free_all(R, r, adv), z;
   double zero = z;
   ct_dist_sum_f64(&zero, 1);

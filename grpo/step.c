@@ -102,7 +102,7 @@ int ct_grpo_train_pass(ct_grpo *g, bool first_pass, ct_grpo_step_stats *st) {
     if (rc < 0) return rc;
     st->input_tokens += b->n_tokens;
     char reward[48];
-    snprintf(reward, sizeof reward, "reward %.3f", g->rs.reward / (g->rs.completions > 0 ? g->rs.completions : 1));
+    snprintf(reward, sizeof reward, "reward %.3f", g->rs.reward / (g->rs.scored > 0 ? g->rs.scored : 1));
     ct_log_phase(&tr->log, tr->step + 1, "training", first / B + 1, (g->n_ro + B - 1) / B, "micro-batches",
                  st->input_tokens, reward);
   }

@@ -248,6 +248,34 @@ static void test_normalize_then_sum_matches_trls_branch(void) {
   CHECK(fabs(r[2] - want_r[2]) < 1e-12);
 }
 
+
+// sum_then_normalize with unscorable completions, as TRL's branch reads: rewards[unscorable] =
+// NaN, group nanmean and nanstd (or the batch's nanstd), (r − mean) / (std + 1e-4) (scale
+// none: r − mean), then nan_to_num: an unscorable completion, and a group's lone score,
+// get 0.
+static void test_sum_then_normalize_leaves_unscorable_completions_out_as_trl(void) {
+  enum { N = 12, G = 4 };
+  const double r[N] = {1, NAN, 0, 0.5, NAN, NAN, 2, NAN, 3, 3, NAN, 3};  // groups: 3 scored, 1, 3 equal
+  for (int scale = CT_SCALE_GROUP; scale <= CT_SCALE_NONE; scale++) {
+    double batch = trl_nanstd(r, N, 1), adv[N], want[N];
+    int zero = ct_grpo_advantages(r, N / G, G, scale, batch, adv);
+    for (int p = 0; p < N / G; p++) {
+      double m = 0, c = 0;
+      for (int i = p * G; i < p * G + G; i++)
+        if (!isnan(r[i])) m += r[i], c++;
+      m /= c;
+      double sd = scale == CT_SCALE_GROUP ? trl_nanstd(r + p * G, G, 1) : batch;
+      for (int i = p * G; i < p * G + G; i++) {
+        double a = scale == CT_SCALE_NONE ? r[i] - m : (r[i] - m) / (sd + 1e-4);
+        want[i] = isnan(a) ? 0 : a;
+      }
+    }
+    for (int i = 0; i < N; i++) CHECK_NEAR(adv[i], want[i], 1e-9);
+    CHECK(adv[1] == 0 && adv[4] == 0 && adv[6] == 0 && adv[10] == 0);
+    CHECK(zero == 1);  // the third group (three equal scores); not the lone score's NaN std
+  }
+}
+
 // ---------------------------------------------------------------------------
 // TRL's GRPOTrainer._compute_loss, written out in float64 over a (B, T) micro-batch the way
 // the PyTorch code reads (masks, broadcasts, each loss_type's reduction), as a function of
@@ -484,6 +512,7 @@ int main(void) {
   RUN(test_group_advantages_are_standardized_with_bessel_std);
   RUN(test_near_zero_std_is_bounded);
   RUN(test_batch_and_none_scaling);
+  RUN(test_sum_then_normalize_leaves_unscorable_completions_out_as_trl);
   RUN(test_rloo_leaves_each_completion_out_of_its_baseline);
   RUN(test_reinforce_baseline_whitens_over_tokens);
   RUN(test_whitening_degenerate_batches);
