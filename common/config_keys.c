@@ -37,7 +37,7 @@ const char *const ct_speculative_names[] = {"none", "mtp", NULL};
 // loss_type by trainer (test_dpo_loss checks them against dpo/loss.c and grpo/), and their union
 #define DPO_LOSSES "sigmoid", "hinge", "ipo", "robust", "sft", "simpo", "exo_pair", "nca_pair", "bco_pair", \
     "sppo_hard", "apo_zero", "apo_down", "discopop", "sigmoid_norm", "orpo", "cpo", "aot", "aot_unpaired", \
-    "kto", "apo_zero_unpaired"
+    "kto", "apo_zero_unpaired", "cpo_hinge", "cpo_ipo", "cpo_simpo", "alphapo"
 #define GRPO_LOSSES "grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "vespo"
 const char *const ct_loss_type_names[] = {DPO_LOSSES, GRPO_LOSSES, NULL};
 const char *const ct_dpo_loss_choices[] = {DPO_LOSSES, NULL};
@@ -300,7 +300,7 @@ const key_def config_keys[] = {
                 "nca_pair, bco_pair, sppo_hard, apo_zero, apo_down, discopop, sigmoid_norm, aot and "
                 "aot_unpaired (over the micro-batch, sorted); and, with no "
                 "reference, orpo (ORPOTrainer's loss: odds ratio + NLL) and cpo (CPOTrainer's: sigmoid + "
-                "cpo_alpha x NLL)), summed with "
+                "cpo_alpha x NLL; its cpo_hinge, cpo_ipo, cpo_simpo, and alphapo: cpo_simpo without the NLL)), summed with "
                 "loss_weights ([sigmoid, sft] is RPO); or, alone, over unpaired rows {prompt, completion, label} "
                 "(TRL's KTOTrainer), kto or apo_zero_unpaired. GRPO: one of grpo, bnpo, dr_grpo, dapo "
                 "(the clipped surrogate; how token losses are averaged), cispo (the clipped ratio, "
@@ -313,7 +313,10 @@ const key_def config_keys[] = {
      .comment = "Probability that a preference label is flipped (cDPO, robust, simpo); exo_pair's "
                 "epsilon (must be > 0 there)."},
     {"cpo_alpha", K_FLOAT, DPO, OFF(cpo_alpha), "1.0", FROM(0),
-     .comment = "cpo: the weight of its NLL term on the chosen tokens."},
+     .comment = "cpo, cpo_hinge, cpo_ipo, cpo_simpo: the weight of their NLL term on the chosen tokens."},
+    {"alpha", K_FLOAT, DPO, OFF(alpha), "0.0", OPEN(-INFINITY, INFINITY),
+     .comment = "The cpo losses (CPOConfig's alpha, AlphaPO): 0 compares the log-probs u themselves, else "
+                "r(u) = (1 - exp(-alpha u)) / alpha."},
     {"desirable_weight", K_FLOAT, DPO, OFF(desirable_weight), "1.0", FROM(0),
      .comment = "kto, apo_zero_unpaired: the weight of a desirable example's loss (label true)."},
     {"undesirable_weight", K_FLOAT, DPO, OFF(undesirable_weight), "1.0", FROM(0),

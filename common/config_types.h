@@ -291,6 +291,7 @@ typedef struct {
   double simpo_gamma;
   double discopop_tau;
   double desirable_weight, undesirable_weight;
+  double alpha;  // AlphaPO's reward shape (the cpo losses)
   double cpo_alpha;
   int precompute_ref_log_probs;
 

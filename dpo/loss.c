@@ -3,6 +3,7 @@
 #include "dpo/loss.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
 
@@ -10,7 +11,8 @@ const char *const ct_dpo_loss_type_names[] = {"sigmoid",  "hinge",    "ipo",    
                                               "simpo",    "exo_pair", "nca_pair",  "bco_pair", "sppo_hard",
                                               "apo_zero", "apo_down", "discopop", "sigmoid_norm", "orpo",
                                               "cpo",      "aot",      "aot_unpaired", "kto",
-                                              "apo_zero_unpaired", NULL};
+                                              "apo_zero_unpaired", "cpo_hinge", "cpo_ipo", "cpo_simpo",
+                                              "alphapo", NULL};
 _Static_assert(sizeof ct_dpo_loss_type_names / sizeof *ct_dpo_loss_type_names == CT_DPO_COUNT + 1,
                "ct_dpo_loss_type_names must name every CT_DPO_* value");
 
@@ -52,6 +54,52 @@ static double apart(const ct_dpo_loss *o, int type, double xc, double xr, double
       *gr = dsigmoid(z);
       return sigmoid(xc) + 1 - sigmoid(z);
   }
+}
+
+// The cpo losses' u: the summed log-prob, or (ipo, simpo, alphapo) the mean.
+static bool cpo_mean(int type) { return type == CT_DPO_CPO_IPO || type == CT_DPO_CPO_SIMPO || type == CT_DPO_ALPHAPO; }
+
+double ct_dpo_cpo_reward(const ct_dpo_loss *o, int type, double lp, int len) {
+  double u = cpo_mean(type) ? lp / len : lp;
+  return o->beta * (o->alpha != 0 ? -expm1(-o->alpha * u) / o->alpha : u);
+}
+
+// CPOTrainer's losses (no reference): L and dL/dlogπ(c), dL/dlogπ(r) into *gc, *gr.
+static double cpo_family(const ct_dpo_loss *o, int type, double lp_c, double lp_r, int len_c, int len_r,
+                         double *gc, double *gr) {
+  double b = o->beta, e = o->label_smoothing, a = o->alpha, L, dx;
+  bool mean = cpo_mean(type);
+  double uc = mean ? lp_c / len_c : lp_c, ur = mean ? lp_r / len_r : lp_r;
+  double tc = a != 0 ? -expm1(-a * uc) / a : uc, tr = a != 0 ? -expm1(-a * ur) / a : ur;  // AlphaPO's r(u)
+  double x = tc - tr;
+  switch (type) {
+    case CT_DPO_CPO_HINGE:
+      L = b * x < 1 ? 1 - b * x : 0;
+      dx = b * x < 1 ? -b : 0;
+      break;
+    case CT_DPO_CPO_IPO: {
+      double v = x - 1 / (2 * b);
+      L = v * v;
+      dx = 2 * v;
+      break;
+    }
+    case CT_DPO_CPO_SIMPO:
+    case CT_DPO_ALPHAPO: {  // TRL: logits − γ/β, then β·(...)
+      double z = b * (x - o->simpo_gamma / b);
+      L = -(1 - e) * log_sigmoid(z) - e * log_sigmoid(-z);
+      dx = b * (-(1 - e) * sigmoid(-z) + e * sigmoid(z));
+      break;
+    }
+    default: {  // CT_DPO_CPO: the sigmoid loss
+      double z = b * x;
+      L = -(1 - e) * log_sigmoid(z) - e * log_sigmoid(-z);
+      dx = b * (-(1 - e) * sigmoid(-z) + e * sigmoid(z));
+    }
+  }
+  // dx/dlogπ(c) = r'(u_c)·du_c/dlogπ(c), r'(u) = e^(−α·u)
+  *gc = dx * (a != 0 ? exp(-a * uc) : 1) / (mean ? len_c : 1);
+  *gr = -dx * (a != 0 ? exp(-a * ur) : 1) / (mean ? len_r : 1);
+  return L;
 }
 
 double ct_dpo_pair_loss(const ct_dpo_loss *o, double lp_c, double lp_r, double ref_c, double ref_r,
@@ -120,12 +168,15 @@ double ct_dpo_pair_loss(const ct_dpo_loss *o, double lp_c, double lp_r, double r
         *d_r -= w * dlo / -expm1(ar) / len_r;
         break;
       }
-      case CT_DPO_CPO: {
-        double z = b * (lp_c - lp_r);
-        L = -(1 - e) * log_sigmoid(z) - e * log_sigmoid(-z);
-        double dz = -(1 - e) * sigmoid(-z) + e * sigmoid(z);
-        *d_c += w * dz * b;
-        *d_r -= w * dz * b;
+      case CT_DPO_CPO:
+      case CT_DPO_CPO_HINGE:
+      case CT_DPO_CPO_IPO:
+      case CT_DPO_CPO_SIMPO:
+      case CT_DPO_ALPHAPO: {
+        double gc, gr;
+        L = cpo_family(o, o->type[k], lp_c, lp_r, len_c, len_r, &gc, &gr);
+        *d_c += w * gc;
+        *d_r += w * gr;
         break;
       }
       case CT_DPO_NCA_PAIR:
@@ -202,7 +253,7 @@ double ct_dpo_log_sigmoid(double x) { return log_sigmoid(x); }
 int ct_dpo_needs_reference(const ct_dpo_loss *o) {
   for (int k = 0; k < o->n; k++)
     if (o->type[k] != CT_DPO_SIMPO && o->type[k] != CT_DPO_SFT && o->type[k] != CT_DPO_ORPO &&
-        o->type[k] != CT_DPO_CPO)
+        !ct_dpo_is_cpo(o->type[k]))
       return 1;
   return 0;
 }
@@ -211,7 +262,7 @@ double ct_dpo_sft_weight(const ct_dpo_loss *o) {
   double w = 0;
   for (int k = 0; k < o->n; k++)
     if (o->type[k] == CT_DPO_SFT || o->type[k] == CT_DPO_ORPO) w += o->weight[k];
-    else if (o->type[k] == CT_DPO_CPO) w += o->weight[k] * o->cpo_alpha;
+    else if (ct_dpo_is_cpo(o->type[k]) && o->type[k] != CT_DPO_ALPHAPO) w += o->weight[k] * o->cpo_alpha;
   return w;
 }
 
@@ -243,4 +294,9 @@ double ct_dpo_kto_loss(const ct_dpo_loss *o, bool desirable, double lp, double r
     }
   }
   return total;
+}
+
+int ct_dpo_is_cpo(int type) {
+  return type == CT_DPO_CPO || type == CT_DPO_CPO_HINGE || type == CT_DPO_CPO_IPO || type == CT_DPO_CPO_SIMPO ||
+         type == CT_DPO_ALPHAPO;
 }

@@ -23,6 +23,11 @@
 //   orpo  −β·logσ(log_odds), log_odds = (a_c − a_r) − (log(1 − e^a_c) − log(1 − e^a_r)),
 //         a = logπ(y)/|y| (ORPOTrainer: λ = beta)
 //   cpo   −(1−ε)·logσ(β·(logπ(c) − logπ(r))) − ε·logσ(−β·(logπ(c) − logπ(r)))  (CPOTrainer's sigmoid)
+// and CPOTrainer's other loss types, on u = logπ (hinge) or u = logπ/|y| (ipo, simpo), or
+// with alpha ≠ 0 (AlphaPO) on r(u) = (1 − e^(−α·u))/α; x = r(u_c) − r(u_r):
+//   cpo_hinge  max(0, 1 − β·x)               cpo_ipo  (x − 1/(2β))²
+//   cpo_simpo  −(1−ε)·logσ(β·x − γ) − ε·logσ(−(β·x − γ)), γ = simpo_gamma
+//   alphapo    cpo_simpo without the NLL term (TRL's loss_type alphapo: simpo, cpo_alpha 0)
 #pragma once
 #include <stdbool.h>
 
@@ -30,7 +35,7 @@ enum {
   CT_DPO_SIGMOID, CT_DPO_HINGE, CT_DPO_IPO, CT_DPO_ROBUST, CT_DPO_SFT, CT_DPO_SIMPO, CT_DPO_EXO_PAIR,
   CT_DPO_NCA_PAIR, CT_DPO_BCO_PAIR, CT_DPO_SPPO_HARD, CT_DPO_APO_ZERO, CT_DPO_APO_DOWN, CT_DPO_DISCOPOP,
   CT_DPO_SIGMOID_NORM, CT_DPO_ORPO, CT_DPO_CPO, CT_DPO_AOT, CT_DPO_AOT_UNPAIRED, CT_DPO_KTO,
-  CT_DPO_APO_ZERO_UNPAIRED, CT_DPO_COUNT
+  CT_DPO_APO_ZERO_UNPAIRED, CT_DPO_CPO_HINGE, CT_DPO_CPO_IPO, CT_DPO_CPO_SIMPO, CT_DPO_ALPHAPO, CT_DPO_COUNT
 };
 // "sigmoid", ..., NULL: the loss_type name of each CT_DPO_* value.
 extern const char *const ct_dpo_loss_type_names[];
@@ -41,6 +46,7 @@ typedef struct {
   double weight[8];
   double beta, label_smoothing, simpo_gamma, discopop_tau, cpo_alpha;
   double desirable_weight, undesirable_weight;  // kto, apo_zero_unpaired
+  double alpha;  // the cpo family's AlphaPO reward shape (0: the log-probs themselves)
 } ct_dpo_loss;
 
 // KTO's losses (TRL's KTOTrainer), over unpaired examples (prompt, completion, label) and
@@ -75,8 +81,13 @@ double ct_dpo_log_odds(double lp_c, double lp_r, int len_c, int len_r);
 // log σ(x), stable for large |x|.
 double ct_dpo_log_sigmoid(double x);
 
-// True when some loss needs the reference model (all but simpo, orpo, cpo and sft).
+// True for CPOTrainer's loss types (cpo, cpo_hinge, cpo_ipo, cpo_simpo, alphapo).
+int ct_dpo_is_cpo(int type);
+// CPOTrainer's logged reward of a completion under cpo loss `type`: β·u (u the summed
+// log-prob, or the mean for ipo, simpo and alphapo), or with alpha ≠ 0 β·r(u).
+double ct_dpo_cpo_reward(const ct_dpo_loss *o, int type, double lp, int len);
+// True when some loss needs the reference model (all but simpo, orpo, the cpo family and sft).
 int ct_dpo_needs_reference(const ct_dpo_loss *o);
-// The weight of the NLL term on the chosen tokens: sft's, orpo's and cpo_alpha·cpo's (0 when
-// none).
+// The weight of the NLL term on the chosen tokens: sft's, orpo's and cpo_alpha times the cpo
+// family's but alphapo's (0 when none).
 double ct_dpo_sft_weight(const ct_dpo_loss *o);

@@ -42,7 +42,8 @@
 static int losses_from(const ct_config *c, ct_dpo_loss *o) {
   *o = (ct_dpo_loss){.n = c->loss_type.n, .beta = c->beta, .label_smoothing = c->label_smoothing,
                      .simpo_gamma = c->simpo_gamma, .discopop_tau = c->discopop_tau, .cpo_alpha = c->cpo_alpha,
-                     .desirable_weight = c->desirable_weight, .undesirable_weight = c->undesirable_weight};
+                     .desirable_weight = c->desirable_weight, .undesirable_weight = c->undesirable_weight,
+                     .alpha = c->alpha};
   if (o->n > 8)
     return ct_set_error(CT_ECONFIG, "%s: key 'loss_type': at most 8 losses", ct_config_origin(c, "loss_type"));
   if (c->loss_weights.n && c->loss_weights.n != c->loss_type.n)
@@ -57,17 +58,20 @@ static int losses_from(const ct_config *c, ct_dpo_loss *o) {
       return ct_set_error(CT_ECONFIG, "%s: key 'loss_type': '%s' is no DPO loss", ct_config_origin(c, "loss_type"),
                           c->loss_type.v[k]);
     o->weight[k] = c->loss_weights.n ? c->loss_weights.v[k] : 1.0;
-    simpo |= o->type[k] == CT_DPO_SIMPO || o->type[k] == CT_DPO_ORPO || o->type[k] == CT_DPO_CPO;
+    simpo |= o->type[k] == CT_DPO_SIMPO || o->type[k] == CT_DPO_ORPO || ct_dpo_is_cpo(o->type[k]);
   }
   for (int k = 0; k < o->n; k++)
     if (o->type[k] == CT_DPO_EXO_PAIR && !(c->label_smoothing > 0))
       return ct_set_error(CT_ECONFIG, "%s: key 'label_smoothing': exo_pair divides by it (its epsilon): set it "
                           "above 0 (the EXO paper uses 1e-3)", ct_config_origin(c, "label_smoothing"));
   bool disco = false, cpo = false;
-  for (int k = 0; k < o->n; k++) disco |= o->type[k] == CT_DPO_DISCOPOP, cpo |= o->type[k] == CT_DPO_CPO;
+  for (int k = 0; k < o->n; k++) disco |= o->type[k] == CT_DPO_DISCOPOP, cpo |= ct_dpo_is_cpo(o->type[k]);
   if (!cpo && ct_config_is_set(c, "cpo_alpha") && c->cpo_alpha != 1.0)
     return ct_set_error(CT_ECONFIG, "%s: key 'cpo_alpha': cpo's, and loss_type has no cpo",
                         ct_config_origin(c, "cpo_alpha"));
+  if (!cpo && c->alpha != 0)
+    return ct_set_error(CT_ECONFIG, "%s: key 'alpha': the cpo losses' AlphaPO reward shape, and loss_type has "
+                        "none of cpo, cpo_hinge, cpo_ipo, cpo_simpo, alphapo", ct_config_origin(c, "alpha"));
   if (!disco && c->discopop_tau != 0.05 && ct_config_is_set(c, "discopop_tau"))
     return ct_set_error(CT_ECONFIG, "%s: key 'discopop_tau': discopop's, and loss_type has no discopop",
                         ct_config_origin(c, "discopop_tau"));
@@ -261,8 +265,11 @@ static void pair_step(dpo_t *d, int m, bool train, double inv_pairs, double inv_
     int nc = d->pol.row_len[i], nr = d->pol.row_len[m + i];
     double L = ct_dpo_pair_loss(&d->loss, lc, lr, rc, rr, nc, nr, &dc, &dr) + bt[i];
     dc += bt[m + i], dr += bt[2 * m + i];
-    // the implicit rewards: β·(logπ − logπ_ref), or β·(mean log-prob) without a reference
+    // the implicit rewards: β·(logπ − logπ_ref), or β·(mean log-prob) without a reference, or
+    // (a cpo loss first) CPOTrainer's
     double wc = ref ? beta * (lc - rc) : beta * lc / nc, wr = ref ? beta * (lr - rr) : beta * lr / nr;
+    if (!ref && ct_dpo_is_cpo(d->loss.type[0]))
+      wc = ct_dpo_cpo_reward(&d->loss, d->loss.type[0], lc, nc), wr = ct_dpo_cpo_reward(&d->loss, d->loss.type[0], lr, nr);
     st->loss += L;
     st->lp_c += lc;
     st->lp_r += lr;

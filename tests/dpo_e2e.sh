@@ -120,13 +120,19 @@ for lw in "exo_pair 0.5*(log(0.5)-log(1-0.001))+0.5*(log(0.5)-log(0.001))" "nca_
   awk -v g="$got" -v l=$l "BEGIN { w = $want; d = g - w; if (d < 0) d = -d; printf \"%s: step-1 loss %s, formula %.6g\\n\", l, g, w
                                    exit !(g != \"\" && d <= 1e-5 * (w < 0 ? -w : w) + 1e-6) }" || fail "$l's step-1 loss"
 done
-echo "== ORPO and CPO: no reference model, their NLL term logged, and they learn the preferences"
-for l in orpo cpo; do
-  "$D" $common output_dir="$T/$l" max_steps=80 loss_type=$l ref_model_path="$T/nowhere" \
+echo "== ORPO and CPO's losses (alphapo: AlphaPO's reward shape): no reference model, their NLL term logged, and they learn the preferences"
+for l in orpo cpo cpo_hinge cpo_ipo "cpo_simpo beta=2" "alphapo alpha=0.25 beta=2"; do  # (SimPO's beta)
+  # shellcheck disable=SC2086
+  "$D" $common output_dir="$T/${l%% *}" max_steps=80 loss_type=$l ref_model_path="$T/nowhere" \
     eval_dataset_path="$T/prefs_eval.jsonl" \
-    eval_on_start=true >"$T/$l.log" 2>&1 || { cat "$T/$l.log"; fail "$l"; }
+    eval_on_start=true >"$T/${l%% *}.log" 2>&1 || { cat "$T/${l%% *}.log"; fail "$l"; }
+  l=${l%% *}
   grep -q "no reference model" "$T/$l.log" || fail "$l loaded a reference"
-  grep -q '"nll_loss"' "$T/$l/metrics.jsonl" || fail "$l logs no nll_loss"
+  if [ $l = alphapo ]; then  # (TRL's alphapo: simpo with cpo_alpha 0)
+    ! grep -q '"nll_loss"' "$T/$l/metrics.jsonl" || fail "alphapo logs an nll_loss"
+  else
+    grep -q '"nll_loss"' "$T/$l/metrics.jsonl" || fail "$l logs no nll_loss"
+  fi
   if [ $l = orpo ]; then  # TRL's metrics of the odds ratio: log_odds_ratio = mean log σ(log_odds_chosen pair by pair)
     for k in log_odds_ratio log_odds_chosen eval_log_odds_ratio eval_log_odds_chosen; do
       grep -q "\"$k\"" "$T/$l/metrics.jsonl" || fail "orpo logs no $k"
@@ -149,6 +155,7 @@ for l in orpo cpo; do
   awk -v a="$l0" -v b="$l1" -v c="$m0" -v d="$m1" 'BEGIN { exit !(b < 0.93 * a && d > 1.05 * c) }' || fail "$l did not learn"
 done
 expect 2 "key 'cpo_alpha': cpo's, and loss_type has no cpo" "$D" $common output_dir="$T/x" cpo_alpha=0.5
+expect 2 "key 'alpha': the cpo losses' AlphaPO reward shape" "$D" $common output_dir="$T/x" alpha=0.25
 expect 2 "key 'label_smoothing': exo_pair divides by it" "$D" $common output_dir="$T/x" loss_type=exo_pair
 expect 2 "key 'discopop_tau': discopop's, and loss_type has no discopop" "$D" $common output_dir="$T/x" discopop_tau=0.1
 

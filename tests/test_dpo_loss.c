@@ -2,6 +2,7 @@
 // formulas of TRAINERS.md (not from the code under test), stability at large |βΔ|, the
 // policy == reference point, and d_c / d_r against central finite differences.
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -312,6 +313,63 @@ static void test_trls_other_pair_losses_match_its_formulas(void) {
       }
 }
 
+
+// CPOTrainer.cpo_loss as its code reads, in float64, on the log-probs concatenated_forward
+// gives it (average_log_prob for ipo and simpo; alphapo is simpo): with alpha ≠ 0,
+// r = (1 − p^(−alpha))/alpha, p = exp(logps); logits = r_c − r_r; simpo: logits − γ/β.
+static double trl_cpo(int type, double beta, double eps, double gamma, double alpha, double lp_c, double lp_r,
+                      int len_c, int len_r) {
+  bool avg = type == CT_DPO_CPO_IPO || type == CT_DPO_CPO_SIMPO || type == CT_DPO_ALPHAPO;
+  double c = avg ? lp_c / len_c : lp_c, r = avg ? lp_r / len_r : lp_r, logits;
+  if (alpha != 0) logits = (1 - pow(exp(c), -alpha)) / alpha - (1 - pow(exp(r), -alpha)) / alpha;
+  else logits = c - r;
+  switch (type) {
+    case CT_DPO_CPO_HINGE: return fmax(0, 1 - beta * logits);
+    case CT_DPO_CPO_IPO: return pow(logits - 1 / (2 * beta), 2);
+    case CT_DPO_CPO_SIMPO:
+    case CT_DPO_ALPHAPO:
+      logits -= gamma / beta;  // (then as sigmoid)
+      /* fall through */
+    default: return -trl_logsig(beta * logits) * (1 - eps) - trl_logsig(-beta * logits) * eps;
+  }
+}
+
+static void test_cpo_losses_and_alphapo_match_trls_formulas(void) {
+  const int types[] = {CT_DPO_CPO, CT_DPO_CPO_HINGE, CT_DPO_CPO_IPO, CT_DPO_CPO_SIMPO, CT_DPO_ALPHAPO};
+  const double betas[] = {0.1, 0.5, 2}, alphas[] = {0, 0.25, -0.3};
+  for (size_t k = 0; k < sizeof types / sizeof *types; k++)
+    for (int b = 0; b < 3; b++)
+      for (int a = 0; a < 3; a++) {
+        double beta = betas[b], alpha = alphas[a], eps = a == 1 ? 0.1 : 0, gamma = 0.5, worst = 0;
+        ct_dpo_loss o = {.n = 1, .type = {types[k]}, .weight = {1}, .beta = beta, .label_smoothing = eps,
+                         .simpo_gamma = gamma, .alpha = alpha};
+        for (int it = 0; it < 100; it++) {
+          int len_c = 1 + (int)(uniform() * 20), len_r = 1 + (int)(uniform() * 20);
+          double lp_c = -(0.2 + 3 * uniform()) * len_c, lp_r = -(0.2 + 3 * uniform()) * len_r;
+          double dc, dr, h = 1e-6;
+          if (types[k] == CT_DPO_CPO_HINGE) {  // away from the kink
+            double x = alpha != 0 ? -expm1(-alpha * lp_c) / alpha + expm1(-alpha * lp_r) / alpha : lp_c - lp_r;
+            if (fabs(beta * x - 1) < 1e-3) continue;
+          }
+          double L = ct_dpo_pair_loss(&o, lp_c, lp_r, 0, 0, len_c, len_r, &dc, &dr);
+          double want = trl_cpo(types[k], beta, eps, gamma, alpha, lp_c, lp_r, len_c, len_r);
+          double fc = (trl_cpo(types[k], beta, eps, gamma, alpha, lp_c + h, lp_r, len_c, len_r) -
+                       trl_cpo(types[k], beta, eps, gamma, alpha, lp_c - h, lp_r, len_c, len_r)) / (2 * h);
+          double fr = (trl_cpo(types[k], beta, eps, gamma, alpha, lp_c, lp_r + h, len_c, len_r) -
+                       trl_cpo(types[k], beta, eps, gamma, alpha, lp_c, lp_r - h, len_c, len_r)) / (2 * h);
+          worst = fmax(worst, fabs(L - want) / (1e-9 + fabs(want)));
+          worst = fmax(worst, fmax(fabs(dc - fc), fabs(dr - fr)) / (1e-3 + fmax(fabs(fc), fabs(fr))));
+        }
+        if (worst > 1e-6)
+          fprintf(stderr, "  %s beta %g alpha %g: worst relative error %.3g\n", ct_dpo_loss_type_names[types[k]], beta,
+                  alpha, worst);
+        CHECK(worst <= 1e-6);
+      }
+  // the NLL term: cpo_alpha for the cpo family, none for alphapo (TRL sets cpo_alpha 0 for it)
+  ct_dpo_loss o = {.n = 2, .type = {CT_DPO_CPO_IPO, CT_DPO_ALPHAPO}, .weight = {1, 1}, .cpo_alpha = 0.5};
+  CHECK(ct_dpo_sft_weight(&o) == 0.5 && !ct_dpo_needs_reference(&o));
+}
+
 static int cmp_dbl(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -445,7 +503,7 @@ static void test_kto_losses_match_trls_formula_and_its_gradient(void) {
       lp[i] = keep;
       double fd = (up - down) / (2 * h), g = d[i] / m;
       checked++;
-      if (!(fabs(fd - g) <= 1e-7 * fmax(fabs(g), 1e-3)) && bad++ < 3)
+      if (!(fabs(fd - g) <= 1e-6 * fmax(fabs(g), 1e-3)) && bad++ < 3)  // (h = 1e-6: roundoff ~1e-10)
         fprintf(stderr, "  %s example %d: d %.10g, TRL's by differences %.10g\n", apo ? "apo" : "kto", i, g, fd);
     }
   }
@@ -468,7 +526,7 @@ static void test_kto_losses_match_trls_formula_and_its_gradient(void) {
 static void test_needs_reference_is_false_only_for_simpo_orpo_cpo_and_sft_lists(void) {
   for (int type = 0; type < CT_DPO_COUNT; type++) {
     ct_dpo_loss o = one(type, 0.1, 0);
-    bool free = type == CT_DPO_SIMPO || type == CT_DPO_SFT || type == CT_DPO_ORPO || type == CT_DPO_CPO;
+    bool free = type == CT_DPO_SIMPO || type == CT_DPO_SFT || type == CT_DPO_ORPO || ct_dpo_is_cpo(type);
     CHECK(ct_dpo_needs_reference(&o) == !free);
   }
   ct_dpo_loss o = {.n = 2, .type = {CT_DPO_SIMPO, CT_DPO_SFT}, .weight = {1, 1}};
@@ -522,6 +580,7 @@ int main(void) {
   RUN(test_gradients_match_finite_differences_for_every_loss_type);
   RUN(test_gradients_match_finite_differences_for_weighted_lists);
   RUN(test_trls_other_pair_losses_match_its_formulas);
+  RUN(test_cpo_losses_and_alphapo_match_trls_formulas);
   RUN(test_aot_sorts_the_batch_as_trl);
   RUN(test_kto_losses_match_trls_formula_and_its_gradient);
   RUN(test_needs_reference_is_false_only_for_simpo_orpo_cpo_and_sft_lists);
