@@ -216,21 +216,32 @@ void config_free_list(const key_def *k, void *f) {
   }
 }
 
+// TRL's older names of list values, read as their current ones.
+static const struct {
+  const char *key, *old, *now;
+} VALUE_ALIASES[] = {{"loss_type", "aot_pair", "aot"}};
+
 // A list key from its items (already split and trimmed).
 int config_set_list(ct_config *c, int ki, char **items, int n, const char *where) {
   const key_def *k = &config_keys[ki];
+  const char *item[n > 0 ? n : 1];  // the items, TRL's older names read as the current ones
+  for (int i = 0; i < n; i++) {
+    item[i] = items[i];
+    for (size_t a = 0; a < sizeof VALUE_ALIASES / sizeof VALUE_ALIASES[0]; a++)
+      if (!strcmp(k->name, VALUE_ALIASES[a].key) && !strcmp(items[i], VALUE_ALIASES[a].old)) item[i] = VALUE_ALIASES[a].now;
+  }
   for (int i = 0; i < n; i++)
-    if (!items[i][0])
+    if (!item[i][0])
       return ct_set_error(CT_ECONFIG, "%s: key '%s': item %d of the list is empty",
                           WHERE(where), k->name, i + 1);
   if (k->type == K_STR_LIST) {
     int dummy;
     for (int i = 0; i < n; i++)
-      if (k->choices && check_choice(k, c->trainer, items[i], where, &dummy)) return CT_ECONFIG;
+      if (k->choices && check_choice(k, c->trainer, item[i], where, &dummy)) return CT_ECONFIG;
     ct_str_list l = {calloc((size_t)n + 1, sizeof(char *)), n};
     if (!l.v) return ct_set_error(CT_ENOMEM, "out of memory");
     for (int i = 0; i < n; i++)
-      if (!(l.v[i] = config_dup_str(items[i]))) {
+      if (!(l.v[i] = config_dup_str(item[i]))) {
         config_free_list(k, &l);
         return ct_set_error(CT_ENOMEM, "out of memory");
       }

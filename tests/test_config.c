@@ -499,6 +499,19 @@ static void test_trl_none_of_number_keys_is_their_off_value(void) {
   CHECK_ERR(load_text(CT_TRAINER_GRPO, "epsilon: null\n"), at(1), "key 'epsilon': expected a number");
 }
 
+// TRL's older loss_type name aot_pair is its aot, in a YAML list and on one line.
+static void test_trl_older_loss_type_names_read_as_the_current_ones(void) {
+  ct_config c;
+  put("t.yml", "loss_type: [sigmoid, aot_pair]\n");
+  CHECK_OK(load(&c, CT_TRAINER_DPO, "t.yml"));
+  CHECK(c.loss_type.n == 2 && !strcmp(c.loss_type.v[0], "sigmoid") && !strcmp(c.loss_type.v[1], "aot"));
+  ct_config_free(&c);
+  put("t.yml", "loss_type: aot_pair,sft\n");
+  CHECK_OK(load(&c, CT_TRAINER_DPO, "t.yml"));
+  CHECK(c.loss_type.n == 2 && !strcmp(c.loss_type.v[0], "aot") && !strcmp(c.loss_type.v[1], "sft"));
+  ct_config_free(&c);
+}
+
 static void test_bad_enum_value_lists_the_choices(void) {
   CHECK_ERR(load_text(CT_TRAINER_SFT, "seed: 2\nlr_scheduler_type: cosin\n"), at(2),
             "key 'lr_scheduler_type': 'cosin' is not one of linear, cosine, constant, "
@@ -1067,6 +1080,7 @@ int main(int argc, char **argv) {
   RUN(test_booleans_accept_yaml_1_1_words);
   RUN(test_trl_boolean_spellings_of_string_and_enum_keys);
   RUN(test_trl_none_of_number_keys_is_their_off_value);
+  RUN(test_trl_older_loss_type_names_read_as_the_current_ones);
   RUN(test_bad_enum_value_lists_the_choices);
   RUN(test_key_for_another_trainer_is_rejected);
   RUN(test_duplicate_key_in_one_file_is_rejected);
