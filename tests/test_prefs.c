@@ -192,6 +192,14 @@ static void test_conversational_rows_split_completion_off_the_rendered_prompt(vo
   int want[] = {'y', 'o', IM_END, '\n'};
   CHECK(same(C(&ds, 0), ds.c_len[0], want, 4));
   CHECK(ds.r_len[0] == 7 + 2 && R(&ds, 0)[ds.r_len[0] - 1] != EOS);
+  ct_pref_free(&ds);
+  // the same conversation as an unpaired (KTO) row: the same prompt and completion tokens
+  snprintf(row, sizeof row, "{\"prompt\": %s, \"completion\": %s, \"label\": false}\n", prompt, rejected);
+  o.unpaired = true;
+  CHECK_OK(ct_pref_load(&ds, write_file("cu.jsonl", row), tok, &o));
+  CHECK(ds.n == 1 && ds.label[0] == 0 && ds.r_len[0] == 0);
+  CHECK(same(P(&ds, 0), ds.p_len[0], p.v, p.n));
+  CHECK(same(C(&ds, 0), ds.c_len[0], r.v, r.n));
   free(ptext);
   ct_ids_free(&p);
   ct_ids_free(&c);
