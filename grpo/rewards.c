@@ -1,32 +1,26 @@
 // grpo/reward: the built-in reward functions (accuracy, format, length) and the remote
-// reward client (OpenRLHF's JSON protocol over HTTP or HTTPS, via one reused libcurl
-// handle, with an optional bearer key). It does not follow redirects, and it never turns
-// TLS certificate checks off; the key never appears in a message.
+// reward client (OpenRLHF's JSON protocol over common/http.h's client).
 #include "grpo/rewards.h"
 
 #include <ctype.h>
-#include <curl/curl.h>
-#include <errno.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <sys/stat.h>
 
 #include "config.h"
 #include "error.h"
 #include "grpo/mathans.h"
+#include "http.h"
 #include "jsonl.h"
 #include "pyregex.h"
 #include "reward_model.h"
 #include "stop.h"
 #include "unicode.h"
 
-#define REPLY_MAX (16L << 20)  // bytes: a reward reply larger than this is malformed
 
 struct ct_reward {
   int kind;
@@ -44,19 +38,9 @@ struct ct_reward {
   int cosine_max_len;                     // cosine
   double cos_lo_wrong, cos_hi_wrong, cos_lo_right, cos_hi_right;
   // remote
-  char *url;
-  char *key_env;       // the variable holding the API key (for messages), or NULL
-  char *key;           // the API key itself, or NULL; wiped before it is freed
-  long connect_ms, timeout_ms;
-  int retries, batch;
-  double backoff_s;
+  ct_http *http;
   bool failure_nan;
-  CURL *curl;
-  struct curl_slist *headers;
-  char curl_err[CURL_ERROR_SIZE];
-  char *reply;         // the current reply body, NUL-terminated
-  size_t reply_len, reply_cap;
-  bool reply_too_big;
+  int batch;
   long failed_batches;
   char last_failure[512];
   ct_rm *model;        // a reward model (NULL for the others)
@@ -158,153 +142,12 @@ static int compile(ct_reward *r, const ct_reward_opts *o, const char *key, const
   return 0;
 }
 
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_global_rc;
-static void curl_global(void) { curl_global_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
-
-static size_t on_reply(char *data, size_t size, size_t nmemb, void *user) {
-  ct_reward *r = user;
-  size_t n = size * nmemb;
-  if (r->reply_len + n + 1 > r->reply_cap) {
-    if (r->reply_len + n + 1 > (size_t)REPLY_MAX) {
-      r->reply_too_big = true;
-      return 0;  // makes curl fail the transfer with CURLE_WRITE_ERROR
-    }
-    size_t cap = r->reply_cap ? r->reply_cap : 4096;
-    while (cap < r->reply_len + n + 1) cap *= 2;
-    char *p = realloc(r->reply, cap);
-    if (!p) return 0;
-    r->reply = p;
-    r->reply_cap = cap;
-  }
-  memcpy(r->reply + r->reply_len, data, n);
-  r->reply_len += n;
-  r->reply[r->reply_len] = 0;
-  return n;
-}
-
-// Seconds → curl milliseconds, at least 1 (0 would mean "no limit").
-static long to_ms(double s) {
-  double ms = ceil(s * 1000.0);
-  return ms < 1 ? 1 : ms > 1e9 ? 1000000000L : (long)ms;
-}
-
-// Overwrites s with zeros (volatile: the compiler may not drop stores to memory about
-// to be freed).
-static void wipe(char *s) {
-  for (volatile char *p = s; p && *p; p++) *p = 0;
-}
-
-// The API key from the environment variable `name` into r->key. Messages name the
-// variable, never its value.
-static int read_key(ct_reward *r, const ct_reward_opts *o, const char *name) {
-  if (!(r->key_env = strdup(name))) return ct_set_error(CT_ENOMEM, "out of memory");
-  const char *key = getenv(name);
-  if (!key || !*key)
-    return key_error(o, CT_ECONFIG, "reward_api_key_env", "environment variable %s is %s; "
-                     "export the reward server's API key in it", name,
-                        key ? "empty" : "unset");
-  for (const char *p = key; *p; p++)
-    if ((unsigned char)*p < 32 || *p == 127)  // a line break would inject a header
-      return key_error(o, CT_ECONFIG, "reward_api_key_env", "the value of %s contains a control "
-                       "character (a trailing newline?)", name);
-  if (!(r->key = strdup(key))) return ct_set_error(CT_ENOMEM, "out of memory");
-  return 0;
-}
-
-// Appends "Authorization: Bearer KEY" to r->headers (which copies it).
-static int add_key_header(ct_reward *r) {
-  size_t cap = strlen(r->key) + sizeof "Authorization: Bearer ";
-  char *line = malloc(cap);
-  if (!line) return ct_set_error(CT_ENOMEM, "out of memory");
-  snprintf(line, cap, "Authorization: Bearer %s", r->key);
-  struct curl_slist *h = curl_slist_append(r->headers, line);
-  wipe(line);
-  free(line);
-  if (!h) return ct_set_error(CT_ENOMEM, "out of memory");
-  r->headers = h;
-  return 0;
-}
-
-// A stop asked for (SIGINT, SIGTERM) ends a request in flight at once; the retry loop's
-// ct_stop_poll then stops the run.
-static int on_progress(void *p, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d) {
-  (void)p, (void)a, (void)b, (void)c, (void)d;
-  return ct_stop_signal() != 0;
-}
-
 static int init_remote(ct_reward *r, const ct_reward_opts *o) {
-  if (!o->url || (strncmp(o->url, "http://", 7) && strncmp(o->url, "https://", 8)))
-    return key_error(o, CT_ECONFIG, "reward_url", "\"%s\" is not an http:// or https:// URL",
-                     o->url ? o->url : "");
-  if (!(o->connect_timeout_s > 0))
-    return key_error(o, CT_ECONFIG, "reward_connect_timeout", "must be > 0 seconds (got %g)",
-                     o->connect_timeout_s);
-  if (!(o->timeout_s > 0))
-    return key_error(o, CT_ECONFIG, "reward_timeout", "must be > 0 seconds (got %g)", o->timeout_s);
-  if (o->retries < 0)
-    return key_error(o, CT_ECONFIG, "reward_retries", "must be >= 0 (got %d)", o->retries);
-  if (!(o->backoff_s >= 0) || isinf(o->backoff_s))
-    return key_error(o, CT_ECONFIG, "reward_backoff", "must be >= 0 seconds (got %g)", o->backoff_s);
-  CURLU *u = curl_url();
-  CURLUcode uc = u ? curl_url_set(u, CURLUPART_URL, o->url, 0) : CURLUE_OUT_OF_MEMORY;
-  curl_url_cleanup(u);
-  if (uc != CURLUE_OK)
-    return key_error(o, CT_ECONFIG, "reward_url", "\"%s\" is not a valid URL (%s)", o->url,
-                     uc == CURLUE_OUT_OF_MEMORY ? "out of memory" : "libcurl cannot parse it");
-  if (o->api_key_env && *o->api_key_env) {
-    int rc = read_key(r, o, o->api_key_env);
-    if (rc) return rc;
-  }
-  if (!(r->url = strdup(o->url))) return ct_set_error(CT_ENOMEM, "out of memory");
-  r->connect_ms = to_ms(o->connect_timeout_s);
-  r->timeout_ms = to_ms(o->timeout_s);
-  r->retries = o->retries;
-  r->backoff_s = o->backoff_s;
   r->failure_nan = o->failure_nan;
   r->batch = o->batch;
-
-  pthread_once(&curl_once, curl_global);
-  if (curl_global_rc != CURLE_OK)
-    return ct_set_error(CT_EIO, "remote reward: libcurl failed to initialize: %s",
-                        curl_easy_strerror(curl_global_rc));
-  if (!(r->curl = curl_easy_init()))
-    return ct_set_error(CT_EIO, "remote reward: libcurl failed to create a handle");
-  // "Expect:" stops curl from waiting up to a second for "100 Continue" on large bodies
-  struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
-  if (h) r->headers = h;
-  if (!h || !(h = curl_slist_append(r->headers, "Expect:")))
-    return ct_set_error(CT_ENOMEM, "out of memory");
-  int rc = r->key ? add_key_header(r) : 0;
-  if (rc) return rc;
-  CURL *c = r->curl;
-  int bad = 0;
-  bad |= curl_easy_setopt(c, CURLOPT_URL, r->url) != CURLE_OK;
-  bad |= curl_easy_setopt(c, CURLOPT_HTTPHEADER, r->headers) != CURLE_OK;
-  bad |= curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L) != CURLE_OK;  // timeouts without SIGALRM
-  bad |= curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, r->connect_ms) != CURLE_OK;
-  bad |= curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, r->timeout_ms) != CURLE_OK;
-  bad |= curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_reply) != CURLE_OK;
-  bad |= curl_easy_setopt(c, CURLOPT_WRITEDATA, r) != CURLE_OK;
-  bad |= curl_easy_setopt(c, CURLOPT_ERRORBUFFER, r->curl_err) != CURLE_OK;
-  bad |= curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress) != CURLE_OK;
-  bad |= curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L) != CURLE_OK;
-  // libcurl's defaults, said out loud: an https server must prove it is the host named
-  bad |= curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L) != CURLE_OK;
-  bad |= curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L) != CURLE_OK;
-  // a private CA (a reward server inside a company network): CURL_CA_BUNDLE names a
-  // certificate bundle to trust, as it does for curl and Python requests (libcurl's CA
-  // directory, when it was built with one, is still searched too)
-  const char *ca = getenv("CURL_CA_BUNDLE");
-  if (ca && ca[0]) bad |= curl_easy_setopt(c, CURLOPT_CAINFO, ca) != CURLE_OK;
-#if LIBCURL_VERSION_NUM >= 0x075500
-  bad |= curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK;
-#else
-  bad |= curl_easy_setopt(c, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS)) !=
-         CURLE_OK;
-#endif
-  if (bad) return ct_set_error(CT_EIO, "remote reward %s: libcurl rejected an option", r->url);
-  return 0;
+  ct_http_opts h = {o->url, o->api_key_env, o->connect_timeout_s, o->timeout_s, o->retries, o->backoff_s,
+                    "remote reward", "reward_", o->cfg};
+  return ct_http_init(&r->http, &h);
 }
 
 int ct_reward_init(ct_reward **out, int kind, const ct_reward_opts *o) {
@@ -369,14 +212,7 @@ void ct_reward_free(ct_reward *r) {
   ct_pyregex_free(r->re);
   if (r->model) ct_rm_free(r->model);
   free(r->model);
-  if (r->curl) curl_easy_cleanup(r->curl);
-  for (struct curl_slist *h = r->headers; h; h = h->next) wipe(h->data);
-  curl_slist_free_all(r->headers);
-  wipe(r->key);
-  free(r->key);
-  free(r->key_env);
-  free(r->reply);
-  free(r->url);
+  ct_http_free(r->http);
   free(r->answer_field);
   free(r->field_origin);
   free(r);
@@ -674,42 +510,17 @@ done:
   return text;
 }
 
-// Up to cap - 1 bytes of a reply on one printable line, for an error message.
-static void snippet(const char *s, size_t n, char *out, size_t cap) {
-  trim(&s, &n);
-  size_t k = 0, keep = n < cap - 1 ? n : cap - 4;  // room for "..."
-  for (; k < keep; k++) out[k] = s[k] >= 32 && s[k] < 127 ? s[k] : ' ';
-  if (keep < n) memcpy(out + k, "...", 3), k += 3;
-  out[k] = 0;
-}
-
-// Whether [s, s + n) holds the API key (a server that echoes the request back): then no
-// part of it may go into a message.
-static bool holds_key(const ct_reward *r, const char *s, size_t n) {
-  return r->key && memmem(s, n, r->key, strlen(r->key));
-}
-
-// The reply on one printable line for a message, or a note that it is withheld.
-static void reply_snippet(const ct_reward *r, char *out, size_t cap) {
-  const char *reply = r->reply_len ? r->reply : "";
-  if (holds_key(r, reply, r->reply_len))
-    snprintf(out, cap, "(reply withheld: it contains the API key)");
-  else
-    snippet(reply, r->reply_len, out, cap);
-}
-
 // Why reward `i` of n (not a number) is unusable: its JSON text and type, e.g.
 // "reward 1 of 4 is "NaN" (a string); rewards must be numbers or null".
-static void bad_reward(const ct_reward *r, const json_t *v, int i, int n, char *out,
-                       size_t cap) {
+static void bad_reward(const ct_http *h, const char *reply, size_t reply_len, const json_t *v, int i,
+                       int n, char *out, size_t cap) {
   static const char *const types[] = {[JSON_OBJECT] = "an object", [JSON_ARRAY] = "a list",
                                       [JSON_STRING] = "a string", [JSON_INTEGER] = "not finite",
                                       [JSON_REAL] = "not finite", [JSON_TRUE] = "a boolean",
                                       [JSON_FALSE] = "a boolean"};
   char text[48] = "";
   char *dump = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-  if (dump && !holds_key(r, r->reply, r->reply_len))
-    snippet(dump, strlen(dump), text, sizeof text);
+  if (dump && !ct_http_holds_key(h, reply, reply_len)) ct_http_snippet(h, dump, strlen(dump), text, sizeof text);
   free(dump);
   json_type t = json_typeof(v);
   const char *type = t <= JSON_FALSE ? types[t] : "not a number";
@@ -761,33 +572,36 @@ static const char *nonfinite_text(const json_t *v) {
              ? json_string_value(v) + 1 : NULL;
 }
 
-enum { ATTEMPT_OK, ATTEMPT_RETRY, ATTEMPT_FATAL, ATTEMPT_PARTIAL };
-
-// What went wrong with an attempt: a short kind ("HTTP 500", "timeout") and the detail.
+// What read_rewards reads into: n rewards into out.
 typedef struct {
-  char what[64], detail[320];
-} failure;
+  ct_reward *r;
+  int n;
+  double *out;
+} reply_ctx;
 
-// The n rewards of the reply in r->reply into out. A null reward is NaN (TRL maps a
+// The n rewards of a reply into out (an ct_http_reader). A null reward is NaN (TRL maps a
 // reward function's None to NaN). NaN, Infinity, -Infinity and 1e400 are NaN too, and
-// then reward_failure decides: ATTEMPT_FATAL (error: no retry, the server has answered)
-// or ATTEMPT_PARTIAL (nan: the other rewards stand). A reply that is not JSON, or holds
-// the wrong count or a reward of another type, may be a passing fault: ATTEMPT_RETRY.
-static int read_rewards(ct_reward *r, int n, double *out, failure *f) {
-  const char *reply = r->reply_len ? r->reply : "";
-  size_t len = mark_nonfinite(reply, r->reply_len, NULL);
-  char *marked = len != r->reply_len ? malloc(len) : NULL;
-  if (marked) mark_nonfinite(reply, r->reply_len, marked);
+// then reward_failure decides: CT_HTTP_FATAL (error: no retry, the server has answered)
+// or CT_HTTP_PARTIAL (nan: the other rewards stand). A reply that is not JSON, or holds
+// the wrong count or a reward of another type, may be a passing fault: CT_HTTP_RETRY.
+static int read_rewards(void *ctx, const ct_http *h, const char *reply, size_t reply_len, ct_http_failure *f) {
+  reply_ctx *c = ctx;
+  ct_reward *r = c->r;
+  int n = c->n;
+  double *out = c->out;
+  size_t len = mark_nonfinite(reply, reply_len, NULL);
+  char *marked = len != reply_len ? malloc(len) : NULL;
+  if (marked) mark_nonfinite(reply, reply_len, marked);
   json_error_t je;
-  json_t *js = json_loadb(marked ? marked : reply, marked ? len : r->reply_len, JSON_ALLOW_NUL, &je);
+  json_t *js = json_loadb(marked ? marked : reply, marked ? len : reply_len, JSON_ALLOW_NUL, &je);
   free(marked);
   json_t *rw = json_is_object(js) ? json_object_get(js, "rewards") : NULL;
-  int rc = ATTEMPT_RETRY, nonfinite = 0;
+  int rc = CT_HTTP_RETRY, nonfinite = 0;
   snprintf(f->what, sizeof f->what, "malformed JSON reply");
   if (!js) {
     char text[64];
-    reply_snippet(r, text, sizeof text);
-    if (holds_key(r, reply, r->reply_len)) snprintf(je.text, sizeof je.text, "bad JSON");
+    ct_http_snippet(h, reply, reply_len, text, sizeof text);
+    if (ct_http_holds_key(h, reply, reply_len)) snprintf(je.text, sizeof je.text, "bad JSON");
     snprintf(f->detail, sizeof f->detail, "%s at line %d column %d: \"%s\"", je.text, je.line,
              je.column, text);
   } else if (!json_is_array(rw)) {
@@ -797,8 +611,8 @@ static int read_rewards(ct_reward *r, int n, double *out, failure *f) {
     snprintf(f->detail, sizeof f->detail, "reply has %zu rewards, expected %d (one per query)",
              json_array_size(rw), n);
   } else {
-    rc = ATTEMPT_OK;
-    for (int i = 0; i < n && rc == ATTEMPT_OK; i++) {
+    rc = CT_HTTP_OK;
+    for (int i = 0; i < n && rc == CT_HTTP_OK; i++) {
       json_t *v = json_array_get(rw, (size_t)i);
       const char *text = nonfinite_text(v);
       out[i] = json_is_number(v) ? json_number_value(v) : NAN;
@@ -807,104 +621,35 @@ static int read_rewards(ct_reward *r, int n, double *out, failure *f) {
         snprintf(f->detail, sizeof f->detail, "reward %d of %d is %.40s", i, n, text);
       } else if (!text && !json_is_number(v) && !json_is_null(v)) {
         snprintf(f->what, sizeof f->what, "bad reward in the reply");
-        bad_reward(r, v, i, n, f->detail, sizeof f->detail);
-        rc = ATTEMPT_RETRY;
+        bad_reward(h, reply, reply_len, v, i, n, f->detail, sizeof f->detail);
+        rc = CT_HTTP_RETRY;
       }
     }
   }
   json_decref(js);
-  if (rc != ATTEMPT_OK || !nonfinite) return rc;
+  if (rc != CT_HTTP_OK || !nonfinite) return rc;
   size_t k = strlen(f->detail);
   snprintf(f->detail + k, sizeof f->detail - k, "%s%s",
            nonfinite > 1 ? " (and others)" : "",
            r->failure_nan ? "; those completions have NaN rewards"
                           : "; reward_failure: nan would leave such completions out");
-  return r->failure_nan ? ATTEMPT_PARTIAL : ATTEMPT_FATAL;
-}
-
-// One POST of body; on success the n rewards are in out. Otherwise f says what went
-// wrong and the result says whether another attempt may help.
-static int attempt(ct_reward *r, const char *body, int n, double *out, failure *f) {
-  r->reply_len = 0;
-  r->reply_too_big = false;
-  r->curl_err[0] = 0;
-  f->detail[0] = 0;
-  curl_easy_setopt(r->curl, CURLOPT_POSTFIELDS, body);
-  curl_easy_setopt(r->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
-  CURLcode cc = curl_easy_perform(r->curl);
-  if (cc != CURLE_OK) {
-    const char *detail = r->curl_err[0] ? r->curl_err : curl_easy_strerror(cc);
-    snprintf(f->detail, sizeof f->detail, "%s", detail);
-    const char *what =
-        cc == CURLE_OPERATION_TIMEDOUT          ? "timeout"
-        : cc == CURLE_COULDNT_CONNECT           ? "cannot connect"
-        : cc == CURLE_GOT_NOTHING               ? "connection closed without a reply"
-        : cc == CURLE_SSL_CONNECT_ERROR         ? "TLS handshake failed"
-        : cc == CURLE_PEER_FAILED_VERIFICATION  ? "TLS certificate not trusted"
-        : cc == CURLE_SSL_CACERT_BADFILE        ? "TLS: cannot read the CA certificates"
-                                                : curl_easy_strerror(cc);
-    if (r->reply_too_big) {
-      what = "malformed reply";
-      snprintf(f->detail, sizeof f->detail, "larger than %ld bytes", REPLY_MAX);
-    }
-    snprintf(f->what, sizeof f->what, "%s", what);
-    if (!strcmp(f->detail, f->what)) f->detail[0] = 0;
-    // a URL curl cannot use, or a certificate it does not trust, will not work next time
-    return cc == CURLE_URL_MALFORMAT || cc == CURLE_UNSUPPORTED_PROTOCOL ||
-                   cc == CURLE_NOT_BUILT_IN || cc == CURLE_OUT_OF_MEMORY ||
-                   cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE
-               ? ATTEMPT_FATAL : ATTEMPT_RETRY;
-  }
-  long status = 0;
-  curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &status);
-  if (status != 200) {
-    snprintf(f->what, sizeof f->what, "HTTP %ld", status);
-    char text[128];
-    reply_snippet(r, text, sizeof text);
-    if (status == 401 || status == 403) {
-      char hint[160];
-      if (r->key_env)
-        snprintf(hint, sizeof hint, "the server refused the API key in %s (reward_api_key_env)",
-                 r->key_env);
-      else
-        snprintf(hint, sizeof hint, "no API key was sent (set reward_api_key_env)");
-      snprintf(f->detail, sizeof f->detail, "%s%s%s", hint, text[0] ? "; the server says: " : "",
-               text);
-    } else {
-      snprintf(f->detail, sizeof f->detail, "%s", text);
-    }
-    return status >= 500 ? ATTEMPT_RETRY : ATTEMPT_FATAL;
-  }
-  return read_rewards(r, n, out, f);
-}
-
-static void sleep_s(double s) {
-  struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
-  while (nanosleep(&ts, &ts) && errno == EINTR) ct_stop_poll(NULL, 0, 0);  // (a signal: stop now)
+  return r->failure_nan ? CT_HTTP_PARTIAL : CT_HTTP_FATAL;
 }
 
 // Scores one batch: one request, retried with exponential backoff.
 static int remote_batch(ct_reward *r, const ct_reward_item *items, int n, double *out) {
+  const char *url = ct_http_url(r->http);
   char *body = request_body(r, items, n);
-  if (!body) return ct_set_error(CT_ENOMEM, "remote reward %s: cannot build the request", r->url);
-  failure f;
-  int tries = 0, rc = ATTEMPT_RETRY;
-  double wait = r->backoff_s;
-  for (; tries <= r->retries && rc == ATTEMPT_RETRY; tries++) {
-    ct_stop_poll("reward requests", tries, r->retries + 1);
-    if (tries) {
-      sleep_s(wait);
-      wait *= 2;
-    }
-    rc = attempt(r, body, n, out, &f);
-    ct_stop_poll("reward requests", tries + 1, r->retries + 1);  // (a stop aborted the request: stop, not fail)
-  }
+  if (!body) return ct_set_error(CT_ENOMEM, "remote reward %s: cannot build the request", url);
+  ct_http_failure f;
+  reply_ctx ctx = {r, n, out};
+  int tries, rc = ct_http_post(r->http, body, read_rewards, &ctx, &f, &tries);
   free(body);
-  if (rc == ATTEMPT_OK) return 0;
-  if (rc != ATTEMPT_PARTIAL)
+  if (rc == CT_HTTP_OK) return 0;
+  if (rc != CT_HTTP_PARTIAL)
     for (int i = 0; i < n; i++) out[i] = NAN;
   snprintf(r->last_failure, sizeof r->last_failure, "remote reward %s: %s after %d attempt%s%s%s",
-           r->url, f.what, tries, tries == 1 ? "" : "s", f.detail[0] ? ": " : "", f.detail);
+           url, f.what, tries, tries == 1 ? "" : "s", f.detail[0] ? ": " : "", f.detail);
   r->failed_batches++;
   if (r->failure_nan) return 0;
   return ct_set_error(CT_EIO, "%s", r->last_failure);
