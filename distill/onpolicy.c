@@ -93,7 +93,7 @@ static int generate_batch(ct_engine *gen, const ct_tokenizer *tok, const ct_data
     comp[i] = (gen_sample){0};
   }
   gen_out o = {comp, tok, prompt, plen, rows ? step : -1};
-  ct_gen_callbacks cb = {gen_done, NULL, &o};
+  ct_gen_callbacks cb = {.on_done = gen_done, .ctx = &o};
   int rc = ct_generate(gen, tok, req, m, &cb);
   if (rc) return ct_wrap_error(rc, "on-policy generation");
   int T = 1;

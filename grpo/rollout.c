@@ -112,7 +112,7 @@ int ct_grpo_generate(ct_grpo *g, const ct_prompt_set *set, const int *prompts, i
     for (int k = 0; k < per; k++) ro[i * per + k].prompt = prompts[i];
   }
   gen_ctx ctx = {g, ro, per, train, 0, (long)n_prompts * per, 0};
-  ct_gen_callbacks cb = {on_done, NULL, &ctx};
+  ct_gen_callbacks cb = {.on_done = on_done, .ctx = &ctx};
   if (train) ct_log_phase(&tr->log, tr->step + 1, "rollouts", 0, ctx.total, "completions", 0, NULL);
   rc = ct_generate(g->pe.engine, tr->tok, req, n_prompts, &cb);
   free(req);

@@ -1,6 +1,8 @@
 // generate: continuous batching over the engine's slots — admit requests, prefill
 // (packed), copy a prompt's cache for its samples, decode one token per active slot,
-// stop on stop ids or length, report each finished sample. Sampling itself is sample.c's.
+// stop on stop ids or length, hand a multi-turn sample's turn to the caller and feed its
+// continuation into the same slot (packed, only the new tokens), report each finished
+// sample. Sampling itself is sample.c's.
 #include "generate.h"
 
 #include <stdbool.h>
@@ -13,8 +15,13 @@
 
 const char *const ct_finish_names[] = {"stop", "length", NULL};
 
+// A slot is free, decoding, waiting for its sample's continuation (on_turn said 1), or
+// holding one to feed (`pend` tokens at the end of its ids).
+enum { SLOT_FREE, SLOT_ACTIVE, SLOT_WAITING, SLOT_READY };
+
 typedef struct {
-  bool active;
+  int state;      // SLOT_*
+  int pend;       // SLOT_READY: continuation tokens not yet fed
   int pos;        // cache position where `last` goes next
   int last;       // the newest token, not yet fed to the model
   ct_rng rng;
@@ -35,6 +42,7 @@ typedef struct {
   int *ids, *slot, *pos;  // one pass, (max_tokens)
   int *pick;              // (slots) a decode step's chosen tokens, or a negative error code
   float *pick_lp;         // (slots) their log-probs
+  int nwait, nready;      // slots SLOT_WAITING, SLOT_READY
 } gen_t;
 
 // ---------------------------------------------------------------------------
@@ -79,14 +87,48 @@ static bool hit_stop_string(const ct_gen_request *r, ct_gen_sample *s, size_t ad
   return false;
 }
 
+static ct_gen_result result(const ct_gen_sample *s, const ct_tokenizer *tok, int why) {
+  const char *text = s->text ? s->text : "";
+  size_t lead = s->turn_start ? 0 : ct_tokenizer_decode_lead(tok, text, s->tlen);  // as a decode of the ids
+  return (ct_gen_result){s->req, s->sample, s->ids, s->lps, s->n, why, text + lead, s->tlen - lead,
+                         s->turns ? s->own : NULL, s->turn_start};
+}
+
 // The result to cb->on_done; 1 (the sample ended) or an error.
 static int finish(const ct_gen_sample *s, const ct_tokenizer *tok, const ct_gen_callbacks *cb, int why) {
-  const char *text = s->text ? s->text : "";
-  size_t lead = ct_tokenizer_decode_lead(tok, text, s->tlen);  // as a decode of the ids
-  ct_gen_result res = {s->req, s->sample, s->ids, s->lps, s->n, why, text + lead, s->tlen - lead};
+  ct_gen_result res = result(s, tok, why);
   int rc = cb->on_done(cb->ctx, &res);
   if (rc < 0) return rc;  // the callback's own error and message
   return rc ? ct_set_error(CT_EINVAL, "generate: stopped by the caller") : 1;
+}
+
+// A turn ended by a stop: the caller's on_turn decides whether the sample waits (2).
+static int end_turn(const ct_gen_sample *s, const ct_tokenizer *tok, const ct_gen_callbacks *cb) {
+  if (cb->on_turn) {
+    ct_gen_result res = result(s, tok, CT_FINISH_STOP);
+    int rc = cb->on_turn(cb->ctx, &res);
+    if (rc < 0) return rc;
+    if (rc) return 2;
+  }
+  return finish(s, tok, cb, CT_FINISH_STOP);
+}
+
+int ct_gen_sample_end(const ct_gen_sample *s, const ct_tokenizer *tok, const ct_gen_callbacks *cb) {
+  return finish(s, tok, cb, CT_FINISH_STOP);
+}
+
+void ct_gen_sample_continue(ct_gen_sample *s, const int *ids, int n) {
+  for (int i = 0; i < n && s->n < s->cap; i++) {
+    s->ids[s->n] = ids[i];
+    s->lps[s->n] = 0;
+    s->own[s->n] = 0;
+    s->n++;
+    if (s->n_seen < s->cap) s->seen[s->n_seen++] = ids[i];
+  }
+  s->turns = true;
+  s->turn_start = s->n;
+  s->tlen = 0;
+  if (s->text) s->text[0] = 0;
 }
 
 void ct_gen_sample_start(ct_gen_sample *s, const ct_gen_request *r, int req, int sample) {
@@ -94,6 +136,8 @@ void ct_gen_sample_start(ct_gen_sample *s, const ct_gen_request *r, int req, int
   s->sample = sample;
   s->n = 0;
   s->tlen = 0;
+  s->turns = false;
+  s->turn_start = 0;
   if (s->text) s->text[0] = 0;
   int ns = r->prompt_len < s->cap ? r->prompt_len : s->cap;
   memcpy(s->seen, r->prompt + r->prompt_len - ns, sizeof(int) * ns);
@@ -104,15 +148,16 @@ int ct_gen_sample_add(ct_gen_sample *s, const ct_gen_request *r, const ct_tokeni
                       const ct_gen_callbacks *cb, int t, float lp, bool full) {
   s->ids[s->n] = t;
   s->lps[s->n] = lp;
+  if (s->own) s->own[s->n] = 1;
   s->n++;
   if (s->n_seen < s->cap) s->seen[s->n_seen++] = t;
   if (cb->on_token) cb->on_token(cb->ctx, s->req, s->sample, t);
-  if (is_stop_id(r, t)) return finish(s, tok, cb, CT_FINISH_STOP);
+  if (is_stop_id(r, t)) return end_turn(s, tok, cb);
   size_t len;
   const char *b = ct_tokenizer_token_bytes(tok, t, &len);
   int rc = text_append(s, b ? b : "", b ? len : 0);
   if (rc) return rc;
-  if (hit_stop_string(r, s, len)) return finish(s, tok, cb, CT_FINISH_STOP);
+  if (hit_stop_string(r, s, len)) return end_turn(s, tok, cb);
   if (s->n >= r->max_new_tokens || full) return finish(s, tok, cb, CT_FINISH_LENGTH);
   return 0;
 }
@@ -131,7 +176,8 @@ static int take(gen_t *g, slot_t *s, int t, float lp) {
   const ct_gen_request *r = &g->reqs[s->gs.req];
   int rc = ct_gen_sample_add(&s->gs, r, g->tok, g->cb, t, lp, s->pos >= g->o.max_len);
   if (rc < 0) return rc;
-  s->active = rc == 0;
+  s->state = rc == 0 ? SLOT_ACTIVE : rc == 2 ? SLOT_WAITING : SLOT_FREE;
+  g->nwait += rc == 2;
   s->last = t;
   return 0;
 }
@@ -185,7 +231,7 @@ static int start_group(gen_t *g, const group_t *grp, const float *logits) {
     int rc = ct_engine_copy_slot(g->e, grp->slots[0], grp->slots[k], r->prompt_len);
     if (rc) return rc;
     slot_t *s = &g->slots[grp->slots[k]];
-    s->active = true;
+    s->state = SLOT_ACTIVE;
     s->pos = r->prompt_len;
     ct_gen_sample_start(&s->gs, r, grp->req, grp->first_sample + k);
     ct_sample_rng(&s->rng, r->seed, s->gs.sample);
@@ -194,17 +240,99 @@ static int start_group(gen_t *g, const group_t *grp, const float *logits) {
   return 0;
 }
 
-// Prefills a prompt too long for one pass, chunk by chunk, into `slot`.
-static int prefill_long(gen_t *g, const ct_gen_request *r, int slot) {
+// Feeds n tokens into `slot` from cache position pos0, in passes of at most max_tokens;
+// the last token's logits go to g->logits.
+static int feed_long(gen_t *g, const int *ids, int n, int slot, int pos0) {
   int cap = g->o.max_tokens;
-  for (int start = 0; start < r->prompt_len; start += cap) {
-    int n = r->prompt_len - start < cap ? r->prompt_len - start : cap;
-    for (int i = 0; i < n; i++) {
+  for (int start = 0; start < n; start += cap) {
+    int k = n - start < cap ? n - start : cap;
+    for (int i = 0; i < k; i++) {
       g->slot[i] = slot;
-      g->pos[i] = start + i;
+      g->pos[i] = pos0 + start + i;
     }
-    int last = n - 1, end = start + n == r->prompt_len;
-    int rc = ct_engine_forward(g->e, n, r->prompt + start, g->slot, g->pos, &last, end, g->logits);
+    int last = k - 1, end = start + k == n;
+    int rc = ct_engine_forward(g->e, k, ids + start, g->slot, g->pos, &last, end, g->logits);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
+// Multi-turn samples: continuations
+
+static slot_t *waiting_slot(gen_t *g, int req, int sample) {
+  for (int i = 0; i < g->o.slots; i++) {
+    slot_t *s = &g->slots[i];
+    if (s->state == SLOT_WAITING && s->gs.req == req && s->gs.sample == sample) return s;
+  }
+  return NULL;
+}
+
+// Takes every continuation the caller has ready (waiting for one when `wait`).
+static int poll_continuations(gen_t *g, bool wait) {
+  while (g->nwait > 0) {
+    ct_gen_cont c;
+    int rc = g->cb->poll(g->cb->ctx, wait, &c);
+    if (rc <= 0) return rc;
+    wait = false;
+    slot_t *s = waiting_slot(g, c.request, c.sample);
+    if (!s) return ct_set_error(CT_EINVAL, "generate: a continuation for request %d sample %d, which is not waiting",
+                                c.request, c.sample);
+    g->nwait--;
+    if (c.n <= 0) {
+      s->state = SLOT_FREE;
+      if ((rc = ct_gen_sample_end(&s->gs, g->tok, g->cb)) < 0) return rc;
+      continue;
+    }
+    const ct_gen_request *r = &g->reqs[c.request];
+    if (s->gs.n + c.n >= r->max_new_tokens || s->pos + c.n >= g->o.max_len)
+      return ct_set_error(CT_EINVAL, "generate: request %d sample %d: a continuation of %d tokens after %d leaves no "
+                          "room for another token (max_new_tokens %d, cache %d positions)", c.request, c.sample,
+                          c.n, s->gs.n, r->max_new_tokens, g->o.max_len);
+    ct_gen_sample_continue(&s->gs, c.ids, c.n);
+    s->pend = c.n;
+    s->state = SLOT_READY;
+    g->nready++;
+  }
+  return 0;
+}
+
+// One packed pass over continuations: each ready slot's last token and its continuation
+// (one longer than a pass goes alone, in chunks); then each samples its next turn's first
+// token.
+static int feed_continuations(gen_t *g) {
+  int fed[256], nfed = 0, ntok = 0, outs[256];
+  for (int i = 0; i < g->o.slots && nfed < 256; i++) {
+    slot_t *s = &g->slots[i];
+    if (s->state != SLOT_READY) continue;
+    int m = s->pend + 1;
+    const int *tok = s->gs.ids + s->gs.n - m;  // `last` and the continuation
+    if (m > g->o.max_tokens) {
+      if (ntok) continue;  // (the next pass)
+      int rc = feed_long(g, tok, m, i, s->pos);
+      if (rc) return rc;
+      fed[nfed] = i, outs[nfed++] = 0;
+      break;
+    }
+    if (ntok + m > g->o.max_tokens) continue;
+    for (int k = 0; k < m; k++) {
+      g->ids[ntok + k] = tok[k];
+      g->slot[ntok + k] = i;
+      g->pos[ntok + k] = s->pos + k;
+    }
+    ntok += m;
+    fed[nfed] = i, outs[nfed++] = ntok - 1;
+  }
+  if (ntok) {
+    int rc = ct_engine_forward(g->e, ntok, g->ids, g->slot, g->pos, outs, nfed, g->logits);
+    if (rc) return rc;
+  }
+  for (int k = 0; k < nfed; k++) {
+    slot_t *s = &g->slots[fed[k]];
+    s->pos += s->pend + 1;
+    s->pend = 0;
+    g->nready--;
+    int rc = choose(g, s, g->logits + (long)k * g->V);
     if (rc) return rc;
   }
   return 0;
@@ -213,7 +341,7 @@ static int prefill_long(gen_t *g, const ct_gen_request *r, int slot) {
 static int free_slots(const gen_t *g, int *out) {
   int n = 0;
   for (int i = 0; i < g->o.slots; i++)
-    if (!g->slots[i].active) out[n++] = i;
+    if (g->slots[i].state == SLOT_FREE) out[n++] = i;
   return n;
 }
 
@@ -221,6 +349,7 @@ int ct_generate(ct_engine *e, const ct_tokenizer *tok, const ct_gen_request *req
                 const ct_gen_callbacks *cb) {
   gen_t g = {.e = e, .tok = tok, .reqs = reqs, .cb = cb, .o = ct_engine_options(e),
              .V = ct_engine_weights(e)->cfg.vocab_size};
+  if (cb->on_turn && !cb->poll) return ct_set_error(CT_EINVAL, "generate: on_turn without poll");
   for (int r = 0; r < nreq; r++) {
     if (reqs[r].prompt_len < 1)
       return ct_set_error(CT_EINVAL, "request %d: the prompt is empty", r);
@@ -249,7 +378,8 @@ int ct_generate(ct_engine *e, const ct_tokenizer *tok, const ct_gen_request *req
     s->lps = malloc(sizeof(float) * g.o.max_len);
     s->seen = malloc(sizeof(int) * g.o.max_len);
     s->cap = g.o.max_len;
-    if (!s->ids || !s->lps || !s->seen) rc = ct_set_error(CT_ENOMEM, "generate: out of memory");
+    s->own = cb->on_turn ? malloc(g.o.max_len) : NULL;
+    if (!s->ids || !s->lps || !s->seen || (cb->on_turn && !s->own)) rc = ct_set_error(CT_ENOMEM, "generate: out of memory");
   }
   g.nws = ct_pool_threads();
   g.ws = calloc(g.nws, sizeof *g.ws);
@@ -260,8 +390,17 @@ int ct_generate(ct_engine *e, const ct_tokenizer *tok, const ct_gen_request *req
   if (!rc) CT_PROF(CT_PROF_E_LORA, ct_engine_lora_pin(e));  // (the adapters hold still until we return)
   int next_req = 0, next_sample = 0;
   while (!rc) {
+    // 0. samples between turns: take the continuations ready (wait for one when nothing
+    // else can run) and feed them
+    int nfree = free_slots(&g, freel), nactive = 0;
+    for (int i = 0; i < S; i++) nactive += g.slots[i].state == SLOT_ACTIVE;
+    if (g.nwait > 0)
+      rc = poll_continuations(&g, nactive == 0 && g.nready == 0 && (next_req >= nreq || nfree == 0));
+    if (!rc && g.nready > 0) rc = feed_continuations(&g);
+    if (rc) break;
     // 1. admit waiting samples into free slots; prompts that fit share one packed pass
-    int nfree = free_slots(&g, freel), ngroups = 0, ntok = 0, used = 0;
+    nfree = free_slots(&g, freel);
+    int ngroups = 0, ntok = 0, used = 0;
     while (!rc && next_req < nreq && used < nfree) {
       const ct_gen_request *r = &reqs[next_req];
       int take = r->n - next_sample;
@@ -275,7 +414,7 @@ int ct_generate(ct_engine *e, const ct_tokenizer *tok, const ct_gen_request *req
       if (r->prompt_len > N) {  // alone, in chunks
         if (ngroups > 0) break;
         used += take;
-        if ((rc = prefill_long(&g, r, grp->slots[0])) || (rc = start_group(&g, grp, g.logits))) break;
+        if ((rc = feed_long(&g, r->prompt, r->prompt_len, grp->slots[0], 0)) || (rc = start_group(&g, grp, g.logits))) break;
       } else {
         if (ntok + r->prompt_len > N) break;
         for (int i = 0; i < r->prompt_len; i++) {
@@ -302,7 +441,7 @@ int ct_generate(ct_engine *e, const ct_tokenizer *tok, const ct_gen_request *req
     // 2. one decode step for every active slot
     int n = 0;
     for (int i = 0; i < S; i++)
-      if (g.slots[i].active) {
+      if (g.slots[i].state == SLOT_ACTIVE) {
         g.ids[n] = g.slots[i].last;
         g.slot[n] = i;
         g.pos[n] = g.slots[i].pos;
@@ -310,7 +449,7 @@ int ct_generate(ct_engine *e, const ct_tokenizer *tok, const ct_gen_request *req
         n++;
       }
     if (n == 0) {
-      if (next_req >= nreq) break;
+      if (next_req >= nreq && g.nwait == 0 && g.nready == 0) break;
       continue;
     }
     rc = ct_engine_forward(e, n, g.ids, g.slot, g.pos, outs, n, g.logits);
@@ -321,6 +460,7 @@ int ct_generate(ct_engine *e, const ct_tokenizer *tok, const ct_gen_request *req
     free(g.slots[i].gs.ids);
     free(g.slots[i].gs.lps);
     free(g.slots[i].gs.seen);
+    free(g.slots[i].gs.own);
     ct_gen_sample_free(&g.slots[i].gs);
   }
   free(g.slots);

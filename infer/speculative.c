@@ -367,6 +367,7 @@ static int run_init(run_t *g, ct_spec_model *sm, const ct_tokenizer *tok, const 
 int ct_spec_generate(ct_spec_model *sm, const ct_tokenizer *tok, const ct_gen_request *reqs, int nreq,
                      const ct_gen_callbacks *cb, ct_spec_stats *st) {
   const ct_engine_opts *o = &sm->o;
+  if (cb->on_turn) return ct_set_error(CT_EINVAL, "speculative=mtp decodes single-turn samples only");
   for (int r = 0; r < nreq; r++) {
     if (reqs[r].n != 1 || reqs[r].sp.temperature > 0)
       return ct_set_error(CT_EINVAL, "request %d: speculative=mtp decodes greedily: needs n = 1 and temperature 0", r);

@@ -265,7 +265,7 @@ int ct_sampler_bench_speculative(ct_engine *e, ct_spec_model *sm, const ct_token
   for (int rep = 0; rep < reps && !rc; rep++) {
     a.n = b.n = 0;
     st = (ct_spec_stats){0};
-    ct_gen_callbacks ca = {log_ids, NULL, &a}, cb = {log_ids, NULL, &b};
+    ct_gen_callbacks ca = {.on_done = log_ids, .ctx = &a}, cb = {.on_done = log_ids, .ctx = &b};
     for (int r = 0; r < np && !rc; r++)
       for (int half = 0; half < 2 && !rc; half++) {
         int spec = half ^ (rep & 1);

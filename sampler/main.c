@@ -298,7 +298,7 @@ static int cmd_generate(const ct_config *cfg) {
   out_t o = {.s = &s, .n_per = (int)cfg->n, .total = np * (int)cfg->n};
   o.done = calloc(o.total, sizeof *o.done);
   o.stream = cfg->output == CT_OUTPUT_TEXT && o.total == 1;
-  ct_gen_callbacks cb = {on_done, on_token, &o};
+  ct_gen_callbacks cb = {.on_done = on_done, .on_token = on_token, .ctx = &o};
   if (cfg->speculative == CT_SPEC_MTP) {
     if (speculate(&s, &eo, reqs, np, &cb)) ct_die(1, NULL);
   } else if (ct_generate(e, s.tok, reqs, np, &cb)) {
@@ -378,7 +378,7 @@ static int cmd_accuracy(const ct_config *cfg) {
   ct_engine *e;
   if (ct_engine_init(&e, &s.w, &eo)) ct_die(1, NULL);
   acc_t a = {want, 0, 0};
-  ct_gen_callbacks cb = {acc_done, NULL, &a};
+  ct_gen_callbacks cb = {.on_done = acc_done, .ctx = &a};
   if (ct_generate(e, s.tok, reqs, n, &cb)) ct_die(1, NULL);
   printf("{\"data\": \"%s\", \"rows\": %d, \"temperature\": %g, \"exact_match\": %.4f}\n", cfg->data,
          n, cfg->temperature, (double)a.hits / n);

@@ -53,7 +53,7 @@ static int run_on(const ct_infer_weights *w, int slots, const ct_gen_request *re
   int rc = ct_engine_init(&e, w, &o);
   if (rc) return rc;
   memset(R, 0, sizeof *R);
-  ct_gen_callbacks cb = {collect, NULL, R};
+  ct_gen_callbacks cb = {.on_done = collect, .ctx = R};
   rc = ct_generate(e, tok, reqs, nreq, &cb);
   ct_engine_free(e);
   return rc;
@@ -276,6 +276,100 @@ static void test_stop_ids_stop_strings_and_lengths(void) {
   CHECK(R.finish[0] == CT_FINISH_LENGTH && R.len[0] == 46);
 }
 
+// Multi-turn samples (tool calls): on_turn makes a sample wait; poll hands continuations
+// back out of order and late (every other non-blocking poll says "none yet", so slots
+// wait while others decode). Each turn of each sample — decoded after its continuation
+// was fed into the same slot's cache — equals a fresh single-turn run of the sample's
+// prompt + everything before that turn, token for token and log-prob for log-prob; the
+// continuation's tokens are marked not sampled, with log-prob 0.
+typedef struct {
+  int q[64][2], nq;  // waiting (request, sample), handed back last-in first-out
+  int turns[8][4];   // continuations given so far per (request, sample)
+  int cont[8];       // scratch for the ids handed over
+  int polls;
+  results_t *R;
+  unsigned char own[MAXR][24];
+  int turn_start[MAXR];
+} turns_t;
+
+static int turn_end(void *ctx, const ct_gen_result *r) {
+  turns_t *t = ctx;
+  if (t->turns[r->request][r->sample] == 3) return 0;  // three continuations: done
+  t->q[t->nq][0] = r->request, t->q[t->nq][1] = r->sample, t->nq++;
+  return 1;
+}
+
+static int turn_poll(void *ctx, bool wait, ct_gen_cont *c) {
+  turns_t *t = ctx;
+  if (t->nq == 0 || (!wait && t->polls++ % 2 == 0)) return wait ? -1 : 0;
+  t->nq--;
+  int req = t->q[t->nq][0], smp = t->q[t->nq][1], k = t->turns[req][smp]++;
+  for (int j = 0; j < 2 + k; j++) t->cont[j] = (req * 31 + smp * 5 + k * 13 + j * 7) % 256;
+  *c = (ct_gen_cont){req, smp, t->cont, 2 + k};
+  return 1;
+}
+
+static int turn_done(void *ctx, const ct_gen_result *r) {
+  turns_t *t = ctx;
+  int k = t->R->n;
+  int rc = collect(t->R, r);
+  for (int i = 0; i < r->n && i < 24; i++) t->own[k][i] = r->own ? r->own[i] : 1;
+  t->turn_start[k] = r->turn_start;
+  return rc;
+}
+
+static void test_turns_continue_in_their_slot_as_a_fresh_prompt_would(void) {
+  static int stops[128], prompt[3][8];
+  for (int i = 0; i < 128; i++) stops[i] = 2 * i;  // even ids end a turn
+  ct_gen_request reqs[3];
+  for (int r = 0; r < 3; r++) {
+    for (int i = 0; i < 4 + r; i++) prompt[r][i] = (r * 41 + i * 19) % 256;
+    reqs[r] = (ct_gen_request){.prompt = prompt[r], .prompt_len = 4 + r, .n = 2, .seed = 5 + r,
+                               .sp = {0, 0, 1.0f, 0.0f, 1.0f}, .max_new_tokens = 24,
+                               .stop_ids = stops, .n_stop_ids = 128};
+  }
+  static results_t R, one;
+  static turns_t T;
+  memset(&T, 0, sizeof T);
+  memset(&R, 0, sizeof R);
+  T.R = &R;
+  ct_engine *e;
+  ct_engine_opts o = {.slots = 3, .max_len = 48, .max_tokens = 64};
+  CHECK_OK(ct_engine_init(&e, &weights, &o));
+  ct_gen_callbacks cb = {.on_done = turn_done, .ctx = &T, .on_turn = turn_end, .poll = turn_poll};
+  CHECK_OK(ct_generate(e, tok, reqs, 3, &cb));
+  ct_engine_free(e);
+  CHECK(R.n == 6);
+  int checked = 0, continued = 0;
+  for (int k = 0; k < R.n; k++) {
+    int r = R.req[k], len = R.len[k];
+    // walk the turns: each starts after a continuation (own 0 before it)
+    int at = 0;
+    while (at < len) {
+      int end = at;
+      while (end < len && T.own[k][end]) end++;  // the turn's sampled tokens [at, end)
+      int ctx[48], n = 0;
+      for (int i = 0; i < reqs[r].prompt_len; i++) ctx[n++] = reqs[r].prompt[i];
+      for (int i = 0; i < at; i++) ctx[n++] = R.ids[k][i];
+      ct_gen_request fresh = reqs[r];
+      fresh.prompt = ctx, fresh.prompt_len = n, fresh.n = 1, fresh.max_new_tokens = 24 - at;
+      CHECK_OK(run(1, &fresh, 1, &one));
+      bool same = one.n == 1 && one.len[0] == end - at &&
+                  !memcmp(one.ids[0], R.ids[k] + at, sizeof(int) * (end - at)) &&
+                  !memcmp(one.lps[0], R.lps[k] + at, sizeof(float) * (end - at));
+      CHECK(same);
+      checked++;
+      int c = end;
+      for (; c < len && !T.own[k][c]; c++) CHECK(R.lps[k][c] == 0);
+      continued += c > end;
+      if (c > end) CHECK(T.turn_start[k] >= c);
+      at = c;
+    }
+    CHECK(T.turns[r][R.sample[k]] == 3 || R.finish[k] == CT_FINISH_LENGTH);
+  }
+  CHECK(checked >= 12 && continued >= 12);
+}
+
 static void test_bad_requests_fail_before_any_work(void) {
   static int longp[48];
   ct_gen_request req = {.prompt = longp, .prompt_len = 48, .n = 1, .seed = 1,
@@ -311,6 +405,7 @@ int main(int argc, char **argv) {
   RUN(test_bf16_batched_decode_matches_one_slot_at_1_16_128);
   RUN(test_multisampling_first_tokens_follow_the_logits);
   RUN(test_stop_ids_stop_strings_and_lengths);
+  RUN(test_turns_continue_in_their_slot_as_a_fresh_prompt_would);
   RUN(test_bad_requests_fail_before_any_work);
   ct_infer_free(&weights);
   ct_model_free(&model);

@@ -479,7 +479,7 @@ static ct_spec_stats spec_matches_plain_as(const ct_model *m, const char *dir, c
   results_t *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
   ct_engine *e;
   CHECK_OK(ct_engine_init(&e, &w, &o));
-  ct_gen_callbacks ca = {collect, NULL, a}, cbb = {collect, NULL, b};
+  ct_gen_callbacks ca = {.on_done = collect, .ctx = a}, cbb = {.on_done = collect, .ctx = b};
   CHECK_OK(ct_generate(e, tok, reqs, nreq, &ca));
   ct_spec_stats st = {0};
   CHECK_OK(ct_spec_generate(&sm, tok, reqs, nreq, &cbb, &st));
