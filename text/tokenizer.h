@@ -121,6 +121,9 @@ int ct_tokenizer_set_chat_template(ct_tokenizer *t, const char *src, size_t len,
 // parse is CT_EFORMAT with line:col).
 int ct_tokenizer_load_chat_template(ct_tokenizer *t, const char *path);
 
+// The chat template's source, or NULL when there is none.
+const char *ct_tokenizer_chat_template_src(const ct_tokenizer *t);
+
 // True when the chat template has {% generation %} markers.
 bool ct_tokenizer_chat_has_generation(const ct_tokenizer *t);
 

@@ -172,6 +172,8 @@ int ct_tokenizer_load_chat_template(ct_tokenizer *t, const char *path) {
   return rc;
 }
 
+const char *ct_tokenizer_chat_template_src(const ct_tokenizer *t) { return t->tmpl ? t->template_src : NULL; }
+
 bool ct_tokenizer_chat_has_generation(const ct_tokenizer *t) { return t->tmpl && ct_jinja_has_generation(t->tmpl); }
 
 int ct_tokenizer_chat_render(const ct_tokenizer *t, const json_t *messages, const ct_chat_opts *opts,

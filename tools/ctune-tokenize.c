@@ -12,6 +12,10 @@
 //        "add_generation_prompt"?: bool (overrides the option for that row)}
 //       -> {"text": "..."} (+ "input_ids" and "assistant_masks" with tokenize=true;
 //       + "generation_spans" when the template marks assistant text with {% generation %})
+//   ctune-tokenize toolcall tokenizer_path=DIR [template=FILE.jinja]
+//       {"text": "<a model turn>", "tool_messages"?: [...], "tools"?, "chat_template_kwargs"?}
+//       -> {"format": "hermes"|"llama3_json", "calls": [...]} (+ "suffix_ids" and "suffix":
+//       the tokens GRPO feeds after the turn's end-of-turn token to give tool_messages back)
 //   ctune-tokenize info tokenizer_path=DIR
 //       one row: vocab size, special ids, stop ids, chat template facts
 //   Every command but info and bench: on_error=stop (default: stop at the first bad row,
@@ -34,9 +38,10 @@
 #include "fs.h"
 #include "log.h"
 #include "tokenizer.h"
+#include "toolcall.h"
 
 static int usage(FILE *f) {
-  fputs("usage: ctune-tokenize encode|decode|chat|info tokenizer_path=DIR [key=value ...]\n"
+  fputs("usage: ctune-tokenize encode|decode|chat|toolcall|info tokenizer_path=DIR [key=value ...]\n"
         "  encode: rows {\"text\"} -> {\"input_ids\"}; add_special_tokens=true|false (bos/eos as\n"
         "          the tokenizer adds them, default true), special=true|false (special-token\n"
         "          strings in the text become their ids, default true)\n"
@@ -46,6 +51,8 @@ static int usage(FILE *f) {
         "          template=FILE uses that chat template instead of tokenizer_config.json's;\n"
         "          a row's chat_template_kwargs object adds template variables\n"
         "  on_error=stop|row: stop at the first bad row (default) or write {\"error\"} rows\n"
+        "  toolcall: rows {\"text\", \"tool_messages\"?} -> {\"format\", \"calls\", \"suffix_ids\"?}:\n"
+        "          the tool calls GRPO reads from a turn, and the tokens that give results back\n"
         "  info:   vocabulary size, special and stop ids, chat template facts\n"
         "  export: out=DIR writes tokenizer.json + tokenizer_config.json (checkpoint form)\n"
         "  bench:  input=FILE [reps=3]: encoding speed in MB/s\n",
@@ -271,6 +278,38 @@ static const char *chat_row(const ct_tokenizer *t, const opts *o, const json_t *
   return msg;
 }
 
+static const char *toolcall_row(const ct_tokenizer *t, const json_t *j, ct_ids *ids, obuf *ob) {
+  const json_t *text = json_object_get(j, "text"), *msgs = json_object_get(j, "tool_messages");
+  if (!json_is_string(text)) return "key 'text': expected a string";
+  if (msgs && (!json_is_array(msgs) || !json_array_size(msgs))) return "key 'tool_messages': expected a non-empty list";
+  int fmt = ct_toolcall_format_of(ct_tokenizer_chat_template_src(t));
+  if (fmt < 0) return "the chat template shows no tool-call format ctune reads (<tool_call> blocks, Llama 3 JSON)";
+  json_t *calls = ct_toolcall_parse(fmt, json_string_value(text), json_string_length(text));
+  if (!calls) return "out of memory";
+  ct_chat_opts co = {.tools = json_object_get(j, "tools"), .extra = json_object_get(j, "chat_template_kwargs")};
+  if (msgs && ct_toolcall_suffix(t, msgs, &co, ids)) {
+    json_decref(calls);
+    return ct_last_error();
+  }
+  ob_puts(ob, "{\"format\": ");
+  ob_string(ob, ct_toolcall_format_names[fmt], strlen(ct_toolcall_format_names[fmt]));
+  ob_puts(ob, ", \"calls\": ");
+  ob_json(ob, calls);
+  json_decref(calls);
+  if (msgs) {
+    char *s;
+    size_t len;
+    if (ct_tokenizer_decode(t, ids->v, ids->n, &s, &len)) return ct_last_error();
+    ob_puts(ob, ", \"suffix_ids\": ");
+    ob_ids(ob, ids->v, ids->n);
+    ob_puts(ob, ", \"suffix\": ");
+    ob_string(ob, s, len);
+    free(s);
+  }
+  ob_puts(ob, "}\n");
+  return NULL;
+}
+
 // on_error=row: the row's output is {"error": "<stdin>:ROW: why"}.
 static void error_row(obuf *ob, long row, const char *msg) {
   char where[64];
@@ -317,6 +356,7 @@ static int rows(const ct_tokenizer *t, const opts *o) {
     size_t mark = ob.n;
     if (!msg && !strcmp(o->cmd, "encode")) msg = encode_row(t, o, j, &ids, &ob);
     else if (!msg && !strcmp(o->cmd, "decode")) msg = decode_row(t, j, &ids, &ob);
+    else if (!msg && !strcmp(o->cmd, "toolcall")) msg = toolcall_row(t, j, &ids, &ob);
     else if (!msg) msg = chat_row(t, o, j, &ids, &mask, &ob);
     if (msg) ob.n = mark;
     if (msg && o->row_errors) {
@@ -348,7 +388,7 @@ static const struct {
   const char *name;
   int (*run)(const ct_tokenizer *t, const opts *o);
 } commands[] = {
-    {"encode", rows}, {"decode", rows}, {"chat", rows}, {"info", info}, {"bench", bench}, {"export", export_files},
+    {"encode", rows}, {"decode", rows}, {"chat", rows}, {"toolcall", rows}, {"info", info}, {"bench", bench}, {"export", export_files},
 };
 
 // The options after the command (argv[2..]); 0, or the exit status of a usage error.
