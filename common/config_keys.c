@@ -48,6 +48,7 @@ const char *const ct_moa_names[] = {"sum_then_normalize", "normalize_then_sum", 
 const char *const ct_is_mode_names[] = {"token_truncate", "token_mask", "sequence_truncate", "sequence_mask", NULL};
 const char *const ct_advantage_estimator_names[] = {"group_norm", "rloo", "reinforce_baseline", NULL};
 const char *const ct_reward_failure_names[] = {"error", "nan", NULL};
+const char *const ct_tool_format_names[] = {"auto", "hermes", "llama3_json", NULL};
 const char *const ct_reward_func_names[] = {"accuracy",           "format", "length", "overlong", "think_format",
                                             "repetition_penalty", "cosine", "remote", NULL};
 // the frozen module's storages a reward model (with its score head) can use: CT_STORE_F32, _BF16
@@ -70,6 +71,7 @@ NAMES_MATCH(ct_moa_names, CT_MOA_COUNT);
 NAMES_MATCH(ct_is_mode_names, CT_ISC_COUNT);
 NAMES_MATCH(ct_advantage_estimator_names, CT_ADV_COUNT);
 NAMES_MATCH(ct_reward_failure_names, CT_REWARD_FAIL_COUNT);
+NAMES_MATCH(ct_tool_format_names, CT_TOOLFMT_COUNT);
 NAMES_MATCH(ct_reward_func_names, CT_REWARD_COUNT);
 
 const key_def config_keys[] = {
@@ -497,6 +499,32 @@ const key_def config_keys[] = {
                 "is NaN either way (TRL's None)."},
     {"reward_batch", K_INT, GRPO, OFF(reward_batch), "0", FROM(0),
      .comment = "remote: completions per request; 0 = all of a step's."},
+    {"tools", K_STR_LIST, GRPO, OFF(tools), "",
+     .comment = "Built-in tools offered to every prompt that has no \"tools\" of its own: calculator "
+                "(exact arithmetic). A rollout's tool calls run, their results join the conversation "
+                "as tool messages, and generation goes on (the results get no loss)."},
+    {"tool_url", K_STR, GRPO, OFF(tool_url), "",
+     .comment = "The tool server for every tool that is not built in: POST {name, arguments, row} -> "
+                "{content} (or {error}); a row's \"tools\" list declares them to the model."},
+    {"tool_api_key_env", K_STR, GRPO, OFF(tool_api_key_env), "",
+     .comment = "tool_url: the environment variable holding an API key (sent as a bearer key)."},
+    {"tool_timeout", K_FLOAT, GRPO, OFF(tool_timeout), "30.0", ABOVE(0),
+     .comment = "tool_url: seconds a call may take; a call that fails after its retries becomes the "
+                "tool message's error text."},
+    {"tool_connect_timeout", K_FLOAT, GRPO, OFF(tool_connect_timeout), "5.0", ABOVE(0),
+     .comment = "tool_url: seconds to connect."},
+    {"tool_retries", K_INT, GRPO, OFF(tool_retries), "2", IN(0, 100),
+     .comment = "tool_url: attempts after the first, waiting tool_backoff seconds, doubling."},
+    {"tool_backoff", K_FLOAT, GRPO, OFF(tool_backoff), "0.5", FROM(0),
+     .comment = "tool_url: first wait between attempts."},
+    {"tool_concurrency", K_INT, GRPO, OFF(tool_concurrency), "16", IN(1, 1024),
+     .comment = "tool_url: calls in flight at once per rank (rollouts of other slots go on meanwhile)."},
+    {"max_tool_calling_iterations", K_INT, GRPO, OFF(max_tool_calling_iterations), "-1", FROM(-1),
+     .null_as = "-1", .comment = "Rounds of tool calls per completion at most (-1 or null: no limit "
+                "but max_completion_length, which counts the tool results' tokens too)."},
+    {"tool_call_format", K_ENUM, GRPO, OFF(tool_call_format), "auto", .choices = ct_tool_format_names,
+     .comment = "How the model writes tool calls: hermes (<tool_call>{...}</tool_call>: Qwen2.5, "
+                "Qwen3, Hermes), llama3_json (Llama 3.1/3.2's JSON), or auto (from the chat template)."},
     {"prompt", K_STR, SAMPLER, OFF(prompt), "", .section = "Sampler (bin/sampler)",
      .comment = "generate: one text prompt (streamed to stdout)."},
     {"prompts_path", K_STR, SAMPLER, OFF(prompts_path), "",

@@ -51,6 +51,10 @@ enum { CT_ADV_GROUP_NORM, CT_ADV_RLOO, CT_ADV_REINFORCE_BASELINE, CT_ADV_COUNT }
 extern const char *const ct_advantage_estimator_names[];
 enum { CT_REWARD_FAIL_ERROR, CT_REWARD_FAIL_NAN, CT_REWARD_FAIL_COUNT };
 extern const char *const ct_reward_failure_names[];
+// tool_call_format: how a model's turn writes tool calls (text/toolcall.h), auto = from the
+// chat template
+enum { CT_TOOLFMT_AUTO, CT_TOOLFMT_HERMES, CT_TOOLFMT_LLAMA3_JSON, CT_TOOLFMT_COUNT };
+extern const char *const ct_tool_format_names[];
 // The built-in reward functions (grpo/reward.c implements them).
 enum {
   CT_REWARD_ACCURACY, CT_REWARD_FORMAT, CT_REWARD_LENGTH, CT_REWARD_OVERLONG, CT_REWARD_THINK_FORMAT,
@@ -249,6 +253,16 @@ typedef struct {
   double reward_backoff;
   int reward_failure;  // CT_REWARD_FAIL_*
   int64_t reward_batch;
+  ct_str_list tools;              // built-in tools offered to every prompt (calculator)
+  char *tool_url;                 // the tool server: POST {name, arguments, row} -> {content}
+  char *tool_api_key_env;
+  double tool_timeout;
+  double tool_connect_timeout;
+  int64_t tool_retries;
+  double tool_backoff;
+  int64_t tool_concurrency;       // tool server requests in flight at once, per rank
+  int64_t max_tool_calling_iterations;  // -1: no limit (TRL's None)
+  int tool_call_format;           // CT_TOOLFMT_*
 
   // sampling (GRPO and bin/sampler)
   double temperature;

@@ -496,6 +496,15 @@ void ct_batch_fill(ct_batch *b, const ct_dataset *ds, const int *seqs, int n, in
   }
 }
 
+void ct_batch_drop_targets(ct_batch *b, int row, int np, const unsigned char *keep, int nc) {
+  int *tgt = b->target + (long)row * b->T;
+  for (int j = 0; keep && j < nc; j++)  // token j is predicted at position np + j − 1
+    if (!keep[j] && np + j >= 1 && tgt[np + j - 1] >= 0) {
+      tgt[np + j - 1] = -1;
+      b->n_target--;
+    }
+}
+
 void ct_batch_row(ct_batch *b, int row, const int *prompt, int np, const int *comp, int nc,
                   int pad_id) {
   int T = b->T, *ids = b->ids + (long)row * T, *pos = b->pos + (long)row * T;

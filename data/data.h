@@ -80,3 +80,6 @@ void ct_batch_fill(ct_batch *b, const ct_dataset *ds, const int *seqs, int n, in
 // n_tokens. For prompt/completion batches built outside a dataset (DPO pairs, rollouts).
 void ct_batch_row(ct_batch *b, int row, const int *prompt, int np, const int *comp, int nc,
                   int pad_id);
+// Drops the targets of row `row`'s completion tokens j (after a prompt of np) whose keep[j]
+// is 0 — tool results inside a completion, which the model did not sample (nc tokens).
+void ct_batch_drop_targets(ct_batch *b, int row, int np, const unsigned char *keep, int nc);

@@ -103,6 +103,9 @@ static int load_row(void *ctx, json_t *row, int line) {
   s->rows[k] = json_incref(row);
   s->text[k] = NULL;
   s->line[k] = line;
+  if (L->o->tools && json_is_object(row) && !json_object_get(row, "tools") &&
+      json_object_set(row, "tools", (json_t *)L->o->tools))
+    return free_row(s, --s->n), ct_set_error(CT_ENOMEM, "prompts: out of memory");
   char where[4200];
   ct_jsonl_where(where, sizeof where, L->path, line);
   int rc = ct_prompt_tokens(L->tok, row, where, L->o, &s->ids[k]);

@@ -16,6 +16,8 @@ typedef struct {
   const char *length_key;      // the option named in the error ("max_prompt_length")
   int model_vocab;             // the model's vocab_size, named in token-id errors (0 = unknown)
   bool skip_bad_rows;          // count and skip malformed rows instead of failing (jsonl.h)
+  const json_t *tools;         // tool schemas for message-list rows without "tools" of their
+                               // own (set into the row, NULL: none)
 } ct_prompt_opts;
 
 // Appends the tokens of one row's prompt to out (one BOS when the tokenizer adds it and

@@ -26,7 +26,7 @@ static int log_eval(ct_grpo *g, const ct_grpo_rollout *ro, int m, const double *
     bool any = K == 0;
     for (int k = 0; k < K; k++) any |= R[(long)i * K + k] == R[(long)i * K + k];
     if (any) s.reward += r[i], scored += 1;
-    s.length += ro[i].n, s.clipped += ro[i].truncated, s.count += 1;
+    s.length += ro[i].n_own, s.clipped += ro[i].truncated, s.count += 1;
   }
   if ((rc = ct_dist_sum_f64(&scored, 1))) return rc;
   if ((rc = ct_dist_sum_stats(&s)) || (rc = ct_dist_sum_f64((double *)func, CT_GRPO_REWARD_MEAN_DOUBLES * K)))

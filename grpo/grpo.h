@@ -13,6 +13,7 @@
 #include "forward.h"
 #include "frozen.h"
 #include "grpo/rewards.h"
+#include "grpo/tools.h"
 #include "head.h"
 #include "objective.h"
 #include "prompts.h"
@@ -20,13 +21,22 @@
 #include "train.h"
 #include "weights.h"
 
-// One sampled completion and everything training needs of it.
+// One sampled completion and everything training needs of it. With tool calls, the
+// completion holds the model's turns and the tool results between them; only the model's
+// own tokens (n_own of them, tool_mask 1) carry a loss, and the per-token arrays of the
+// loss (old, ref, q) hold those alone, in order.
 typedef struct {
   int prompt;           // index into the prompt set
   int *ids, n;          // completion tokens (a stop token, when one ended it, is last)
-  float *old, *ref;     // (n) log-probs before the first update (num_iterations > 1) / of
-                        // the reference (when used)
-  float *lp;            // (n) the sampler's log-probs of the chosen tokens (for completions.jsonl)
+  unsigned char *tool_mask;  // (n) 1: the model's token, 0: a tool result's; NULL: all the model's
+  int n_own;            // the model's tokens
+  int *ord;             // (n) with tool_mask: token j's index among the model's tokens
+  float *old, *ref;     // (n_own) log-probs before the first update (num_iterations > 1) /
+                        // of the reference (when used)
+  float *lp;            // (n) the sampler's log-probs of the chosen tokens (0 for tool results)
+  float *q;             // (n_own) those of the model's tokens (= lp without tool results)
+  json_t *turns;        // with tools: the messages after the prompt (completions.jsonl)
+  int tool_calls, tool_failures, n_turns;
   int finish;           // CT_FINISH_*
   double reward, adv;
   bool truncated;       // ended by length, not by a stop token
@@ -37,6 +47,7 @@ typedef struct {
 // The metrics of one set of rollouts, summed over ranks (all doubles: ct_dist_sum_stats).
 typedef struct {
   double reward, reward_sq, scored;  // Σ r, Σ r² over the scorable completions, and how many
+  double tool_calls, tool_failures, turns;  // with tools
   double completions, truncated, length;
   double terminated_length;  // Σ length of the completions ended by a stop token
   double zero_std_groups, groups;
@@ -88,6 +99,7 @@ typedef struct {
   ct_grpo_lengths lens;    // their lengths' extremes
   ct_grpo_reward_mean *func;    // (K) the same per reward function
   ct_completions log;   // completions.jsonl
+  ct_grpo_tools *tools; // tool calls in rollouts (NULL: none offered)
 } ct_grpo;
 
 typedef struct {
@@ -107,8 +119,9 @@ void ct_grpo_rollouts_free(ct_grpo_rollout *ro, int n);
 // Fills g->batch with rollouts [first, first + n): prompt + completion, targets on the
 // completion tokens.
 void ct_grpo_batch(ct_grpo *g, int first, int n);
-// The rollout and completion-token index of gathered head row q of the batch starting
-// at rollout `first`: completion token j is predicted at position t = prompt + j − 1.
+// The rollout of gathered head row q of the batch starting at rollout `first`, and the
+// index among its own (model) tokens of the token that row predicts (completion token j
+// is predicted at position t = prompt + j − 1; tool results are not gathered).
 ct_grpo_rollout *ct_grpo_gathered(ct_grpo *g, int first, int q, int *j);
 // The reference's per-token log-probs (at the sampling temperature) of every rollout.
 int ct_grpo_ref_logps(ct_grpo *g);

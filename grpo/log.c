@@ -9,6 +9,27 @@
 #include "generate.h"
 #include "grpo/grpo.h"
 
+// A completion with tool calls: "tool_mask" (1: the model's token, 0: a tool result's,
+// TRL's name), "turns" (the messages after the prompt), "tool_calls" and "tool_failures";
+// and the row's "tools" and "chat_template_kwargs", which its prompt was rendered with (the
+// replay renders it again).
+static void add_tool_fields(json_t *row, const ct_grpo_rollout *o, const json_t *data_row) {
+  static const char *const keys[] = {"tools", "chat_template_kwargs"};
+  for (int k = 0; k < 2; k++) {
+    json_t *v = json_object_get(data_row, keys[k]);
+    if (v) json_object_set(row, keys[k], v);
+  }
+  if (o->turns) {
+    json_object_set(row, "turns", o->turns);
+    json_object_set_new(row, "tool_calls", json_integer(o->tool_calls));
+    json_object_set_new(row, "tool_failures", json_integer(o->tool_failures));
+  }
+  if (!o->tool_mask) return;
+  json_t *m = json_array();
+  for (int j = 0; m && j < o->n; j++) json_array_append_new(m, json_integer(o->tool_mask[j]));
+  json_object_set_new(row, "tool_mask", m);
+}
+
 int ct_grpo_log_rollouts(ct_grpo *g, const double *R, const double *r, const double *adv) {
   int n = g->n_ro, K = g->K;
   if (!g->log.on) return 0;
@@ -24,6 +45,7 @@ int ct_grpo_log_rollouts(ct_grpo *g, const double *R, const double *r, const dou
     }
     json_object_set_new(rows[i], "reward", json_real(r[i]));
     json_object_set_new(rows[i], "advantage", json_real(adv[i]));
+    add_tool_fields(rows[i], o, g->prompts.rows[o->prompt]);
   }
   int rc = ct_completions_append(&g->log, rows, n);
   free(rows);
@@ -83,6 +105,11 @@ int ct_grpo_log_step(ct_grpo *g, const ct_grpo_step_stats *st, double lr, double
     json_object_set_new(j, "sampling/importance_sampling_ratio/max", json_real(g->mx.is_max));
   }
   set_length_metrics(j, s, &g->lens);
+  if (g->tools) {  // TRL's: calls per completion, failed calls per call; and turns per completion
+    json_object_set_new(j, "tools/call_frequency", json_real(s->tool_calls / n));
+    json_object_set_new(j, "tools/failure_frequency", json_real(s->tool_calls > 0 ? s->tool_failures / s->tool_calls : 0));
+    json_object_set_new(j, "tools/turns_mean", json_real(s->turns / n));
+  }
   json_object_set_new(j, "time/scoring_s", json_real(new_rollouts ? g->score_s : 0.0));
   char key[96];
   for (int k = 0; k < g->K; k++) {  // std as TRL's nanstd: Bessel-corrected, NaN (left out) below 2

@@ -29,7 +29,25 @@ static int on_done(void *ctx, const ct_gen_result *r) {
   ct_grpo_rollout *ro = &c->ro[r->request * c->per + r->sample];
   bool old = c->train && g->cfg->num_iterations > 1, ref = c->train && g->use_ref;
   ro->n = r->n;
+  ro->n_own = r->n;
   size_t n = r->n ? r->n : 1;
+  if (r->own) {
+    ro->n_own = 0;
+    for (int i = 0; i < r->n; i++) ro->n_own += r->own[i];
+    if (!(ro->tool_mask = malloc(n)) || !(ro->q = malloc(sizeof(float) * n)) || !(ro->ord = malloc(sizeof(int) * n)))
+      return ct_set_error(CT_ENOMEM, "grpo: out of memory");
+    memcpy(ro->tool_mask, r->own, r->n);
+    for (int i = 0, k = 0; i < r->n; i++) {
+      ro->ord[i] = k;
+      if (r->own[i]) ro->q[k++] = r->logprobs[i];
+    }
+  }
+  if (g->tools) {
+    ro->turns = ct_grpo_tools_take(g->tools, r, &ro->tool_calls, &ro->tool_failures);
+    if (!ro->turns) return ct_set_error(CT_ENOMEM, "grpo: out of memory");
+    for (size_t i = 0; i < json_array_size(ro->turns); i++)
+      ro->n_turns += !strcmp(json_string_value(json_object_get(json_array_get(ro->turns, i), "role")), "assistant");
+  }
   ro->ids = malloc(sizeof(int) * n);
   ro->text = malloc(r->text_len + 1);
   ro->old = old ? malloc(sizeof(float) * n) : NULL;
@@ -39,6 +57,7 @@ static int on_done(void *ctx, const ct_gen_result *r) {
     return ct_set_error(CT_ENOMEM, "grpo: out of memory");
   memcpy(ro->ids, r->ids, sizeof(int) * r->n);
   memcpy(ro->lp, r->logprobs, sizeof(float) * r->n);
+  if (!ro->q) ro->q = ro->lp;
   ro->finish = r->finish;
   memcpy(ro->text, r->text, r->text_len);
   ro->text[r->text_len] = 0;
@@ -48,7 +67,9 @@ static int on_done(void *ctx, const ct_gen_result *r) {
 
 void ct_grpo_rollouts_free(ct_grpo_rollout *ro, int n) {
   for (int i = 0; i < n; i++) {
-    ct_free_all(ro[i].ids, ro[i].old, ro[i].ref, ro[i].lp, ro[i].text);
+    if (ro[i].q != ro[i].lp) free(ro[i].q);
+    json_decref(ro[i].turns);
+    ct_free_all(ro[i].ids, ro[i].old, ro[i].ref, ro[i].lp, ro[i].text, ro[i].tool_mask, ro[i].ord);
     memset(&ro[i], 0, sizeof ro[i]);
   }
 }
@@ -68,6 +89,7 @@ void ct_grpo_batch(ct_grpo *g, int first, int n) {
     const ct_grpo_rollout *r = &g->ro[first + i];
     const ct_ids *p = &g->prompts.ids[r->prompt];
     ct_batch_row(b, i, p->v, p->n, r->ids, r->n, pad);
+    ct_batch_drop_targets(b, i, p->n, r->tool_mask, r->n);  // tool results: no loss
   }
 }
 
@@ -75,6 +97,7 @@ ct_grpo_rollout *ct_grpo_gathered(ct_grpo *g, int first, int q, int *j) {
   int T = g->batch.T, row = g->head.rows[q] / T, t = g->head.rows[q] % T;
   ct_grpo_rollout *r = &g->ro[first + row];
   *j = t + 1 - g->prompts.ids[r->prompt].n;
+  if (r->ord) *j = r->ord[*j];  // its index among the model's tokens
   return r;
 }
 
@@ -103,6 +126,8 @@ int ct_grpo_generate(ct_grpo *g, const ct_prompt_set *set, const int *prompts, i
   if (rc) return free(req), rc;
   const int *stop_ids;
   int n_stop = ct_tokenizer_stop_ids(tr->tok, &stop_ids);
+  if (g->tools && (rc = ct_grpo_tools_begin(g->tools, set, prompts, n_prompts, per, (int)c->max_completion_length)))
+    return free(req), rc;
   for (int i = 0; i < n_prompts; i++) {
     const ct_ids *p = &set->ids[prompts[i]];
     uint64_t seed = (uint64_t)c->seed * 1000003u + (uint64_t)tr->step * 7919u + (uint64_t)prompts[i];
@@ -113,6 +138,7 @@ int ct_grpo_generate(ct_grpo *g, const ct_prompt_set *set, const int *prompts, i
   }
   gen_ctx ctx = {g, ro, per, train, 0, (long)n_prompts * per, 0};
   ct_gen_callbacks cb = {.on_done = on_done, .ctx = &ctx};
+  if (g->tools) cb.on_turn = ct_grpo_tools_turn, cb.poll = ct_grpo_tools_poll, cb.turn_ctx = g->tools;
   if (train) ct_log_phase(&tr->log, tr->step + 1, "rollouts", 0, ctx.total, "completions", 0, NULL);
   rc = ct_generate(g->pe.engine, tr->tok, req, n_prompts, &cb);
   free(req);

@@ -17,19 +17,27 @@ int ct_grpo_reward_matrix(ct_grpo *g, const ct_prompt_set *set, const ct_grpo_ro
   double *col = malloc(sizeof(double) * m);
   ct_reward_item *items = malloc(sizeof *items * m);
   if (!col || !items) return ct_free_all(col, items), ct_set_error(CT_ENOMEM, "out of memory");
-  for (int i = 0; i < n; i++)
-    items[i] = (ct_reward_item){set->text[ro[i].prompt], ro[i].text, set->rows[ro[i].prompt], ro[i].n, ro[i].ids};
+  int **own = calloc(m, sizeof *own);  // the model's tokens of completions with tool results
+  if (!own) return ct_free_all(col, items), ct_set_error(CT_ENOMEM, "out of memory");
+  for (int i = 0; i < n; i++) {
+    const int *ids = ro[i].ids;
+    if (ro[i].tool_mask && (ids = own[i] = malloc(sizeof(int) * (ro[i].n_own + 1))))
+      for (int j = 0, k = 0; j < ro[i].n; j++)
+        if (ro[i].tool_mask[j]) own[i][k++] = ro[i].ids[j];
+    items[i] = (ct_reward_item){set->text[ro[i].prompt], ro[i].text, set->rows[ro[i].prompt], ro[i].n_own, ids};
+  }
   memset(func, 0, sizeof *func * K);
-  for (int k = 0; k < K; k++) {
-    int rc = ct_reward_score(g->rewards[k], items, n, col);
-    if (rc) return ct_free_all(col, items), ct_wrap_error(rc, "scoring completions");
+  int rc = 0;
+  for (int k = 0; k < K && !rc; k++) {
+    if ((rc = ct_reward_score(g->rewards[k], items, n, col))) break;
     for (int i = 0; i < n; i++) {
       R[(long)i * K + k] = col[i];
       if (col[i] == col[i]) func[k].sum += col[i], func[k].sq += col[i] * col[i], func[k].n += 1;
     }
   }
-  ct_free_all(col, items);
-  return 0;
+  for (int i = 0; i < n; i++) free(own[i]);
+  ct_free_all(col, items, own);
+  return rc ? ct_wrap_error(rc, "scoring completions") : 0;
 }
 
 // The rollouts' lengths: sums into s, extremes into g->lens (over all ranks).
@@ -37,8 +45,9 @@ static int length_stats(ct_grpo *g, ct_grpo_rollout_stats *s) {
   ct_grpo_lengths *e = &g->lens;
   e->max = e->neg_min = e->term_max = e->term_neg_min = -INFINITY;
   for (int i = 0; i < g->n_ro; i++) {
-    double n = g->ro[i].n;
+    double n = g->ro[i].n_own;  // (TRL's lengths count the model's tokens, not tool results)
     s->completions += 1;
+    s->tool_calls += g->ro[i].tool_calls, s->tool_failures += g->ro[i].tool_failures, s->turns += g->ro[i].n_turns;
     s->length += n;
     e->max = fmax(e->max, n), e->neg_min = fmax(e->neg_min, -n);
     if (g->ro[i].truncated) {
@@ -66,7 +75,7 @@ static int advantages(ct_grpo *g, const double *r, double batch_std, double *adv
       zero = ct_grpo_group_baseline(r, groups, g->G, adv);
       double *tokens = malloc(sizeof(double) * (n > 0 ? n : 1));  // (n) each completion's weight
       if (!tokens) return ct_set_error(CT_ENOMEM, "out of memory");
-      for (int i = 0; i < n; i++) tokens[i] = g->ro[i].n;
+      for (int i = 0; i < n; i++) tokens[i] = g->ro[i].n_own;
       rc = ct_grpo_whiten(adv, tokens, n, CT_WHITEN_TOKENS);
       free(tokens);
       return rc ? rc : zero;

@@ -42,8 +42,8 @@ static void token_loss_rows(void *ctx, ct_head *h, int r0, int r1) {
     if (r->masked) {
       memset(h->coef + q, 0, sizeof(float) * n);
     } else {
-      st->loss += ct_grpo_span_loss(&t->m, r->n, n, lp, old, h->entropy + q, g->use_ref ? r->ref + j : NULL,
-                                    r->lp ? r->lp + j : NULL, r->adv, h->coef + q, &st->info, &g->mx);
+      st->loss += ct_grpo_span_loss(&t->m, r->n_own, n, lp, old, h->entropy + q, g->use_ref ? r->ref + j : NULL,
+                                    r->q ? r->q + j : NULL, r->adv, h->coef + q, &st->info, &g->mx);
       for (int k = q; k < q1; k++) st->entropy += h->entropy[k];
       st->tokens += n;
     }
@@ -74,7 +74,7 @@ int ct_grpo_train_pass(ct_grpo *g, bool first_pass, ct_grpo_step_stats *st) {
   // denominators over the whole step (all ranks), counted before any backward
   ct_grpo_counts counts = {0};
   for (int i = 0; i < g->n_ro; i++)
-    counts.tokens += g->ro[i].masked ? 0 : g->ro[i].n, counts.sequences += 1;  // (as TRL: see advantage.h)
+    counts.tokens += g->ro[i].masked ? 0 : g->ro[i].n_own, counts.sequences += 1;  // (as TRL: see advantage.h)
   counts.micro_batches = (g->n_ro + B - 1) / B;
   ct_dist_sum_stats(&counts);
   g->mx = (ct_grpo_span_max){-INFINITY, -INFINITY, -INFINITY};
@@ -83,7 +83,7 @@ int ct_grpo_train_pass(ct_grpo *g, bool first_pass, ct_grpo_step_stats *st) {
     int n = g->n_ro - first < B ? g->n_ro - first : B;
     double micro_tokens = 0;
     for (int i = 0; i < n; i++)
-      if (!g->ro[first + i].masked) micro_tokens += g->ro[first + i].n;
+      if (!g->ro[first + i].masked) micro_tokens += g->ro[first + i].n_own;
     ct_grpo_batch(g, first, n);
     ct_train_dropout_key(tr, first / B);
     const ct_batch *b = &g->batch;

@@ -106,7 +106,7 @@ static int finish(const ct_gen_sample *s, const ct_tokenizer *tok, const ct_gen_
 static int end_turn(const ct_gen_sample *s, const ct_tokenizer *tok, const ct_gen_callbacks *cb) {
   if (cb->on_turn) {
     ct_gen_result res = result(s, tok, CT_FINISH_STOP);
-    int rc = cb->on_turn(cb->ctx, &res);
+    int rc = cb->on_turn(cb->turn_ctx ? cb->turn_ctx : cb->ctx, &res);
     if (rc < 0) return rc;
     if (rc) return 2;
   }
@@ -272,7 +272,7 @@ static slot_t *waiting_slot(gen_t *g, int req, int sample) {
 static int poll_continuations(gen_t *g, bool wait) {
   while (g->nwait > 0) {
     ct_gen_cont c;
-    int rc = g->cb->poll(g->cb->ctx, wait, &c);
+    int rc = g->cb->poll(g->cb->turn_ctx ? g->cb->turn_ctx : g->cb->ctx, wait, &c);
     if (rc <= 0) return rc;
     wait = false;
     slot_t *s = waiting_slot(g, c.request, c.sample);

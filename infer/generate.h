@@ -76,6 +76,7 @@ typedef struct {
   void *ctx;
   ct_gen_turn_fn on_turn;    // NULL: every sample has one turn
   ct_gen_poll_fn poll;       // with on_turn
+  void *turn_ctx;            // theirs (NULL: ctx)
 } ct_gen_callbacks;
 
 // One sample's completion as it grows, and the rule that ends it: the finishing step

@@ -16,9 +16,10 @@
 // Writes DIR/metrics.jsonl (step, loss, grad_norm, learning_rate, and
 // replay/max_logprob_diff: the largest |recomputed − logged sampling log-prob| of the
 // step) and the final model in DIR, to compare with the run's.
-// Limits: num_iterations 1 (later passes need the first pass's log-probs), one rank, and
-// prompts rebuilt from the logged prompt alone (a row's tools/chat_template_kwargs are
-// not logged).
+// A row with "tool_mask" (a completion with tool results) has its loss on the model's
+// tokens only, as bin/grpo's; a prompt is rendered with the row's logged "tools" and
+// "chat_template_kwargs".
+// Limits: num_iterations 1 (later passes need the first pass's log-probs), one rank.
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -45,7 +46,10 @@
 typedef struct {
   long step;
   ct_ids prompt, ids;  // prompt tokens; completion tokens
-  float *lp;           // (ids.n) the logged sampling log-probs
+  float *lp;           // (n_own) the logged sampling log-probs of the model's tokens
+  unsigned char *keep; // (ids.n) tool_mask, or NULL: every token the model's
+  int *ord;            // (ids.n) with keep: token j's index among the model's tokens
+  int n_own;
   double adv;
   bool truncated;      // finish_reason "length"
 } row_t;
@@ -62,9 +66,35 @@ typedef struct {
 
 // The logged prompt as a row ct_prompt_tokens reads: a string or message list stays
 // "prompt"; a list of ids (a pre-tokenized row) becomes "prompt_input_ids".
-static json_t *prompt_row(json_t *prompt) {
+static json_t *prompt_row(const json_t *j) {
+  json_t *prompt = json_object_get(j, "prompt");
   bool ids = json_is_array(prompt) && json_array_size(prompt) > 0 && json_is_integer(json_array_get(prompt, 0));
-  return json_pack("{s:O}", ids ? "prompt_input_ids" : "prompt", prompt);
+  json_t *row = json_pack("{s:O}", ids ? "prompt_input_ids" : "prompt", prompt);
+  static const char *const keys[] = {"tools", "chat_template_kwargs"};
+  for (int k = 0; row && k < 2; k++)
+    if (json_object_get(j, keys[k])) json_object_set(row, keys[k], json_object_get(j, keys[k]));
+  return row;
+}
+
+// The row's "tool_mask" (0/1 per completion id) into o->keep and o->ord; none: all the model's.
+static int read_mask(const json_t *m, row_t *o, const char *path, int line) {
+  o->n_own = o->ids.n;
+  if (!m) return 0;
+  if (!json_is_array(m) || (int)json_array_size(m) != o->ids.n)
+    return ct_row_error(path, line, "key 'tool_mask': expected a list of 0 and 1, one per completion id");
+  o->keep = malloc(o->ids.n + 1);
+  o->ord = malloc(sizeof(int) * (o->ids.n + 1));
+  if (!o->keep || !o->ord) return ct_set_error(CT_ENOMEM, "out of memory");
+  o->n_own = 0;
+  for (int i = 0; i < o->ids.n; i++) {
+    json_int_t v = json_integer_value(json_array_get(m, i));
+    if (!json_is_integer(json_array_get(m, i)) || (v != 0 && v != 1))
+      return ct_row_error(path, line, "key 'tool_mask'[%d]: expected 0 or 1", i);
+    o->keep[i] = (unsigned char)v;
+    o->ord[i] = o->n_own;
+    o->n_own += (int)v;
+  }
+  return 0;
 }
 
 static int read_row(void *ctx, json_t *j, int line) {
@@ -89,7 +119,7 @@ static int read_row(void *ctx, json_t *j, int line) {
   o->truncated = !strcmp(json_string_value(fin), "length");
   char where[4200];
   snprintf(where, sizeof where, "%s:%d", r->path, line);
-  json_t *p = prompt_row(json_object_get(j, "prompt"));
+  json_t *p = prompt_row(j);
   int rc = p ? ct_prompt_tokens(r->tok, p, where, &r->po, &o->prompt) : ct_set_error(CT_ENOMEM, "out of memory");
   json_decref(p);
   // the policy sampled these over its whole vocab_size: ids past the tokenizer's (a padded
@@ -102,10 +132,12 @@ static int read_row(void *ctx, json_t *j, int line) {
                         "vocab_size %d (the ids its sampler draws)", i, o->ids.v[i], r->model_vocab);
   if (!rc && (int)json_array_size(lp) != o->ids.n)
     rc = ct_row_error(r->path, line, "key 'logprobs': %zu values for %d completion_ids", json_array_size(lp), o->ids.n);
+  if (!rc) rc = read_mask(json_object_get(j, "tool_mask"), o, r->path, line);
   if (!rc && !(o->lp = malloc(sizeof(float) * (o->ids.n ? o->ids.n : 1)))) rc = ct_set_error(CT_ENOMEM, "out of memory");
-  for (int i = 0; !rc && i < o->ids.n; i++) o->lp[i] = (float)json_number_value(json_array_get(lp, i));
+  for (int i = 0, k = 0; !rc && i < o->ids.n; i++)
+    if (!o->keep || o->keep[i]) o->lp[k++] = (float)json_number_value(json_array_get(lp, i));
   r->n += !rc;
-  if (rc) ct_ids_free(&o->prompt), ct_ids_free(&o->ids), free(o->lp);
+  if (rc) ct_ids_free(&o->prompt), ct_ids_free(&o->ids), ct_free_all(o->lp, o->keep, o->ord);
   return rc;
 }
 
@@ -135,7 +167,10 @@ static void fill_batch(replay_t *r, const row_t *rows, int n) {
   b->B = n;
   b->T = T;
   b->n_target = b->n_tokens = 0;
-  for (int i = 0; i < n; i++) ct_batch_row(b, i, rows[i].prompt.v, rows[i].prompt.n, rows[i].ids.v, rows[i].ids.n, pad);
+  for (int i = 0; i < n; i++) {
+    ct_batch_row(b, i, rows[i].prompt.v, rows[i].prompt.n, rows[i].ids.v, rows[i].ids.n, pad);
+    ct_batch_drop_targets(b, i, rows[i].prompt.n, rows[i].keep, rows[i].ids.n);
+  }
 }
 
 // One micro-batch's per-token loss for the head's rows a chunk at a time, as bin/grpo's.
@@ -146,10 +181,12 @@ typedef struct {
   step_out *out;
 } token_loss;
 
-// The rows' completion (index into t->rows) and its token j.
+// The rows' completion (index into t->rows) and the index among its model tokens of the
+// token row q predicts.
 static int row_of(const token_loss *t, const ct_head *h, int q, int *j) {
   int T = t->r->batch.T, i = h->rows[q] / T;
   *j = h->rows[q] % T + 1 - t->rows[i].prompt.n;  // completion token j is predicted at t = prompt + j − 1
+  if (t->rows[i].ord) *j = t->rows[i].ord[*j];
   return i;
 }
 
@@ -166,7 +203,7 @@ static void token_loss_rows(void *ctx, ct_head *h, int r0, int r1) {
     for (int k = 0; k < q1 - q; k++) t->out->max_diff = fmax(t->out->max_diff, fabs(lp[k] - o->lp[j + k]));
     memset(h->zcoef + q, 0, sizeof(float) * (q1 - q));
     if (mask && o->truncated) memset(h->coef + q, 0, sizeof(float) * (q1 - q));
-    else t->out->loss += ct_grpo_span_loss(&t->m, o->ids.n, q1 - q, lp, lp, h->entropy + q, r->use_ref ? r->ref_lp + q : NULL,
+    else t->out->loss += ct_grpo_span_loss(&t->m, o->n_own, q1 - q, lp, lp, h->entropy + q, r->use_ref ? r->ref_lp + q : NULL,
                                            o->lp + j, o->adv, h->coef + q, &t->out->info, NULL);
     q = q1;
   }
@@ -179,12 +216,12 @@ static int replay_step(replay_t *r, const row_t *rows, int n, step_out *out) {
   bool mask = c->mask_truncated_completions;
   ct_grpo_counts counts = {0};
   for (int i = 0; i < n; i++)
-    counts.tokens += mask && rows[i].truncated ? 0 : rows[i].ids.n, counts.sequences += 1;
+    counts.tokens += mask && rows[i].truncated ? 0 : rows[i].n_own, counts.sequences += 1;
   counts.micro_batches = (n + B - 1) / B;
   for (int first = 0; first < n; first += B) {
     int m = n - first < B ? n - first : B;
     double micro_tokens = 0;
-    for (int i = 0; i < m; i++) micro_tokens += mask && rows[first + i].truncated ? 0 : rows[first + i].ids.n;
+    for (int i = 0; i < m; i++) micro_tokens += mask && rows[first + i].truncated ? 0 : rows[first + i].n_own;
     fill_batch(r, rows + first, m);
     ct_head *h = &r->head;
     if (r->use_ref) {
@@ -257,7 +294,7 @@ int main(int argc, char **argv) {
   replay_t r = {.tr = &tr, .cfg = &cfg, .use_ref = cfg.beta > 0};
   ct_grpo_objective_of(&cfg, r.use_ref, &r.obj, &r.agg);
   reader_t rd = {tr.tok, cfg.dataset_path, {true, (int)cfg.max_prompt_length, cfg.truncate_prompt == CT_TRUNCATE_LEFT,
-                 "max_prompt_length", tr.model.cfg.vocab_size, false}, cfg.max_steps, NULL, 0, 0, tr.model.cfg.vocab_size};
+                 "max_prompt_length", tr.model.cfg.vocab_size, false, NULL}, cfg.max_steps, NULL, 0, 0, tr.model.cfg.vocab_size};
   ct_jsonl_stats js;
   if (ct_jsonl_read(cfg.dataset_path, false, read_row, &rd, &js)) ct_die(1, NULL);
   int per_step = 0, T = 1;
@@ -298,7 +335,8 @@ int main(int argc, char **argv) {
                           "learning_rate", lr, "replay/max_logprob_diff", out.max_diff);
     if (ct_log_metrics(&tr.log, j)) ct_die(1, NULL);
   }
-  for (int i = 0; i < rd.n; i++) ct_ids_free(&rd.rows[i].prompt), ct_ids_free(&rd.rows[i].ids), free(rd.rows[i].lp);
+  for (int i = 0; i < rd.n; i++)
+    ct_ids_free(&rd.rows[i].prompt), ct_ids_free(&rd.rows[i].ids), ct_free_all(rd.rows[i].lp, rd.rows[i].keep, rd.rows[i].ord);
   free(rd.rows);
   free(r.ref_lp);
   if (r.use_ref) ct_frozen_free(&r.ref);
