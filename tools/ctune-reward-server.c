@@ -7,7 +7,8 @@
 //   ctune-reward-server [port=0] [mode=ok] [delay_ms=1000] [api_key_env=NAME]
 //
 // Prints the port on stdout (port=0 picks a free one), then serves one request per
-// connection until SIGTERM or SIGINT, logging each request on stderr (never a key).
+// connection (each on its own thread, common/httpd.h) until SIGTERM or SIGINT, logging
+// each request on stderr (never a key).
 // With api_key_env, the environment variable NAME holds an API key, and any request
 // without "Authorization: Bearer KEY" gets HTTP 401. The other modes misbehave on
 // purpose, for tests of the client:
@@ -28,24 +29,16 @@
 //              server might (a client must keep the key out of its messages)
 // (with one query, "the second reward" is the first.) A request that is not HTTP (a TLS
 // handshake sent to this plain-HTTP server) gets HTTP 400 at once.
-#include <arpa/inet.h>
 #include <errno.h>
 #include <jansson.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "config.h"
+#include "httpd.h"
 
-#define MAX_REQUEST (64 << 20)  // bytes
 
 static const char *MODES[] = {"ok",     "slow",   "500",  "400",       "badjson", "close", "count",
                               "string", "nested", "null", "nonfinite", "nan",     "inf",   "echo"};
@@ -57,10 +50,6 @@ static const char *api_key;  // NULL: no key needed
 // -Infinity in the reply (jansson writes none of them).
 #define NONFINITE_MARK "ctune-nonfinite"
 
-static void on_signal(int sig) {
-  (void)sig;
-  _exit(0);
-}
 
 // ---------------------------------------------------------------------------------------
 // scoring
@@ -140,149 +129,38 @@ static char *rewards_json(const char *body, size_t len, char *err, size_t cap) {
 // ---------------------------------------------------------------------------------------
 // HTTP
 
-static void send_all(int fd, const char *s, size_t n) {
-  while (n) {
-    ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
-    if (k <= 0) return;  // the client went away; nothing to do
-    s += k, n -= (size_t)k;
-  }
-}
-
-static void respond(int fd, int status, const char *type, const char *body) {
-  const char *reason = status == 200 ? "OK" : status == 400 ? "Bad Request"
-                       : status == 401 ? "Unauthorized"
-                       : status == 405 ? "Method Not Allowed"
-                       : status == 500 ? "Internal Server Error" : "Error";
-  char head[300];
-  int n = snprintf(head, sizeof head,
-                   "HTTP/1.1 %d %s\r\n%sContent-Type: %s\r\nContent-Length: %zu\r\n"
-                   "Connection: close\r\n\r\n", status, reason,
-                   status == 401 ? "WWW-Authenticate: Bearer\r\n" : "", type, strlen(body));
-  send_all(fd, head, (size_t)n);
-  send_all(fd, body, strlen(body));
-}
-
-// The value of header `name` (e.g. "content-length:") in the header block, or NULL.
-static const char *header(const char *head, const char *name) {
-  for (const char *line = strstr(head, "\r\n"); line; line = strstr(line + 2, "\r\n"))
-    if (!strncasecmp(line + 2, name, strlen(name))) {
-      const char *v = line + 2 + strlen(name);
-      while (*v == ' ' || *v == '\t') v++;
-      return v;
-    }
-  return NULL;
-}
-
-// Reads one request; returns its body (NUL-terminated, *len bytes) or NULL, with its
-// header block (request line first, up to head_cap - 1 bytes) in head. *not_http is set
-// when the first byte cannot start an HTTP request (e.g. a TLS handshake).
-static char *read_request(int fd, size_t *len, char *head, size_t head_cap, bool *not_http) {
-  size_t cap = 65536, n = 0;
-  char *buf = malloc(cap + 1), *end = NULL;
-  long want = -1;
-  if (buf) buf[0] = 0;
-  while (buf) {
-    if (!end && (end = strstr(buf, "\r\n\r\n"))) {
-      *end = 0;  // the header block is now a string of its own
-      const char *cl = header(buf, "content-length:");
-      want = cl ? strtol(cl, NULL, 10) : 0;
-      if (want < 0 || want > MAX_REQUEST) break;
-      snprintf(head, head_cap, "%s", buf);
-      const char *ex = header(buf, "expect:");
-      if (ex && !strncasecmp(ex, "100-continue", 12))
-        send_all(fd, "HTTP/1.1 100 Continue\r\n\r\n", 25);
-      end += 4;
-    }
-    if (end && (long)(n - (size_t)(end - buf)) >= want) {
-      *len = (size_t)want;
-      memmove(buf, end, *len);
-      buf[*len] = 0;
-      return buf;
-    }
-    if (n == cap) {
-      if (cap > MAX_REQUEST) break;
-      size_t off = end ? (size_t)(end - buf) : 0;
-      char *p = realloc(buf, 2 * cap + 1);
-      if (!p) break;
-      buf = p, cap *= 2;
-      if (end) end = buf + off;
-    }
-    ssize_t k = recv(fd, buf + n, cap - n, 0);
-    if (k <= 0) break;  // closed, error, or no data for the receive timeout
-    if (!n && (buf[0] < 'A' || buf[0] > 'Z')) {  // methods are upper-case words
-      *not_http = true;
-      break;
-    }
-    n += (size_t)k;
-    buf[n] = 0;
-  }
-  free(buf);
-  return NULL;
-}
-
-// Whether the request in the header block may be served: no key is needed, or it
-// carries "Authorization: Bearer KEY" with the server's key (compared in constant time).
-static bool authorized(const char *head) {
-  if (!api_key) return true;
-  const char *v = header(head, "authorization:");
-  if (!v || strncasecmp(v, "Bearer ", 7)) return false;
-  for (v += 7; *v == ' '; v++) {}
-  size_t n = rtrim(v, strcspn(v, "\r\n")), k = strlen(api_key);
-  unsigned char diff = n != k;
-  for (size_t i = 0; i < k; i++) diff |= (unsigned char)(v[i < n ? i : 0] ^ api_key[i]);
-  return !diff;
-}
-
-// The value of header `name` in the header block on one line (at most cap - 1 bytes).
-static void header_line(const char *head, const char *name, char *out, size_t cap) {
-  const char *v = header(head, name);
-  snprintf(out, cap, "%.*s", v ? (int)strcspn(v, "\r\n") : 4, v ? v : "none");
-}
-
-static void serve(int fd) {
-  char head[8192] = "", line[200], type[100];
-  size_t len;
-  bool not_http = false;
-  char *body = read_request(fd, &len, head, sizeof head, &not_http);
-  if (not_http) {
-    fprintf(stderr, "ctune-reward-server: not an HTTP request (TLS to a plain-HTTP server?)\n");
-    respond(fd, 400, "text/plain", "this server speaks plain HTTP\n");
-  }
-  if (!body) return;
-  snprintf(line, sizeof line, "%.*s", (int)strcspn(head, "\r\n"), head);
-  header_line(head, "content-type:", type, sizeof type);
-  bool ok = authorized(head);
-  fprintf(stderr, "ctune-reward-server: %s (%zu bytes, %s), mode %s%s\n", line, len, type, mode,
+static void serve(void *ctx, int fd, const ct_httpd_request *r) {
+  (void)ctx;
+  char type[100];
+  ct_httpd_header_line(r->head, "content-type:", type, sizeof type);
+  bool ok = ct_httpd_authorized(r->head, api_key);
+  fprintf(stderr, "ctune-reward-server: %s (%zu bytes, %s), mode %s%s\n", r->line, r->len, type, mode,
           ok ? "" : ": no valid API key, 401");
-  if (ok && !strcmp(mode, "slow")) {
-    struct timespec ts = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-  }
+  if (ok && !strcmp(mode, "slow")) ct_httpd_sleep_ms(delay_ms);
   if (!ok) {
-    respond(fd, 401, "text/plain", "missing or wrong API key (send Authorization: Bearer KEY)\n");
-  } else if (strncmp(line, "POST ", 5)) {
-    respond(fd, 405, "text/plain", "POST a JSON body: {\"query\": [...], \"labels\": [...]}\n");
+    ct_httpd_respond(fd, 401, "text/plain", "missing or wrong API key (send Authorization: Bearer KEY)\n");
+  } else if (strncmp(r->line, "POST ", 5)) {
+    ct_httpd_respond(fd, 405, "text/plain", "POST a JSON body: {\"query\": [...], \"labels\": [...]}\n");
   } else if (!strcmp(mode, "close")) {
-    // no reply at all: the caller closes the connection
+    // no reply at all: the connection closes
   } else if (!strcmp(mode, "500")) {
-    respond(fd, 500, "text/plain", "internal error (mode 500)\n");
+    ct_httpd_respond(fd, 500, "text/plain", "internal error (mode 500)\n");
   } else if (!strcmp(mode, "400")) {
-    respond(fd, 400, "text/plain", "bad request (mode 400)\n");
+    ct_httpd_respond(fd, 400, "text/plain", "bad request (mode 400)\n");
   } else if (!strcmp(mode, "badjson")) {
-    respond(fd, 200, "application/json", "this is not json {\n");
+    ct_httpd_respond(fd, 200, "application/json", "this is not json {\n");
   } else if (!strcmp(mode, "echo")) {
     char auth[1024], msg[1100];
-    header_line(head, "authorization:", auth, sizeof auth);
+    ct_httpd_header_line(r->head, "authorization:", auth, sizeof auth);
     snprintf(msg, sizeof msg, "bad request; you sent Authorization: %s\n", auth);
-    respond(fd, 400, "text/plain", msg);
+    ct_httpd_respond(fd, 400, "text/plain", msg);
   } else {
     char err[256] = "";
-    char *reply = rewards_json(body, len, err, sizeof err - 1);  // room for "\n"
-    if (reply) respond(fd, 200, "application/json", reply);
-    else respond(fd, 400, "text/plain", strcat(err, "\n"));
+    char *reply = rewards_json(r->body, r->len, err, sizeof err - 1);  // room for "\n"
+    if (reply) ct_httpd_respond(fd, 200, "application/json", reply);
+    else ct_httpd_respond(fd, 400, "text/plain", strcat(err, "\n"));
     free(reply);
   }
-  free(body);
 }
 
 static int usage(FILE *f) {
@@ -327,33 +205,7 @@ int main(int argc, char **argv) {
     }
   }
 
-  struct sigaction sa = {.sa_handler = on_signal};
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGINT, &sa, NULL);
-
-  int s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);  // loopback only, never 0.0.0.0
-  socklen_t alen = sizeof addr;
-  if (s < 0 || setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
-      bind(s, (struct sockaddr *)&addr, sizeof addr) || listen(s, 64) ||
-      getsockname(s, (struct sockaddr *)&addr, &alen)) {
-    fprintf(stderr, "ctune-reward-server: cannot listen on 127.0.0.1:%ld: %s\n", port,
-            strerror(errno));
-    return 1;
-  }
-  printf("%d\n", ntohs(addr.sin_port));
-  fflush(stdout);
-  fprintf(stderr, "ctune-reward-server: listening on http://127.0.0.1:%d/ (mode %s%s)\n",
-          ntohs(addr.sin_port), mode, api_key ? ", API key required" : "");
-
-  for (;;) {
-    int c = accept(s, NULL, NULL);
-    if (c < 0) continue;  // EINTR, or a connection reset before it was accepted
-    // a client that connects and sends nothing must not block the server forever
-    struct timeval tv = {10, 0};
-    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    serve(c);
-    close(c);
-  }
+  fprintf(stderr, "ctune-reward-server: listening on 127.0.0.1 (mode %s%s)\n", mode,
+          api_key ? ", API key required" : "");
+  return ct_httpd_serve("ctune-reward-server", port, serve, NULL);
 }
