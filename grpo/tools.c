@@ -16,6 +16,7 @@
 #include "mem.h"
 #include "stop.h"
 #include "toolcall.h"
+#include "unicode.h"
 
 // One turn's calls, from the turn that made them to the continuation that answers them.
 typedef struct job {
@@ -383,7 +384,10 @@ static char *row_text(const json_t *row) {
 // The assistant message of a turn: its text, and its calls as "tool_calls" (the well-formed
 // ones, as the chat template renders them).
 static json_t *assistant_turn(const char *text, size_t n, const json_t *calls) {
-  json_t *m = json_pack("{s:s, s:s%}", "role", "assistant", "content", text, n);
+  size_t len;
+  char *valid = ct_utf8_lossy(text, n, &len);  // a turn may end inside a character
+  json_t *m = valid ? json_pack("{s:s, s:s%}", "role", "assistant", "content", valid, len) : NULL;
+  free(valid);
   json_t *tc = json_array();
   for (size_t i = 0; m && tc && i < json_array_size(calls); i++) {
     const json_t *c = json_array_get(calls, i);

@@ -4,6 +4,7 @@
 //   ctune-demo-data reverse-prefs TRAIN.jsonl EVAL.jsonl [n_train] [n_eval] [seed] [max_len]
 //   ctune-demo-data reverse-kto   TRAIN.jsonl EVAL.jsonl [n_train] [n_eval] [seed] [max_len]
 //   ctune-demo-data addition      TRAIN.jsonl EVAL.jsonl [n_train] [n_eval] [seed] [digits]
+//   ctune-demo-data multiply-tool TRAIN.jsonl EVAL.jsonl [n_train] [n_eval] [seed] [digits] [noise]
 //
 // reverse:  {"prompt": "reverse kqxmb:", "completion": "bmxqk"}: lowercase words of
 //           3..max_len letters (default 8), written backwards. With noise > 0 (default 0),
@@ -18,6 +19,15 @@
 //           answer (label true) or, one time in two, a plausible mistake (label false).
 // addition: {"prompt": "357+048=", "completion": "0405"}: two numbers of up to `digits`
 //           digits (default 3), at fixed width.
+// multiply-tool: a task a small model cannot do without its calculator — the product of
+//           two numbers of `digits` digits (default 6). TRAIN holds SFT demonstrations as
+//           conversations: the user's "123456*654321=", the assistant's calculator call
+//           <tool_call>{"name": "calculator", "arguments": {"expression": "123456*654321"}}
+//           </tool_call>, the tool's result, and the assistant's answer, the result; with
+//           noise > 0 that fraction of them answers at once instead, with a guess (the
+//           product with one digit changed), as a model that has not learned to use the
+//           tool would. EVAL holds GRPO prompts: {"prompt": [{"role": "user", "content":
+//           "123456*654321="}], "answer": "80779853376"} (reward_funcs: accuracy).
 // Held-out rows never repeat a training row. The seed fixes the output on every machine
 // (ctune's own generator, not libc's rand).
 #include <stdio.h>
@@ -30,8 +40,8 @@
 #include "rng.h"
 
 static int usage(FILE *f) {
-  fprintf(f, "usage: ctune-demo-data reverse|reverse-prefs|reverse-kto|addition TRAIN.jsonl EVAL.jsonl [n_train=20000] "
-                  "[n_eval=500] [seed=1234] [max_len=8 | digits=3] [noise=0 (reverse only)]\n"
+  fprintf(f, "usage: ctune-demo-data reverse|reverse-prefs|reverse-kto|addition|multiply-tool TRAIN.jsonl EVAL.jsonl [n_train=20000] "
+                  "[n_eval=500] [seed=1234] [max_len=8 | digits=3 (6 for multiply-tool)] [noise=0 (reverse, multiply-tool)]\n"
              "The numbers are given in this order, or as name=value in any order.\n");
   return f == stdout ? 0 : 2;  // --help: exit 0
 }
@@ -89,6 +99,40 @@ static void near_miss(ct_rng *r, const char *w, const char *reversed, char *out)
   }
 }
 
+// a × b of `digits` digits each (no leading zero): the prompt "a*b=" and the product.
+static unsigned long long make_product(ct_rng *r, int digits, char *prompt, char *product) {
+  long lo = 1;
+  for (int i = 1; i < digits; i++) lo *= 10;
+  long a = lo + (long)ct_rng_below(r, (uint64_t)(9 * lo)), b = lo + (long)ct_rng_below(r, (uint64_t)(9 * lo));
+  sprintf(prompt, "%ld*%ld=", a, b);
+  sprintf(product, "%lld", (long long)a * b);
+  return ((unsigned long long)a * 1000000007ULL + (unsigned long long)b) << 1;
+}
+
+// One multiply-tool row: a demonstration (train) or a GRPO prompt with its answer.
+static void write_product(FILE *out, ct_rng *r, const char *prompt, const char *product, bool train, double noise) {
+  if (!train) {
+    fprintf(out, "{\"prompt\": [{\"role\": \"user\", \"content\": \"%s\"}], \"answer\": \"%s\"}\n", prompt, product);
+    return;
+  }
+  if (noise > 0 && ct_rng_uniform(r) < noise) {  // a guess, no tool
+    char guess[32];
+    strcpy(guess, product);
+    int i = (int)ct_rng_below(r, strlen(guess));
+    guess[i] = (char)('0' + (guess[i] - '0' + 1 + (int)ct_rng_below(r, 8)) % 10);
+    if (i == 0 && guess[0] == '0') guess[0] = '1';
+    fprintf(out, "{\"messages\": [{\"role\": \"user\", \"content\": \"%s\"}, {\"role\": \"assistant\", "
+            "\"content\": \"%s\"}]}\n", prompt, guess);
+    return;
+  }
+  char expr[32];
+  snprintf(expr, sizeof expr, "%.*s", (int)strlen(prompt) - 1, prompt);  // without the "="
+  fprintf(out, "{\"messages\": [{\"role\": \"user\", \"content\": \"%s\"}, {\"role\": \"assistant\", \"content\": "
+          "\"<tool_call>{\\\"name\\\": \\\"calculator\\\", \\\"arguments\\\": {\\\"expression\\\": \\\"%s\\\"}}"
+          "</tool_call>\"}, {\"role\": \"tool\", \"name\": \"calculator\", \"content\": \"%s\"}, "
+          "{\"role\": \"assistant\", \"content\": \"%s\"}]}\n", prompt, expr, product, product);
+}
+
 static unsigned long long make_addition(ct_rng *r, int digits, char *prompt, char *completion) {
   long range = 1;
   for (int i = 0; i < digits; i++) range *= 10;
@@ -102,6 +146,7 @@ static unsigned long long make_addition(ct_rng *r, int digits, char *prompt, cha
 
 typedef struct {
   bool prefs, kto, reverse;  // reverse-prefs, reverse-kto, reverse (or addition)
+  bool tool;                 // multiply-tool
   long n_train, n_eval;
   unsigned long long seed;
   int size;                // max_len (reverse) or digits (addition)
@@ -112,7 +157,7 @@ typedef struct {
 // 0, or the exit code after its message.
 static int parse_args(int argc, char **argv, opts *o) {
   const char *names[] = {"n_train", "n_eval", "seed", o->reverse ? "max_len" : "digits", "noise"};
-  unsigned long long v[4] = {20000, 500, 1234, o->reverse ? 8 : 3};
+  unsigned long long v[4] = {20000, 500, 1234, o->reverse ? 8 : o->tool ? 6 : 3};
   o->noise = 0;
   for (int a = 4, pos = 0; a < argc; a++) {
     const char *eq = strchr(argv[a], '='), *text = eq ? eq + 1 : argv[a];
@@ -144,13 +189,13 @@ static int parse_args(int argc, char **argv, opts *o) {
 static int check_opts(const opts *o) {
   if (o->n_train < 1 || o->n_eval < 1 || (o->reverse && (o->size < 3 || o->size > 30)) ||
       (!o->reverse && (o->size < 1 || o->size > 9)) || !(o->noise >= 0 && o->noise < 1) ||
-      (o->noise > 0 && (o->prefs || o->kto || !o->reverse))) {
+      (o->noise > 0 && (o->prefs || o->kto || (!o->reverse && !o->tool)))) {
     fprintf(stderr, "ctune-demo-data: out of range: n_train and n_eval >= 1, max_len 3-30 (reverse) or digits 1-9 "
-            "(addition), noise in [0, 1) and for reverse only\n");
+            "(addition, multiply-tool), noise in [0, 1) and for reverse and multiply-tool only\n");
     return 2;
   }
   double distinct = 1;  // how many different rows exist
-  for (int i = 0; i < (o->reverse ? o->size : 2 * o->size); i++) distinct *= o->reverse ? 26 : 10;
+  for (int i = 0; i < (o->reverse ? o->size : 2 * o->size); i++) distinct *= o->reverse ? 26 : o->tool && i < 2 ? 3 : 10;
   if ((double)(o->n_train + o->n_eval) > 0.5 * distinct) {
     fprintf(stderr, "ctune-demo-data: %ld rows would repeat: make the task larger\n", o->n_train + o->n_eval);
     return 2;
@@ -168,8 +213,14 @@ static int write_rows(const opts *o, const char *path, long count, bool train, c
   }
   for (long i = 0; i < count;) {
     unsigned long long key = o->reverse ? make_reverse(r, o->size, prompt, completion)
+                             : o->tool  ? make_product(r, o->size, prompt, completion)
                                         : make_addition(r, o->size, prompt, completion);
     if (!keyset_add(seen, key)) continue;
+    if (o->tool) {
+      write_product(out, r, prompt, completion, train, o->noise);
+      i++;
+      continue;
+    }
     char word[40];  // the prompt is "reverse <word>:"
     if (o->reverse) snprintf(word, sizeof word, "%.*s", (int)strlen(completion), prompt + 8);
     if (o->noise > 0 && train && ct_rng_uniform(r) < o->noise) {  // a mistaken demonstration
@@ -204,7 +255,8 @@ int main(int argc, char **argv) {
   o.prefs = strcmp(argv[1], "reverse-prefs") == 0;
   o.kto = strcmp(argv[1], "reverse-kto") == 0;
   o.reverse = o.prefs || o.kto || strcmp(argv[1], "reverse") == 0;
-  if (!o.reverse && strcmp(argv[1], "addition") != 0) return usage(stderr);
+  o.tool = strcmp(argv[1], "multiply-tool") == 0;
+  if (!o.reverse && !o.tool && strcmp(argv[1], "addition") != 0) return usage(stderr);
   int rc = parse_args(argc, argv, &o);
   if (rc || (rc = check_opts(&o))) return rc;
   keyset seen = {NULL, 1};

@@ -14,10 +14,12 @@
 // misbehave on purpose, for tests of the client:
 //   slow     waits delay_ms before answering (requests still run concurrently)
 //   500      answers HTTP 500
-//   flaky    answers HTTP 500 to every other request, starting with the first
+//   flaky    answers HTTP 500 to the first request of each call (each distinct body), and
+//            serves its retry
 //   badjson  answers 200 with a body that is not JSON
 //   close    closes the connection without answering
 #include <jansson.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +33,22 @@ static const char *MODES[] = {"ok", "slow", "500", "flaky", "badjson", "close"};
 static const char *mode = "ok";
 static long delay_ms = 1000;
 static const char *api_key;  // NULL: no key needed
-static long served;          // requests so far (flaky)
+static pthread_mutex_t seen_mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned long long seen[1 << 16];  // flaky: hashes of the bodies served so far
+
+// Whether this body came before (flaky); records it.
+static bool seen_before(const char *s, size_t n) {
+  unsigned long long h = 1469598103934665603ULL;
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
+  h |= 1;
+  pthread_mutex_lock(&seen_mu);
+  size_t k = (size_t)(h >> 40) & ((1 << 16) - 1);
+  while (seen[k] && seen[k] != h) k = (k + 1) & ((1 << 16) - 1);
+  bool before = seen[k] == h;
+  seen[k] = h;
+  pthread_mutex_unlock(&seen_mu);
+  return before;
+}
 
 // The reply to a call {"name", "arguments", "row"}: {"content"} or {"error"}; NULL (with
 // err) for a request that is no call.
@@ -64,7 +81,6 @@ static json_t *call(const json_t *req, char *err, size_t cap) {
 static void serve(void *ctx, int fd, const ct_httpd_request *r) {
   (void)ctx;
   bool ok = ct_httpd_authorized(r->head, api_key);
-  long k = __atomic_fetch_add(&served, 1, __ATOMIC_SEQ_CST);
   fprintf(stderr, "ctune-tool-server: %s (%zu bytes), mode %s%s\n", r->line, r->len, mode,
           ok ? "" : ": no valid API key, 401");
   if (ok && !strcmp(mode, "slow")) ct_httpd_sleep_ms(delay_ms);
@@ -74,7 +90,7 @@ static void serve(void *ctx, int fd, const ct_httpd_request *r) {
     ct_httpd_respond(fd, 405, "text/plain", "POST a JSON body: {\"name\", \"arguments\", \"row\"}\n");
   } else if (!strcmp(mode, "close")) {
     // no reply at all: the connection closes
-  } else if (!strcmp(mode, "500") || (!strcmp(mode, "flaky") && k % 2 == 0)) {
+  } else if (!strcmp(mode, "500") || (!strcmp(mode, "flaky") && !seen_before(r->body, r->len))) {
     ct_httpd_respond(fd, 500, "text/plain", "internal error\n");
   } else if (!strcmp(mode, "badjson")) {
     ct_httpd_respond(fd, 200, "application/json", "this is not json {\n");
