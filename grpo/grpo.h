@@ -13,7 +13,7 @@
 #include "forward.h"
 #include "frozen.h"
 #include "grpo/rewards.h"
-#include "grpo/tools.h"
+#include "grpo/agent.h"
 #include "head.h"
 #include "objective.h"
 #include "prompts.h"
@@ -99,7 +99,7 @@ typedef struct {
   ct_grpo_lengths lens;    // their lengths' extremes
   ct_grpo_reward_mean *func;    // (K) the same per reward function
   ct_completions log;   // completions.jsonl
-  ct_grpo_tools *tools; // tool calls in rollouts (NULL: none offered)
+  ct_grpo_agent *agent; // tool calls and environments in rollouts (NULL: neither)
 } ct_grpo;
 
 typedef struct {

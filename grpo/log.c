@@ -105,7 +105,7 @@ int ct_grpo_log_step(ct_grpo *g, const ct_grpo_step_stats *st, double lr, double
     json_object_set_new(j, "sampling/importance_sampling_ratio/max", json_real(g->mx.is_max));
   }
   set_length_metrics(j, s, &g->lens);
-  if (g->tools) {  // TRL's: calls per completion, failed calls per call; and turns per completion
+  if (g->agent) {  // TRL's: calls per completion, failed calls per call; and turns per completion
     json_object_set_new(j, "tools/call_frequency", json_real(s->tool_calls / n));
     json_object_set_new(j, "tools/failure_frequency", json_real(s->tool_calls > 0 ? s->tool_failures / s->tool_calls : 0));
     json_object_set_new(j, "tools/turns_mean", json_real(s->turns / n));

@@ -200,7 +200,7 @@ static void grpo_free(ct_grpo *g) {
   ct_head_free(&g->head);
   ct_batch_free(&g->batch);
   ct_prompt_set_free(&g->prompts);
-  ct_grpo_tools_free(g->tools);
+  ct_grpo_agent_free(g->agent);
 }
 
 // A step's shape: prompts (all ranks) and this rank's, sequence length, the fused head's
@@ -224,7 +224,7 @@ static shape_t load_prompts(ct_grpo *g) {
   int B = (int)cfg->per_device_train_batch_size, accum = (int)cfg->gradient_accumulation_steps;
   ct_prompt_opts po = {true, (int)cfg->max_prompt_length, cfg->truncate_prompt == CT_TRUNCATE_LEFT,
                        "max_prompt_length", tr->model.cfg.vocab_size, cfg->skip_bad_rows,
-                       ct_grpo_tools_schemas(g->tools)};
+                       ct_grpo_agent_schemas(g->agent)};
   if (ct_prompt_set_load(&g->prompts, cfg->dataset_path, tr->tok, &po)) ct_die(1, NULL);
   check_reward_rows(cfg, &tr->log, &g->prompts, cfg->dataset_path);
   bool have_eval = cfg->eval_dataset_path[0] != 0;
@@ -419,7 +419,7 @@ int main(int argc, char **argv) {
   ct_grpo g = {.cfg = &cfg, .tr = &tr, .G = (int)cfg.num_generations};
   // (checked by check_config, which also checked every reward function)
   ct_grpo_objective_of(&cfg, cfg.beta > 0, &g.obj, &g.agg);
-  int rc = ct_grpo_tools_init(&g.tools, &cfg, tr.tok);
+  int rc = ct_grpo_agent_init(&g.agent, &cfg, tr.tok);
   if (rc) ct_die(rc == CT_ECONFIG ? 2 : 1, NULL);
   shape_t s = load_prompts(&g);
   if (plan(&g, &s)) {

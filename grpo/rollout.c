@@ -42,8 +42,8 @@ static int on_done(void *ctx, const ct_gen_result *r) {
       if (r->own[i]) ro->q[k++] = r->logprobs[i];
     }
   }
-  if (g->tools) {
-    ro->turns = ct_grpo_tools_take(g->tools, r, &ro->tool_calls, &ro->tool_failures);
+  if (g->agent) {
+    ro->turns = ct_grpo_agent_take(g->agent, r, &ro->tool_calls, &ro->tool_failures);
     if (!ro->turns) return ct_set_error(CT_ENOMEM, "grpo: out of memory");
     for (size_t i = 0; i < json_array_size(ro->turns); i++)
       ro->n_turns += !strcmp(json_string_value(json_object_get(json_array_get(ro->turns, i), "role")), "assistant");
@@ -126,7 +126,7 @@ int ct_grpo_generate(ct_grpo *g, const ct_prompt_set *set, const int *prompts, i
   if (rc) return free(req), rc;
   const int *stop_ids;
   int n_stop = ct_tokenizer_stop_ids(tr->tok, &stop_ids);
-  if (g->tools && (rc = ct_grpo_tools_begin(g->tools, set, prompts, n_prompts, per, (int)c->max_completion_length)))
+  if (g->agent && (rc = ct_grpo_agent_begin(g->agent, set, prompts, n_prompts, per, (int)c->max_completion_length)))
     return free(req), rc;
   for (int i = 0; i < n_prompts; i++) {
     const ct_ids *p = &set->ids[prompts[i]];
@@ -138,7 +138,7 @@ int ct_grpo_generate(ct_grpo *g, const ct_prompt_set *set, const int *prompts, i
   }
   gen_ctx ctx = {g, ro, per, train, 0, (long)n_prompts * per, 0};
   ct_gen_callbacks cb = {.on_done = on_done, .ctx = &ctx};
-  if (g->tools) cb.on_turn = ct_grpo_tools_turn, cb.poll = ct_grpo_tools_poll, cb.turn_ctx = g->tools;
+  if (g->agent) cb.on_turn = ct_grpo_agent_turn, cb.poll = ct_grpo_agent_poll, cb.turn_ctx = g->agent;
   if (train) ct_log_phase(&tr->log, tr->step + 1, "rollouts", 0, ctx.total, "completions", 0, NULL);
   rc = ct_generate(g->pe.engine, tr->tok, req, n_prompts, &cb);
   free(req);

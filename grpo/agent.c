@@ -1,6 +1,6 @@
 // grpo/tools: the tool-call rounds of a generation — a queue of turns whose calls run,
 // worker threads for the tool server, and the continuations handed back to ct_generate.
-#include "grpo/tools.h"
+#include "grpo/agent.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -34,7 +34,7 @@ typedef struct {
   int rounds, calls, failures;
 } sample_state;
 
-struct ct_grpo_tools {
+struct ct_grpo_agent {
   const ct_config *cfg;
   const ct_tokenizer *tok;
   int format;        // CT_TOOLCALL_*
@@ -147,7 +147,7 @@ static char *run_remote(ct_http *h, const char *name, const json_t *args, const 
 
 // Runs every call of j into j->results (h: a connection, NULL when none is needed).
 // Returns 0, or CT_ENOMEM.
-static int run_job(ct_grpo_tools *t, job *j, ct_http *h) {
+static int run_job(ct_grpo_agent *t, job *j, ct_http *h) {
   if (!(j->results = json_array())) return CT_ENOMEM;
   for (size_t i = 0; i < json_array_size(j->calls); i++) {
     const json_t *call = json_array_get(j->calls, i), *args = json_object_get(call, "arguments");
@@ -176,7 +176,7 @@ static int run_job(ct_grpo_tools *t, job *j, ct_http *h) {
   return 0;
 }
 
-static bool needs_server(const ct_grpo_tools *t, const json_t *calls) {
+static bool needs_server(const ct_grpo_agent *t, const json_t *calls) {
   for (size_t i = 0; i < json_array_size(calls); i++) {
     const json_t *c = json_array_get(calls, i);
     const char *name = json_string_value(json_object_get(c, "name"));
@@ -199,13 +199,13 @@ static job *pop(job **head, job **tail) {
 }
 
 typedef struct {
-  ct_grpo_tools *t;
+  ct_grpo_agent *t;
   int k;
 } worker_arg;
 
 static void *worker(void *p) {
   worker_arg *a = p;
-  ct_grpo_tools *t = a->t;
+  ct_grpo_agent *t = a->t;
   ct_http *h = t->http[a->k];
   free(a);
   pthread_mutex_lock(&t->mu);
@@ -233,7 +233,7 @@ static int key_error(const ct_config *c, const char *key, const char *msg) {
   return ct_set_error(CT_ECONFIG, "%s: key '%s': %s", ct_config_origin(c, key), key, msg);
 }
 
-static int start_workers(ct_grpo_tools *t) {
+static int start_workers(ct_grpo_agent *t) {
   const ct_config *c = t->cfg;
   t->nworkers = (int)c->tool_concurrency;
   t->http = calloc(t->nworkers, sizeof *t->http);
@@ -264,7 +264,7 @@ static int start_workers(ct_grpo_tools *t) {
   return rc;
 }
 
-int ct_grpo_tools_init(ct_grpo_tools **out, const ct_config *c, const ct_tokenizer *tok) {
+int ct_grpo_agent_init(ct_grpo_agent **out, const ct_config *c, const ct_tokenizer *tok) {
   *out = NULL;
   bool remote = c->tool_url && c->tool_url[0];
   if (!c->tools.n && !remote) {
@@ -275,7 +275,7 @@ int ct_grpo_tools_init(ct_grpo_tools **out, const ct_config *c, const ct_tokeniz
       if (ct_config_is_set(c, keys[i])) return key_error(c, keys[i], "configures tool calls, and neither tools nor tool_url offers a tool");
     return 0;
   }
-  ct_grpo_tools *t = calloc(1, sizeof *t);
+  ct_grpo_agent *t = calloc(1, sizeof *t);
   if (!t) return ct_set_error(CT_ENOMEM, "out of memory");
   t->cfg = c;
   t->tok = tok;
@@ -306,14 +306,14 @@ int ct_grpo_tools_init(ct_grpo_tools **out, const ct_config *c, const ct_tokeniz
   }
   if (!rc && remote) rc = start_workers(t);
   if (rc) {
-    ct_grpo_tools_free(t);
+    ct_grpo_agent_free(t);
     return rc;
   }
   *out = t;
   return 0;
 }
 
-static void end_generation(ct_grpo_tools *t) {
+static void end_generation(ct_grpo_agent *t) {
   for (int i = 0; i < t->nst; i++) json_decref(t->st[i].turns);
   free(t->st);
   t->st = NULL;
@@ -329,7 +329,7 @@ static void free_job(job *j) {
   free(j);
 }
 
-void ct_grpo_tools_free(ct_grpo_tools *t) {
+void ct_grpo_agent_free(ct_grpo_agent *t) {
   if (!t) return;
   pthread_mutex_lock(&t->mu);
   t->quit = true;
@@ -349,12 +349,12 @@ void ct_grpo_tools_free(ct_grpo_tools *t) {
   free(t);
 }
 
-const json_t *ct_grpo_tools_schemas(const ct_grpo_tools *t) { return t ? t->schemas : NULL; }
+const json_t *ct_grpo_agent_schemas(const ct_grpo_agent *t) { return t ? t->schemas : NULL; }
 
 // ---------------------------------------------------------------------------------------
 // a generation
 
-int ct_grpo_tools_begin(ct_grpo_tools *t, const ct_prompt_set *set, const int *prompts, int n, int per,
+int ct_grpo_agent_begin(ct_grpo_agent *t, const ct_prompt_set *set, const int *prompts, int n, int per,
                         int max_new) {
   end_generation(t);
   t->set = set;
@@ -368,7 +368,7 @@ int ct_grpo_tools_begin(ct_grpo_tools *t, const ct_prompt_set *set, const int *p
   return 0;
 }
 
-static const json_t *row_of(const ct_grpo_tools *t, int req) { return t->set->rows[t->prompts[req]]; }
+static const json_t *row_of(const ct_grpo_agent *t, int req) { return t->set->rows[t->prompts[req]]; }
 
 // The row's fields but its prompt, as JSON text, for the tool server.
 static char *row_text(const json_t *row) {
@@ -400,8 +400,8 @@ static json_t *assistant_turn(const char *text, size_t n, const json_t *calls) {
   return m;
 }
 
-int ct_grpo_tools_turn(void *ctx, const ct_gen_result *r) {
-  ct_grpo_tools *t = ctx;
+int ct_grpo_agent_turn(void *ctx, const ct_gen_result *r) {
+  ct_grpo_agent *t = ctx;
   sample_state *s = &t->st[r->request * t->per + r->sample];
   s->n = r->n;
   json_t *calls = ct_toolcall_parse(t->format, r->text, r->text_len);
@@ -434,7 +434,7 @@ int ct_grpo_tools_turn(void *ctx, const ct_gen_result *r) {
 
 // The next answered job (waiting up to a quarter second at a time when `wait`, for the
 // stop signal's sake), or NULL.
-static job *next_done(ct_grpo_tools *t, bool wait) {
+static job *next_done(ct_grpo_agent *t, bool wait) {
   pthread_mutex_lock(&t->mu);
   while (!t->done && wait) {
     struct timespec ts;
@@ -453,8 +453,8 @@ static job *next_done(ct_grpo_tools *t, bool wait) {
   return j;
 }
 
-int ct_grpo_tools_poll(void *ctx, bool wait, ct_gen_cont *c) {
-  ct_grpo_tools *t = ctx;
+int ct_grpo_agent_poll(void *ctx, bool wait, ct_gen_cont *c) {
+  ct_grpo_agent *t = ctx;
   job *j = next_done(t, wait);
   if (!j) return 0;
   if (!j->results) return free_job(j), ct_set_error(CT_ENOMEM, "tool calls: out of memory");
@@ -482,7 +482,7 @@ int ct_grpo_tools_poll(void *ctx, bool wait, ct_gen_cont *c) {
   return 1;
 }
 
-json_t *ct_grpo_tools_take(ct_grpo_tools *t, const ct_gen_result *r, int *calls, int *failures) {
+json_t *ct_grpo_agent_take(ct_grpo_agent *t, const ct_gen_result *r, int *calls, int *failures) {
   sample_state *s = &t->st[r->request * t->per + r->sample];
   if (r->finish == CT_FINISH_LENGTH)  // the last turn never ended: it was not recorded
     json_array_append_new(s->turns, assistant_turn(r->text, r->text_len, NULL));

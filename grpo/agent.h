@@ -23,26 +23,26 @@
 #include "prompts.h"
 #include "tokenizer.h"
 
-typedef struct ct_grpo_tools ct_grpo_tools;
+typedef struct ct_grpo_agent ct_grpo_agent;
 
 // *out is NULL when the config offers no tools (neither `tools` nor `tool_url`). Checks
 // the tool names, the tool server's options and the chat template's tool-call format
 // (CT_ECONFIG naming the key); starts the tool server's threads.
-int ct_grpo_tools_init(ct_grpo_tools **out, const ct_config *c, const ct_tokenizer *tok);
-void ct_grpo_tools_free(ct_grpo_tools *t);
+int ct_grpo_agent_init(ct_grpo_agent **out, const ct_config *c, const ct_tokenizer *tok);
+void ct_grpo_agent_free(ct_grpo_agent *t);
 
 // The built-in tools' schemas, for prompt rows without "tools" of their own (NULL: none).
-const json_t *ct_grpo_tools_schemas(const ct_grpo_tools *t);
+const json_t *ct_grpo_agent_schemas(const ct_grpo_agent *t);
 
 // Starts a generation of `per` samples of each of the n prompts (indices into set),
 // ct_generate's request i being prompts[i]; max_new: its max_new_tokens.
-int ct_grpo_tools_begin(ct_grpo_tools *t, const ct_prompt_set *set, const int *prompts, int n, int per,
+int ct_grpo_agent_begin(ct_grpo_agent *t, const ct_prompt_set *set, const int *prompts, int n, int per,
                         int max_new);
 
-// ct_generate's on_turn and poll (ctx: the ct_grpo_tools).
-int ct_grpo_tools_turn(void *ctx, const ct_gen_result *r);
-int ct_grpo_tools_poll(void *ctx, bool wait, ct_gen_cont *c);
+// ct_generate's on_turn and poll (ctx: the ct_grpo_agent).
+int ct_grpo_agent_turn(void *ctx, const ct_gen_result *r);
+int ct_grpo_agent_poll(void *ctx, bool wait, ct_gen_cont *c);
 
 // A finished sample's trajectory: the messages after the prompt (assistant turns with their
 // "tool_calls", tool messages), as a new reference, and its tool calls and failed calls.
-json_t *ct_grpo_tools_take(ct_grpo_tools *t, const ct_gen_result *r, int *calls, int *failures);
+json_t *ct_grpo_agent_take(ct_grpo_agent *t, const ct_gen_result *r, int *calls, int *failures);
