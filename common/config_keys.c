@@ -50,7 +50,7 @@ const char *const ct_advantage_estimator_names[] = {"group_norm", "rloo", "reinf
 const char *const ct_reward_failure_names[] = {"error", "nan", NULL};
 const char *const ct_tool_format_names[] = {"auto", "hermes", "llama3_json", NULL};
 const char *const ct_reward_func_names[] = {"accuracy",           "format", "length", "overlong", "think_format",
-                                            "repetition_penalty", "cosine", "remote", NULL};
+                                            "repetition_penalty", "cosine", "remote", "env", NULL};
 // the frozen module's storages a reward model (with its score head) can use: CT_STORE_F32, _BF16
 const char *const ct_lora_module_names[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                             "down_proj", "all-linear", NULL};
@@ -435,7 +435,7 @@ const key_def config_keys[] = {
      .comment = "Completions that never reached an end-of-turn token get no loss."},
     {"reward_funcs", K_STR_LIST, GRPO, OFF(reward_funcs), "accuracy",
      .comment = "Reward functions, summed with reward_weights: accuracy, format, length, overlong, "
-                "think_format, repetition_penalty, cosine, remote, or "
+                "think_format, repetition_penalty, cosine, remote, env (an environment episode's reward), or "
                 "the directory of a sequence-classification reward model (e.g. one bin/reward "
                 "trained), run in-process; its metrics are named after the directory's last part."},
     {"reward_model_dtype", K_ENUM, GRPO, OFF(reward_model_dtype), "float32", .choices = ct_store_names,
@@ -518,13 +518,33 @@ const key_def config_keys[] = {
     {"tool_backoff", K_FLOAT, GRPO, OFF(tool_backoff), "0.5", FROM(0),
      .comment = "tool_url: first wait between attempts."},
     {"tool_concurrency", K_INT, GRPO, OFF(tool_concurrency), "16", IN(1, 1024),
-     .comment = "tool_url: calls in flight at once per rank (rollouts of other slots go on meanwhile)."},
+     .comment = "tool_url and env_url: requests in flight at once per rank (rollouts of other slots "
+                "go on meanwhile)."},
     {"max_tool_calling_iterations", K_INT, GRPO, OFF(max_tool_calling_iterations), "-1", FROM(-1),
      .null_as = "-1", .comment = "Rounds of tool calls per completion at most (-1 or null: no limit "
                 "but max_completion_length, which counts the tool results' tokens too)."},
     {"tool_call_format", K_ENUM, GRPO, OFF(tool_call_format), "auto", .choices = ct_tool_format_names,
      .comment = "How the model writes tool calls: hermes (<tool_call>{...}</tool_call>: Qwen2.5, "
                 "Qwen3, Hermes), llama3_json (Llama 3.1/3.2's JSON), or auto (from the chat template)."},
+    {"env_url", K_STR, GRPO, OFF(env_url), "",
+     .comment = "A multi-turn environment: each completion is an episode. POST env_url/reset {episode, row} "
+                "-> {observation} (the first user message); each model turn is an action: POST "
+                "env_url/step {episode, action} -> {observation, reward?, done}. The episode's reward "
+                "(the sum of its steps') is the reward function env."},
+    {"env_api_key_env", K_STR, GRPO, OFF(env_api_key_env), "",
+     .comment = "env_url: the environment variable holding an API key (sent as a bearer key)."},
+    {"env_timeout", K_FLOAT, GRPO, OFF(env_timeout), "30.0", ABOVE(0),
+     .comment = "env_url: seconds a request may take. A step that fails after its retries ends its "
+                "episode, unscored by env; a reset that fails stops the run."},
+    {"env_connect_timeout", K_FLOAT, GRPO, OFF(env_connect_timeout), "5.0", ABOVE(0),
+     .comment = "env_url: seconds to connect."},
+    {"env_retries", K_INT, GRPO, OFF(env_retries), "2", IN(0, 100),
+     .comment = "env_url: attempts after the first, waiting env_backoff seconds, doubling."},
+    {"env_backoff", K_FLOAT, GRPO, OFF(env_backoff), "0.5", FROM(0),
+     .comment = "env_url: first wait between attempts."},
+    {"max_turns", K_INT, GRPO, OFF(max_turns), "0", FROM(0),
+     .comment = "env_url: actions per episode at most (0: until the environment says done, or "
+                "max_completion_length, which counts the observations' tokens too)."},
     {"prompt", K_STR, SAMPLER, OFF(prompt), "", .section = "Sampler (bin/sampler)",
      .comment = "generate: one text prompt (streamed to stdout)."},
     {"prompts_path", K_STR, SAMPLER, OFF(prompts_path), "",

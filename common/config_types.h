@@ -58,7 +58,7 @@ extern const char *const ct_tool_format_names[];
 // The built-in reward functions (grpo/reward.c implements them).
 enum {
   CT_REWARD_ACCURACY, CT_REWARD_FORMAT, CT_REWARD_LENGTH, CT_REWARD_OVERLONG, CT_REWARD_THINK_FORMAT,
-  CT_REWARD_REPETITION, CT_REWARD_COSINE, CT_REWARD_REMOTE, CT_REWARD_COUNT
+  CT_REWARD_REPETITION, CT_REWARD_COSINE, CT_REWARD_REMOTE, CT_REWARD_ENV, CT_REWARD_COUNT
 };
 extern const char *const ct_reward_func_names[];
 // lora_target_modules items (lora.h's names, and all-linear), lora_modules_to_save items.
@@ -263,6 +263,13 @@ typedef struct {
   int64_t tool_concurrency;       // tool server requests in flight at once, per rank
   int64_t max_tool_calling_iterations;  // -1: no limit (TRL's None)
   int tool_call_format;           // CT_TOOLFMT_*
+  char *env_url;                  // the environment server: POST /reset, /step
+  char *env_api_key_env;
+  double env_timeout;
+  double env_connect_timeout;
+  int64_t env_retries;
+  double env_backoff;
+  int64_t max_turns;              // environment steps per episode at most (0: no limit)
 
   // sampling (GRPO and bin/sampler)
   double temperature;

@@ -108,7 +108,10 @@ static int load_row(void *ctx, json_t *row, int line) {
     return free_row(s, --s->n), ct_set_error(CT_ENOMEM, "prompts: out of memory");
   char where[4200];
   ct_jsonl_where(where, sizeof where, L->path, line);
-  int rc = ct_prompt_tokens(L->tok, row, where, L->o, &s->ids[k]);
+  bool none = L->o->prompt_optional && json_is_object(row) && !json_object_get(row, "prompt") &&
+              !json_object_get(row, "messages") && !json_object_get(row, "conversations") &&
+              !json_object_get(row, "instruction") && !json_object_get(row, "prompt_input_ids");
+  int rc = none ? 0 : ct_prompt_tokens(L->tok, row, where, L->o, &s->ids[k]);
   if (!rc) rc = ct_tokenizer_decode(L->tok, s->ids[k].v, s->ids[k].n, &s->text[k], NULL);
   if (rc) free_row(s, --s->n);  // a skipped row (skip_bad_rows) leaves nothing behind
   return rc;

@@ -18,6 +18,8 @@ typedef struct {
   bool skip_bad_rows;          // count and skip malformed rows instead of failing (jsonl.h)
   const json_t *tools;         // tool schemas for message-list rows without "tools" of their
                                // own (set into the row, NULL: none)
+  bool prompt_optional;        // a row without a prompt loads with no tokens (an environment
+                               // gives its prompt)
 } ct_prompt_opts;
 
 // Appends the tokens of one row's prompt to out (one BOS when the tokenizer adds it and

@@ -35,8 +35,14 @@ typedef struct {
                         // of the reference (when used)
   float *lp;            // (n) the sampler's log-probs of the chosen tokens (0 for tool results)
   float *q;             // (n_own) those of the model's tokens (= lp without tool results)
-  json_t *turns;        // with tools: the messages after the prompt (completions.jsonl)
+  json_t *turns;        // with tools or an environment: the messages after the prompt
   int tool_calls, tool_failures, n_turns;
+  ct_ids own_prompt;    // with an environment: this episode's prompt tokens (n 0: the prompt
+                        // set's), its messages and text
+  json_t *prompt_msgs;
+  char *prompt_text;
+  int env_steps;
+  double env_reward;    // the environment's reward of the episode (NaN: none)
   int finish;           // CT_FINISH_*
   double reward, adv;
   bool truncated;       // ended by length, not by a stop token
@@ -47,7 +53,8 @@ typedef struct {
 // The metrics of one set of rollouts, summed over ranks (all doubles: ct_dist_sum_stats).
 typedef struct {
   double reward, reward_sq, scored;  // Σ r, Σ r² over the scorable completions, and how many
-  double tool_calls, tool_failures, turns;  // with tools
+  double tool_calls, tool_failures, turns;  // with tools or an environment
+  double env_steps, env_failed;             // with an environment
   double completions, truncated, length;
   double terminated_length;  // Σ length of the completions ended by a stop token
   double zero_std_groups, groups;
@@ -100,6 +107,9 @@ typedef struct {
   ct_grpo_reward_mean *func;    // (K) the same per reward function
   ct_completions log;   // completions.jsonl
   ct_grpo_agent *agent; // tool calls and environments in rollouts (NULL: neither)
+  long tag_step;        // the episodes' names: the step, train or eval, and the generation
+  bool tag_train;       // of that step (grpo/rollout.c)
+  int tag_k;
 } ct_grpo;
 
 typedef struct {
@@ -116,6 +126,9 @@ typedef struct {
 int ct_grpo_generate(ct_grpo *g, const ct_prompt_set *set, const int *prompts, int n_prompts, int per,
                      ct_sample_params sp, ct_grpo_rollout *ro, bool train);
 void ct_grpo_rollouts_free(ct_grpo_rollout *ro, int n);
+// The rollout's prompt tokens (its episode's, with an environment) and text.
+const ct_ids *ct_grpo_prompt_ids(const ct_grpo *g, const ct_grpo_rollout *r);
+const char *ct_grpo_prompt_text(const ct_prompt_set *set, const ct_grpo_rollout *r);
 // Fills g->batch with rollouts [first, first + n): prompt + completion, targets on the
 // completion tokens.
 void ct_grpo_batch(ct_grpo *g, int first, int n);

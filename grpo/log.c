@@ -24,6 +24,10 @@ static void add_tool_fields(json_t *row, const ct_grpo_rollout *o, const json_t 
     json_object_set_new(row, "tool_calls", json_integer(o->tool_calls));
     json_object_set_new(row, "tool_failures", json_integer(o->tool_failures));
   }
+  if (o->prompt_msgs) {  // an environment's episode
+    json_object_set_new(row, "env_steps", json_integer(o->env_steps));
+    json_object_set_new(row, "env_reward", o->env_reward == o->env_reward ? json_real(o->env_reward) : json_null());
+  }
   if (!o->tool_mask) return;
   json_t *m = json_array();
   for (int j = 0; m && j < o->n; j++) json_array_append_new(m, json_integer(o->tool_mask[j]));
@@ -37,7 +41,8 @@ int ct_grpo_log_rollouts(ct_grpo *g, const double *R, const double *r, const dou
   if (!rows) return ct_set_error(CT_ENOMEM, "out of memory");
   for (int i = 0; i < n; i++) {
     const ct_grpo_rollout *o = &g->ro[i];
-    rows[i] = ct_completion_row(g->tr->step + 1, ct_completion_prompt(g->prompts.rows[o->prompt]), o->text, o->ids,
+    json_t *prompt = o->prompt_msgs ? o->prompt_msgs : ct_completion_prompt(g->prompts.rows[o->prompt]);
+    rows[i] = ct_completion_row(g->tr->step + 1, prompt, o->text, o->ids,
                                 o->lp, o->n, ct_finish_names[o->finish]);
     for (int k = 0; k < K; k++) {
       double v = R[(long)i * K + k];
@@ -108,7 +113,11 @@ int ct_grpo_log_step(ct_grpo *g, const ct_grpo_step_stats *st, double lr, double
   if (g->agent) {  // TRL's: calls per completion, failed calls per call; and turns per completion
     json_object_set_new(j, "tools/call_frequency", json_real(s->tool_calls / n));
     json_object_set_new(j, "tools/failure_frequency", json_real(s->tool_calls > 0 ? s->tool_failures / s->tool_calls : 0));
-    json_object_set_new(j, "tools/turns_mean", json_real(s->turns / n));
+    json_object_set_new(j, "turns/mean", json_real(s->turns / n));
+  }
+  if (ct_grpo_agent_env(g->agent)) {  // steps per episode, and episodes a failed step ended
+    json_object_set_new(j, "env/steps_mean", json_real(s->env_steps / n));
+    json_object_set_new(j, "env/failed_episodes", json_real(s->env_failed / n));
   }
   json_object_set_new(j, "time/scoring_s", json_real(new_rollouts ? g->score_s : 0.0));
   char key[96];

@@ -224,7 +224,7 @@ static shape_t load_prompts(ct_grpo *g) {
   int B = (int)cfg->per_device_train_batch_size, accum = (int)cfg->gradient_accumulation_steps;
   ct_prompt_opts po = {true, (int)cfg->max_prompt_length, cfg->truncate_prompt == CT_TRUNCATE_LEFT,
                        "max_prompt_length", tr->model.cfg.vocab_size, cfg->skip_bad_rows,
-                       ct_grpo_agent_schemas(g->agent)};
+                       ct_grpo_agent_schemas(g->agent), ct_grpo_agent_env(g->agent)};
   if (ct_prompt_set_load(&g->prompts, cfg->dataset_path, tr->tok, &po)) ct_die(1, NULL);
   check_reward_rows(cfg, &tr->log, &g->prompts, cfg->dataset_path);
   bool have_eval = cfg->eval_dataset_path[0] != 0;
@@ -239,6 +239,8 @@ static shape_t load_prompts(ct_grpo *g) {
   int max_prompt = 1;
   for (int i = 0; i < g->prompts.n; i++) max_prompt = g->prompts.ids[i].n > max_prompt ? g->prompts.ids[i].n : max_prompt;
   for (int i = 0; i < g->eval.n; i++) max_prompt = g->eval.ids[i].n > max_prompt ? g->eval.ids[i].n : max_prompt;
+  if (ct_grpo_agent_env(g->agent) && cfg->max_prompt_length > max_prompt)  // (an episode's prompt: the row's
+    max_prompt = (int)cfg->max_prompt_length;                              // messages and an observation)
   s.T = max_prompt + (int)cfg->max_completion_length;
   s.max_prompt = max_prompt;
   s.eo = engine_opts(&s, (int)cfg->decode_slots);  // (decode_slots 0: plan() picks them)

@@ -60,7 +60,7 @@ int ct_reward_kind(const char *name, int *kind) {
   }
   return ct_set_error(CT_ECONFIG,
                       "reward function \"%s\" does not exist; choose accuracy, format, "
-                      "length, overlong, think_format, repetition_penalty, cosine, remote, or a reward model's "
+                      "length, overlong, think_format, repetition_penalty, cosine, remote, env, or a reward model's "
                       "directory (a path with a /)", name ? name : "(null)");
 }
 
@@ -678,6 +678,7 @@ int ct_reward_score(ct_reward *r, const ct_reward_item *items, int n, double *ou
              : r->kind == CT_REWARD_THINK_FORMAT ? think_format(&items[i])
              : r->kind == CT_REWARD_REPETITION ? repetition(r, &items[i])
              : r->kind == CT_REWARD_COSINE ? cosine(r, &items[i])
+             : r->kind == CT_REWARD_ENV ? items[i].env_reward
                                            : length(r, &items[i]);
   return 0;
 }

@@ -2,7 +2,8 @@
 // that cannot be computed for a completion is NaN (never a crash), and the trainer
 // leaves NaNs out. Built-in: accuracy (exact or numeric match of the completion's final
 // answer against a row field, optional extraction regex), format (regex match), length
-// (penalty for straying from a target length); remote: HTTP POST to a reward server
+// (penalty for straying from a target length), env (an environment episode's reward,
+// grpo/agent.h); remote: HTTP POST to a reward server
 // with OpenRLHF's JSON protocol; a reward model: a sequence-classification model directory
 // run in-process (reward/model.h), as TRL's GRPOTrainer takes one in reward_funcs.
 #pragma once
@@ -84,6 +85,7 @@ typedef struct {
   const json_t *row;
   int completion_tokens;       // (overlong, repetition_penalty, cosine) its token count
   const int *completion_ids;   // (repetition_penalty) its tokens
+  double env_reward;           // (env) its episode's reward from the environment, or NaN
 } ct_reward_item;
 
 // Scores n items into out (NaN where a reward cannot be computed). Errors only for the

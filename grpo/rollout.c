@@ -14,8 +14,10 @@
 // also get room for old and reference log-probs.
 typedef struct {
   ct_grpo *g;
+  const ct_prompt_set *set;
   ct_grpo_rollout *ro;
-  int per;
+  int per;      // samples per prompt
+  int per_req;  // per ct_generate request (1 with an environment: a request per episode)
   bool train;
   long done, total;  // completions (for the progress line)
   double tokens;     // completion tokens so far
@@ -26,7 +28,7 @@ static int on_done(void *ctx, const ct_gen_result *r) {
   ct_grpo *g = c->g;
   c->tokens += r->n;
   if (c->train) ct_log_phase(&g->tr->log, g->tr->step + 1, "rollouts", ++c->done, c->total, "completions", c->tokens, NULL);
-  ct_grpo_rollout *ro = &c->ro[r->request * c->per + r->sample];
+  ct_grpo_rollout *ro = &c->ro[r->request * c->per_req + r->sample];
   bool old = c->train && g->cfg->num_iterations > 1, ref = c->train && g->use_ref;
   ro->n = r->n;
   ro->n_own = r->n;
@@ -42,11 +44,19 @@ static int on_done(void *ctx, const ct_gen_result *r) {
       if (r->own[i]) ro->q[k++] = r->logprobs[i];
     }
   }
+  ro->env_reward = NAN;
   if (g->agent) {
-    ro->turns = ct_grpo_agent_take(g->agent, r, &ro->tool_calls, &ro->tool_failures);
-    if (!ro->turns) return ct_set_error(CT_ENOMEM, "grpo: out of memory");
-    for (size_t i = 0; i < json_array_size(ro->turns); i++)
-      ro->n_turns += !strcmp(json_string_value(json_object_get(json_array_get(ro->turns, i), "role")), "assistant");
+    ct_grpo_episode e;
+    int rc = ct_grpo_agent_take(g->agent, r, &e);
+    if (rc) return rc;
+    ro->turns = e.turns, ro->tool_calls = e.calls, ro->tool_failures = e.failures;
+    ro->own_prompt = e.prompt_ids, ro->prompt_msgs = e.prompt, ro->env_steps = e.steps, ro->env_reward = e.env_reward;
+    for (size_t i = 0; i < json_array_size(ro->turns); i++) {
+      const char *role = json_string_value(json_object_get(json_array_get(ro->turns, i), "role"));
+      ro->n_turns += role && !strcmp(role, "assistant");
+    }
+    if (ro->own_prompt.n && ct_tokenizer_decode(g->tr->tok, ro->own_prompt.v, ro->own_prompt.n, &ro->prompt_text, NULL))
+      return ct_wrap_error(CT_ENOMEM, "grpo: decoding a prompt");
   }
   ro->ids = malloc(sizeof(int) * n);
   ro->text = malloc(r->text_len + 1);
@@ -69,9 +79,20 @@ void ct_grpo_rollouts_free(ct_grpo_rollout *ro, int n) {
   for (int i = 0; i < n; i++) {
     if (ro[i].q != ro[i].lp) free(ro[i].q);
     json_decref(ro[i].turns);
+    json_decref(ro[i].prompt_msgs);
+    ct_ids_free(&ro[i].own_prompt);
+    free(ro[i].prompt_text);
     ct_free_all(ro[i].ids, ro[i].old, ro[i].ref, ro[i].lp, ro[i].text, ro[i].tool_mask, ro[i].ord);
     memset(&ro[i], 0, sizeof ro[i]);
   }
+}
+
+const ct_ids *ct_grpo_prompt_ids(const ct_grpo *g, const ct_grpo_rollout *r) {
+  return r->own_prompt.n ? &r->own_prompt : &g->prompts.ids[r->prompt];
+}
+
+const char *ct_grpo_prompt_text(const ct_prompt_set *set, const ct_grpo_rollout *r) {
+  return r->prompt_text ? r->prompt_text : set->text[r->prompt];
 }
 
 void ct_grpo_batch(ct_grpo *g, int first, int n) {
@@ -79,7 +100,7 @@ void ct_grpo_batch(ct_grpo *g, int first, int n) {
   int T = 1, pad = ct_tokenizer_pad(g->tr->tok);
   for (int i = 0; i < n; i++) {
     const ct_grpo_rollout *r = &g->ro[first + i];
-    int len = g->prompts.ids[r->prompt].n + r->n;
+    int len = ct_grpo_prompt_ids(g, r)->n + r->n;
     T = len > T ? len : T;
   }
   b->B = n;
@@ -87,7 +108,7 @@ void ct_grpo_batch(ct_grpo *g, int first, int n) {
   b->n_target = b->n_tokens = 0;
   for (int i = 0; i < n; i++) {
     const ct_grpo_rollout *r = &g->ro[first + i];
-    const ct_ids *p = &g->prompts.ids[r->prompt];
+    const ct_ids *p = ct_grpo_prompt_ids(g, r);
     ct_batch_row(b, i, p->v, p->n, r->ids, r->n, pad);
     ct_batch_drop_targets(b, i, p->n, r->tool_mask, r->n);  // tool results: no loss
   }
@@ -96,7 +117,7 @@ void ct_grpo_batch(ct_grpo *g, int first, int n) {
 ct_grpo_rollout *ct_grpo_gathered(ct_grpo *g, int first, int q, int *j) {
   int T = g->batch.T, row = g->head.rows[q] / T, t = g->head.rows[q] % T;
   ct_grpo_rollout *r = &g->ro[first + row];
-  *j = t + 1 - g->prompts.ids[r->prompt].n;
+  *j = t + 1 - ct_grpo_prompt_ids(g, r)->n;
   if (r->ord) *j = r->ord[*j];  // its index among the model's tokens
   return r;
 }
@@ -116,31 +137,47 @@ int ct_grpo_ref_logps(ct_grpo *g) {
   return 0;
 }
 
+// The environment's name for this generation's episodes: "train-<step>-<k>" (the k-th
+// generation of that step: dynamic sampling makes several) or "eval-<step>-<k>".
+static void episode_tag(ct_grpo *g, bool train, char *tag, size_t cap) {
+  long step = g->tr->step + (train ? 1 : 0);
+  if (step != g->tag_step || train != g->tag_train) g->tag_step = step, g->tag_train = train, g->tag_k = 0;
+  snprintf(tag, cap, "%s-%ld-%d", train ? "train" : "eval", step, g->tag_k++);
+}
+
 int ct_grpo_generate(ct_grpo *g, const ct_prompt_set *set, const int *prompts, int n_prompts, int per,
                      ct_sample_params sp, ct_grpo_rollout *ro, bool train) {
   const ct_config *c = g->cfg;
   ct_train *tr = g->tr;
-  ct_gen_request *req = calloc(n_prompts > 0 ? n_prompts : 1, sizeof *req);
+  bool env = ct_grpo_agent_env(g->agent);  // a request per episode: each has its own prompt
+  int per_req = env ? 1 : per, nreq = env ? n_prompts * per : n_prompts;
+  ct_gen_request *req = calloc(nreq > 0 ? nreq : 1, sizeof *req);
   if (!req) return ct_set_error(CT_ENOMEM, "out of memory");
   int rc = ct_policy_engine_sync(&g->pe);  // the weights as trained so far
   if (rc) return free(req), rc;
   const int *stop_ids;
   int n_stop = ct_tokenizer_stop_ids(tr->tok, &stop_ids);
-  if (g->agent && (rc = ct_grpo_agent_begin(g->agent, set, prompts, n_prompts, per, (int)c->max_completion_length)))
+  char tag[64];
+  episode_tag(g, train, tag, sizeof tag);
+  const char *path = set == &g->eval ? c->eval_dataset_path : c->dataset_path;
+  if (g->agent && (rc = ct_grpo_agent_begin(g->agent, set, path, prompts, n_prompts, per, (int)c->max_completion_length,
+                                            tag)))
     return free(req), rc;
   for (int i = 0; i < n_prompts; i++) {
-    const ct_ids *p = &set->ids[prompts[i]];
     uint64_t seed = (uint64_t)c->seed * 1000003u + (uint64_t)tr->step * 7919u + (uint64_t)prompts[i];
-    req[i] = (ct_gen_request){.prompt = p->v, .prompt_len = p->n, .n = per, .seed = seed, .sp = sp,
-                              .max_new_tokens = (int)c->max_completion_length,
-                              .stop_ids = stop_ids, .n_stop_ids = n_stop};
     for (int k = 0; k < per; k++) ro[i * per + k].prompt = prompts[i];
+    for (int k = 0; k < per / per_req; k++) {  // (env: each sample its own stream, as it would be in a group)
+      const ct_ids *p = env ? ct_grpo_agent_prompt(g->agent, i * per + k) : &set->ids[prompts[i]];
+      req[i * (per / per_req) + k] = (ct_gen_request){
+          .prompt = p->v, .prompt_len = p->n, .n = per_req, .seed = env ? seed * 1000033u + (uint64_t)k : seed,
+          .sp = sp, .max_new_tokens = (int)c->max_completion_length, .stop_ids = stop_ids, .n_stop_ids = n_stop};
+    }
   }
-  gen_ctx ctx = {g, ro, per, train, 0, (long)n_prompts * per, 0};
+  gen_ctx ctx = {g, set, ro, per, per_req, train, 0, (long)n_prompts * per, 0};
   ct_gen_callbacks cb = {.on_done = on_done, .ctx = &ctx};
   if (g->agent) cb.on_turn = ct_grpo_agent_turn, cb.poll = ct_grpo_agent_poll, cb.turn_ctx = g->agent;
   if (train) ct_log_phase(&tr->log, tr->step + 1, "rollouts", 0, ctx.total, "completions", 0, NULL);
-  rc = ct_generate(g->pe.engine, tr->tok, req, n_prompts, &cb);
+  rc = ct_generate(g->pe.engine, tr->tok, req, nreq, &cb);
   free(req);
   return rc ? ct_wrap_error(rc, "generating completions") : 0;
 }

@@ -24,7 +24,8 @@ int ct_grpo_reward_matrix(ct_grpo *g, const ct_prompt_set *set, const ct_grpo_ro
     if (ro[i].tool_mask && (ids = own[i] = malloc(sizeof(int) * (ro[i].n_own + 1))))
       for (int j = 0, k = 0; j < ro[i].n; j++)
         if (ro[i].tool_mask[j]) own[i][k++] = ro[i].ids[j];
-    items[i] = (ct_reward_item){set->text[ro[i].prompt], ro[i].text, set->rows[ro[i].prompt], ro[i].n_own, ids};
+    items[i] = (ct_reward_item){ct_grpo_prompt_text(set, &ro[i]), ro[i].text, set->rows[ro[i].prompt], ro[i].n_own,
+                                ids, ro[i].env_reward};
   }
   memset(func, 0, sizeof *func * K);
   int rc = 0;
@@ -48,6 +49,7 @@ static int length_stats(ct_grpo *g, ct_grpo_rollout_stats *s) {
     double n = g->ro[i].n_own;  // (TRL's lengths count the model's tokens, not tool results)
     s->completions += 1;
     s->tool_calls += g->ro[i].tool_calls, s->tool_failures += g->ro[i].tool_failures, s->turns += g->ro[i].n_turns;
+    s->env_steps += g->ro[i].env_steps, s->env_failed += g->ro[i].env_steps && isnan(g->ro[i].env_reward);
     s->length += n;
     e->max = fmax(e->max, n), e->neg_min = fmax(e->neg_min, -n);
     if (g->ro[i].truncated) {

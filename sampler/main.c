@@ -129,7 +129,7 @@ typedef struct {
 static ct_prompt_opts prompt_opts(const setup_t *s) {
   const ct_config *c = s->cfg;
   return (ct_prompt_opts){c->add_generation_prompt, (int)c->max_prefill_length,
-                          c->truncate_prompt == CT_TRUNCATE_LEFT, "max_prefill_length", s->w.cfg.vocab_size, false, NULL};
+                          c->truncate_prompt == CT_TRUNCATE_LEFT, "max_prefill_length", s->w.cfg.vocab_size, false, NULL, false};
 }
 
 // A row's optional "seed" into *seed.

@@ -418,7 +418,7 @@ static void test_token_id_errors_name_tokenizer_and_model_sizes(void) {
   const char *e = ct_last_error();
   CHECK(strstr(e, "ids.jsonl:1: key 'rejected_input_ids'[0]: token id 65000") && strstr(e, size) &&
         strstr(e, "model's vocab_size is 70000") && strstr(e, "checked against the tokenizer"));
-  ct_prompt_opts po = {true, 0, false, "max_prompt_length", 70000, false, NULL};
+  ct_prompt_opts po = {true, 0, false, "max_prompt_length", 70000, false, NULL, false};
   json_t *row = json_loads("{\"prompt_input_ids\": [3, 65001]}", 0, NULL);
   ct_ids ids = {0};
   ct_set_error(CT_OK, "%s", "");
@@ -439,7 +439,7 @@ static void test_prompts_accept_sharegpt_and_alpaca_rows(void) {
       {"{\"instruction\": \"Add.\", \"input\": \"2 2\", \"output\": \"4\"}",
        "{\"prompt\": [{\"role\": \"user\", \"content\": \"Add.\\n2 2\"}]}"},
   };
-  ct_prompt_opts po = {true, 0, false, "max_prompt_length", 0, false, NULL};
+  ct_prompt_opts po = {true, 0, false, "max_prompt_length", 0, false, NULL, false};
   for (int k = 0; k < 2; k++) {
     json_t *a = json_loads(rows[k][0], 0, NULL), *b = json_loads(rows[k][1], 0, NULL);
     ct_ids ia = {0}, ib = {0};
@@ -540,7 +540,7 @@ static void test_bos_tokenizer_prepends_one_bos_to_the_prompt_only(void) {
           same(R(&ds, k), ds.r_len[k], r, 2));
   ct_pref_free(&ds);
   // GRPO and the sampler read prompts the same way: one BOS, whether the text has it or not
-  ct_prompt_opts po = {true, 0, false, "max_prompt_length", 0, false, NULL};
+  ct_prompt_opts po = {true, 0, false, "max_prompt_length", 0, false, NULL, false};
   const char *texts[] = {"hi", "<|endoftext|>hi"};
   for (int k = 0; k < 2; k++) {
     json_t *row = json_pack("{s:s}", "prompt", texts[k]);
@@ -577,7 +577,7 @@ static void test_pairs_and_prompts_pass_tools_and_template_kwargs(void) {
   free(text);
   ct_pref_free(&ds);
   json_t *j = json_loads(row, 0, NULL);
-  ct_prompt_opts po = {true, 0, false, "max_prompt_length", 0, false, NULL};
+  ct_prompt_opts po = {true, 0, false, "max_prompt_length", 0, false, NULL, false};
   ct_ids ids = {0};
   CHECK_OK(ct_prompt_tokens(t, j, "test:1", &po, &ids));
   CHECK_OK(ct_tokenizer_decode(t, ids.v, ids.n, &text, &len));

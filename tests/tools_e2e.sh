@@ -54,7 +54,7 @@ run calc tools=calculator max_steps=3
 calls=$(metric calc 'tools\/call_frequency')
 echo "tool calls per completion $calls, failed calls per call $(metric calc 'tools\/failure_frequency'), turns $(metric calc 'tools\/turns_mean')"
 awk -v c="$calls" 'BEGIN { exit !(c > 0.2) }' || fail "the SFT'd model calls the calculator in $calls of its completions"
-for k in tools/call_frequency tools/failure_frequency tools/turns_mean; do
+for k in tools/call_frequency tools/failure_frequency turns/mean; do
   grep -q "\"$k\"" "$T/calc/metrics.jsonl" || fail "metrics lack $k"
 done
 grep -q '"role":"tool","name":"calculator","content":"[0-9]*"' "$T/calc/completions.jsonl" || fail "no calculator result in the logged turns"

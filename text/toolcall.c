@@ -121,12 +121,15 @@ json_t *ct_toolcall_parse(int format, const char *text, size_t n) {
 }
 
 // The short conversation the suffix is measured against: a user message, an assistant
-// turn calling `name` with no arguments (and, with tool_msgs, the tool messages).
-static json_t *dummy(const char *name, const json_t *tool_msgs) {
-  json_t *m = json_pack("[{s:s, s:s}, {s:s, s:s, s:[{s:s, s:{s:s, s:{}}}]}]", "role", "user", "content", "dummy",
-                        "role", "assistant", "content", "", "tool_calls", "type", "function", "function", "name",
-                        name, "arguments");
-  if (m && tool_msgs && json_array_extend(m, (json_t *)tool_msgs)) {
+// turn — calling `name` with no arguments when name is set (tool results follow), else a
+// plain answer — and, with msgs, the messages that follow it.
+static json_t *dummy(const char *name, const json_t *msgs) {
+  json_t *m = name ? json_pack("[{s:s, s:s}, {s:s, s:s, s:[{s:s, s:{s:s, s:{}}}]}]", "role", "user", "content",
+                               "dummy", "role", "assistant", "content", "", "tool_calls", "type", "function",
+                               "function", "name", name, "arguments")
+                   : json_pack("[{s:s, s:s}, {s:s, s:s}]", "role", "user", "content", "dummy", "role", "assistant",
+                               "content", "dummy");
+  if (m && msgs && json_array_extend(m, (json_t *)msgs)) {
     json_decref(m);
     return NULL;
   }
@@ -146,8 +149,12 @@ static int render_ids(const ct_tokenizer *t, const json_t *msgs, const ct_chat_o
 
 int ct_toolcall_suffix(const ct_tokenizer *t, const json_t *tool_msgs, const ct_chat_opts *opts, ct_ids *out) {
   const json_t *first = json_array_get(tool_msgs, 0);
-  const char *name = json_string_value(json_object_get(first, "name"));
-  json_t *shortc = dummy(name ? name : "tool", NULL), *longc = dummy(name ? name : "tool", tool_msgs);
+  const char *role = json_string_value(json_object_get(first, "role")), *name = NULL;
+  if (role && !strcmp(role, "tool")) {
+    name = json_string_value(json_object_get(first, "name"));
+    if (!name) name = "tool";
+  }
+  json_t *shortc = dummy(name, NULL), *longc = dummy(name, tool_msgs);
   ct_ids a = {0}, b = {0};
   int rc = shortc && longc ? 0 : ct_set_error(CT_ENOMEM, "out of memory");
   if (!rc) rc = render_ids(t, shortc, opts, false, &a);

@@ -35,9 +35,10 @@ int ct_toolcall_format_of(const char *template_src);
 json_t *ct_toolcall_parse(int format, const char *text, size_t n);
 
 // The tokens that follow a turn's end — its last token, an end-of-turn stop id — to give
-// the tool messages back (`tool_msgs`, a list of {"role": "tool", "name", "content"}) and
-// open the next assistant turn: the chat template renders a short conversation (a user
-// message, an assistant turn calling the first tool) with and without the tool messages
+// the tool messages back (`tool_msgs`, a list of {"role": "tool", "name", "content"}; or
+// any messages, e.g. an environment's observation as a user message) and open the next
+// assistant turn: the chat template renders a short conversation (a user message, an
+// assistant turn — calling the first tool, for tool messages) with and without them
 // plus the generation prompt, and the suffix is what follows the assistant turn's
 // end-of-turn token in the longer one (TRL's _get_tool_suffix_ids; where a template
 // renders a turn differently once it is not the last, as Qwen3 drops an empty think

@@ -5,6 +5,7 @@
 //   ctune-demo-data reverse-kto   TRAIN.jsonl EVAL.jsonl [n_train] [n_eval] [seed] [max_len]
 //   ctune-demo-data addition      TRAIN.jsonl EVAL.jsonl [n_train] [n_eval] [seed] [digits]
 //   ctune-demo-data multiply-tool TRAIN.jsonl EVAL.jsonl [n_train] [n_eval] [seed] [digits] [noise]
+//   ctune-demo-data guess-env     TRAIN.jsonl EVAL.jsonl [n_train] [n_eval] [seed]
 //
 // reverse:  {"prompt": "reverse kqxmb:", "completion": "bmxqk"}: lowercase words of
 //           3..max_len letters (default 8), written backwards. With noise > 0 (default 0),
@@ -28,6 +29,11 @@
 //           product with one digit changed), as a model that has not learned to use the
 //           tool would. EVAL holds GRPO prompts: {"prompt": [{"role": "user", "content":
 //           "123456*654321="}], "answer": "80779853376"} (reward_funcs: accuracy).
+// guess-env: ctune-env-server's game, "guess the number" from 1 to 100. TRAIN holds SFT
+//           demonstrations: whole games as conversations (the server's lines as the user's,
+//           binary-search guesses as the assistant's, ending with the right one). EVAL holds
+//           GRPO rows {"target": 37} with no prompt: the environment gives it (env_url,
+//           reward_funcs: env).
 // Held-out rows never repeat a training row. The seed fixes the output on every machine
 // (ctune's own generator, not libc's rand).
 #include <stdio.h>
@@ -40,7 +46,7 @@
 #include "rng.h"
 
 static int usage(FILE *f) {
-  fprintf(f, "usage: ctune-demo-data reverse|reverse-prefs|reverse-kto|addition|multiply-tool TRAIN.jsonl EVAL.jsonl [n_train=20000] "
+  fprintf(f, "usage: ctune-demo-data reverse|reverse-prefs|reverse-kto|addition|multiply-tool|guess-env TRAIN.jsonl EVAL.jsonl [n_train=20000] "
                   "[n_eval=500] [seed=1234] [max_len=8 | digits=3 (6 for multiply-tool)] [noise=0 (reverse, multiply-tool)]\n"
              "The numbers are given in this order, or as name=value in any order.\n");
   return f == stdout ? 0 : 2;  // --help: exit 0
@@ -109,6 +115,25 @@ static unsigned long long make_product(ct_rng *r, int digits, char *prompt, char
   return ((unsigned long long)a * 1000000007ULL + (unsigned long long)b) << 1;
 }
 
+// One guess-env row: a binary-search game for `target` (train), or the row an episode of
+// it starts from. The lines are ctune-env-server's.
+static void write_game(FILE *out, int target, bool train) {
+  if (!train) {
+    fprintf(out, "{\"target\": %d}\n", target);
+    return;
+  }
+  fprintf(out, "{\"messages\": [{\"role\": \"user\", \"content\": \"Guess my number from 1 to 100.\"}");
+  for (int lo = 1, hi = 100;;) {
+    int g = (lo + hi) / 2;
+    fprintf(out, ", {\"role\": \"assistant\", \"content\": \"%d\"}", g);
+    if (g == target) break;
+    fprintf(out, ", {\"role\": \"user\", \"content\": \"%s\"}", g < target ? "Higher." : "Lower.");
+    if (g < target) lo = g + 1;
+    else hi = g - 1;
+  }
+  fprintf(out, "]}\n");
+}
+
 // One multiply-tool row: a demonstration (train) or a GRPO prompt with its answer.
 static void write_product(FILE *out, ct_rng *r, const char *prompt, const char *product, bool train, double noise) {
   if (!train) {
@@ -147,6 +172,7 @@ static unsigned long long make_addition(ct_rng *r, int digits, char *prompt, cha
 typedef struct {
   bool prefs, kto, reverse;  // reverse-prefs, reverse-kto, reverse (or addition)
   bool tool;                 // multiply-tool
+  bool guess;                // guess-env
   long n_train, n_eval;
   unsigned long long seed;
   int size;                // max_len (reverse) or digits (addition)
@@ -196,7 +222,7 @@ static int check_opts(const opts *o) {
   }
   double distinct = 1;  // how many different rows exist
   for (int i = 0; i < (o->reverse ? o->size : 2 * o->size); i++) distinct *= o->reverse ? 26 : o->tool && i < 2 ? 3 : 10;
-  if ((double)(o->n_train + o->n_eval) > 0.5 * distinct) {
+  if (!o->guess && (double)(o->n_train + o->n_eval) > 0.5 * distinct) {
     fprintf(stderr, "ctune-demo-data: %ld rows would repeat: make the task larger\n", o->n_train + o->n_eval);
     return 2;
   }
@@ -212,12 +238,18 @@ static int write_rows(const opts *o, const char *path, long count, bool train, c
     return 1;
   }
   for (long i = 0; i < count;) {
-    unsigned long long key = o->reverse ? make_reverse(r, o->size, prompt, completion)
+    unsigned long long key = o->guess     ? 0
+                             : o->reverse ? make_reverse(r, o->size, prompt, completion)
                              : o->tool  ? make_product(r, o->size, prompt, completion)
                                         : make_addition(r, o->size, prompt, completion);
-    if (!keyset_add(seen, key)) continue;
+    if (!o->guess && !keyset_add(seen, key)) continue;
     if (o->tool) {
       write_product(out, r, prompt, completion, train, o->noise);
+      i++;
+      continue;
+    }
+    if (o->guess) {  // (targets repeat: 100 of them)
+      write_game(out, 1 + (int)ct_rng_below(r, 100), train);
       i++;
       continue;
     }
@@ -256,7 +288,8 @@ int main(int argc, char **argv) {
   o.kto = strcmp(argv[1], "reverse-kto") == 0;
   o.reverse = o.prefs || o.kto || strcmp(argv[1], "reverse") == 0;
   o.tool = strcmp(argv[1], "multiply-tool") == 0;
-  if (!o.reverse && !o.tool && strcmp(argv[1], "addition") != 0) return usage(stderr);
+  o.guess = strcmp(argv[1], "guess-env") == 0;
+  if (!o.reverse && !o.tool && !o.guess && strcmp(argv[1], "addition") != 0) return usage(stderr);
   int rc = parse_args(argc, argv, &o);
   if (rc || (rc = check_opts(&o))) return rc;
   keyset seen = {NULL, 1};

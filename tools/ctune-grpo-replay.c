@@ -294,7 +294,7 @@ int main(int argc, char **argv) {
   replay_t r = {.tr = &tr, .cfg = &cfg, .use_ref = cfg.beta > 0};
   ct_grpo_objective_of(&cfg, r.use_ref, &r.obj, &r.agg);
   reader_t rd = {tr.tok, cfg.dataset_path, {true, (int)cfg.max_prompt_length, cfg.truncate_prompt == CT_TRUNCATE_LEFT,
-                 "max_prompt_length", tr.model.cfg.vocab_size, false, NULL}, cfg.max_steps, NULL, 0, 0, tr.model.cfg.vocab_size};
+                 "max_prompt_length", tr.model.cfg.vocab_size, false, NULL, false}, cfg.max_steps, NULL, 0, 0, tr.model.cfg.vocab_size};
   ct_jsonl_stats js;
   if (ct_jsonl_read(cfg.dataset_path, false, read_row, &rd, &js)) ct_die(1, NULL);
   int per_step = 0, T = 1;
