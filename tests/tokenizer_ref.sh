@@ -127,6 +127,34 @@ else
   cat "$tmp/announce2.log"; echo "FAIL: bin/sampler did not announce reading a big tokenizer.json"; fail=1
 fi
 
+# Tool calls (bin/grpo's tools, text/toolcall.h) with the real Qwen3 template and Llama
+# 3.1/3.2's tool template: a turn in each family's format is read as its call, and the
+# tokens GRPO feeds after the turn's end-of-turn token are exactly what the reference
+# renderer (@huggingface/jinja) writes after that token when it renders the whole
+# conversation: the tool message, then the next assistant turn's header.
+# tool_case NAME TOKDIR TEMPLATE TURN EOT
+tool_case() {
+  conv='[{"role": "user", "content": "What is 123*456?"}, {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "calculator", "arguments": {"expression": "123*456"}}}]}, {"role": "tool", "name": "calculator", "content": "56088"}]'
+  kw='{"date_string": "26 Jul 2024"}'
+  printf '{"messages": %s, "add_generation_prompt": true, "chat_template_kwargs": %s}\n' "$conv" "$kw" >"$tmp/$1.tc.case"
+  node "$fix/ref.mjs" chat "$3" "$tmp/$1.tc.case" "$tmp/$1.tc.ref"
+  node -e 'console.log(JSON.stringify({text: process.argv[1], tool_messages: [{role: "tool", name: "calculator", content: "56088"}],
+                                       chat_template_kwargs: JSON.parse(process.argv[2])}))' "$4" "$kw" |
+    "$tok" toolcall tokenizer_path="$2" template="$3" >"$tmp/$1.tc.ours" || { echo "FAIL: $1: ctune-tokenize toolcall"; fail=1; return; }
+  node -e '
+    const fs = require("fs"), [ours, ref, eot, name] = process.argv.slice(1);
+    const o = JSON.parse(fs.readFileSync(ours, "utf8")), full = JSON.parse(fs.readFileSync(ref, "utf8")).text;
+    const call = o.calls.length === 1 && o.calls[0].name === "calculator" && o.calls[0].arguments.expression === "123*456";
+    const tail = full.endsWith(o.suffix) && full.slice(0, full.length - o.suffix.length).endsWith(eot);
+    console.log(`${name} tool calls: ${o.format}, the call ${call ? "read" : "NOT read"}; the fed-back tokens ` +
+                (tail ? "match the reference rendering" : `differ: ${JSON.stringify(o.suffix)} vs the end of ${JSON.stringify(full)}`));
+    process.exit(call && tail ? 0 : 1);' "$tmp/$1.tc.ours" "$tmp/$1.tc.ref" "$5" "$1" || fail=1
+}
+tool_case qwen3 "$models/tokenizer-qwen3/models" "$tmp/qwen3.jinja" \
+  "$(printf '<tool_call>\n{"name": "calculator", "arguments": {"expression": "123*456"}}\n</tool_call>')" "<|im_end|>"
+tool_case llama3.1 "$models/tokenizer-llama3/models" "$fix/templates/llama3.2.jinja" \
+  '{"name": "calculator", "parameters": {"expression": "123*456"}}' "<|eot_id|>"
+
 # End to end with Llama 2's tokenizer: bin/sft learns a completion that ends in a
 # character Llama 2 lacks (byte-fallback tokens), saves the tokenizer.json unchanged, and
 # bin/sampler generates the completion back, byte tokens decoded.

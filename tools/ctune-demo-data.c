@@ -221,7 +221,8 @@ static int check_opts(const opts *o) {
     return 2;
   }
   double distinct = 1;  // how many different rows exist
-  for (int i = 0; i < (o->reverse ? o->size : 2 * o->size); i++) distinct *= o->reverse ? 26 : o->tool && i < 2 ? 3 : 10;
+  for (int i = 0; i < (o->reverse ? o->size : 2 * o->size); i++)  // (multiply-tool: no leading zeros)
+    distinct *= o->reverse ? 26 : o->tool && i % o->size == 0 ? 9 : 10;
   if (!o->guess && (double)(o->n_train + o->n_eval) > 0.5 * distinct) {
     fprintf(stderr, "ctune-demo-data: %ld rows would repeat: make the task larger\n", o->n_train + o->n_eval);
     return 2;
