@@ -12,7 +12,7 @@
 
 #include "error.h"
 #include "grpo/agent_internal.h"
-#include "grpo/calculator.h"
+#include "calculator.h"
 #include "jsonl.h"
 #include "mem.h"
 #include "stop.h"

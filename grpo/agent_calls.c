@@ -7,7 +7,7 @@
 
 #include "error.h"
 #include "grpo/agent_internal.h"
-#include "grpo/calculator.h"
+#include "calculator.h"
 
 static json_t *tool_message(const char *name, const char *content) {
   return json_pack("{s:s, s:s, s:s}", "role", "tool", "name", name ? name : "unknown", "content", content);

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grpo/calculator.h"
+#include "calculator.h"
 #include "rng.h"
 #include "test.h"
 #include "toolcall.h"

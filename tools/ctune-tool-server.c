@@ -1,7 +1,7 @@
 // ctune-tool-server: an example tool server for GRPO's tool calls (tool_url), speaking
 // ctune's tool protocol: POST {"name", "arguments", "row"} → {"content": ...} or
 // {"error": "..."}. Its tools:
-//   calculator  {"expression"}: exact arithmetic (the built-in tool's, grpo/calculator.h)
+//   calculator  {"expression"}: exact arithmetic (the built-in tool's, common/calculator.h)
 //   lookup      {"key"}: the prompt row's field `key` (how a tool reads the row it serves)
 //   echo        any arguments: their JSON text
 // Any other name gets {"error": "unknown tool NAME"}. It listens on 127.0.0.1 only.
@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "config.h"
-#include "grpo/calculator.h"
+#include "calculator.h"
 #include "httpd.h"
 
 static const char *MODES[] = {"ok", "slow", "500", "flaky", "badjson", "close"};

@@ -1,6 +1,6 @@
 // calculator: a recursive-descent evaluator over exact rationals (__int128 numerator and
 // denominator, reduced, denominator > 0; every operation checks for overflow).
-#include "grpo/calculator.h"
+#include "calculator.h"
 
 #include <stdio.h>
 #include <string.h>
