@@ -23,8 +23,24 @@ echo "== without noise every row is right"
 [ "$(wrong "$T/train.jsonl")" = 0 ] || fail "noise 0 wrote mistakes"
 
 echo "== noise outside [0, 1) or on another task is refused, saying the ranges"
-expect 2 "noise in \[0, 1) and for reverse only" "$BIN/ctune-demo-data" reverse "$T/a" "$T/b" 10 5 1 8 1.5
-expect 2 "noise in \[0, 1) and for reverse only" "$BIN/ctune-demo-data" addition "$T/a" "$T/b" 10 5 1 3 0.1
+expect 2 "noise in \[0, 1) and for reverse and multiply-tool only" "$BIN/ctune-demo-data" reverse "$T/a" "$T/b" 10 5 1 8 1.5
+expect 2 "noise in \[0, 1) and for reverse and multiply-tool only" "$BIN/ctune-demo-data" addition "$T/a" "$T/b" 10 5 1 3 0.1
+
+echo "== multiply-tool: right products, demonstrations with the calculator or (noise) a wrong guess"
+"$BIN/ctune-demo-data" multiply-tool "$T/mt.jsonl" "$T/mte.jsonl" 400 50 5 3 0.25
+n=$(grep -c '<tool_call>' "$T/mt.jsonl")
+[ "$n" -ge 250 ] && [ "$n" -le 350 ] || fail "$n of 400 demonstrations call the calculator (expected about 300)"
+# every prompt's answer is its product; every calculator demonstration answers its tool's result
+sed 's/.*"content": "\([0-9]*\)\*\([0-9]*\)=".*"answer": "\([0-9]*\)".*/\1 \2 \3/' "$T/mte.jsonl" |
+  awk '$1 * $2 != $3 || length($1) != 3 { bad++ } END { exit bad > 0 || NR != 50 }' || fail "a held-out answer is not the product"
+grep '<tool_call>' "$T/mt.jsonl" | sed 's/.*"expression\\": \\"\([0-9]*\)\*\([0-9]*\)\\".*"tool", "name": "calculator", "content": "\([0-9]*\)"}, {"role": "assistant", "content": "\([0-9]*\)".*/\1 \2 \3 \4/' |
+  awk '$1 * $2 != $3 || $3 != $4 { bad++ } END { exit bad > 0 || NR == 0 }' || fail "a calculator demonstration is wrong"
+
+echo "== guess-env: binary-search games that end on the target; rows name targets in 1..100"
+"$BIN/ctune-demo-data" guess-env "$T/ge.jsonl" "$T/gee.jsonl" 50 20 5
+[ "$(grep -c '"Guess my number from 1 to 100."' "$T/ge.jsonl")" = 50 ] || fail "a game does not start with the server's line"
+grep -q '^{"target": \(100\|[1-9][0-9]\?\)}$' "$T/gee.jsonl" && [ "$(wc -l <"$T/gee.jsonl")" = 20 ] || fail "bad target rows"
+! grep -q '"Higher."}]}$\|"Lower."}]}$' "$T/ge.jsonl" || fail "a game ends on the user's line, not the right guess"
 
 echo "== name=value arguments (the usage's form) equal the positional ones; a bad one is named"
 "$BIN/ctune-demo-data" reverse "$T/p.jsonl" "$T/pe.jsonl" 50 7 5 6 0.1
