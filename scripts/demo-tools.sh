@@ -23,7 +23,7 @@ echo "== 2. GRPO with the calculator"
 "$BIN/grpo" configs/grpo.yml model_path="$out/sft" dataset_path="$out/prompts.jsonl" output_dir="$out/grpo" \
   max_steps=40 tools=calculator tool_call_format=hermes reward_funcs=accuracy answer_field=answer \
   per_device_train_batch_size=64 num_generations=8 max_completion_length=160 logging_steps=1 save_steps=0 \
-  learning_rate=2e-5 eval_dataset_path="$out/prompts.jsonl" eval_steps=40 eval_on_start=true \
+  learning_rate=1e-4 eval_dataset_path="$out/prompts.jsonl" eval_steps=40 eval_on_start=true \
   >"$out/grpo.log" 2>&1 || { cat "$out/grpo.log"; exit 1; }
 m="$out/grpo/metrics.jsonl"
 mean() {  # mean KEY FIRST|LAST: the mean of KEY over the first or last 10 training steps
