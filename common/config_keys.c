@@ -525,7 +525,8 @@ const key_def config_keys[] = {
                 "but max_completion_length, which counts the tool results' tokens too)."},
     {"tool_call_format", K_ENUM, GRPO, OFF(tool_call_format), "auto", .choices = ct_tool_format_names,
      .comment = "How the model writes tool calls: hermes (<tool_call>{...}</tool_call>: Qwen2.5, "
-                "Qwen3, Hermes), llama3_json (Llama 3.1/3.2's JSON), or auto (from the chat template)."},
+                "Qwen3, Hermes), llama3_json (Llama 3.1/3.2's JSON), or auto (from the chat template; "
+                "hermes, said on stderr, when it shows neither)."},
     {"env_url", K_STR, GRPO, OFF(env_url), "",
      .comment = "A multi-turn environment: each completion is an episode. POST env_url/reset {episode, row} "
                 "-> {observation} (the first user message); each model turn is an action: POST "

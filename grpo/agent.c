@@ -196,10 +196,11 @@ int ct_grpo_agent_init(ct_grpo_agent **out, const ct_config *c, const ct_tokeniz
     t->format = c->tool_call_format == CT_TOOLFMT_HERMES        ? CT_TOOLCALL_HERMES
                 : c->tool_call_format == CT_TOOLFMT_LLAMA3_JSON ? CT_TOOLCALL_LLAMA3_JSON
                                                                 : ct_toolcall_format_of(ct_tokenizer_chat_template_src(tok));
-    if (t->format < 0)
-      rc = key_error(c, "tool_call_format", "the chat template shows no tool-call format ctune reads (<tool_call> "
-                     "blocks, Llama 3 JSON); set hermes or llama3_json, or a template (chat_template_path) that "
-                     "renders tools");
+    if (t->format < 0) {  // (the most common format; said, not silent)
+      t->format = CT_TOOLCALL_HERMES;
+      fprintf(stderr, "ctune: tool_call_format: the chat template shows no tool-call format; reading hermes "
+              "<tool_call> blocks (set tool_call_format: llama3_json for Llama 3's JSON calls)\n");
+    }
   }
   if (!tools) t->format = -1;  // (an environment alone: no turn is read for calls)
   if (!rc && (tool_server || env)) rc = start_workers(t);

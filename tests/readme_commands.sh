@@ -97,6 +97,17 @@ line "bin/reward score model_path=out/rm data=rows.jsonl"
 line "bin/reward eval  model_path=out/rm data=heldout.jsonl"
 line "bin/grpo configs/grpo.yml model_path=out/sft dataset_path=prompts.jsonl reward_funcs=[accuracy,out/rm]"
 
+scenario agents  # out/sft: a model to start from; the bundled tool and environment servers on 8001, 8002
+cp -r "$S/my-hf-model" "$S/out/sft"
+"$BIN/ctune-demo-data" guess-env "$S/games-demos.jsonl" "$S/games.jsonl" 8 4 3 >/dev/null
+line "bin/grpo configs/grpo.yml model_path=out/sft dataset_path=prompts.jsonl output_dir=out/tools tools=calculator"
+line "bin/ctune-tool-server port=8001 &"
+line "bin/grpo configs/grpo.yml model_path=out/sft dataset_path=prompts.jsonl output_dir=out/tools tool_url="
+line "bin/ctune-env-server port=8002 &"
+line "bin/grpo configs/grpo.yml model_path=out/sft dataset_path=games.jsonl output_dir=out/env env_url="
+pkill -f "ctune-tool-server port=8001" || true
+pkill -f "ctune-env-server port=8002" || true
+
 scenario distill  # out/big, out/small: teacher and student with one tokenizer
 cp -r "$S/big" "$S/out/big"
 cp -r "$S/small" "$S/out/small"

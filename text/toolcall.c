@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "unicode.h"
 
 const char *const ct_toolcall_format_names[] = {"hermes", "llama3_json", NULL};
 
@@ -20,14 +21,18 @@ int ct_toolcall_format_of(const char *src) {
 static bool space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
 // A malformed call: {"name"?, "error"} appended to calls.
+// (jansson's messages quote the input near the error, which may be cut inside a character:
+// made valid UTF-8 here)
 static int add_error(json_t *calls, const char *name, const char *fmt, const char *detail) {
   char msg[256];
   snprintf(msg, sizeof msg, fmt, detail);
-  json_t *e = json_object();
-  if (!e || (name && json_object_set_new(e, "name", json_string(name))) ||
-      json_object_set_new(e, "error", json_string(msg)) || json_array_append_new(calls, e))
-    return -1;
-  return 0;
+  size_t len;
+  char *valid = ct_utf8_lossy(msg, strlen(msg), &len);
+  json_t *e = valid ? json_object() : NULL;
+  int rc = !e || (name && json_object_set_new(e, "name", json_string(name))) ||
+           json_object_set_new(e, "error", json_stringn(valid, len)) || json_array_append_new(calls, e) ? -1 : 0;
+  free(valid);
+  return rc;
 }
 
 // One call's JSON text [s, s + n) → {"name", "arguments"} or an error entry. `args_key`:
