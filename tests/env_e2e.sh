@@ -6,7 +6,8 @@
 # token for token as the chat template renders the conversation; the episode's reward is
 # reward_funcs env; max_turns caps the actions; a slow server's steps run concurrently; a
 # failing step ends its episode unscored, a failing reset stops the run with a clear
-# error; resume is bit-identical, the replay reproduces the steps, two ranks run; bad
+# error; resume is bit-identical (also after Ctrl-C while episodes wait on the server), the
+# replay reproduces the steps, two ranks run; bad
 # settings fail before any rollout.
 . tests/lib/common.sh
 start_test env
@@ -89,13 +90,34 @@ expect 1 "rows.jsonl:1: episode train-1-0-[0-9]*-0: environment server $url/rese
   "$G" $common output_dir="$T/x" env_url="$url" max_steps=1 env_retries=0
 [ ! -e "$T/x/model.safetensors" ] || fail "a failed run saved a model"
 
-echo "== resume is bit-identical; the replay reproduces the steps"
+echo "== resume is bit-identical (also after Ctrl-C mid-episode); the replay reproduces the steps"
 start_server ok
 run straight env_url="$url" max_steps=6
 # shellcheck disable=SC2086
 stop_and_resume "$T/resumed" "$G" $common env_url="$url" max_steps=6 save_steps=2
 cmp "$T/straight/model.safetensors" "$T/resumed/model.safetensors" || fail "the resumed run differs"
 cmp "$T/straight/completions.jsonl" "$T/resumed/completions.jsonl" || fail "the resumed run's episodes differ"
+# Ctrl-C while a step's episodes wait on a slow server: the run stops at once (nothing of the
+# step saved), and its resume from the step before is the straight run
+start_server slow delay_ms=300
+# shellcheck disable=SC2086
+CT_PROGRESS_SECONDS=0 "$G" $common env_url="$url" max_steps=6 save_steps=2 output_dir="$T/int" >"$T/int.log" 2>&1 &
+pid=$!
+i=0
+until grep -q "^ctune: step 3/6: rollouts" "$T/int.log" 2>/dev/null; do
+  i=$((i + 1)); [ $i -lt 1200 ] || { cat "$T/int.log"; fail "the run never reached step 3's rollouts"; }; sleep 0.05
+done
+kill -INT $pid
+rc=0
+wait $pid || rc=$?
+[ $rc = 130 ] || { tail -5 "$T/int.log"; fail "Ctrl-C mid-episode exited $rc, not 130"; }
+[ -d "$T/int/checkpoint-2" ] && [ ! -d "$T/int/checkpoint-4" ] || fail "the interrupted run's checkpoints are not step 2's"
+start_server ok
+# shellcheck disable=SC2086
+"$G" $common env_url="$url" max_steps=6 save_steps=2 output_dir="$T/int" resume_from_checkpoint=latest \
+  >"$T/int2.log" 2>&1 || { cat "$T/int2.log"; fail "resume after Ctrl-C"; }
+cmp "$T/straight/model.safetensors" "$T/int/model.safetensors" || fail "the run resumed after Ctrl-C differs"
+cmp "$T/straight/completions.jsonl" "$T/int/completions.jsonl" || fail "the episodes resumed after Ctrl-C differ"
 # shellcheck disable=SC2086
 "$BIN/ctune-grpo-replay" $common max_steps=3 dataset_path="$T/ok/completions.jsonl" output_dir="$T/replay" \
   >"$T/replay.log" 2>&1 || { cat "$T/replay.log"; fail "replay"; }
