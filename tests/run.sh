@@ -27,11 +27,11 @@ run_sh() {
     echo "FAIL $1"; tail -n 40 "$B/tests/$1.log"; echo "$1" >>"$fails"
   fi
 }
-# The longest tests (node, llama.cpp, the tool and environment servers' SFT'd models: two
-# fifths of the time) run in a lane of their own beside the others; the tests that time
-# something (signals, timeouts, a slow server) wait for that lane to end, so they run on an
-# otherwise idle machine. CT_SERIAL=1: one at a time.
-lane="gguf_e2e tokenizer_ref tools_e2e env_e2e" timed="signals mpi_fault memory_limits reward_remote run_safety"
+# The longest tests (node, llama.cpp, the fuzzers, the tool and environment servers' SFT'd
+# models: half of the time) run in a lane of their own beside the others; the tests that
+# time something (signals, timeouts, a slow server) wait for that lane to end, so they run
+# on an otherwise idle machine. CT_SERIAL=1: one at a time.
+lane="gguf_e2e tokenizer_ref tools_e2e env_e2e fuzz_smoke" timed="signals mpi_fault memory_limits reward_remote run_safety"
 [ -n "${CT_SERIAL:-}" ] && lane=""
 if [ -z "${CT_SKIP_SH:-}" ]; then
   lane_out=$(mktemp)
