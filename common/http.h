@@ -29,7 +29,8 @@ int ct_http_init(ct_http **h, const ct_http_opts *o);
 void ct_http_free(ct_http *h);
 const char *ct_http_url(const ct_http *h);
 
-// What an attempt came to.
+// What an attempt came to: a usable reply, a failure another attempt may mend, a final
+// failure, or (a reader's verdict) a reply usable in part, not retried.
 enum { CT_HTTP_OK, CT_HTTP_RETRY, CT_HTTP_FATAL, CT_HTTP_PARTIAL };
 
 // Why: a short kind ("HTTP 500", "timeout", "malformed JSON reply") and the detail.
