@@ -10,6 +10,11 @@
 #   3. GRPO from the SFT         reward per step, accuracy before / after; then a short
 #                                run scored by the bundled remote reward server
 #   4. distillation              teacher / distilled student / undistilled student
+#   5. tool use                  another task, products of two 3-digit numbers: SFT on
+#                                calculator demonstrations, then GRPO with the built-in
+#                                calculator (configs/demo/*-tools.yml); sampled accuracy and
+#                                tool calls per completion, the first and last quarter of
+#                                GRPO's steps
 #   then the four runs' curves on one page: demo-out/report.html (and, when chromium is
 #   installed, a screenshot of it: demo-out/report.png)
 # Accuracy = exact answers on 500 held-out words: greedy, and sampled at temperature 1.
@@ -28,13 +33,16 @@ if [ "${2:-}" = quick ]; then
   dpo_q="max_steps=4 logging_steps=2 warmup_steps=1" grpo_q="max_steps=2 logging_steps=1 per_device_train_batch_size=32"
   remote_q="max_steps=2 logging_steps=1 per_device_train_batch_size=32" kd_q="max_steps=6 logging_steps=3 warmup_steps=2"
   student_q="max_steps=6 warmup_steps=2"
+  n_tools=2000 n_tools_eval=40 sft_tools_q="max_steps=20 logging_steps=10" grpo_tools_q="max_steps=2 per_device_train_batch_size=32"
 else
   n_train=20000 n_eval=500 n_prefs=5000 n_prefs_eval=200
   sft_q="" dpo_q="" grpo_q="" remote_q="max_steps=6 logging_steps=3" kd_q="" student_q=""
+  n_tools=6000 n_tools_eval=400 sft_tools_q="" grpo_tools_q=""
 fi
 mkdir -p "$out/data"
 "$BIN/ctune-demo-data" reverse "$out/data/train.jsonl" "$out/data/eval.jsonl" $n_train $n_eval 1234 8 0.1
 "$BIN/ctune-demo-data" reverse-prefs "$out/data/prefs.jsonl" "$out/data/prefs_eval.jsonl" $n_prefs $n_prefs_eval 55
+"$BIN/ctune-demo-data" multiply-tool "$out/data/tools-demos.jsonl" "$out/data/tools-prompts.jsonl" $n_tools $n_tools_eval 3 3 0.3
 acc() {  # acc MODEL TEMPERATURE -> exact-match fraction on the held-out words (stops the demo on failure)
   a=$("$BIN/sampler" accuracy model_path="$1" data="$out/data/eval.jsonl" temperature="$2" seed=7) ||
     { echo "demo: bin/sampler accuracy on $1 failed" >&2; exit 1; }
@@ -71,6 +79,7 @@ grep -o '"step":[0-9]*,"loss":[^,]*,"reward":[^,]*' "$out/grpo.log" |
   sed 's/"step":\([0-9]*\),"loss":[^,]*,"reward":\(.*\)/  step \1: mean reward \2/'
 grpo_g=$(acc "$out/grpo" 0) grpo_s=$(acc "$out/grpo" 1)
 echo "   ... and $(echo "$remote_q" | sed 's/.*max_steps=\([0-9]*\).*/\1/') steps scored by the bundled reward server (tools/ctune-reward-server, loopback)"
+: >"$out/server.port"  # (the last run's port must not pass for this server's)
 "$BIN/ctune-reward-server" port=0 >"$out/server.port" 2>"$out/server.log" &
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
@@ -90,6 +99,19 @@ echo "== 4. distillation into a student with half the layers and half the width"
   $student_q >"$out/student-sft.log" 2>&1 || { cat "$out/student-sft.log"; exit 1; }
 kd_g=$(acc "$out/distill" 0) und_g=$(acc "$out/student-sft" 0)
 
+echo "== 5. tool use: products of two 3-digit numbers, which a small model cannot compute but can look up"
+echo "   SFT on calculator demonstrations (30% answer at once with a wrong guess instead), then GRPO"
+echo "   with the built-in calculator and the accuracy reward (reward and tool calls per step below)"
+"$BIN/sft" configs/demo/sft-tools.yml $sft_tools_q
+run_log "$out/grpo-tools.log" "$BIN/grpo" configs/demo/grpo-tools.yml $grpo_tools_q
+grep -o '"step":[0-9]*,"loss":[^,]*,"reward":[^,]*' "$out/grpo-tools.log" | sed -n '1p;10p;20p;30p;40p' |
+  sed 's/"step":\([0-9]*\),"loss":[^,]*,"reward":\(.*\)/  step \1: mean reward \2/'
+tmean() {  # tmean KEY FIRST|LAST: KEY's mean over the tool-use GRPO's first or last quarter of steps
+  grep '"step"' "$out/grpo-tools/metrics.jsonl" | grep -o "\"$1\":[-0-9.e+]*" | cut -d: -f2 |
+    awk -v w="$2" '{ v[NR] = $1 } END { q = int((NR + 3) / 4); for (i = 1; i <= q; i++) s += v[w == "first" ? i : NR - q + i]; print s / q }'
+}
+tq=$(( ($(steps "$out/grpo-tools") + 3) / 4 ))
+
 row() { printf '  %-44s %s\n' "$1" "$2"; }
 echo
 echo "demo results: exact answers on $n_eval held-out words (greedy / sampled at temperature 1)"
@@ -101,7 +123,11 @@ row "3. SFT + GRPO, $(steps "$out/grpo") steps" "$(pct "$grpo_g") / $(pct "$grpo
 row "4. distilled student, $(steps "$out/distill") steps" "$(pct "$kd_g")   (teacher: the SFT model, $(pct "$sft_g"))"
 echo "     (half the layers and half the width: $(params "$out/student-sft.log") parameters; the teacher $(params "$out/init.log"))"
 row "   the same student without a teacher" "$(pct "$und_g")"
-echo "models (Hugging Face format) and metrics.jsonl in $out/{sft,dpo,grpo,distill}"
+echo "tool use: exact products among GRPO's samples, its first $tq steps -> its last $tq (after $(steps "$out/sft-tools") SFT steps)"
+calls0=$(tmean 'tools\/call_frequency' first) calls1=$(tmean 'tools\/call_frequency' last)
+row "5. SFT + GRPO with the calculator, $(steps "$out/grpo-tools") steps" \
+  "$(pct "$(tmean reward first)") -> $(pct "$(tmean reward last)")   (tool calls per completion $(printf '%.2f -> %.2f' "$calls0" "$calls1"))"
+echo "models (Hugging Face format) and metrics.jsonl in $out/{sft,dpo,grpo,distill,sft-tools,grpo-tools}"
 "$BIN/ctune-report" "$out/sft" "$out/dpo" "$out/grpo" "$out/distill" out="$out/report.html" >/dev/null
 echo "training curves of the four runs (one HTML page, no script): $out/report.html"
 if command -v chromium >/dev/null; then  # optional: a picture of the page

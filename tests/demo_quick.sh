@@ -18,7 +18,9 @@ done
 grep -q "reward accuracy [0-9.]*% -> [0-9.]*%" "$T/demo.log" || fail "DPO row lacks its held-out reward accuracy"
 grep -q "rewards/remote/mean\":[-0-9.]" "$T/demo.log" || fail "the remote-reward GRPO run printed no reward"
 grep -q "half the width: [0-9.]*M parameters; the teacher [0-9.]*M" "$T/demo.log" || fail "parameter counts missing"
-for m in init sft dpo grpo grpo-remote distill student-sft; do
+grep -q "5. SFT + GRPO with the calculator, 2 steps .*[0-9.]*% -> [0-9.]*%   (tool calls per completion [0-9.]* -> [0-9.]*)" \
+  "$T/demo.log" || fail "no tool-use row"
+for m in init sft dpo grpo grpo-remote distill student-sft sft-tools grpo-tools; do
   [ -s "$T/demo-out/$m/model.safetensors" ] || fail "demo-out/$m/model.safetensors missing"
 done
 grep -q "<svg" "$T/demo-out/report.html" || fail "report page has no chart"
