@@ -10,4 +10,4 @@ if ! command -v clang >/dev/null 2>&1; then
 fi
 make --no-print-directory fuzz-build >/tmp/ct_fuzz_build.$$ 2>&1 || { cat /tmp/ct_fuzz_build.$$; exit 1; }
 rm -f /tmp/ct_fuzz_build.$$
-sh fuzz/run.sh build-fuzz -max_total_time="${CT_FUZZ_SECONDS:-10}"
+sh fuzz/run.sh build-fuzz -max_total_time="${CT_FUZZ_SECONDS:-5}"
