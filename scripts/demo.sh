@@ -135,4 +135,6 @@ if command -v chromium >/dev/null; then  # optional: a picture of the page
     --screenshot="$out/report.png" "file://$(pwd)/$out/report.html" >/dev/null 2>&1 && echo "a screenshot of it: $out/report.png"
   rm -rf "$out/.chromium"
 fi
+"$BIN/ctune-report" "$out/grpo-tools" out="$out/report-tools.html" >/dev/null
+echo "the tool-use GRPO run's curves (tools/call_frequency among them): $out/report-tools.html"
 echo "demo time: $(( $(date +%s) - start )) s wall clock"

@@ -24,5 +24,6 @@ for m in init sft dpo grpo grpo-remote distill student-sft sft-tools grpo-tools;
   [ -s "$T/demo-out/$m/model.safetensors" ] || fail "demo-out/$m/model.safetensors missing"
 done
 grep -q "<svg" "$T/demo-out/report.html" || fail "report page has no chart"
+grep -q "tools/call_frequency" "$T/demo-out/report-tools.html" || fail "the tool-use report has no tools/call_frequency chart"
 grep -q "demo time: [0-9]* s wall clock" "$T/demo.log" || fail "no wall-clock line"
 echo "demo (quick): all checks passed"

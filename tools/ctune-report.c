@@ -331,7 +331,8 @@ static rp_series *run_find(const rp_run *r, const char *key) {
 static const char *const chart_order[] = {
     "loss", "learning_rate", "grad_norm", "tokens_per_s",
     // GRPO
-    "reward", "reward_std", "rewards/*/mean", "frac_reward_zero_std", "kl", "clip_ratio/low_mean",
+    "reward", "reward_std", "rewards/*/mean", "tools/call_frequency", "tools/failure_frequency", "turns/mean",
+    "env/*", "frac_reward_zero_std", "kl", "clip_ratio/low_mean",
     "clip_ratio/high_mean", "clip_ratio/*", "completions/mean_length", "completions/clipped_ratio",
     "completions/*",
     // DPO
