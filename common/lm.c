@@ -11,9 +11,9 @@
 
 int ct_forward_batch(const ct_model *m, ct_acts *a, const ct_batch *b) {
   int N = b->B * b->T;
-  if (b->B > a->B || b->T > a->T)
+  if ((long)b->B * b->T > (long)a->B * a->T || b->T > (a->row_T > a->T ? a->row_T : a->T))
     return ct_set_error(CT_EINVAL, "batch of %d x %d tokens exceeds the activations' %d x %d",
-                        b->B, b->T, a->B, a->T);
+                        b->B, b->T, a->B, a->row_T > a->T ? a->row_T : a->T);
   for (int i = 0; i < N; i++)
     if (b->pos[i] < 0 || b->pos[i] >= m->rope_max_pos)
       return ct_set_error(CT_EINVAL, "position %d is outside the model's %d-position RoPE table",
@@ -21,6 +21,8 @@ int ct_forward_batch(const ct_model *m, ct_acts *a, const ct_batch *b) {
   memcpy(a->ids, b->ids, sizeof(int) * N);
   memcpy(a->pos, b->pos, sizeof(int) * N);
   memcpy(a->seg, b->seg, sizeof(int) * N);
+  a->has_pre = b->has_pre;
+  if (b->has_pre) memcpy(a->pre, b->pre, sizeof(int) * N);
   ct_forward(m, a, b->B, b->T);
   return ct_dnnl_check();  // (bf16 compute: a failed product)
 }

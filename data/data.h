@@ -65,6 +65,8 @@ typedef struct {
   int cap_B, cap_T;
   int B, T;
   int *ids, *pos, *seg, *target;  // (B*T) each
+  int *pre;                       // (B*T) a prefix each token also sees (attention.h), when has_pre
+  bool has_pre;
   int *row_seq;                   // (B) which sequence each row holds
   long n_target;                  // targets in this batch
   long n_tokens;                  // non-padding tokens

@@ -49,6 +49,65 @@ static int block_kstart(const int *seg_b, int q0, int window) { return key_lo(se
 
 static float attn_scale(const ct_attn_dims *d) { return d->scale > 0 ? d->scale : 1.0f / sqrtf((float)d->hd); }
 
+// A query block's keys: the prefix piece [0, np) (shared prompts: attn_dims.pre) and the
+// own piece [k0, q1), side by side in the block's score rows (np + nk columns).
+typedef struct {
+  int k0, nk, np;
+} key_pieces;
+
+static key_pieces block_keys(const ct_attn_dims *d, const int *seg_b, const int *pre_b, int q0, int q1) {
+  key_pieces k = {block_kstart(seg_b, q0, d->window), 0, 0};
+  k.nk = q1 - k.k0;
+  int pb = 0;
+  for (int t = q0; pre_b && t < q1; t++) pb = pre_b[t] > pb ? pre_b[t] : pb;
+  k.np = pb < k.k0 ? pb : k.k0;  // prefix keys at or past k0 are in the own piece already
+  return k;
+}
+
+// The score columns query t sees, as up to three [c0, c1) spans in column order: its
+// prefix keys [plo, pre) in the prefix piece, those of them inside the own piece, and its
+// own keys [key_lo, t]. A prefix key j is (t − seg) + pre − j positions before t.
+static int row_spans(const ct_attn_dims *d, const int *seg_b, const int *pre_b, int t, key_pieces k, int sp[3][2]) {
+  int n = 0, pe = pre_b ? pre_b[t] : 0;
+  if (pe > 0) {
+    int plo = d->window > 0 ? t - seg_b[t] + pe - d->window + 1 : 0;
+    plo = plo > 0 ? plo : 0;
+    int a1 = pe < k.np ? pe : k.np;
+    if (plo < a1) sp[n][0] = plo, sp[n][1] = a1, n++;
+    int b0 = plo > k.np ? plo : k.np;  // prefix keys in the own piece (then np == k0)
+    if (b0 < pe) sp[n][0] = k.np + b0 - k.k0, sp[n][1] = k.np + pe - k.k0, n++;
+  }
+  sp[n][0] = k.np + key_lo(seg_b, t, d->window) - k.k0;
+  sp[n][1] = k.np + t - k.k0 + 1;
+  return n + 1;
+}
+
+// S (nq, np + nk) = scale · Q[q0:q1] · [K[0:np]; K[k0:q1]]ᵀ: Q's rows ldq apart, K's ld
+static void block_scores(const float *Q, int ldq, const float *K, int ld, int q0, int nq, key_pieces k, int hd,
+                         float scale, float *S) {
+  int W = k.np + k.nk;
+  if (k.np) ct_sgemm_serial('N', 'T', nq, k.np, hd, scale, Q + (long)q0 * ldq, ldq, K, ld, 0.0f, S, W);
+  ct_sgemm_serial('N', 'T', nq, k.nk, hd, scale, Q + (long)q0 * ldq, ldq, K + (long)k.k0 * ld, ld, 0.0f, S + k.np, W);
+}
+
+// O (nq, hd; row stride ldo) = P_prefix · V[0:np] + P_own · V[k0:q1]   (beta 0), or += (beta 1)
+static void block_times(const float *P, int nq, key_pieces k, const float *V, int ld, int hd, float beta, float *O,
+                        int ldo) {
+  int W = k.np + k.nk;
+  if (k.np) {
+    ct_sgemm_serial('N', 'N', nq, hd, k.np, 1.0f, P, W, V, ld, beta, O, ldo);
+    beta = 1.0f;
+  }
+  ct_sgemm_serial('N', 'N', nq, hd, k.nk, 1.0f, P + k.np, W, V + (long)k.k0 * ld, ld, beta, O, ldo);
+}
+
+// dX[0:np] += P_prefixᵀ · G, dX[k0:q1] += P_ownᵀ · G: G (nq, hd; row stride ldg)
+static void block_times_t(const float *P, int nq, key_pieces k, const float *G, int ldg, int hd, float *dX, int ld) {
+  int W = k.np + k.nk;
+  if (k.np) ct_sgemm_serial('T', 'N', k.np, hd, nq, 1.0f, P, W, G, ldg, 1.0f, dX, ld);
+  ct_sgemm_serial('T', 'N', k.nk, hd, nq, 1.0f, P + k.np, W, G, ldg, 1.0f, dX + (long)k.k0 * ld, ld);
+}
+
 // Scores s (n) become c·tanh(s/c); th (n, or NULL) keeps tanh for the backward.
 static void softcap_row(float *s, float *th, int n, float c) {
   float ic = 1.0f / c;
@@ -70,37 +129,41 @@ static void attn_fwd_task(void *ctx, int task, int thread) {
   const float *Q = base + h * d.hd, *K = base + (d.H + g) * d.hd, *V = base + (d.H + d.KV + g) * d.hd;
   float *O = j->out + (long)b * d.T * ldo + h * d.hd;
   float *L = j->lse + (long)b * d.T * d.H + h;
-  const int *seg = j->seg + (long)b * d.T;
+  const int *seg = j->seg + (long)b * d.T, *pre = d.pre ? d.pre + (long)b * d.T : NULL;
   float *S = j->scratch + thread * j->scratch_per_thread;  // (QB, T)
   float hmax = -INFINITY;  // this row's largest logit for head h
   for (int q0 = 0; q0 < d.T; q0 += QB) {
     int q1 = q0 + QB < d.T ? q0 + QB : d.T, nq = q1 - q0;
-    int k0 = block_kstart(seg, q0, d.window), nk = q1 - k0;
-    // S (nq, nk) = Q[q0:q1] · K[k0:q1]ᵀ
-    ct_sgemm_serial('N', 'T', nq, nk, d.hd, scale, Q + (long)q0 * ld, ld, K + (long)k0 * ld, ld,
-                    0.0f, S, nk);
+    key_pieces kp = block_keys(&d, seg, pre, q0, q1);
+    int W = kp.np + kp.nk;
+    block_scores(Q, ld, K, ld, q0, nq, kp, d.hd, scale, S);  // S (nq, W)
     for (int r = 0; r < nq; r++) {
-      int t = q0 + r, lo = key_lo(seg, t, d.window) - k0, hi = t - k0;  // valid keys [lo, hi]
-      float *s = S + (long)r * nk;
-      if (d.softcap > 0) softcap_row(s + lo, NULL, hi - lo + 1, d.softcap);
+      int t = q0 + r, sp[3][2], ns = row_spans(&d, seg, pre, t, kp, sp);  // valid columns
+      float *s = S + (long)r * W;
       float mx = -INFINITY;
-      for (int k = lo; k <= hi; k++) mx = s[k] > mx ? s[k] : mx;
+      for (int i = 0; i < ns; i++) {
+        if (d.softcap > 0) softcap_row(s + sp[i][0], NULL, sp[i][1] - sp[i][0], d.softcap);
+        for (int k = sp[i][0]; k < sp[i][1]; k++) mx = s[k] > mx ? s[k] : mx;
+      }
       hmax = mx > hmax ? mx : hmax;
       float sum = 0;
-      for (int k = 0; k < lo; k++) s[k] = 0;
+      int prev = 0;
+      for (int i = 0; i < ns; i++) {
+        for (int k = prev; k < sp[i][0]; k++) s[k] = 0;
 #pragma omp simd reduction(+ : sum)
-      for (int k = lo; k <= hi; k++) {
-        s[k] = ct_expf(s[k] - mx);
-        sum += s[k];
+        for (int k = sp[i][0]; k < sp[i][1]; k++) {
+          s[k] = ct_expf(s[k] - mx);
+          sum += s[k];
+        }
+        prev = sp[i][1];
       }
-      for (int k = hi + 1; k < nk; k++) s[k] = 0;
+      for (int k = prev; k < W; k++) s[k] = 0;
       float inv = 1.0f / sum;
-      for (int k = lo; k <= hi; k++) s[k] *= inv;
+      for (int i = 0; i < ns; i++)
+        for (int k = sp[i][0]; k < sp[i][1]; k++) s[k] *= inv;
       L[(long)t * d.H] = mx + logf(sum);
     }
-    // O[q0:q1] (nq, hd) = P · V[k0:q1]
-    ct_sgemm_serial('N', 'N', nq, d.hd, nk, 1.0f, S, nk, V + (long)k0 * ld, ld, 0.0f,
-                    O + (long)q0 * ldo, ldo);
+    block_times(S, nq, kp, V, ld, d.hd, 0.0f, O + (long)q0 * ldo, ldo);  // O[q0:q1] (nq, hd) = P · V
   }
   if (j->head_max) max_into(j->head_max + h, hmax);
 }
@@ -124,7 +187,7 @@ static void attn_bwd_task(void *ctx, int task, int thread) {
   float *dbase = j->dqkv + (long)b * d.T * ld;
   const float *K = base + (d.H + g) * d.hd, *V = base + (d.H + d.KV + g) * d.hd;
   float *dK = dbase + (d.H + g) * d.hd, *dV = dbase + (d.H + d.KV + g) * d.hd;
-  const int *seg = j->seg + (long)b * d.T;
+  const int *seg = j->seg + (long)b * d.T, *pre = d.pre ? d.pre + (long)b * d.T : NULL;
   float *P = j->scratch + thread * j->scratch_per_thread;  // (QB, T)
   float *dP = P + (long)QB * d.T;                          // (QB, T)
   float *TH = d.softcap > 0 ? dP + (long)QB * d.T : NULL;  // (QB, T) tanh of capped scores
@@ -141,44 +204,43 @@ static void attn_bwd_task(void *ctx, int task, int thread) {
     const float *L = j->clse + (long)b * d.T * d.H + h;
     for (int q0 = 0; q0 < d.T; q0 += QB) {
       int q1 = q0 + QB < d.T ? q0 + QB : d.T, nq = q1 - q0;
-      int k0 = block_kstart(seg, q0, d.window), nk = q1 - k0;
-      ct_sgemm_serial('N', 'T', nq, nk, d.hd, scale, Q + (long)q0 * ld, ld, K + (long)k0 * ld,
-                      ld, 0.0f, P, nk);
+      key_pieces kp = block_keys(&d, seg, pre, q0, q1);
+      int W = kp.np + kp.nk, spans[QB][3][2], nspans[QB];
+      block_scores(Q, ld, K, ld, q0, nq, kp, d.hd, scale, P);  // P (nq, W): scores, then probabilities
       for (int r = 0; r < nq; r++) {
-        int t = q0 + r, lo = key_lo(seg, t, d.window) - k0, hi = t - k0;
-        float *p = P + (long)r * nk, l = L[(long)t * d.H];
-        if (d.softcap > 0) softcap_row(p + lo, TH + (long)r * nk + lo, hi - lo + 1, d.softcap);
-        for (int k = 0; k < lo; k++) p[k] = 0;
+        int t = q0 + r, (*sp)[2] = spans[r], ns = nspans[r] = row_spans(&d, seg, pre, t, kp, sp);
+        float *p = P + (long)r * W, l = L[(long)t * d.H];
+        int prev = 0;
+        for (int i = 0; i < ns; i++) {
+          if (d.softcap > 0) softcap_row(p + sp[i][0], TH + (long)r * W + sp[i][0], sp[i][1] - sp[i][0], d.softcap);
+          for (int k = prev; k < sp[i][0]; k++) p[k] = 0;
 #pragma omp simd
-        for (int k = lo; k <= hi; k++) p[k] = ct_expf(p[k] - l);
-        for (int k = hi + 1; k < nk; k++) p[k] = 0;
+          for (int k = sp[i][0]; k < sp[i][1]; k++) p[k] = ct_expf(p[k] - l);
+          prev = sp[i][1];
+        }
+        for (int k = prev; k < W; k++) p[k] = 0;
         const float *o = O + (long)t * ldo, *dout = dO + (long)t * ldo;
         float dot = 0;
         for (int i = 0; i < d.hd; i++) dot += o[i] * dout[i];
         D[r] = dot;
       }
-      // dV[k0:q1] += Pᵀ · dO[q0:q1]
-      ct_sgemm_serial('T', 'N', nk, d.hd, nq, 1.0f, P, nk, dO + (long)q0 * ldo, ldo, 1.0f,
-                      dV + (long)k0 * ld, ld);
-      // dP (nq, nk) = dO[q0:q1] · V[k0:q1]ᵀ
-      ct_sgemm_serial('N', 'T', nq, nk, d.hd, 1.0f, dO + (long)q0 * ldo, ldo, V + (long)k0 * ld,
-                      ld, 0.0f, dP, nk);
+      block_times_t(P, nq, kp, dO + (long)q0 * ldo, ldo, d.hd, dV, ld);  // dV += Pᵀ · dO[q0:q1]
+      // dP (nq, W) = dO[q0:q1] · Vᵀ (scores' pieces)
+      block_scores(dO, ldo, V, ld, q0, nq, kp, d.hd, 1.0f, dP);
       // dS = P ∘ (dP − D) · scale, written over dP; through a softcap also ∘ (1 − tanh²)
       for (int r = 0; r < nq; r++) {
-        float *ds = dP + (long)r * nk;
-        const float *p = P + (long)r * nk;
-        for (int k = 0; k < nk; k++) ds[k] = p[k] * (ds[k] - D[r]) * scale;
+        float *ds = dP + (long)r * W;
+        const float *p = P + (long)r * W;
+        for (int k = 0; k < W; k++) ds[k] = p[k] * (ds[k] - D[r]) * scale;
         if (d.softcap > 0) {
-          int t = q0 + r, lo = key_lo(seg, t, d.window) - k0, hi = t - k0;
-          const float *th = TH + (long)r * nk;
-          for (int k = lo; k <= hi; k++) ds[k] *= 1.0f - th[k] * th[k];
+          const float *th = TH + (long)r * W;
+          for (int i = 0; i < nspans[r]; i++)
+            for (int k = spans[r][i][0]; k < spans[r][i][1]; k++) ds[k] *= 1.0f - th[k] * th[k];
         }
       }
-      // dQ[q0:q1] = dS · K[k0:q1];  dK[k0:q1] += dSᵀ · Q[q0:q1]
-      ct_sgemm_serial('N', 'N', nq, d.hd, nk, 1.0f, dP, nk, K + (long)k0 * ld, ld, 0.0f,
-                      dQ + (long)q0 * ld, ld);
-      ct_sgemm_serial('T', 'N', nk, d.hd, nq, 1.0f, dP, nk, Q + (long)q0 * ld, ld, 1.0f,
-                      dK + (long)k0 * ld, ld);
+      // dQ[q0:q1] = dS · K;  dK += dSᵀ · Q[q0:q1]
+      block_times(dP, nq, kp, K, ld, d.hd, 0.0f, dQ + (long)q0 * ld, ld);
+      block_times_t(dP, nq, kp, Q + (long)q0 * ld, ld, d.hd, dK, ld);
     }
   }
 }

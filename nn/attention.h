@@ -10,7 +10,11 @@
 //        ordinary causal row, the document start for packed rows (block-diagonal mask).
 // Options (zero = off, so {B, T, H, KV, hd} is plain causal attention): scale (scores
 // q·k · scale; 0 = hd^-0.5), window (query t sees keys t - window < j <= t as well),
-// softcap (scores c·tanh(s/c) before the softmax, Gemma 2's attn_logit_softcapping).
+// softcap (scores c·tanh(s/c) before the softmax, Gemma 2's attn_logit_softcapping),
+// pre (N ints, or NULL): query t also sees keys [0, pre[t]) of its row, a prefix shared by
+// several documents (GRPO's one forward of a group's prompt); pre[t] <= seg[t], and the
+// document at seg[t] continues the prefix: its first token sits at position pre[t], so a
+// window counts (t − seg[t]) + pre[t] − j positions back to prefix key j.
 #pragma once
 #include <stdbool.h>
 
@@ -19,9 +23,10 @@ typedef struct {
   float scale;
   int window;
   float softcap;
+  const int *pre;
 } ct_attn_dims;
 
-// Floats of scratch the attention needs per thread for sequences up to T (softcapped
+// Floats of scratch the attention needs per thread for rows up to T (softcapped
 // scores keep their tanh for the backward: a third block).
 long ct_attention_scratch_floats(int T, bool softcap);
 

@@ -32,7 +32,7 @@ static dims dims_of(const ct_model_config *c) {
 
 static long max3(long a, long b, long c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
-enum { N_SLOTS = 28 };  // buffers carved from ct_acts.mem, in this order (ids/pos/seg last)
+enum { N_SLOTS = 28 };  // buffers carved from ct_acts.mem, in this order (ids/pos/seg/pre last)
 
 // Sizes in floats of every buffer of ct_acts for B x T tokens in `mode`.
 static void acts_sizes(const ct_model_config *c, int B, int T, int mode, long sizes[N_SLOTS]) {
@@ -52,7 +52,7 @@ static void acts_sizes(const ct_model_config *c, int B, int T, int mode, long si
       back ? N * d.F : 0, scratch,  // (no dgu: backward writes it over the layer's gu)
       gem ? Ls * N * d.C : 0, gem ? Ls * N : 0, gem ? Ls * N * d.C : 0, gem ? Ls * N : 0,
       gem ? N * d.C : 0, d.C > d.hd ? d.C : d.hd,
-      3 * ((N + 15) / 16 * 16)};  // ids, pos, seg (ints are float-sized)
+      4 * ((N + 15) / 16 * 16)};  // ids, pos, seg, pre (ints are float-sized)
   for (int i = 0; i < N_SLOTS; i++) sizes[i] = (v[i] + 15) / 16 * 16;
 }
 
@@ -115,6 +115,7 @@ int ct_acts_init(ct_acts *a, const ct_model *m, int B, int T, int mode) {
   a->ids = (int *)p;
   a->pos = (int *)p + Npad;
   a->seg = (int *)p + 2 * Npad;
+  a->pre = (int *)p + 3 * Npad;
   return m->compute16 ? acts_bf16_init(a, m) : 0;
 }
 
@@ -132,7 +133,25 @@ int ct_acts_attach_lora(ct_acts *a, const ct_lora *lo) {
   return 0;
 }
 
+double ct_acts_rows_bytes(const ct_model_config *c, int T_row) {
+  return sizeof(float) * (double)ct_pool_threads() * ct_attention_scratch_floats(T_row, c->attn_softcap > 0);
+}
+
+int ct_acts_long_rows(ct_acts *a, const ct_model *m, int T_row) {
+  ct_big_free(a->row_scratch);
+  a->row_scratch = NULL;
+  a->row_T = 0;
+  if (T_row <= a->T) return 0;
+  a->row_scratch = ct_big_alloc((size_t)ct_acts_rows_bytes(&m->cfg, T_row));
+  if (!a->row_scratch)
+    return ct_set_error(CT_ENOMEM, "cannot allocate %.1f MB of attention blocks for rows of %d tokens",
+                        ct_acts_rows_bytes(&m->cfg, T_row) / 1e6, T_row);
+  a->row_T = T_row;
+  return 0;
+}
+
 void ct_acts_free(ct_acts *a) {
+  ct_big_free(a->row_scratch);
   ct_big_free(a->lora_mem);
   ct_big_free(a->mem);
   ct_big_free(a->mem16);
@@ -211,13 +230,18 @@ static void proj_backward(const ct_model *m, const ct_acts *a, long N, int out, 
 }
 
 // Layer l's attention options and RoPE tables (sliding layers: their window and base).
-static ct_attn_dims attn_dims(const ct_model *m, int l, int B, int T, const float **cos_t, const float **sin_t) {
+static ct_attn_dims attn_dims(const ct_model *m, const ct_acts *a, int l, int B, int T, const float **cos_t,
+                              const float **sin_t) {
   const ct_model_config *c = &m->cfg;
   int win = ct_layer_window(c, l);
   *cos_t = win ? m->rope_cos_local : m->rope_cos;
   *sin_t = win ? m->rope_sin_local : m->rope_sin;
-  return (ct_attn_dims){B, T, c->num_heads, c->num_kv_heads, c->head_dim, ct_attn_scale(c), win, c->attn_softcap};
+  return (ct_attn_dims){B, T, c->num_heads, c->num_kv_heads, c->head_dim, ct_attn_scale(c), win, c->attn_softcap,
+                        a->has_pre ? a->pre : NULL};
 }
+
+// The attention's blocks: rows longer than the capacity's T have their own (ct_acts_long_rows).
+static float *attn_scratch(const ct_acts *a, int T) { return T > a->T ? a->row_scratch : a->scratch; }
 
 // The weight a norm multiplies by (Gemma: 1 + w, in a->wn until the next call).
 #define NW(w, n) ct_norm_weight(c, (w), (int)(n), a->wn)
@@ -242,7 +266,7 @@ static void layer_forward(const ct_model *m, int l, int kind, const ct_layer_wei
   dims d = dims_of(c);
   long N = (long)B * T;
   const float *rc, *rs;
-  ct_attn_dims ad = attn_dims(m, kind, B, T, &rc, &rs);
+  ct_attn_dims ad = attn_dims(m, a, kind, B, T, &rc, &rs);
   ct_adapter_run ad_run = adapters_of(a);
   CT_PROF(CT_PROF_NORM, ct_rmsnorm_forward(la->ln1, la->rstd1, la->x, NW(w->ln1, d.C), (int)N, (int)d.C, c->rms_norm_eps));
   proj_forward(m, a, N, (int)d.QKV, (int)d.C, la->ln1, (int)d.C, w->wqkv, 0, la->qkv, (int)d.QKV);
@@ -257,7 +281,7 @@ static void layer_forward(const ct_model *m, int l, int kind, const ct_layer_wei
   }
   // q and k heads are adjacent: rotate all H + KV of them in one pass
   CT_PROF(CT_PROF_POINTWISE, ct_rope(la->qkv, a->pos, rc, rs, (int)N, (int)(d.H + d.KV), (int)d.hd, (int)d.QKV, 0));
-  CT_PROF(CT_PROF_ATTENTION, ct_attention_forward(la->att, la->lse, la->qkv, a->seg, ad, a->scratch, a->qk_max ? a->qk_max + l * d.H : NULL));
+  CT_PROF(CT_PROF_ATTENTION, ct_attention_forward(la->att, la->lse, la->qkv, a->seg, ad, attn_scratch(a, T), a->qk_max ? a->qk_max + l * d.H : NULL));
   if (la->x2 != la->x) memcpy(la->x2, la->x, sizeof(float) * N * d.C);
   if (c->gemma) {  // x2 = x + norm(att · Woᵀ)
     proj_forward(m, a, N, (int)d.C, (int)(d.H * d.hd), la->att, (int)(d.H * d.hd), w->wo, 0, la->ao, (int)d.C);
@@ -320,7 +344,7 @@ static void layer_backward(const ct_model *m, int l, int kind, const ct_layer_we
   float *x = la.x, *ln1 = la.ln1, *rstd1 = la.rstd1, *qkv = la.qkv, *att = la.att, *lse = la.lse;
   float *x2 = la.x2, *ln2 = la.ln2, *rstd2 = la.rstd2, *gu = la.gu, *h = la.h;
   const float *rc, *rs;
-  ct_attn_dims ad = attn_dims(m, kind, B, T, &rc, &rs);
+  ct_attn_dims ad = attn_dims(m, a, kind, B, T, &rc, &rs);
   if (a->mode == CT_ACTS_KEEP) {  // (RECOMPUTE just did; its last norm output is ln2)
     CT_PROF(CT_PROF_POINTWISE, if (c->gemma) ct_geglu_forward(h, gu, (int)N, (int)d.F);
                                else ct_swiglu_forward(h, gu, (int)N, (int)d.F));
@@ -354,7 +378,7 @@ static void layer_backward(const ct_model *m, int l, int kind, const ct_layer_we
   }
   proj_backward(m, a, N, (int)d.C, Hd, dao, att, w->wo, gw->wo, a->datt);  // datt (N, H*hd)
   CT_PROF(CT_PROF_LORA, ct_adapter_backward(&ad_run, l, CT_LORA_O, att, Hd, dao, (int)d.C, a->datt, Hd, N));
-  CT_PROF(CT_PROF_ATTENTION, ct_attention_backward(a->dqkv, a->datt, att, lse, qkv, a->seg, ad, a->scratch));
+  CT_PROF(CT_PROF_ATTENTION, ct_attention_backward(a->dqkv, a->datt, att, lse, qkv, a->seg, ad, attn_scratch(a, T)));
   CT_PROF(CT_PROF_POINTWISE, ct_rope(a->dqkv, a->pos, rc, rs, (int)N, (int)(d.H + d.KV), (int)d.hd, (int)d.QKV, 1));
   if (c->qk_norm) {
     float *pre = la.qkv_pre, *r = la.qk_rstd;

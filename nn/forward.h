@@ -17,8 +17,12 @@ typedef struct {
   bool keep;  // per-layer activations kept for backward (mode == CT_ACTS_KEEP)
   float *mem;  // one allocation holding everything below
   long bytes;  // its size
-  // inputs (N)
-  int *ids, *pos, *seg;
+  // inputs (N): pre is read when has_pre (attention.h: a prefix shared by a row's documents)
+  int *ids, *pos, *seg, *pre;
+  bool has_pre;
+  // attention blocks for rows longer than T (ct_acts_long_rows); NULL: none
+  float *row_scratch;
+  int row_T;
   // per layer, each (L or 1, ...) — see forward.c for the use of each
   // per-layer buffers hold their L slots of n rows each back to back (n = the last
   // forward's tokens), within room for L slots of the capacity
@@ -82,6 +86,10 @@ double ct_acts_bf16_bytes(const ct_model_config *c, int B, int T);
 // inputs when m has bf16 compute: its projections then multiply in bf16).
 int ct_acts_init(ct_acts *a, const ct_model *m, int B, int T, int mode);
 void ct_acts_free(ct_acts *a);
+// Lets batches hold rows of up to T_row > T tokens (still at most B x T tokens in all):
+// GRPO's rows of a prompt and its completions. Bytes it allocates: ct_acts_rows_bytes.
+int ct_acts_long_rows(ct_acts *a, const ct_model *m, int T_row);
+double ct_acts_rows_bytes(const ct_model_config *c, int T_row);
 // Makes the forwards (and backwards) through a apply adapters lo (NULL: none; the
 // reference of a LoRA policy is its base run through activations without adapters), and
 // allocates their work space. Training forwards (CT_ACTS_KEEP / RECOMPUTE) apply
@@ -90,8 +98,8 @@ int ct_acts_attach_lora(ct_acts *a, const ct_lora *lo);
 // Bytes of that work space for B x T tokens.
 double ct_lora_acts_bytes(const ct_lora_config *lc, const ct_model_config *c, int B, int T, int mode);
 
-// Runs the decoder over a->ids/pos/seg (B*T each, filled by the caller) for B rows of
-// T tokens (B, T within capacity). Leaves the LM head's input in a->lnf (N, C).
+// Runs the decoder over a->ids/pos/seg(/pre) (B*T each, filled by the caller) for B rows
+// of T tokens (B x T within capacity, T within T or row_T). Leaves the LM head's input in a->lnf (N, C).
 void ct_forward(const ct_model *m, ct_acts *a, int B, int T);
 
 // Accumulates parameter gradients (+=) into g, given dlnf (N, C): the gradient of the

@@ -753,6 +753,98 @@ static void test_attention_is_bit_identical_for_1_and_2_threads(void) {
   free(qkv), free(dout), free(scratch), free(seg);
 }
 
+// A shared prefix (attention.h's pre): row 0 packs a prefix of 70 tokens and documents of
+// 30, 90 and 1 tokens; row 1 a prefix of 5 and documents of 3 and 60 (then padding). Each
+// document, run as its own row behind its own copy of the prefix, must give the same
+// outputs and gradients: a prefix's dqkv is the sum over its copies (the copies' prefix
+// rows carry the packed prefix's output gradient once, in the first copy). Across block
+// edges, with a window and a softcap too.
+typedef struct {
+  int pre_len, ndoc, doc[3];
+} prefix_row;
+
+static void attention_shared_prefix_case(int window, float softcap, float scale) {
+  static const prefix_row rows[2] = {{70, 3, {30, 90, 1}}, {5, 2, {3, 60}}};
+  ct_attn_dims dp = {.B = 2, .H = 4, .KV = 2, .hd = 8, .scale = scale, .window = window, .softcap = softcap};
+  ct_attn_dims ds = dp;
+  ds.B = 0;
+  for (int b = 0; b < 2; b++) {
+    int len = rows[b].pre_len;
+    for (int i = 0; i < rows[b].ndoc; i++) {
+      len += rows[b].doc[i];
+      int sl = rows[b].pre_len + rows[b].doc[i];
+      ds.T = sl > ds.T ? sl : ds.T;
+      ds.B++;
+    }
+    dp.T = len + 3 > dp.T ? len + 3 : dp.T;  // (3 padding tokens at least)
+  }
+  int ld = (dp.H + 2 * dp.KV) * dp.hd, wo = dp.H * dp.hd;
+  long Np = (long)dp.B * dp.T, Ns = (long)ds.B * ds.T;
+  float *qp = falloc(Np * ld), *op = falloc(Np * wo), *lp = falloc(Np * dp.H), *gp = falloc(Np * wo);
+  float *dqp = falloc(Np * ld), *qs = falloc(Ns * ld), *os = falloc(Ns * wo), *ls = falloc(Ns * ds.H);
+  float *gs = falloc(Ns * wo), *dqs = falloc(Ns * ld), *scratch = attn_scratch(dp.T > ds.T ? dp.T : ds.T);
+  int *segp = xcalloc(Np, sizeof(int)), *pre = xcalloc(Np, sizeof(int)), *segs = xcalloc(Ns, sizeof(int));
+  attn_fill(qp, dp);
+  fill(gp, Np * wo, -1, 1);
+  // packed: padding sees itself only; separate rows: src[n] = the packed token copied there
+  long *src = xcalloc(Ns, sizeof(long));
+  for (long n = 0; n < Np; n++) segp[n] = (int)(n % dp.T);
+  for (long n = 0; n < Ns; n++) segs[n] = (int)(n % ds.T), src[n] = -1;
+  int srow = 0;
+  for (int b = 0; b < 2; b++) {
+    int P = rows[b].pre_len, at = P;
+    for (int t = 0; t < P; t++) segp[b * dp.T + t] = 0;
+    for (int i = 0; i < rows[b].ndoc; i++, srow++) {
+      for (int m = 0; m < rows[b].doc[i]; m++) {
+        segp[b * dp.T + at + m] = at;
+        pre[b * dp.T + at + m] = P;
+      }
+      for (int t = 0; t < P + rows[b].doc[i]; t++) {
+        segs[srow * ds.T + t] = 0;
+        src[srow * ds.T + t] = (long)b * dp.T + (t < P ? t : at + t - P);
+      }
+      for (int t = 0; t < P && i == 0; t++)  // the prefix's output gradient: in the first copy
+        memcpy(gs + ((long)srow * ds.T + t) * wo, gp + ((long)b * dp.T + t) * wo, sizeof(float) * wo);
+      for (int m = 0; m < rows[b].doc[i]; m++)
+        memcpy(gs + ((long)srow * ds.T + P + m) * wo, gp + ((long)b * dp.T + at + m) * wo, sizeof(float) * wo);
+      at += rows[b].doc[i];
+    }
+  }
+  for (long n = 0; n < Ns; n++)
+    if (src[n] >= 0) memcpy(qs + n * ld, qp + src[n] * ld, sizeof(float) * ld);
+  dp.pre = pre;
+  ct_attention_forward(op, lp, qp, segp, dp, scratch, NULL);
+  ct_attention_backward(dqp, gp, op, lp, qp, segp, dp, scratch);
+  ct_attention_forward(os, ls, qs, segs, ds, scratch, NULL);
+  ct_attention_backward(dqs, gs, os, ls, qs, segs, ds, scratch);
+  // outputs: every copy equals the packed token; dqkv: the packed token's is the sum of its copies'
+  double werr = 0, gerr = 0;
+  double *sum = dalloc(Np * ld);
+  for (long n = 0; n < Ns; n++) {
+    if (src[n] < 0) continue;
+    for (int i = 0; i < wo; i++) werr = fmax(werr, fabs(os[n * wo + i] - op[src[n] * wo + i]));
+    for (int h = 0; h < dp.H; h++) werr = fmax(werr, fabs(ls[n * ds.H + h] - lp[src[n] * dp.H + h]));
+    for (int i = 0; i < ld; i++) sum[src[n] * ld + i] += dqs[n * ld + i];
+  }
+  for (int b = 0; b < 2; b++) {
+    int len = rows[b].pre_len;
+    for (int i = 0; i < rows[b].ndoc; i++) len += rows[b].doc[i];
+    for (long n = (long)b * dp.T; n < (long)b * dp.T + len; n++)
+      for (int i = 0; i < ld; i++) gerr = fmax(gerr, fabs(dqp[n * ld + i] - sum[n * ld + i]) / (1 + fabs(sum[n * ld + i])));
+  }
+  CHECK_NEAR(werr, 0, 2e-6);
+  CHECK_NEAR(gerr, 0, 2e-5);
+  free(qp), free(op), free(lp), free(gp), free(dqp), free(qs), free(os), free(ls), free(gs), free(dqs), free(scratch);
+  free(segp), free(pre), free(segs), free(src), free(sum);
+}
+
+static void test_attention_over_a_shared_prefix_equals_one_row_per_document(void) {
+  seed(16);
+  attention_shared_prefix_case(0, 0, 0);
+  attention_shared_prefix_case(20, 5.0f, 0.3f);
+  attention_shared_prefix_case(75, 0, 0);
+}
+
 // ---------------------------------------------------------------------------
 // LM head (loss.h)
 
@@ -1403,6 +1495,7 @@ int main(int argc, char **argv) {
   RUN_WATCHED(test_attention_backward_matches_central_differences_for_every_entry_at_T9, 30);
   RUN_WATCHED(test_attention_backward_matches_central_differences_at_T70, 30);
   RUN_WATCHED(test_attention_is_bit_identical_for_1_and_2_threads, 30);
+  RUN(test_attention_over_a_shared_prefix_equals_one_row_per_document);
   RUN_WATCHED(test_head_gather_keeps_only_rows_with_a_target, 30);
   RUN_WATCHED(test_head_forward_matches_double_reference, 30);
   RUN_WATCHED(test_head_argmax_is_the_first_of_tied_maxima, 30);
