@@ -433,6 +433,11 @@ const key_def config_keys[] = {
      .comment = "filter_groups: prompt batches generated per step at most (verl's name)."},
     {"mask_truncated_completions", K_BOOL, GRPO, OFF(mask_truncated_completions), "false",
      .comment = "Completions that never reached an end-of-turn token get no loss."},
+    {"share_prompts", K_BOOL, GRPO, OFF(share_prompts), "true",
+     .comment = "Training runs a micro-batch's group of completions as one row: their prompt once, "
+                "each completion attending to it. The same loss and gradients within float rounding "
+                "for fewer tokens; with lora_dropout the group shares one dropout draw of its prompt. "
+                "false: a copy of the prompt per completion, as TRL."},
     {"reward_funcs", K_STR_LIST, GRPO, OFF(reward_funcs), "accuracy",
      .comment = "Reward functions, summed with reward_weights: accuracy, format, length, overlong, "
                 "think_format, repetition_penalty, cosine, remote, env (an environment episode's reward), or "

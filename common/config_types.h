@@ -229,6 +229,7 @@ typedef struct {
   int multi_objective_aggregation;  // CT_MOA_*
   int normalize_advantages;
   int mask_truncated_completions;
+  int share_prompts;
   int filter_groups;
   int64_t max_num_gen_batches;
   ct_str_list reward_funcs;

@@ -100,7 +100,14 @@ int ct_frozen_open(ct_frozen *f, const char *dir, int dtype, int B, int T) {
 // the model's compute dtype).
 static int acts_again(ct_frozen *f, int T) {
   ct_acts_free(&f->acts);
-  return ct_acts_init(&f->acts, &f->model, f->B, T, CT_ACTS_FORWARD);
+  int rc = ct_acts_init(&f->acts, &f->model, f->B, T, CT_ACTS_FORWARD);
+  return rc ? rc : ct_acts_long_rows(&f->acts, &f->model, f->row_T);
+}
+
+int ct_frozen_long_rows(ct_frozen *f, int T_row) {
+  if (f->view || f->dtype == CT_STORE_INT8) return 0;
+  f->row_T = T_row;
+  return ct_acts_long_rows(&f->acts, &f->model, T_row);
 }
 
 int ct_frozen_reserve(ct_frozen *f, int T) {

@@ -28,6 +28,7 @@ typedef struct {
   bool borrowed;          // acts are another's (ct_frozen_through): not freed either
   ct_model_config cfg;
   int B, T;               // capacity of one forward
+  int row_T;              // rows up to this long too (ct_frozen_long_rows; 0: T)
   ct_model model;         // float32 / bfloat16: the parameters
   ct_acts acts;           // float32 / bfloat16: one layer's activations, reused
   ct_infer_weights iw;    // the engine's view: float32 views of model, or the int8 weights
@@ -57,6 +58,10 @@ int ct_frozen_open(ct_frozen *f, const char *dir, int dtype, int B, int T);
 // Grows an owned float32/bfloat16 model's forward buffers to rows of T tokens (no-op when
 // they hold T already): its RoPE table and activations are allocated again.
 int ct_frozen_reserve(ct_frozen *f, int T);
+// Lets an owned float32/bfloat16 model's forwards take rows of up to T_row tokens (GRPO's
+// shared prompts: ct_acts_long_rows); a view borrows its activations, an int8 model runs
+// one row per sequence on the engine: no-op for both.
+int ct_frozen_long_rows(ct_frozen *f, int T_row);
 void ct_frozen_free(ct_frozen *f);
 
 // bf16 compute (the trainer's bf16: true): a float32 or bfloat16 model multiplies in

@@ -450,8 +450,10 @@ int ct_batch_init(ct_batch *b, int cap_B, int cap_T) {
   b->seg = malloc(sizeof(int) * n);
   b->target = malloc(sizeof(int) * n);
   b->pre = malloc(sizeof(int) * n);
+  b->tok_seq = malloc(sizeof(int) * n);
+  b->tok_j = malloc(sizeof(int) * n);
   b->row_seq = malloc(sizeof(int) * cap_B);
-  if (!b->ids || !b->pos || !b->seg || !b->target || !b->pre || !b->row_seq) {
+  if (!b->ids || !b->pos || !b->seg || !b->target || !b->pre || !b->tok_seq || !b->tok_j || !b->row_seq) {
     ct_batch_free(b);
     return ct_set_error(CT_ENOMEM, "batch: out of memory");
   }
@@ -459,7 +461,7 @@ int ct_batch_init(ct_batch *b, int cap_B, int cap_T) {
 }
 
 void ct_batch_free(ct_batch *b) {
-  ct_free_all(b->ids, b->pos, b->seg, b->target, b->pre, b->row_seq);
+  ct_free_all(b->ids, b->pos, b->seg, b->target, b->pre, b->tok_seq, b->tok_j, b->row_seq);
   memset(b, 0, sizeof *b);
 }
 

@@ -68,6 +68,8 @@ typedef struct {
   int *pre;                       // (B*T) a prefix each token also sees (attention.h), when has_pre
   bool has_pre;
   int *row_seq;                   // (B) which sequence each row holds
+  int *tok_seq, *tok_j;           // (B*T) ct_batch_completions: the sequence a target belongs
+                                  // to and the index of the completion token it predicts
   long n_target;                  // targets in this batch
   long n_tokens;                  // non-padding tokens
 } ct_batch;
@@ -85,3 +87,23 @@ void ct_batch_row(ct_batch *b, int row, const int *prompt, int np, const int *co
 // Drops the targets of row `row`'s completion tokens j (after a prompt of np) whose keep[j]
 // is 0 — tool results inside a completion, which the model did not sample (nc tokens).
 void ct_batch_drop_targets(ct_batch *b, int row, int np, const unsigned char *keep, int nc);
+
+// A prompt and its completion; keep (nc, or NULL = all) marks the completion tokens that
+// are targets (tool results are not).
+typedef struct {
+  const int *prompt, *comp;
+  int np, nc;
+  const unsigned char *keep;
+} ct_prompt_completion;
+
+// b = the n sequences, targets on their completions' kept tokens, and tok_seq / tok_j for
+// every target. With max_run > 1, each run of consecutive sequences (at most max_run) with
+// the same prompt (2+ tokens) is one row: the prompt's first np − 1 tokens once, then per sequence its last
+// prompt token and its completion, seeing that prefix through b->pre (attention.h) at the
+// positions it would have alone. The same targets in the same order, and the same loss and
+// gradients within float rounding, as one row per sequence, for fewer tokens. Shares only
+// when the shared rows, padded, hold no more tokens than one row per sequence would, and
+// are at most max_T long; returns whether it shared.
+bool ct_batch_completions(ct_batch *b, const ct_prompt_completion *s, int n, int pad_id, int max_run, int max_T);
+// The longest row ct_batch_completions makes with max_run = per_row.
+int ct_shared_row_tokens(int max_prompt, int max_completion, int per_row);

@@ -97,6 +97,8 @@ typedef struct {
   ct_acts acts;      // the policy, kept for backward
   ct_head head;
   ct_batch batch;
+  ct_prompt_completion *seqs;  // (per_device_train_batch_size) a micro-batch's, for ct_grpo_batch
+  int row_T;                   // the longest row of a shared prompt (share_prompts; 0: off)
   ct_grpo_rollout *ro;        // (local completions)
   int n_ro;             // this rank's completions
   int *step_prompts;
@@ -131,7 +133,9 @@ const ct_ids *ct_grpo_prompt_ids(const ct_grpo *g, const ct_grpo_rollout *r);
 const char *ct_grpo_prompt_text(const ct_prompt_set *set, const ct_grpo_rollout *r);
 // Fills g->batch with rollouts [first, first + n): prompt + completion, targets on the
 // completion tokens.
-void ct_grpo_batch(ct_grpo *g, int first, int n);
+// share: a group's completions in one row behind their prompt (ct_batch_completions), when
+// share_prompts is on and the rows fit.
+void ct_grpo_batch(ct_grpo *g, int first, int n, bool share);
 // The rollout of gathered head row q of the batch starting at rollout `first`, and the
 // index among its own (model) tokens of the token that row predicts (completion token j
 // is predicted at position t = prompt + j − 1; tool results are not gathered).

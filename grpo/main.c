@@ -199,6 +199,7 @@ static void grpo_free(ct_grpo *g) {
   ct_acts_free(&g->acts);
   ct_head_free(&g->head);
   ct_batch_free(&g->batch);
+  free(g->seqs);
   ct_prompt_set_free(&g->prompts);
   ct_grpo_agent_free(g->agent);
 }
@@ -281,6 +282,9 @@ static int pick_slots(ct_grpo *g, const shape_t *s, const ct_plan *rest) {
 static void frozen_rows(const ct_grpo *g, ct_plan *p, int B, int T) {
   const ct_config *cfg = g->cfg;
   if (g->use_ref) ct_train_plan_reference(g->tr, p, B, T);
+  if (g->use_ref && g->row_T && cfg->ref_dtype != CT_STORE_INT8)
+    ct_plan_addf(p, ct_acts_rows_bytes(&g->tr->model.cfg, g->row_T), "the reference's attention blocks for "
+                 "shared prompts (at most)");
   for (int k = 0, kind; k < cfg->reward_funcs.n; k++)
     if (!ct_reward_kind(cfg->reward_funcs.v[k], &kind) && kind == CT_REWARD_MODEL)
       ct_plan_addf(p, ct_rm_bytes(cfg->reward_funcs.v[k], (int)cfg->reward_model_dtype, B, reward_model_tokens(cfg)),
@@ -298,6 +302,15 @@ static bool plan(ct_grpo *g, shape_t *s) {
   g->use_ref = cfg->beta > 0;
   ct_plan plan = {0};
   ct_train_plan_acts(tr, &plan, B, 0, T);
+  // a group's completions behind one copy of their prompt (an environment's episodes share
+  // theirs when their observations are the same)
+  int per_row = g->G < B ? g->G : B;
+  int row_T = cfg->share_prompts && per_row > 1
+                  ? ct_shared_row_tokens(s->max_prompt, (int)cfg->max_completion_length, per_row) : 0;
+  g->row_T = row_T > T ? row_T : 0;
+  if (g->row_T)
+    ct_plan_addf(&plan, ct_acts_rows_bytes(mc, g->row_T), "attention blocks for a prompt's %d completions in one "
+                 "row of up to %d tokens (share_prompts)", per_row, g->row_T);
   ct_plan_addf(&plan, ct_head_bytes(B * T, s->hrows, V, C, tiles),
                "LM head: logits of %d of %d x %d tokens at a time / %d chunks", s->hrows, B, T, tiles);
   if (!cfg->decode_slots) {  // (sized against every other row)
@@ -328,13 +341,19 @@ static void build(ct_grpo *g, const shape_t *s) {
     ct_die(1, NULL);
   g->step_prompts = malloc(sizeof(int) * s->step_prompts);
   g->ro = calloc((size_t)s->per_rank_prompts * g->G, sizeof *g->ro);
-  if (!g->step_prompts || !g->ro || ct_acts_init(&g->acts, &tr->model, B, T, mode) || ct_train_attach(tr, &g->acts) ||
+  g->seqs = calloc(B, sizeof *g->seqs);
+  if (!g->step_prompts || !g->ro || !g->seqs || ct_acts_init(&g->acts, &tr->model, B, T, mode) ||
+      ct_acts_long_rows(&g->acts, &tr->model, g->row_T) || ct_train_attach(tr, &g->acts) ||
       ct_batch_init(&g->batch, B, T) ||
       ct_head_init(&g->head, B * T, s->hrows, mc->vocab_size, mc->hidden_size, (int)cfg->num_vocab_tiling))
     ct_die(1, NULL);
   g->head.inv_temp = cfg->temperature > 0 ? (float)(1.0 / cfg->temperature) : 1.0f;
-  if (g->use_ref && ct_train_reference(tr, &g->ref, cfg->ref_dtype, B, T)) ct_die(1, NULL);
+  if (g->use_ref && (ct_train_reference(tr, &g->ref, cfg->ref_dtype, B, T) || ct_frozen_long_rows(&g->ref, g->row_T)))
+    ct_die(1, NULL);
   if (ct_policy_engine_init(&g->pe, tr, ct_policy_engine_pack(tr), &s->eo)) ct_die(1, NULL);
+  if (g->row_T)
+    ct_log_info(&tr->log, "share_prompts: a prompt's completions train in one row behind one copy of it (rows "
+                "of up to %d tokens)", g->row_T);
   if (tr->bf16) ct_log_info(&tr->log, "rollouts: %s", g->pe.pack == CT_PACK_BF16 ? "bfloat16 weights, float32 sums" :
                             "float32 (this build has no AVX512_BF16 kernel)");
   ct_log_info(&tr->log, "training %ld steps; %s loss; beta %g (%s)", tr->total_steps - tr->step,

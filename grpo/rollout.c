@@ -95,29 +95,20 @@ const char *ct_grpo_prompt_text(const ct_prompt_set *set, const ct_grpo_rollout 
   return r->prompt_text ? r->prompt_text : set->text[r->prompt];
 }
 
-void ct_grpo_batch(ct_grpo *g, int first, int n) {
-  ct_batch *b = &g->batch;
-  int T = 1, pad = ct_tokenizer_pad(g->tr->tok);
-  for (int i = 0; i < n; i++) {
-    const ct_grpo_rollout *r = &g->ro[first + i];
-    int len = ct_grpo_prompt_ids(g, r)->n + r->n;
-    T = len > T ? len : T;
-  }
-  b->B = n;
-  b->T = T;
-  b->n_target = b->n_tokens = 0;
+void ct_grpo_batch(ct_grpo *g, int first, int n, bool share) {
   for (int i = 0; i < n; i++) {
     const ct_grpo_rollout *r = &g->ro[first + i];
     const ct_ids *p = ct_grpo_prompt_ids(g, r);
-    ct_batch_row(b, i, p->v, p->n, r->ids, r->n, pad);
-    ct_batch_drop_targets(b, i, p->n, r->tool_mask, r->n);  // tool results: no loss
+    g->seqs[i] = (ct_prompt_completion){p->v, r->ids, p->n, r->n, r->tool_mask};  // tool results: no loss
   }
+  // a row holds a group's completions at most (as g->row_T counts)
+  ct_batch_completions(&g->batch, g->seqs, n, ct_tokenizer_pad(g->tr->tok), share && g->row_T > 0 ? g->G : 1, g->row_T);
 }
 
 ct_grpo_rollout *ct_grpo_gathered(ct_grpo *g, int first, int q, int *j) {
-  int T = g->batch.T, row = g->head.rows[q] / T, t = g->head.rows[q] % T;
-  ct_grpo_rollout *r = &g->ro[first + row];
-  *j = t + 1 - ct_grpo_prompt_ids(g, r)->n;
+  int at = g->head.rows[q];
+  ct_grpo_rollout *r = &g->ro[first + g->batch.tok_seq[at]];
+  *j = g->batch.tok_j[at];
   if (r->ord) *j = r->ord[*j];  // its index among the model's tokens
   return r;
 }
@@ -125,7 +116,9 @@ ct_grpo_rollout *ct_grpo_gathered(ct_grpo *g, int first, int q, int *j) {
 int ct_grpo_ref_logps(ct_grpo *g) {
   int B = (int)g->cfg->per_device_train_batch_size;
   for (int first = 0; first < g->n_ro; first += B) {
-    ct_grpo_batch(g, first, g->n_ro - first < B ? g->n_ro - first : B);
+    // the policy's rows (step 1's KL is then exactly 0); one row per completion for an int8
+    // reference, which runs on the engine (no shared prefix there)
+    ct_grpo_batch(g, first, g->n_ro - first < B ? g->n_ro - first : B, g->ref.dtype != CT_STORE_INT8);
     ct_frozen_through(&g->ref, &g->acts);  // (a LoRA policy's: idle until training)
     int k = ct_frozen_logps(&g->ref, &g->batch, &g->head), j;
     if (k < 0) return k;

@@ -84,7 +84,7 @@ int ct_grpo_train_pass(ct_grpo *g, bool first_pass, ct_grpo_step_stats *st) {
     double micro_tokens = 0;
     for (int i = 0; i < n; i++)
       if (!g->ro[first + i].masked) micro_tokens += g->ro[first + i].n_own;
-    ct_grpo_batch(g, first, n);
+    ct_grpo_batch(g, first, n, true);
     ct_train_dropout_key(tr, first / B);
     const ct_batch *b = &g->batch;
     ct_acts *a = &g->acts;
@@ -100,7 +100,8 @@ int ct_grpo_train_pass(ct_grpo *g, bool first_pass, ct_grpo_step_stats *st) {
       ct_lm_backward(&tr->model, &tr->g, a, &g->head, b);
     }
     if (rc < 0) return rc;
-    st->input_tokens += b->n_tokens;
+    for (int i = 0; i < n; i++)  // (TRL's num_tokens: prompt and completion, shared or not)
+      st->input_tokens += ct_grpo_prompt_ids(g, &g->ro[first + i])->n + g->ro[first + i].n;
     char reward[48];
     snprintf(reward, sizeof reward, "reward %.3f", g->rs.reward / (g->rs.scored > 0 ? g->rs.scored : 1));
     ct_log_phase(&tr->log, tr->step + 1, "training", first / B + 1, (g->n_ro + B - 1) / B, "micro-batches",

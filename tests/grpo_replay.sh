@@ -35,6 +35,20 @@ run_and_replay() {
 }
 field() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p" "$2"; }
 run_and_replay run $keys
+# a group's completions train in one row behind their prompt (share_prompts): step 1 (the
+# same rollouts) has the loss and grad_norm of one row per completion, within float rounding
+grep -q "share_prompts: a prompt's completions train in one row" "$T/run.log" || fail "the run did not share its prompts"
+"$BIN/grpo" $keys share_prompts=false dataset_path="$T/prompts.jsonl" output_dir="$T/alone" >"$T/alone.log" 2>&1 \
+  || { cat "$T/alone.log"; fail "grpo run (share_prompts=false)"; }
+! grep -q "share_prompts:" "$T/alone.log" || fail "share_prompts=false still shares"
+grep '^{"step":1,' "$T/run/completions.jsonl" >"$T/c1"
+grep '^{"step":1,' "$T/alone/completions.jsonl" | cmp - "$T/c1" || fail "step 1's rollouts differ with share_prompts=false"
+for k in loss grad_norm; do
+  a=$(field $k "$T/run/metrics.jsonl" | head -1) b=$(field $k "$T/alone/metrics.jsonl" | head -1)
+  echo "step 1 $k: shared prompts $a, one row per completion $b"
+  awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 2e-5 * (b < 0 ? -b : b) + 1e-7) }' \
+    || fail "step 1's $k differs with shared prompts"
+done
 # step 1 from the rows alone: dapo at ratio 1 with the policy still the reference (KL 0) is
 # -Σ A·n / Σ n over completions not masked (finish_reason length are masked here)
 grep '^{"step":1,' "$T/run/completions.jsonl" | sed 's/.*"completion_ids":\[\([^]]*\)\].*"finish_reason":"\([a-z]*\)".*"advantage":\([-0-9.e+]*\).*/\1 \2 \3/' |

@@ -151,6 +151,8 @@ typedef struct {
   ct_batch batch;
   ct_frozen ref;
   bool use_ref;
+  ct_prompt_completion *seqs;  // (per_device_train_batch_size)
+  int row_T;                   // the longest row of a shared prompt (0: not shared)
   float *ref_lp;  // (B·T) the reference's log-probs of the current micro-batch's targets
 } replay_t;
 
@@ -159,18 +161,14 @@ typedef struct {
   ct_grpo_span_info info;
 } step_out;
 
-// Rows [first, first + n) into the batch: prompt + completion, targets on the completion.
-static void fill_batch(replay_t *r, const row_t *rows, int n) {
-  ct_batch *b = &r->batch;
-  int T = 1, pad = ct_tokenizer_pad(r->tr->tok);
-  for (int i = 0; i < n; i++) T = rows[i].prompt.n + rows[i].ids.n > T ? rows[i].prompt.n + rows[i].ids.n : T;
-  b->B = n;
-  b->T = T;
-  b->n_target = b->n_tokens = 0;
-  for (int i = 0; i < n; i++) {
-    ct_batch_row(b, i, rows[i].prompt.v, rows[i].prompt.n, rows[i].ids.v, rows[i].ids.n, pad);
-    ct_batch_drop_targets(b, i, rows[i].prompt.n, rows[i].keep, rows[i].ids.n);
-  }
+// Rows [first, first + n) into the batch: prompt + completion, targets on the completion;
+// shared prompts as bin/grpo shares them (share: the reference's batch has none).
+static void fill_batch(replay_t *r, const row_t *rows, int n, bool share) {
+  for (int i = 0; i < n; i++)
+    r->seqs[i] = (ct_prompt_completion){rows[i].prompt.v, rows[i].ids.v, rows[i].prompt.n, rows[i].ids.n, rows[i].keep};
+  int per_row = (int)r->cfg->num_generations;  // (as bin/grpo)
+  ct_batch_completions(&r->batch, r->seqs, n, ct_tokenizer_pad(r->tr->tok), share && r->row_T > 0 ? per_row : 1,
+                       r->row_T);
 }
 
 // One micro-batch's per-token loss for the head's rows a chunk at a time, as bin/grpo's.
@@ -184,8 +182,8 @@ typedef struct {
 // The rows' completion (index into t->rows) and the index among its model tokens of the
 // token row q predicts.
 static int row_of(const token_loss *t, const ct_head *h, int q, int *j) {
-  int T = t->r->batch.T, i = h->rows[q] / T;
-  *j = h->rows[q] % T + 1 - t->rows[i].prompt.n;  // completion token j is predicted at t = prompt + j − 1
+  int i = t->r->batch.tok_seq[h->rows[q]];
+  *j = t->r->batch.tok_j[h->rows[q]];
   if (t->rows[i].ord) *j = t->rows[i].ord[*j];
   return i;
 }
@@ -222,14 +220,15 @@ static int replay_step(replay_t *r, const row_t *rows, int n, step_out *out) {
     int m = n - first < B ? n - first : B;
     double micro_tokens = 0;
     for (int i = 0; i < m; i++) micro_tokens += mask && rows[first + i].truncated ? 0 : rows[first + i].n_own;
-    fill_batch(r, rows + first, m);
     ct_head *h = &r->head;
     if (r->use_ref) {
+      fill_batch(r, rows + first, m, r->ref.dtype != CT_STORE_INT8);  // (as bin/grpo)
       ct_frozen_through(&r->ref, &r->acts);
       int k = ct_frozen_logps(&r->ref, &r->batch, h);
       if (k < 0) return k;
-      memcpy(r->ref_lp, h->logp, sizeof(float) * k);
+      memcpy(r->ref_lp, h->logp, sizeof(float) * k);  // (the same targets in the same order, shared or not)
     }
+    fill_batch(r, rows + first, m, true);
     token_loss t = {{r->obj, r->agg, &counts, micro_tokens, (int)c->max_completion_length, 0}, rows + first, r, out};
     const ct_model *md = &r->tr->model;
     int k;
@@ -297,10 +296,12 @@ int main(int argc, char **argv) {
                  "max_prompt_length", tr.model.cfg.vocab_size, false, NULL, false}, cfg.max_steps, NULL, 0, 0, tr.model.cfg.vocab_size};
   ct_jsonl_stats js;
   if (ct_jsonl_read(cfg.dataset_path, false, read_row, &rd, &js)) ct_die(1, NULL);
-  int per_step = 0, T = 1;
+  int per_step = 0, T = 1, max_prompt = 1, max_comp = 0;
   for (int i = 0; i < rd.n; i++) {
     per_step += rd.rows[i].step == 1;
     T = rd.rows[i].prompt.n + rd.rows[i].ids.n > T ? rd.rows[i].prompt.n + rd.rows[i].ids.n : T;
+    max_prompt = rd.rows[i].prompt.n > max_prompt ? rd.rows[i].prompt.n : max_prompt;
+    max_comp = rd.rows[i].ids.n > max_comp ? rd.rows[i].ids.n : max_comp;
   }
   if (per_step == 0 || rd.n != per_step * cfg.max_steps)
     ct_die(1, (ct_set_error(CT_EINVAL, "%s: %d rows for steps 1..%ld, not the same number for every step",
@@ -310,6 +311,10 @@ int main(int argc, char **argv) {
   int mode = cfg.gradient_checkpointing ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
   ct_plan plan = {0};
   ct_plan_addf(&plan, ct_train_acts_bytes(&tr, B, T, mode), "activations, %d x %d tokens", B, T);
+  int per_row = (int)cfg.num_generations < B ? (int)cfg.num_generations : B;
+  r.row_T = cfg.share_prompts && per_row > 1 ? ct_shared_row_tokens(max_prompt, max_comp, per_row) : 0;
+  r.row_T = r.row_T > T ? r.row_T : 0;
+  if (r.row_T) ct_plan_addf(&plan, ct_acts_rows_bytes(&tr.model.cfg, r.row_T), "attention blocks for shared prompts");
   if (r.use_ref) ct_train_plan_reference(&tr, &plan, B, T);
   if (ct_model_rope_reserve(&tr.model, T)) ct_die(1, NULL);
   if (ct_loop_memory(&tr, &plan, "a smaller per_device_train_batch_size")) {
@@ -317,11 +322,14 @@ int main(int argc, char **argv) {
     return 0;
   }
   r.ref_lp = malloc(sizeof(float) * B * T);
-  if (!r.ref_lp || ct_acts_init(&r.acts, &tr.model, B, T, mode) || ct_train_attach(&tr, &r.acts) ||
+  r.seqs = calloc(B, sizeof *r.seqs);
+  if (!r.ref_lp || !r.seqs || ct_acts_init(&r.acts, &tr.model, B, T, mode) ||
+      ct_acts_long_rows(&r.acts, &tr.model, r.row_T) || ct_train_attach(&tr, &r.acts) ||
       ct_batch_init(&r.batch, B, T) || ct_head_init(&r.head, B * T, ct_head_chunk_rows(B * T, V, CT_HEAD_MIN_ROWS_GRPO), V, C, (int)cfg.num_vocab_tiling))
     ct_die(1, NULL);
   r.head.inv_temp = cfg.temperature > 0 ? (float)(1.0 / cfg.temperature) : 1.0f;
-  if (r.use_ref && ct_train_reference(&tr, &r.ref, cfg.ref_dtype, B, T)) ct_die(1, NULL);
+  if (r.use_ref && (ct_train_reference(&tr, &r.ref, cfg.ref_dtype, B, T) || ct_frozen_long_rows(&r.ref, r.row_T)))
+    ct_die(1, NULL);
   for (long s = 1; s <= cfg.max_steps; s++) {
     step_out out = {0};
     int first = 0;
@@ -339,6 +347,7 @@ int main(int argc, char **argv) {
     ct_ids_free(&rd.rows[i].prompt), ct_ids_free(&rd.rows[i].ids), ct_free_all(rd.rows[i].lp, rd.rows[i].keep, rd.rows[i].ord);
   free(rd.rows);
   free(r.ref_lp);
+  free(r.seqs);
   if (r.use_ref) ct_frozen_free(&r.ref);
   ct_acts_free(&r.acts);
   ct_head_free(&r.head);
