@@ -44,6 +44,16 @@ static inline int key_lo(const int *seg_b, int t, int window) {
   return seg_b[t] > w0 ? seg_b[t] : w0;
 }
 
+// The end of the query block from q0: QB rows, cut where a document of 2+ tokens starts, so
+// that no block spans two documents (it would compute the earlier one's keys for the later
+// one's rows, all masked: packed rows, and GRPO's completions behind a shared prompt).
+static int block_end(const int *seg_b, int q0, int T) {
+  int q1 = q0 + QB < T ? q0 + QB : T;
+  for (int t = q0 + 1; t < q1; t++)
+    if (seg_b[t] == t && t + 1 < T && seg_b[t + 1] == t) return t;
+  return q1;
+}
+
 // Rows [q0, q1) of sequence b: first key index any of them may see (key_lo grows with t).
 static int block_kstart(const int *seg_b, int q0, int window) { return key_lo(seg_b, q0, window); }
 
@@ -132,8 +142,9 @@ static void attn_fwd_task(void *ctx, int task, int thread) {
   const int *seg = j->seg + (long)b * d.T, *pre = d.pre ? d.pre + (long)b * d.T : NULL;
   float *S = j->scratch + thread * j->scratch_per_thread;  // (QB, T)
   float hmax = -INFINITY;  // this row's largest logit for head h
-  for (int q0 = 0; q0 < d.T; q0 += QB) {
-    int q1 = q0 + QB < d.T ? q0 + QB : d.T, nq = q1 - q0;
+  for (int q0 = 0, q1; q0 < d.T; q0 = q1) {
+    q1 = block_end(seg, q0, d.T);
+    int nq = q1 - q0;
     key_pieces kp = block_keys(&d, seg, pre, q0, q1);
     int W = kp.np + kp.nk;
     block_scores(Q, ld, K, ld, q0, nq, kp, d.hd, scale, S);  // S (nq, W)
@@ -202,8 +213,9 @@ static void attn_bwd_task(void *ctx, int task, int thread) {
     const float *O = j->cout + (long)b * d.T * ldo + h * d.hd;
     const float *dO = j->dout + (long)b * d.T * ldo + h * d.hd;
     const float *L = j->clse + (long)b * d.T * d.H + h;
-    for (int q0 = 0; q0 < d.T; q0 += QB) {
-      int q1 = q0 + QB < d.T ? q0 + QB : d.T, nq = q1 - q0;
+    for (int q0 = 0, q1; q0 < d.T; q0 = q1) {
+      q1 = block_end(seg, q0, d.T);
+      int nq = q1 - q0;
       key_pieces kp = block_keys(&d, seg, pre, q0, q1);
       int W = kp.np + kp.nk, spans[QB][3][2], nspans[QB];
       block_scores(Q, ld, K, ld, q0, nq, kp, d.hd, scale, P);  // P (nq, W): scores, then probabilities
