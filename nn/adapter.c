@@ -18,6 +18,8 @@ typedef struct {
   float *x;        // (Nc, max in) the dropped-out input; in backward, then s·v·A before masking
   float *u, *v;    // (Nc, r)
   float *t;        // (max in, r) A transposed for the thin kernels, then dA's sums (thin.h)
+  float *kept;     // rank 16 (thin.h), training: every layer's and target's u (Nc, r), kept
+                   // by the forward for its recomputation and the backward
   uint32_t *bits;  // the training forward's dropout masks, a bit per input element: per layer
                    // and target, Nc rows of ceil(in / 32) words; backward reads them back
 } work;
@@ -45,19 +47,31 @@ static long bits_before(const ct_lora_config *lc, const ct_model_config *c, long
   return l * per_layer + before_t;
 }
 
-// Lays the work space out from p; returns its size in floats. Mask bits only for training
-// activations (mode): evaluation forwards draw no masks.
+// Targets before t (t = CT_LORA_TARGETS: all of them) that have adapters.
+static int targets_before(const ct_lora_config *lc, int t) {
+  int k = 0;
+  for (int u = 0; u < t; u++) k += lc->targets >> u & 1;
+  return k;
+}
+
+// Whether the forward keeps u for its recomputation and the backward (thin.h's rank, training).
+static bool keeps_u(const ct_lora_config *lc, int mode) { return ct_thin_takes(lc->r) && mode != CT_ACTS_FORWARD; }
+
+// Lays the work space out from p; returns its size in floats. Mask bits and kept u only for
+// training activations (mode): evaluation forwards draw no masks.
 static long carve(const ct_lora_config *lc, const ct_model_config *c, long Nc, int mode, float *p, work *w) {
-  long mx = max_in(lc, c), r = lc->r;
+  long mx = max_in(lc, c), r = lc->r, t = ct_thin_takes(lc->r) ? mx * r : 0;
+  long kept = keeps_u(lc, mode) ? (long)c->num_layers * targets_before(lc, CT_LORA_TARGETS) * Nc * r : 0;
   if (p) {
     w->x = p;
     w->u = w->x + Nc * mx;
     w->v = w->u + Nc * r;
     w->t = w->v + Nc * r;
-    w->bits = (uint32_t *)(w->t + (ct_thin_takes(lc->r) ? mx * r : 0));
+    w->kept = kept ? w->t + t : NULL;
+    w->bits = (uint32_t *)(w->t + t + kept);
   }
   long bits = lc->dropout > 0 && mode != CT_ACTS_FORWARD ? bits_before(lc, c, Nc, c->num_layers, 0) : 0;
-  return Nc * mx + 2 * Nc * r + (ct_thin_takes(lc->r) ? mx * r : 0) + bits;
+  return Nc * mx + 2 * Nc * r + t + kept + bits;
 }
 
 long ct_adapter_work_floats(const ct_lora_config *lc, const ct_model_config *c, long N, int mode) {
@@ -182,6 +196,12 @@ static uint32_t *mask_bits(const ct_adapter_run *a, const work *w, int l, int t)
   return w->bits + bits_before(&a->lora->cfg, &a->lora->mc, a->cap, l, t);
 }
 
+// Layer l's, target t's kept u (cap, r).
+static float *kept_u(const ct_adapter_run *a, const work *w, int l, int t) {
+  const ct_lora_config *lc = &a->lora->cfg;
+  return w->kept + ((long)l * targets_before(lc, CT_LORA_TARGETS) + targets_before(lc, t)) * a->cap * lc->r;
+}
+
 // The adapter's input: x, or dropout(x) in the work space. *ld gets its row stride.
 static const float *masked_input(rows_job *j, const work *w, int *ld) {
   if (!j->d.on) {
@@ -237,10 +257,33 @@ void ct_adapter_forward(const ct_adapter_run *a, int l, int t, const float *x, i
   int in, out, row0, ld, r = lo->cfg.r;
   ct_lora_dims(&lo->mc, t, &in, &out, &row0);
   work w = work_of(a);
-  rows_job j = {dropout_of(a, l, t), x, ldx, in, 0, N, NULL, NULL, 0, mask_bits(a, &w, l, t), true};
-  const float *xd = masked_input(&j, &w, &ld);
-  times_at(ab, r, in, xd, ld, &w, N);                                                   // u (N, r)
+  if (w.kept) w.u = kept_u(a, &w, l, t);  // (the recomputation's u is the forward's)
+  if (!(w.kept && a->again)) {
+    rows_job j = {dropout_of(a, l, t), x, ldx, in, 0, N, NULL, NULL, 0, mask_bits(a, &w, l, t), true};
+    const float *xd = masked_input(&j, &w, &ld);
+    times_at(ab, r, in, xd, ld, &w, N);  // u (N, r)
+  }
   ct_sgemm('N', 'T', (int)N, out, r, lo->scale, w.u, r, ab->B, r, 1, y + row0, ldy);  // y += s·u·Bᵀ
+}
+
+// The backward at rank 16 from the forward's kept u and mask bits: no copy of the masked
+// input, dA from x under the mask, dx in one pass (thin.h).
+static void backward_kept(const ct_adapter_run *a, const work *w, int l, int t, const float *x, int ldx,
+                          const float *dy, int ldy, float *dx, int lddx, int N) {
+  const ct_lora *lo = a->lora;
+  const ct_lora_ab *ab = &lo->w[l][t], *gab = lo->grads ? &lo->g[l][t] : NULL;
+  int in, out, row0;
+  ct_lora_dims(&lo->mc, t, &in, &out, &row0);
+  dropout d = dropout_of(a, l, t);
+  const uint32_t *bits = d.on ? mask_bits(a, w, l, t) : NULL;
+  float sk = lo->scale * d.keep;  // xd = keep · mask ⊙ x
+  const float *u = kept_u(a, w, l, t);
+  ct_thin_out(N, out, 1, dy, ldy, ab->B, w->v);  // v = dy·B (N, r)
+  if (gab) {
+    ct_thin_grad(N, out, lo->scale, dy, ldy, u, gab->B);               // dB += s·dyᵀ·u
+    ct_thin_grad_masked(N, in, sk, x, ldx, bits, w->v, gab->A);       // dA += s·vᵀ·xd
+  }
+  ct_thin_dx_masked(N, in, sk, w->v, ab->A, bits, dx, lddx);          // dx += s·keep·mask ⊙ (v·A)
 }
 
 // u = xd·Aᵀ, v = dy·B, dB += s·dyᵀ·u, dA += s·vᵀ·xd, dx += s·(v·A) ⊙ mask.
@@ -252,6 +295,10 @@ void ct_adapter_backward(const ct_adapter_run *a, int l, int t, const float *x, 
   int in, out, row0, ld, r = lo->cfg.r, n = (int)N;
   ct_lora_dims(&lo->mc, t, &in, &out, &row0);
   work w = work_of(a);
+  if (w.kept) {
+    backward_kept(a, &w, l, t, x, ldx, dy + row0, ldy, dx, lddx, n);
+    return;
+  }
   rows_job j = {dropout_of(a, l, t), x, ldx, in, 0, N, NULL, NULL, 0, mask_bits(a, &w, l, t), false};
   const float *xd = masked_input(&j, &w, &ld);
   dy += row0;

@@ -7,10 +7,15 @@
 // recomputed forward draws the same ones; the forward keeps them as bits (one per input
 // element, in the work space) and backward reads them back instead of hashing again.
 //
-// The products run in fp32 on OpenBLAS, also under bf16 compute: in bf16 through oneDNN
-// they measured faster alone (single-threaded, N 2240, r 16) but made the GRPO job's
-// training 9 s slower (scripts/bench-grpo.sh), so they stay fp32. The masks run on the pool.
+// The products run in fp32, also under bf16 compute: in bf16 through oneDNN they measured
+// faster alone (single-threaded, N 2240, r 16) but made the GRPO job's training 9 s slower
+// (scripts/bench-grpo.sh), so they stay fp32. At rank 16 (thin.h) the training forward keeps
+// each layer's and target's u = dropout(x)·Aᵀ (N x 16 floats): a recomputed forward only
+// adds s·u·Bᵀ (no mask drawn, no masked copy), and the backward reads x under the mask bits
+// for dA and adds the input gradient through A and the mask in one pass (no copy either).
 #pragma once
+#include <stdbool.h>
+
 #include "acts_mode.h"
 #include "lora.h"
 #include "model.h"
@@ -21,6 +26,7 @@ typedef struct {
   float *mem;           // ct_adapter_work_floats(&lora->cfg, &lora->mc, cap, mode) floats
   long cap;             // tokens the work space is carved for (the activations' B · T)
   int mode;             // CT_ACTS_*: a training forward applies dropout and keeps its masks
+  bool again;           // a recomputation of the training forward (rank 16: its kept u)
 } ct_adapter_run;
 
 // y += s · dropout(x) · Aᵀ · Bᵀ. x (N, ldx).

@@ -254,7 +254,7 @@ static void post_norm_add(const ct_model_config *c, const ct_acts *a, float *y, 
 }
 
 static ct_adapter_run adapters_of(const ct_acts *a) {
-  return (ct_adapter_run){a->lora, a->lora_mem, (long)a->B * a->T, a->mode};
+  return (ct_adapter_run){a->lora, a->lora_mem, (long)a->B * a->T, a->mode, false};
 }
 
 // Layer forward from la->x. With `full` false it stops once what backward reads is
@@ -268,6 +268,7 @@ static void layer_forward(const ct_model *m, int l, int kind, const ct_layer_wei
   const float *rc, *rs;
   ct_attn_dims ad = attn_dims(m, a, kind, B, T, &rc, &rs);
   ct_adapter_run ad_run = adapters_of(a);
+  ad_run.again = !full;  // (a recomputation: the adapters' u are kept)
   CT_PROF(CT_PROF_NORM, ct_rmsnorm_forward(la->ln1, la->rstd1, la->x, NW(w->ln1, d.C), (int)N, (int)d.C, c->rms_norm_eps));
   proj_forward(m, a, N, (int)d.QKV, (int)d.C, la->ln1, (int)d.C, w->wqkv, 0, la->qkv, (int)d.QKV);
   CT_PROF(CT_PROF_LORA, for (int t = CT_LORA_Q; t <= CT_LORA_V; t++) ct_adapter_forward(&ad_run, l, t, la->ln1, (int)d.C, la->qkv, (int)d.QKV, N));

@@ -124,3 +124,112 @@ void ct_thin_grad(int N, int K, float alpha, const float *X, int ldx, const floa
   thin_job j = {N, K, ldx, alpha, X, NULL, U, NULL, G};
   ct_parallel_ranges(K, 16, ct_pool_parts((K + 15) / 16), grad_range, &j);
 }
+
+// ---------------------------------------------------------------------------
+// With a dropout mask (bits: row n's words at bits + n·wpr, bit k of the row set = kept;
+// NULL = every element kept): G (16, K) += alpha · Σ_n U[n][:]ᵀ · (mask ⊙ X[n]), inputs
+// [k0, k1) (k0 a multiple of 16), and dX[n] += alpha · mask ⊙ (V[n] · A) for rows [n0, n1).
+
+static inline int kept(const uint32_t *bits, long n, int wpr, int k) {
+  return !bits || (bits[n * wpr + k / 32] >> (k % 32) & 1u);
+}
+
+static void grad_rows_scalar(int k, int N, float alpha, const float *X, int ldx, const uint32_t *bits, int wpr,
+                             const float *U, float *G, int K) {
+  float acc[R] = {0};
+  for (long n = 0; n < N; n++) {
+    float x = kept(bits, n, wpr, k) ? X[n * ldx + k] : 0.0f;
+    for (int j = 0; j < R; j++) acc[j] = fmaf(x, U[n * R + j], acc[j]);
+  }
+  for (int j = 0; j < R; j++) G[(long)j * K + k] = fmaf(alpha, acc[j], G[(long)j * K + k]);
+}
+
+typedef struct {
+  int N, K, ldx, wpr, lddx;
+  float alpha;
+  const float *X, *U, *A;
+  const uint32_t *bits;
+  float *G, *dX;
+} masked_job;
+
+#if defined(__AVX512F__)
+// Bits k..k+15 of row n's mask (k a multiple of 16), or all set without one.
+static inline __mmask16 mask16(const uint32_t *bits, long n, int wpr, int k) {
+  return bits ? (__mmask16)(bits[n * wpr + k / 32] >> (k % 32)) : (__mmask16)0xffff;
+}
+#endif
+
+static void grad_rows_range(void *ctx, long lo, long hi, int thread) {
+  (void)thread;
+  const masked_job *j = ctx;
+  int k = (int)lo;
+#if defined(__AVX512F__)
+  for (; k + 16 <= hi; k += 16) {  // 16 inputs in lanes; row n's 16 U values broadcast
+    __m512 a[16];
+    for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
+    for (long n = 0; n < j->N; n++) {
+      if (n + 16 < j->N) _mm_prefetch((const char *)(j->X + (n + 16) * j->ldx + k), _MM_HINT_T0);
+      __m512 x = _mm512_maskz_loadu_ps(mask16(j->bits, n, j->wpr, k), j->X + n * j->ldx + k);
+      const float *u = j->U + n * R;
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; i++) a[i] = _mm512_fmadd_ps(x, _mm512_set1_ps(u[i]), a[i]);
+    }
+    __m512 s = _mm512_set1_ps(j->alpha);
+    for (int i = 0; i < 16; i++) {
+      float *g = j->G + (long)i * j->K + k;
+      _mm512_storeu_ps(g, _mm512_fmadd_ps(s, a[i], _mm512_loadu_ps(g)));
+    }
+  }
+#endif
+  for (; k < hi; k++) grad_rows_scalar(k, j->N, j->alpha, j->X, j->ldx, j->bits, j->wpr, j->U, j->G, j->K);
+}
+
+void ct_thin_grad_masked(int N, int K, float alpha, const float *X, int ldx, const uint32_t *bits, const float *U,
+                         float *G) {
+  masked_job j = {.N = N, .K = K, .ldx = ldx, .wpr = (K + 31) / 32, .alpha = alpha, .X = X, .U = U, .bits = bits,
+                  .G = G};
+  ct_parallel_ranges(K, 16, ct_pool_parts((K + 15) / 16), grad_rows_range, &j);
+}
+
+static void dx_rows_scalar(long n, int K, float alpha, const float *V, const float *A, const uint32_t *bits, int wpr,
+                           float *dX, int lddx, int k0) {
+  for (int k = k0; k < K; k++) {
+    float t = 0;
+    for (int j = 0; j < R; j++) t = fmaf(V[n * R + j], A[(long)j * K + k], t);
+    if (kept(bits, n, wpr, k)) dX[n * lddx + k] = fmaf(alpha, t, dX[n * lddx + k]);
+  }
+}
+
+static void dx_range(void *ctx, long lo, long hi, int thread) {
+  (void)thread;
+  const masked_job *j = ctx;
+  int K = j->K, k = 0;
+#if defined(__AVX512F__)
+  __m512 s = _mm512_set1_ps(j->alpha);
+  int kv = K / 16 * 16;
+  for (long c0 = lo; c0 < hi; c0 += 32) {  // 32 rows at a time: their dX rows stay in L2 across blocks
+    long c1 = c0 + 32 < hi ? c0 + 32 : hi;
+    for (int kb = 0; kb < kv; kb += 16) {  // A's 16 rows of this block in registers; each row streams by
+      __m512 a[16];
+      for (int i = 0; i < 16; i++) a[i] = _mm512_loadu_ps(j->A + (long)i * K + kb);
+      for (long n = c0; n < c1; n++) {
+        const float *v = j->U + n * R;
+        __m512 t = _mm512_mul_ps(_mm512_set1_ps(v[0]), a[0]);
+#pragma GCC unroll 15
+        for (int i = 1; i < 16; i++) t = _mm512_fmadd_ps(_mm512_set1_ps(v[i]), a[i], t);
+        float *d = j->dX + n * j->lddx + kb;
+        _mm512_storeu_ps(d, _mm512_mask3_fmadd_ps(s, t, _mm512_loadu_ps(d), mask16(j->bits, n, j->wpr, kb)));
+      }
+    }
+  }
+  k = kv;
+#endif
+  for (long n = lo; k < K && n < hi; n++) dx_rows_scalar(n, K, j->alpha, j->U, j->A, j->bits, j->wpr, j->dX, j->lddx, k);
+}
+
+void ct_thin_dx_masked(int N, int K, float alpha, const float *V, const float *A, const uint32_t *bits, float *dX,
+                       int lddx) {
+  masked_job j = {.N = N, .K = K, .wpr = (K + 31) / 32, .lddx = lddx, .alpha = alpha, .U = V, .A = A, .bits = bits,
+                  .dX = dX};
+  ct_parallel_ranges(N, 8, ct_pool_parts((N + 63) / 64), dx_range, &j);
+}

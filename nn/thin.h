@@ -3,6 +3,7 @@
 // that big operand (for these shapes OpenBLAS spent as long copying as multiplying).
 // Each output element is one fixed-order sum, so results do not depend on the thread count.
 #pragma once
+#include <stdint.h>
 
 #define CT_THIN_R 16  // the one rank these kernels serve; other ranks use ct_sgemm
 
@@ -26,3 +27,14 @@ void ct_thin_out(int N, int K, float alpha, const float *X, int ldx, const float
 
 // G (K, 16) += alpha · Σ_n X[n][k] · U[n][:]: X (N, K; row stride ldx), U (N, 16).
 void ct_thin_grad(int N, int K, float alpha, const float *X, int ldx, const float *U, float *G);
+
+// With a dropout mask: bits (N rows of ceil(K / 32) words, bit k of row n set = kept; NULL =
+// all kept) zero the dropped inputs.
+// G (16, K; A's layout) += alpha · Σ_n U[n][:]ᵀ · (mask ⊙ X[n]): an adapter's dA from the
+// inputs it saw. X (N, K; row stride ldx), U (N, 16).
+void ct_thin_grad_masked(int N, int K, float alpha, const float *X, int ldx, const uint32_t *bits, const float *U,
+                         float *G);
+// dX[n] (K; row stride lddx) += alpha · mask ⊙ (V[n] · A): the input gradient through an
+// adapter's A (16, K) and its dropout, in one pass. V (N, 16).
+void ct_thin_dx_masked(int N, int K, float alpha, const float *V, const float *A, const uint32_t *bits, float *dX,
+                       int lddx);

@@ -49,11 +49,13 @@ static ct_lora_config all_linear(int r, double dropout) {
 
 // Mean cross-entropy of the batch through m with adapters lo (grads accumulated into
 // lo->grads when set, and into g when not NULL); logits of every token into `logits`.
+static int ours_mode = CT_ACTS_KEEP;  // (recomputation: check_dropout_gradients)
+
 static double ours(const ct_model *m, ct_lora *lo, const ct_weights *g, const batch_t *b, float *logits) {
   const ct_model_config *c = &m->cfg;
   ct_acts a;
   ct_head h;
-  if (ct_acts_init(&a, m, B, T, CT_ACTS_KEEP) || ct_acts_attach_lora(&a, lo) ||
+  if (ct_acts_init(&a, m, B, T, ours_mode) || ct_acts_attach_lora(&a, lo) ||
       ct_head_init(&h, N, N, c->vocab_size, c->hidden_size, 1))
     exit(1);
   memcpy(a.ids, b->ids, sizeof b->ids);
@@ -313,6 +315,16 @@ static void check_dropout_gradients(int r) {
   frozen_grads(&g, &m);
   batch_t b = make_batch(m.cfg.vocab_size);
   double loss = ours(&m, &lo, &g, &b, NULL), loss_nd;
+  // recomputing each layer's forward (its adapters' u and masks kept from the first): the
+  // same loss and gradients, bit for bit
+  float *grads_rc = calloc(lo.n_floats, sizeof(float));
+  ct_lora_bind_grads(&lo, grads_rc);
+  ours_mode = CT_ACTS_RECOMPUTE;
+  CHECK(ours(&m, &lo, &g, &b, NULL) == loss);
+  ours_mode = CT_ACTS_KEEP;
+  CHECK(!memcmp(grads_rc, grads, sizeof(float) * lo.n_floats));
+  free(grads_rc);
+  ct_lora_bind_grads(&lo, grads);
   lo.grads = NULL;
   lo.dropout_key = 100;
   loss_nd = ours(&m, &lo, NULL, &b, NULL);

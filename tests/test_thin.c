@@ -3,6 +3,8 @@
 // and 3 threads; and a row or input computed by the blocked path equal, bit for bit, to
 // the same one computed alone by the scalar path.
 #include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,6 +90,63 @@ static void test_blocked_and_scalar_paths_agree_bit_for_bit(void) {
   CHECK(!memcmp(Ga + 5 * 16, Gb, sizeof Gb));
 }
 
+// The masked kernels (dropout bits: row n's words at n·ceil(K2 / 32)): K2 = 70 spans three
+// words with a tail past the last 16-input block; 45 rows with a stride of 73.
+enum { K2 = 70, LD2 = 73, WPR = (K2 + 31) / 32 };
+static float X2[N * LD2], A2[16 * K2], V2[N * 16];
+static uint32_t BITS[N * WPR];
+
+static int bit(int n, int k) { return BITS[n * WPR + k / 32] >> (k % 32) & 1; }
+
+static void test_masked_grad_and_dx_match_double_sums_with_any_mask_and_thread_count(void) {
+  static float G[3][16 * K2], D[3][N * LD2], G0[16 * K2], D0[N * LD2], Gall[16 * K2], Gnull[16 * K2];
+  seed(4), fill_normal(X2, N * LD2, &rng);
+  seed(5), fill_normal(A2, 16 * K2, &rng);
+  seed(6), fill_normal(V2, N * 16, &rng);
+  seed(7), fill_normal(G0, 16 * K2, &rng);
+  seed(8), fill_normal(D0, N * LD2, &rng);
+  for (int i = 0; i < N * WPR; i++) BITS[i] = (uint32_t)ct_rng_next(&rng) | (uint32_t)ct_rng_next(&rng);  // ~3/4 kept
+  for (int t = 1; t <= 3; t++) {
+    CHECK_OK(ct_pool_init(t));
+    memcpy(G[t - 1], G0, sizeof G0);
+    memcpy(D[t - 1], D0, sizeof D0);
+    ct_thin_grad_masked(N, K2, 0.75f, X2, LD2, BITS, V2, G[t - 1]);
+    ct_thin_dx_masked(N, K2, 0.75f, V2, A2, BITS, D[t - 1], LD2);
+    ct_pool_free();
+  }
+  double wg = 0, wd = 0;
+  int dropped = 0;
+  for (int j = 0; j < 16; j++)
+    for (int k = 0; k < K2; k++) {
+      double s = 0;
+      for (int n = 0; n < N; n++) s += bit(n, k) ? (double)X2[n * LD2 + k] * V2[n * 16 + j] : 0;
+      wg = fmax(wg, fabs(G[0][j * K2 + k] - (G0[j * K2 + k] + 0.75 * s)));
+    }
+  for (int n = 0; n < N; n++)
+    for (int k = 0; k < LD2; k++) {
+      double s = 0;
+      for (int j = 0; j < 16 && k < K2; j++) s += (double)V2[n * 16 + j] * A2[j * K2 + k];
+      bool on = k < K2 && bit(n, k);
+      dropped += k < K2 && !on;
+      wd = fmax(wd, fabs(D[0][n * LD2 + k] - (D0[n * LD2 + k] + (on ? 0.75 * s : 0))));  // past K2: untouched
+    }
+  CHECK(wg < 5e-5 && wd < 5e-5 && dropped > N * K2 / 8);
+  CHECK(!memcmp(G[0], G[1], sizeof G[0]) && !memcmp(G[0], G[2], sizeof G[0]));
+  CHECK(!memcmp(D[0], D[1], sizeof D[0]) && !memcmp(D[0], D[2], sizeof D[0]));
+  // no mask (NULL) = every bit set
+  for (int i = 0; i < N * WPR; i++) BITS[i] = ~0u;
+  memset(Gall, 0, sizeof Gall);
+  memset(Gnull, 0, sizeof Gnull);
+  ct_thin_grad_masked(N, K2, 1, X2, LD2, BITS, V2, Gall);
+  ct_thin_grad_masked(N, K2, 1, X2, LD2, NULL, V2, Gnull);
+  CHECK(!memcmp(Gall, Gnull, sizeof Gall));
+  memcpy(D[0], D0, sizeof D0);
+  memcpy(D[1], D0, sizeof D0);
+  ct_thin_dx_masked(N, K2, 1, V2, A2, BITS, D[0], LD2);
+  ct_thin_dx_masked(N, K2, 1, V2, A2, NULL, D[1], LD2);
+  CHECK(!memcmp(D[0], D[1], sizeof D[0]));
+}
+
 int main(void) {
   seed(1), fill_normal(X, N * LDX, &rng);
   seed(2), fill_normal(W, K * 16, &rng);
@@ -96,5 +155,6 @@ int main(void) {
   RUN(test_thin_grad_adds_to_g_and_matches_double_sums);
   RUN(test_same_bits_at_any_thread_count);
   RUN(test_blocked_and_scalar_paths_agree_bit_for_bit);
+  RUN(test_masked_grad_and_dx_match_double_sums_with_any_mask_and_thread_count);
   return test_summary();
 }
