@@ -65,6 +65,7 @@ typedef struct {
   // the training activations' mode (CT_ACTS_KEEP or _RECOMPUTE) as the memory plan settled it
   // (ct_train_plan_acts, ct_train_memory), and their row of that plan (-1: none)
   int acts_mode, acts_row, acts_B, acts_T;
+  int acts_kept;      // _RECOMPUTE: the top layers whose activations are kept (no recomputation)
   // position
   long step;          // optimizer steps taken
   long total_steps;
@@ -118,6 +119,9 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry);
 // The policy's forwards through a apply its adapters (use_peft) or none; training forwards
 // (CT_ACTS_KEEP, CT_ACTS_RECOMPUTE) record QK-Clip's maxima when it is on.
 int ct_train_attach(const ct_train *tr, ct_acts *a);
+// The training activations for B x T tokens as the plan settled them (acts_mode, acts_kept),
+// attached (ct_train_attach).
+int ct_train_acts(const ct_train *tr, ct_acts *a, int B, int T);
 // Bytes of a policy's activations in `mode` for B x T tokens (+ the adapters' work space).
 double ct_train_acts_bytes(const ct_train *tr, int B, int T, int mode);
 // Loads dir's tokenizer.json, saying so for a big file (2 MB and up, as every real model's

@@ -96,20 +96,40 @@ int ct_train_plan_policy(const ct_train *tr, ct_plan *p) {
 
 // gradient_checkpointing: true — every layer's activations in place of the recomputation's
 // when the whole plan then still fits (with a tenth of the room to spare): the same gradients,
-// bit for bit, one forward fewer per micro-batch.
+// bit for bit, one forward fewer per micro-batch. Else the top layers' activations, as many
+// as fit: those layers' backward runs without recomputing.
 static void keep_if_room(ct_train *tr, ct_plan *p) {
   if (tr->cfg->gradient_checkpointing != CT_GC_TRUE || tr->acts_row < 0 || tr->acts_mode != CT_ACTS_RECOMPUTE) return;
   const double MiB = 1048576.0;
-  double keep = ct_train_acts_bytes(tr, tr->acts_B, tr->acts_T, CT_ACTS_KEEP), was = p->row[tr->acts_row].bytes;
-  double total = ct_plan_total(p) - was + keep, room = ct_plan_room(ct_dist_local_size(), NULL);
-  if (room <= 0 || total > 0.9 * room) return;
-  p->row[tr->acts_row].bytes = keep;
-  snprintf(p->row[tr->acts_row].what, sizeof p->row[0].what, "activations, %d x %d tokens (every layer)", tr->acts_B,
-           tr->acts_T);
-  tr->acts_mode = CT_ACTS_KEEP;
-  ct_log_info(&tr->log, "gradient_checkpointing: every layer's activations fit (%.0f MiB, the plan %.0f of %.0f MiB): "
-              "kept, no recomputation (gradient_checkpointing: always recomputes anyway)", keep / MiB, total / MiB,
-              room / MiB);
+  int L = tr->model.cfg.num_layers;
+  double was = p->row[tr->acts_row].bytes, others = ct_plan_total(p) - was, room = ct_plan_room(ct_dist_local_size(), NULL);
+  if (room <= 0) return;
+  double keep = ct_train_acts_bytes(tr, tr->acts_B, tr->acts_T, CT_ACTS_KEEP);
+  if (others + keep <= 0.9 * room) {
+    p->row[tr->acts_row].bytes = keep;
+    snprintf(p->row[tr->acts_row].what, sizeof p->row[0].what, "activations, %d x %d tokens (every layer)", tr->acts_B,
+             tr->acts_T);
+    tr->acts_mode = CT_ACTS_KEEP;
+    ct_log_info(&tr->log, "gradient_checkpointing: every layer's activations fit (%.0f MiB, the plan %.0f of %.0f MiB): "
+                "kept, no recomputation (gradient_checkpointing: always recomputes anyway)", keep / MiB,
+                (others + keep) / MiB, room / MiB);
+    return;
+  }
+  int lo = 0, hi = L - 1;  // the most top layers kept that fit (bytes grow with them)
+  while (lo < hi) {
+    int mid = lo + (hi - lo + 1) / 2;
+    tr->acts_kept = mid;
+    if (others + ct_train_acts_bytes(tr, tr->acts_B, tr->acts_T, CT_ACTS_RECOMPUTE) <= 0.9 * room) lo = mid;
+    else hi = mid - 1;
+  }
+  tr->acts_kept = lo;
+  if (!lo) return;
+  double b = ct_train_acts_bytes(tr, tr->acts_B, tr->acts_T, CT_ACTS_RECOMPUTE);
+  p->row[tr->acts_row].bytes = b;
+  snprintf(p->row[tr->acts_row].what, sizeof p->row[0].what, "activations, %d x %d tokens (inputs, top %d layers)",
+           tr->acts_B, tr->acts_T, lo);
+  ct_log_info(&tr->log, "gradient_checkpointing: the top %d of %d layers' activations fit (%.0f MiB, the plan %.0f of "
+              "%.0f MiB): kept, the other %d recomputed", lo, L, b / MiB, (others + b) / MiB, room / MiB, L - lo);
 }
 
 int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
@@ -207,9 +227,14 @@ int ct_train_attach(const ct_train *tr, ct_acts *a) {
   return ct_acts_attach_lora(a, tr->cfg->use_peft ? &tr->lora : NULL);
 }
 
+int ct_train_acts(const ct_train *tr, ct_acts *a, int B, int T) {
+  int rc = ct_acts_init_kept(a, &tr->model, B, T, tr->acts_mode, tr->acts_kept);
+  return rc ? rc : ct_train_attach(tr, a);
+}
+
 double ct_train_acts_bytes(const ct_train *tr, int B, int T, int mode) {
   const ct_config *c = tr->cfg;
-  double b = ct_acts_bytes(&tr->model.cfg, B, T, mode);
+  double b = ct_acts_kept_bytes(&tr->model.cfg, B, T, mode, mode == CT_ACTS_RECOMPUTE ? tr->acts_kept : 0);
   if (tr->bf16) b += ct_acts_bf16_bytes(&tr->model.cfg, B, T);
   if (c->use_peft) {
     ct_lora_config lc = ct_train_lora_config(c);
@@ -222,6 +247,7 @@ double ct_train_acts_bytes(const ct_train *tr, int B, int T, int mode) {
 void ct_train_plan_acts(ct_train *tr, ct_plan *plan, int rows, int eval_rows, int T) {
   bool ckpt = tr->cfg->gradient_checkpointing != CT_GC_FALSE;
   tr->acts_mode = ckpt ? CT_ACTS_RECOMPUTE : CT_ACTS_KEEP;
+  tr->acts_kept = 0;
   tr->acts_B = rows;
   tr->acts_T = T;
   int n = plan->n;

@@ -151,7 +151,7 @@ static void build(ct_distill *d) {
   ct_train *tr = d->tr;
   const ct_model_config *mc = &tr->model.cfg;
   int B = d->B, T = d->T, Be = d->Be, Bmax = B > Be ? B : Be, accum = d->accum, C = mc->hidden_size;
-  int tiles = (int)cfg->num_vocab_tiling, mode = tr->acts_mode;
+  int tiles = (int)cfg->num_vocab_tiling;
   if (!d->offline && (ct_distill_teacher_load(&d->teacher, cfg, B, T) ||
                       (tr->bf16 && ct_frozen_compute_bf16(&d->teacher.f))))
     ct_die(1, NULL);
@@ -172,7 +172,7 @@ static void build(ct_distill *d) {
     d->tk.b_logit = malloc(sizeof(float) * (size_t)B * T * d->tk.f.k);
     if (!d->tk.b_idx || !d->tk.b_logit) ct_die(1, (ct_set_error(CT_ENOMEM, "out of memory"), NULL));
   }
-  if (!d->seqs || !d->where || ct_acts_init(&d->acts, &tr->model, B, T, mode) || ct_train_attach(tr, &d->acts) ||
+  if (!d->seqs || !d->where || ct_train_acts(tr, &d->acts, B, T) ||
       ct_batch_init(&d->batch, Bmax, T) || ct_head_init(&d->head, Bmax * T, B * T, mc->vocab_size, C, tiles) ||
       ct_kd_init(&d->kd, B * T, d->V, C, tiles))
     ct_die(1, NULL);

@@ -514,7 +514,6 @@ static void dpo_init(dpo_t *d, int B, int Be, int T, int hrows, int global) {
   ct_train *tr = d->tr;
   const ct_model_config *mc = &tr->model.cfg;
   int Bmax = B > Be ? B : Be, accum = (int)d->cfg->gradient_accumulation_steps;
-  int mode = tr->acts_mode;
   d->pairs = malloc(sizeof(int) * (global > Bmax ? global : Bmax));
   d->ref_c = malloc(sizeof(float) * Bmax);
   d->ref_r = malloc(sizeof(float) * Bmax);
@@ -523,7 +522,7 @@ static void dpo_init(dpo_t *d, int B, int Be, int T, int hrows, int global) {
   if (!d->pairs || !d->ref_c || !d->ref_r || !d->coef_row || !d->tok || ct_batch_init(&d->batch, 2 * Bmax, T) ||
       ct_head_init(&d->head, 2 * Bmax * T, hrows, mc->vocab_size, mc->hidden_size, (int)d->cfg->num_vocab_tiling) ||
       row_sums_init(&d->pol, 2 * Bmax) || row_sums_init(&d->refs, 2 * Bmax) ||
-      ct_acts_init(&d->acts, &tr->model, 2 * B, T, mode) || ct_train_attach(tr, &d->acts) ||
+      ct_train_acts(tr, &d->acts, 2 * B, T) ||
       (Be && (ct_acts_init(&d->eval_acts, &tr->model, 2 * Be, T, CT_ACTS_FORWARD) ||
               ct_train_attach(tr, &d->eval_acts))))
     ct_die(1, NULL);

@@ -342,7 +342,7 @@ static void build(ct_grpo *g, const shape_t *s) {
   g->step_prompts = malloc(sizeof(int) * s->step_prompts);
   g->ro = calloc((size_t)s->per_rank_prompts * g->G, sizeof *g->ro);
   g->seqs = calloc(B, sizeof *g->seqs);
-  if (!g->step_prompts || !g->ro || !g->seqs || ct_acts_init(&g->acts, &tr->model, B, T, mode) ||
+  if (!g->step_prompts || !g->ro || !g->seqs || ct_acts_init_kept(&g->acts, &tr->model, B, T, mode, tr->acts_kept) ||
       ct_acts_long_rows(&g->acts, &tr->model, g->row_T) || ct_train_attach(tr, &g->acts) ||
       ct_batch_init(&g->batch, B, T) ||
       ct_head_init(&g->head, B * T, s->hrows, mc->vocab_size, mc->hidden_size, (int)cfg->num_vocab_tiling))

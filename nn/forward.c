@@ -34,12 +34,18 @@ static long max3(long a, long b, long c) { return a > b ? (a > c ? a : c) : (b >
 
 enum { N_SLOTS = 28 };  // buffers carved from ct_acts.mem, in this order (ids/pos/seg/pre last)
 
-// Sizes in floats of every buffer of ct_acts for B x T tokens in `mode`.
-static void acts_sizes(const ct_model_config *c, int B, int T, int mode, long sizes[N_SLOTS]) {
+// Layers whose activations a CT_ACTS_RECOMPUTE forward keeps (the top ones), within [0, L).
+static long kept_layers(const ct_model_config *c, int mode, int kept) {
+  return mode != CT_ACTS_RECOMPUTE || kept < 0 ? 0 : kept < c->num_layers ? kept : c->num_layers - 1;
+}
+
+// Sizes in floats of every buffer of ct_acts for B x T tokens in `mode` (RECOMPUTE: the top
+// `kept` layers' activations kept besides the recomputation's one layer).
+static void acts_sizes(const ct_model_config *c, int B, int T, int mode, int kept, long sizes[N_SLOTS]) {
   dims d = dims_of(c);
   long N = (long)B * T;
   bool keep = mode == CT_ACTS_KEEP, back = mode != CT_ACTS_FORWARD, qkn = c->qk_norm, gem = c->gemma;
-  long Ls = keep ? d.L : 1, Lx = back ? d.L + 1 : 1;  // per-layer slots; residual slots
+  long Ls = keep ? d.L : 1 + kept_layers(c, mode, kept), Lx = back ? d.L + 1 : 1;  // per-layer slots; residual slots
   // reductions: rmsnorm (C), head norm (hd <= QKV), qkv bias (QKV); attention blocks
   long scratch = max3(CT_RED_CHUNKS * (d.C > d.QKV ? d.C : d.QKV),
                       (long)ct_pool_threads() * ct_attention_scratch_floats(T, c->attn_softcap > 0), 1);
@@ -56,9 +62,11 @@ static void acts_sizes(const ct_model_config *c, int B, int T, int mode, long si
   for (int i = 0; i < N_SLOTS; i++) sizes[i] = (v[i] + 15) / 16 * 16;
 }
 
-double ct_acts_bytes(const ct_model_config *c, int B, int T, int mode) {
+double ct_acts_bytes(const ct_model_config *c, int B, int T, int mode) { return ct_acts_kept_bytes(c, B, T, mode, 0); }
+
+double ct_acts_kept_bytes(const ct_model_config *c, int B, int T, int mode, int kept) {
   long sizes[N_SLOTS], total = 0;
-  acts_sizes(c, B, T, mode, sizes);
+  acts_sizes(c, B, T, mode, kept, sizes);
   for (int i = 0; i < N_SLOTS; i++) total += sizes[i];
   return sizeof(float) * (double)total;
 }
@@ -87,14 +95,17 @@ static int acts_bf16_init(ct_acts *a, const ct_model *m) {
   return 0;
 }
 
-int ct_acts_init(ct_acts *a, const ct_model *m, int B, int T, int mode) {
+int ct_acts_init(ct_acts *a, const ct_model *m, int B, int T, int mode) { return ct_acts_init_kept(a, m, B, T, mode, 0); }
+
+int ct_acts_init_kept(ct_acts *a, const ct_model *m, int B, int T, int mode, int kept) {
   memset(a, 0, sizeof *a);
   a->B = B;
   a->T = T;
   a->mode = mode;
   a->keep = mode == CT_ACTS_KEEP;
+  a->kept_from = m->cfg.num_layers - (int)kept_layers(&m->cfg, mode, kept);
   long sizes[N_SLOTS], total = 0;
-  acts_sizes(&m->cfg, B, T, mode, sizes);
+  acts_sizes(&m->cfg, B, T, mode, kept, sizes);
   for (int i = 0; i < N_SLOTS; i++) total += sizes[i];
   a->bytes = sizeof(float) * total;
   a->mem = ct_big_alloc(sizeof(float) * total);  // zeroed
@@ -172,8 +183,10 @@ typedef struct {
   float *ao, *rstd_ao, *mo, *rstd_mo;  // Gemma's post-norm inputs, else NULL
 } layer_acts;
 
+// Layer l's storage: its own slot when kept (every layer for CT_ACTS_KEEP, the top ones from
+// kept_from for CT_ACTS_RECOMPUTE), else slot 0, the one the recomputation reuses.
 static layer_acts layer_slots(const ct_acts *a, const dims *d, int l) {
-  long Nc = a->n, s = a->keep ? l : 0;
+  long Nc = a->n, s = a->keep ? l : a->mode == CT_ACTS_RECOMPUTE && l >= a->kept_from ? 1 + l - a->kept_from : 0;
   bool fwd = a->mode == CT_ACTS_FORWARD;
   layer_acts la;
   la.x = a->x + (fwd ? 0 : l) * Nc * d->C;
@@ -341,12 +354,13 @@ static void layer_backward(const ct_model *m, int l, int kind, const ct_layer_we
   float *dres = a->dres;  // (N, C)
   layer_acts la = layer_slots(a, &d, l);
   ct_adapter_run ad_run = adapters_of(a);
-  if (a->mode == CT_ACTS_RECOMPUTE) layer_forward(m, l, kind, w, &la, a, B, T, false);
+  bool again = a->mode == CT_ACTS_RECOMPUTE && l < a->kept_from;  // (a kept layer is as CT_ACTS_KEEP's)
+  if (again) layer_forward(m, l, kind, w, &la, a, B, T, false);
   float *x = la.x, *ln1 = la.ln1, *rstd1 = la.rstd1, *qkv = la.qkv, *att = la.att, *lse = la.lse;
   float *x2 = la.x2, *ln2 = la.ln2, *rstd2 = la.rstd2, *gu = la.gu, *h = la.h;
   const float *rc, *rs;
   ct_attn_dims ad = attn_dims(m, a, kind, B, T, &rc, &rs);
-  if (a->mode == CT_ACTS_KEEP) {  // (RECOMPUTE just did; its last norm output is ln2)
+  if (!again) {  // (the recomputation just did; its last norm output is ln2)
     CT_PROF(CT_PROF_POINTWISE, if (c->gemma) ct_geglu_forward(h, gu, (int)N, (int)d.F);
                                else ct_swiglu_forward(h, gu, (int)N, (int)d.F));
     CT_PROF(CT_PROF_NORM, ct_rmsnorm_apply(ln2, rstd2, x2, NW(w->ln2, d.C), (int)N, (int)d.C));

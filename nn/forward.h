@@ -14,6 +14,7 @@ typedef struct {
   long n;     // tokens of the last forward (B x T): the per-layer slots' stride, so a
               // smaller batch touches only the memory its tokens need
   int mode;   // CT_ACTS_*
+  int kept_from;  // CT_ACTS_RECOMPUTE: layers from this one keep their activations (L: none)
   bool keep;  // per-layer activations kept for backward (mode == CT_ACTS_KEEP)
   float *mem;  // one allocation holding everything below
   long bytes;  // its size
@@ -85,6 +86,11 @@ double ct_acts_bf16_bytes(const ct_model_config *c, int B, int T);
 // Allocates (ct_big_alloc: zeroed, huge pages) for B rows of T tokens (and the bf16
 // inputs when m has bf16 compute: its projections then multiply in bf16).
 int ct_acts_init(ct_acts *a, const ct_model *m, int B, int T, int mode);
+// CT_ACTS_RECOMPUTE that keeps the top `kept` layers' activations (at most L − 1) besides the
+// one layer the recomputation reuses: those layers' backward runs without recomputing. The
+// same gradients, bit for bit. Other modes: as ct_acts_init. Bytes: ct_acts_kept_bytes.
+int ct_acts_init_kept(ct_acts *a, const ct_model *m, int B, int T, int mode, int kept);
+double ct_acts_kept_bytes(const ct_model_config *c, int B, int T, int mode, int kept);
 void ct_acts_free(ct_acts *a);
 // Lets batches hold rows of up to T_row > T tokens (still at most B x T tokens in all):
 // GRPO's rows of a prompt and its completions. Bytes it allocates: ct_acts_rows_bytes.

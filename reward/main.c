@@ -211,7 +211,7 @@ static void load_data(ct_train *tr, ct_pref_dataset *train, ct_pref_dataset *eva
 static void rm_init(rm_t *d, int B, int Be, int T, int global) {
   const ct_config *cfg = d->cfg;
   ct_train *tr = d->tr;
-  int Bmax = B > Be ? B : Be, mode = tr->acts_mode;
+  int Bmax = B > Be ? B : Be;
   if (cfg->use_peft) {  // the head that trains is the adapters' copy (its base's, or the adapter's)
     ct_lora_attach(&tr->lora, &tr->model);
     tr->g.score = tr->lora.g_score;
@@ -224,7 +224,7 @@ static void rm_init(rm_t *d, int B, int Be, int T, int global) {
   d->r = malloc(sizeof(double) * 2 * Bmax);
   d->d = malloc(sizeof(double) * 2 * Bmax);
   if (!d->pairs || !d->last || !d->r || !d->d || ct_batch_init(&d->batch, 2 * Bmax, T) ||
-      ct_acts_init(&d->acts, &tr->model, 2 * B, T, mode) || ct_train_attach(tr, &d->acts) ||
+      ct_train_acts(tr, &d->acts, 2 * B, T) ||
       (Be && (ct_acts_init(&d->eval_acts, &tr->model, 2 * Be, T, CT_ACTS_FORWARD) ||
               ct_train_attach(tr, &d->eval_acts))))
     ct_die(1, NULL);

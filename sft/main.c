@@ -125,9 +125,9 @@ static int plan_rows(ct_train *tr, ct_plan *plan, int B, int Be, int T) {
 // The work space the plan counted: seqs for a whole step (`global`).
 static void workspace_init(ct_train *tr, workspace *w, int B, int Be, int T, int hrows, int global) {
   const ct_model_config *mc = &tr->model.cfg;
-  int Bmax = B > Be ? B : Be, mode = tr->acts_mode;
+  int Bmax = B > Be ? B : Be;
   w->seqs = malloc(sizeof(int) * (global > Bmax ? global : Bmax));
-  if (!w->seqs || ct_acts_init(&w->acts, &tr->model, B, T, mode) || ct_train_attach(tr, &w->acts) ||
+  if (!w->seqs || ct_train_acts(tr, &w->acts, B, T) ||
       (Be && (ct_acts_init(&w->eval_acts, &tr->model, Be, T, CT_ACTS_FORWARD) || ct_train_attach(tr, &w->eval_acts))) ||
       ct_head_init(&w->head, Bmax * T, hrows, mc->vocab_size, mc->hidden_size, (int)tr->cfg->num_vocab_tiling) ||
       ct_batch_init(&w->batch, Bmax, T) || (mc->mtp_layers && mtp_setup(tr, w, B, Be, T)))

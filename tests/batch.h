@@ -11,6 +11,9 @@
 #include "model.h"
 #include "rng.h"
 
+// Layers a CT_ACTS_RECOMPUTE batch_loss_grads keeps (ct_acts_init_kept).
+static int batch_kept = 0;
+
 typedef struct {
   int B, T;
   int ids[64], pos[64], seg[64], target[64];  // (B, T), B·T <= 64
@@ -54,7 +57,7 @@ static inline double batch_loss_grads(const ct_model *m, const ct_weights *g, co
   int N = b->B * b->T;
   ct_acts a;
   ct_head h;
-  if (ct_acts_init(&a, m, b->B + extra, b->T + extra, mode) ||
+  if (ct_acts_init_kept(&a, m, b->B + extra, b->T + extra, mode, batch_kept) ||
       ct_head_init(&h, N, N, c->vocab_size, c->hidden_size, ntiles)) {
     fprintf(stderr, "%s\n", ct_last_error());
     exit(1);

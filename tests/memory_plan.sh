@@ -36,8 +36,25 @@ grep -q "gradient_checkpointing: every layer's activations fit .*: kept, no reco
 room=$((plan_false * 10 / 9 - 20))  # the kept plan needs a tenth spare: this room holds only the recomputing one
 CT_MEM_AVAILABLE_MB=$room "$BIN/sft" $shape output_dir="$T/tight" max_steps=2 gradient_checkpointing=true dry_run=true \
   >"$T/tight.log" 2>&1 || { cat "$T/tight.log"; fail "dry run, gradient_checkpointing true, $room MiB"; }
-! grep -q "kept, no recomputation" "$T/tight.log" && grep -q "(layer inputs + one layer)" "$T/tight.log" \
-  || { cat "$T/tight.log"; fail "true kept every layer in $room MiB"; }
+# ... there the top layers' activations are kept, as many as fit, and the others recomputed
+kept=$(sed -n "s/.*gradient_checkpointing: the top \([0-9]*\) of 8 layers' activations fit .*the other \([0-9]*\) recomputed.*/\1 \2/p" "$T/tight.log")
+echo "in $room MiB: top layers kept, recomputed: $kept"
+! grep -q "kept, no recomputation" "$T/tight.log" && set -- $kept && [ "$1" -ge 1 ] && [ "$1" -le 7 ] &&
+  [ $(($1 + $2)) = 8 ] && grep -q "activations, 4 x 128 tokens (inputs, top $1 layers)" "$T/tight.log" \
+  || { cat "$T/tight.log"; fail "true did not keep the top layers that fit in $room MiB"; }
+# and training so gives the model recomputing every layer gives, bit for bit
+room=$((plan_false * 10 / 9 - 20))
+CT_MEM_AVAILABLE_MB=$room "$BIN/sft" $shape output_dir="$T/part" max_steps=2 gradient_checkpointing=true save_steps=0 \
+  >"$T/part.log" 2>&1 || { cat "$T/part.log"; fail "training with the top layers kept"; }
+"$BIN/sft" $shape output_dir="$T/all" max_steps=2 gradient_checkpointing=always save_steps=0 >"$T/all.log" 2>&1 \
+  || { cat "$T/all.log"; fail "training recomputing every layer"; }
+grep -q "gradient_checkpointing: the top [0-9]* of 8 layers" "$T/part.log" || { cat "$T/part.log"; fail "no layer kept"; }
+cmp "$T/part/model.safetensors" "$T/all/model.safetensors" || fail "keeping the top layers changed the trained model"
+room=$((plan_always * 10 / 9 + 2))  # the recomputing plan with its tenth spare, not a layer more
+CT_MEM_AVAILABLE_MB=$room "$BIN/sft" $shape output_dir="$T/tighter" max_steps=2 gradient_checkpointing=true dry_run=true \
+  >"$T/tighter.log" 2>&1 || { cat "$T/tighter.log"; fail "dry run, gradient_checkpointing true, $room MiB"; }
+! grep -q "gradient_checkpointing: .* fit" "$T/tighter.log" && grep -q "(layer inputs + one layer)" "$T/tighter.log" \
+  || { cat "$T/tighter.log"; fail "true kept layers in $room MiB"; }
 echo "gradient_checkpointing=true: every layer kept in ample room, recomputed in $room MiB"
 
 echo "== dry_run prints the plan and allocates nothing"

@@ -62,6 +62,10 @@ static void check_gemma(ct_model_config cfg) {
   double loss_rc = ours(&m, &g_rc, &b, CT_ACTS_RECOMPUTE, grads_rc);
   CHECK(loss_rc == loss);  // gradient checkpointing: the same bits
   CHECK(!memcmp(grads_rc, grads, sizeof(float) * m.n_floats));
+  batch_kept = 1;  // ... with the top layer's activations kept
+  CHECK(ours(&m, &g_rc, &b, CT_ACTS_RECOMPUTE, grads_rc) == loss);
+  CHECK(!memcmp(grads_rc, grads, sizeof(float) * m.n_floats));
+  batch_kept = 0;
 
   double *P = calloc(m.n_floats, sizeof(double));
   for (long i = 0; i < m.n_floats; i++) P[i] = m.params[i];

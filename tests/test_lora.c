@@ -49,13 +49,13 @@ static ct_lora_config all_linear(int r, double dropout) {
 
 // Mean cross-entropy of the batch through m with adapters lo (grads accumulated into
 // lo->grads when set, and into g when not NULL); logits of every token into `logits`.
-static int ours_mode = CT_ACTS_KEEP;  // (recomputation: check_dropout_gradients)
+static int ours_mode = CT_ACTS_KEEP, ours_kept = 0;  // (recomputation: check_dropout_gradients)
 
 static double ours(const ct_model *m, ct_lora *lo, const ct_weights *g, const batch_t *b, float *logits) {
   const ct_model_config *c = &m->cfg;
   ct_acts a;
   ct_head h;
-  if (ct_acts_init(&a, m, B, T, ours_mode) || ct_acts_attach_lora(&a, lo) ||
+  if (ct_acts_init_kept(&a, m, B, T, ours_mode, ours_kept) || ct_acts_attach_lora(&a, lo) ||
       ct_head_init(&h, N, N, c->vocab_size, c->hidden_size, 1))
     exit(1);
   memcpy(a.ids, b->ids, sizeof b->ids);
@@ -321,6 +321,11 @@ static void check_dropout_gradients(int r) {
   ct_lora_bind_grads(&lo, grads_rc);
   ours_mode = CT_ACTS_RECOMPUTE;
   CHECK(ours(&m, &lo, &g, &b, NULL) == loss);
+  CHECK(!memcmp(grads_rc, grads, sizeof(float) * lo.n_floats));
+  memset(grads_rc, 0, sizeof(float) * lo.n_floats);
+  ours_kept = 1;  // ... and with the top layer's activations kept
+  CHECK(ours(&m, &lo, &g, &b, NULL) == loss);
+  ours_kept = 0;
   ours_mode = CT_ACTS_KEEP;
   CHECK(!memcmp(grads_rc, grads, sizeof(float) * lo.n_floats));
   free(grads_rc);

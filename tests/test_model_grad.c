@@ -44,6 +44,11 @@ static void check_model(ct_model_config cfg, double z) {
   double loss_rc = ours(&m, &g_rc, &b, z, 1, CT_ACTS_RECOMPUTE, grads_rc);
   CHECK(loss_rc == loss);
   CHECK(!memcmp(grads_rc, grads, sizeof(float) * m.n_floats));
+  // the top layer kept, the other recomputed: the same gradients, bit for bit
+  batch_kept = 1;
+  CHECK(ours(&m, &g_rc, &b, z, 1, CT_ACTS_RECOMPUTE, grads_rc) == loss);
+  CHECK(!memcmp(grads_rc, grads, sizeof(float) * m.n_floats));
+  batch_kept = 0;
   // a batch smaller than its activations' capacity, after a larger one: the same gradients
   for (int mode = CT_ACTS_KEEP; mode <= CT_ACTS_RECOMPUTE; mode++) {
     CHECK(batch_loss_grads(&m, &g_rc, &b, z, 1, mode, grads_rc, 2) == loss);
@@ -112,11 +117,43 @@ static void test_qwen3_qk_norm_mqa_gradients_match_reference(void) {
   check_model(c, 0);
 }
 
+// gradient_checkpointing keeping the top layers that fit: 4 layers, the top 1, 2 or 3 kept,
+// the rest recomputed into the one shared layer's storage: the gradients of keeping all, bit
+// for bit (a kept layer reading the shared storage would read another layer's activations).
+static void test_keeping_the_top_layers_gives_the_same_gradients(void) {
+  ct_model_config cfg = mini_config();
+  cfg.num_layers = 4;
+  cfg.qkv_bias = true;
+  ct_model m;
+  CHECK_OK(ct_model_init(&m, &cfg, 16));
+  ct_model_init_random(&m, 3, 0.3f);
+  tiny_vectors(&m, 11, 1, 0.2);
+  float *g0 = aligned_alloc(64, sizeof(float) * m.n_floats), *g1 = aligned_alloc(64, sizeof(float) * m.n_floats);
+  ct_weights w0, w1;
+  CHECK_OK(ct_weights_bind(&w0, &m, g0));
+  CHECK_OK(ct_weights_bind(&w1, &m, g1));
+  batch_t b = two_row_batch(cfg.vocab_size, 7, 3);
+  double loss = ours(&m, &w0, &b, 0, 1, CT_ACTS_KEEP, g0);
+  for (int kept = 1; kept <= 3; kept++) {
+    batch_kept = kept;
+    CHECK(ours(&m, &w1, &b, 0, 1, CT_ACTS_RECOMPUTE, g1) == loss);
+    CHECK(!memcmp(g0, g1, sizeof(float) * m.n_floats));
+  }
+  batch_kept = 0;
+  CHECK(ct_acts_kept_bytes(&cfg, 2, 7, CT_ACTS_RECOMPUTE, 2) > ct_acts_kept_bytes(&cfg, 2, 7, CT_ACTS_RECOMPUTE, 1));
+  CHECK(ct_acts_kept_bytes(&cfg, 2, 7, CT_ACTS_RECOMPUTE, 3) <= ct_acts_bytes(&cfg, 2, 7, CT_ACTS_KEEP));
+  ct_weights_free(&w0);
+  ct_weights_free(&w1);
+  free(g0), free(g1);
+  ct_model_free(&m);
+}
+
 int main(int argc, char **argv) {
   ct_blas_init(argc, argv);
   ct_pool_init(2);
   RUN(test_llama_tied_gradients_match_float64_reference);
   RUN(test_qwen2_untied_qkv_bias_with_z_loss_gradients_match_reference);
   RUN(test_qwen3_qk_norm_mqa_gradients_match_reference);
+  RUN(test_keeping_the_top_layers_gives_the_same_gradients);
   return test_summary();
 }
