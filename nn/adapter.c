@@ -17,27 +17,22 @@
 typedef struct {
   float *x;        // (Nc, max in) the dropped-out input; in backward, then s·v·A before masking
   float *u, *v;    // (Nc, r)
-  float *t;        // (max in or out, r) A transposed for the thin kernels, then dA's sums, or
-                   // B transposed (thin.h)
+  float *t;        // (max in, r) A transposed for the thin kernels, then dA's sums (thin.h)
   float *kept;     // rank 16 (thin.h), training: every layer's and target's u (Nc, r), kept
                    // by the forward for its recomputation and the backward
   uint32_t *bits;  // the training forward's dropout masks, a bit per input element: per layer
                    // and target, Nc rows of ceil(in / 32) words; backward reads them back
 } work;
 
-// The widest input (or, with outputs, input or output) of the adapted projections.
-static long max_width(const ct_lora_config *lc, const ct_model_config *c, bool outputs) {
+static long max_in(const ct_lora_config *lc, const ct_model_config *c) {
   long m = 1;
   for (int t = 0; t < CT_LORA_TARGETS; t++) {
     int in, out, row0;
     ct_lora_dims(c, t, &in, &out, &row0);
     if (lc->targets >> t & 1 && in > m) m = in;
-    if (lc->targets >> t & 1 && outputs && out > m) m = out;
   }
   return m;
 }
-
-static long max_in(const ct_lora_config *lc, const ct_model_config *c) { return max_width(lc, c, false); }
 
 // Words of mask bits before target t of layer l (t = CT_LORA_TARGETS, l = L: all of them).
 static long bits_before(const ct_lora_config *lc, const ct_model_config *c, long Nc, int l, int t) {
@@ -65,7 +60,7 @@ static bool keeps_u(const ct_lora_config *lc, int mode) { return ct_thin_takes(l
 // Lays the work space out from p; returns its size in floats. Mask bits and kept u only for
 // training activations (mode): evaluation forwards draw no masks.
 static long carve(const ct_lora_config *lc, const ct_model_config *c, long Nc, int mode, float *p, work *w) {
-  long mx = max_in(lc, c), r = lc->r, t = ct_thin_takes(lc->r) ? max_width(lc, c, true) * r : 0;
+  long mx = max_in(lc, c), r = lc->r, t = ct_thin_takes(lc->r) ? mx * r : 0;
   long kept = keeps_u(lc, mode) ? (long)c->num_layers * targets_before(lc, CT_LORA_TARGETS) * Nc * r : 0;
   if (p) {
     w->x = p;
@@ -267,12 +262,6 @@ void ct_adapter_forward(const ct_adapter_run *a, int l, int t, const float *x, i
     rows_job j = {dropout_of(a, l, t), x, ldx, in, 0, N, NULL, NULL, 0, mask_bits(a, &w, l, t), true};
     const float *xd = masked_input(&j, &w, &ld);
     times_at(ab, r, in, xd, ld, &w, N);  // u (N, r)
-  }
-  if (ct_thin_takes(r)) {  // y += s·u·Bᵀ: B transposed (r, out), then rows of y in one pass
-    for (int o = 0; o < out; o++)
-      for (int j = 0; j < r; j++) w.t[(long)j * out + o] = ab->B[(long)o * r + j];
-    ct_thin_dx_masked((int)N, out, lo->scale, w.u, w.t, NULL, y + row0, ldy);
-    return;
   }
   ct_sgemm('N', 'T', (int)N, out, r, lo->scale, w.u, r, ab->B, r, 1, y + row0, ldy);  // y += s·u·Bᵀ
 }
