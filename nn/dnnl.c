@@ -257,12 +257,12 @@ static void gemm_part(void *ctx, int part, int thread) {
   const uint16_t *A = j->A, *B = j->B;
   float *C = j->C;
   if (j->split_rows) {
-    ct_chunk_range(k.M, 16, j->parts, part, &lo, &hi);
+    ct_chunk_range(k.M, 64, j->parts, part, &lo, &hi);
     A += k.ta == 'N' ? lo * k.lda : lo;  // rows lo..hi of op(A)
     C += lo * k.ldc;
     k.M = (int)(hi - lo);
   } else {
-    ct_chunk_range(k.N, 16, j->parts, part, &lo, &hi);
+    ct_chunk_range(k.N, 64, j->parts, part, &lo, &hi);
     B += k.tb == 'T' ? lo * k.ldb : lo;  // columns lo..hi of op(B)
     C += lo;
     k.N = (int)(hi - lo);
@@ -286,7 +286,9 @@ void ct_gemm_bf16(char ta, char tb, int M, int N, int K, const uint16_t *A, int 
   // Parts of ~PART_ROWS rows (or columns), claimed as threads come free: on a shared host a
   // thread slowed by its neighbour no longer holds the other at the barrier (one half per
   // thread measured 434-652 tokens/s in alternated runs of a 0.5B LoRA step on 2 cores,
-  // these parts 625-636), and oneDNN ran faster on blocks of ~1000 rows than on 4000+.
+  // these parts 625-636), and oneDNN ran faster on blocks of ~1000 rows than on 4000+. Parts
+  // are multiples of 64 rows: parts of 976 or 992 rows (multiples of 16: M 18,560 or 24,000
+  // in 19 or 24 parts) ran at 90-260 GFLOP/s where 960 / 1024 ran at 600-790 (2 threads).
   long split = M >= N ? M : N, parts = threads > 1 ? (split + PART_ROWS - 1) / PART_ROWS : 1;
   if (parts < threads) parts = threads;
   if (parts > MAX_PARTS) parts = MAX_PARTS;
