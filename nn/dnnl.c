@@ -246,30 +246,63 @@ typedef struct {
   gemm_key k;  // the whole product
   const uint16_t *A, *B;
   float *C;
-  int parts;
-  bool split_rows;
+  int pr, pc;  // a grid of pr x pc blocks, multiples of 64 rows and columns
 } gemm_job;
 
 static void gemm_part(void *ctx, int part, int thread) {
   const gemm_job *j = ctx;
   gemm_key k = j->k;
-  long lo, hi;
-  const uint16_t *A = j->A, *B = j->B;
-  float *C = j->C;
-  if (j->split_rows) {
-    ct_chunk_range(k.M, 64, j->parts, part, &lo, &hi);
-    A += k.ta == 'N' ? lo * k.lda : lo;  // rows lo..hi of op(A)
-    C += lo * k.ldc;
-    k.M = (int)(hi - lo);
-  } else {
-    ct_chunk_range(k.N, 64, j->parts, part, &lo, &hi);
-    B += k.tb == 'T' ? lo * k.ldb : lo;  // columns lo..hi of op(B)
-    C += lo;
-    k.N = (int)(hi - lo);
-  }
-  if (hi > lo && gemm_run(&k, A, B, C, thread))  // (kept for ct_dnnl_check) no numbers: NaN
+  long r0, r1, c0, c1;
+  ct_chunk_range(k.M, 64, j->pr, part / j->pc, &r0, &r1);
+  ct_chunk_range(k.N, 64, j->pc, part % j->pc, &c0, &c1);
+  const uint16_t *A = j->A + (k.ta == 'N' ? r0 * k.lda : r0);  // rows r0..r1 of op(A)
+  const uint16_t *B = j->B + (k.tb == 'T' ? c0 * k.ldb : c0);  // columns c0..c1 of op(B)
+  float *C = j->C + r0 * k.ldc + c0;
+  k.M = (int)(r1 - r0), k.N = (int)(c1 - c0);
+  if (k.M > 0 && k.N > 0 && gemm_run(&k, A, B, C, thread))  // (kept for ct_dnnl_check) no numbers: NaN
     for (int i = 0; i < k.M; i++)
       for (int c = 0; c < k.N; c++) C[(long)i * k.ldc + c] = NAN;
+}
+
+// The grid of blocks a product is cut into for `threads` threads. Parts of ~PART_ROWS rows
+// (or columns) of the longer side, claimed as threads come free: on a shared host a thread
+// slowed by its neighbour no longer holds the others at the barrier (one half per thread
+// measured 434-652 tokens/s in alternated runs of a 0.5B LoRA step on 2 cores, these parts
+// 625-636), and oneDNN ran faster on blocks of ~1000 rows than on 4000+. Their count is a
+// multiple of the threads, so that no last round runs on a few threads (33 parts on 16
+// threads take 3 rounds, 48 take the same 3 at two thirds the size). Blocks are multiples of
+// 64 rows and columns: parts of 976 or 992 rows (multiples of 16: M 18,560 or 24,000 in 19
+// or 24 parts) ran at 90-260 GFLOP/s where 960 / 1024 ran at 600-790 (2 threads). Where
+// strips along the longer side would be thinner than 256, the grid is two-dimensional, the
+// blocks as square as the 64-multiples allow: each part runs its own oneDNN primitive, which
+// packs its whole slice of B, so thin strips of a short product (M 1024 on 16 threads: 64
+// rows) pack all of B on every thread. Measured on the 16-core Xeon (alternated, 2026-11-27):
+// SmolLM-135M bf16 training 1791-1879 -> 2000-2040 tokens/s; the 0.5B shapes at M 33,344
+// unchanged within the machine's noise (4.4-4.6 TFLOP/s both ways).
+static void gemm_grid(int M, int N, int threads, int *pr, int *pc) {
+  long split = M >= N ? M : N, parts = (split + PART_ROWS - 1) / PART_ROWS;
+  if (threads <= 1) {
+    *pr = *pc = 1;
+    return;
+  }
+  parts = (parts + threads - 1) / threads * threads;
+  if (parts > MAX_PARTS) parts = MAX_PARTS / threads * threads;
+  if (split / parts >= 256 || parts < 2) {  // strips along the longer side
+    *pr = M >= N ? (int)parts : 1, *pc = M >= N ? 1 : (int)parts;
+    return;
+  }
+  // a grid of `parts` blocks: the largest block's cost, its products plus the packing of
+  // its rows of A and columns of B (weighted as if one packed element took ~100
+  // multiply-adds' time: an estimate, not a measurement)
+  long mu = (M + 63) / 64, nu = (N + 63) / 64;
+  double best = 1e300;
+  for (long r = 1; r <= parts; r++) {
+    if (parts % r) continue;
+    long c = parts / r;
+    double bm = (double)((mu + r - 1) / r) * 64, bn = (double)((nu + c - 1) / c) * 64;
+    double cost = bm * bn + 50 * (bm + bn);
+    if (cost < best) best = cost, *pr = (int)r, *pc = (int)c;
+  }
 }
 
 void ct_gemm_bf16(char ta, char tb, int M, int N, int K, const uint16_t *A, int lda,
@@ -283,15 +316,7 @@ void ct_gemm_bf16(char ta, char tb, int M, int N, int K, const uint16_t *A, int 
   int threads = ct_pool_threads();
   if (threads > MAX_THREADS) threads = MAX_THREADS;
   if ((double)M * N * K < 64.0 * 64 * 64) threads = 1;  // not worth waking the workers
-  // Parts of ~PART_ROWS rows (or columns), claimed as threads come free: on a shared host a
-  // thread slowed by its neighbour no longer holds the other at the barrier (one half per
-  // thread measured 434-652 tokens/s in alternated runs of a 0.5B LoRA step on 2 cores,
-  // these parts 625-636), and oneDNN ran faster on blocks of ~1000 rows than on 4000+. Parts
-  // are multiples of 64 rows: parts of 976 or 992 rows (multiples of 16: M 18,560 or 24,000
-  // in 19 or 24 parts) ran at 90-260 GFLOP/s where 960 / 1024 ran at 600-790 (2 threads).
-  long split = M >= N ? M : N, parts = threads > 1 ? (split + PART_ROWS - 1) / PART_ROWS : 1;
-  if (parts < threads) parts = threads;
-  if (parts > MAX_PARTS) parts = MAX_PARTS;
-  gemm_job j = {{ta, tb, M, N, K, lda, ldb, ldc, beta != 0}, A, B, C, (int)parts, M >= N};
-  ct_parallel_for(j.parts, gemm_part, &j);
+  gemm_job j = {{ta, tb, M, N, K, lda, ldb, ldc, beta != 0}, A, B, C, 1, 1};
+  gemm_grid(M, N, threads, &j.pr, &j.pc);
+  ct_parallel_for(j.pr * j.pc, gemm_part, &j);
 }

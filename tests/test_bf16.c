@@ -77,6 +77,20 @@ static void test_bf16_products_are_exact_sums_of_rounded_inputs_within_fp32_accu
   check_gemm('N', 'T', 1, 1, 1, 0);
 }
 
+// On 8 threads a short product is cut into a grid of blocks (200 x 300: 4 x 2 blocks of 64 x
+// 192 rows and columns, the last ones short), a long one into strips of a multiple of 8 parts:
+// every block lands where it belongs, with or without accumulation.
+static void test_products_cut_into_a_grid_on_many_threads_are_exact_sums(void) {
+  ct_pool_free();
+  CHECK_OK(ct_pool_init(8));
+  check_gemm('N', 'T', 200, 300, 40, 1);
+  check_gemm('N', 'N', 300, 200, 40, 0);
+  check_gemm('T', 'N', 190, 330, 24, 1);
+  check_gemm('N', 'T', 2100, 72, 16, 1);
+  ct_pool_free();
+  CHECK_OK(ct_pool_init(2));
+}
+
 static void test_a_shape_seen_before_creates_no_primitive(void) {
   check_gemm('N', 'T', 40, 24, 16, 0);
   int n = ct_dnnl_cached();
@@ -511,6 +525,7 @@ int main(void) {
   CHECK_OK(ct_pool_init(2));
   CHECK_OK(ct_dnnl_init());
   RUN(test_bf16_products_are_exact_sums_of_rounded_inputs_within_fp32_accumulation);
+  RUN(test_products_cut_into_a_grid_on_many_threads_are_exact_sums);
   RUN(test_a_shape_seen_before_creates_no_primitive);
   RUN(test_bf16_loss_and_every_gradient_tensor_within_bf16_rounding_of_fp32);
   RUN(test_bf16_gradients_match_finite_differences_of_the_fp32_model);

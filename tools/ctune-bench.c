@@ -219,22 +219,35 @@ static int bench_kd(int argc, char **argv, double peak) {
 
 // The products of one training step of a SmolLM-135M-shaped layer over n tokens, and the
 // LM head's, each timed in fp32 (OpenBLAS) and bf16 (oneDNN).
-static int bench_gemm(int n) {
+static int bench_gemm(int argc, char **argv) {
+  int n = (int)ct_args_long(argc, argv, "tokens", 1024);
+  bool fp32 = ct_args_long(argc, argv, "fp32", 1), qwen = !strcmp(ct_args_str(argc, argv, "qwen", "0"), "0.5b");
   if (ct_dnnl_init()) return fprintf(stderr, "ctune-bench: %s\n", ct_last_error()), 1;
-  static const struct { const char *what; char ta, tb; int M, N, K; } s[] = {
+  typedef struct { const char *what; char ta, tb; int M, N, K; } shape;
+  static const shape smol[] = {
       {"qkv   y = x Wt", 'N', 'T', 0, 960, 576},   {"o     y = x Wt", 'N', 'T', 0, 576, 576},
       {"gu    y = x Wt", 'N', 'T', 0, 3072, 576},  {"down  y = x Wt", 'N', 'T', 0, 576, 1536},
       {"head  y = x Wt", 'N', 'T', 0, 49152, 576}, {"qkv   dx = dy W", 'N', 'N', 0, 576, 960},
       {"gu    dx = dy W", 'N', 'N', 0, 576, 3072}, {"down  dx = dy W", 'N', 'N', 0, 1536, 576},
       {"qkv   dW = dyt x", 'T', 'N', 960, 576, 0}, {"gu    dW = dyt x", 'T', 'N', 3072, 576, 0},
       {"down  dW = dyt x", 'T', 'N', 576, 1536, 0}, {"head  dW = dyt x", 'T', 'N', 49152, 576, 0}};
+  static const shape q05[] = {  // Qwen2.5-0.5B; LoRA trains no dW of the base
+      {"qkv   y = x Wt", 'N', 'T', 0, 1152, 896},  {"o     y = x Wt", 'N', 'T', 0, 896, 896},
+      {"gu    y = x Wt", 'N', 'T', 0, 9728, 896},  {"down  y = x Wt", 'N', 'T', 0, 896, 4864},
+      {"qkv   dx = dy W", 'N', 'N', 0, 896, 1152}, {"o     dx = dy W", 'N', 'N', 0, 896, 896},
+      {"gu    dx = dy W", 'N', 'N', 0, 896, 9728}, {"down  dx = dy W", 'N', 'N', 0, 4864, 896}};
+  const shape *s = qwen ? q05 : smol;
+  size_t ns = qwen ? sizeof q05 / sizeof *q05 : sizeof smol / sizeof *smol;
   printf("%-18s %6s %6s %6s  %8s %8s  ratio\n", "product", "M", "N", "K", "fp32", "bf16");
-  for (size_t i = 0; i < sizeof s / sizeof *s; i++) {
+  double fl = 0, secs = 0;
+  for (size_t i = 0; i < ns; i++) {
     int M = s[i].M ? s[i].M : n, N = s[i].N, K = s[i].K ? s[i].K : n;
-    double f = gemm_gflops(false, s[i].ta, s[i].tb, M, N, K, 5);
+    double f = fp32 ? gemm_gflops(false, s[i].ta, s[i].tb, M, N, K, 5) : 0;
     double h = gemm_gflops(true, s[i].ta, s[i].tb, M, N, K, 5);
-    printf("%-18s %6d %6d %6d  %8.1f %8.1f  %.2f\n", s[i].what, M, N, K, f, h, h / f);
+    fl += 2.0 * M * N * K, secs += 2.0 * M * N * K / (h * 1e9);
+    printf("%-18s %6d %6d %6d  %8.1f %8.1f  %.2f\n", s[i].what, M, N, K, f, h, f > 0 ? h / f : 0);
   }
+  printf("bf16, all products once: %.1f GFLOP/s\n", fl / secs / 1e9);
   return 0;
 }
 
@@ -377,6 +390,7 @@ static int usage(FILE *f) {
         "       ctune-bench kd [rows=512] [hidden=1024] [vocab=151936] [tiling=8] [steps=3]\n"
         "       ctune-bench peak [threads=0]\n"
         "       ctune-bench decode [qwen=0|0.5b] [layers=30] [slots=128] [steps=16]\n"
+        "       ctune-bench gemm [tokens=1024] [qwen=0|0.5b] [fp32=1]\n"
         "  train: training throughput of a SmolLM-135M-shaped model against this machine's sgemm\n"
         "  kd:    the distillation soft loss against the plain cross-entropy head\n"
         "  peak:  this machine's sgemm and oneDNN bf16 rates at 2048^3 (what compute limits are taken against)\n"
@@ -403,6 +417,6 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (argc > 1 && !strcmp(argv[1], "decode")) return bench_decode(argc, argv);
-  if (argc > 1 && !strcmp(argv[1], "gemm")) return bench_gemm((int)ct_args_long(argc, argv, "tokens", 1024));
+  if (argc > 1 && !strcmp(argv[1], "gemm")) return bench_gemm(argc, argv);
   return bench_train(argc, argv, peak);
 }
