@@ -649,7 +649,7 @@ static int pass(ct_engine *e, int n, const int *ids, const float *x_in, const in
     bool fused = !h_read && !ct_linear_forward_swiglu(&w->down, e->gu, 2 * F, n, e->x, C, 1);
     ct_prof_add(CT_PROF_E_LINEAR, t0);
     if (!fused) {
-      CT_PROF(CT_PROF_E_OTHER, ct_swiglu_forward(e->h, e->gu, n, F));
+      CT_PROF(CT_PROF_E_OTHER, ct_swiglu_forward(e->h, NULL, e->gu, n, F));
       CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward(&w->down, e->h, F, n, e->x, C, 1));
     }
     CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_DOWN, e->h, F, n, e->x, C));

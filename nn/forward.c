@@ -214,32 +214,44 @@ static layer_acts layer_slots(const ct_acts *a, const dims *d, int l) {
 // A projection y = x · Wᵀ with W (out, in) as Hugging Face stores it, and its backward:
 // fp32 sgemm, or (bf16 compute) x and W rounded to bf16, products summed in fp32.
 
-// y (N, out) = x (N, in; row stride ldx) · Wᵀ + beta · y (row stride ldy).
-static void proj_forward(const ct_model *m, const ct_acts *a, long N, int out, int in, const float *x,
-                         int ldx, const float *W, float beta, float *y, int ldy) {
+// y (N, out) = x (N, in; row stride ldx) · Wᵀ + beta · y (row stride ldy). x16_ready: a->x16
+// already holds x rounded to bf16 in packed rows (its producer wrote it in the same pass).
+static void proj_forward_r(const ct_model *m, const ct_acts *a, long N, int out, int in, const float *x,
+                           int ldx, const float *W, float beta, float *y, int ldy, bool x16_ready) {
   const uint16_t *W16 = ct_model_w16(m, W);
   if (!W16) {
     CT_PROF(CT_PROF_PRODUCT, ct_sgemm('N', 'T', (int)N, out, in, 1, x, ldx, W, in, beta, y, ldy));
     return;
   }
-  CT_PROF(CT_PROF_NARROW, ct_bf16_narrow_rows(a->x16, x, (int)N, in, ldx));
+  if (!x16_ready) CT_PROF(CT_PROF_NARROW, ct_bf16_narrow_rows(a->x16, x, (int)N, in, ldx));
   CT_PROF(CT_PROF_PRODUCT, ct_gemm_bf16('N', 'T', (int)N, out, in, a->x16, in, W16, in, beta, y, ldy));
 }
 
+static void proj_forward(const ct_model *m, const ct_acts *a, long N, int out, int in, const float *x,
+                         int ldx, const float *W, float beta, float *y, int ldy) {
+  proj_forward_r(m, a, N, out, in, x, ldx, W, beta, y, ldy, false);
+}
+
 // dx (N, in) = dy (N, out) · W and, when gW, gW (out, in) += dyᵀ · x (x (N, in)); packed rows.
-static void proj_backward(const ct_model *m, const ct_acts *a, long N, int out, int in, const float *dy,
-                          const float *x, const float *W, float *gW, float *dx) {
+// dy16_ready: a->dy16 already holds dy rounded to bf16.
+static void proj_backward_r(const ct_model *m, const ct_acts *a, long N, int out, int in, const float *dy,
+                            const float *x, const float *W, float *gW, float *dx, bool dy16_ready) {
   const uint16_t *W16 = ct_model_w16(m, W);
   if (!W16) {
     CT_PROF(CT_PROF_PRODUCT, ct_sgemm('N', 'N', (int)N, in, out, 1, dy, out, W, in, 0, dx, in));
     CT_PROF(CT_PROF_PRODUCT, if (gW) ct_sgemm('T', 'N', out, in, (int)N, 1, dy, out, x, in, 1, gW, in));
     return;
   }
-  CT_PROF(CT_PROF_NARROW, ct_bf16_narrow_rows(a->dy16, dy, (int)N, out, out));
+  if (!dy16_ready) CT_PROF(CT_PROF_NARROW, ct_bf16_narrow_rows(a->dy16, dy, (int)N, out, out));
   CT_PROF(CT_PROF_PRODUCT, ct_gemm_bf16('N', 'N', (int)N, in, out, a->dy16, out, W16, in, 0, dx, in));
   if (!gW) return;
   CT_PROF(CT_PROF_NARROW, ct_bf16_narrow_rows(a->x16, x, (int)N, in, in));
   CT_PROF(CT_PROF_PRODUCT, ct_gemm_bf16('T', 'N', out, in, (int)N, a->dy16, out, a->x16, in, 1, gW, in));
+}
+
+static void proj_backward(const ct_model *m, const ct_acts *a, long N, int out, int in, const float *dy,
+                          const float *x, const float *W, float *gW, float *dx) {
+  proj_backward_r(m, a, N, out, in, dy, x, W, gW, dx, false);
 }
 
 // Layer l's attention options and RoPE tables (sliding layers: their window and base).
@@ -317,10 +329,11 @@ static void layer_forward(const ct_model *m, int l, int kind, const ct_layer_wei
     post_norm_add(c, a, la->xn, la->mo, w->post_ff, la->rstd_mo, N, full);
     return;
   }
-  CT_PROF(CT_PROF_POINTWISE, ct_swiglu_forward(la->h, la->gu, (int)N, (int)d.F));
+  uint16_t *h16 = full && ct_model_w16(m, w->wdown) ? a->x16 : NULL;  // (the down product's input)
+  CT_PROF(CT_PROF_POINTWISE, ct_swiglu_forward(la->h, h16, la->gu, (int)N, (int)d.F));
   if (!full) return;
   if (la->xn != la->x2) memcpy(la->xn, la->x2, sizeof(float) * N * d.C);
-  proj_forward(m, a, N, (int)d.C, (int)d.F, la->h, (int)d.F, w->wdown, 1, la->xn, (int)d.C);
+  proj_forward_r(m, a, N, (int)d.C, (int)d.F, la->h, (int)d.F, w->wdown, 1, la->xn, (int)d.C, h16 != NULL);
   CT_PROF(CT_PROF_LORA, ct_adapter_forward(&ad_run, l, CT_LORA_DOWN, la->h, (int)d.F, la->xn, (int)d.C, N));
 }
 
@@ -362,7 +375,7 @@ static void layer_backward(const ct_model *m, int l, int kind, const ct_layer_we
   ct_attn_dims ad = attn_dims(m, a, kind, B, T, &rc, &rs);
   if (!again) {  // (the recomputation just did; its last norm output is ln2)
     CT_PROF(CT_PROF_POINTWISE, if (c->gemma) ct_geglu_forward(h, gu, (int)N, (int)d.F);
-                               else ct_swiglu_forward(h, gu, (int)N, (int)d.F));
+                               else ct_swiglu_forward(h, NULL, gu, (int)N, (int)d.F));
     CT_PROF(CT_PROF_NORM, ct_rmsnorm_apply(ln2, rstd2, x2, NW(w->ln2, d.C), (int)N, (int)d.C));
   }
 
@@ -376,9 +389,10 @@ static void layer_backward(const ct_model *m, int l, int kind, const ct_layer_we
   proj_backward(m, a, N, (int)d.C, (int)d.F, dmo, h, w->wdown, gw->wdown, a->dh);  // dh (N, F)
   CT_PROF(CT_PROF_LORA, ct_adapter_backward(&ad_run, l, CT_LORA_DOWN, h, (int)d.F, dmo, (int)d.C, a->dh, (int)d.F, N));
   float *dgu = gu;  // (N, 2F) in place: the layer's gu is not read again
+  uint16_t *dgu16 = !c->gemma && ct_model_w16(m, w->wgu) ? a->dy16 : NULL;  // (the gate/up product's dy)
   CT_PROF(CT_PROF_POINTWISE, if (c->gemma) ct_geglu_backward(dgu, a->dh, gu, (int)N, (int)d.F);
-                             else ct_swiglu_backward(dgu, a->dh, gu, (int)N, (int)d.F));
-  proj_backward(m, a, N, (int)(2 * d.F), (int)d.C, dgu, ln2, w->wgu, gw->wgu, a->dln);  // dln2 (N, C)
+                             else ct_swiglu_backward(dgu, dgu16, a->dh, gu, (int)N, (int)d.F));
+  proj_backward_r(m, a, N, (int)(2 * d.F), (int)d.C, dgu, ln2, w->wgu, gw->wgu, a->dln, dgu16 != NULL);  // dln2 (N, C)
   CT_PROF(CT_PROF_LORA, ct_adapter_backward(&ad_run, l, CT_LORA_GATE, ln2, (int)d.C, dgu, (int)(2 * d.F), a->dln, (int)d.C, N));
   CT_PROF(CT_PROF_LORA, ct_adapter_backward(&ad_run, l, CT_LORA_UP, ln2, (int)d.C, dgu, (int)(2 * d.F), a->dln, (int)d.C, N));
   CT_PROF(CT_PROF_NORM, ct_rmsnorm_backward(dres, gw->ln2, a->dln, x2, NW(w->ln2, d.C), rstd2, (int)N, (int)d.C, 1,

@@ -217,6 +217,7 @@ void ct_rope(float *x, const int *pos, const float *cos_t, const float *sin_t, i
 
 typedef struct {
   float *h, *dgu;
+  uint16_t *h16, *dgu16;  // (or NULL) the outputs rounded to bf16
   const float *gu, *dh;
   int N, F, parts;
 } swiglu_job;
@@ -231,11 +232,12 @@ static void swiglu_fwd_task(void *ctx, int part, int thread) {
     float *h = j->h + n * F;
 #pragma omp simd
     for (int i = 0; i < F; i++) h[i] = g[i] / (1.0f + ct_expf(-g[i])) * u[i];
+    if (j->h16) ct_bf16_narrow(j->h16 + n * F, h, F);  // (the row is still in L1)
   }
 }
 
-void ct_swiglu_forward(float *h, const float *gu, int N, int F) {
-  swiglu_job j = {.h = h, .gu = gu, .N = N, .F = F, .parts = ct_pool_parts(N)};
+void ct_swiglu_forward(float *h, uint16_t *h16, const float *gu, int N, int F) {
+  swiglu_job j = {.h = h, .h16 = h16, .gu = gu, .N = N, .F = F, .parts = ct_pool_parts(N)};
   ct_parallel_for(j.parts, swiglu_fwd_task, &j);
 }
 
@@ -255,11 +257,12 @@ static void swiglu_bwd_task(void *ctx, int part, int thread) {
       du[i] = dui;  // (both read before either is written: dgu may be gu)
       dg[i] = dgi;
     }
+    if (j->dgu16) ct_bf16_narrow(j->dgu16 + n * 2 * F, dg, 2 * F);
   }
 }
 
-void ct_swiglu_backward(float *dgu, const float *dh, const float *gu, int N, int F) {
-  swiglu_job j = {.dgu = dgu, .dh = dh, .gu = gu, .N = N, .F = F, .parts = ct_pool_parts(N)};
+void ct_swiglu_backward(float *dgu, uint16_t *dgu16, const float *dh, const float *gu, int N, int F) {
+  swiglu_job j = {.dgu = dgu, .dgu16 = dgu16, .dh = dh, .gu = gu, .N = N, .F = F, .parts = ct_pool_parts(N)};
   ct_parallel_for(j.parts, swiglu_bwd_task, &j);
 }
 

@@ -38,10 +38,12 @@ void ct_headnorm_backward(float *dxio, float *dw, const float *xsave, const floa
 void ct_rope(float *x, const int *pos, const float *cos_t, const float *sin_t, int N, int heads,
              int hd, int ld, int inverse);
 
-// h = silu(g) * u where gu rows are [g (F) | u (F)]; h (N, F).
-void ct_swiglu_forward(float *h, const float *gu, int N, int F);
-// dgu = [dg | du] from dh; dgu may be gu (in place).
-void ct_swiglu_backward(float *dgu, const float *dh, const float *gu, int N, int F);
+// h = silu(g) * u where gu rows are [g (F) | u (F)]; h (N, F). h16 (N, F), or NULL: h
+// rounded to bf16 as well (the next product's input, in the same pass).
+void ct_swiglu_forward(float *h, uint16_t *h16, const float *gu, int N, int F);
+// dgu = [dg | du] from dh; dgu may be gu (in place). dgu16 (N, 2F), or NULL: dgu rounded to
+// bf16 as well.
+void ct_swiglu_backward(float *dgu, uint16_t *dgu16, const float *dh, const float *gu, int N, int F);
 
 // tanh(x) = 1 - 2 / (e^(2x) + 1), vectorizable (ct_expf); absolute error ~1e-7.
 static inline float ct_tanhf(float x) { return 1.0f - 2.0f / (ct_expf(2.0f * x) + 1.0f); }

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "attention.h"
+#include "bf16.h"
 #include "error.h"
 #include "fastmath.h"
 #include "kernels.h"
@@ -436,7 +437,7 @@ typedef struct {
 
 static double swiglu_objective(void *p) {
   swiglu_ctx *c = p;
-  ct_swiglu_forward(c->h, c->gu, c->N, c->F);
+  ct_swiglu_forward(c->h, NULL, c->gu, c->N, c->F);
   return weighted_sum(c->r, c->h, (long)c->N * c->F);
 }
 
@@ -448,11 +449,32 @@ static void test_swiglu_backward_matches_central_differences(void) {
   fill(gu, N * 2 * F, -3, 3);
   fill_r(r, dh, N * F);
   fill_nan(dgu, N * 2 * F);
-  ct_swiglu_backward(dgu, dh, gu, N, F);
+  ct_swiglu_backward(dgu, NULL, dh, gu, N, F);
   added(an, dgu, NULL, N * 2 * F);
   swiglu_ctx c = {gu, h, r, N, F};
   central_diff(fd, gu, N * 2 * F, FD_EPS, swiglu_objective, &c);
   check_grad("dgu", an, fd, N * 2 * F);
+}
+
+// The bf16 copies SwiGLU writes for the next product (h16, dgu16) are exactly its fp32
+// outputs narrowed, and asking for them changes no fp32 bit.
+static void test_swiglu_bf16_copies_are_its_outputs_narrowed(void) {
+  enum { N = 29, F = 37 };
+  seed(21);
+  float gu[N * 2 * F], dh[N * F], h[N * F], h_plain[N * F], dgu[N * 2 * F], dgu_plain[N * 2 * F];
+  uint16_t h16[N * F], dgu16[N * 2 * F], want[N * 2 * F];
+  fill(gu, N * 2 * F, -4, 4);
+  fill(dh, N * F, -1, 1);
+  ct_swiglu_forward(h_plain, NULL, gu, N, F);
+  ct_swiglu_forward(h, h16, gu, N, F);
+  CHECK(memcmp(h, h_plain, sizeof h) == 0);
+  ct_bf16_narrow(want, h, N * F);
+  CHECK(memcmp(h16, want, sizeof h16) == 0);
+  ct_swiglu_backward(dgu_plain, NULL, dh, gu, N, F);
+  ct_swiglu_backward(dgu, dgu16, dh, gu, N, F);
+  CHECK(memcmp(dgu, dgu_plain, sizeof dgu) == 0);
+  ct_bf16_narrow(want, dgu, N * 2 * F);
+  CHECK(memcmp(dgu16, want, sizeof dgu16) == 0);
 }
 
 // Backward writes dgu over gu (forward.c): in place must give the out-of-place bits, for
@@ -467,7 +489,7 @@ static void test_glu_backward_in_place_equals_out_of_place(void) {
     memcpy(io, gu, sizeof io);
     fill_nan(out, N * 2 * F);
     if (geglu) ct_geglu_backward(out, dh, gu, N, F), ct_geglu_backward(io, dh, io, N, F);
-    else ct_swiglu_backward(out, dh, gu, N, F), ct_swiglu_backward(io, dh, io, N, F);
+    else ct_swiglu_backward(out, NULL, dh, gu, N, F), ct_swiglu_backward(io, NULL, dh, io, N, F);
     CHECK(memcmp(out, io, sizeof io) == 0);
     CHECK(!isnan(io[0]) && io[0] != gu[0]);  // (it did write)
   }
@@ -1487,6 +1509,7 @@ int main(int argc, char **argv) {
   RUN_WATCHED(test_rope_at_position_0_is_identity, 30);
   RUN_WATCHED(test_swiglu_backward_matches_central_differences, 30);
   RUN_WATCHED(test_glu_backward_in_place_equals_out_of_place, 30);
+  RUN_WATCHED(test_swiglu_bf16_copies_are_its_outputs_narrowed, 30);
   RUN_WATCHED(test_rmsnorm_apply_reproduces_the_forward_bit_for_bit, 30);
   RUN_WATCHED(test_bias_backward_matches_central_differences, 30);
   RUN_WATCHED(test_bias_backward_is_bit_identical_for_1_and_2_threads, 30);

@@ -99,7 +99,7 @@ static void test_swiglu_packed_equals_the_two_steps(void) {
       ct_linear w = {.rows = N, .cols = K, .p32 = P};
       float *gu_dense = malloc(sizeof(float) * S * 2 * K);  // ct_swiglu_forward's (S, 2K) rows
       for (int s = 0; s < S; s++) memcpy(gu_dense + (long)s * 2 * K, gu + (long)s * ldgu, sizeof(float) * 2 * K);
-      ct_swiglu_forward(h, gu_dense, S, K);
+      ct_swiglu_forward(h, NULL, gu_dense, S, K);
       ct_linear_forward(&w, h, K, S, y1, N, 1);
       CHECK(ct_linear_forward_swiglu(&w, gu, ldgu, S, y2, N, 1) == 0);
       CHECK(memcmp(y1, y2, sizeof(float) * S * N) == 0);
