@@ -130,14 +130,14 @@ int ct_engine_init(ct_engine **out, const ct_infer_weights *w, const ct_engine_o
   e->slot = malloc(sizeof(int) * N);
   e->units = malloc(sizeof(int) * (N + 1));
   if (w->lora) {
-    long widest = 0;
+    long layer = 0;  // one layer's adapters packed: every group of lora_add fits
     for (int t = 0; t < CT_LORA_TARGETS; t++) {
       int in, out, row0;
       ct_lora_dims(&w->lora->mc, t, &in, &out, &row0);
-      widest = in > widest ? in : out > widest ? out : widest;
+      layer += in + out;
     }
-    ok &= (e->lora_u = malloc(sizeof(float) * N * w->lora->cfg.r)) != NULL;
-    ok &= (e->lora_p = malloc(sizeof(float) * widest * w->lora->cfg.r)) != NULL;
+    ok &= (e->lora_u = malloc(sizeof(float) * N * 3 * w->lora->cfg.r)) != NULL;  // (q, k, v at once)
+    ok &= (e->lora_p = malloc(sizeof(float) * layer * w->lora->cfg.r)) != NULL;
   }
   ok &= e->ids && e->pos && e->slot && e->units;
   if (!ok) {
@@ -508,9 +508,16 @@ static void embed_rows(ct_engine *e, int n) {
 static void pack_adapter(const ct_lora *lo, int l, int t, float *P) {
   int in, out, row0, r = lo->cfg.r;
   ct_lora_dims(&lo->mc, t, &in, &out, &row0);
-  if (ct_thin_takes(r)) ct_thin_transpose(lo->w[l][t].A, in, P);
-  else ct_panel_pack(lo->w[l][t].A, r, in, P);
-  ct_panel_pack(lo->w[l][t].B, out, r, P + (long)in * r);
+  const float *B = lo->w[l][t].B;
+  float *Q = P + (long)in * r;
+  if (ct_thin_takes(r)) {  // A (in, r) k-major for ct_thin_out_rows, B (r, out) for ct_thin_add_rows
+    ct_thin_transpose(lo->w[l][t].A, in, P);
+    for (int j = 0; j < r; j++)
+      for (int o = 0; o < out; o++) Q[(long)j * out + o] = B[(long)o * r + j];
+    return;
+  }
+  ct_panel_pack(lo->w[l][t].A, r, in, P);
+  ct_panel_pack(B, out, r, Q);
 }
 
 double ct_engine_lora_bytes(const ct_lora *lo) {
@@ -552,29 +559,71 @@ void ct_engine_lora_unpin(ct_engine *e) {
 }
 
 // Adapter t of layer l on the n rows of x (n, ldx): y (n, ldy) += s · (x·Aᵀ)·Bᵀ in the
-// target's columns. At rank 16 x·Aᵀ runs on thin.h's kernel (A transposed); otherwise A,
-// and B always, go through panels: packed once by ct_engine_lora_pin, else on every call
-// (they train between generations; packing is r·(in + out) values next to a pass's
-// n·r·(in + out) products). Each output is a fixed-order chain (panel.h), so batching
-// changes no bit here either, pinned or not.
-static void lora_add(ct_engine *e, int l, int t, const float *x, int ldx, int n, float *y, int ldy) {
+// target's columns, A and B through panels: packed once by ct_engine_lora_pin, else on
+// every call (they train between generations; packing is r·(in + out) values next to a
+// pass's n·r·(in + out) products). Each output is a fixed-order chain (panel.h), so
+// batching changes no bit here either, pinned or not.
+static void lora_add_panels(ct_engine *e, int l, int t, const float *x, int ldx, int n, float *y, int ldy) {
   const ct_lora *lo = e->w->lora;
-  if (!lo || !lo->w[l][t].A) return;
   int in, out, row0, r = lo->cfg.r;
   ct_lora_dims(&lo->mc, t, &in, &out, &row0);
   const float *Ap = e->pinned ? e->pinned + e->pin_at[l][t] : e->lora_p, *Bp = Ap + (long)in * r;
-  if (!e->pinned && ct_thin_takes(r)) ct_thin_transpose(lo->w[l][t].A, in, e->lora_p);
-  else if (!e->pinned) ct_panel_pack(lo->w[l][t].A, r, in, e->lora_p);
-  if (ct_thin_takes(r)) {  // thin.h: the same fmaf chains as a panel's, without 16-row panels
-    ct_thin_out(n, in, lo->scale, x, ldx, Ap, e->lora_u);
-  } else {
-    ct_linear m = {.rows = r, .cols = in, .p32 = Ap};
-    ct_linear_forward(&m, x, ldx, n, e->lora_u, r, 0);
-    for (long i = 0; i < (long)n * r; i++) e->lora_u[i] *= lo->scale;
-  }
+  if (!e->pinned) ct_panel_pack(lo->w[l][t].A, r, in, e->lora_p);
+  ct_linear m = {.rows = r, .cols = in, .p32 = Ap};
+  ct_linear_forward(&m, x, ldx, n, e->lora_u, r, 0);
+  for (long i = 0; i < (long)n * r; i++) e->lora_u[i] *= lo->scale;
   if (!e->pinned) ct_panel_pack(lo->w[l][t].B, out, r, e->lora_p), Bp = e->lora_p;
-  ct_linear m = {.rows = out, .cols = r, .p32 = Bp};
+  m = (ct_linear){.rows = out, .cols = r, .p32 = Bp};
   ct_linear_forward(&m, e->lora_u, r, n, y + row0, ldy, 1);
+}
+
+typedef struct {
+  const ct_engine *e;
+  int l, t0, t1, ldx, ldy;
+  const float *x;
+  float *y;
+  const float *P[CT_LORA_TARGETS];  // each target's packed A then B (pack_adapter)
+} lora_rows_job;
+
+// Rows [lo, hi) of every target of the job: u = s·x·Aᵀ (thin.h's chain), then y += u·Bᵀ.
+static void lora_rows(void *ctx, long lo, long hi, int thread) {
+  (void)thread;
+  const lora_rows_job *j = ctx;
+  const ct_lora *L = j->e->w->lora;
+  for (int t = j->t0; t <= j->t1; t++) {
+    if (!j->P[t]) continue;
+    int in, out, row0;
+    ct_lora_dims(&L->mc, t, &in, &out, &row0);
+    float *u = j->e->lora_u + (long)(t - j->t0) * j->e->o.max_tokens * CT_THIN_R;
+    ct_thin_out_rows(lo, hi, in, L->scale, j->x, j->ldx, j->P[t], u);
+    ct_thin_add_rows(lo, hi, out, 1, u, j->P[t] + (long)in * CT_THIN_R, j->y + row0, j->ldy);
+  }
+}
+
+// Adapters t0..t1 of layer l, which read the same rows x (n, ldx), added into y (n, ldy):
+// y += s · (x·Aᵀ)·Bᵀ in each target's columns. At rank 16 one pool loop over the rows does
+// all of them (the q, k and v adapters: one loop instead of six per decode step); each
+// output is a fixed-order chain of its row alone (thin.h), so batching changes no bit.
+static void lora_add(ct_engine *e, int l, int t0, int t1, const float *x, int ldx, int n, float *y, int ldy) {
+  const ct_lora *lo = e->w->lora;
+  if (!lo) return;
+  if (!ct_thin_takes(lo->cfg.r)) {
+    for (int t = t0; t <= t1; t++)
+      if (lo->w[l][t].A) lora_add_panels(e, l, t, x, ldx, n, y, ldy);
+    return;
+  }
+  lora_rows_job j = {e, l, t0, t1, ldx, ldy, x, y, {0}};
+  float *P = e->lora_p;
+  bool any = false;
+  for (int t = t0; t <= t1; t++) {
+    if (!lo->w[l][t].A) continue;
+    int in, out, row0;
+    ct_lora_dims(&lo->mc, t, &in, &out, &row0);
+    if (e->pinned) j.P[t] = e->pinned + e->pin_at[l][t];
+    else pack_adapter(lo, l, t, P), j.P[t] = P, P += (long)lo->cfg.r * (in + out);
+    any = true;
+  }
+  if (any) ct_parallel_ranges(n, 8, ct_pool_parts((n + 7) / 8), lora_rows, &j);
 }
 
 // x_in (n, C): the first layer's input rows instead of ids' embeddings (ids unused then);
@@ -611,7 +660,7 @@ static int pass(ct_engine *e, int n, const int *ids, const float *x_in, const in
     bool win = ct_layer_window(c, l) > 0;
     CT_PROF(CT_PROF_E_OTHER, ct_rmsnorm_forward(e->ln, e->rstd, e->x, NW(w->ln1, C), n, C, c->rms_norm_eps));
     CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward(&w->qkv, e->ln, C, n, e->qkv, QKV, 0));  // (n, QKV)
-    CT_PROF(CT_PROF_E_LORA, for (int t = CT_LORA_Q; t <= CT_LORA_V; t++) lora_add(e, l, t, e->ln, C, n, e->qkv, QKV));
+    CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_Q, CT_LORA_V, e->ln, C, n, e->qkv, QKV));
     CT_PROF(CT_PROF_E_OTHER, if (w->bqkv) ct_bias_forward(e->qkv, w->bqkv, n, QKV, QKV));
     if (w->qnorm) {
       CT_PROF(CT_PROF_E_OTHER, ct_headnorm_forward(e->qkv, e->qkv_save, e->qk_rstd, NW(w->qnorm, e->hd), n, e->H, e->hd, QKV,
@@ -624,21 +673,20 @@ static int pass(ct_engine *e, int n, const int *ids, const float *x_in, const in
     CT_PROF(CT_PROF_E_ATTENTION, attention(e, l, n, nu));
     if (c->gemma) {  // x += norm(att · Woᵀ), the projection in ln (free now), the norm in xo
       CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward(&w->o, e->att, Hd, n, e->ln, C, 0));
-      CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_O, e->att, Hd, n, e->ln, C));
+      CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_O, CT_LORA_O, e->att, Hd, n, e->ln, C));
       CT_PROF(CT_PROF_E_OTHER, ct_rmsnorm_forward(e->xo, e->rstd, e->ln, NW(w->post_attn, C), n, C, c->rms_norm_eps));
       CT_PROF(CT_PROF_E_OTHER, ct_add_rows(e->x, e->xo, n, C));
     } else {
       CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward(&w->o, e->att, Hd, n, e->x, C, 1));        // x += att · Woᵀ
-      CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_O, e->att, Hd, n, e->x, C));
+      CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_O, CT_LORA_O, e->att, Hd, n, e->x, C));
     }
     CT_PROF(CT_PROF_E_OTHER, ct_rmsnorm_forward(e->ln, e->rstd, e->x, NW(w->ln2, C), n, C, c->rms_norm_eps));
     CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward(&w->gu, e->ln, C, n, e->gu, 2 * F, 0));    // (n, 2F)
-    CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_GATE, e->ln, C, n, e->gu, 2 * F));
-    CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_UP, e->ln, C, n, e->gu, 2 * F));
+    CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_GATE, CT_LORA_UP, e->ln, C, n, e->gu, 2 * F));
     if (c->gemma) {  // x += norm(gelu_tanh(g)·u · Wdownᵀ)
       CT_PROF(CT_PROF_E_OTHER, ct_geglu_forward(e->h, e->gu, n, F));
       CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward(&w->down, e->h, F, n, e->ln, C, 0));
-      CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_DOWN, e->h, F, n, e->ln, C));
+      CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_DOWN, CT_LORA_DOWN, e->h, F, n, e->ln, C));
       CT_PROF(CT_PROF_E_OTHER, ct_rmsnorm_forward(e->xo, e->rstd, e->ln, NW(w->post_ff, C), n, C, c->rms_norm_eps));
       CT_PROF(CT_PROF_E_OTHER, ct_add_rows(e->x, e->xo, n, C));
       continue;
@@ -652,7 +700,7 @@ static int pass(ct_engine *e, int n, const int *ids, const float *x_in, const in
       CT_PROF(CT_PROF_E_OTHER, ct_swiglu_forward(e->h, NULL, e->gu, n, F));
       CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward(&w->down, e->h, F, n, e->x, C, 1));
     }
-    CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_DOWN, e->h, F, n, e->x, C));
+    CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_DOWN, CT_LORA_DOWN, e->h, F, n, e->x, C));
   }
   if (top) memcpy(top, e->x, sizeof(float) * n * C);
   if (nout == 0) return 0;

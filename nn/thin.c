@@ -70,6 +70,10 @@ static void out_range(void *ctx, long lo, long hi, int thread) {
   out_rows(lo, hi, j->K, j->alpha, j->X, j->ldx, j->W, j->Y);
 }
 
+void ct_thin_out_rows(long n0, long n1, int K, float alpha, const float *X, int ldx, const float *W, float *Y) {
+  out_rows(n0, n1, K, alpha, X, ldx, W, Y);
+}
+
 void ct_thin_transpose(const float *A, int K, float *W) {
   for (int j = 0; j < R; j++)
     for (int k = 0; k < K; k++) W[(long)k * R + j] = A[(long)j * K + k];
@@ -225,6 +229,11 @@ static void dx_range(void *ctx, long lo, long hi, int thread) {
   k = kv;
 #endif
   for (long n = lo; k < K && n < hi; n++) dx_rows_scalar(n, K, j->alpha, j->U, j->A, j->bits, j->wpr, j->dX, j->lddx, k);
+}
+
+void ct_thin_add_rows(long n0, long n1, int K, float alpha, const float *V, const float *A, float *Y, int ldy) {
+  masked_job j = {.K = K, .wpr = (K + 31) / 32, .lddx = ldy, .alpha = alpha, .U = V, .A = A, .dX = Y};
+  dx_range(&j, n0, n1, 0);
 }
 
 void ct_thin_dx_masked(int N, int K, float alpha, const float *V, const float *A, const uint32_t *bits, float *dX,

@@ -25,6 +25,13 @@ void ct_thin_transpose(const float *A, int K, float *W);
 // 16 outputs' weights for input k).
 void ct_thin_out(int N, int K, float alpha, const float *X, int ldx, const float *W, float *Y);
 
+// ct_thin_out's rows [n0, n1) on the calling thread (n0 a multiple of 8): the same bits.
+void ct_thin_out_rows(long n0, long n1, int K, float alpha, const float *X, int ldx, const float *W, float *Y);
+
+// Y[n] (K; row stride ldy) += alpha · (V[n] · A) for rows [n0, n1) on the calling thread:
+// V (N, 16), A (16, K). ct_thin_dx_masked's chain without a mask.
+void ct_thin_add_rows(long n0, long n1, int K, float alpha, const float *V, const float *A, float *Y, int ldy);
+
 // G (K, 16) += alpha · Σ_n X[n][k] · U[n][:]: X (N, K; row stride ldx), U (N, 16).
 void ct_thin_grad(int N, int K, float alpha, const float *X, int ldx, const float *U, float *G);
 

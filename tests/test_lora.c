@@ -187,6 +187,15 @@ static void check_engine_against_training_forward(int r) {
   for (long i = 0; i < (long)N * V; i++) worst = fmax(worst, fabs(want[i] - got[i]));
   fprintf(stderr, "    engine with adapters (r %d) vs training forward: max |logit diff| %.2e\n", r, worst);
   CHECK(worst < 2e-5);
+  // batch invariance: each sequence alone gives its rows of the batch's logits, bit for bit
+  float *alone = malloc(sizeof(float) * T * V);
+  int local[T];
+  for (int i = 0; i < T; i++) local[i] = i;
+  for (int s = 0; s < B; s++) {
+    CHECK_OK(ct_engine_forward(e, T, b.ids + s * T, slot + s * T, b.pos + s * T, local, T, alone));
+    CHECK(memcmp(alone, got + (long)s * T * V, sizeof(float) * T * V) == 0);
+  }
+  free(alone);
   // adapters packed once for a generation (ct_engine_lora_pin): the same bits as packed per
   // call; unpinned again, a change to the adapters shows in the next pass
   float *pinned = malloc(sizeof(float) * N * V);
