@@ -278,10 +278,14 @@ static void backward_kept(const ct_adapter_run *a, const work *w, int l, int t, 
   const uint32_t *bits = d.on ? mask_bits(a, w, l, t) : NULL;
   float sk = lo->scale * d.keep;  // xd = keep · mask ⊙ x
   const float *u = kept_u(a, w, l, t);
-  ct_thin_out(N, out, 1, dy, ldy, ab->B, w->v);  // v = dy·B (N, r)
+  // v = dy·B (N, r) and dB += s·dyᵀ·u in one pass over dy, the partial dB sums in w->x
+  // (unused by this backward) where they fit
+  bool one_pass = gab && ct_thin_out_grad_floats(N, out) <= a->cap * max_in(&lo->cfg, &lo->mc);
+  if (one_pass) ct_thin_out_grad(N, out, lo->scale, dy, ldy, ab->B, u, w->v, gab->B, w->x);
+  else ct_thin_out(N, out, 1, dy, ldy, ab->B, w->v);
   if (gab) {
-    ct_thin_grad(N, out, lo->scale, dy, ldy, u, gab->B);               // dB += s·dyᵀ·u
-    ct_thin_grad_masked(N, in, sk, x, ldx, bits, w->v, gab->A);       // dA += s·vᵀ·xd
+    if (!one_pass) ct_thin_grad(N, out, lo->scale, dy, ldy, u, gab->B);  // dB += s·dyᵀ·u
+    ct_thin_grad_masked(N, in, sk, x, ldx, bits, w->v, gab->A);           // dA += s·vᵀ·xd
   }
   ct_thin_dx_masked(N, in, sk, w->v, ab->A, bits, dx, lddx);          // dx += s·keep·mask ⊙ (v·A)
 }

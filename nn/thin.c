@@ -130,6 +130,77 @@ void ct_thin_grad(int N, int K, float alpha, const float *X, int ldx, const floa
 }
 
 // ---------------------------------------------------------------------------
+// Y = X · W and G += alpha · Xᵀ · U in one pass over X: chunk c's rows into partial c
+
+typedef struct {
+  int N, K, ldx;
+  float alpha;
+  const float *X, *W, *U;
+  float *Y, *G, *P;
+} out_grad_job;
+
+long ct_thin_out_grad_floats(int N, int K) { return (long)(N + CT_THIN_CHUNK - 1) / CT_THIN_CHUNK * K * R; }
+
+static void out_grad_row_scalar(long n, int K, const float *X, int ldx, const float *W, const float *U, float *Y,
+                                float *P) {
+  const float *x = X + n * ldx, *u = U + n * R;
+  float acc[R] = {0};
+  for (int k = 0; k < K; k++)
+    for (int j = 0; j < R; j++) {
+      acc[j] = fmaf(x[k], W[(long)k * R + j], acc[j]);
+      P[(long)k * R + j] = fmaf(x[k], u[j], P[(long)k * R + j]);
+    }
+  for (int j = 0; j < R; j++) Y[n * R + j] = acc[j];
+}
+
+static void out_grad_chunk(void *ctx, int c, int thread) {
+  (void)thread;
+  const out_grad_job *j = ctx;
+  int K = j->K, ldx = j->ldx;
+  long n = (long)c * CT_THIN_CHUNK, n1 = n + CT_THIN_CHUNK < j->N ? n + CT_THIN_CHUNK : j->N;
+  float *P = j->P + (long)c * K * R;
+  for (long i = 0; i < (long)K * R; i++) P[i] = 0;
+#if defined(__AVX512F__)
+  for (; n + 8 <= n1; n += 8) {  // 8 rows: each W row and partial row loaded once for all 8
+    const float *x = j->X + n * ldx;
+    __m512 u[8], y[8];
+    for (int r = 0; r < 8; r++) u[r] = _mm512_loadu_ps(j->U + (n + r) * R), y[r] = _mm512_setzero_ps();
+    for (int k = 0; k < K; k++) {
+      __m512 w = _mm512_loadu_ps(j->W + (long)k * R), p = _mm512_loadu_ps(P + (long)k * R);
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; r++) {
+        __m512 xv = _mm512_set1_ps(x[r * (long)ldx + k]);
+        y[r] = _mm512_fmadd_ps(xv, w, y[r]);
+        p = _mm512_fmadd_ps(xv, u[r], p);
+      }
+      _mm512_storeu_ps(P + (long)k * R, p);
+    }
+    for (int r = 0; r < 8; r++) _mm512_storeu_ps(j->Y + (n + r) * R, y[r]);
+  }
+#endif
+  for (; n < n1; n++) out_grad_row_scalar(n, K, j->X, ldx, j->W, j->U, j->Y, P);
+}
+
+// G[k] += alpha · Σ_c partial_c[k], chunks in order, for inputs [lo, hi)
+static void out_grad_sum(void *ctx, long lo, long hi, int thread) {
+  (void)thread;
+  const out_grad_job *j = ctx;
+  long chunks = (j->N + CT_THIN_CHUNK - 1) / CT_THIN_CHUNK;
+  for (long i = lo * R; i < hi * R; i++) {
+    float t = 0;
+    for (long c = 0; c < chunks; c++) t += j->P[c * j->K * R + i];
+    j->G[i] = fmaf(j->alpha, t, j->G[i]);
+  }
+}
+
+void ct_thin_out_grad(int N, int K, float alpha, const float *X, int ldx, const float *W, const float *U, float *Y,
+                      float *G, float *partials) {
+  out_grad_job j = {N, K, ldx, alpha, X, W, U, Y, G, partials};
+  ct_parallel_for((N + CT_THIN_CHUNK - 1) / CT_THIN_CHUNK, out_grad_chunk, &j);
+  ct_parallel_ranges(K, 16, ct_pool_parts((K + 15) / 16), out_grad_sum, &j);
+}
+
+// ---------------------------------------------------------------------------
 // With a dropout mask (bits: row n's words at bits + n·wpr, bit k of the row set = kept;
 // NULL = every element kept): G (16, K) += alpha · Σ_n U[n][:]ᵀ · (mask ⊙ X[n]), inputs
 // [k0, k1) (k0 a multiple of 16), and dX[n] += alpha · mask ⊙ (V[n] · A) for rows [n0, n1).

@@ -35,6 +35,16 @@ void ct_thin_add_rows(long n0, long n1, int K, float alpha, const float *V, cons
 // G (K, 16) += alpha · Σ_n X[n][k] · U[n][:]: X (N, K; row stride ldx), U (N, 16).
 void ct_thin_grad(int N, int K, float alpha, const float *X, int ldx, const float *U, float *G);
 
+// Both products that read an adapter's output gradient X (N, K; row stride ldx), in one pass
+// over it: Y (N, 16) = X · W (W (K, 16) k-major: B) and G (K, 16) += alpha · Xᵀ · U (U (N,
+// 16)). The rows run in fixed chunks of CT_THIN_CHUNK, each summing into its own partial G
+// in `partials` (ct_thin_out_grad_floats), added in chunk order: the thread count changes
+// no bit.
+#define CT_THIN_CHUNK 256
+long ct_thin_out_grad_floats(int N, int K);
+void ct_thin_out_grad(int N, int K, float alpha, const float *X, int ldx, const float *W, const float *U, float *Y,
+                      float *G, float *partials);
+
 // With a dropout mask: bits (N rows of ceil(K / 32) words, bit k of row n set = kept; NULL =
 // all kept) zero the dropped inputs.
 // G (16, K; A's layout) += alpha · Σ_n U[n][:]ᵀ · (mask ⊙ X[n]): an adapter's dA from the

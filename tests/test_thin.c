@@ -147,6 +147,38 @@ static void test_masked_grad_and_dx_match_double_sums_with_any_mask_and_thread_c
   CHECK(!memcmp(D[0], D[1], sizeof D[0]));
 }
 
+// ct_thin_out_grad over rows spanning three chunks (the last one short, with a tail past
+// the last block of 8): Y equals ct_thin_out's bits at scale 1, G the double sums added
+// in, and the same bits at 1, 2 and 3 threads.
+static void test_out_grad_in_one_pass_matches_out_and_double_sums(void) {
+  enum { N2 = 2 * CT_THIN_CHUNK + 29, K3 = 37, LD3 = 41 };
+  float *X3 = malloc(sizeof(float) * N2 * LD3), *U3 = malloc(sizeof(float) * N2 * 16);
+  float *P = malloc(sizeof(float) * ct_thin_out_grad_floats(N2, K3));
+  static float Y[3][N2 * 16], Yref[N2 * 16], G[3][K3 * 16], G0[K3 * 16];
+  seed(31), fill_normal(X3, N2 * LD3, &rng), fill_normal(U3, N2 * 16, &rng), fill_normal(G0, K3 * 16, &rng);
+  for (int t = 1; t <= 3; t++) {
+    CHECK_OK(ct_pool_init(t));
+    for (int i = 0; i < N2 * 16; i++) Y[t - 1][i] = NAN;
+    memcpy(G[t - 1], G0, sizeof G0);
+    ct_thin_out_grad(N2, K3, 0.75f, X3, LD3, W, U3, Y[t - 1], G[t - 1], P);
+    if (t == 1) ct_thin_out(N2, K3, 1, X3, LD3, W, Yref);
+    ct_pool_free();
+  }
+  CHECK(!memcmp(Y[0], Yref, sizeof Yref));
+  CHECK(!memcmp(Y[0], Y[1], sizeof Yref) && !memcmp(Y[0], Y[2], sizeof Yref));
+  CHECK(!memcmp(G[0], G[1], sizeof G0) && !memcmp(G[0], G[2], sizeof G0));
+  double worst = 0;
+  for (int k = 0; k < K3; k++)
+    for (int j = 0; j < 16; j++) {
+      double s = 0;
+      for (int n = 0; n < N2; n++) s += (double)X3[n * LD3 + k] * U3[n * 16 + j];
+      worst = fmax(worst, fabs(G[0][k * 16 + j] - (G0[k * 16 + j] + 0.75 * s)));
+      CHECK(!isnan(G[0][k * 16 + j]));
+    }
+  CHECK(worst < 1e-4);
+  free(X3), free(U3), free(P);
+}
+
 int main(void) {
   seed(1), fill_normal(X, N * LDX, &rng);
   seed(2), fill_normal(W, K * 16, &rng);
@@ -156,5 +188,6 @@ int main(void) {
   RUN(test_same_bits_at_any_thread_count);
   RUN(test_blocked_and_scalar_paths_agree_bit_for_bit);
   RUN(test_masked_grad_and_dx_match_double_sums_with_any_mask_and_thread_count);
+  RUN(test_out_grad_in_one_pass_matches_out_and_double_sums);
   return test_summary();
 }
