@@ -148,6 +148,22 @@ static inline void apply_bits(const uint32_t *wb, const float *v, float *o, int 
   }
 }
 
+// Row n's mask drawn: its bits into wb, the masked row o (in) = x ⊙ mask.
+static void draw_row(const dropout *d, long n, const float *x, float *o, uint32_t *wb, int in) {
+  uint32_t i0 = (uint32_t)(n * in);
+  for (int k0 = 0; k0 < in; k0 += 32) {
+    int kn = in - k0 < 32 ? in - k0 : 32;
+    uint32_t w = 0;
+#pragma omp simd reduction(| : w)
+    for (int k = 0; k < kn; k++) {
+      float m = mask_at(d, i0 + (uint32_t)(k0 + k));
+      o[k0 + k] = x[k0 + k] * m;
+      w |= (m != 0.0f ? 1u : 0u) << k;
+    }
+    wb[k0 / 32] = w;
+  }
+}
+
 static void input_task(void *ctx, int part, int thread) {
   (void)thread;
   const rows_job *j = ctx;
@@ -161,18 +177,7 @@ static void input_task(void *ctx, int part, int thread) {
       apply_bits(wb, x, o, j->in, j->d.keep, false);
       continue;
     }
-    uint32_t i0 = (uint32_t)(n * j->in);
-    for (int k0 = 0; k0 < j->in; k0 += 32) {
-      int kn = j->in - k0 < 32 ? j->in - k0 : 32;
-      uint32_t w = 0;
-#pragma omp simd reduction(| : w)
-      for (int k = 0; k < kn; k++) {
-        float m = mask_at(&j->d, i0 + (uint32_t)(k0 + k));
-        o[k0 + k] = x[k0 + k] * m;
-        w |= (m != 0.0f ? 1u : 0u) << k;
-      }
-      wb[k0 / 32] = w;
-    }
+    draw_row(&j->d, n, x, o, wb, j->in);
   }
 }
 
@@ -182,6 +187,30 @@ static void masked_add_task(void *ctx, int part, int thread) {
   long lo, hi, wpr = (j->in + 31) / 32;
   ct_chunk_range(j->N, 1, j->parts, part, &lo, &hi);
   for (long n = lo; n < hi; n++) apply_bits(j->bits + n * wpr, j->xd + n * j->in, j->dx + n * j->lddx, j->in, j->d.keep, true);
+}
+
+// The training forward at rank 16 with dropout: for 8 rows at a time, their masks drawn
+// and the masked rows written into the thread's 8 rows of the work space (they stay in
+// cache), then their u = xd·Aᵀ (thin.h: the same bits as over a whole masked copy).
+typedef struct {
+  const rows_job *r;
+  const float *At;  // (in, 16) A transposed
+  float *u;         // (N, 16)
+  float *xd;        // 8 rows of max_in floats per pool thread
+  long max_in;
+} drawn_job;
+
+static void drawn_range(void *ctx, long lo, long hi, int thread) {
+  const drawn_job *j = ctx;
+  const rows_job *r = j->r;
+  long wpr = (r->in + 31) / 32;
+  float *xd = j->xd + thread * 8 * j->max_in;
+  for (long n0 = lo; n0 < hi; n0 += 8) {
+    long n1 = n0 + 8 < hi ? n0 + 8 : hi;
+    for (long n = n0; n < n1; n++)
+      draw_row(&r->d, n, r->x + n * r->ldx, xd + (n - n0) * r->in, r->bits + n * wpr, r->in);
+    ct_thin_out_rows(0, n1 - n0, r->in, 1, xd, r->in, j->At, j->u + n0 * CT_THIN_R);
+  }
 }
 
 static void run_rows(rows_job *j, ct_task_fn task) {
@@ -260,8 +289,15 @@ void ct_adapter_forward(const ct_adapter_run *a, int l, int t, const float *x, i
   if (w.kept) w.u = kept_u(a, &w, l, t);  // (the recomputation's u is the forward's)
   if (!(w.kept && a->again)) {
     rows_job j = {dropout_of(a, l, t), x, ldx, in, 0, N, NULL, NULL, 0, mask_bits(a, &w, l, t), true};
-    const float *xd = masked_input(&j, &w, &ld);
-    times_at(ab, r, in, xd, ld, &w, N);  // u (N, r)
+    long mx = max_in(&lo->cfg, &lo->mc);
+    if (w.kept && j.d.on && (long)ct_pool_threads() * 8 <= a->cap) {  // masks and u in one pass
+      ct_thin_transpose(ab->A, in, w.t);
+      drawn_job dj = {&j, w.t, w.u, w.x, mx};
+      ct_parallel_ranges(N, 8, ct_pool_parts((N + 7) / 8), drawn_range, &dj);
+    } else {
+      const float *xd = masked_input(&j, &w, &ld);
+      times_at(ab, r, in, xd, ld, &w, N);  // u (N, r)
+    }
   }
   ct_sgemm('N', 'T', (int)N, out, r, lo->scale, w.u, r, ab->B, r, 1, y + row0, ldy);  // y += s·u·Bᵀ
 }
