@@ -18,7 +18,18 @@
 // row, so the causal mask wastes at most half of one QB x QB tile per block.
 #define QB 64
 
-long ct_attention_scratch_floats(int T, bool softcap) { return (softcap ? 3L : 2L) * QB * T + QB; }
+// The backward groups query blocks by their start into chunks of QCHUNK queries. A row of
+// one chunk accumulates dK and dV in place; a longer row sums each chunk's share into a
+// partial (T, 2·hd) of its own and adds the partials in chunk order. So the same bits come
+// out whether a row's chunks run one after another in one task or side by side in several,
+// which lets a batch of few rows (GRPO's completions behind one shared prompt: one row of
+// 2,000+ tokens) use every thread.
+#define QCHUNK 512
+
+// Per thread: P, dP (and the softcap's tanh) for a block of QB rows, D (QB), a partial (T, 2·hd).
+long ct_attention_scratch_floats(int T, int hd, bool softcap) {
+  return (softcap ? 3L : 2L) * QB * T + QB + 2L * hd * T;
+}
 
 typedef struct {
   float *out, *lse, *dqkv, *scratch, *head_max;
@@ -182,38 +193,35 @@ static void attn_fwd_task(void *ctx, int task, int thread) {
 void ct_attention_forward(float *out, float *lse, const float *qkv, const int *seg,
                           ct_attn_dims d, float *scratch, float *head_max) {
   attn_job j = {.out = out, .lse = lse, .qkv = qkv, .seg = seg, .d = d, .scratch = scratch,
-                .head_max = head_max, .scratch_per_thread = ct_attention_scratch_floats(d.T, d.softcap > 0)};
+                .head_max = head_max, .scratch_per_thread = ct_attention_scratch_floats(d.T, d.hd, d.softcap > 0)};
   ct_parallel_for(d.B * d.H, attn_fwd_task, &j);
 }
 
-// One task per (sequence, kv group): the group's heads share dK and dV, so they run
-// in the same task and accumulate without races.
-static void attn_bwd_task(void *ctx, int task, int thread) {
-  const attn_job *j = ctx;
+// Query blocks starting in [c0, c1) of sequence b, every head of kv group g: dQ of those
+// blocks written (=), their share of dK and dV (T rows, row stride ldk) added. P's scratch:
+// the thread's.
+static void bwd_blocks(const attn_job *j, int b, int g, int c0, int c1, float *dK, float *dV, int ldk, int thread) {
   const ct_attn_dims d = j->d;
-  int b = task / d.KV, g = task % d.KV, rep = d.H / d.KV;
+  int rep = d.H / d.KV;
   int ld = (d.H + 2 * d.KV) * d.hd, ldo = d.H * d.hd;
   float scale = attn_scale(&d);
   const float *base = j->qkv + (long)b * d.T * ld;
   float *dbase = j->dqkv + (long)b * d.T * ld;
   const float *K = base + (d.H + g) * d.hd, *V = base + (d.H + d.KV + g) * d.hd;
-  float *dK = dbase + (d.H + g) * d.hd, *dV = dbase + (d.H + d.KV + g) * d.hd;
   const int *seg = j->seg + (long)b * d.T, *pre = d.pre ? d.pre + (long)b * d.T : NULL;
   float *P = j->scratch + thread * j->scratch_per_thread;  // (QB, T)
   float *dP = P + (long)QB * d.T;                          // (QB, T)
   float *TH = d.softcap > 0 ? dP + (long)QB * d.T : NULL;  // (QB, T) tanh of capped scores
   float *D = (TH ? TH : dP) + (long)QB * d.T;               // (QB)
-  for (int t = 0; t < d.T; t++) {
-    memset(dK + (long)t * ld, 0, sizeof(float) * d.hd);
-    memset(dV + (long)t * ld, 0, sizeof(float) * d.hd);
-  }
+  int first = 0;  // the first block starting at or after c0 (blocks are cut from 0 on)
+  while (first < c0) first = block_end(seg, first, d.T);
   for (int h = g * rep; h < (g + 1) * rep; h++) {
     const float *Q = base + h * d.hd;
     float *dQ = dbase + h * d.hd;
     const float *O = j->cout + (long)b * d.T * ldo + h * d.hd;
     const float *dO = j->dout + (long)b * d.T * ldo + h * d.hd;
     const float *L = j->clse + (long)b * d.T * d.H + h;
-    for (int q0 = 0, q1; q0 < d.T; q0 = q1) {
+    for (int q0 = first, q1; q0 < c1 && q0 < d.T; q0 = q1) {
       q1 = block_end(seg, q0, d.T);
       int nq = q1 - q0;
       key_pieces kp = block_keys(&d, seg, pre, q0, q1);
@@ -236,7 +244,7 @@ static void attn_bwd_task(void *ctx, int task, int thread) {
         for (int i = 0; i < d.hd; i++) dot += o[i] * dout[i];
         D[r] = dot;
       }
-      block_times_t(P, nq, kp, dO + (long)q0 * ldo, ldo, d.hd, dV, ld);  // dV += Pᵀ · dO[q0:q1]
+      block_times_t(P, nq, kp, dO + (long)q0 * ldo, ldo, d.hd, dV, ldk);  // dV += Pᵀ · dO[q0:q1]
       // dP (nq, W) = dO[q0:q1] · Vᵀ (scores' pieces)
       block_scores(dO, ldo, V, ld, q0, nq, kp, d.hd, 1.0f, dP);
       // dS = P ∘ (dP − D) · scale, written over dP; through a softcap also ∘ (1 − tanh²)
@@ -252,15 +260,95 @@ static void attn_bwd_task(void *ctx, int task, int thread) {
       }
       // dQ[q0:q1] = dS · K;  dK += dSᵀ · Q[q0:q1]
       block_times(dP, nq, kp, K, ld, d.hd, 0.0f, dQ + (long)q0 * ld, ld);
-      block_times_t(dP, nq, kp, Q + (long)q0 * ld, ld, d.hd, dK, ld);
+      block_times_t(dP, nq, kp, Q + (long)q0 * ld, ld, d.hd, dK, ldk);
     }
   }
+}
+
+static int chunks_of(int T) { return (T + QCHUNK - 1) / QCHUNK; }
+
+// Partial p (its index in the scratch's partials: one per thread) of (T, 2·hd): dK | dV.
+static float *partial(const attn_job *j, int p) {
+  const ct_attn_dims *d = &j->d;
+  return j->scratch + p * j->scratch_per_thread + j->scratch_per_thread - 2L * d->hd * d->T;
+}
+
+// dK, dV (T rows of sequence b, group g) = Σ_c partial c, in chunk order (from zero).
+static void add_partials(const attn_job *j, int b, int g, int p0, int n) {
+  const ct_attn_dims d = j->d;
+  int ld = (d.H + 2 * d.KV) * d.hd;
+  float *dK = j->dqkv + (long)b * d.T * ld + (d.H + g) * d.hd, *dV = dK + d.KV * d.hd;
+  for (int t = 0; t < d.T; t++) {
+    memset(dK + (long)t * ld, 0, sizeof(float) * d.hd);
+    memset(dV + (long)t * ld, 0, sizeof(float) * d.hd);
+  }
+  for (int c = 0; c < n; c++) {
+    const float *pk = partial(j, p0 + c), *pv = pk + d.hd;
+    for (int t = 0; t < d.T; t++)
+      for (int i = 0; i < d.hd; i++) {
+        dK[(long)t * ld + i] += pk[(long)t * 2 * d.hd + i];
+        dV[(long)t * ld + i] += pv[(long)t * 2 * d.hd + i];
+      }
+  }
+}
+
+// One task per (sequence, kv group): the group's heads share dK and dV, so they run in the
+// same task and accumulate without races; a row of several chunks through the thread's
+// partial, chunk by chunk.
+static void attn_bwd_task(void *ctx, int task, int thread) {
+  const attn_job *j = ctx;
+  const ct_attn_dims d = j->d;
+  int b = task / d.KV, g = task % d.KV, ld = (d.H + 2 * d.KV) * d.hd, C = chunks_of(d.T);
+  float *dK = j->dqkv + (long)b * d.T * ld + (d.H + g) * d.hd, *dV = dK + d.KV * d.hd;
+  for (int t = 0; t < d.T; t++) {
+    memset(dK + (long)t * ld, 0, sizeof(float) * d.hd);
+    memset(dV + (long)t * ld, 0, sizeof(float) * d.hd);
+  }
+  if (C == 1) {
+    bwd_blocks(j, b, g, 0, d.T, dK, dV, ld, thread);
+    return;
+  }
+  float *pk = partial(j, thread);
+  for (int c = 0; c < C; c++) {
+    memset(pk, 0, sizeof(float) * 2 * d.hd * d.T);
+    bwd_blocks(j, b, g, c * QCHUNK, (c + 1) * QCHUNK, pk, pk + d.hd, 2 * d.hd, thread);
+    for (int t = 0; t < d.T; t++)
+      for (int i = 0; i < d.hd; i++) {
+        dK[(long)t * ld + i] += pk[(long)t * 2 * d.hd + i];
+        dV[(long)t * ld + i] += pk[(long)t * 2 * d.hd + d.hd + i];
+      }
+  }
+}
+
+// One task per (sequence, kv group, chunk), each into its own partial (then add_partials).
+static void attn_bwd_chunk_task(void *ctx, int task, int thread) {
+  const attn_job *j = ctx;
+  const ct_attn_dims d = j->d;
+  int C = chunks_of(d.T), c = task % C, b = task / C / d.KV, g = task / C % d.KV;
+  float *pk = partial(j, task);
+  memset(pk, 0, sizeof(float) * 2 * d.hd * d.T);
+  bwd_blocks(j, b, g, c * QCHUNK, (c + 1) * QCHUNK, pk, pk + d.hd, 2 * d.hd, thread);
+}
+
+static void attn_sum_task(void *ctx, int task, int thread) {
+  (void)thread;
+  const attn_job *j = ctx;
+  int C = chunks_of(j->d.T);
+  add_partials(j, task / j->d.KV, task % j->d.KV, task * C, C);
 }
 
 void ct_attention_backward(float *dqkv, const float *dout, const float *out, const float *lse,
                            const float *qkv, const int *seg, ct_attn_dims d, float *scratch) {
   attn_job j = {.dqkv = dqkv, .dout = dout, .cout = out, .clse = lse, .qkv = qkv, .seg = seg,
                 .d = d, .scratch = scratch,
-                .scratch_per_thread = ct_attention_scratch_floats(d.T, d.softcap > 0)};
+                .scratch_per_thread = ct_attention_scratch_floats(d.T, d.hd, d.softcap > 0)};
+  int C = chunks_of(d.T), threads = ct_pool_threads();
+  // few (sequence, kv group) pairs for the threads, and a partial for each of their chunks:
+  // the chunks side by side (the same bits as one after another)
+  if (C > 1 && d.B * d.KV < threads && d.B * d.KV * C <= threads) {
+    ct_parallel_for(d.B * d.KV * C, attn_bwd_chunk_task, &j);
+    ct_parallel_for(d.B * d.KV, attn_sum_task, &j);
+    return;
+  }
   ct_parallel_for(d.B * d.KV, attn_bwd_task, &j);
 }

@@ -26,9 +26,10 @@ typedef struct {
   const int *pre;
 } ct_attn_dims;
 
-// Floats of scratch the attention needs per thread for rows up to T (softcapped
-// scores keep their tanh for the backward: a third block).
-long ct_attention_scratch_floats(int T, bool softcap);
+// Floats of scratch the attention needs per thread for rows up to T of heads of hd
+// (softcapped scores keep their tanh for the backward: a third block; the backward's
+// partial dK | dV of a row: T x 2·hd).
+long ct_attention_scratch_floats(int T, int hd, bool softcap);
 
 // head_max (H), or NULL: max-accumulated (atomically; = max(itself, ...)) with each head's
 // largest pre-softmax logit (scaled by 1/sqrt(hd), over the keys each query sees) — QK-Clip's

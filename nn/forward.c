@@ -48,7 +48,7 @@ static void acts_sizes(const ct_model_config *c, int B, int T, int mode, int kep
   long Ls = keep ? d.L : 1 + kept_layers(c, mode, kept), Lx = back ? d.L + 1 : 1;  // per-layer slots; residual slots
   // reductions: rmsnorm (C), head norm (hd <= QKV), qkv bias (QKV); attention blocks
   long scratch = max3(CT_RED_CHUNKS * (d.C > d.QKV ? d.C : d.QKV),
-                      (long)ct_pool_threads() * ct_attention_scratch_floats(T, c->attn_softcap > 0), 1);
+                      (long)ct_pool_threads() * ct_attention_scratch_floats(T, c->head_dim, c->attn_softcap > 0), 1);
   long v[N_SLOTS] = {
       Lx * N * d.C, N * d.C, Ls * N, Ls * N * d.QKV,
       qkn ? Ls * N * d.QKV : 0, qkn ? Ls * N * (d.H + d.KV) : 0, Ls * N * d.H * d.hd,
@@ -145,7 +145,7 @@ int ct_acts_attach_lora(ct_acts *a, const ct_lora *lo) {
 }
 
 double ct_acts_rows_bytes(const ct_model_config *c, int T_row) {
-  return sizeof(float) * (double)ct_pool_threads() * ct_attention_scratch_floats(T_row, c->attn_softcap > 0);
+  return sizeof(float) * (double)ct_pool_threads() * ct_attention_scratch_floats(T_row, c->head_dim, c->attn_softcap > 0);
 }
 
 int ct_acts_long_rows(ct_acts *a, const ct_model *m, int T_row) {

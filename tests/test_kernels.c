@@ -610,7 +610,7 @@ static void test_embed_backward_matches_central_differences_with_repeated_ids(vo
 // Attention
 
 static float *attn_scratch(int T) {
-  return falloc((long)MAX_THREADS * ct_attention_scratch_floats(T, true));
+  return falloc((long)MAX_THREADS * ct_attention_scratch_floats(T, 64, true));  // (hd up to 64)
 }
 
 // Random qkv with q and k in [-2, 2] (scores of order one, so that softmax is far from
@@ -749,6 +749,46 @@ static void test_attention_backward_matches_central_differences_at_T70(void) {
   static const int starts[] = {0, 13, 40, 66};
   seed(14);
   attn_check_backward(d, starts, 4, 300, FD_EPS);
+}
+
+// A row longer than the backward's query chunks (512): at 2 threads one sequence and one kv
+// group run its chunks side by side, each into its own partial dK | dV.
+static void test_attention_backward_over_chunks_matches_central_differences(void) {
+  ct_attn_dims d = {.B = 1, .T = 700, .H = 2, .KV = 1, .hd = 8};
+  static const int starts[] = {0, 200, 201, 515};
+  seed(16);
+  attn_check_backward(d, starts, 4, 300, FD_EPS);
+}
+
+// The chunks of long rows one after another in one task (1 and 2 threads) and side by side
+// (8 threads: 1 sequence x 2 kv groups x 3 chunks): the same bits, with a window and a softcap.
+static void test_attention_backward_over_chunks_is_bit_identical_at_any_thread_count(void) {
+  ct_attn_dims d = {.B = 1, .T = 1100, .H = 4, .KV = 2, .hd = 8, .window = 600, .softcap = 20};
+  static const int starts[] = {0, 300, 301, 700};
+  long N = (long)d.B * d.T, ld = (d.H + 2 * d.KV) * d.hd, no = N * d.H * d.hd, nq = N * ld;
+  seed(17);
+  float *qkv = falloc(nq), *dout = falloc(no), *out = falloc(no), *lse = falloc(N * d.H);
+  float *scratch = falloc(8L * ct_attention_scratch_floats(d.T, d.hd, true)), *dqkv[3];
+  int *seg = xcalloc(N, sizeof(int)), threads[3] = {1, 2, 8};
+  attn_fill(qkv, d);
+  fill(dout, no, -1, 1);
+  attn_seg(seg, d, starts, 4);
+  set_threads(1);
+  ct_attention_forward(out, lse, qkv, seg, d, scratch, NULL);
+  for (int k = 0; k < 3; k++) {
+    dqkv[k] = falloc(nq);
+    fill_nan(dqkv[k], nq);
+    set_threads(threads[k]);
+    ct_attention_backward(dqkv[k], dout, out, lse, qkv, seg, d, scratch);
+  }
+  bool finite = true;
+  for (long i = 0; i < nq; i++) finite &= isfinite(dqkv[2][i]);
+  CHECK(finite);
+  CHECK(memcmp(dqkv[0], dqkv[1], sizeof(float) * nq) == 0);
+  CHECK(memcmp(dqkv[0], dqkv[2], sizeof(float) * nq) == 0);
+  set_threads(2);
+  for (int k = 0; k < 3; k++) free(dqkv[k]);
+  free(qkv), free(dout), free(out), free(lse), free(scratch), free(seg);
 }
 
 static void test_attention_is_bit_identical_for_1_and_2_threads(void) {
@@ -1518,6 +1558,8 @@ int main(int argc, char **argv) {
   RUN_WATCHED(test_attention_backward_matches_central_differences_for_every_entry_at_T9, 30);
   RUN_WATCHED(test_attention_backward_matches_central_differences_at_T70, 30);
   RUN_WATCHED(test_attention_is_bit_identical_for_1_and_2_threads, 30);
+  RUN_WATCHED(test_attention_backward_over_chunks_matches_central_differences, 120);
+  RUN_WATCHED(test_attention_backward_over_chunks_is_bit_identical_at_any_thread_count, 120);
   RUN(test_attention_over_a_shared_prefix_equals_one_row_per_document);
   RUN_WATCHED(test_head_gather_keeps_only_rows_with_a_target, 30);
   RUN_WATCHED(test_head_forward_matches_double_reference, 30);

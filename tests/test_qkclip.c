@@ -28,7 +28,7 @@ static void test_attention_head_max_is_the_largest_visible_logit_of_each_head(vo
   ct_attn_dims d = {.B = 3, .T = T, .H = 4, .KV = 2, .hd = 8};
   long N = (long)d.B * d.T, ld = (d.H + 2 * d.KV) * d.hd;
   float *qkv = malloc(sizeof(float) * N * ld), *out = malloc(sizeof(float) * N * d.H * d.hd);
-  float *lse = malloc(sizeof(float) * N * d.H), *scratch = malloc(sizeof(float) * ct_attention_scratch_floats(T, d.softcap > 0) * ct_pool_threads());
+  float *lse = malloc(sizeof(float) * N * d.H), *scratch = malloc(sizeof(float) * ct_attention_scratch_floats(T, d.hd, d.softcap > 0) * ct_pool_threads());
   int *seg = calloc(N, sizeof(int));
   ct_rng r;
   ct_rng_seed(&r, 3);
