@@ -267,29 +267,61 @@ static void bwd_blocks(const attn_job *j, int b, int g, int c0, int c1, float *d
 
 static int chunks_of(int T) { return (T + QCHUNK - 1) / QCHUNK; }
 
+// The key rows chunk c of sequence b reads (and its partial holds): the prefix [0, r[0]) and
+// [r[1], r[2]), its blocks' own keys (the ranges may overlap).
+static void chunk_rows(const attn_job *j, int b, int c, int r[3]) {
+  const ct_attn_dims *d = &j->d;
+  const int *seg = j->seg + (long)b * d->T, *pre = d->pre ? d->pre + (long)b * d->T : NULL;
+  int q0 = 0, c0 = c * QCHUNK, c1 = c0 + QCHUNK;
+  r[0] = 0, r[1] = d->T, r[2] = 0;
+  while (q0 < c0) q0 = block_end(seg, q0, d->T);
+  for (int q1; q0 < c1 && q0 < d->T; q0 = q1) {
+    q1 = block_end(seg, q0, d->T);
+    key_pieces kp = block_keys(d, seg, pre, q0, q1);
+    r[0] = kp.np > r[0] ? kp.np : r[0];
+    r[1] = kp.k0 < r[1] ? kp.k0 : r[1];
+    r[2] = q1 > r[2] ? q1 : r[2];
+  }
+  if (r[1] < r[0]) r[1] = r[0];  // (the overlap once)
+  if (r[2] < r[1]) r[2] = r[1];
+}
+
 // Partial p (its index in the scratch's partials: one per thread) of (T, 2·hd): dK | dV.
 static float *partial(const attn_job *j, int p) {
   const ct_attn_dims *d = &j->d;
   return j->scratch + p * j->scratch_per_thread + j->scratch_per_thread - 2L * d->hd * d->T;
 }
 
-// dK, dV (T rows of sequence b, group g) = Σ_c partial c, in chunk order (from zero).
-static void add_partials(const attn_job *j, int b, int g, int p0, int n) {
-  const ct_attn_dims d = j->d;
-  int ld = (d.H + 2 * d.KV) * d.hd;
-  float *dK = j->dqkv + (long)b * d.T * ld + (d.H + g) * d.hd, *dV = dK + d.KV * d.hd;
-  for (int t = 0; t < d.T; t++) {
-    memset(dK + (long)t * ld, 0, sizeof(float) * d.hd);
-    memset(dV + (long)t * ld, 0, sizeof(float) * d.hd);
+// Rows [t0, t1) of a partial zeroed, or (dK, dV given) added into dK | dV (row stride ld).
+static void partial_rows(const attn_job *j, float *pk, int t0, int t1, float *dK, float *dV, int ld) {
+  int hd = j->d.hd;
+  if (!dK) {
+    if (t1 > t0) memset(pk + (long)t0 * 2 * hd, 0, sizeof(float) * 2 * hd * (t1 - t0));
+    return;
   }
-  for (int c = 0; c < n; c++) {
-    const float *pk = partial(j, p0 + c), *pv = pk + d.hd;
-    for (int t = 0; t < d.T; t++)
-      for (int i = 0; i < d.hd; i++) {
-        dK[(long)t * ld + i] += pk[(long)t * 2 * d.hd + i];
-        dV[(long)t * ld + i] += pv[(long)t * 2 * d.hd + i];
-      }
+  for (int t = t0; t < t1; t++)
+    for (int i = 0; i < hd; i++) {
+      dK[(long)t * ld + i] += pk[(long)t * 2 * hd + i];
+      dV[(long)t * ld + i] += pk[(long)t * 2 * hd + hd + i];
+    }
+}
+
+static void partial_chunk(const attn_job *j, float *pk, const int r[3], float *dK, float *dV, int ld) {
+  partial_rows(j, pk, 0, r[0], dK, dV, ld);
+  partial_rows(j, pk, r[1], r[2], dK, dV, ld);
+}
+
+// Sequence b's, group g's dK and dV columns (row stride ld).
+static float *dk_of(const attn_job *j, int b, int g, float **dV) {
+  const ct_attn_dims *d = &j->d;
+  int ld = (d->H + 2 * d->KV) * d->hd;
+  float *dK = j->dqkv + (long)b * d->T * ld + (d->H + g) * d->hd;
+  *dV = dK + d->KV * d->hd;
+  for (int t = 0; t < d->T; t++) {
+    memset(dK + (long)t * ld, 0, sizeof(float) * d->hd);
+    memset(*dV + (long)t * ld, 0, sizeof(float) * d->hd);
   }
+  return dK;
 }
 
 // One task per (sequence, kv group): the group's heads share dK and dV, so they run in the
@@ -299,42 +331,43 @@ static void attn_bwd_task(void *ctx, int task, int thread) {
   const attn_job *j = ctx;
   const ct_attn_dims d = j->d;
   int b = task / d.KV, g = task % d.KV, ld = (d.H + 2 * d.KV) * d.hd, C = chunks_of(d.T);
-  float *dK = j->dqkv + (long)b * d.T * ld + (d.H + g) * d.hd, *dV = dK + d.KV * d.hd;
-  for (int t = 0; t < d.T; t++) {
-    memset(dK + (long)t * ld, 0, sizeof(float) * d.hd);
-    memset(dV + (long)t * ld, 0, sizeof(float) * d.hd);
-  }
+  float *dV, *dK = dk_of(j, b, g, &dV);
   if (C == 1) {
     bwd_blocks(j, b, g, 0, d.T, dK, dV, ld, thread);
     return;
   }
   float *pk = partial(j, thread);
   for (int c = 0; c < C; c++) {
-    memset(pk, 0, sizeof(float) * 2 * d.hd * d.T);
+    int r[3];
+    chunk_rows(j, b, c, r);
+    partial_chunk(j, pk, r, NULL, NULL, 0);
     bwd_blocks(j, b, g, c * QCHUNK, (c + 1) * QCHUNK, pk, pk + d.hd, 2 * d.hd, thread);
-    for (int t = 0; t < d.T; t++)
-      for (int i = 0; i < d.hd; i++) {
-        dK[(long)t * ld + i] += pk[(long)t * 2 * d.hd + i];
-        dV[(long)t * ld + i] += pk[(long)t * 2 * d.hd + d.hd + i];
-      }
+    partial_chunk(j, pk, r, dK, dV, ld);
   }
 }
 
-// One task per (sequence, kv group, chunk), each into its own partial (then add_partials).
+// One task per (sequence, kv group, chunk), each into its own partial (then attn_sum_task).
 static void attn_bwd_chunk_task(void *ctx, int task, int thread) {
   const attn_job *j = ctx;
   const ct_attn_dims d = j->d;
-  int C = chunks_of(d.T), c = task % C, b = task / C / d.KV, g = task / C % d.KV;
+  int C = chunks_of(d.T), c = task % C, b = task / C / d.KV, g = task / C % d.KV, r[3];
   float *pk = partial(j, task);
-  memset(pk, 0, sizeof(float) * 2 * d.hd * d.T);
+  chunk_rows(j, b, c, r);
+  partial_chunk(j, pk, r, NULL, NULL, 0);
   bwd_blocks(j, b, g, c * QCHUNK, (c + 1) * QCHUNK, pk, pk + d.hd, 2 * d.hd, thread);
 }
 
+// dK, dV of (sequence, kv group) = Σ_c partial c, from zero, in chunk order.
 static void attn_sum_task(void *ctx, int task, int thread) {
   (void)thread;
   const attn_job *j = ctx;
-  int C = chunks_of(j->d.T);
-  add_partials(j, task / j->d.KV, task % j->d.KV, task * C, C);
+  const ct_attn_dims d = j->d;
+  int C = chunks_of(d.T), b = task / d.KV, g = task % d.KV, ld = (d.H + 2 * d.KV) * d.hd, r[3];
+  float *dV, *dK = dk_of(j, b, g, &dV);
+  for (int c = 0; c < C; c++) {
+    chunk_rows(j, b, c, r);
+    partial_chunk(j, partial(j, task * C + c), r, dK, dV, ld);
+  }
 }
 
 void ct_attention_backward(float *dqkv, const float *dout, const float *out, const float *lse,

@@ -825,8 +825,7 @@ typedef struct {
   int pre_len, ndoc, doc[3];
 } prefix_row;
 
-static void attention_shared_prefix_case(int window, float softcap, float scale) {
-  static const prefix_row rows[2] = {{70, 3, {30, 90, 1}}, {5, 2, {3, 60}}};
+static void attention_shared_prefix_case(const prefix_row rows[2], int window, float softcap, float scale) {
   ct_attn_dims dp = {.B = 2, .H = 4, .KV = 2, .hd = 8, .scale = scale, .window = window, .softcap = softcap};
   ct_attn_dims ds = dp;
   ds.B = 0;
@@ -901,10 +900,15 @@ static void attention_shared_prefix_case(int window, float softcap, float scale)
 }
 
 static void test_attention_over_a_shared_prefix_equals_one_row_per_document(void) {
+  static const prefix_row rows[2] = {{70, 3, {30, 90, 1}}, {5, 2, {3, 60}}};
+  // rows longer than the backward's query chunks (512): its partials over a prefix's keys
+  static const prefix_row long_rows[2] = {{70, 3, {300, 250, 1}}, {5, 2, {400, 300}}};
   seed(16);
-  attention_shared_prefix_case(0, 0, 0);
-  attention_shared_prefix_case(20, 5.0f, 0.3f);
-  attention_shared_prefix_case(75, 0, 0);
+  attention_shared_prefix_case(rows, 0, 0, 0);
+  attention_shared_prefix_case(rows, 20, 5.0f, 0.3f);
+  attention_shared_prefix_case(rows, 75, 0, 0);
+  attention_shared_prefix_case(long_rows, 0, 0, 0);
+  attention_shared_prefix_case(long_rows, 120, 5.0f, 0);
 }
 
 // ---------------------------------------------------------------------------
