@@ -45,7 +45,7 @@ int ct_lm_forward(const ct_model *m, ct_acts *a, ct_head *h, const ct_batch *b) 
   if (rc) return rc;
   int n = ct_head_gather(h, a->lnf, b->target, b->B * b->T);
   const float *W = ct_lm_head_weight(m, a);
-  double t0 = ct_prof_now();
+  double t0 = ct_prof_open(CT_PROF_HEAD);
   if (n >= 0 && !W) ct_head_forward_fn(h, model_logits, (void *)m);  // a bf16-stored head
   else if (n >= 0) ct_head_forward_bf16(h, W, ct_model_w16(m, W));  // bf16 products with bf16 compute
   ct_prof_add(CT_PROF_HEAD, t0);

@@ -693,7 +693,7 @@ static int pass(ct_engine *e, int n, const int *ids, const float *x_in, const in
     }
     // x += h · Wdownᵀ, h = swiglu(gu): computed while packed unless the adapter reads h
     bool h_read = e->w->lora && e->w->lora->w[l][CT_LORA_DOWN].A;
-    double t0 = ct_prof_now();
+    double t0 = ct_prof_open(CT_PROF_E_LINEAR);
     bool fused = !h_read && !ct_linear_forward_swiglu(&w->down, e->gu, 2 * F, n, e->x, C, 1);
     ct_prof_add(CT_PROF_E_LINEAR, t0);
     if (!fused) {

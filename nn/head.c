@@ -2,6 +2,7 @@
 // online into log-sum-exp, target log-prob, entropy and argmax, and the backward from
 // per-row coefficients. Losses built on it (CE, DPO, GRPO, KD) live with their callers.
 #include "head.h"
+#include "prof.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -203,9 +204,10 @@ static void head_forward(ct_head *h, const float *W, const uint16_t *W16, ct_log
   for (int v0 = 0; v0 < h->V; v0 += h->ftile) {
     int nv = v0 + h->ftile <= h->V ? h->ftile : h->V - v0;
     // logits (n, nv) = hc · W[v0 : v0+nv]ᵀ
-    if (fn) fn(ctx, h->hc, n, v0, nv, h->logits);
-    else if (W16) ct_gemm_bf16('N', 'T', n, nv, h->C, h->hc16, h->C, W16 + (long)v0 * h->C, h->C, 0, h->logits, nv);
-    else ct_sgemm('N', 'T', n, nv, h->C, 1, h->hc, h->C, W + (long)v0 * h->C, h->C, 0, h->logits, nv);
+    CT_PROF(CT_PROF_HEAD_PRODUCT,
+            if (fn) fn(ctx, h->hc, n, v0, nv, h->logits);
+            else if (W16) ct_gemm_bf16('N', 'T', n, nv, h->C, h->hc16, h->C, W16 + (long)v0 * h->C, h->C, 0, h->logits, nv);
+            else ct_sgemm('N', 'T', n, nv, h->C, 1, h->hc, h->C, W + (long)v0 * h->C, h->C, 0, h->logits, nv));
     chunk_job j = {h, v0, nv, ct_pool_parts(n), false};
     ct_parallel_ranges(h->n, 1, j.parts, fold_chunk_range, &j);
   }
@@ -268,12 +270,12 @@ static void dlogits_range(void *ctx, long lo, long hi, int thread) {
 static void backward_chunk16(ct_head *h, const uint16_t *W16, float *dW, int v0, int nv) {
   int n = h->n, C = h->C;
   const uint16_t *Wv = W16 + (long)v0 * C;
-  if (h->ftile < h->V) ct_gemm_bf16('N', 'T', n, nv, C, h->hc16, C, Wv, C, 0, h->logits, nv);
+  if (h->ftile < h->V) CT_PROF(CT_PROF_HEAD_PRODUCT, ct_gemm_bf16('N', 'T', n, nv, C, h->hc16, C, Wv, C, 0, h->logits, nv));
   chunk_job j = {h, v0, nv, ct_pool_parts(n), true};
   ct_parallel_ranges(h->n, 1, j.parts, dlogits_range, &j);
   const uint16_t *d16 = (const uint16_t *)h->logits;  // (n, nv), row stride 2·nv
-  ct_gemm_bf16('N', 'N', n, C, nv, d16, 2 * nv, Wv, C, v0 ? 1 : 0, h->dhc, C);
-  if (dW) ct_gemm_bf16('T', 'N', nv, C, n, d16, 2 * nv, h->hc16, C, 1, dW + (long)v0 * C, C);
+  CT_PROF(CT_PROF_HEAD_PRODUCT, ct_gemm_bf16('N', 'N', n, C, nv, d16, 2 * nv, Wv, C, v0 ? 1 : 0, h->dhc, C);
+          if (dW) ct_gemm_bf16('T', 'N', nv, C, n, d16, 2 * nv, h->hc16, C, 1, dW + (long)v0 * C, C));
 }
 
 // dhc (n, C) = dlogits · W and dW += dlogitsᵀ · hc over the forward's vocabulary chunks.
@@ -287,14 +289,14 @@ static void backward_products(ct_head *h, const float *W, float *dW) {
       continue;
     }
     if (h->ftile < h->V)  // recompute this chunk's logits; with one chunk they are still there
-      ct_sgemm('N', 'T', n, nv, h->C, 1, h->hc, h->C, W + (long)v0 * h->C, h->C, 0, h->logits, nv);
+      CT_PROF(CT_PROF_HEAD_PRODUCT, ct_sgemm('N', 'T', n, nv, h->C, 1, h->hc, h->C, W + (long)v0 * h->C, h->C, 0, h->logits, nv));
     chunk_job j = {h, v0, nv, ct_pool_parts(n), false};
     ct_parallel_ranges(h->n, 1, j.parts, dlogits_range, &j);
     // dhc (n, C) (+)= dlogits · W[v0 : v0+nv];  dW[v0 : v0+nv] += dlogitsᵀ · hc
-    ct_sgemm('N', 'N', n, h->C, nv, 1, h->logits, nv, W + (long)v0 * h->C, h->C, v0 ? 1 : 0,
-             h->dhc, h->C);
-    if (dW)  // NULL: a frozen head
-      ct_sgemm('T', 'N', nv, h->C, n, 1, h->logits, nv, h->hc, h->C, 1, dW + (long)v0 * h->C, h->C);
+    CT_PROF(CT_PROF_HEAD_PRODUCT,
+            ct_sgemm('N', 'N', n, h->C, nv, 1, h->logits, nv, W + (long)v0 * h->C, h->C, v0 ? 1 : 0, h->dhc, h->C);
+            if (dW)  // NULL: a frozen head
+              ct_sgemm('T', 'N', nv, h->C, n, 1, h->logits, nv, h->hc, h->C, 1, dW + (long)v0 * h->C, h->C));
   }
 }
 

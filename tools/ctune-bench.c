@@ -235,7 +235,9 @@ static int bench_gemm(int argc, char **argv) {
       {"qkv   y = x Wt", 'N', 'T', 0, 1152, 896},  {"o     y = x Wt", 'N', 'T', 0, 896, 896},
       {"gu    y = x Wt", 'N', 'T', 0, 9728, 896},  {"down  y = x Wt", 'N', 'T', 0, 896, 4864},
       {"qkv   dx = dy W", 'N', 'N', 0, 896, 1152}, {"o     dx = dy W", 'N', 'N', 0, 896, 896},
-      {"gu    dx = dy W", 'N', 'N', 0, 896, 9728}, {"down  dx = dy W", 'N', 'N', 0, 4864, 896}};
+      {"gu    dx = dy W", 'N', 'N', 0, 896, 9728}, {"down  dx = dy W", 'N', 'N', 0, 4864, 896},
+      {"head  y = x Wt", 'N', 'T', 0, 151936, 896}, {"head  dx = dy W", 'N', 'N', 0, 896, 151936},
+      {"2048^3 (peak)", 'N', 'T', 2048, 2048, 2048}};
   const shape *s = qwen ? q05 : smol;
   size_t ns = qwen ? sizeof q05 / sizeof *q05 : sizeof smol / sizeof *smol;
   printf("%-18s %6s %6s %6s  %8s %8s  ratio\n", "product", "M", "N", "K", "fp32", "bf16");
