@@ -308,7 +308,7 @@ static void layer_forward(const ct_model *m, int l, int kind, const ct_layer_wei
   // q and k heads are adjacent: rotate all H + KV of them in one pass
   CT_PROF(CT_PROF_POINTWISE, ct_rope(la->qkv, a->pos, rc, rs, (int)N, (int)(d.H + d.KV), (int)d.hd, (int)d.QKV, 0));
   CT_PROF(CT_PROF_ATTENTION, ct_attention_forward(la->att, la->lse, la->qkv, a->seg, ad, attn_scratch(a, T), a->qk_max ? a->qk_max + l * d.H : NULL));
-  if (la->x2 != la->x) memcpy(la->x2, la->x, sizeof(float) * N * d.C);
+  CT_PROF(CT_PROF_POINTWISE, if (la->x2 != la->x) ct_copy_rows(la->x2, la->x, N, (int)d.C));
   if (c->gemma) {  // x2 = x + norm(att · Woᵀ)
     proj_forward(m, a, N, (int)d.C, (int)(d.H * d.hd), la->att, (int)(d.H * d.hd), w->wo, 0, la->ao, (int)d.C);
     CT_PROF(CT_PROF_LORA, ct_adapter_forward(&ad_run, l, CT_LORA_O, la->att, (int)(d.H * d.hd), la->ao, (int)d.C, N));
@@ -325,14 +325,14 @@ static void layer_forward(const ct_model *m, int l, int kind, const ct_layer_wei
     CT_PROF(CT_PROF_POINTWISE, ct_geglu_forward(la->h, la->gu, (int)N, (int)d.F));
     proj_forward(m, a, N, (int)d.C, (int)d.F, la->h, (int)d.F, w->wdown, 0, la->mo, (int)d.C);
     CT_PROF(CT_PROF_LORA, ct_adapter_forward(&ad_run, l, CT_LORA_DOWN, la->h, (int)d.F, la->mo, (int)d.C, N));
-    if (full && la->xn != la->x2) memcpy(la->xn, la->x2, sizeof(float) * N * d.C);
+    CT_PROF(CT_PROF_POINTWISE, if (full && la->xn != la->x2) ct_copy_rows(la->xn, la->x2, N, (int)d.C));
     post_norm_add(c, a, la->xn, la->mo, w->post_ff, la->rstd_mo, N, full);
     return;
   }
   uint16_t *h16 = full && ct_model_w16(m, w->wdown) ? a->x16 : NULL;  // (the down product's input)
   CT_PROF(CT_PROF_POINTWISE, ct_swiglu_forward(la->h, h16, la->gu, (int)N, (int)d.F));
   if (!full) return;
-  if (la->xn != la->x2) memcpy(la->xn, la->x2, sizeof(float) * N * d.C);
+  CT_PROF(CT_PROF_POINTWISE, if (la->xn != la->x2) ct_copy_rows(la->xn, la->x2, N, (int)d.C));
   proj_forward_r(m, a, N, (int)d.C, (int)d.F, la->h, (int)d.F, w->wdown, 1, la->xn, (int)d.C, h16 != NULL);
   CT_PROF(CT_PROF_LORA, ct_adapter_forward(&ad_run, l, CT_LORA_DOWN, la->h, (int)d.F, la->xn, (int)d.C, N));
 }

@@ -2,7 +2,6 @@
 // online into log-sum-exp, target log-prob, entropy and argmax, and the backward from
 // per-row coefficients. Losses built on it (CE, DPO, GRPO, KD) live with their callers.
 #include "head.h"
-#include "prof.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -15,7 +14,9 @@
 #include "fastmath.h"
 #include "matmul.h"
 #include "mem.h"
+#include "kernels.h"
 #include "pool.h"
+#include "prof.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -95,12 +96,25 @@ static int select_rows(ct_head *h, const int *target, int N) {
   return h->n = n;
 }
 
+typedef struct {
+  const ct_head *h;
+  const float *hidden;
+  float *d_hidden;
+} rows_job;
+
+static void gather_range(void *ctx, long lo, long hi, int thread) {
+  (void)thread;
+  const rows_job *j = ctx;
+  const ct_head *h = j->h;
+  for (long r = lo; r < hi; r++)  // logits / T = (hidden / T) · Wᵀ: scaling the row scales the logits
+    copy_scaled(h->hc + r * h->C, j->hidden + (long)h->rows[r] * h->C, h->C, h->inv_temp);
+}
+
 int ct_head_gather(ct_head *h, const float *hidden, const int *target, int N) {
   int n = select_rows(h, target, N);
-  for (int r = 0; r < n; r++) {
-    // logits / T = (hidden / T) · Wᵀ: scaling the row scales the logits
-    copy_scaled(h->hc + (long)r * h->C, hidden + (long)h->rows[r] * h->C, h->C, h->inv_temp);
-  }
+  if (n < 0) return n;
+  rows_job j = {h, hidden, NULL};
+  ct_parallel_ranges(n, 1, ct_pool_parts(n), gather_range, &j);
   return n;
 }
 
@@ -192,7 +206,7 @@ static void head_forward(ct_head *h, const float *W, const uint16_t *W16, ct_log
   int n = h->n;
   h->w16_of = W16 ? W : NULL;
   h->w16 = W16;
-  if (W16) ct_bf16_narrow(h->hc16, h->hc, (long)n * h->C);
+  if (W16) ct_bf16_narrow_rows(h->hc16, h->hc, n, h->C, h->C);
   for (int r = 0; r < n; r++) {
     h->lse[r] = -INFINITY;  // running max until the end
     h->run_sum[r] = h->run_xsum[r] = 0;
@@ -300,12 +314,27 @@ static void backward_products(ct_head *h, const float *W, float *dW) {
   }
 }
 
+// Token rows [lo, hi) of d_hidden: the gathered rows' gradients (rows[] ascends), 0 elsewhere.
+static void scatter_range(void *ctx, long lo, long hi, int thread) {
+  (void)thread;
+  const rows_job *j = ctx;
+  const ct_head *h = j->h;
+  long C = h->C;
+  int a = 0, b = h->n;  // the first gathered row at or after token lo
+  while (a < b) {
+    int mid = a + (b - a) / 2;
+    if (h->rows[mid] < lo) a = mid + 1;
+    else b = mid;
+  }
+  memset(j->d_hidden + lo * C, 0, sizeof(float) * (size_t)((hi - lo) * C));
+  for (int r = a; r < h->n && h->rows[r] < hi; r++)
+    copy_scaled(j->d_hidden + (long)h->rows[r] * C, h->dhc + (long)r * C, h->C, h->inv_temp);
+}
+
 // d_hidden (N, C) = the gathered rows' gradients in their token rows, 0 elsewhere.
 static void scatter_dhc(const ct_head *h, float *d_hidden, int N) {
-  memset(d_hidden, 0, sizeof(float) * N * h->C);
-  for (int r = 0; r < h->n; r++) {
-    copy_scaled(d_hidden + (long)h->rows[r] * h->C, h->dhc + (long)r * h->C, h->C, h->inv_temp);
-  }
+  rows_job j = {h, NULL, d_hidden};
+  ct_parallel_ranges(N, 1, ct_pool_parts(N), scatter_range, &j);
 }
 
 void ct_head_backward(ct_head *h, const float *W, float *dW, float *d_hidden, int N) {

@@ -341,6 +341,18 @@ void ct_add_rows(float *y, const float *x, long N, int C) {
   ct_parallel_for(j.parts, add_task, &j);
 }
 
+static void copy_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const add_job *j = ctx;
+  ROWS(j->N, j->parts, part, lo, hi);
+  memcpy(j->y + lo * j->C, j->x + lo * j->C, sizeof(float) * (size_t)((hi - lo) * j->C));
+}
+
+void ct_copy_rows(float *y, const float *x, long N, int C) {
+  add_job j = {.y = y, .x = x, .N = N, .C = C, .parts = ct_pool_parts((int)N)};
+  ct_parallel_for(j.parts, copy_task, &j);
+}
+
 // ---------------------------------------------------------------------------
 // Bias
 

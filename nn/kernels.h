@@ -56,6 +56,9 @@ void ct_geglu_backward(float *dgu, const float *dh, const float *gu, int N, int 
 
 // y (N, C) += x (N, C) (a residual add), on the pool.
 void ct_add_rows(float *y, const float *x, long N, int C);
+// y (N, C) = x (N, C), on the pool (the residual stream's copies: a GRPO micro-batch's are
+// 100+ MB each, and the first write of a fresh page costs the kernel's zeroing of it).
+void ct_copy_rows(float *y, const float *x, long N, int C);
 
 // y[i,:] += b for bias b (C) over rows with stride ld; db += Σ_rows dy.
 void ct_bias_forward(float *y, const float *b, int N, int C, int ld);
