@@ -7,7 +7,7 @@
 
 #include "bf16.h"
 #include "error.h"
-#include "fastmath.h"
+#include "swiglu.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -379,7 +379,7 @@ static inline void pack12x16_swiglu(const float *g, long ld, int K, float *d) {
     if (m < MR) {
       const float *gm = g + m * ld, *um = gm + K;
 #pragma omp simd
-      for (int i = 0; i < 16; i++) h[i] = gm[i] / (1.0f + ct_expf(-gm[i])) * um[i];
+      for (int i = 0; i < 16; i++) h[i] = ct_swiglu_h(gm[i], um[i]);
       a[m] = _mm512_loadu_ps(h);
     } else {
       a[m] = _mm512_setzero_ps();
@@ -421,7 +421,7 @@ void ct_panel_pack_x_swiglu(const float *gu, int ldgu, int S, int K, int s0, int
     for (; k < K; k++, d += mr)  // ct_swiglu_forward's expression, value by value
       for (int m = 0; m < mr; m++) {
         const float *gm = g + (long)m * ldgu;
-        d[m] = gm[k] / (1.0f + ct_expf(-gm[k])) * gm[K + k];
+        d[m] = ct_swiglu_h(gm[k], gm[K + k]);
       }
   }
 }

@@ -321,7 +321,9 @@ static void backward_kept(const ct_adapter_run *a, const work *w, int l, int t, 
   else ct_thin_out(N, out, 1, dy, ldy, ab->B, w->v);
   if (gab) {
     if (!one_pass) ct_thin_grad(N, out, lo->scale, dy, ldy, u, gab->B);  // dB += s·dyᵀ·u
-    ct_thin_grad_masked(N, in, sk, x, ldx, bits, w->v, gab->A);           // dA += s·vᵀ·xd
+    // dA += s·vᵀ·xd, its partial sums in w->x too where they fit
+    bool fit = ct_thin_out_grad_floats(N, in) <= a->cap * max_in(&lo->cfg, &lo->mc);
+    ct_thin_grad_masked(N, in, sk, x, ldx, bits, w->v, gab->A, fit ? w->x : NULL);
   }
   ct_thin_dx_masked(N, in, sk, w->v, ab->A, bits, dx, lddx);          // dx += s·keep·mask ⊙ (v·A)
 }

@@ -10,6 +10,7 @@
 #include "bf16.h"
 #include "fastmath.h"
 #include "pool.h"
+#include "swiglu.h"
 
 // ---------------------------------------------------------------------------
 // Row-parallel helpers: ROWS_BEGIN/ROWS_END wrap the body of a task that handles
@@ -231,7 +232,7 @@ static void swiglu_fwd_task(void *ctx, int part, int thread) {
     const float *g = j->gu + n * 2 * F, *u = g + F;
     float *h = j->h + n * F;
 #pragma omp simd
-    for (int i = 0; i < F; i++) h[i] = g[i] / (1.0f + ct_expf(-g[i])) * u[i];
+    for (int i = 0; i < F; i++) h[i] = ct_swiglu_h(g[i], u[i]);
     if (j->h16) ct_bf16_narrow(j->h16 + n * F, h, F);  // (the row is still in L1)
   }
 }
@@ -251,9 +252,8 @@ static void swiglu_bwd_task(void *ctx, int part, int thread) {
     float *dg = j->dgu + n * 2 * F, *du = dg + F;
 #pragma omp simd
     for (int i = 0; i < F; i++) {
-      float s = 1.0f / (1.0f + ct_expf(-g[i]));
-      float silu = g[i] * s;
-      float dui = dh[i] * silu, dgi = dh[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+      float dgi, dui;
+      ct_swiglu_grads(g[i], u[i], dh[i], &dgi, &dui);
       du[i] = dui;  // (both read before either is written: dgu may be gu)
       dg[i] = dgi;
     }

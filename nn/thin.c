@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "pool.h"
 
@@ -259,11 +260,61 @@ static void grad_rows_range(void *ctx, long lo, long hi, int thread) {
   for (; k < hi; k++) grad_rows_scalar(k, j->N, j->alpha, j->X, j->ldx, j->bits, j->wpr, j->U, j->G, j->K);
 }
 
+// Chunk c's partial P (16, K) = Σ over its rows n, in order, of U[n][:]ᵀ · (mask ⊙ X[n]):
+// rows 8 at a time along X, each P[r][k] one fmaf chain in row order.
+static void grad_chunk(void *ctx, int c, int thread) {
+  (void)thread;
+  const masked_job *j = ctx;
+  long K = j->K, n0 = (long)c * CT_THIN_CHUNK, n1 = n0 + CT_THIN_CHUNK < j->N ? n0 + CT_THIN_CHUNK : j->N;
+  float *P = j->dX + c * R * K;
+  memset(P, 0, sizeof(float) * R * K);
+  int kv = 0;
+#if defined(__AVX512F__)
+  kv = (int)(K / 16 * 16);
+  for (long n = n0; n < n1; n += 8) {
+    int nr = n1 - n < 8 ? (int)(n1 - n) : 8;
+    for (int k = 0; k < kv; k += 16) {
+      __m512 x[8];
+      for (int i = 0; i < nr; i++) x[i] = _mm512_maskz_loadu_ps(mask16(j->bits, n + i, j->wpr, k), j->X + (n + i) * j->ldx + k);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; r++) {
+        __m512 p = _mm512_loadu_ps(P + r * K + k);
+        for (int i = 0; i < nr; i++) p = _mm512_fmadd_ps(x[i], _mm512_set1_ps(j->U[(n + i) * R + r]), p);
+        _mm512_storeu_ps(P + r * K + k, p);
+      }
+    }
+  }
+#endif
+  for (long n = n0; n < n1 && kv < K; n++)
+    for (long k = kv; k < K; k++) {
+      float x = kept(j->bits, n, j->wpr, (int)k) ? j->X[n * j->ldx + k] : 0.0f;
+      for (int r = 0; r < R; r++) P[r * K + k] = fmaf(x, j->U[n * R + r], P[r * K + k]);
+    }
+}
+
+// G[r][k] += alpha · Σ_c P_c[r][k], chunks in order, for inputs [lo, hi)
+static void grad_sum(void *ctx, long lo, long hi, int thread) {
+  (void)thread;
+  const masked_job *j = ctx;
+  long K = j->K, chunks = (j->N + CT_THIN_CHUNK - 1) / CT_THIN_CHUNK;
+  for (int r = 0; r < R; r++)
+    for (long k = lo; k < hi; k++) {
+      float t = 0;
+      for (long c = 0; c < chunks; c++) t += j->dX[(c * R + r) * K + k];
+      j->G[r * K + k] = fmaf(j->alpha, t, j->G[r * K + k]);
+    }
+}
+
 void ct_thin_grad_masked(int N, int K, float alpha, const float *X, int ldx, const uint32_t *bits, const float *U,
-                         float *G) {
+                         float *G, float *partials) {
   masked_job j = {.N = N, .K = K, .ldx = ldx, .wpr = (K + 31) / 32, .alpha = alpha, .X = X, .U = U, .bits = bits,
-                  .G = G};
-  ct_parallel_ranges(K, 16, ct_pool_parts((K + 15) / 16), grad_rows_range, &j);
+                  .G = G, .dX = partials};
+  if (!partials) {
+    ct_parallel_ranges(K, 16, ct_pool_parts((K + 15) / 16), grad_rows_range, &j);
+    return;
+  }
+  ct_parallel_for((N + CT_THIN_CHUNK - 1) / CT_THIN_CHUNK, grad_chunk, &j);
+  ct_parallel_ranges(K, 16, ct_pool_parts((K + 15) / 16), grad_sum, &j);
 }
 
 static void dx_rows_scalar(long n, int K, float alpha, const float *V, const float *A, const uint32_t *bits, int wpr,
