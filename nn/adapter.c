@@ -57,21 +57,30 @@ static int targets_before(const ct_lora_config *lc, int t) {
 // Whether the forward keeps u for its recomputation and the backward (thin.h's rank, training).
 static bool keeps_u(const ct_lora_config *lc, int mode) { return ct_thin_takes(lc->r) && mode != CT_ACTS_FORWARD; }
 
+// Floats of the work space's x for Nc rows of inputs up to mx wide: the masked input; at
+// rank 16, where the backward reads no masked copy, the partial sums of its kernels
+// (ct_thin_out_grad_floats: more than the rows for a batch of under 16).
+static long x_floats(const ct_lora_config *lc, long Nc, long mx, int mode) {
+  long xs = Nc * mx, ps = keeps_u(lc, mode) ? ct_thin_out_grad_floats((int)Nc, (int)mx) : 0;
+  return ps > xs ? ps : xs;
+}
+
 // Lays the work space out from p; returns its size in floats. Mask bits and kept u only for
 // training activations (mode): evaluation forwards draw no masks.
 static long carve(const ct_lora_config *lc, const ct_model_config *c, long Nc, int mode, float *p, work *w) {
   long mx = max_in(lc, c), r = lc->r, t = ct_thin_takes(lc->r) ? mx * r : 0;
   long kept = keeps_u(lc, mode) ? (long)c->num_layers * targets_before(lc, CT_LORA_TARGETS) * Nc * r : 0;
+  long xs = x_floats(lc, Nc, mx, mode);
   if (p) {
     w->x = p;
-    w->u = w->x + Nc * mx;
+    w->u = w->x + xs;
     w->v = w->u + Nc * r;
     w->t = w->v + Nc * r;
     w->kept = kept ? w->t + t : NULL;
     w->bits = (uint32_t *)(w->t + t + kept);
   }
   long bits = lc->dropout > 0 && mode != CT_ACTS_FORWARD ? bits_before(lc, c, Nc, c->num_layers, 0) : 0;
-  return Nc * mx + 2 * Nc * r + t + kept + bits;
+  return xs + 2 * Nc * r + t + kept + bits;
 }
 
 long ct_adapter_work_floats(const ct_lora_config *lc, const ct_model_config *c, long N, int mode) {
@@ -302,6 +311,13 @@ void ct_adapter_forward(const ct_adapter_run *a, int l, int t, const float *x, i
   ct_sgemm('N', 'T', (int)N, out, r, lo->scale, w.u, r, ab->B, r, 1, y + row0, ldy);  // y += s·u·Bᵀ
 }
 
+// Whether the partial sums of a kernel over N rows of K (ct_thin_out_grad_floats) fit in the
+// work space's x (carve sizes it for them when the forward keeps u).
+static bool partials_fit(const ct_adapter_run *a, long N, int K) {
+  long mx = max_in(&a->lora->cfg, &a->lora->mc);
+  return N <= a->cap && ct_thin_out_grad_floats((int)N, K) <= x_floats(&a->lora->cfg, a->cap, mx, a->mode);
+}
+
 // The backward at rank 16 from the forward's kept u and mask bits: no copy of the masked
 // input, dA from x under the mask, dx in one pass (thin.h).
 static void backward_kept(const ct_adapter_run *a, const work *w, int l, int t, const float *x, int ldx,
@@ -316,14 +332,13 @@ static void backward_kept(const ct_adapter_run *a, const work *w, int l, int t, 
   const float *u = kept_u(a, w, l, t);
   // v = dy·B (N, r) and dB += s·dyᵀ·u in one pass over dy, the partial dB sums in w->x
   // (unused by this backward) where they fit
-  bool one_pass = gab && ct_thin_out_grad_floats(N, out) <= a->cap * max_in(&lo->cfg, &lo->mc);
+  bool one_pass = gab && partials_fit(a, N, out);
   if (one_pass) ct_thin_out_grad(N, out, lo->scale, dy, ldy, ab->B, u, w->v, gab->B, w->x);
   else ct_thin_out(N, out, 1, dy, ldy, ab->B, w->v);
   if (gab) {
     if (!one_pass) ct_thin_grad(N, out, lo->scale, dy, ldy, u, gab->B);  // dB += s·dyᵀ·u
     // dA += s·vᵀ·xd, its partial sums in w->x too where they fit
-    bool fit = ct_thin_out_grad_floats(N, in) <= a->cap * max_in(&lo->cfg, &lo->mc);
-    ct_thin_grad_masked(N, in, sk, x, ldx, bits, w->v, gab->A, fit ? w->x : NULL);
+    ct_thin_grad_masked(N, in, sk, x, ldx, bits, w->v, gab->A, partials_fit(a, N, in) ? w->x : NULL);
   }
   ct_thin_dx_masked(N, in, sk, w->v, ab->A, bits, dx, lddx);          // dx += s·keep·mask ⊙ (v·A)
 }
