@@ -14,6 +14,10 @@
 #include "matmul.h"
 #include "pool.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 // Queries are processed in blocks of QB rows; a block only needs the keys up to its last
 // row, so the causal mask wastes at most half of one QB x QB tile per block.
 #define QB 64
@@ -129,6 +133,22 @@ static void block_times_t(const float *P, int nq, key_pieces k, const float *G, 
   ct_sgemm_serial('T', 'N', k.nk, hd, nq, 1.0f, P + k.np, W, G, ldg, 1.0f, dX + (long)k.k0 * ld, ld);
 }
 
+// The largest of s[lo, hi) and m (NaNs passed over). The max of any order is the same
+// value, so 16 lanes at a time give the one-by-one scan's result (which, a chain of
+// dependent compares, was half of the forward's own time).
+static float max_into_span(const float *s, int lo, int hi, float m) {
+  int k = lo;
+#if defined(__AVX512F__)
+  if (hi - lo >= 16) {
+    __m512 v = _mm512_set1_ps(m);
+    for (; k + 16 <= hi; k += 16) v = _mm512_max_ps(_mm512_loadu_ps(s + k), v);  // (NaN: keeps v's lane)
+    m = _mm512_reduce_max_ps(v);
+  }
+#endif
+  for (; k < hi; k++) m = s[k] > m ? s[k] : m;
+  return m;
+}
+
 // Scores s (n) become c·tanh(s/c); th (n, or NULL) keeps tanh for the backward.
 static void softcap_row(float *s, float *th, int n, float c) {
   float ic = 1.0f / c;
@@ -165,13 +185,13 @@ static void attn_fwd_task(void *ctx, int task, int thread) {
       float mx = -INFINITY;
       for (int i = 0; i < ns; i++) {
         if (d.softcap > 0) softcap_row(s + sp[i][0], NULL, sp[i][1] - sp[i][0], d.softcap);
-        for (int k = sp[i][0]; k < sp[i][1]; k++) mx = s[k] > mx ? s[k] : mx;
+        mx = max_into_span(s, sp[i][0], sp[i][1], mx);
       }
       hmax = mx > hmax ? mx : hmax;
       float sum = 0;
       int prev = 0;
       for (int i = 0; i < ns; i++) {
-        for (int k = prev; k < sp[i][0]; k++) s[k] = 0;
+        if (sp[i][0] > prev) memset(s + prev, 0, sizeof(float) * (size_t)(sp[i][0] - prev));
 #pragma omp simd reduction(+ : sum)
         for (int k = sp[i][0]; k < sp[i][1]; k++) {
           s[k] = ct_expf(s[k] - mx);
@@ -179,10 +199,12 @@ static void attn_fwd_task(void *ctx, int task, int thread) {
         }
         prev = sp[i][1];
       }
-      for (int k = prev; k < W; k++) s[k] = 0;
+      if (W > prev) memset(s + prev, 0, sizeof(float) * (size_t)(W - prev));
       float inv = 1.0f / sum;
-      for (int i = 0; i < ns; i++)
+      for (int i = 0; i < ns; i++) {
+#pragma omp simd
         for (int k = sp[i][0]; k < sp[i][1]; k++) s[k] *= inv;
+      }
       L[(long)t * d.H] = mx + logf(sum);
     }
     block_times(S, nq, kp, V, ld, d.hd, 0.0f, O + (long)q0 * ldo, ldo);  // O[q0:q1] (nq, hd) = P · V
@@ -233,14 +255,15 @@ static void bwd_blocks(const attn_job *j, int b, int g, int c0, int c1, float *d
         int prev = 0;
         for (int i = 0; i < ns; i++) {
           if (d.softcap > 0) softcap_row(p + sp[i][0], TH + (long)r * W + sp[i][0], sp[i][1] - sp[i][0], d.softcap);
-          for (int k = prev; k < sp[i][0]; k++) p[k] = 0;
+          if (sp[i][0] > prev) memset(p + prev, 0, sizeof(float) * (size_t)(sp[i][0] - prev));
 #pragma omp simd
           for (int k = sp[i][0]; k < sp[i][1]; k++) p[k] = ct_expf(p[k] - l);
           prev = sp[i][1];
         }
-        for (int k = prev; k < W; k++) p[k] = 0;
+        if (W > prev) memset(p + prev, 0, sizeof(float) * (size_t)(W - prev));
         const float *o = O + (long)t * ldo, *dout = dO + (long)t * ldo;
-        float dot = 0;
+        float dot = 0;  // (in lanes: a fixed order per row, whatever the thread)
+#pragma omp simd reduction(+ : dot)
         for (int i = 0; i < d.hd; i++) dot += o[i] * dout[i];
         D[r] = dot;
       }
@@ -251,7 +274,9 @@ static void bwd_blocks(const attn_job *j, int b, int g, int c0, int c1, float *d
       for (int r = 0; r < nq; r++) {
         float *ds = dP + (long)r * W;
         const float *p = P + (long)r * W;
-        for (int k = 0; k < W; k++) ds[k] = p[k] * (ds[k] - D[r]) * scale;
+        float Dr = D[r];
+#pragma omp simd
+        for (int k = 0; k < W; k++) ds[k] = p[k] * (ds[k] - Dr) * scale;
         if (d.softcap > 0) {
           const float *th = TH + (long)r * W;
           for (int i = 0; i < nspans[r]; i++)
