@@ -319,9 +319,10 @@ static bool partials_fit(const ct_adapter_run *a, long N, int K) {
 }
 
 // The backward at rank 16 from the forward's kept u and mask bits: no copy of the masked
-// input, dA from x under the mask, dx in one pass (thin.h).
+// input, dA from x under the mask (x NULL: from swiglu(gu), gu (N, 2·in)), dx in one pass
+// (thin.h).
 static void backward_kept(const ct_adapter_run *a, const work *w, int l, int t, const float *x, int ldx,
-                          const float *dy, int ldy, float *dx, int lddx, int N) {
+                          const float *gu, const float *dy, int ldy, float *dx, int lddx, int N) {
   const ct_lora *lo = a->lora;
   const ct_lora_ab *ab = &lo->w[l][t], *gab = lo->grads ? &lo->g[l][t] : NULL;
   int in, out, row0;
@@ -337,8 +338,9 @@ static void backward_kept(const ct_adapter_run *a, const work *w, int l, int t, 
   else ct_thin_out(N, out, 1, dy, ldy, ab->B, w->v);
   if (gab) {
     if (!one_pass) ct_thin_grad(N, out, lo->scale, dy, ldy, u, gab->B);  // dB += s·dyᵀ·u
-    // dA += s·vᵀ·xd, its partial sums in w->x too where they fit
-    ct_thin_grad_masked(N, in, sk, x, ldx, bits, w->v, gab->A, partials_fit(a, N, in) ? w->x : NULL);
+    // dA += s·vᵀ·xd, its partial sums in w->x too where they fit (from gu: they always do)
+    if (!x) ct_thin_grad_masked_swiglu(N, in, sk, gu, bits, w->v, gab->A, w->x);
+    else ct_thin_grad_masked(N, in, sk, x, ldx, bits, w->v, gab->A, partials_fit(a, N, in) ? w->x : NULL);
   }
   ct_thin_dx_masked(N, in, sk, w->v, ab->A, bits, dx, lddx);          // dx += s·keep·mask ⊙ (v·A)
 }
@@ -353,7 +355,7 @@ void ct_adapter_backward(const ct_adapter_run *a, int l, int t, const float *x, 
   ct_lora_dims(&lo->mc, t, &in, &out, &row0);
   work w = work_of(a);
   if (w.kept) {
-    backward_kept(a, &w, l, t, x, ldx, dy + row0, ldy, dx, lddx, n);
+    backward_kept(a, &w, l, t, x, ldx, NULL, dy + row0, ldy, dx, lddx, n);
     return;
   }
   rows_job j = {dropout_of(a, l, t), x, ldx, in, 0, N, NULL, NULL, 0, mask_bits(a, &w, l, t), false};
@@ -369,4 +371,20 @@ void ct_adapter_backward(const ct_adapter_run *a, int l, int t, const float *x, 
   ct_sgemm('N', 'N', n, in, r, lo->scale, w.v, r, ab->A, in, 0, w.x, in);  // s·v·A, then
   j.xd = w.x, j.dx = dx, j.lddx = lddx;                                  // ⊙ the mask
   run_rows(&j, masked_add_task);
+}
+
+bool ct_adapter_down_from_gu(const ct_adapter_run *a, int l, long N) {
+  const ct_lora *lo = a->lora;
+  int in, out, row0;
+  if (!lo || !lo->w[l][CT_LORA_DOWN].A || !keeps_u(&lo->cfg, a->mode)) return false;
+  ct_lora_dims(&lo->mc, CT_LORA_DOWN, &in, &out, &row0);
+  return partials_fit(a, N, in);
+}
+
+void ct_adapter_backward_down_gu(const ct_adapter_run *a, int l, const float *gu, const float *dy, int ldy, float *dx,
+                                 int lddx, long N) {
+  work w = work_of(a);
+  int in, out, row0;
+  ct_lora_dims(&a->lora->mc, CT_LORA_DOWN, &in, &out, &row0);
+  backward_kept(a, &w, l, CT_LORA_DOWN, NULL, in, gu, dy + row0, ldy, dx, lddx, (int)N);
 }

@@ -39,6 +39,15 @@ void ct_adapter_forward(const ct_adapter_run *a, int l, int t, const float *x, i
 void ct_adapter_backward(const ct_adapter_run *a, int l, int t, const float *x, int ldx,
                          const float *dy, int ldy, float *dx, int lddx, long N);
 
+// Whether layer l's down adapter can go backward over N tokens without h, its input
+// (ct_adapter_backward_down_gu): rank 16 (thin.h), in a training forward that keeps u.
+bool ct_adapter_down_from_gu(const ct_adapter_run *a, int l, long N);
+
+// ct_adapter_backward of layer l's down adapter with its input x = swiglu(gu) (gu (N, 2·in),
+// SwiGLU's input) computed as dA reads it: the same bits, and no h need exist.
+void ct_adapter_backward_down_gu(const ct_adapter_run *a, int l, const float *gu, const float *dy, int ldy, float *dx,
+                                 int lddx, long N);
+
 // Floats of work space the adapters need for N tokens of activations in `mode`
 // (ct_acts_attach_lora).
 long ct_adapter_work_floats(const ct_lora_config *lc, const ct_model_config *c, long N, int mode);

@@ -283,10 +283,11 @@ static ct_adapter_run adapters_of(const ct_acts *a) {
 }
 
 // Layer forward from la->x. With `full` false it stops once what backward reads is
-// computed (recomputation: the layer's output la->xn is already there). l indexes the
-// adapters and QK-Clip's maxima; the attention (window, RoPE base) is layer `kind`'s.
+// computed (recomputation: the layer's output la->xn is already there), without h when
+// `need_h` is false. l indexes the adapters and QK-Clip's maxima; the attention (window,
+// RoPE base) is layer `kind`'s.
 static void layer_forward(const ct_model *m, int l, int kind, const ct_layer_weights *w, const layer_acts *la,
-                          const ct_acts *a, int B, int T, bool full) {
+                          const ct_acts *a, int B, int T, bool full, bool need_h) {
   const ct_model_config *c = &m->cfg;
   dims d = dims_of(c);
   long N = (long)B * T;
@@ -329,6 +330,7 @@ static void layer_forward(const ct_model *m, int l, int kind, const ct_layer_wei
     post_norm_add(c, a, la->xn, la->mo, w->post_ff, la->rstd_mo, N, full);
     return;
   }
+  if (!full && !need_h) return;
   uint16_t *h16 = full && ct_model_w16(m, w->wdown) ? a->x16 : NULL;  // (the down product's input)
   CT_PROF(CT_PROF_POINTWISE, ct_swiglu_forward(la->h, h16, la->gu, (int)N, (int)d.F));
   if (!full) return;
@@ -351,7 +353,7 @@ void ct_forward(const ct_model *m, ct_acts *a, int B, int T) {
   for (int l = 0; l < d.L; l++) {
     ct_stop_poll("forward, layer", l + 1, d.L);  // (a stop, or the heartbeat, within a long pass)
     layer_acts la = layer_slots(a, &d, l);
-    layer_forward(m, l, l, ct_model_layer(m, l), &la, a, B, T, true);
+    layer_forward(m, l, l, ct_model_layer(m, l), &la, a, B, T, true, true);
   }
   CT_PROF(CT_PROF_NORM, ct_rmsnorm_forward(a->lnf, a->rstdf, ct_acts_top(a, c), NW(ct_model_norm(m), d.C), (int)N, (int)d.C, c->rms_norm_eps));
 }
@@ -368,14 +370,19 @@ static void layer_backward(const ct_model *m, int l, int kind, const ct_layer_we
   layer_acts la = layer_slots(a, &d, l);
   ct_adapter_run ad_run = adapters_of(a);
   bool again = a->mode == CT_ACTS_RECOMPUTE && l < a->kept_from;  // (a kept layer is as CT_ACTS_KEEP's)
-  if (again) layer_forward(m, l, kind, w, &la, a, B, T, false);
+  // h = swiglu(gu) is read by the down adapter's dA and the down weight's gradient only; the
+  // adapter can take it from gu as it reads (ct_adapter_backward_down_gu), so without a
+  // weight gradient no h is computed (a pass writing N x F floats, and one reading them)
+  bool down = ad_run.lora && ad_run.lora->w[l][CT_LORA_DOWN].A;
+  bool no_h = !c->gemma && !gw->wdown && (!down || ct_adapter_down_from_gu(&ad_run, l, N));
+  if (again) layer_forward(m, l, kind, w, &la, a, B, T, false, !no_h);
   float *x = la.x, *ln1 = la.ln1, *rstd1 = la.rstd1, *qkv = la.qkv, *att = la.att, *lse = la.lse;
   float *x2 = la.x2, *ln2 = la.ln2, *rstd2 = la.rstd2, *gu = la.gu, *h = la.h;
   const float *rc, *rs;
   ct_attn_dims ad = attn_dims(m, a, kind, B, T, &rc, &rs);
   if (!again) {  // (the recomputation just did; its last norm output is ln2)
     CT_PROF(CT_PROF_POINTWISE, if (c->gemma) ct_geglu_forward(h, gu, (int)N, (int)d.F);
-                               else ct_swiglu_forward(h, NULL, gu, (int)N, (int)d.F));
+                               else if (!no_h) ct_swiglu_forward(h, NULL, gu, (int)N, (int)d.F));
     CT_PROF(CT_PROF_NORM, ct_rmsnorm_apply(ln2, rstd2, x2, NW(w->ln2, d.C), (int)N, (int)d.C));
   }
 
@@ -387,7 +394,8 @@ static void layer_backward(const ct_model *m, int l, int kind, const ct_layer_we
     dmo = a->dln;
   }
   proj_backward(m, a, N, (int)d.C, (int)d.F, dmo, h, w->wdown, gw->wdown, a->dh);  // dh (N, F)
-  CT_PROF(CT_PROF_LORA, ct_adapter_backward(&ad_run, l, CT_LORA_DOWN, h, (int)d.F, dmo, (int)d.C, a->dh, (int)d.F, N));
+  CT_PROF(CT_PROF_LORA, if (down && no_h) ct_adapter_backward_down_gu(&ad_run, l, gu, dmo, (int)d.C, a->dh, (int)d.F, N);
+                        else ct_adapter_backward(&ad_run, l, CT_LORA_DOWN, h, (int)d.F, dmo, (int)d.C, a->dh, (int)d.F, N));
   float *dgu = gu;  // (N, 2F) in place: the layer's gu is not read again
   uint16_t *dgu16 = !c->gemma && ct_model_w16(m, w->wgu) ? a->dy16 : NULL;  // (the gate/up product's dy)
   CT_PROF(CT_PROF_POINTWISE, if (c->gemma) ct_geglu_backward(dgu, a->dh, gu, (int)N, (int)d.F);
@@ -462,7 +470,7 @@ void ct_layer_forward(const ct_model *m, int kind, const ct_layer_weights *w, ct
   dims d = dims_of(&m->cfg);
   a->n = (long)B * T;
   layer_acts la = layer_slots(a, &d, 0);
-  layer_forward(m, 0, kind, w, &la, a, B, T, true);
+  layer_forward(m, 0, kind, w, &la, a, B, T, true, true);
 }
 
 void ct_layer_backward(const ct_model *m, int kind, const ct_layer_weights *w, const ct_layer_weights *g,

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "pool.h"
+#include "swiglu.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -224,9 +225,17 @@ typedef struct {
   int N, K, ldx, wpr, lddx;
   float alpha;
   const float *X, *U, *A;
+  const float *gu;  // grad_chunk: X is swiglu(gu) (gu (N, 2K)), computed as it is read
   const uint32_t *bits;
   float *G, *dX;
 } masked_job;
+
+// X[n][k], or swiglu's h from gu's row n
+static inline float x_at(const masked_job *j, long n, long k) {
+  if (!j->gu) return j->X[n * j->ldx + k];
+  const float *g = j->gu + n * 2 * j->K;
+  return ct_swiglu_h(g[k], g[j->K + k]);
+}
 
 #if defined(__AVX512F__)
 // Bits k..k+15 of row n's mask (k a multiple of 16), or all set without one.
@@ -261,7 +270,8 @@ static void grad_rows_range(void *ctx, long lo, long hi, int thread) {
 }
 
 // Chunk c's partial P (16, K) = Σ over its rows n, in order, of U[n][:]ᵀ · (mask ⊙ X[n]):
-// rows 8 at a time along X, each P[r][k] one fmaf chain in row order.
+// rows 8 at a time along X, each P[r][k] one fmaf chain in row order. (X from gu: h of 16
+// inputs at a time, each as ct_swiglu_forward computes it.)
 static void grad_chunk(void *ctx, int c, int thread) {
   (void)thread;
   const masked_job *j = ctx;
@@ -275,7 +285,17 @@ static void grad_chunk(void *ctx, int c, int thread) {
     int nr = n1 - n < 8 ? (int)(n1 - n) : 8;
     for (int k = 0; k < kv; k += 16) {
       __m512 x[8];
-      for (int i = 0; i < nr; i++) x[i] = _mm512_maskz_loadu_ps(mask16(j->bits, n + i, j->wpr, k), j->X + (n + i) * j->ldx + k);
+      for (int i = 0; i < nr; i++) {
+        const float *xr = j->X ? j->X + (n + i) * j->ldx + k : NULL;
+        float h[16];
+        if (!xr) {
+          const float *g = j->gu + (n + i) * 2 * K + k, *u = g + K;
+#pragma omp simd
+          for (int q = 0; q < 16; q++) h[q] = ct_swiglu_h(g[q], u[q]);
+          xr = h;
+        }
+        x[i] = _mm512_maskz_loadu_ps(mask16(j->bits, n + i, j->wpr, k), xr);
+      }
 #pragma GCC unroll 16
       for (int r = 0; r < R; r++) {
         __m512 p = _mm512_loadu_ps(P + r * K + k);
@@ -287,7 +307,7 @@ static void grad_chunk(void *ctx, int c, int thread) {
 #endif
   for (long n = n0; n < n1 && kv < K; n++)
     for (long k = kv; k < K; k++) {
-      float x = kept(j->bits, n, j->wpr, (int)k) ? j->X[n * j->ldx + k] : 0.0f;
+      float x = kept(j->bits, n, j->wpr, (int)k) ? x_at(j, n, k) : 0.0f;
       for (int r = 0; r < R; r++) P[r * K + k] = fmaf(x, j->U[n * R + r], P[r * K + k]);
     }
 }
@@ -315,6 +335,14 @@ void ct_thin_grad_masked(int N, int K, float alpha, const float *X, int ldx, con
   }
   ct_parallel_for((N + CT_THIN_CHUNK - 1) / CT_THIN_CHUNK, grad_chunk, &j);
   ct_parallel_ranges(K, 16, ct_pool_parts((K + 15) / 16), grad_sum, &j);
+}
+
+void ct_thin_grad_masked_swiglu(int N, int F, float alpha, const float *gu, const uint32_t *bits, const float *U,
+                                float *G, float *partials) {
+  masked_job j = {.N = N, .K = F, .wpr = (F + 31) / 32, .alpha = alpha, .U = U, .gu = gu, .bits = bits, .G = G,
+                  .dX = partials};
+  ct_parallel_for((N + CT_THIN_CHUNK - 1) / CT_THIN_CHUNK, grad_chunk, &j);
+  ct_parallel_ranges(F, 16, ct_pool_parts((F + 15) / 16), grad_sum, &j);
 }
 
 static void dx_rows_scalar(long n, int K, float alpha, const float *V, const float *A, const uint32_t *bits, int wpr,

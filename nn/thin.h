@@ -54,6 +54,12 @@ void ct_thin_out_grad(int N, int K, float alpha, const float *X, int ldx, const 
 // the way without, ran at a fifth of the speed of memory: 8192 x 4864, 2 threads, 62 ms).
 void ct_thin_grad_masked(int N, int K, float alpha, const float *X, int ldx, const uint32_t *bits, const float *U,
                          float *G, float *partials);
+// ct_thin_grad_masked (with partials) for an adapter on SwiGLU's output h = swiglu(gu) (a
+// down projection's): X = h, computed from gu (N, 2F) as it is read, so no h need exist;
+// the bits of ct_swiglu_forward then ct_thin_grad_masked.
+void ct_thin_grad_masked_swiglu(int N, int F, float alpha, const float *gu, const uint32_t *bits, const float *U,
+                                float *G, float *partials);
+
 // dX[n] (K; row stride lddx) += alpha · mask ⊙ (V[n] · A): the input gradient through an
 // adapter's A (16, K) and its dropout, in one pass. V (N, 16).
 void ct_thin_dx_masked(int N, int K, float alpha, const float *V, const float *A, const uint32_t *bits, float *dX,

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "adapter.h"
 #include "bf16.h"
 #include "engine.h"
 #include "forward.h"
@@ -23,6 +24,7 @@
 #include "ref_model.h"
 #include "rng.h"
 #include "test.h"
+#include "thin.h"
 #include "tiny_model.h"
 #include "weights.h"
 
@@ -50,6 +52,17 @@ static ct_lora_config all_linear(int r, double dropout) {
 // Mean cross-entropy of the batch through m with adapters lo (grads accumulated into
 // lo->grads when set, and into g when not NULL); logits of every token into `logits`.
 static int ours_mode = CT_ACTS_KEEP, ours_kept = 0;  // (recomputation: check_dropout_gradients)
+
+// Whether training activations for this batch take the down adapter's dA from SwiGLU's
+// input (no h computed: ct_adapter_backward_down_gu) at layer 0.
+static bool down_from_gu(const ct_model *m, const ct_lora *lo) {
+  ct_acts a;
+  if (ct_acts_init_kept(&a, m, B, T, CT_ACTS_KEEP, 0) || ct_acts_attach_lora(&a, lo)) exit(1);
+  ct_adapter_run run = {lo, a.lora_mem, N, CT_ACTS_KEEP, false};
+  bool yes = ct_adapter_down_from_gu(&run, 0, N);
+  ct_acts_free(&a);
+  return yes;
+}
 
 static double ours(const ct_model *m, ct_lora *lo, const ct_weights *g, const batch_t *b, float *logits) {
   const ct_model_config *c = &m->cfg;
@@ -316,6 +329,7 @@ static void check_dropout_gradients(int r) {
   ct_lora lo;
   ct_lora_config lc = all_linear(r, 0.3);
   CHECK_OK(ct_lora_init(&lo, &lc, &m.cfg));
+  CHECK(down_from_gu(&m, &lo) == (ct_thin_takes(r) != 0));  // rank 16: the path without h
   random_adapters(&lo, &m, 7);
   lo.dropout_key = 99;
   float *grads = calloc(lo.n_floats, sizeof(float));

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "fill.h"
+#include "kernels.h"
 #include "pool.h"
 #include "rng.h"
 #include "test.h"
@@ -217,6 +218,32 @@ static void test_masked_grad_in_row_chunks_matches_double_sums(void) {
   free(X4), free(V4), free(P), free(bits);
 }
 
+// ct_thin_grad_masked_swiglu equals ct_swiglu_forward then ct_thin_grad_masked, bit for bit:
+// rows spanning three chunks, inputs with and without a tail past the last block of 16, a
+// mask and none, at 1, 2 and 3 threads.
+static void test_masked_grad_from_swiglu_input_equals_h_then_grad(void) {
+  enum { N2 = 2 * CT_THIN_CHUNK + 13, FMAX = 48, WP = (FMAX + 31) / 32 };
+  float *gu = malloc(sizeof(float) * N2 * 2 * FMAX), *h = malloc(sizeof(float) * N2 * FMAX);
+  float *V5 = malloc(sizeof(float) * N2 * 16), *P = malloc(sizeof(float) * ct_thin_out_grad_floats(N2, FMAX));
+  uint32_t *bits = malloc(sizeof(uint32_t) * N2 * WP);
+  static float G0[16 * FMAX], Gh[16 * FMAX], Gg[16 * FMAX];
+  seed(61), fill_normal(gu, N2 * 2 * FMAX, &rng), fill_normal(V5, N2 * 16, &rng), fill_normal(G0, 16 * FMAX, &rng);
+  for (int i = 0; i < N2 * WP; i++) bits[i] = (uint32_t)ct_rng_next(&rng) | (uint32_t)ct_rng_next(&rng);
+  for (int F = 40; F <= 48; F += 8)
+    for (int masked = 0; masked <= 1; masked++)
+      for (int t = 1; t <= 3; t++) {
+        CHECK_OK(ct_pool_init(t));
+        const uint32_t *b = masked ? bits : NULL;  // (rows of ceil(F / 32) = 2 words either way)
+        memcpy(Gh, G0, sizeof G0), memcpy(Gg, G0, sizeof G0);
+        ct_swiglu_forward(h, NULL, gu, N2, F);
+        ct_thin_grad_masked(N2, F, 0.75f, h, F, b, V5, Gh, P);
+        ct_thin_grad_masked_swiglu(N2, F, 0.75f, gu, b, V5, Gg, P);
+        CHECK(!memcmp(Gh, Gg, sizeof(float) * 16 * F));
+        ct_pool_free();
+      }
+  free(gu), free(h), free(V5), free(P), free(bits);
+}
+
 int main(void) {
   seed(1), fill_normal(X, N * LDX, &rng);
   seed(2), fill_normal(W, K * 16, &rng);
@@ -228,5 +255,6 @@ int main(void) {
   RUN(test_masked_grad_and_dx_match_double_sums_with_any_mask_and_thread_count);
   RUN(test_out_grad_in_one_pass_matches_out_and_double_sums);
   RUN(test_masked_grad_in_row_chunks_matches_double_sums);
+  RUN(test_masked_grad_from_swiglu_input_equals_h_then_grad);
   return test_summary();
 }
