@@ -262,8 +262,7 @@ static void bwd_blocks(const attn_job *j, int b, int g, int c0, int c1, float *d
         }
         if (W > prev) memset(p + prev, 0, sizeof(float) * (size_t)(W - prev));
         const float *o = O + (long)t * ldo, *dout = dO + (long)t * ldo;
-        float dot = 0;  // (in lanes: a fixed order per row, whatever the thread)
-#pragma omp simd reduction(+ : dot)
+        float dot = 0;
         for (int i = 0; i < d.hd; i++) dot += o[i] * dout[i];
         D[r] = dot;
       }
