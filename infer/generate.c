@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "mem.h"
 #include "pool.h"
 #include "prof.h"
 
@@ -364,7 +365,9 @@ int ct_generate(ct_engine *e, const ct_tokenizer *tok, const ct_gen_request *req
   }
   int S = g.o.slots, N = g.o.max_tokens, rc = 0;
   g.slots = calloc(S, sizeof *g.slots);
-  g.logits = malloc(sizeof(float) * (size_t)S * g.V);  // at most one row per slot or group
+  // at most one row per slot or group, on huge pages where the kernel has them: the LM head
+  // writes each slot's row, V floats apart, once a decode step
+  g.logits = ct_big_alloc(sizeof(float) * (size_t)S * g.V);
   g.ids = malloc(sizeof(int) * N);
   g.slot = malloc(sizeof(int) * N);
   g.pos = malloc(sizeof(int) * N);
@@ -464,7 +467,7 @@ int ct_generate(ct_engine *e, const ct_tokenizer *tok, const ct_gen_request *req
     ct_gen_sample_free(&g.slots[i].gs);
   }
   free(g.slots);
-  free(g.logits);
+  ct_big_free(g.logits);
   free(g.ids);
   free(g.slot);
   free(g.pos);
