@@ -288,27 +288,47 @@ static void weight_grads(const ct_lora_ab *gab, int r, int in, int out, float s,
     for (int k = 0; k < in; k++) gab->A[(long)j * in + k] += w->t[(long)k * r + j];
 }
 
-void ct_adapter_forward(const ct_adapter_run *a, int l, int t, const float *x, int ldx, float *y, int ldy, long N) {
+// u (N, r) = dropout(x)·Aᵀ of layer l's target t into the work space (kept at rank 16: the
+// forward's, which a recomputation reuses); returns the work space with w.u at it.
+static work forward_u(const ct_adapter_run *a, int l, int t, const float *x, int ldx, long N) {
   const ct_lora *lo = a->lora;
-  if (!lo || !lo->w[l][t].A) return;
   const ct_lora_ab *ab = &lo->w[l][t];
   int in, out, row0, ld, r = lo->cfg.r;
   ct_lora_dims(&lo->mc, t, &in, &out, &row0);
   work w = work_of(a);
   if (w.kept) w.u = kept_u(a, &w, l, t);  // (the recomputation's u is the forward's)
-  if (!(w.kept && a->again)) {
-    rows_job j = {dropout_of(a, l, t), x, ldx, in, 0, N, NULL, NULL, 0, mask_bits(a, &w, l, t), true};
-    long mx = max_in(&lo->cfg, &lo->mc);
-    if (w.kept && j.d.on && (long)ct_pool_threads() * 8 <= a->cap) {  // masks and u in one pass
-      ct_thin_transpose(ab->A, in, w.t);
-      drawn_job dj = {&j, w.t, w.u, w.x, mx};
-      ct_parallel_ranges(N, 8, ct_pool_parts((N + 7) / 8), drawn_range, &dj);
-    } else {
-      const float *xd = masked_input(&j, &w, &ld);
-      times_at(ab, r, in, xd, ld, &w, N);  // u (N, r)
-    }
+  if (w.kept && a->again) return w;
+  rows_job j = {dropout_of(a, l, t), x, ldx, in, 0, N, NULL, NULL, 0, mask_bits(a, &w, l, t), true};
+  long mx = max_in(&lo->cfg, &lo->mc);
+  if (w.kept && j.d.on && (long)ct_pool_threads() * 8 <= a->cap) {  // masks and u in one pass
+    ct_thin_transpose(ab->A, in, w.t);
+    drawn_job dj = {&j, w.t, w.u, w.x, mx};
+    ct_parallel_ranges(N, 8, ct_pool_parts((N + 7) / 8), drawn_range, &dj);
+  } else {
+    const float *xd = masked_input(&j, &w, &ld);
+    times_at(ab, r, in, xd, ld, &w, N);  // u (N, r)
   }
-  ct_sgemm('N', 'T', (int)N, out, r, lo->scale, w.u, r, ab->B, r, 1, y + row0, ldy);  // y += s·u·Bᵀ
+  return w;
+}
+
+void ct_adapter_forward(const ct_adapter_run *a, int l, int t, const float *x, int ldx, float *y, int ldy, long N) {
+  const ct_lora *lo = a->lora;
+  if (!lo || !lo->w[l][t].A) return;
+  int in, out, row0, r = lo->cfg.r;
+  ct_lora_dims(&lo->mc, t, &in, &out, &row0);
+  work w = forward_u(a, l, t, x, ldx, N);
+  ct_sgemm('N', 'T', (int)N, out, r, lo->scale, w.u, r, lo->w[l][t].B, r, 1, y + row0, ldy);  // y += s·u·Bᵀ
+}
+
+const float *ct_adapter_forward_u(const ct_adapter_run *a, int l, int t, const float *x, int ldx, long N, float *Bt) {
+  const ct_lora *lo = a->lora;
+  if (!lo || !lo->w[l][t].A || !keeps_u(&lo->cfg, a->mode)) return NULL;
+  int in, out, row0, r = lo->cfg.r;
+  ct_lora_dims(&lo->mc, t, &in, &out, &row0);
+  const float *B = lo->w[l][t].B;  // (out, r)
+  for (int k = 0; k < out; k++)
+    for (int j = 0; j < r; j++) Bt[(long)j * out + k] = B[(long)k * r + j];
+  return forward_u(a, l, t, x, ldx, N).u;
 }
 
 // Whether the partial sums of a kernel over N rows of K (ct_thin_out_grad_floats) fit in the

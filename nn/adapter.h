@@ -33,6 +33,12 @@ typedef struct {
 void ct_adapter_forward(const ct_adapter_run *a, int l, int t, const float *x, int ldx,
                         float *y, int ldy, long N);
 
+// ct_adapter_forward's first half, for a caller that adds s·u·Bᵀ itself: u (N, r) =
+// dropout(x)·Aᵀ, kept for the backward (a recomputation reuses it), and Bt (r, out) = B
+// transposed. Returns u, or NULL (nothing done) where the adapter is absent or keeps no u
+// (then ct_adapter_forward does the whole).
+const float *ct_adapter_forward_u(const ct_adapter_run *a, int l, int t, const float *x, int ldx, long N, float *Bt);
+
 // dy (N, ldy): the gradient of the projection's output (its columns of the fused matrix).
 // Accumulates dA, dB into the adapters' gradients (when bound) and s·(dy·B)·A, masked,
 // into dx (N, lddx).

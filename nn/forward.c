@@ -18,6 +18,7 @@
 #include "pool.h"
 #include "prof.h"
 #include "stop.h"
+#include "thin.h"
 
 typedef struct {
   long C, F, H, KV, hd, QKV, L;
@@ -320,8 +321,15 @@ static void layer_forward(const ct_model *m, int l, int kind, const ct_layer_wei
   }
   CT_PROF(CT_PROF_NORM, ct_rmsnorm_forward(la->ln2, la->rstd2, la->x2, NW(w->ln2, d.C), (int)N, (int)d.C, c->rms_norm_eps));
   proj_forward(m, a, N, (int)(2 * d.F), (int)d.C, la->ln2, (int)d.C, w->wgu, 0, la->gu, (int)(2 * d.F));
-  CT_PROF(CT_PROF_LORA, ct_adapter_forward(&ad_run, l, CT_LORA_GATE, la->ln2, (int)d.C, la->gu, (int)(2 * d.F), N));
-  CT_PROF(CT_PROF_LORA, ct_adapter_forward(&ad_run, l, CT_LORA_UP, la->ln2, (int)d.C, la->gu, (int)(2 * d.F), N));
+  // gate and up adapters: their u here, their s·u·Bᵀ added to gu in SwiGLU's pass below
+  // (rank 16, training), else whole here
+  float *bt = c->gemma || !a->lora ? NULL : malloc(sizeof(float) * CT_THIN_R * 2 * d.F);
+  const float *ug = NULL, *uu = NULL;
+  CT_PROF(CT_PROF_LORA, if (bt) ug = ct_adapter_forward_u(&ad_run, l, CT_LORA_GATE, la->ln2, (int)d.C, N, bt);
+          if (bt) uu = ct_adapter_forward_u(&ad_run, l, CT_LORA_UP, la->ln2, (int)d.C, N, bt + CT_THIN_R * d.F);
+          if (!ug) ct_adapter_forward(&ad_run, l, CT_LORA_GATE, la->ln2, (int)d.C, la->gu, (int)(2 * d.F), N);
+          if (!uu) ct_adapter_forward(&ad_run, l, CT_LORA_UP, la->ln2, (int)d.C, la->gu, (int)(2 * d.F), N));
+  float s = a->lora ? a->lora->scale : 0;
   if (c->gemma) {  // xn = x2 + norm(h · Wdownᵀ); backward reads mo and its rstd
     CT_PROF(CT_PROF_POINTWISE, ct_geglu_forward(la->h, la->gu, (int)N, (int)d.F));
     proj_forward(m, a, N, (int)d.C, (int)d.F, la->h, (int)d.F, w->wdown, 0, la->mo, (int)d.C);
@@ -330,9 +338,13 @@ static void layer_forward(const ct_model *m, int l, int kind, const ct_layer_wei
     post_norm_add(c, a, la->xn, la->mo, w->post_ff, la->rstd_mo, N, full);
     return;
   }
-  if (!full && !need_h) return;
   uint16_t *h16 = full && ct_model_w16(m, w->wdown) ? a->x16 : NULL;  // (the down product's input)
-  CT_PROF(CT_PROF_POINTWISE, ct_swiglu_forward(la->h, h16, la->gu, (int)N, (int)d.F));
+  bool h_too = full || need_h;
+  CT_PROF(CT_PROF_POINTWISE,
+          if (ug || uu) ct_swiglu_forward_lora(h_too ? la->h : NULL, h16, la->gu, (int)N, (int)d.F, s, ug, bt, uu,
+                                               bt + CT_THIN_R * d.F);
+          else if (h_too) ct_swiglu_forward(la->h, h16, la->gu, (int)N, (int)d.F));
+  free(bt);
   if (!full) return;
   CT_PROF(CT_PROF_POINTWISE, if (la->xn != la->x2) ct_copy_rows(la->xn, la->x2, N, (int)d.C));
   proj_forward_r(m, a, N, (int)d.C, (int)d.F, la->h, (int)d.F, w->wdown, 1, la->xn, (int)d.C, h16 != NULL);

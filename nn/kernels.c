@@ -10,6 +10,7 @@
 #include "bf16.h"
 #include "fastmath.h"
 #include "pool.h"
+#include "thin.h"
 #include "swiglu.h"
 
 // ---------------------------------------------------------------------------
@@ -223,10 +224,8 @@ typedef struct {
   int N, F, parts;
 } swiglu_job;
 
-static void swiglu_fwd_task(void *ctx, int part, int thread) {
-  (void)thread;
-  const swiglu_job *j = ctx;
-  ROWS(j->N, j->parts, part, lo, hi);
+// Rows [lo, hi) of h = swiglu(gu).
+static void swiglu_rows(const swiglu_job *j, long lo, long hi) {
   int F = j->F;
   for (long n = lo; n < hi; n++) {
     const float *g = j->gu + n * 2 * F, *u = g + F;
@@ -237,9 +236,40 @@ static void swiglu_fwd_task(void *ctx, int part, int thread) {
   }
 }
 
+static void swiglu_fwd_task(void *ctx, int part, int thread) {
+  (void)thread;
+  const swiglu_job *j = ctx;
+  ROWS(j->N, j->parts, part, lo, hi);
+  swiglu_rows(j, lo, hi);
+}
+
 void ct_swiglu_forward(float *h, uint16_t *h16, const float *gu, int N, int F) {
   swiglu_job j = {.h = h, .h16 = h16, .gu = gu, .N = N, .F = F, .parts = ct_pool_parts(N)};
   ct_parallel_for(j.parts, swiglu_fwd_task, &j);
+}
+
+typedef struct {
+  swiglu_job sw;
+  float *gu, s;
+  const float *ug, *Bgt, *uu, *But;
+} swiglu_lora_job;
+
+static void swiglu_lora_range(void *ctx, long lo, long hi, int thread) {
+  (void)thread;
+  const swiglu_lora_job *j = ctx;
+  int F = j->sw.F;
+  for (long n0 = lo; n0 < hi; n0 += 8) {  // 8 rows of gu (2 x 8 x F floats) stay in L2
+    long n1 = n0 + 8 < hi ? n0 + 8 : hi;
+    if (j->ug) ct_thin_add_rows(n0, n1, F, j->s, j->ug, j->Bgt, j->gu, 2 * F);
+    if (j->uu) ct_thin_add_rows(n0, n1, F, j->s, j->uu, j->But, j->gu + F, 2 * F);
+    if (j->sw.h) swiglu_rows(&j->sw, n0, n1);
+  }
+}
+
+void ct_swiglu_forward_lora(float *h, uint16_t *h16, float *gu, int N, int F, float s, const float *ug,
+                            const float *Bgt, const float *uu, const float *But) {
+  swiglu_lora_job j = {{.h = h, .h16 = h16, .gu = gu, .N = N, .F = F}, gu, s, ug, Bgt, uu, But};
+  ct_parallel_ranges(N, 8, ct_pool_parts((N + 7) / 8), swiglu_lora_range, &j);
 }
 
 static void swiglu_bwd_task(void *ctx, int part, int thread) {

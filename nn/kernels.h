@@ -41,6 +41,13 @@ void ct_rope(float *x, const int *pos, const float *cos_t, const float *sin_t, i
 // h = silu(g) * u where gu rows are [g (F) | u (F)]; h (N, F). h16 (N, F), or NULL: h
 // rounded to bf16 as well (the next product's input, in the same pass).
 void ct_swiglu_forward(float *h, uint16_t *h16, const float *gu, int N, int F);
+// The gate and up adapters' terms added to gu first, then ct_swiglu_forward: gu[n] (2F) +=
+// s · (ug[n]·Bgt | uu[n]·But) (ug, uu (N, 16), each NULL for none; Bgt, But (16, F): the
+// adapters' B transposed, ct_adapter_forward_u), 8 rows at a time, each row's h from its
+// sums while it is in cache; h and h16 both NULL: the sums only. (The adapters' own pass
+// and SwiGLU's each read all of gu once more.)
+void ct_swiglu_forward_lora(float *h, uint16_t *h16, float *gu, int N, int F, float s, const float *ug,
+                            const float *Bgt, const float *uu, const float *But);
 // dgu = [dg | du] from dh; dgu may be gu (in place). dgu16 (N, 2F), or NULL: dgu rounded to
 // bf16 as well.
 void ct_swiglu_backward(float *dgu, uint16_t *dgu16, const float *dh, const float *gu, int N, int F);

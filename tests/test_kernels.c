@@ -477,6 +477,54 @@ static void test_swiglu_bf16_copies_are_its_outputs_narrowed(void) {
   CHECK(memcmp(dgu16, want, sizeof dgu16) == 0);
 }
 
+// ct_swiglu_forward_lora: gu gains s·(u·Bᵀ) of each given adapter (against double sums,
+// within the rounding of a 16-term fp32 chain), the half without an adapter keeps its bits,
+// and h, h16 are ct_swiglu_forward's of the sums; without h only the sums, the same bits.
+// Odd sizes: rows not a multiple of 8, F not of 16 (the vector blocks and the scalar tail).
+static void test_swiglu_lora_adds_the_adapters_then_swiglu(void) {
+  enum { N = 29, F = 37, R = 16 };
+  seed(23);
+  float gu0[N * 2 * F], gu[N * 2 * F], gu2[N * 2 * F], ug[N * R], uu[N * R], bgt[R * F], but[R * F];
+  float h[N * F], want_h[N * F];
+  uint16_t h16[N * F], want16[N * F];
+  const float s = 0.7f;
+  fill(gu0, N * 2 * F, -4, 4);
+  fill(ug, N * R, -1, 1);
+  fill(uu, N * R, -1, 1);
+  fill(bgt, R * F, -0.5f, 0.5f);
+  fill(but, R * F, -0.5f, 0.5f);
+  memcpy(gu, gu0, sizeof gu);
+  ct_swiglu_forward_lora(h, h16, gu, N, F, s, ug, bgt, uu, but);
+  int bad = 0;
+  for (int n = 0; n < N; n++)
+    for (int half = 0; half < 2; half++)
+      for (int k = 0; k < F; k++) {
+        const float *u = half ? uu : ug, *bt = half ? but : bgt;
+        double t = 0, mag = 0;
+        for (int r = 0; r < R; r++) t += (double)u[n * R + r] * bt[r * F + k], mag += fabs((double)u[n * R + r] * bt[r * F + k]);
+        long i = (long)n * 2 * F + half * F + k;
+        double want = gu0[i] + s * t;
+        bad += fabs(gu[i] - want) > 4e-6 * (fabs(gu0[i]) + s * mag) + 1e-30;
+      }
+  CHECK(bad == 0);
+  ct_swiglu_forward(want_h, NULL, gu, N, F);
+  CHECK(memcmp(h, want_h, sizeof h) == 0);
+  ct_bf16_narrow(want16, h, N * F);
+  CHECK(memcmp(h16, want16, sizeof h16) == 0);
+  memcpy(gu2, gu0, sizeof gu2);  // the sums alone: the same bits
+  ct_swiglu_forward_lora(NULL, NULL, gu2, N, F, s, ug, bgt, uu, but);
+  CHECK(memcmp(gu2, gu, sizeof gu) == 0);
+  memcpy(gu2, gu0, sizeof gu2);  // the up adapter alone: the gate half untouched
+  ct_swiglu_forward_lora(NULL, NULL, gu2, N, F, s, NULL, NULL, uu, but);
+  int same_gate = 1, same_up = 1;
+  for (int n = 0; n < N; n++)
+    for (int k = 0; k < F; k++) {
+      same_gate &= gu2[(long)n * 2 * F + k] == gu0[(long)n * 2 * F + k];
+      same_up &= gu2[(long)n * 2 * F + F + k] == gu[(long)n * 2 * F + F + k];
+    }
+  CHECK(same_gate && same_up);
+}
+
 // Backward writes dgu over gu (forward.c): in place must give the out-of-place bits, for
 // SwiGLU and GeGLU, on odd sizes (the pool has 2 threads).
 static void test_glu_backward_in_place_equals_out_of_place(void) {
@@ -1554,6 +1602,7 @@ int main(int argc, char **argv) {
   RUN_WATCHED(test_swiglu_backward_matches_central_differences, 30);
   RUN_WATCHED(test_glu_backward_in_place_equals_out_of_place, 30);
   RUN_WATCHED(test_swiglu_bf16_copies_are_its_outputs_narrowed, 30);
+  RUN_WATCHED(test_swiglu_lora_adds_the_adapters_then_swiglu, 30);
   RUN_WATCHED(test_rmsnorm_apply_reproduces_the_forward_bit_for_bit, 30);
   RUN_WATCHED(test_bias_backward_matches_central_differences, 30);
   RUN_WATCHED(test_bias_backward_is_bit_identical_for_1_and_2_threads, 30);
