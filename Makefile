@@ -93,7 +93,7 @@ FUZZ_B    := build-fuzz
 FUZZ_RUNS ?= 1000000
 FUZZ_TARGETS := $(patsubst fuzz/%.c,%,$(wildcard fuzz/fuzz_*.c))
 FUZZ_SRC  := $(wildcard base/*.c text/*.c) nn/safetensors.c nn/gguf_read.c nn/model.c nn/hf.c nn/hfjson.c nn/kernels.c nn/quant.c \
-             nn/matmul.c nn/optim.c $(wildcard common/config*.c) data/data.c data/jsonl.c data/prefs.c \
+             nn/thin.c nn/matmul.c nn/optim.c $(wildcard common/config*.c) data/data.c data/jsonl.c data/prefs.c \
              data/prompts.c data/rowmap.c distill/topk.c common/calculator.c
 FUZZ_SAN  := -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ = B=$(FUZZ_B) CC=clang OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $(FUZZ_SAN)"

@@ -5,6 +5,11 @@ BIN=${CT_BIN:-bin}
 # (recent Xeons), so that the tests run that path on every CPU (the restart once dropped
 # `bin/reward eval`'s and `bin/distill precompute`'s sub-command on those Xeons only).
 export CT_BLAS_FORCE_RESTART=1
+# ... onto the kernel ctune picks, whatever the caller's shell sets: a session's shell here set
+# OPENBLAS_CORETYPE=Haswell on a Zen that runs SKYLAKEX, whose sgemm bits then moved with a
+# batch's row count, and kto_e2e and tools_e2e compare two such runs' losses and rollouts
+# exactly (the tests that check the override set it themselves)
+unset OPENBLAS_CORETYPE
 server=""  # a background server's pid, stopped at exit
 
 # start_test NAME: a fresh temporary directory $T, removed (and $server stopped) at exit.
