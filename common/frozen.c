@@ -13,7 +13,7 @@
 #include "matmul.h"
 #include "mem.h"
 
-static ct_engine_opts engine_opts(int B, int T) { return (ct_engine_opts){B, T, B * T}; }
+static ct_engine_opts engine_opts(int B, int T) { return (ct_engine_opts){B, T, B * T, false}; }
 
 double ct_frozen_bytes(const ct_model_config *c, int dtype, int B, int T) {
   if (dtype == CT_STORE_INT8) {

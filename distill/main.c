@@ -125,7 +125,7 @@ static bool plan(ct_distill *d) {
   d->V = V;
   if (ct_train_schedule(tr, d->train.n_seq, d->global, ct_dataset_fingerprint(&d->train))) ct_die(1, NULL);
   int Tg = ct_distill_generation_positions(&d->train, cfg->max_new_tokens, T);  // on-policy generation
-  d->geo = (ct_engine_opts){B, Tg, Tg > B ? Tg : B};
+  d->geo = (ct_engine_opts){B, Tg, Tg > B ? Tg : B, false};  // (the teacher's engine too: float32 keys)
   ct_plan plan = {0};
   int Be = d->Be = d->have_eval ? (int)cfg->per_device_eval_batch_size : 0, Bmax = B > Be ? B : Be;
   ct_train_plan_acts(tr, &plan, B, Be, T);

@@ -208,13 +208,14 @@ static void grpo_free(ct_grpo *g) {
 // rows at a time (grpo/step.c), the engine's slots and positions.
 typedef struct {
   int step_prompts, per_rank_prompts, T, hrows, max_prompt;
+  bool kv16;  // the engine's weights are bf16: so are its cached keys and values
   ct_engine_opts eo;
 } shape_t;
 
 // The engine's shape for `slots` decode slots: positions for the longest prompt and its
 // completion; a pass holds the longest prompt's prefill, or one token per slot.
 static ct_engine_opts engine_opts(const shape_t *s, int slots) {
-  return (ct_engine_opts){slots, s->T, s->max_prompt > slots ? s->max_prompt : slots};
+  return (ct_engine_opts){slots, s->T, s->max_prompt > slots ? s->max_prompt : slots, s->kv16};
 }
 
 // The prompts (and eval prompts), each row checked by the reward functions, the step
@@ -244,6 +245,7 @@ static shape_t load_prompts(ct_grpo *g) {
     max_prompt = (int)cfg->max_prompt_length;                              // messages and an observation)
   s.T = max_prompt + (int)cfg->max_completion_length;
   s.max_prompt = max_prompt;
+  s.kv16 = ct_policy_engine_pack(tr) == CT_PACK_BF16;
   s.eo = engine_opts(&s, (int)cfg->decode_slots);  // (decode_slots 0: plan() picks them)
   s.hrows = ct_head_chunk_rows(B * s.T, tr->model.cfg.vocab_size, CT_HEAD_MIN_ROWS_GRPO);
   return s;

@@ -10,13 +10,16 @@
 // block + c·w + r % 16. A score is then one lane's chain of fused multiply-adds over the head
 // dimension (no horizontal sum), and the queries of a slot's run of tokens in a pass (a
 // prompt) share each block's loads: a token's scores are the same bits alone or in a run.
-// Values stay in rows (the weighted sum reads a row per position).
+// Values stay in rows (the weighted sum reads a row per position). With kv_bf16 both caches
+// hold bfloat16 (rounded to nearest even when stored, widened exactly when read): the same
+// layout, half the bytes.
 #include "engine.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "error.h"
 #include "fastmath.h"
 #include "kernels.h"
@@ -31,7 +34,9 @@ struct ct_engine {
   const ct_infer_weights *w;
   ct_engine_opts o;
   int C, F, H, KV, hd, QKV, L, V;
-  float *kcache, *vcache;      // per layer l: (S, kv_rows[l], KVd) at kv_off[l]
+  float *kcache, *vcache;      // per layer l: (S, kv_rows[l], KVd) at kv_off[l], elements of
+                               // float32 or (kv16) bf16: offsets count elements (kv_ptr)
+  int kv16;                    // o.kv_bf16
   long kv_off[CT_MAX_LAYERS + 1];
   int kv_rows[CT_MAX_LAYERS + 1];  // T, or a sliding layer's ring
   float *rope_cos, *rope_sin;  // (T, hd/2)
@@ -78,6 +83,7 @@ static void engine_sizes(const ct_model_config *c, const ct_engine_opts *o, long
   long N = o->max_tokens, T = o->max_len, C = c->hidden_size, F = c->intermediate_size;
   long H = c->num_heads, KV = c->num_kv_heads, hd = c->head_dim, QKV = (H + 2 * KV) * hd, cache = 0;
   for (int l = 0; l < c->num_layers; l++) cache += (long)o->slots * layer_rows(c, o, l) * KV * hd;
+  if (o->kv_bf16) cache = (cache + 1) / 2;  // (in floats: two bf16 elements each)
   long local = ct_has_local_rope(c) ? T * (hd / 2) : 0;
   long v[N_BUFS] = {cache, cache, T * (hd / 2), T * (hd / 2), N * C, N * C, N * C, N * QKV, N * QKV,
                     N * (H + KV), N, N * H * hd, N * 2 * F, N * F,
@@ -107,6 +113,7 @@ int ct_engine_init(ct_engine **out, const ct_infer_weights *w, const ct_engine_o
                    .H = c->num_heads, .KV = c->num_kv_heads, .hd = c->head_dim,
                    .L = c->num_layers, .V = c->vocab_size};
   e->QKV = (e->H + 2 * e->KV) * e->hd;
+  e->kv16 = o->kv_bf16;
   e->attn_scale = ct_attn_scale(c);
   e->lds = score_ld(o);
   e->qb = unit_tokens(c, o);
@@ -165,13 +172,19 @@ const ct_infer_weights *ct_engine_weights(const ct_engine *e) { return e->w; }
 ct_engine_opts ct_engine_options(const ct_engine *e) { return e->o; }
 
 // Slot s's first value row of layer l (rows p % R follow, KVd each); its key blocks start
-// at the same offset of the key cache.
+// at the same offset of the key cache. In elements (kv_ptr makes the address).
 static inline long slot_base(const ct_engine *e, int l, int s) {
   return e->kv_off[l] + (long)s * e->kv_rows[l] * e->KV * e->hd;
 }
 
 // Width of key block b of R rows: 16, the last R − 16b.
 static inline int block_w(int R, int b) { return R - 16 * b < 16 ? R - 16 * b : 16; }
+
+// Element i of a cache at p (bf: bfloat16 elements), its address and its value.
+static inline const void *kv_ptr(const void *p, long i, int bf) { return (const char *)p + i * (bf ? 2 : 4); }
+static inline float kv_at(const void *p, long i, int bf) {
+  return bf ? ct_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
 
 typedef struct {
   ct_engine *e;
@@ -191,25 +204,46 @@ static void store_kv_task(void *ctx, int part, int thread) {
     int r = e->pos[i] % R, w = block_w(R, r / 16);
     long base = slot_base(e, j->l, e->slot[i]);
     const float *k = e->qkv + i * e->QKV + (long)e->H * e->hd;
-    float *kb = e->kcache + base + (long)(r - r % 16) * KVd + r % 16;
-    for (long c = 0; c < KVd; c++) kb[c * w] = k[c];
-    memcpy(e->vcache + base + r * KVd, k + KVd, sizeof(float) * KVd);
+    long kb = base + (long)(r - r % 16) * KVd + r % 16, vb = base + r * KVd;
+    if (e->kv16) {
+      uint16_t *K = (uint16_t *)e->kcache, *V = (uint16_t *)e->vcache;
+      for (long c = 0; c < KVd; c++) K[kb + c * w] = ct_f32_to_bf16(k[c]);
+      ct_bf16_narrow(V + vb, k + KVd, KVd);
+    } else {
+      for (long c = 0; c < KVd; c++) e->kcache[kb + c * w] = k[c];
+      memcpy(e->vcache + vb, k + KVd, sizeof(float) * KVd);
+    }
   }
 }
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define ENGINE_AVX512 1
 #include <immintrin.h>
 
 // The first n of 16 lanes.
 static inline __mmask16 lanes(int n) { return n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1); }
 
+// 16 cache elements from element i of p (the lanes of mask m only: the others 0), widened
+// to float32 from bf16.
+static inline __m512 kv_load(const void *p, long i, int bf) {
+  if (!bf) return _mm512_loadu_ps((const float *)p + i);
+  __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+static inline __m512 kv_load_mask(__mmask16 m, const void *p, long i, int bf) {
+  if (!bf) return _mm512_maskz_loadu_ps(m, (const float *)p + i);
+  __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 // s + m·lds + j = Σ_d q_m[d]·k_j[d] for mr query rows and keys j of nb blocks: with nb = 1
-// the w keys of the block at kt (k_j[d] at kt + d·w + j), otherwise 16 keys of each of nb
-// full blocks (block t at kt + t·kstride). Every score is one lane's chain of fused
-// multiply-adds in d order from 0: the same value whatever rows and blocks share the call.
-static inline __attribute__((always_inline)) void kt_tile(const float *const *q, const float *kt, long kstride,
+// the w keys of the block at kt (k_j[d] at element d·w + j), otherwise 16 keys of each of
+// nb full blocks (block t at element t·kstride); bf: the keys are bf16. Every score is one
+// lane's chain of fused multiply-adds in d order from 0: the same value whatever rows and
+// blocks share the call.
+static inline __attribute__((always_inline)) void kt_tile(const float *const *q, const void *kt, long kstride,
                                                           int w, int hd, float *s, long lds, const int mr,
-                                                          const int nb) {
+                                                          const int nb, const int bf) {
   __m512 c[8][4];
 #pragma GCC unroll 8
   for (int m = 0; m < mr; m++)
@@ -220,7 +254,7 @@ static inline __attribute__((always_inline)) void kt_tile(const float *const *q,
     __m512 k[4];
 #pragma GCC unroll 4
     for (int t = 0; t < nb; t++)
-      k[t] = nb == 1 ? _mm512_maskz_loadu_ps(mk, kt + (long)d * w) : _mm512_loadu_ps(kt + t * kstride + d * 16);
+      k[t] = nb == 1 ? kv_load_mask(mk, kt, (long)d * w, bf) : kv_load(kt, t * kstride + d * 16, bf);
 #pragma GCC unroll 8
     for (int m = 0; m < mr; m++) {
       __m512 a = _mm512_set1_ps(q[m][d]);
@@ -238,43 +272,50 @@ static inline __attribute__((always_inline)) void kt_tile(const float *const *q,
 }
 
 #define KT_CASE(MR, NB) \
-  case MR: kt_tile(q, kt, kstride, w, hd, s, lds, MR, NB); break;
+  case MR: kt_tile(q, kt, kstride, w, hd, s, lds, MR, NB, bf); break;
 
-// kt_tile for mr <= 8 rows (mr <= 4 with nb = 4), each (mr, nb) its own unrolled loop.
-static void kt_call(const float *const *q, int mr, const float *kt, long kstride, int w, int hd, float *s,
-                    long lds, int nb) {
+// kt_tile for mr <= 8 rows (mr <= 4 with nb = 4), each (mr, nb, bf) its own unrolled loop.
+static inline __attribute__((always_inline)) void kt_cases(const float *const *q, int mr, const void *kt,
+                                                           long kstride, int w, int hd, float *s, long lds,
+                                                           int nb, const int bf) {
   if (nb == 4) {
-    switch (mr) { KT_CASE(1, 4) KT_CASE(2, 4) KT_CASE(3, 4) default: kt_tile(q, kt, kstride, w, hd, s, lds, 4, 4); }
+    switch (mr) { KT_CASE(1, 4) KT_CASE(2, 4) KT_CASE(3, 4) default: kt_tile(q, kt, kstride, w, hd, s, lds, 4, 4, bf); }
   } else if (nb == 2) {
     switch (mr) {
       KT_CASE(1, 2) KT_CASE(2, 2) KT_CASE(3, 2) KT_CASE(4, 2) KT_CASE(5, 2) KT_CASE(6, 2) KT_CASE(7, 2)
-      default: kt_tile(q, kt, kstride, w, hd, s, lds, 8, 2);
+      default: kt_tile(q, kt, kstride, w, hd, s, lds, 8, 2, bf);
     }
   } else {
     switch (mr) {
       KT_CASE(1, 1) KT_CASE(2, 1) KT_CASE(3, 1) KT_CASE(4, 1) KT_CASE(5, 1) KT_CASE(6, 1) KT_CASE(7, 1)
-      default: kt_tile(q, kt, kstride, w, hd, s, lds, 8, 1);
+      default: kt_tile(q, kt, kstride, w, hd, s, lds, 8, 1, bf);
     }
   }
 }
 #undef KT_CASE
 
+static void kt_call(const float *const *q, int mr, const void *kt, long kstride, int w, int hd, float *s,
+                    long lds, int nb, int bf) {
+  if (bf) kt_cases(q, mr, kt, kstride, w, hd, s, lds, nb, 1);
+  else kt_cases(q, mr, kt, kstride, w, hd, s, lds, nb, 0);
+}
+
 // o_r (16·nc, at o + r·16·nc) = Σ_p a_r[p]·v_p for nh heads r (weights a_r at a + r·lda)
-// over P1 rows of V1 then P2 rows of V2 (row stride ld), each accumulated in registers in
-// that order; every V row is loaded once for all nh heads.
+// over P1 rows of V1 then P2 rows of V2 (row stride ld elements; bf: bf16), each
+// accumulated in registers in that order; every V row is loaded once for all nh heads.
 static inline __attribute__((always_inline)) void weighted_sum(const float *a, long lda, const int nh,
-                                                               const float *V1, int P1, const float *V2, int P2,
-                                                               long ld, float *o, const int nc) {
+                                                               const void *V1, int P1, const void *V2, int P2,
+                                                               long ld, float *o, const int nc, const int bf) {
   __m512 acc[4][8];
 #pragma GCC unroll 4
   for (int r = 0; r < nh; r++)
 #pragma GCC unroll 8
     for (int c = 0; c < nc; c++) acc[r][c] = _mm512_setzero_ps();
   for (int p = 0; p < P1 + P2; p++) {
-    const float *v = p < P1 ? V1 + p * ld : V2 + (p - P1) * ld;
+    const void *v = p < P1 ? kv_ptr(V1, p * ld, bf) : kv_ptr(V2, (p - P1) * ld, bf);
 #pragma GCC unroll 8  // acc in registers: a loop kept in memory chains every FMA through a store
     for (int c = 0; c < nc; c++) {
-      __m512 vc = _mm512_loadu_ps(v + 16 * c);
+      __m512 vc = kv_load(v, 16 * c, bf);
 #pragma GCC unroll 4
       for (int r = 0; r < nh; r++) acc[r][c] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p]), vc, acc[r][c]);
     }
@@ -286,39 +327,46 @@ static inline __attribute__((always_inline)) void weighted_sum(const float *a, l
 }
 
 // weighted_sum for nh (any) heads of 64 or 128: as many at a time as keep 16 accumulators.
-static void weighted_sums(const float *a, long lda, int nh, const float *V1, int P1, const float *V2, int P2,
-                          long ld, float *o, int hd) {
+static inline __attribute__((always_inline)) void weighted_sums_of(const float *a, long lda, int nh,
+                                                                   const void *V1, int P1, const void *V2,
+                                                                   int P2, long ld, float *o, int hd,
+                                                                   const int bf) {
   int at = hd == 64 ? 4 : 2;
   for (int r = 0; r < nh; r += at) {
     int k = nh - r < at ? nh - r : at;
     const float *ar = a + r * lda;
     float *orr = o + (long)r * hd;
     if (hd == 128) {
-      if (k == 2) weighted_sum(ar, lda, 2, V1, P1, V2, P2, ld, orr, 8);
-      else weighted_sum(ar, lda, 1, V1, P1, V2, P2, ld, orr, 8);
+      if (k == 2) weighted_sum(ar, lda, 2, V1, P1, V2, P2, ld, orr, 8, bf);
+      else weighted_sum(ar, lda, 1, V1, P1, V2, P2, ld, orr, 8, bf);
     } else {
       switch (k) {
-        case 4: weighted_sum(ar, lda, 4, V1, P1, V2, P2, ld, orr, 4); break;
-        case 3: weighted_sum(ar, lda, 3, V1, P1, V2, P2, ld, orr, 4); break;
-        case 2: weighted_sum(ar, lda, 2, V1, P1, V2, P2, ld, orr, 4); break;
-        default: weighted_sum(ar, lda, 1, V1, P1, V2, P2, ld, orr, 4); break;
+        case 4: weighted_sum(ar, lda, 4, V1, P1, V2, P2, ld, orr, 4, bf); break;
+        case 3: weighted_sum(ar, lda, 3, V1, P1, V2, P2, ld, orr, 4, bf); break;
+        case 2: weighted_sum(ar, lda, 2, V1, P1, V2, P2, ld, orr, 4, bf); break;
+        default: weighted_sum(ar, lda, 1, V1, P1, V2, P2, ld, orr, 4, bf); break;
       }
     }
   }
 }
+
+static void weighted_sums(const float *a, long lda, int nh, const void *V1, int P1, const void *V2, int P2,
+                          long ld, float *o, int hd, int bf) {
+  if (bf) weighted_sums_of(a, lda, nh, V1, P1, V2, P2, ld, o, hd, 1);
+  else weighted_sums_of(a, lda, nh, V1, P1, V2, P2, ld, o, hd, 0);
+}
 #endif
 
-#if !defined(__AVX512F__)
+#if !defined(ENGINE_AVX512)
 // kt_tile's arithmetic in plain C: each score one fmaf chain in d order from 0.
-static void kt_call(const float *const *q, int mr, const float *kt, long kstride, int w, int hd, float *s,
-                    long lds, int nb) {
+static void kt_call(const float *const *q, int mr, const void *kt, long kstride, int w, int hd, float *s,
+                    long lds, int nb, int bf) {
   for (int m = 0; m < mr; m++)
     for (int t = 0; t < nb; t++)
       for (int jj = 0; jj < (nb == 1 ? w : 16); jj++) {
-        const float *k = nb == 1 ? kt + jj : kt + t * kstride + jj;
-        long ldk = nb == 1 ? w : 16;
+        long k = nb == 1 ? jj : t * kstride + jj, ldk = nb == 1 ? w : 16;
         float c = 0;
-        for (int d = 0; d < hd; d++) c = fmaf(q[m][d], k[d * ldk], c);
+        for (int d = 0; d < hd; d++) c = fmaf(q[m][d], kv_at(kt, k + d * ldk, bf), c);
         s[m * lds + 16 * t + jj] = c;
       }
 }
@@ -329,16 +377,16 @@ static void kt_call(const float *const *q, int mr, const float *kt, long kstride
 // lanes of a last block past b land behind the row's scores, within lds); an unaligned a's
 // first block goes through tmp. Rows are taken 8 at a time with 2 blocks, 4 with 4 blocks
 // (few rows: a decode step's heads), so each block's loads serve several queries.
-static void range_scores(const float *const *q, int nq, const float *K, int R, long KVd, int g, int hd, int a,
-                         int b, float *s, long lds) {
+static void range_scores(const float *const *q, int nq, const void *K, int R, long KVd, int g, int hd, int a,
+                         int b, float *s, long lds, int bf) {
   int bk = a / 16;
   if (a % 16) {
     int w = block_w(R, bk), lo = a % 16, hi = b - 16 * bk < w ? b - 16 * bk : w;
-    const float *kt = K + 16L * bk * KVd + (long)g * hd * w;
+    const void *kt = kv_ptr(K, 16L * bk * KVd + (long)g * hd * w, bf);
     float tmp[8 * 16];
     for (int m0 = 0; m0 < nq; m0 += 8) {
       int mr = nq - m0 < 8 ? nq - m0 : 8;
-      kt_call(q + m0, mr, kt, 0, w, hd, tmp, 16, 1);
+      kt_call(q + m0, mr, kt, 0, w, hd, tmp, 16, 1, bf);
       for (int m = 0; m < mr; m++) memcpy(s + (m0 + m) * lds, tmp + m * 16 + lo, sizeof(float) * (hi - lo));
     }
     bk++;
@@ -348,10 +396,10 @@ static void range_scores(const float *const *q, int nq, const float *K, int R, l
     int full = 0;  // whole 16-row blocks from bk within [., b), up to `wide`
     while (full < wide && 16 * (bk + full) < b && block_w(R, bk + full) == 16) full++;
     int nb = full == wide ? wide : full >= 2 ? 2 : 1, w = block_w(R, bk), rows = nb == 4 ? 4 : 8;
-    const float *kt = K + 16L * bk * KVd + (long)g * hd * (nb == 1 ? w : 16);
+    const void *kt = kv_ptr(K, 16L * bk * KVd + (long)g * hd * (nb == 1 ? w : 16), bf);
     for (int m0 = 0; m0 < nq; m0 += rows) {
       int mr = nq - m0 < rows ? nq - m0 : rows;
-      kt_call(q + m0, mr, kt, 16L * KVd, nb == 1 ? w : 16, hd, s + m0 * lds + 16 * bk - a, lds, nb);
+      kt_call(q + m0, mr, kt, 16L * KVd, nb == 1 ? w : 16, hd, s + m0 * lds + 16 * bk - a, lds, nb, bf);
     }
     bk += nb;
   }
@@ -361,7 +409,7 @@ static void range_scores(const float *const *q, int nq, const float *K, int R, l
 static float max_of(const float *s, int P) {
   float mx = -INFINITY;
   int p = 0;
-#if defined(__AVX512F__)
+#if defined(ENGINE_AVX512)
   __m512 m = _mm512_set1_ps(-INFINITY);
   for (; p + 16 <= P; p += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(s + p));
   mx = _mm512_reduce_max_ps(m);
@@ -374,7 +422,7 @@ static float max_of(const float *s, int P) {
 static float scale_max(float *s, int P, float scale) {
   float mx = -INFINITY;
   int p = 0;
-#if defined(__AVX512F__)
+#if defined(ENGINE_AVX512)
   const __m512 sc = _mm512_set1_ps(scale);
   __m512 m = _mm512_set1_ps(-INFINITY);
   for (; p + 16 <= P; p += 16) {
@@ -408,26 +456,26 @@ static float softmax_weights(float *s, int P, float scale, float softcap) {
 }
 
 // nh query heads sharing one kv group, their scores at s + r·lds over P1 cached positions
-// in rows of V1 then P2 in rows of V2 (a ring's two runs; P2 = 0 for a full layer): the
-// scores scaled (softcapped) and exp'd, head r's output into o + r·hd.
-static void attend_finish(float *s, long lds, int nh, const float *V1, int P1, const float *V2, int P2, long ld,
-                          int hd, float scale, float softcap, float *o) {
+// in rows of V1 then P2 in rows of V2 (a ring's two runs; P2 = 0 for a full layer; bf:
+// bf16 rows): the scores scaled (softcapped) and exp'd, head r's output into o + r·hd.
+static void attend_finish(float *s, long lds, int nh, const void *V1, int P1, const void *V2, int P2, long ld,
+                          int hd, float scale, float softcap, float *o, int bf) {
   int P = P1 + P2;
   float sum[nh];
   for (int r = 0; r < nh; r++) sum[r] = softmax_weights(s + r * lds, P, scale, softcap);
   // o = Σ_p s_p·v_p / sum: the normalization applied to the hd outputs, not the P weights
   int done = 0;
-#if defined(__AVX512F__)
-  if (hd == 64 || hd == 128) weighted_sums(s, lds, nh, V1, P1, V2, P2, ld, o, hd), done = 1;
+#if defined(ENGINE_AVX512)
+  if (hd == 64 || hd == 128) weighted_sums(s, lds, nh, V1, P1, V2, P2, ld, o, hd, bf), done = 1;
 #endif
   for (int r = 0; r < nh && !done; r++) {
     float *or = o + (long)r * hd;
     const float *sr = s + r * lds;
     memset(or, 0, sizeof(float) * hd);
     for (int p = 0; p < P; p++) {
-      const float *v = p < P1 ? V1 + p * ld : V2 + (p - P1) * ld;
+      const void *v = p < P1 ? kv_ptr(V1, p * ld, bf) : kv_ptr(V2, (p - P1) * ld, bf);
 #pragma omp simd
-      for (int t = 0; t < hd; t++) or[t] += sr[p] * v[t];
+      for (int t = 0; t < hd; t++) or[t] += sr[p] * kv_at(v, t, bf);
     }
   }
   for (int r = 0; r < nh; r++) {
@@ -445,25 +493,27 @@ static void attend_unit(const pass_job *j, int u, int g, int thread) {
   int i0 = j->single ? u : e->units[u], i1 = j->single ? u + 1 : e->units[u + 1];
   int rep = e->H / e->KV, hd = e->hd, R = e->kv_rows[j->l], nq = (i1 - i0) * rep;
   long KVd = (long)e->KV * hd, base = slot_base(e, j->l, e->slot[i0]);
-  const float *K = e->kcache + base, *V = e->vcache + base + (long)g * hd, *q[nq];
+  int bf = e->kv16;
+  const void *K = kv_ptr(e->kcache, base, bf), *V = kv_ptr(e->vcache, base + (long)g * hd, bf);
+  const float *q[nq];
   float *s = e->scores + (long)thread * e->qb * rep * e->lds, scale = e->attn_scale;
   float softcap = e->w->cfg.attn_softcap;
   for (int m = 0; m < nq; m++) q[m] = e->qkv + (long)(i0 + m / rep) * e->QKV + (long)(g * rep + m % rep) * hd;
   if (j->single) {  // positions [p0, pos] sit in rows [p0 % R, ...) then, past the ring's end, from row 0
     int pos = e->pos[i0], win = ct_layer_window(&e->w->cfg, j->l), p0 = win && pos - win + 1 > 0 ? pos - win + 1 : 0;
     int r0 = p0 % R, P = pos - p0 + 1, P1 = P < R - r0 ? P : R - r0;
-    range_scores(q, nq, K, R, KVd, g, hd, r0, r0 + P1, s, e->lds);
-    if (P > P1) range_scores(q, nq, K, R, KVd, g, hd, 0, P - P1, s + P1, e->lds);
-    attend_finish(s, e->lds, rep, V + r0 * KVd, P1, V, P - P1, KVd, hd, scale, softcap,
-                  e->att + (long)i0 * e->H * hd + (long)g * rep * hd);
+    range_scores(q, nq, K, R, KVd, g, hd, r0, r0 + P1, s, e->lds, bf);
+    if (P > P1) range_scores(q, nq, K, R, KVd, g, hd, 0, P - P1, s + P1, e->lds, bf);
+    attend_finish(s, e->lds, rep, kv_ptr(V, r0 * KVd, bf), P1, V, P - P1, KVd, hd, scale, softcap,
+                  e->att + (long)i0 * e->H * hd + (long)g * rep * hd, bf);
     return;
   }
   int P = 0;  // a full layer: rows are positions; the unit's scores over its furthest token's
   for (int i = i0; i < i1; i++) P = e->pos[i] + 1 > P ? e->pos[i] + 1 : P;
-  range_scores(q, nq, K, R, KVd, g, hd, 0, P, s, e->lds);
+  range_scores(q, nq, K, R, KVd, g, hd, 0, P, s, e->lds, bf);
   for (int i = i0; i < i1; i++)
     attend_finish(s + (long)(i - i0) * rep * e->lds, e->lds, rep, V, e->pos[i] + 1, V, 0, KVd, hd, scale, softcap,
-                  e->att + (long)i * e->H * hd + (long)g * rep * hd);
+                  e->att + (long)i * e->H * hd + (long)g * rep * hd, bf);
 }
 
 // Part k of the pass's units x groups: tasks k, k + parts, ... (an even mix of short and
@@ -737,9 +787,11 @@ int ct_engine_copy_slot(ct_engine *e, int src, int dst, int len) {
   if (src == dst || len == 0) return 0;
   for (int l = 0; l < e->L; l++) {  // a ring shorter than len holds positions [len - R, len): all of it
     int R = e->kv_rows[l], rows = len < R ? len : R, krows = (rows + 15) / 16 * 16;  // whole key blocks
-    size_t KVd = (size_t)e->KV * e->hd;
-    memcpy(e->kcache + slot_base(e, l, dst), e->kcache + slot_base(e, l, src), sizeof(float) * KVd * (krows < R ? krows : R));
-    memcpy(e->vcache + slot_base(e, l, dst), e->vcache + slot_base(e, l, src), sizeof(float) * KVd * rows);
+    size_t KVd = (size_t)e->KV * e->hd, es = e->kv16 ? 2 : 4;
+    memcpy((void *)kv_ptr(e->kcache, slot_base(e, l, dst), e->kv16), kv_ptr(e->kcache, slot_base(e, l, src), e->kv16),
+           es * KVd * (krows < R ? krows : R));
+    memcpy((void *)kv_ptr(e->vcache, slot_base(e, l, dst), e->kv16), kv_ptr(e->vcache, slot_base(e, l, src), e->kv16),
+           es * KVd * rows);
   }
   return 0;
 }

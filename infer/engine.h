@@ -17,6 +17,8 @@ typedef struct {
   int slots;       // decode slots
   int max_len;     // cache positions per slot: prompt + completion
   int max_tokens;  // tokens one pass may hold (>= slots; the packed-prefill budget)
+  bool kv_bf16;    // keys and values cached as bfloat16 (a bf16 model's rollouts: half the
+                   // cache's bytes and of what decode's attention reads; sums stay float32)
 } ct_engine_opts;
 
 int ct_engine_init(ct_engine **e, const ct_infer_weights *w, const ct_engine_opts *o);

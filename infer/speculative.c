@@ -142,7 +142,7 @@ int ct_spec_load(ct_spec_model *sm, const ct_infer_weights *w, const char *dir, 
   char *at = sm->panels;
   for (int k = 0; k < sm->D; k++) depth_weights(&sm->dw[k], &layers[k], &sm->eh[k], sm, k, mode, scratch, &at);
   free(scratch);
-  sm->o = (ct_engine_opts){1, o->max_len, o->max_tokens > sm->D + 1 ? o->max_tokens : sm->D + 1};
+  sm->o = (ct_engine_opts){1, o->max_len, o->max_tokens > sm->D + 1 ? o->max_tokens : sm->D + 1, o->kv_bf16};
   if (!(sm->de = calloc(sm->D, sizeof *sm->de))) rc = ct_set_error(CT_ENOMEM, "speculative: out of memory");
   if (!rc) rc = ct_engine_init(&sm->e, w, &sm->o);
   for (int k = 0; !rc && k < sm->D; k++) rc = ct_engine_init(&sm->de[k], &sm->dw[k], &sm->o);

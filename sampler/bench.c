@@ -182,7 +182,7 @@ int ct_sampler_bench(int argc, char **argv) {
     if (q < 2 ? ct_infer_from_model(&w, &m) || ct_infer_pack(&w, q ? CT_PACK_BF16 : CT_PACK_F32)
               : ct_infer_quantize(&w, &m) || ct_infer_pack(&w, CT_PACK_INT8))
       return 1;
-    ct_engine_opts o = {16, 512, 1024};
+    ct_engine_opts o = {16, 512, 1024, q == 1};
     ct_engine *e;
     if (ct_engine_init(&e, &w, &o)) return 1;
     wbytes[q] = weight_bytes(&w);

@@ -115,7 +115,8 @@ static ct_sample_params sample_params(const ct_config *cfg) {
 static ct_engine_opts engine_opts(const ct_config *cfg) {
   int slots = cfg->decode_slots > 0 ? (int)cfg->decode_slots : 16;  // (0: the default)
   return (ct_engine_opts){slots, (int)cfg->max_target_length,
-                          (int)(cfg->max_prefill_length > slots ? cfg->max_prefill_length : slots)};
+                          (int)(cfg->max_prefill_length > slots ? cfg->max_prefill_length : slots),
+                          cfg->quantization == CT_QUANT_BF16};
 }
 
 // ---------------------------------------------------------------------------
@@ -459,7 +460,7 @@ static int cmd_score(const ct_config *cfg) {
   int chunk = 256;
   scorer_t sc = {.chunk = chunk, .V = s.w.cfg.vocab_size,
                  .tau = cfg->temperature > 0 ? cfg->temperature : 1.0};  // as generate reports log-probs
-  ct_engine_opts eo = {1, (int)cfg->max_target_length, chunk};
+  ct_engine_opts eo = {1, (int)cfg->max_target_length, chunk, cfg->quantization == CT_QUANT_BF16};
   if (ct_engine_init(&sc.e, &s.w, &eo)) ct_die(1, NULL);
   sc.logits = malloc(sizeof(float) * (size_t)chunk * sc.V);
   sc.slot = calloc(chunk, sizeof(int)), sc.pos = malloc(sizeof(int) * chunk), sc.outs = malloc(sizeof(int) * chunk);
@@ -488,7 +489,8 @@ static int cmd_bench_speculative(const ct_config *cfg) {
   int np = 0;
   if (read_prompts(&s, &ps, &np)) ct_die(1, NULL);
   ct_gen_request *reqs = requests(cfg, &s, ps, np, 1, (ct_sample_params){0, 0, 1.0f, 0.0f, 1.0f});  // greedy
-  ct_engine_opts eo = {1, (int)cfg->max_target_length, (int)cfg->max_prefill_length};
+  ct_engine_opts eo = {1, (int)cfg->max_target_length, (int)cfg->max_prefill_length,
+                       cfg->quantization == CT_QUANT_BF16};
   ct_engine *e;
   ct_spec_model sm;
   if (ct_engine_init(&e, &s.w, &eo) || ct_spec_load(&sm, &s.w, cfg->model_path, &eo)) ct_die(1, NULL);

@@ -189,7 +189,7 @@ static void check_engine_against_training_forward(int r) {
   ct_sgemm('N', 'T', N, V, m.cfg.hidden_size, 1, a.lnf, m.cfg.hidden_size, m.w.lm_head, m.cfg.hidden_size, 0, want, V);
   ct_infer_weights w;
   ct_engine *e;
-  ct_engine_opts o = {B, T, N};
+  ct_engine_opts o = {B, T, N, false};
   CHECK_OK(ct_infer_from_model(&w, &m));
   CHECK_OK(ct_infer_attach_lora(&w, &lo));
   CHECK_OK(ct_engine_init(&e, &w, &o));

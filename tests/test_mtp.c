@@ -727,7 +727,7 @@ static void test_speculative_guesses_are_the_trained_depths_argmax(void) {
   save_depths(&m, dir);
   ct_infer_weights w;
   ct_spec_model sm;
-  ct_engine_opts o = {1, 16, 5};  // (prefixes run in chunks of 5)
+  ct_engine_opts o = {1, 16, 5, false};  // (prefixes run in chunks of 5)
   CHECK_OK(ct_infer_from_model(&w, &m));
   CHECK_OK(ct_infer_pack(&w, CT_PACK_F32));
   CHECK_OK(ct_spec_load(&sm, &w, dir, &o));

@@ -352,7 +352,7 @@ static int bench_decode(int argc, char **argv) {
   ct_model m;
   ct_infer_weights w;
   ct_engine *e;
-  ct_engine_opts o = {S, prompt + steps, S > prompt ? S : prompt};
+  ct_engine_opts o = {S, prompt + steps, S > prompt ? S : prompt, true};  // (bf16 weights, as GRPO's rollouts)
   if (ct_model_init(&m, &c, 1) || ct_model_rope_reserve(&m, prompt + steps)) return 1;
   ct_model_init_random(&m, 1, 0.02f);
   if (ct_infer_from_model(&w, &m) || ct_infer_pack(&w, CT_PACK_BF16) || ct_engine_init(&e, &w, &o))
