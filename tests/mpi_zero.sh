@@ -3,8 +3,9 @@
 # reduce-scatter, weights all-gather. Without clipping, 2 sharded ranks take bit for bit
 # the steps of 2 unsharded ones and save the same optimizer.safetensors (rank 0 gathers
 # the moments); at 3 ranks (uneven shards, clipping on) losses and weights match one
-# process accumulating 3 micro-batches to float rounding; the same for LoRA adapters and
-# bf16; a sharded checkpoint resumes at 3 ranks and at 1; the memory plan shows the shard.
+# process accumulating 3 micro-batches to float rounding; LoRA adapters and bf16 weights
+# shard bit for bit as the 2-rank case; a sharded checkpoint resumes at 3 ranks and at 1;
+# the memory plan shows the shard.
 . tests/lib/common.sh
 mpi_test mpi_zero
 args="configs/sft.yml dataset_path=$T/train.jsonl model.hidden_size=64 model.intermediate_size=128
@@ -74,13 +75,18 @@ cmp "$T/ldp/checkpoint-3/optimizer.safetensors" "$T/lz/checkpoint-3/optimizer.sa
   fail "the adapters' gathered moments differ"
 
 if grep -q avx512_bf16 /proc/cpuinfo; then
-  echo "== bf16: each rank narrows the shards it did not update as their owners did"
+  # Two ranks sum each gradient in one order whether they reduce or reduce-scatter, so the
+  # runs agree bit for bit: a rank that computed with a stale bf16 copy of the shard its
+  # peer updated would change the next step's loss and every weight after it. (Three ranks
+  # sum in other orders sharded and not, and six AdamW steps can turn that rounding into a
+  # step-sized difference for a weight whose gradient is near zero: not a bound rounding
+  # explains.)
+  echo "== bf16: each rank narrows the shard it did not update as its owner did"
   mpi_sft bdp 2 max_grad_norm=0 bf16=true
-  mpi_sft bz 3 max_grad_norm=0 bf16=true optimizer_sharding=true per_device_train_batch_size=4 \
-    gradient_accumulation_steps=1
-  mpi_sft bdp3 3 max_grad_norm=0 bf16=true per_device_train_batch_size=4 gradient_accumulation_steps=1
-  same_losses bdp3 bz
-  close "$T/bdp3/model.safetensors" "$T/bz/model.safetensors"
+  mpi_sft bz 2 max_grad_norm=0 bf16=true optimizer_sharding=true
+  grep -q "shard 1 of 2" "$T/bz.log" || fail "bz did not shard its moments"
+  cmp "$T/bdp/model.safetensors" "$T/bz/model.safetensors" || fail "sharded bf16 weights differ from unsharded"
+  same_losses bdp bz
 fi
 
 echo "== the memory plan (SmolLM-135M's shape): each rank's share of the moments"
