@@ -24,11 +24,11 @@ run_sh() {
   fi
 }
 # The longest tests (node, llama.cpp, the fuzzers, the tool and environment servers' SFT'd
-# models, DPO's: about half of the time) run in a lane of their own beside everything else,
+# models, DPO's and LoRA's: about half of the time) run in a lane of their own beside everything else,
 # unit tests included (most of those use one core); the tests that time something (signals, timeouts,
 # a slow server; test_reward's remote-reward deadlines) wait for that lane to end, so they
 # run on an otherwise idle machine. CT_SERIAL=1: one at a time. CT_SKIP_SH=1: unit tests only.
-lane="gguf_e2e tokenizer_ref tools_e2e env_e2e fuzz_smoke dpo_e2e" timed="signals mpi_fault memory_limits reward_remote run_safety"
+lane="gguf_e2e tokenizer_ref tools_e2e env_e2e fuzz_smoke dpo_e2e lora_e2e" timed="signals mpi_fault memory_limits reward_remote run_safety"
 timed_units="test_reward"
 [ -n "${CT_SERIAL:-}" ] && lane=""
 [ -n "${CT_SKIP_SH:-}" ] && lane=""
