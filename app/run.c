@@ -28,7 +28,7 @@ static int check_common_keys(const ct_config *c) {
     return ct_set_error(CT_ECONFIG, "%s: key 'max_steps': 0 would train nothing; give a number of "
                         "steps, or -1 to train num_train_epochs", ct_config_origin(c, "max_steps"));
   const char *key = !c->use_peft && c->adapter_path[0]                ? "adapter_path"
-                    : !c->use_peft && c->base_dtype != CT_STORE_F32    ? "base_dtype"
+                    : !c->use_peft && c->base_dtype != CT_BASE_AUTO && c->base_dtype != CT_STORE_F32 ? "base_dtype"
                     : !c->use_peft && c->lora_modules_to_save.n        ? "lora_modules_to_save"
                                                                        : NULL;
   if (key)

@@ -28,6 +28,7 @@
 
 const char *const ct_save_dtype_names[] = {"float32", "bfloat16", NULL};
 const char *const ct_bf16_names[] = {"false", "true", "auto", NULL};
+const char *const ct_base_dtype_names[] = {"float32", "bfloat16", "int8", "auto", NULL};
 const char *const ct_gc_names[] = {"false", "true", "always", NULL};
 const char *const ct_model_type_names[] = {"llama", "qwen2", "qwen3", "mistral", "gemma3_text", NULL};
 const char *const ct_output_names[] = {"text", "json", NULL};
@@ -60,6 +61,7 @@ const char *const ct_lora_save_names[] = {"embed_tokens", "lm_head", "score", "c
 NAMES_MATCH(ct_save_dtype_names, CT_DTYPE_COUNT);
 NAMES_MATCH(ct_model_type_names, CT_MODEL_COUNT);
 NAMES_MATCH(ct_bf16_names, CT_BF16_COUNT);
+NAMES_MATCH(ct_base_dtype_names, CT_BASE_AUTO + 1);
 NAMES_MATCH(ct_gc_names, CT_GC_COUNT);
 NAMES_MATCH(ct_output_names, CT_OUTPUT_COUNT);
 NAMES_MATCH(ct_quantization_names, CT_QUANT_COUNT);
@@ -272,10 +274,11 @@ const key_def config_keys[] = {
     {"adapter_path", K_STR, ALL | SAMPLER, OFF(adapter_path), "",
      .comment = "A PEFT LoRA adapter directory: training continues it (its adapter_config.json "
                 "decides r, alpha and targets); bin/sampler serves base + adapter."},
-    {"base_dtype", K_ENUM, ALL, OFF(base_dtype), "float32", .choices = ct_store_names,
+    {"base_dtype", K_ENUM, ALL, OFF(base_dtype), "auto", .choices = ct_base_dtype_names,
      .comment = "With use_peft: how the frozen base is held. bfloat16 halves its layers, int8 "
                 "quarters them (one scale per row; widened one layer at a time); the embeddings "
-                "stay float32."},
+                "stay float32. auto: bfloat16 when the matmuls run in bf16 (they read the same "
+                "bf16 values a float32 base would be rounded to: the same results), else float32."},
 
     {"beta", K_FLOAT, DPO | GRPO | DISTILL, OFF(beta), "0.1", FROM(0), .section = "Preference and RL",
      .per_trainer = {NULL, "0.1", "0.0", "0.5"},

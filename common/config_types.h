@@ -20,6 +20,10 @@ typedef enum {
 // once, ends in a _COUNT, and its table's definition is checked against it by a
 // _Static_assert. lr_scheduler_type's and optimizer's enums are optim.h's (CT_LR_*, CT_OPT_*).
 enum { CT_DTYPE_FLOAT32, CT_DTYPE_BFLOAT16, CT_DTYPE_COUNT };
+// base_dtype: a LoRA base held as CT_STORE_* (model.h), or auto (ct_base_dtype_names' last):
+// bfloat16 when the matmuls run in bf16, else float32 (the trainer resolves it: ct_train.base_dtype)
+#define CT_BASE_AUTO 3
+extern const char *const ct_base_dtype_names[];
 extern const char *const ct_save_dtype_names[];
 // bf16: matmuls of the trained model in bfloat16 (oneDNN) or float32 (OpenBLAS)
 enum { CT_BF16_FALSE, CT_BF16_TRUE, CT_BF16_AUTO, CT_BF16_COUNT };
@@ -194,7 +198,7 @@ typedef struct {
   int use_rslora;
   ct_str_list lora_modules_to_save;
   char *adapter_path;
-  int base_dtype;  // CT_STORE_* (model.h)
+  int base_dtype;  // CT_STORE_* (model.h) or CT_BASE_AUTO
 
   // distillation
   char *teacher_path;

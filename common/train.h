@@ -62,6 +62,7 @@ typedef struct {
   ct_weights g;       // views of grads into the model's layout (NULL members: frozen weights)
   ct_adamw adam;
   bool bf16;          // the model's matmuls run in bf16 (bf16: true, or auto on a bf16 CPU)
+  int base_dtype;     // a LoRA base's storage, CT_STORE_*: base_dtype with auto resolved
   // the training activations' mode (CT_ACTS_KEEP or _RECOMPUTE) as the memory plan settled it
   // (ct_train_plan_acts, ct_train_memory), and their row of that plan (-1: none)
   int acts_mode, acts_row, acts_B, acts_T;

@@ -73,7 +73,7 @@ static int mtp_weights(ct_train *tr, const char *dir) {
 int ct_train_plan_policy(const ct_train *tr, ct_plan *p) {
   const ct_config *cfg = tr->cfg;
   const ct_model *m = &tr->model;
-  bool peft = cfg->use_peft, bf16 = peft && cfg->base_dtype == CT_STORE_BF16, i8 = peft && cfg->base_dtype == CT_STORE_INT8;
+  bool peft = cfg->use_peft, bf16 = peft && tr->base_dtype == CT_STORE_BF16, i8 = peft && tr->base_dtype == CT_STORE_INT8;
   double trained_bytes;
   if (peft) {
     ct_lora_config lc = ct_train_lora_config(cfg);
@@ -135,7 +135,7 @@ static void keep_if_room(ct_train *tr, ct_plan *p) {
 int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
   const ct_config *cfg = tr->cfg;
   ct_model *m = &tr->model;
-  bool peft = cfg->use_peft, bf16 = peft && cfg->base_dtype == CT_STORE_BF16, i8 = peft && cfg->base_dtype == CT_STORE_INT8;
+  bool peft = cfg->use_peft, bf16 = peft && tr->base_dtype == CT_STORE_BF16, i8 = peft && tr->base_dtype == CT_STORE_INT8;
   int rc = ct_train_plan_policy(tr, p);
   if (rc) return rc;
   keep_if_room(tr, p);
@@ -170,7 +170,7 @@ int ct_train_memory(ct_train *tr, ct_plan *p, const char *knobs, bool *dry) {
     if (bf16 && (rc = ct_model_to_bf16(m, true))) return rc;
     if (i8 && (rc = ct_model_to_int8(m))) return rc;
     ct_ident base;  // (as stored: after the narrowing to base_dtype)
-    ct_ident_set(&base, "base", "model_path", cfg->model_path, "base_dtype", ct_store_names[cfg->base_dtype],
+    ct_ident_set(&base, "base", "model_path", cfg->model_path, "base_dtype", ct_store_names[tr->base_dtype],
                  ct_model_checksum(m));
     if ((rc = ct_train_frozen_record(tr, &base))) return rc;
     tr->trained = ct_lora_tensors(&tr->lora);

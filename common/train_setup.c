@@ -310,6 +310,7 @@ int ct_train_setup(ct_train *tr, ct_config *cfg) {
   }
   int rc = ct_pool_init(threads > 0 ? threads : 1);
   if (!rc) rc = bf16_setup(tr);
+  tr->base_dtype = cfg->base_dtype != CT_BASE_AUTO ? cfg->base_dtype : tr->bf16 ? CT_STORE_BF16 : CT_STORE_F32;
   if (!rc && tr->rank == 0) rc = claim_output_dir(tr);
   if (!rc) rc = resolve_resume(tr);
   if (!rc) rc = load_tokenizer(tr);
