@@ -19,7 +19,8 @@ void ct_policy_engine_plan(ct_plan *p, const ct_model_config *mc, const ct_engin
   if (!peft) return;
   ct_lora_config lc = ct_train_lora_config(peft->cfg);  // (an adapter_path's own config, if it reads)
   if (peft->cfg->adapter_path[0]) ct_lora_read_config(&lc, peft->cfg->adapter_path);
-  ct_plan_addf(p, ct_lora_bytes(&lc, mc), "sampler: the LoRA adapters packed for a generation");
+  ct_plan_addf(p, ct_lora_bytes(&lc, mc) + (pack == CT_PACK_BF16 && weights ? ct_infer_lora_ext_bytes(mc) : 0),
+               "sampler: the LoRA adapters packed for a generation%s", pack == CT_PACK_BF16 && weights ? ", B in panels" : "");
 }
 
 int ct_policy_engine_init(ct_policy_engine *p, ct_train *tr, int pack, const ct_engine_opts *eo) {

@@ -53,6 +53,7 @@ struct ct_engine {
   float *lora_p;               // (r · max(in, out)) one adapter matrix packed into panels
   float *pinned;               // ct_engine_lora_pin: adapter (l, t) at pin_at[l][t], A's then B's
   long pin_at[CT_MAX_LAYERS][CT_LORA_TARGETS];
+  bool lora_ext;               // pinned, and the adapters' B are in the bf16 panels (linear.h)
   int *ids, *pos, *slot;
   long bytes;
 };
@@ -581,11 +582,32 @@ double ct_engine_lora_bytes(const ct_lora *lo) {
   return sizeof(float) * n;
 }
 
+// The matrix of layer l that holds target t, and the first target it holds.
+static const ct_linear *target_matrix(const ct_infer_layer *L, int t, int *t0) {
+  *t0 = t <= CT_LORA_V ? CT_LORA_Q : t == CT_LORA_O ? CT_LORA_O : t <= CT_LORA_UP ? CT_LORA_GATE : CT_LORA_DOWN;
+  return t <= CT_LORA_V ? &L->qkv : t == CT_LORA_O ? &L->o : t <= CT_LORA_UP ? &L->gu : &L->down;
+}
+
+// Adapter (l, t)'s B (out, r) rounded to bf16 into its matrix's extension columns
+// [cols + 16i, cols + 16i + 16) of its rows, i its place among the matrix's targets.
+static void write_b(const ct_engine *e, int l, int t) {
+  const ct_lora *lo = e->w->lora;
+  int t0, in, out, row0, r = lo->cfg.r;
+  const ct_linear *M = target_matrix(&e->w->layers[l], t, &t0);
+  ct_lora_dims(&lo->mc, t, &in, &out, &row0);
+  uint16_t *P = (uint16_t *)M->p16;  // (the weights' own panels: ct_infer_pack allocated them)
+  int K = M->cols + M->ext, k0 = M->cols + CT_THIN_R * (t - t0);
+  for (int n = 0; n < out; n++)
+    for (int j = 0; j < r; j++) P[ct_panel16_at(M->rows, K, row0 + n, k0 + j)] = ct_f32_to_bf16(lo->w[l][t].B[(long)n * r + j]);
+}
+
 static void pin_task(void *ctx, int k, int thread) {
   (void)thread;
   ct_engine *e = ctx;
-  int l = k / CT_LORA_TARGETS, t = k % CT_LORA_TARGETS;
-  if (e->w->lora->w[l][t].A) pack_adapter(e->w->lora, l, t, e->pinned + e->pin_at[l][t]);
+  int l = k / CT_LORA_TARGETS, t = k % CT_LORA_TARGETS, t0;
+  if (!e->w->lora->w[l][t].A) return;
+  pack_adapter(e->w->lora, l, t, e->pinned + e->pin_at[l][t]);
+  if (target_matrix(&e->w->layers[l], t, &t0)->ext) write_b(e, l, t);
 }
 
 void ct_engine_lora_pin(ct_engine *e) {
@@ -601,11 +623,26 @@ void ct_engine_lora_pin(ct_engine *e) {
       if (lo->w[l][t].A) at += (long)lo->cfg.r * (in + out);
     }
   ct_parallel_for(e->L * CT_LORA_TARGETS, pin_task, e);
+  for (int l = 0; l < e->L; l++) {
+    const ct_infer_layer *L = &e->w->layers[l];
+    e->lora_ext |= L->qkv.ext || L->o.ext || L->gu.ext || L->down.ext;
+  }
 }
 
 void ct_engine_lora_unpin(ct_engine *e) {
   free(e->pinned);
   e->pinned = NULL;
+  e->lora_ext = false;
+}
+
+// Adapters t0..t1 of layer l as a product folds them in (linear.h), pinned: each A
+// transposed at the start of its pinned block (pack_adapter).
+static ct_linear_lora folded(const ct_engine *e, int l, int t0, int t1) {
+  const ct_lora *lo = e->w->lora;
+  ct_linear_lora a = {t1 - t0 + 1, lo->scale, {NULL}};
+  for (int t = t0; t <= t1; t++)
+    if (lo->w[l][t].A) a.A[t - t0] = e->pinned + e->pin_at[l][t];
+  return a;
 }
 
 // Adapter t of layer l on the n rows of x (n, ldx): y (n, ldy) += s · (x·Aᵀ)·Bᵀ in the
@@ -704,13 +741,22 @@ static int pass(ct_engine *e, int n, const int *ids, const float *x_in, const in
   }
 #define NW(w, k) ct_norm_weight(c, (w), (k), e->wn)
   int nu = make_units(e, n);
+  bool ext = e->lora_ext;
   for (int l = 0; l < e->L; l++) {
     ct_stop_poll(NULL, 0, 0);  // (a stop within a long prefill)
     const ct_infer_layer *w = &e->w->layers[l];
     bool win = ct_layer_window(c, l) > 0;
     CT_PROF(CT_PROF_E_OTHER, ct_rmsnorm_forward(e->ln, e->rstd, e->x, NW(w->ln1, C), n, C, c->rms_norm_eps));
-    CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward(&w->qkv, e->ln, C, n, e->qkv, QKV, 0));  // (n, QKV)
-    CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_Q, CT_LORA_V, e->ln, C, n, e->qkv, QKV));
+    // (the adapters folded into the products where the panels hold their B: bf16, pinned)
+    ct_linear_lora fq = ext ? folded(e, l, CT_LORA_Q, CT_LORA_V) : (ct_linear_lora){0};
+    ct_linear_lora fo = ext ? folded(e, l, CT_LORA_O, CT_LORA_O) : fq;
+    ct_linear_lora fg = ext ? folded(e, l, CT_LORA_GATE, CT_LORA_UP) : fq;
+    ct_linear_lora fd = ext ? folded(e, l, CT_LORA_DOWN, CT_LORA_DOWN) : fq;
+    if (ext) CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward_lora(&w->qkv, e->ln, C, n, e->qkv, QKV, 0, &fq, 0));
+    else {
+      CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward(&w->qkv, e->ln, C, n, e->qkv, QKV, 0));  // (n, QKV)
+      CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_Q, CT_LORA_V, e->ln, C, n, e->qkv, QKV));
+    }
     CT_PROF(CT_PROF_E_OTHER, if (w->bqkv) ct_bias_forward(e->qkv, w->bqkv, n, QKV, QKV));
     if (w->qnorm) {
       CT_PROF(CT_PROF_E_OTHER, ct_headnorm_forward(e->qkv, e->qkv_save, e->qk_rstd, NW(w->qnorm, e->hd), n, e->H, e->hd, QKV,
@@ -722,26 +768,41 @@ static int pass(ct_engine *e, int n, const int *ids, const float *x_in, const in
             e->H + e->KV, e->hd, QKV, 0));
     CT_PROF(CT_PROF_E_ATTENTION, attention(e, l, n, nu));
     if (c->gemma) {  // x += norm(att · Woᵀ), the projection in ln (free now), the norm in xo
-      CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward(&w->o, e->att, Hd, n, e->ln, C, 0));
-      CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_O, CT_LORA_O, e->att, Hd, n, e->ln, C));
+      if (ext) CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward_lora(&w->o, e->att, Hd, n, e->ln, C, 0, &fo, 0));
+      else {
+        CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward(&w->o, e->att, Hd, n, e->ln, C, 0));
+        CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_O, CT_LORA_O, e->att, Hd, n, e->ln, C));
+      }
       CT_PROF(CT_PROF_E_OTHER, ct_rmsnorm_forward(e->xo, e->rstd, e->ln, NW(w->post_attn, C), n, C, c->rms_norm_eps));
       CT_PROF(CT_PROF_E_OTHER, ct_add_rows(e->x, e->xo, n, C));
+    } else if (ext) {
+      CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward_lora(&w->o, e->att, Hd, n, e->x, C, 1, &fo, 0));
     } else {
       CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward(&w->o, e->att, Hd, n, e->x, C, 1));        // x += att · Woᵀ
       CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_O, CT_LORA_O, e->att, Hd, n, e->x, C));
     }
     CT_PROF(CT_PROF_E_OTHER, ct_rmsnorm_forward(e->ln, e->rstd, e->x, NW(w->ln2, C), n, C, c->rms_norm_eps));
-    CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward(&w->gu, e->ln, C, n, e->gu, 2 * F, 0));    // (n, 2F)
-    CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_GATE, CT_LORA_UP, e->ln, C, n, e->gu, 2 * F));
+    if (ext) CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward_lora(&w->gu, e->ln, C, n, e->gu, 2 * F, 0, &fg, 0));
+    else {
+      CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward(&w->gu, e->ln, C, n, e->gu, 2 * F, 0));    // (n, 2F)
+      CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_GATE, CT_LORA_UP, e->ln, C, n, e->gu, 2 * F));
+    }
     if (c->gemma) {  // x += norm(gelu_tanh(g)·u · Wdownᵀ)
       CT_PROF(CT_PROF_E_OTHER, ct_geglu_forward(e->h, e->gu, n, F));
-      CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward(&w->down, e->h, F, n, e->ln, C, 0));
-      CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_DOWN, CT_LORA_DOWN, e->h, F, n, e->ln, C));
+      if (ext) CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward_lora(&w->down, e->h, F, n, e->ln, C, 0, &fd, 0));
+      else {
+        CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward(&w->down, e->h, F, n, e->ln, C, 0));
+        CT_PROF(CT_PROF_E_LORA, lora_add(e, l, CT_LORA_DOWN, CT_LORA_DOWN, e->h, F, n, e->ln, C));
+      }
       CT_PROF(CT_PROF_E_OTHER, ct_rmsnorm_forward(e->xo, e->rstd, e->ln, NW(w->post_ff, C), n, C, c->rms_norm_eps));
       CT_PROF(CT_PROF_E_OTHER, ct_add_rows(e->x, e->xo, n, C));
       continue;
     }
     // x += h · Wdownᵀ, h = swiglu(gu): computed while packed unless the adapter reads h
+    if (ext) {  // (the folded adapter reads each row of h as it is narrowed)
+      CT_PROF(CT_PROF_E_LINEAR, ct_linear_forward_lora(&w->down, e->gu, 2 * F, n, e->x, C, 1, &fd, 1));
+      continue;
+    }
     bool h_read = e->w->lora && e->w->lora->w[l][CT_LORA_DOWN].A;
     double t0 = ct_prof_open(CT_PROF_E_LINEAR);
     bool fused = !h_read && !ct_linear_forward_swiglu(&w->down, e->gu, 2 * F, n, e->x, C, 1);

@@ -13,6 +13,8 @@
 #include "panel.h"
 #include "pool.h"
 #include "quant.h"
+#include "swiglu.h"
+#include "thin.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -207,29 +209,62 @@ static int quantize_x(const float *x, int ldx, int S, int K) {
   return 0;
 }
 
-// x rounded to bf16 for bf16 panels: (S, 2⌈K/2⌉), an odd K padded with a 0 column, and
-// 16 rows of zeros after the S rows (AMX reads whole 16-row tiles: see amx.h).
+// x rounded to bf16 for bf16 panels of K + ext columns: (S, 2⌈(K + ext)/2⌉), the columns past
+// K zero or the adapters' u (ct_linear_lora), and 16 rows of zeros after the S rows (AMX
+// reads whole 16-row tiles: see amx.h). h: each thread's NB rows of swiglu(gu).
 static struct {
   uint16_t *x16;
-  long cap;
+  float *h;
+  long cap, hcap;
 } BX;
 
+typedef struct {
+  const float *x;  // (S, K; row stride ldx), or gu (S, 2K) when swiglu
+  int ldx, S, K, ext, parts;
+  bool swiglu;
+  const ct_linear_lora *lo;  // or NULL
+} narrow_job;
+
+enum { NB = 8 };  // rows a narrowing step takes (thin.h's block)
+
 static void narrow_task(void *ctx, int part, int thread) {
-  (void)thread;
-  const rows_job *j = ctx;
-  long s0, s1, K2 = (j->K + 1) / 2;
-  ct_chunk_range(j->S, 1, j->parts, part, &s0, &s1);
-  for (long s = s0; s < s1; s++) {
-    uint16_t *d = BX.x16 + s * 2 * K2;
-    ct_bf16_narrow(d, j->x + s * j->ldx, j->K);
-    if (j->K & 1) d[j->K] = 0;
+  const narrow_job *j = ctx;
+  const int K = j->K;
+  long s0, s1, ld = 2 * ((K + j->ext + 1) / 2);
+  ct_chunk_range(j->S, NB, j->parts, part, &s0, &s1);
+  float *hb = j->swiglu ? BX.h + (long)thread * NB * K : NULL, u[NB * CT_THIN_R];
+  for (long s = s0; s < s1; s += NB) {
+    int nb = s1 - s < NB ? (int)(s1 - s) : NB;
+    const float *xb = j->x + s * j->ldx;
+    int ldb = j->ldx;
+    if (hb) {  // h = swiglu(gu), ct_swiglu_forward's formula
+      for (int m = 0; m < nb; m++) {
+        const float *g = xb + (long)m * ldb, *uu = g + K;
+        float *h = hb + (long)m * K;
+#pragma omp simd
+        for (int k = 0; k < K; k++) h[k] = ct_swiglu_h(g[k], uu[k]);
+      }
+      xb = hb, ldb = K;
+    }
+    uint16_t *d = BX.x16 + s * ld;
+    for (int m = 0; m < nb; m++) {
+      ct_bf16_narrow(d + m * ld, xb + (long)m * ldb, K);
+      memset(d + m * ld + K, 0, sizeof(uint16_t) * (ld - K));
+    }
+    for (int i = 0; j->lo && i < j->lo->n; i++) {
+      if (!j->lo->A[i]) continue;
+      ct_thin_out_rows(0, nb, K, j->lo->scale, xb, ldb, j->lo->A[i], u);  // u (nb, 16)
+      for (int m = 0; m < nb; m++) ct_bf16_narrow(d + m * ld + K + CT_THIN_R * i, u + m * CT_THIN_R, CT_THIN_R);
+    }
   }
 }
 
-static int narrow_x(const float *x, int ldx, int S, int K) {
-  long ld = 2 * ((K + 1) / 2);
+// BX.x16 for x (see narrow_job); -1 when out of memory.
+static int narrow_x_ext(const float *x, int ldx, int S, int K, int ext, bool swiglu, const ct_linear_lora *lo) {
+  long ld = 2 * ((K + ext + 1) / 2);
   if (!(BX.x16 = reserve(BX.x16, &BX.cap, (S + 16L) * ld, sizeof(uint16_t)))) return -1;
-  rows_job j = {x, ldx, S, K, ct_pool_parts(S), false};
+  if (swiglu && !(BX.h = reserve(BX.h, &BX.hcap, (long)ct_pool_threads() * NB * K, sizeof(float)))) return -1;
+  narrow_job j = {x, ldx, S, K, ext, ct_pool_parts((S + NB - 1) / NB), swiglu, lo};
   ct_parallel_for(j.parts, narrow_task, &j);
   memset(BX.x16 + S * ld, 0, 16 * ld * sizeof(uint16_t));
   return 0;
@@ -272,14 +307,15 @@ static void panel_range(const lin_job *j, long p0, long p1, long s0, long s1) {
     ct_panel8_gemm(w->p8, w->rows, w->cols, QX.xu + s0 * w->cols, w->cols, QX.sx + s0, w->scale, w->rowsum, S, y,
                    j->ldy, j->acc, (int)p0, (int)p1);
   else if (w->p16) {
-    long ld = 2 * ((w->cols + 1) / 2);
+    int K = w->cols + w->ext;
+    long ld = 2 * ((K + 1) / 2);
     const uint16_t *x16 = BX.x16 + s0 * ld;
-    if (ct_amx_ready() && ct_amx_fits(w->cols)) {  // full panels on AMX, the narrow last one below
-      ct_amx_gemm16(w->p16, w->rows, w->cols, x16, (int)ld, S, y, j->ldy, j->acc, (int)p0, (int)p1);
+    if (ct_amx_ready() && ct_amx_fits(K)) {  // full panels on AMX, the narrow last one below
+      ct_amx_gemm16(w->p16, w->rows, K, x16, (int)ld, S, y, j->ldy, j->acc, (int)p0, (int)p1);
       if (p1 * CT_PANEL <= w->rows) return;
       p0 = p1 - 1;
     }
-    ct_panel16_gemm(w->p16, w->rows, w->cols, x16, (int)ld, S, y, j->ldy, j->acc, (int)p0, (int)p1);
+    ct_panel16_gemm(w->p16, w->rows, K, x16, (int)ld, S, y, j->ldy, j->acc, (int)p0, (int)p1);
   } else
     ct_panel_gemm_px(w->p32, w->rows, w->cols, PX.xp + s0 * w->cols, S, y, j->ldy, j->acc, (int)p0, (int)p1);
 }
@@ -310,6 +346,14 @@ static void lin_task(void *ctx, int part, int thread) {
   else rows_f32(j, n0, n1);
 }
 
+// The panels' product of x narrowed into BX.x16 (p16) or packed into PX.xp (p32).
+static void panels(const ct_linear *w, int S, float *y, int ldy, int accumulate) {
+  lin_job j = {w, NULL, y, 0, ldy, S, accumulate, 0};
+  long np = (w->rows + CT_PANEL - 1) / CT_PANEL;
+  j.parts = np < ct_pool_threads() ? (S >= 24 ? ct_pool_threads() : 1) : ct_pool_parts(np);
+  ct_parallel_for(j.parts, panel_task, &j);
+}
+
 void ct_linear_forward(const ct_linear *w, const float *x, int ldx, int S, float *y, int ldy,
                        int accumulate) {
   if (S <= 0) return;
@@ -318,11 +362,9 @@ void ct_linear_forward(const ct_linear *w, const float *x, int ldx, int S, float
   }
   lin_job j = {w, x, y, ldx, ldy, S, accumulate, 0};
   if (!w->q && (w->p8 || w->p16 || w->p32)) {
-    if (w->p16 && narrow_x(x, ldx, S, w->cols)) return;  // out of memory: y as it was
+    if (w->p16 && narrow_x_ext(x, ldx, S, w->cols, w->ext, false, NULL)) return;  // out of memory: y as it was
     if (w->p32 && pack_x(x, ldx, S, w->cols, false)) return;
-    long np = (w->rows + CT_PANEL - 1) / CT_PANEL;
-    j.parts = np < ct_pool_threads() ? (S >= 24 ? ct_pool_threads() : 1) : ct_pool_parts(np);
-    ct_parallel_for(j.parts, panel_task, &j);
+    panels(w, S, y, ldy, accumulate);
     return;
   }
   // enough parts to balance, each at least a few rows of W
@@ -330,15 +372,22 @@ void ct_linear_forward(const ct_linear *w, const float *x, int ldx, int S, float
   ct_parallel_for(j.parts, lin_task, &j);
 }
 
+int ct_linear_forward_lora(const ct_linear *w, const float *x, int ldx, int S, float *y, int ldy, int accumulate,
+                           const ct_linear_lora *lo, int swiglu) {
+  if (w->q || w->p8 || !w->p16 || (lo && lo->n * CT_THIN_R > w->ext)) return 1;
+  if (S <= 0) return 0;
+  if (narrow_x_ext(x, ldx, S, w->cols, w->ext, swiglu, lo)) return 1;  // out of memory
+  panels(w, S, y, ldy, accumulate);
+  return 0;
+}
+
 int ct_linear_forward_swiglu(const ct_linear *w, const float *gu, int ldgu, int S, float *y, int ldy,
                              int accumulate) {
-  if (w->q || w->p8 || w->p16 || !w->p32) return 1;
+  if (!w->q && !w->p8 && w->p16) return ct_linear_forward_lora(w, gu, ldgu, S, y, ldy, accumulate, NULL, 1);
+  if (w->q || w->p8 || !w->p32) return 1;
   if (S <= 0) return 0;
   if (pack_x(gu, ldgu, S, w->cols, true)) return 1;  // out of memory: the caller's two steps
-  lin_job j = {w, gu, y, ldgu, ldy, S, accumulate, 0};
-  long np = (w->rows + CT_PANEL - 1) / CT_PANEL;
-  j.parts = np < ct_pool_threads() ? (S >= 24 ? ct_pool_threads() : 1) : ct_pool_parts(np);
-  ct_parallel_for(j.parts, panel_task, &j);
+  panels(w, S, y, ldy, accumulate);
   return 0;
 }
 

@@ -42,25 +42,33 @@ void ct_panel_pack_inplace(float *W, int N, int K, float *tmp) {
   }
 }
 
-// dst (panels of pairs) from rows fetched by get(src, n, k) — one loop for both sources.
-#define PACK16(GET)                                                                  \
-  do {                                                                               \
-    int K2 = (K + 1) / 2;                                                            \
-    for (int p = 0; p * P < N; p++) {                                                \
-      int w = panel_w(N, p);                                                         \
-      uint16_t *dst = Pk + (long)p * P * K2 * 2;                                     \
-      for (int j = 0; j < w; j++) {                                                  \
-        long n = (long)p * P + j;                                                    \
-        for (int k = 0; k < 2 * K2; k++)                                             \
-          dst[((long)(k / 2) * w + j) * 2 + (k & 1)] = k < K ? GET(W, n * K + k) : 0; \
-      }                                                                              \
-    }                                                                                \
+// dst (panels of pairs of K + ext columns) from rows of K fetched by get(src, n, k), the
+// columns past K zero — one loop for both sources.
+#define PACK16(GET)                                                                      \
+  do {                                                                                   \
+    int K2 = (K + ext + 1) / 2;                                                          \
+    for (int p = 0; p * P < N; p++) {                                                    \
+      int w = panel_w(N, p);                                                             \
+      uint16_t *dst = Pk + (long)p * P * K2 * 2;                                         \
+      for (int j = 0; j < w; j++) {                                                      \
+        long n = (long)p * P + j;                                                        \
+        for (int k = 0; k < 2 * K2; k++)                                                 \
+          dst[((long)(k / 2) * w + j) * 2 + (k & 1)] = k < K ? GET(W, n * K + k) : 0;     \
+      }                                                                                  \
+    }                                                                                    \
   } while (0)
 #define GET_NARROW(W, i) ct_f32_to_bf16((W)[i])
 #define GET_SAME(W, i) ((W)[i])
 
-void ct_panel_pack16(const float *W, int N, int K, uint16_t *Pk) { PACK16(GET_NARROW); }
-void ct_panel_pack16_from16(const uint16_t *W, int N, int K, uint16_t *Pk) { PACK16(GET_SAME); }
+void ct_panel_pack16_ext(const float *W, int N, int K, int ext, uint16_t *Pk) { PACK16(GET_NARROW); }
+void ct_panel_pack16_from16_ext(const uint16_t *W, int N, int K, int ext, uint16_t *Pk) { PACK16(GET_SAME); }
+void ct_panel_pack16(const float *W, int N, int K, uint16_t *Pk) { ct_panel_pack16_ext(W, N, K, 0, Pk); }
+void ct_panel_pack16_from16(const uint16_t *W, int N, int K, uint16_t *Pk) { ct_panel_pack16_from16_ext(W, N, K, 0, Pk); }
+
+long ct_panel16_at(int N, int K, int n, int k) {
+  int p = n / P;
+  return (long)p * P * 2 * ((K + 1) / 2) + ((long)(k / 2) * panel_w(N, p) + n - p * P) * 2 + (k & 1);
+}
 
 void ct_panel8_pack_inplace(int8_t *W, int N, int K, int8_t *tmp) {
   for (int p = 0; p * P < N; p++) {

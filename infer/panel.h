@@ -31,6 +31,13 @@ void ct_panel_pack_inplace(float *W, int N, int K, float *scratch);
 void ct_panel_pack16(const float *W, int N, int K, uint16_t *P);
 // The same from a bf16 matrix (a model stored in bf16): no rounding.
 void ct_panel_pack16_from16(const uint16_t *W, int N, int K, uint16_t *P);
+// Both packing W (N, K) as the first K columns of an (N, K + ext) matrix whose last ext
+// columns are 0 (P: ct_panel16_size(N, K + ext)): room for values written later
+// (ct_panel16_at), such as the engine's LoRA adapters (linear.h).
+void ct_panel_pack16_ext(const float *W, int N, int K, int ext, uint16_t *P);
+void ct_panel_pack16_from16_ext(const uint16_t *W, int N, int K, int ext, uint16_t *P);
+// The index in bf16 panels of an (N, K) matrix of its element (n, k).
+long ct_panel16_at(int N, int K, int n, int k);
 
 // int8 panels group four consecutive k (the u8 x s8 dot-product instruction's operand):
 // element (n, k) at 32pK + ((k/4)·w + n − 32p)·4 + k%4, for K a multiple of 4 — the same

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amx.h"
 #include "bf16.h"
 #include "fs.h"
 #include "error.h"
@@ -15,6 +16,7 @@
 #include "panel.h"
 #include "pool.h"
 #include "safetensors.h"
+#include "thin.h"
 
 #define QUANT_METHOD "ctune-int8"
 
@@ -113,7 +115,25 @@ static int pack_list(ct_infer_weights *w, ct_linear **out) {
 }
 
 static long pack_size(const ct_linear *L, int mode) {
-  return mode == CT_PACK_BF16 ? 2 * ct_panel16_size(L->rows, L->cols) : 4L * L->rows * L->cols;
+  return mode == CT_PACK_BF16 ? 2 * ct_panel16_size(L->rows, L->cols + L->ext) : 4L * L->rows * L->cols;
+}
+
+// Extension columns (linear.h) of layer l's matrix that holds LoRA targets [t0, t1] in bf16
+// panels: 16 per target, rounded up to 32 where the products run on AMX (its k step), when
+// any of them has an adapter at thin.h's rank; else 0.
+static int lora_ext(const ct_infer_weights *w, int l, int t0, int t1) {
+  const ct_lora *lo = w->lora;
+  if (!lo || !ct_thin_takes(lo->cfg.r)) return 0;
+  bool any = false;
+  for (int t = t0; t <= t1; t++) any |= lo->w[l][t].A != NULL;
+  int step = ct_amx_ready() ? 32 : CT_THIN_R;
+  return any ? (CT_THIN_R * (t1 - t0 + 1) + step - 1) / step * step : 0;
+}
+
+double ct_infer_lora_ext_bytes(const ct_model_config *c) {
+  long C = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
+  long QKV = (c->num_heads + 2L * c->num_kv_heads) * hd;
+  return 2.0 * c->num_layers * (QKV * 64 + C * 32 + 2 * F * 32 + C * 32);
 }
 
 double ct_infer_pack_bytes(const ct_model_config *c, int mode) {
@@ -139,14 +159,14 @@ typedef struct {
 static void pack_task(void *ctx, int part, int thread) {
   const pack_job *j = ctx;
   const ct_linear *L = j->L;
-  long p0, p1, K = L->cols, K2 = (K + 1) / 2;
+  long p0, p1, K = L->cols, K2 = (K + L->ext + 1) / 2;
   ct_chunk_range((L->rows + CT_PANEL - 1) / CT_PANEL, 1, j->parts, part, &p0, &p1);
   if (p1 <= p0) return;
   int r0 = (int)(p0 * CT_PANEL), rows = (int)((p1 * CT_PANEL < L->rows ? p1 * CT_PANEL : L->rows) - r0);
   if (L->b16) {  // bf16 rows: copied into bf16 panels, or widened panel by panel
     const uint16_t *s16 = L->b16 + (long)r0 * K;
     if (j->mode == CT_PACK_BF16) {
-      ct_panel_pack16_from16(s16, rows, (int)K, (uint16_t *)j->dst + (long)r0 * 2 * K2);
+      ct_panel_pack16_from16_ext(s16, rows, (int)K, L->ext, (uint16_t *)j->dst + (long)r0 * 2 * K2);
       return;
     }
     float *tmp = j->scratch + (long)thread * CT_PANEL * K;
@@ -159,7 +179,7 @@ static void pack_task(void *ctx, int part, int thread) {
   }
   const float *src = L->f32 + (long)r0 * K;
   if (j->mode == CT_PACK_BF16)
-    ct_panel_pack16(src, rows, (int)K, (uint16_t *)j->dst + (long)r0 * 2 * K2);
+    ct_panel_pack16_ext(src, rows, (int)K, L->ext, (uint16_t *)j->dst + (long)r0 * 2 * K2);
   else if (j->dst)
     ct_panel_pack(src, rows, (int)K, (float *)j->dst + (long)r0 * K);
   else
@@ -198,6 +218,11 @@ int ct_infer_pack(ct_infer_weights *w, int mode) {
     return ct_set_error(CT_EINVAL, "sampler: the weights are already packed for another precision");
   bool inplace = mode == CT_PACK_F32 && w->model;
   if (inplace && w->packed) return 0;  // an owned model never changes
+  for (int l = 0; mode == CT_PACK_BF16 && !w->packed && l < w->cfg.num_layers; l++) {  // room for the adapters' B
+    ct_infer_layer *L = &w->layers[l];
+    L->qkv.ext = lora_ext(w, l, CT_LORA_Q, CT_LORA_V), L->o.ext = lora_ext(w, l, CT_LORA_O, CT_LORA_O);
+    L->gu.ext = lora_ext(w, l, CT_LORA_GATE, CT_LORA_UP), L->down.ext = lora_ext(w, l, CT_LORA_DOWN, CT_LORA_DOWN);
+  }
   ct_linear *list[4 * w->cfg.num_layers + 2];
   int n = pack_list(w, list);
   long total = 0;

@@ -59,6 +59,10 @@ int ct_infer_attach_lora(ct_infer_weights *w, const ct_lora *lo);
 int ct_infer_pack(ct_infer_weights *w, int mode);
 // Bytes ct_infer_pack allocates for a model with config c viewed from a training model.
 double ct_infer_pack_bytes(const ct_model_config *c, int mode);
+// At most the bytes bf16 packing adds for attached LoRA adapters at rank 16: each layer's
+// matrices get extension columns (linear.h) for the adapters' B, which the engine folds
+// into its products (engine.h: ct_engine_lora_pin).
+double ct_infer_lora_ext_bytes(const ct_model_config *c);
 // fp32 views of a training model's parameters (the model must outlive w).
 int ct_infer_from_model(ct_infer_weights *w, const ct_model *m);
 // Bytes of the int8 weights of a model with config c (matrices, scales, row sums, vectors).

@@ -17,6 +17,7 @@
 #include "head.h"
 #include "hf.h"
 #include "lora.h"
+#include "amx.h"
 #include "matmul.h"
 #include "pool.h"
 #include "quant.h"
@@ -237,6 +238,78 @@ static void test_engine_with_adapters_matches_the_training_forward(void) {
   check_engine_against_training_forward(16);  // x·Aᵀ on thin.h's kernel in both
 }
 
+// bf16 panels carry rank-16 adapters' B in extension columns (linear.h), and a pinned engine
+// folds the adapters into its products (bf16 terms, fp32 sums). Its logits: against the
+// unfolded adapters (fp32 thin.h terms over the same bf16 base) within a small part of what
+// the adapters change, so every B sits in its place; each sequence alone the batch's bits;
+// B changed after pinning unseen until unpinned, when the unfolded path's bits return.
+static void check_engine_folds_adapters(const char *type) {
+  ct_model m;
+  tiny_model(&m, type);
+  ct_lora lo;
+  ct_lora_config lc = all_linear(CT_THIN_R, 0);
+  CHECK_OK(ct_lora_init(&lo, &lc, &m.cfg));
+  random_adapters(&lo, &m, 19);
+  batch_t b = make_batch(m.cfg.vocab_size);
+  int V = m.cfg.vocab_size, slot[N], out[N], local[T];
+  for (int i = 0; i < N; i++) slot[i] = i / T, out[i] = i;
+  for (int i = 0; i < T; i++) local[i] = i;
+  float *base = malloc(sizeof(float) * N * V), *plain = malloc(sizeof(float) * N * V);
+  float *folded = malloc(sizeof(float) * N * V), *alone = malloc(sizeof(float) * T * V);
+  ct_infer_weights w0, w;
+  ct_engine *e0, *e;
+  ct_engine_opts o = {B, T, N, false};
+  CHECK_OK(ct_infer_from_model(&w0, &m));  // the base alone, bf16 panels
+  CHECK_OK(ct_infer_pack(&w0, CT_PACK_BF16));
+  CHECK_OK(ct_engine_init(&e0, &w0, &o));
+  CHECK_OK(ct_engine_forward(e0, N, b.ids, slot, b.pos, out, N, base));
+  CHECK_OK(ct_infer_from_model(&w, &m));
+  CHECK_OK(ct_infer_attach_lora(&w, &lo));
+  CHECK_OK(ct_infer_pack(&w, CT_PACK_BF16));
+  int step = ct_amx_ready() ? 32 : 16;  // (AMX: whole k steps of 32)
+  CHECK(w.layers[0].qkv.ext == (48 + step - 1) / step * step && w.layers[0].gu.ext == 32 && w.layers[0].o.ext == step &&
+        w.layers[0].down.ext == step);
+  CHECK_OK(ct_engine_init(&e, &w, &o));
+  CHECK_OK(ct_engine_forward(e, N, b.ids, slot, b.pos, out, N, plain));  // unpinned: unfolded
+  ct_engine_lora_pin(e);
+  CHECK_OK(ct_engine_forward(e, N, b.ids, slot, b.pos, out, N, folded));
+  double effect = 0, diff = 0;
+  for (long i = 0; i < (long)N * V; i++) {
+    effect = fmax(effect, fabs(plain[i] - base[i]));
+    diff = fmax(diff, fabs(folded[i] - plain[i]));
+  }
+  fprintf(stderr, "    %s: the adapters move logits by up to %.3f; folded vs unfolded: %.2e\n", type, effect, diff);
+  CHECK(effect > 0.05);
+  // u and B rounded to bf16 put 2^-8 of each adapter term in error; 7 adapters a layer over
+  // the layers before the head, through the norms (which rescale), measured 0.9-1.9% of
+  // the adapters' effect. A B in another target's place, or a wrong scale, moves it ~100%.
+  CHECK(diff > 0 && diff < 0.05 * effect);
+  for (int s = 0; s < B; s++) {
+    CHECK_OK(ct_engine_forward(e, T, b.ids + s * T, slot + s * T, b.pos + s * T, local, T, alone));
+    CHECK(memcmp(alone, folded + (long)s * T * V, sizeof(float) * T * V) == 0);
+  }
+  lo.w[0][CT_LORA_UP].B[0] += 1.0f;
+  CHECK_OK(ct_engine_forward(e, N, b.ids, slot, b.pos, out, N, base));
+  CHECK(memcmp(base, folded, sizeof(float) * N * V) == 0);  // (pinned: the panels' copy runs)
+  lo.w[0][CT_LORA_UP].B[0] -= 1.0f;
+  ct_engine_lora_unpin(e);
+  CHECK_OK(ct_engine_forward(e, N, b.ids, slot, b.pos, out, N, base));
+  CHECK(memcmp(base, plain, sizeof(float) * N * V) == 0);
+  ct_engine_free(e0);
+  ct_engine_free(e);
+  ct_infer_free(&w0);
+  ct_infer_free(&w);
+  free(base), free(plain), free(folded), free(alone);
+  ct_lora_free(&lo);
+  ct_model_free(&m);
+}
+
+static void test_engine_folds_adapters_into_bf16_panels(void) {
+  if (!ct_thin_takes(CT_THIN_R)) return;  // (folding needs thin.h's kernels: AVX-512 builds)
+  check_engine_folds_adapters("qwen3");
+  check_engine_folds_adapters("gemma3_text");  // o and down feed post-norms: other call sites
+}
+
 // A narrowed base (int8 rows, bf16) runs, bit for bit, as a float32 base holding the
 // narrowed values: the adapters' gradients on it equal those on that float32 model.
 static void check_narrowed_base(bool int8) {
@@ -449,6 +522,7 @@ int main(int argc, char **argv) {
   RUN(test_adapter_gradients_match_float64_reference_of_merged_weights);
   RUN(test_step0_is_the_base_and_merging_matches);
   RUN(test_engine_with_adapters_matches_the_training_forward);
+  RUN(test_engine_folds_adapters_into_bf16_panels);
   RUN(test_narrowed_bases_equal_float32_bases_of_their_values);
   RUN(test_dropout_gradients_match_finite_differences_of_the_masked_loss);
   RUN(test_peft_files_round_trip_and_bad_adapters_are_refused);

@@ -14,6 +14,7 @@
 #include "pool.h"
 #include "rng.h"
 #include "test.h"
+#include "thin.h"
 
 static float *randn(int n, uint64_t seed) {
   float *v = malloc(sizeof(float) * (n ? n : 1));
@@ -105,7 +106,15 @@ static void test_swiglu_packed_equals_the_two_steps(void) {
       CHECK(memcmp(y1, y2, sizeof(float) * S * N) == 0);
       ct_linear rows = {.rows = N, .cols = K, .f32 = W};
       CHECK(ct_linear_forward_swiglu(&rows, gu, ldgu, S, y2, N, 1) == 1);
-      free(W), free(gu), free(h), free(P), free(y1), free(y2), free(gu_dense);
+      // bf16 panels: swiglu(gu) narrowed as it is computed, the same bits as the two steps
+      uint16_t *P16 = malloc(sizeof(uint16_t) * ct_panel16_size(N, K));
+      ct_panel_pack16(W, N, K, P16);
+      ct_linear w16 = {.rows = N, .cols = K, .p16 = P16};
+      memcpy(y2, y1, sizeof(float) * S * N);
+      ct_linear_forward(&w16, h, K, S, y1, N, 1);
+      CHECK(ct_linear_forward_swiglu(&w16, gu, ldgu, S, y2, N, 1) == 0);
+      CHECK(memcmp(y1, y2, sizeof(float) * S * N) == 0);
+      free(W), free(gu), free(h), free(P), free(y1), free(y2), free(gu_dense), free(P16);
     }
 }
 
@@ -133,6 +142,71 @@ static void test_bf16_sums_the_rounded_products_in_fp32(void) {
         free(W); free(x); free(y); free(P); free(x16);
       }
   CHECK(bad == 0);
+}
+
+// Adapters folded into bf16 panels (linear.h): W (N, K) packed with 32 extension columns, the
+// first adapter's B in rows [0, 40) at columns [K, K + 16), the second's in rows [40, N) at
+// [K + 16, K + 32). y = bf16(x)·bf16(W)ᵀ + Σ_i bf16(u_i)·bf16(B_i)ᵀ, u_i = s·x·A_iᵀ (thin.h's
+// fp32 chain), each sum in fp32 — checked against float64 (u's rounding to bf16 may land on
+// either side of a tie, so the bound is a bf16 ulp of each adapter term); from swiglu(gu)
+// the same bits as from its rows; one token alone the same bits as in the batch.
+static void test_folded_adapters_add_their_rounded_terms(void) {
+  if (!ct_thin_takes(CT_THIN_R)) return;  // (folding needs thin.h's kernels: AVX-512 builds)
+  const int N = 70, Ks[] = {40, 64}, S = 13, R = CT_THIN_R, E = 32;
+  const float scale = 0.5f;
+  for (int c = 0; c < 2; c++) {
+    int K = Ks[c], KE = K + E;
+    float *W = randn(N * K, 21 + c), *x = randn(S * K, 22), *A0 = randn(R * K, 23), *A1 = randn(R * K, 24);
+    float *B = randn(N * R, 25), *y = malloc(sizeof(float) * S * N), *y1 = malloc(sizeof(float) * N);
+    float *At0 = malloc(sizeof(float) * K * R), *At1 = malloc(sizeof(float) * K * R);
+    uint16_t *P = malloc(sizeof(uint16_t) * ct_panel16_size(N, KE));
+    ct_panel_pack16_ext(W, N, K, E, P);
+    for (int n = 0; n < N; n++)
+      for (int j = 0; j < R; j++) P[ct_panel16_at(N, KE, n, K + (n < 40 ? 0 : R) + j)] = ct_f32_to_bf16(B[n * R + j]);
+    ct_thin_transpose(A0, K, At0);
+    ct_thin_transpose(A1, K, At1);
+    ct_linear w = {.rows = N, .cols = K, .p16 = P, .ext = E};
+    ct_linear_lora lo = {2, scale, {At0, At1}};
+    CHECK(ct_linear_forward_lora(&w, x, K, S, y, N, 0, &lo, 0) == 0);
+    int bad = 0;
+    for (int s = 0; s < S; s++)
+      for (int n = 0; n < N; n++) {
+        const float *A = n < 40 ? A0 : A1;
+        double want = 0, mag = 0, lmag = 0;
+        for (int k = 0; k < K; k++) {
+          double p = (double)ct_bf16_to_f32(ct_f32_to_bf16(x[s * K + k])) * ct_bf16_to_f32(ct_f32_to_bf16(W[n * K + k]));
+          want += p, mag += fabs(p);
+        }
+        for (int j = 0; j < R; j++) {
+          double u = 0;
+          for (int k = 0; k < K; k++) u += (double)x[s * K + k] * A[j * K + k];
+          double p = (double)ct_bf16_to_f32(ct_f32_to_bf16((float)(scale * u))) * ct_bf16_to_f32(ct_f32_to_bf16(B[n * R + j]));
+          want += p, mag += fabs(p), lmag += fabs(p);
+        }
+        bad += !(fabs(y[s * N + n] - want) <= KE * 0x1p-23 * mag + 0x1p-8 * lmag + 1e-30);
+      }
+    CHECK(bad == 0);
+    for (int s = 0; s < S; s += 6) {  // one token alone
+      CHECK(ct_linear_forward_lora(&w, x + s * K, K, 1, y1, N, 0, &lo, 0) == 0);
+      CHECK(memcmp(y1, y + s * N, sizeof(float) * N) == 0);
+    }
+    // no adapters: the extension's columns are zeros, the plain product's bits
+    float *y0 = malloc(sizeof(float) * S * N), *yp = malloc(sizeof(float) * S * N);
+    uint16_t *P0 = malloc(sizeof(uint16_t) * ct_panel16_size(N, K));
+    ct_panel_pack16(W, N, K, P0);
+    ct_linear w0 = {.rows = N, .cols = K, .p16 = P0};
+    ct_linear_forward(&w0, x, K, S, y0, N, 0);
+    ct_linear_forward(&w, x, K, S, yp, N, 0);
+    CHECK(memcmp(y0, yp, sizeof(float) * S * N) == 0);
+    // from swiglu(gu): the bits of its rows
+    float *gu = randn(S * 2 * K, 26), *h = malloc(sizeof(float) * S * K);
+    ct_swiglu_forward(h, NULL, gu, S, K);
+    CHECK(ct_linear_forward_lora(&w, h, K, S, y0, N, 0, &lo, 0) == 0);
+    CHECK(ct_linear_forward_lora(&w, gu, 2 * K, S, yp, N, 0, &lo, 1) == 0);
+    CHECK(memcmp(y0, yp, sizeof(float) * S * N) == 0);
+    free(W), free(x), free(A0), free(A1), free(B), free(y), free(y1), free(At0), free(At1), free(P);
+    free(y0), free(yp), free(P0), free(gu), free(h);
+  }
 }
 
 // A row's result is the same bits whatever the batch it is in and however the panels are
@@ -280,6 +354,7 @@ int main(void) {
   RUN(test_pack_x_places_every_value);
   RUN(test_swiglu_packed_equals_the_two_steps);
   RUN(test_bf16_sums_the_rounded_products_in_fp32);
+  RUN(test_folded_adapters_add_their_rounded_terms);
   RUN(test_batch_split_and_inplace_change_no_bit);
   RUN(test_linear_forward_on_panels_is_thread_count_invariant);
   RUN(test_int8_panels_equal_the_row_kernel);
