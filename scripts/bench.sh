@@ -25,6 +25,8 @@ section "sampler: prefill and decode, fp32, bf16 and int8, vs the memory-bandwid
 "$BIN/sampler" bench
 section "sampler: batched bf16 decode of 128 slots, Qwen2.5-0.5B shape, against the oneDNN bf16 rate (AMX tiles where present)"
 "$BIN/ctune-bench" decode qwen=0.5b layers=24
+section "sampler: the same with LoRA r 16 on every linear layer (GRPO's rollouts), the adapters folded into the products vs in passes of their own"
+"$BIN/ctune-bench" decode qwen=0.5b layers=24 lora=16 steps=32
 # scripts/bench-<name>.sh "$BIN", each under its title (the list is read from fd 3: the scripts keep stdin)
 while IFS='|' read -r name title <&3; do
   section "$title"

@@ -339,12 +339,32 @@ static int bench_train(int argc, char **argv, double peak) {
   return 0;
 }
 
+// Decode steps 0..steps-1 of S slots from position `prompt` (after each slot's prompt);
+// returns tokens/s, or -1 on an error.
+static double decode_run(ct_engine *e, const ct_model_config *c, int S, int steps, int prompt, int *ids, int *slot,
+                         int *pos, int *outs, float *logits) {
+  int pids[16], ps[16], pp[16], last = prompt - 1;
+  for (int s = 0; s < S; s++) {  // every run from position `prompt` again
+    for (int i = 0; i < prompt; i++) pids[i] = (i * 31 + s * 7) % c->vocab_size, ps[i] = s, pp[i] = i;
+    if (ct_engine_forward(e, prompt, pids, ps, pp, &last, 1, logits)) return -1;
+  }
+  double t = bench_now();
+  for (int k = 0; k < steps; k++) {
+    for (int s = 0; s < S; s++) ids[s] = (k * 13 + s) % c->vocab_size, slot[s] = s, pos[s] = prompt + k, outs[s] = s;
+    if (ct_engine_forward(e, S, ids, slot, pos, outs, S, logits)) return -1;
+  }
+  return (double)S * steps / (bench_now() - t);
+}
+
 // `decode`: tokens/s of `slots` slots decoding together for `steps` steps after a 16-token
 // prompt each, bf16 panels (AMX tiles where present), best of 3 runs; each run is followed
-// by one oneDNN bf16 2048³ reading, the best of which is the yardstick.
+// by one oneDNN bf16 2048³ reading, the best of which is the yardstick. lora=R: adapters of
+// rank R on every linear layer (B random), each run timed twice, alternated: the adapters
+// folded into the panels' products (pinned, as a generation runs them) and not (their own
+// passes: unpinned).
 static int bench_decode(int argc, char **argv) {
   int L = (int)ct_args_long(argc, argv, "layers", 30), S = (int)ct_args_long(argc, argv, "slots", 128);
-  int steps = (int)ct_args_long(argc, argv, "steps", 16), prompt = 16;
+  int steps = (int)ct_args_long(argc, argv, "steps", 16), prompt = 16, rank = (int)ct_args_long(argc, argv, "lora", 0);
   ct_model_config c;
   if (S < 1 || steps < 1) return fprintf(stderr, "ctune-bench: decode needs slots >= 1 and steps >= 1\n"), 2;
   if (bench_config(argc, argv, L, &c)) return 2;
@@ -355,29 +375,44 @@ static int bench_decode(int argc, char **argv) {
   ct_engine_opts o = {S, prompt + steps, S > prompt ? S : prompt, true};  // (bf16 weights, as GRPO's rollouts)
   if (ct_model_init(&m, &c, 1) || ct_model_rope_reserve(&m, prompt + steps)) return 1;
   ct_model_init_random(&m, 1, 0.02f);
-  if (ct_infer_from_model(&w, &m) || ct_infer_pack(&w, CT_PACK_BF16) || ct_engine_init(&e, &w, &o))
+  ct_lora lo = {0};
+  ct_lora_config lc = {.r = rank, .alpha = 2.0 * rank, .targets = (1u << CT_LORA_TARGETS) - 1};
+  if (rank > 0 && ct_lora_init(&lo, &lc, &c)) return fprintf(stderr, "ctune-bench: %s\n", ct_last_error()), 1;
+  if (rank > 0) {  // B random (PEFT's zeros would make the adapters no-ops)
+    ct_lora_init_weights(&lo, &m, 1);
+    ct_rng g;
+    ct_rng_seed(&g, 2);
+    for (int i = 0; i < lo.n_tensors; i++)
+      if (strstr(lo.tensors[i].name, "lora_B"))
+        for (long k = 0; k < lo.tensors[i].numel; k++) lo.params[lo.tensors[i].offset + k] = 0.01f * ct_rng_normal(&g);
+  }
+  if (ct_infer_from_model(&w, &m) || (rank > 0 && ct_infer_attach_lora(&w, &lo)) || ct_infer_pack(&w, CT_PACK_BF16) ||
+      ct_engine_init(&e, &w, &o))
     return fprintf(stderr, "ctune-bench: %s\n", ct_last_error()), 1;
   int *ids = malloc(sizeof(int) * S), *slot = malloc(sizeof(int) * S), *pos = malloc(sizeof(int) * S);
-  int *outs = malloc(sizeof(int) * S), pids[16], ps[16], pp[16], last = prompt - 1;
+  int *outs = malloc(sizeof(int) * S);
   float *logits = malloc(sizeof(float) * S * c.vocab_size);
   if (!ids || !slot || !pos || !outs || !logits) return fprintf(stderr, "ctune-bench: out of memory\n"), 1;
-  double best = 0, peak = 0, flops = ct_model_train_flops_per_token(&c, 0) / 3;  // 2 x matmul parameters
+  double best = 0, unfolded = 0, peak = 0, flops = ct_model_train_flops_per_token(&c, 0) / 3;  // 2 x matmul parameters
   for (int r = 0; r < 3; r++) {
-    for (int s = 0; s < S; s++) {  // every run from position `prompt` again
-      for (int i = 0; i < prompt; i++) pids[i] = (i * 31 + s * 7) % c.vocab_size, ps[i] = s, pp[i] = i;
-      ct_engine_forward(e, prompt, pids, ps, pp, &last, 1, logits);
+    if (rank > 0) {  // the adapters' own passes first, then folded
+      double u = decode_run(e, &c, S, steps, prompt, ids, slot, pos, outs, logits);
+      if (u < 0) return fprintf(stderr, "ctune-bench: %s\n", ct_last_error()), 1;
+      unfolded = u > unfolded ? u : unfolded;
+      ct_engine_lora_pin(e);
     }
-    double t = bench_now();
-    for (int k = 0; k < steps; k++) {
-      for (int s = 0; s < S; s++) ids[s] = (k * 13 + s) % c.vocab_size, slot[s] = s, pos[s] = prompt + k, outs[s] = s;
-      if (ct_engine_forward(e, S, ids, slot, pos, outs, S, logits)) return fprintf(stderr, "ctune-bench: %s\n", ct_last_error()), 1;
-    }
-    t = (double)S * steps / (bench_now() - t);
+    double t = decode_run(e, &c, S, steps, prompt, ids, slot, pos, outs, logits);
+    if (t < 0) return fprintf(stderr, "ctune-bench: %s\n", ct_last_error()), 1;
+    if (rank > 0) ct_engine_lora_unpin(e);
     best = t > best ? t : best;
     double g = gemm_gflops(true, 'N', 'T', 2048, 2048, 2048, 3);
     peak = g > peak ? g : peak;
   }
   ct_prof_report(stdout);  // (CT_PROFILE=1: both kinds' runs)
+  if (rank > 0)
+    printf("decode with LoRA r %d on every linear layer: folded into the panels' products (pinned) %.0f tokens/s, "
+           "in passes of their own (unpinned) %.0f tokens/s: %.3fx (each the best of 3, alternated)\n", rank, best,
+           unfolded, best / unfolded);
   printf("decode: %d slots x %d steps, bf16 on %s: %.0f tokens/s = %.0f GFLOP/s = %.0f%% of oneDNN bf16 2048^3 "
          "(%.0f GFLOP/s; each the best of 3, alternated)\n", S, steps,
          ct_amx_ready() ? "AMX tiles" : ct_panel16_native() ? "AVX512_BF16 panels" : "the panels' C emulation", best,
@@ -385,6 +420,7 @@ static int bench_decode(int argc, char **argv) {
   free(ids), free(slot), free(pos), free(outs), free(logits);
   ct_engine_free(e);
   ct_infer_free(&w);
+  if (rank > 0) ct_lora_free(&lo);
   ct_model_free(&m);
   return 0;
 }
@@ -394,7 +430,7 @@ static int usage(FILE *f) {
         "                   [gemma=0|1|1b] [qwen=0|0.5b] [lora=0] [clock=wall|cpu]\n"
         "       ctune-bench kd [rows=512] [hidden=1024] [vocab=151936] [tiling=8] [steps=3]\n"
         "       ctune-bench peak [threads=0]\n"
-        "       ctune-bench decode [qwen=0|0.5b] [layers=30] [slots=128] [steps=16]\n"
+        "       ctune-bench decode [qwen=0|0.5b] [layers=30] [slots=128] [steps=16] [lora=0]\n"
         "       ctune-bench gemm [tokens=1024] [qwen=0|0.5b] [fp32=1]\n"
         "  train: training throughput of a SmolLM-135M-shaped model against this machine's sgemm\n"
         "  kd:    the distillation soft loss against the plain cross-entropy head\n"
