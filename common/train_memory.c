@@ -234,8 +234,9 @@ int ct_train_acts(const ct_train *tr, ct_acts *a, int B, int T) {
 
 double ct_train_acts_bytes(const ct_train *tr, int B, int T, int mode) {
   const ct_config *c = tr->cfg;
-  double b = ct_acts_kept_bytes(&tr->model.cfg, B, T, mode, mode == CT_ACTS_RECOMPUTE ? tr->acts_kept : 0);
-  if (tr->bf16) b += ct_acts_bf16_bytes(&tr->model.cfg, B, T);
+  int kept = mode == CT_ACTS_RECOMPUTE ? tr->acts_kept : 0;
+  double b = tr->bf16 ? ct_acts_kept_bytes_bf16(&tr->model.cfg, B, T, mode, kept)
+                      : ct_acts_kept_bytes(&tr->model.cfg, B, T, mode, kept);
   if (c->use_peft) {
     ct_lora_config lc = ct_train_lora_config(c);
     if (c->adapter_path[0]) ct_lora_read_config(&lc, c->adapter_path);

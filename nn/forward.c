@@ -40,20 +40,26 @@ static long kept_layers(const ct_model_config *c, int mode, int kept) {
   return mode != CT_ACTS_RECOMPUTE || kept < 0 ? 0 : kept < c->num_layers ? kept : c->num_layers - 1;
 }
 
+// Kept layers whose gu is kept in bf16 (ct_acts.gu16): with bf16 compute, RECOMPUTE's, not Gemma's.
+static long gu16_layers(const ct_model_config *c, int mode, int kept, bool b16) {
+  return b16 && !c->gemma ? kept_layers(c, mode, kept) : 0;
+}
+
 // Sizes in floats of every buffer of ct_acts for B x T tokens in `mode` (RECOMPUTE: the top
-// `kept` layers' activations kept besides the recomputation's one layer).
-static void acts_sizes(const ct_model_config *c, int B, int T, int mode, int kept, long sizes[N_SLOTS]) {
+// `kept` layers' activations kept besides the recomputation's one layer; b16: bf16 compute).
+static void acts_sizes(const ct_model_config *c, int B, int T, int mode, int kept, bool b16, long sizes[N_SLOTS]) {
   dims d = dims_of(c);
   long N = (long)B * T;
   bool keep = mode == CT_ACTS_KEEP, back = mode != CT_ACTS_FORWARD, qkn = c->qk_norm, gem = c->gemma;
   long Ls = keep ? d.L : 1 + kept_layers(c, mode, kept), Lx = back ? d.L + 1 : 1;  // per-layer slots; residual slots
+  long Lgu = Ls - gu16_layers(c, mode, kept, b16);  // gu's fp32 slots
   // reductions: rmsnorm (C), head norm (hd <= QKV), qkv bias (QKV); attention blocks
   long scratch = max3(CT_RED_CHUNKS * (d.C > d.QKV ? d.C : d.QKV),
                       (long)ct_pool_threads() * ct_attention_scratch_floats(T, c->head_dim, c->attn_softcap > 0), 1);
   long v[N_SLOTS] = {
       Lx * N * d.C, N * d.C, Ls * N, Ls * N * d.QKV,
       qkn ? Ls * N * d.QKV : 0, qkn ? Ls * N * (d.H + d.KV) : 0, Ls * N * d.H * d.hd,
-      Ls * N * d.H, back ? Ls * N * d.C : 0, 0, Ls * N, Ls * N * 2 * d.F, N * d.F,
+      Ls * N * d.H, back ? Ls * N * d.C : 0, 0, Ls * N, Lgu * N * 2 * d.F, N * d.F,
       N * d.C, N,
       back ? N * d.C : 0, back ? N * d.C : 0, back ? N * d.QKV : 0, back ? N * d.H * d.hd : 0,
       back ? N * d.F : 0, scratch,  // (no dgu: backward writes it over the layer's gu)
@@ -65,11 +71,15 @@ static void acts_sizes(const ct_model_config *c, int B, int T, int mode, int kep
 
 double ct_acts_bytes(const ct_model_config *c, int B, int T, int mode) { return ct_acts_kept_bytes(c, B, T, mode, 0); }
 
-double ct_acts_kept_bytes(const ct_model_config *c, int B, int T, int mode, int kept) {
+static double kept_bytes(const ct_model_config *c, int B, int T, int mode, int kept, bool b16) {
   long sizes[N_SLOTS], total = 0;
-  acts_sizes(c, B, T, mode, kept, sizes);
+  acts_sizes(c, B, T, mode, kept, b16, sizes);
   for (int i = 0; i < N_SLOTS; i++) total += sizes[i];
   return sizeof(float) * (double)total;
+}
+
+double ct_acts_kept_bytes(const ct_model_config *c, int B, int T, int mode, int kept) {
+  return kept_bytes(c, B, T, mode, kept, false);
 }
 
 // Floats... in uint16: the widest projection input and output gradient, N rows each.
@@ -86,13 +96,24 @@ double ct_acts_bf16_bytes(const ct_model_config *c, int B, int T) {
   return sizeof(uint16_t) * (double)(x16 + dy16);
 }
 
-static int acts_bf16_init(ct_acts *a, const ct_model *m) {
-  long x16, dy16;
+// uint16 values of the kept layers' bf16 gu.
+static long gu16_size(const ct_model_config *c, int B, int T, int mode, int kept) {
+  return gu16_layers(c, mode, kept, true) * (long)B * T * 2 * c->intermediate_size;
+}
+
+double ct_acts_kept_bytes_bf16(const ct_model_config *c, int B, int T, int mode, int kept) {
+  return kept_bytes(c, B, T, mode, kept, true) + ct_acts_bf16_bytes(c, B, T) +
+         sizeof(uint16_t) * (double)gu16_size(c, B, T, mode, kept);
+}
+
+static int acts_bf16_init(ct_acts *a, const ct_model *m, int kept) {
+  long x16, dy16, g16 = gu16_size(&m->cfg, a->B, a->T, a->mode, kept);
   bf16_sizes(&m->cfg, a->B, a->T, &x16, &dy16);
-  a->mem16 = ct_big_alloc(sizeof(uint16_t) * (x16 + dy16));
+  a->mem16 = ct_big_alloc(sizeof(uint16_t) * (x16 + dy16 + g16));
   if (!a->mem16) return ct_set_error(CT_ENOMEM, "cannot allocate the bf16 matmul inputs");
   a->x16 = a->mem16;
   a->dy16 = a->mem16 + x16;
+  a->gu16 = g16 ? a->dy16 + dy16 : NULL;
   return 0;
 }
 
@@ -106,7 +127,7 @@ int ct_acts_init_kept(ct_acts *a, const ct_model *m, int B, int T, int mode, int
   a->keep = mode == CT_ACTS_KEEP;
   a->kept_from = m->cfg.num_layers - (int)kept_layers(&m->cfg, mode, kept);
   long sizes[N_SLOTS], total = 0;
-  acts_sizes(&m->cfg, B, T, mode, kept, sizes);
+  acts_sizes(&m->cfg, B, T, mode, kept, m->compute16, sizes);
   for (int i = 0; i < N_SLOTS; i++) total += sizes[i];
   a->bytes = sizeof(float) * total;
   a->mem = ct_big_alloc(sizeof(float) * total);  // zeroed
@@ -128,7 +149,7 @@ int ct_acts_init_kept(ct_acts *a, const ct_model *m, int B, int T, int mode, int
   a->pos = (int *)p + Npad;
   a->seg = (int *)p + 2 * Npad;
   a->pre = (int *)p + 3 * Npad;
-  return m->compute16 ? acts_bf16_init(a, m) : 0;
+  return m->compute16 ? acts_bf16_init(a, m, kept) : 0;
 }
 
 double ct_lora_acts_bytes(const ct_lora_config *lc, const ct_model_config *c, int B, int T, int mode) {
@@ -181,6 +202,7 @@ typedef struct {
   float *ln1, *rstd1, *qkv, *qkv_pre, *qk_rstd, *att, *lse;
   float *x2;      // (N, C) residual after attention (x itself in CT_ACTS_FORWARD)
   float *ln2, *rstd2, *gu, *h;
+  uint16_t *gu16;  // a kept layer's gu in bf16 (ct_acts.gu16; gu is then the fp32 scratch), or NULL
   float *ao, *rstd_ao, *mo, *rstd_mo;  // Gemma's post-norm inputs, else NULL
 } layer_acts;
 
@@ -202,7 +224,9 @@ static layer_acts layer_slots(const ct_acts *a, const dims *d, int l) {
   la.x2 = fwd ? la.x : a->x2 + s * Nc * d->C;
   la.ln2 = a->ln2;
   la.rstd2 = a->rstd2 + s * Nc;
-  la.gu = a->gu + s * Nc * 2 * d->F;
+  bool g16 = a->gu16 && s > 0;  // (gu16 is only ever RECOMPUTE's kept layers: slots 1..)
+  la.gu = a->gu + (g16 ? 0 : s) * Nc * 2 * d->F;
+  la.gu16 = g16 ? a->gu16 + (s - 1) * Nc * 2 * d->F : NULL;
   la.ao = a->ao ? a->ao + s * Nc * d->C : NULL;
   la.rstd_ao = a->rstd_ao ? a->rstd_ao + s * Nc : NULL;
   la.mo = a->mo ? a->mo + s * Nc * d->C : NULL;
@@ -339,10 +363,10 @@ static void layer_forward(const ct_model *m, int l, int kind, const ct_layer_wei
     return;
   }
   uint16_t *h16 = full && ct_model_w16(m, w->wdown) ? a->x16 : NULL;  // (the down product's input)
-  bool h_too = full || need_h;
+  bool h_too = full || need_h, r16 = ct_model_w16(m, w->wgu) != NULL;  // (bf16 compute: gu rounded to bf16)
   CT_PROF(CT_PROF_POINTWISE,
-          if (ug || uu) ct_swiglu_forward_lora(h_too ? la->h : NULL, h16, la->gu, (int)N, (int)d.F, s, ug, bt, uu,
-                                               bt + CT_THIN_R * d.F);
+          if (ug || uu || r16) ct_swiglu_forward_lora(h_too ? la->h : NULL, h16, la->gu, (int)N, (int)d.F, s, ug, bt, uu,
+                                                      bt ? bt + CT_THIN_R * d.F : NULL, r16, la->gu16);
           else if (h_too) ct_swiglu_forward(la->h, h16, la->gu, (int)N, (int)d.F));
   free(bt);
   if (!full) return;
@@ -393,6 +417,7 @@ static void layer_backward(const ct_model *m, int l, int kind, const ct_layer_we
   const float *rc, *rs;
   ct_attn_dims ad = attn_dims(m, a, kind, B, T, &rc, &rs);
   if (!again) {  // (the recomputation just did; its last norm output is ln2)
+    CT_PROF(CT_PROF_POINTWISE, if (la.gu16) ct_bf16_widen_all(gu, la.gu16, N * 2 * d.F));
     CT_PROF(CT_PROF_POINTWISE, if (c->gemma) ct_geglu_forward(h, gu, (int)N, (int)d.F);
                                else if (!no_h) ct_swiglu_forward(h, NULL, gu, (int)N, (int)d.F));
     CT_PROF(CT_PROF_NORM, ct_rmsnorm_apply(ln2, rstd2, x2, NW(w->ln2, d.C), (int)N, (int)d.C));

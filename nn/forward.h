@@ -62,6 +62,10 @@ typedef struct {
   uint16_t *mem16;  // one allocation holding:
   uint16_t *x16;    // (N, max(C, H*hd, F)) a projection's input
   uint16_t *dy16;   // (N, max(QKV, C, 2F)) a projection's output gradient
+  // CT_ACTS_RECOMPUTE keeping layers (not Gemma): their gu in bf16 (kept layers, N, 2F) —
+  // bf16 compute rounds gu to bf16 anyway (ct_swiglu_forward_lora) — and gu's one fp32
+  // slot the scratch a kept layer's product writes and its backward widens into
+  uint16_t *gu16;
   // LoRA (ct_acts_attach_lora): the adapters this forward applies; NULL = the base alone
   const ct_lora *lora;
   float *lora_mem;  // their work space (adapter.c)
@@ -91,6 +95,9 @@ int ct_acts_init(ct_acts *a, const ct_model *m, int B, int T, int mode);
 // same gradients, bit for bit. Other modes: as ct_acts_init. Bytes: ct_acts_kept_bytes.
 int ct_acts_init_kept(ct_acts *a, const ct_model *m, int B, int T, int mode, int kept);
 double ct_acts_kept_bytes(const ct_model_config *c, int B, int T, int mode, int kept);
+// Everything ct_acts_init_kept allocates for a model with bf16 compute (bf16 inputs, kept
+// layers' gu in bf16 included).
+double ct_acts_kept_bytes_bf16(const ct_model_config *c, int B, int T, int mode, int kept);
 void ct_acts_free(ct_acts *a);
 // Lets batches hold rows of up to T_row > T tokens (still at most B x T tokens in all):
 // GRPO's rows of a prompt and its completions. Bytes it allocates: ct_acts_rows_bytes.

@@ -252,7 +252,22 @@ typedef struct {
   swiglu_job sw;
   float *gu, s;
   const float *ug, *Bgt, *uu, *But;
+  int round;
+  uint16_t *gu16;
 } swiglu_lora_job;
+
+// Rows [n0, n1) of gu (2F each) rounded to bf16 values in place, their bits into gu16 too.
+static void round_rows(float *gu, uint16_t *gu16, long n0, long n1, int F) {
+  for (long n = n0; n < n1; n++) {
+    float *r = gu + n * 2 * F;
+#pragma omp simd
+    for (int i = 0; i < 2 * F; i++) {
+      uint16_t b = ct_f32_to_bf16(r[i]);
+      r[i] = ct_bf16_to_f32(b);
+      if (gu16) gu16[n * 2 * F + i] = b;
+    }
+  }
+}
 
 static void swiglu_lora_range(void *ctx, long lo, long hi, int thread) {
   (void)thread;
@@ -262,13 +277,14 @@ static void swiglu_lora_range(void *ctx, long lo, long hi, int thread) {
     long n1 = n0 + 8 < hi ? n0 + 8 : hi;
     if (j->ug) ct_thin_add_rows(n0, n1, F, j->s, j->ug, j->Bgt, j->gu, 2 * F);
     if (j->uu) ct_thin_add_rows(n0, n1, F, j->s, j->uu, j->But, j->gu + F, 2 * F);
+    if (j->round) round_rows(j->gu, j->gu16, n0, n1, F);
     if (j->sw.h) swiglu_rows(&j->sw, n0, n1);
   }
 }
 
 void ct_swiglu_forward_lora(float *h, uint16_t *h16, float *gu, int N, int F, float s, const float *ug,
-                            const float *Bgt, const float *uu, const float *But) {
-  swiglu_lora_job j = {{.h = h, .h16 = h16, .gu = gu, .N = N, .F = F}, gu, s, ug, Bgt, uu, But};
+                            const float *Bgt, const float *uu, const float *But, int round, uint16_t *gu16) {
+  swiglu_lora_job j = {{.h = h, .h16 = h16, .gu = gu, .N = N, .F = F}, gu, s, ug, Bgt, uu, But, round, gu16};
   ct_parallel_ranges(N, 8, ct_pool_parts((N + 7) / 8), swiglu_lora_range, &j);
 }
 
@@ -479,4 +495,20 @@ static void narrow_rows_range(void *ctx, long lo, long hi, int thread) {
 void ct_bf16_narrow_rows(uint16_t *dst, const float *x, int N, int C, int ld) {
   narrow_rows_job j = {dst, x, C, ld};
   ct_parallel_ranges(N, 1, ct_pool_parts(N), narrow_rows_range, &j);
+}
+
+typedef struct {
+  float *dst;
+  const uint16_t *src;
+} widen_job;
+
+static void widen_range(void *ctx, long lo, long hi, int thread) {
+  (void)thread;
+  const widen_job *j = ctx;
+  ct_bf16_widen(j->dst + lo, j->src + lo, hi - lo);
+}
+
+void ct_bf16_widen_all(float *dst, const uint16_t *src, long n) {
+  widen_job j = {dst, src};
+  ct_parallel_ranges(n, 4096, ct_pool_parts((n + 65535) / 65536), widen_range, &j);
 }

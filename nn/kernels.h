@@ -45,9 +45,12 @@ void ct_swiglu_forward(float *h, uint16_t *h16, const float *gu, int N, int F);
 // s · (ug[n]·Bgt | uu[n]·But) (ug, uu (N, 16), each NULL for none; Bgt, But (16, F): the
 // adapters' B transposed, ct_adapter_forward_u), 8 rows at a time, each row's h from its
 // sums while it is in cache; h and h16 both NULL: the sums only. (The adapters' own pass
-// and SwiGLU's each read all of gu once more.)
+// and SwiGLU's each read all of gu once more.) round != 0 (bf16 compute): the sums are
+// rounded to bf16 in gu before h reads them — what a bf16 product's output holds under
+// autocast — and gu16 (N, 2F), unless NULL, gets their bits too (a bf16 copy kept for
+// backward).
 void ct_swiglu_forward_lora(float *h, uint16_t *h16, float *gu, int N, int F, float s, const float *ug,
-                            const float *Bgt, const float *uu, const float *But);
+                            const float *Bgt, const float *uu, const float *But, int round, uint16_t *gu16);
 // dgu = [dg | du] from dh; dgu may be gu (in place). dgu16 (N, 2F), or NULL: dgu rounded to
 // bf16 as well.
 void ct_swiglu_backward(float *dgu, uint16_t *dgu16, const float *dh, const float *gu, int N, int F);
@@ -79,3 +82,5 @@ void ct_embed_backward(float *dtable, const float *dout, const int *ids, int N, 
 // dst (N, C) = x (N, ld)'s first C columns rounded to bf16 (nearest even): the input of a
 // bf16 matmul (dnnl.h).
 void ct_bf16_narrow_rows(uint16_t *dst, const float *x, int N, int C, int ld);
+// dst (n) = src (n) widened, on the pool.
+void ct_bf16_widen_all(float *dst, const uint16_t *src, long n);

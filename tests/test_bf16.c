@@ -369,13 +369,18 @@ static void test_adamw_writes_the_bf16_copy_of_exactly_the_updated_weights(void)
 // LoRA + bf16: the frozen base's projections and LM head multiply in bf16 from a copy made
 // once (a float32 base) or from the stored bf16 weights themselves (base_dtype bfloat16);
 // the adapters' loss and gradient are fp32's within bf16 rounding, and gradient descent on
-// them ends near fp32's (25 steps of SGD, lr 0.2, on one batch).
+// them ends near fp32's (25 steps of SGD, lr 0.1, on one batch: at 0.2 the descent was
+// chaotic, its loss jumping by up to 50% between steps from step ~6, so where it ended
+// depended on where rounding happened to fall rather than on how much).
 
 enum { LB = 2, LT = 12, LN = LB * LT, LSTEPS = 25 };
 
 // Mean cross-entropy of a fixed batch through base m + adapters lo; the adapters'
 // gradient into lo->grads (the base and its head are frozen). *bf16_used: every projection
 // and the head found a bf16 copy.
+static int lora_mode = CT_ACTS_KEEP, lora_kept = 0;  // (the activations lora_loss runs through)
+static bool lora_gu16;  // set by lora_loss: its activations kept a layer's gu in bf16
+
 static double lora_loss(const ct_model *m, ct_lora *lo, bool *bf16_used) {
   const ct_model_config *c = &m->cfg;
   ct_acts a;
@@ -383,9 +388,10 @@ static double lora_loss(const ct_model *m, ct_lora *lo, bool *bf16_used) {
   ct_weights g;
   memset(&g, 0, sizeof g);
   g.layers = calloc(c->num_layers, sizeof *g.layers);  // frozen: no base gradients
-  if (!g.layers || ct_acts_init(&a, m, LB, LT, CT_ACTS_KEEP) || ct_acts_attach_lora(&a, lo) ||
+  if (!g.layers || ct_acts_init_kept(&a, m, LB, LT, lora_mode, lora_kept) || ct_acts_attach_lora(&a, lo) ||
       ct_head_init(&h, LN, LN, c->vocab_size, c->hidden_size, 2))
     exit(1);
+  lora_gu16 = a.gu16 != NULL;
   int target[LN];
   random_rows(&a, target, LB, LT, c->vocab_size, 13);
   ct_forward(m, &a, LB, LT);
@@ -416,7 +422,7 @@ static void lora_train(const ct_model *m, ct_lora *lo, const float *start, doubl
     bool used;
     loss[s] = lora_loss(m, lo, &used);
     if (s == 0) memcpy(g0, lo->grads, sizeof(float) * lo->n_floats), *bf16_used = used;
-    for (long i = 0; i < lo->n_floats; i++) lo->params[i] -= 0.2f * lo->grads[i];
+    for (long i = 0; i < lo->n_floats; i++) lo->params[i] -= 0.1f * lo->grads[i];
   }
 }
 
@@ -475,12 +481,12 @@ static void test_lora_with_a_bf16_base_trains_as_fp32(void) {
     // the same adapters: the loss and gradient within bf16 rounding, as the full model's (above)
     CHECK(fabs(loss[k][0] - loss[0][0]) <= 0.01 * loss[0][0]);
     CHECK(dg <= 0.06 * ng);
-    // the first steps follow fp32's within 2% (plain descent at this rate is chaotic: from
-    // step ~6 its loss jumps by up to 50% between steps, so the rounding differences grow)
+    // the first steps follow fp32's within 2%
     for (int s = 1; s < 3; s++) CHECK(fabs(loss[k][s] - loss[0][s]) <= 0.02 * loss[0][s]);
-    // after 25 steps the trajectories have drifted apart by what rounding seeds (measured
-    // 2-4% of the final loss): within 10%, and training works (below half the start)
-    CHECK(fabs(end - end32) <= 0.1 * end32);
+    // after 25 smooth steps the trajectories have drifted apart by what rounding seeds
+    // (measured 0.1-1.6% of the final loss, with and without gu rounded to bf16): within
+    // 5%, and training works (below half the start)
+    CHECK(fabs(end - end32) <= 0.05 * end32);
     CHECK(end < 0.5 * loss[k][0]);
   }
   CHECK(loss[0][LSTEPS - 1] < 0.5 * loss[0][0]);
@@ -492,6 +498,42 @@ static void test_lora_with_a_bf16_base_trains_as_fp32(void) {
 
 // With dropout (masks drawn on the pool, the same ones in forward and backward) a bf16
 // base gives the fp32 loss and gradient within bf16 rounding.
+// gradient_checkpointing in bf16: the kept top layers hold gu in bf16 (the values the SwiGLU
+// pass rounded gu to), the others recompute it; every layer kept, none, or the top ones:
+// the same loss and adapter gradients, bit for bit.
+static void test_bf16_kept_layers_in_bf16_give_the_keep_all_gradients(void) {
+  ct_model m;
+  ct_lora lo;
+  ct_model_config c = tiny_config("qwen2");
+  c.num_layers = 4;  // (two kept layers or more: one's backward must not read another's gu)
+  CHECK_OK(ct_model_init(&m, &c, 64));
+  ct_model_init_random(&m, 5, 0.3f);
+  tiny_vectors(&m, 6, 1, 0.2);
+  adapters_of(&lo, &m, 16, 0, 5);
+  float *grads = calloc(lo.n_floats, 4);
+  CHECK_OK(ct_lora_bind_grads(&lo, grads));
+  CHECK_OK(ct_model_bf16_compute(&m));
+  long n = lo.n_floats;
+  float *g0 = malloc(4 * n);
+  bool used;
+  double loss = lora_loss(&m, &lo, &used);
+  memcpy(g0, lo.grads, 4 * n);
+  CHECK(used && !lora_gu16);
+  lora_mode = CT_ACTS_RECOMPUTE;
+  for (int kept = 0; kept < m.cfg.num_layers; kept++) {
+    lora_kept = kept;
+    CHECK(lora_loss(&m, &lo, &used) == loss);
+    CHECK(!memcmp(lo.grads, g0, 4 * n));
+    CHECK(lora_gu16 == (kept > 0));
+  }
+  CHECK(ct_acts_kept_bytes_bf16(&m.cfg, LB, LT, CT_ACTS_RECOMPUTE, 1) <
+        ct_acts_kept_bytes(&m.cfg, LB, LT, CT_ACTS_RECOMPUTE, 1) + ct_acts_bf16_bytes(&m.cfg, LB, LT));
+  lora_mode = CT_ACTS_KEEP, lora_kept = 0;
+  free(g0), free(grads);
+  ct_lora_free(&lo);
+  ct_model_free(&m);
+}
+
 static void test_lora_dropout_in_bf16_matches_fp32(void) {
   ct_model m;
   ct_lora lo;
@@ -533,6 +575,7 @@ int main(void) {
   RUN(test_bf16_head_within_rounding_of_fp32_for_every_chunking);
   RUN(test_lora_with_a_bf16_base_trains_as_fp32);
   RUN(test_lora_dropout_in_bf16_matches_fp32);
+  RUN(test_bf16_kept_layers_in_bf16_give_the_keep_all_gradients);
   RUN(test_a_refused_product_leaves_nan_and_is_reported_by_ct_dnnl_check);
   ct_dnnl_free();
   return test_summary();

@@ -502,7 +502,7 @@ static void test_swiglu_lora_adds_the_adapters_then_swiglu(void) {
   fill(bgt, R * F, -0.5f, 0.5f);
   fill(but, R * F, -0.5f, 0.5f);
   memcpy(gu, gu0, sizeof gu);
-  ct_swiglu_forward_lora(h, h16, gu, N, F, s, ug, bgt, uu, but);
+  ct_swiglu_forward_lora(h, h16, gu, N, F, s, ug, bgt, uu, but, 0, NULL);
   int bad = 0;
   for (int n = 0; n < N; n++)
     for (int half = 0; half < 2; half++)
@@ -520,10 +520,10 @@ static void test_swiglu_lora_adds_the_adapters_then_swiglu(void) {
   ct_bf16_narrow(want16, h, N * F);
   CHECK(memcmp(h16, want16, sizeof h16) == 0);
   memcpy(gu2, gu0, sizeof gu2);  // the sums alone: the same bits
-  ct_swiglu_forward_lora(NULL, NULL, gu2, N, F, s, ug, bgt, uu, but);
+  ct_swiglu_forward_lora(NULL, NULL, gu2, N, F, s, ug, bgt, uu, but, 0, NULL);
   CHECK(memcmp(gu2, gu, sizeof gu) == 0);
   memcpy(gu2, gu0, sizeof gu2);  // the up adapter alone: the gate half untouched
-  ct_swiglu_forward_lora(NULL, NULL, gu2, N, F, s, NULL, NULL, uu, but);
+  ct_swiglu_forward_lora(NULL, NULL, gu2, N, F, s, NULL, NULL, uu, but, 0, NULL);
   int same_gate = 1, same_up = 1;
   for (int n = 0; n < N; n++)
     for (int k = 0; k < F; k++) {
@@ -531,6 +531,25 @@ static void test_swiglu_lora_adds_the_adapters_then_swiglu(void) {
       same_up &= gu2[(long)n * 2 * F + F + k] == gu[(long)n * 2 * F + F + k];
     }
   CHECK(same_gate && same_up);
+  // round (bf16 compute): gu holds the sums rounded to bf16, gu16 their bits, h and h16
+  // are swiglu's of the rounded values; without adapters, gu itself rounded
+  float gr[N * 2 * F], hr[N * F];
+  uint16_t g16[N * 2 * F], hr16[N * F];
+  memcpy(gr, gu0, sizeof gr);
+  ct_swiglu_forward_lora(hr, hr16, gr, N, F, s, ug, bgt, uu, but, 1, g16);
+  int rounded = 1;
+  for (long i = 0; i < N * 2 * F; i++)
+    rounded &= g16[i] == ct_f32_to_bf16(gu[i]) && gr[i] == ct_bf16_to_f32(g16[i]);
+  CHECK(rounded);
+  ct_swiglu_forward(want_h, NULL, gr, N, F);
+  CHECK(memcmp(hr, want_h, sizeof hr) == 0);
+  ct_bf16_narrow(want16, hr, N * F);
+  CHECK(memcmp(hr16, want16, sizeof hr16) == 0);
+  memcpy(gr, gu0, sizeof gr);
+  ct_swiglu_forward_lora(NULL, NULL, gr, N, F, s, NULL, NULL, NULL, NULL, 1, NULL);
+  rounded = 1;
+  for (long i = 0; i < N * 2 * F; i++) rounded &= gr[i] == ct_bf16_to_f32(ct_f32_to_bf16(gu0[i]));
+  CHECK(rounded);
 }
 
 // Backward writes dgu over gu (forward.c): in place must give the out-of-place bits, for
